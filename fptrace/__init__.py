@@ -1,0 +1,45 @@
+"""fptrace: trace one forward pass of a transformer language model, block by block.
+
+    from fptrace import load_model, trace
+    lm = load_model()                      # the bundled SmolLM2-135M-Instruct
+    t = trace(lm, "The capital of France is")
+    t.top_k[0].text                        # ' Paris'
+
+Importing fptrace does not import torch; the functions below import it when called.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .errors import FptraceError
+from .results import (SCHEMA_VERSION, FinalNormStats, LayerStats, ModelInfo, ShapeStep, Token,
+                      TopToken, Trace)
+
+__version__ = "0.1.0"
+
+
+def load_model(name: str = "smollm2-135m", **kwargs: Any) -> Any:
+    """Load a model by alias, .gguf file, folder or hub id; see fptrace.models.loading."""
+    from .models.loading import load_model as _load
+
+    return _load(name, **kwargs)
+
+
+def trace(lm: Any, prompt: Any, **kwargs: Any) -> Trace:
+    """Trace one prompt (text or token ids) through a loaded model."""
+    from .trace import run_trace
+
+    return run_trace(lm, prompt, **kwargs)
+
+
+def trace_many(lm: Any, prompts: Any, **kwargs: Any) -> list[Trace]:
+    """Trace several prompts in one padded forward pass."""
+    from .trace import run_traces
+
+    return run_traces(lm, prompts, **kwargs)
+
+
+__all__ = ["load_model", "trace", "trace_many", "Trace", "LayerStats", "ModelInfo", "Token",
+           "TopToken", "ShapeStep", "FinalNormStats", "FptraceError", "SCHEMA_VERSION",
+           "__version__"]

@@ -1,0 +1,184 @@
+"""The command line. Thin: parse options, call one core function, hand the result to a renderer.
+
+Heavy imports (torch, transformers) happen inside the commands, so `fptrace --help` is fast.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import sys
+from typing import Annotated, Any, Callable, Optional
+
+import typer
+from rich.console import Console
+
+from .errors import FptraceError
+from .models.registry import DEFAULT_MODEL, RESOLUTION_HELP
+
+app = typer.Typer(
+    name="fptrace",
+    help="Trace one forward pass of a transformer language model, block by block.",
+    no_args_is_help=True,
+    pretty_exceptions_show_locals=False,
+    rich_markup_mode="rich",
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+
+MODEL = "Model"
+OUTPUT = "Output"
+STATS = "Statistics"
+
+ModelOpt = Annotated[str, typer.Option("--model", "-m", help=RESOLUTION_HELP,
+                                       rich_help_panel=MODEL)]
+RandomOpt = Annotated[bool, typer.Option(
+    "--random-weights", help="Build the model's config with seeded random weights (no weights "
+    "needed; predictions then mean nothing).", rich_help_panel=MODEL)]
+SeedOpt = Annotated[int, typer.Option("--seed", help="Seed for --random-weights.",
+                                      rich_help_panel=MODEL)]
+DeviceOpt = Annotated[str, typer.Option("--device", help="auto, cpu, cuda, cuda:N or mps.",
+                                        rich_help_panel=MODEL)]
+DtypeOpt = Annotated[str, typer.Option("--dtype", help="auto, float32, bfloat16 or float16 "
+                                       "(auto: float32 on CPU).", rich_help_panel=MODEL)]
+PickleOpt = Annotated[bool, typer.Option(
+    "--allow-pickle", help="Allow pickle (.bin/.pt) weights, which can run code: only for "
+    "sources you trust.", rich_help_panel=MODEL)]
+RemoteOpt = Annotated[bool, typer.Option(
+    "--trust-remote-code", help="Allow a model folder's own Python code to run.",
+    rich_help_panel=MODEL)]
+JsonOpt = Annotated[bool, typer.Option("--json", help="Write the result as one JSON object on "
+                                       "stdout.", rich_help_panel=OUTPUT)]
+
+
+def _stderr() -> Console:
+    return Console(stderr=True, highlight=False)
+
+
+def _stdout() -> Console:
+    """Tables go to stdout; when it is not a terminal they are laid out 130 columns wide
+    (COLUMNS overrides)."""
+    width = None if sys.stdout.isatty() or os.environ.get("COLUMNS") else 130
+    return Console(highlight=False, width=width)
+
+
+def fail(message: str, code: int = 2) -> None:
+    """One line on stderr, then exit non-zero."""
+    line = " ".join(str(message).split())
+    _stderr().print(f"fptrace: error: {line}", markup=False, soft_wrap=True)
+    raise typer.Exit(code)
+
+
+def guarded(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """Turn every error into one line on stderr and a non-zero exit code: never a traceback."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except typer.Exit:
+            raise
+        except FptraceError as e:
+            fail(str(e), e.exit_code)
+        except KeyboardInterrupt:
+            fail("interrupted", 130)
+        except MemoryError:
+            fail("out of memory; try a smaller model, --dtype bfloat16, or a shorter prompt", 3)
+        except Exception as e:  # a bug of ours: still one line, the traceback on request
+            if os.environ.get("FPTRACE_DEBUG"):
+                raise
+            fail(f"internal error: {type(e).__name__}: {e} (set FPTRACE_DEBUG=1 for the "
+                 "traceback)", 70)
+
+    return wrapper
+
+
+def _quiet_libraries() -> None:
+    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+    import transformers
+
+    transformers.logging.set_verbosity_error()
+    transformers.logging.disable_progress_bar()
+
+
+def load(model: str, random_weights: bool, seed: int, device: str, dtype: str,
+         allow_pickle: bool, trust_remote_code: bool) -> Any:
+    _quiet_libraries()
+    from .models.loading import load_model
+
+    err = _stderr()
+    return load_model(model, random_weights=random_weights, seed=seed, device=device,
+                      dtype=dtype, allow_pickle=allow_pickle,
+                      trust_remote_code=trust_remote_code,
+                      progress=lambda m: err.print(f"[dim]{m}[/dim]", soft_wrap=True))
+
+
+def emit_json(result: Any) -> None:
+    from .schema import to_json
+
+    sys.stdout.write(to_json(result) + "\n")
+    sys.stdout.flush()
+
+
+@app.command()
+@guarded
+def run(
+    prompt: Annotated[str, typer.Argument(help="The text to trace.")],
+    model: ModelOpt = DEFAULT_MODEL,
+    random_weights: RandomOpt = False,
+    seed: SeedOpt = 0,
+    device: DeviceOpt = "auto",
+    dtype: DtypeOpt = "auto",
+    allow_pickle: PickleOpt = False,
+    trust_remote_code: RemoteOpt = False,
+    top_k: Annotated[int, typer.Option("--top-k", "-k", min=1, help="How many next tokens.",
+                                       rich_help_panel=STATS)] = 10,
+    snippet: Annotated[int, typer.Option("--snippet", min=0, help="First values of the last "
+                                         "position shown per layer.",
+                                         rich_help_panel=STATS)] = 4,
+    all_positions: Annotated[bool, typer.Option(
+        "--all-positions", help="Compute the LM head for every position, not only the last.",
+        rich_help_panel=STATS)] = False,
+    truncate: Annotated[bool, typer.Option(
+        "--truncate", help="Keep the last tokens of a prompt longer than the context window.",
+        rich_help_panel=STATS)] = False,
+    as_json: JsonOpt = False,
+) -> None:
+    """Trace PROMPT through the model: tokens, shapes, per-layer residual stream, top-k."""
+    lm = load(model, random_weights, seed, device, dtype, allow_pickle, trust_remote_code)
+    from .trace import run_trace
+
+    trace = run_trace(lm, prompt, top_k=top_k, snippet=snippet, all_positions=all_positions,
+                      truncate=truncate)
+    if as_json:
+        emit_json(trace)
+    else:
+        from .render.tables import trace_view
+
+        out = _stdout()
+        out.print(trace_view(trace, out.width))
+    if trace.first_nonfinite:
+        fail(f"NaN or Inf first appeared at {trace.first_nonfinite}", 4)
+
+
+@app.command()
+@guarded
+def models(as_json: JsonOpt = False) -> None:
+    """List the built-in models and whether their weights are available here."""
+    from .models.catalog import list_models
+
+    rows = list_models()
+    if as_json:
+        emit_json({"kind": "models", "models": rows})
+        return
+    from .render.catalog import models_table
+
+    _stdout().print(models_table(rows))
+
+
+def main() -> None:
+    app()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,41 @@
+"""Errors a user can act on. The CLI prints them as one line and exits non-zero."""
+
+from __future__ import annotations
+
+
+class FptraceError(Exception):
+    """Base class: the message is shown to the user as it is, on one line."""
+
+    exit_code = 2
+
+
+class ModelNotFound(FptraceError):
+    """A --model that names nothing fptrace can load."""
+
+
+class ModelLoadError(FptraceError):
+    """A model that was found but could not be read (corrupt file, bad config)."""
+
+
+class UnsafeModel(FptraceError):
+    """Pickle weights or remote code that the user did not explicitly allow."""
+
+
+class BadInput(FptraceError):
+    """A prompt or option value that cannot be traced."""
+
+
+class UnsupportedModel(FptraceError):
+    """An architecture fptrace cannot hook."""
+
+
+class TraceFailed(FptraceError):
+    """The forward pass itself raised; the message names the last block that ran."""
+
+    exit_code = 3
+
+
+class NonFiniteValues(FptraceError):
+    """The trace completed but a layer produced NaN or Inf."""
+
+    exit_code = 4

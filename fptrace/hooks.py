@@ -1,0 +1,111 @@
+"""Hooks on every block that capture small per-layer statistics, and always come off.
+
+What is kept per forward is O(layers x batch x d): the last position's vector of each step and
+the mean norm over positions, never the (B, T, d) streams themselves.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass, field
+from typing import Any, Iterator
+
+from .errors import TraceFailed
+from .models.families import ModelParts
+
+
+def _first(x: Any) -> Any:
+    return x[0] if isinstance(x, (tuple, list)) else x
+
+
+@dataclass
+class Capture:
+    """Filled in by the hooks during one forward pass (tensors live on the model's device)."""
+
+    last_idx: Any  # (B,) index of the last real token of each row
+    mask: Any  # (B, T) bool, or None when no row is padded
+    embed_last: Any = None  # (B, d) float32
+    embed_mean_norm: Any = None  # (B,)
+    resid_last: list = field(default_factory=list)  # per block: (B, d) float32
+    resid_mean_norm: list = field(default_factory=list)  # per block: (B,)
+    attn_last: list = field(default_factory=list)  # per block: (B, d) float32
+    mlp_last: list = field(default_factory=list)  # per block: (B, d) float32
+    final_last: Any = None  # (B, d) float32
+    shapes: dict = field(default_factory=dict)  # label -> shape tuple
+    last_block: int | None = None  # the last block whose forward finished
+
+    def take_last(self, h: Any) -> Any:
+        import torch
+
+        rows = torch.arange(h.shape[0], device=h.device)
+        return h[rows, self.last_idx.to(h.device)].float()
+
+    def mean_norm(self, h: Any) -> Any:
+        import torch
+
+        norms = torch.linalg.vector_norm(h, dim=-1, dtype=torch.float32)  # (B, T)
+        if self.mask is None:
+            return norms.mean(dim=-1)
+        m = self.mask.to(h.device)
+        total = torch.where(m, norms, torch.zeros_like(norms)).sum(dim=-1)
+        return total / m.sum(dim=-1).clamp(min=1)
+
+
+@contextlib.contextmanager
+def capture_stats(parts: ModelParts, cap: Capture) -> Iterator[Capture]:
+    """Register the hooks, yield, and remove every handle whatever happens.
+
+    An exception inside the forward is re-raised as TraceFailed naming the last block that ran.
+    """
+    n = len(parts.blocks)
+    cap.resid_last = [None] * n
+    cap.resid_mean_norm = [None] * n
+    cap.attn_last = [None] * n
+    cap.mlp_last = [None] * n
+    handles = []
+
+    def embed_hook(module: Any, args: tuple, kwargs: dict) -> None:
+        h = args[0] if args else kwargs["hidden_states"]
+        cap.embed_last = cap.take_last(h)
+        cap.embed_mean_norm = cap.mean_norm(h)
+        cap.shapes["embed"] = tuple(h.shape)
+
+    def block_hook(i: int):
+        def hook(module: Any, args: tuple, kwargs: dict, output: Any) -> None:
+            h = _first(output)
+            cap.resid_last[i] = cap.take_last(h)
+            cap.resid_mean_norm[i] = cap.mean_norm(h)
+            cap.shapes[f"block {i}"] = tuple(h.shape)
+            cap.last_block = i
+        return hook
+
+    def part_hook(store: list, i: int):
+        def hook(module: Any, args: tuple, output: Any) -> None:
+            store[i] = cap.take_last(_first(output))
+        return hook
+
+    def final_hook(module: Any, args: tuple, output: Any) -> None:
+        h = _first(output)
+        cap.final_last = cap.take_last(h)
+        cap.shapes["final_norm"] = tuple(h.shape)
+
+    try:
+        handles.append(parts.blocks[0].register_forward_pre_hook(embed_hook, with_kwargs=True))
+        for i, block in enumerate(parts.blocks):
+            handles.append(block.register_forward_hook(block_hook(i), with_kwargs=True))
+            handles.append(parts.attns[i].register_forward_hook(part_hook(cap.attn_last, i)))
+            handles.append(parts.mlps[i].register_forward_hook(part_hook(cap.mlp_last, i)))
+        handles.append(parts.final_norm.register_forward_hook(final_hook))
+        try:
+            yield cap
+        except TraceFailed:
+            raise
+        except (RuntimeError, ValueError, IndexError, TypeError) as e:
+            where = "the embedding" if cap.last_block is None else f"block {cap.last_block}"
+            nxt = "block 0" if cap.last_block is None else f"block {cap.last_block + 1}"
+            msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+            raise TraceFailed(f"the forward pass failed after {where} (in or after {nxt}): "
+                              f"{type(e).__name__}: {msg}"[:400]) from e
+    finally:
+        for h in handles:
+            h.remove()

@@ -1,0 +1,1 @@
+"""Model resolution, loading, tokenizers and the per-family table."""

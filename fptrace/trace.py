@@ -1,0 +1,217 @@
+"""run_trace: one forward pass of a real model, hooked on every block, as a frozen Trace."""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+from . import stats
+from .errors import BadInput
+from .hooks import Capture, capture_stats
+from .models.loading import LoadedModel
+from .models.tokenizers import encode_prompt
+from .results import (FinalNormStats, LayerStats, ModelInfo, ShapeStep, Token, TopToken,
+                      Trace)
+
+NOTE_RANDOM = "RANDOM WEIGHTS: the predictions and logit-lens tokens of this trace mean nothing"
+NOTE_PRENORM = ("the last block row is the residual stream before the final norm; "
+                "transformers' last hidden_states entry is the final-norm output, shown apart")
+
+
+def model_info(lm: LoadedModel) -> ModelInfo:
+    cfg = lm.config
+    fam = lm.parts.family
+    n_heads = int(cfg.num_attention_heads)
+    d = int(cfg.hidden_size)
+    head_dim = getattr(cfg, "head_dim", None) or d // n_heads
+    n_params = sum(p.numel() for p in lm.model.parameters())  # shared (tied) tensors count once
+    d_mlp = getattr(cfg, "intermediate_size", None) or getattr(cfg, "n_inner", None)
+    if d_mlp is None and fam.name == "gpt2":
+        d_mlp = 4 * d
+    in_emb, out_emb = lm.model.get_input_embeddings(), lm.model.get_output_embeddings()
+    tied = out_emb is not None and in_emb is not None and \
+        out_emb.weight.data_ptr() == in_emb.weight.data_ptr()
+    return ModelInfo(
+        name=lm.name, family=fam.name, source=lm.source,
+        n_layers=len(lm.parts.blocks), d_model=d, n_heads=n_heads,
+        n_kv_heads=int(getattr(cfg, "num_key_value_heads", None) or n_heads),
+        head_dim=int(head_dim), d_mlp=int(d_mlp) if d_mlp else None,
+        vocab_size=int(cfg.vocab_size),
+        context_length=getattr(cfg, "max_position_embeddings", None),
+        n_params=int(n_params), tied_embeddings=bool(tied),
+        norm_type=fam.norm_type, mlp_type=fam.mlp_type, positions=fam.positions,
+        parallel_residual=lm.parts.parallel_residual,
+        device=str(lm.device), dtype=str(lm.dtype).replace("torch.", ""),
+        random_weights=lm.random_weights,
+    )
+
+
+def _prepare(lm: LoadedModel, prompt: str | Sequence[int], truncate: bool) -> tuple[list[int], int]:
+    if isinstance(prompt, str):
+        if lm.tokenizer is None:
+            raise BadInput(f"{lm.name} has no tokenizer available offline; "
+                           "pass token ids through the Python API instead")
+        ids = encode_prompt(lm.tokenizer, prompt)
+    else:
+        ids = [int(i) for i in prompt]
+        if not ids:
+            raise BadInput("no token ids to trace")
+    vocab = int(lm.config.vocab_size)
+    bad = [i for i in ids if not 0 <= i < vocab]
+    if bad:
+        raise BadInput(f"token id {bad[0]} is outside the vocabulary (0..{vocab - 1})")
+    ctx = getattr(lm.config, "max_position_embeddings", None)
+    dropped = 0
+    if ctx and len(ids) > ctx:
+        if not truncate:
+            raise BadInput(f"the prompt is {len(ids)} tokens but {lm.name} reads at most {ctx}; "
+                           "shorten it or pass --truncate to keep the last "
+                           f"{ctx} tokens")
+        dropped = len(ids) - ctx
+        ids = ids[dropped:]
+    return ids, dropped
+
+
+def _prompt_text(lm: LoadedModel, prompt: str | Sequence[int]) -> str:
+    if isinstance(prompt, str):
+        return prompt
+    return lm.tokenizer.decode(list(prompt)) if lm.tokenizer is not None else ""
+
+
+def _text(lm: LoadedModel, token_id: int) -> str:
+    return lm.tokenizer.token_text(token_id) if lm.tokenizer is not None else f"<{token_id}>"
+
+
+def run_trace(lm: LoadedModel, prompt: str | Sequence[int], *, top_k: int = 10,
+              snippet: int = 4, all_positions: bool = False, truncate: bool = False,
+              logit_lens: bool = True) -> Trace:
+    """Trace one prompt (text, or a list of token ids)."""
+    return run_traces(lm, [prompt], top_k=top_k, snippet=snippet, all_positions=all_positions,
+                      truncate=truncate, logit_lens=logit_lens)[0]
+
+
+def run_traces(lm: LoadedModel, prompts: Sequence[str | Sequence[int]], *, top_k: int = 10,
+               snippet: int = 4, all_positions: bool = False, truncate: bool = False,
+               logit_lens: bool = True) -> list[Trace]:
+    """Trace several prompts in one forward pass (left-padded, with an attention mask and
+    position ids counted from each row's first real token). Each Trace equals the one that
+    prompt gives alone, within float tolerance."""
+    import torch
+
+    if top_k < 1:
+        raise BadInput("--top-k must be at least 1")
+    if snippet < 0:
+        raise BadInput("--snippet must be 0 or more")
+    prepared = [_prepare(lm, p, truncate) for p in prompts]
+    info = model_info(lm)
+    device = lm.device
+    B = len(prepared)
+    T = max(len(ids) for ids, _ in prepared)
+    pad_id = 0
+    input_ids = torch.full((B, T), pad_id, dtype=torch.long)
+    mask = torch.zeros((B, T), dtype=torch.bool)
+    for b, (ids, _) in enumerate(prepared):
+        input_ids[b, T - len(ids):] = torch.tensor(ids, dtype=torch.long)
+        mask[b, T - len(ids):] = True
+    padded = not bool(mask.all())
+    input_ids = input_ids.to(device)
+    kwargs: dict[str, Any] = {"use_cache": False, "logits_to_keep": 0 if all_positions else 1}
+    if padded:
+        mask = mask.to(device)
+        kwargs["attention_mask"] = mask.long()
+        kwargs["position_ids"] = (mask.long().cumsum(-1) - 1).clamp(min=0)
+    cap = Capture(last_idx=torch.full((B,), T - 1, dtype=torch.long, device=device),
+                  mask=mask if padded else None)
+    model = lm.model
+    with torch.inference_mode(), capture_stats(lm.parts, cap):
+        out = model(input_ids, **kwargs)
+    logits = out.logits  # (B, 1, V) or (B, T, V)
+    logits_shape = tuple(logits.shape)
+
+    L = len(lm.parts.blocks)
+    streams = torch.stack([cap.embed_last, *cap.resid_last])  # (L+1, B, d) float32
+    mean_norms = torch.stack([cap.embed_mean_norm, *cap.resid_mean_norm])  # (L+1, B)
+    attn = torch.stack(cap.attn_last)  # (L, B, d)
+    mlp = torch.stack(cap.mlp_last)  # (L, B, d)
+    lens_ids = lens_probs = None
+    if logit_lens:
+        lens_ids, lens_probs = _logit_lens(lm, streams)  # (L+1, B) each
+
+    resid_norms = stats.norms(streams)  # (L+1, B)
+    added = streams[1:] - streams[:-1]  # (L, B, d)
+    added_norms = stats.norms(added)
+    attn_norms, mlp_norms = stats.norms(attn), stats.norms(mlp)
+    cos_prev = stats.cosine(streams[1:], streams[:-1])  # (L, B)
+    finite_layer = torch.isfinite(streams).all(dim=-1) & torch.isfinite(mean_norms)  # (L+1, B)
+
+    traces = []
+    for b, (ids, dropped) in enumerate(prepared):
+        row_logits = logits[b, -1]
+        top_ids, top_p, top_l = stats.top_k(row_logits, top_k)
+        layers = []
+        for k in range(L + 1):
+            blk = k - 1
+            layers.append(LayerStats(
+                layer=None if k == 0 else blk,
+                point="embed" if k == 0 else "resid_post",
+                resid_norm_last=float(resid_norms[k, b]),
+                resid_norm_mean=float(mean_norms[k, b]),
+                added_norm_last=None if k == 0 else float(added_norms[blk, b]),
+                attn_norm_last=None if k == 0 else float(attn_norms[blk, b]),
+                mlp_norm_last=None if k == 0 else float(mlp_norms[blk, b]),
+                cos_prev=None if k == 0 else float(cos_prev[blk, b]),
+                snippet=tuple(float(x) for x in streams[k, b, :snippet].tolist()),
+                lens_id=None if lens_ids is None else int(lens_ids[k, b]),
+                lens_text=None if lens_ids is None else _text(lm, int(lens_ids[k, b])),
+                lens_prob=None if lens_probs is None else float(lens_probs[k, b]),
+                finite=bool(finite_layer[k, b]),
+            ))
+        first_bad = next((("embed" if l.layer is None else f"block {l.layer}")
+                          for l in layers if not l.finite), None)
+        final_vec = cap.final_last[b]
+        if first_bad is None and not stats.is_finite(final_vec, row_logits):
+            first_bad = "final_norm"
+        n = len(ids)
+        shapes = [ShapeStep("input_ids", "input_ids", (1, n)),
+                  ShapeStep("embed", "embedding", (1, n, info.d_model))]
+        shapes += [ShapeStep("resid_post", f"block {i}", (1, n, *cap.shapes[f"block {i}"][2:]))
+                   for i in range(L)]
+        shapes += [ShapeStep("final_norm", "final norm", (1, n, *cap.shapes["final_norm"][2:])),
+                   ShapeStep("logits", "lm_head → logits",
+                             (1, n if all_positions else 1, logits_shape[-1]))]
+        notes = [NOTE_PRENORM]
+        if lm.random_weights:
+            notes.insert(0, NOTE_RANDOM)
+        if dropped:
+            notes.append(f"--truncate dropped the first {dropped} tokens")
+        traces.append(Trace(
+            prompt=_prompt_text(lm, prompts[b]),
+            model=info,
+            tokens=tuple(Token(i, t, _text(lm, t)) for i, t in enumerate(ids)),
+            shapes=tuple(shapes),
+            layers=tuple(layers),
+            final_norm=FinalNormStats(norm_last=float(stats.norms(final_vec)),
+                                      snippet=tuple(float(x) for x in
+                                                    final_vec[:snippet].tolist())),
+            top_k=tuple(TopToken(r + 1, i, _text(lm, i), p, lg)
+                        for r, (i, p, lg) in enumerate(zip(top_ids, top_p, top_l))),
+            all_positions=all_positions, truncated=dropped, first_nonfinite=first_bad,
+            notes=tuple(notes),
+        ))
+    return traces
+
+
+def _logit_lens(lm: LoadedModel, streams: Any) -> tuple[Any, Any]:
+    """Final norm + LM head on each layer's last-position stream: top-1 id and probability."""
+    import torch
+
+    L1, B, d = streams.shape
+    dtype = lm.dtype
+    with torch.inference_mode():
+        x = streams.reshape(L1 * B, d).to(dtype)
+        logits = lm.parts.lm_head(lm.parts.final_norm(x)).float()  # (L1*B, V)
+        probs = torch.softmax(logits, dim=-1)
+        p, idx = probs.max(dim=-1)
+    return idx.reshape(L1, B).cpu(), p.reshape(L1, B).cpu()
+
+
+__all__ = ["run_trace", "run_traces", "model_info"]
