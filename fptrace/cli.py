@@ -145,6 +145,9 @@ def run(
     as_json: JsonOpt = False,
 ) -> None:
     """Trace PROMPT through the model: tokens, shapes, per-layer residual stream, top-k."""
+    from .models.tokenizers import check_prompt
+
+    check_prompt(prompt)
     lm = load(model, random_weights, seed, device, dtype, allow_pickle, trust_remote_code)
     from .trace import run_trace
 

@@ -60,7 +60,7 @@ FAMILIES: tuple[Family, ...] = (
     Family(
         name="gpt_neox", model_types=("gpt_neox",),
         blocks="gpt_neox.layers", embed="gpt_neox.embed_in", pos_embed=None,
-        final_norm="gpt_neox.final_layer_norm", lm_head="embed_out",
+        final_norm="gpt_neox.final_layer_norm", lm_head="lm_head",
         attn="attention", mlp="mlp",
         norm_type="layernorm", mlp_type="gelu", positions="rope",
         parallel_residual=True, parallel_residual_attr="use_parallel_residual",

@@ -437,3 +437,18 @@ def _from_pretrained(folder: str, safe: bool, trust_remote_code: bool, dtype: An
         raise ModelLoadError(f"cannot load {folder}: {_short(e)}") from None
     except Exception as e:
         raise ModelLoadError(f"cannot load {folder}: {_short(e)}") from None
+
+
+def wrap_model(model: Any, tokenizer: Any = None, name: str | None = None,
+               random_weights: bool = False) -> LoadedModel:
+    """Trace a transformers causal LM that is already in memory.
+
+    `tokenizer` may be a transformers tokenizer, one of fptrace's tokenizers, or None (then
+    prompts must be given as token ids)."""
+    if tokenizer is not None and not hasattr(tokenizer, "token_text"):
+        tokenizer = HFTokenizer(tokenizer, name or type(tokenizer).__name__)
+    model.eval()
+    return LoadedModel(name=name or getattr(model.config, "name_or_path", "") or
+                       type(model).__name__, model=model, tokenizer=tokenizer,
+                       parts=resolve_parts(model), random_weights=random_weights,
+                       source="in memory")

@@ -188,9 +188,14 @@ OFFLINE: dict[str, Callable[[dict], TextTokenizer]] = {
 }
 
 
-def encode_prompt(tokenizer: TextTokenizer, prompt: str) -> list[int]:
+def check_prompt(prompt: str) -> str:
     if not prompt.strip():
         raise BadInput("the prompt is empty: give some text to trace")
+    return prompt
+
+
+def encode_prompt(tokenizer: TextTokenizer, prompt: str) -> list[int]:
+    check_prompt(prompt)
     ids = tokenizer.encode(prompt)
     if not ids:
         raise BadInput("the prompt produced no tokens")

