@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
 from .families import FAMILIES
@@ -33,8 +32,8 @@ def list_models() -> list[dict[str, Any]]:
         cfg = km.config
         if km.gguf:
             path = km.gguf_path()
-            weights = f"bundled: {os.path.basename(path)}" if path else \
-                f"missing: {km.gguf['pip']}"
+            weights = (f"bundled ({km.gguf['package'].replace('_', '-')})" if path else
+                       f"missing: {km.gguf['pip']}")
         else:
             weights = f"HF cache: {km.hub_id}" if _hub_cached(km.hub_id) else "config only"
         rows.append({
@@ -53,4 +52,5 @@ def list_models() -> list[dict[str, Any]]:
             "description": km.description,
             "source": km.source,
         })
+    rows.sort(key=lambda r: (r["family"], r["n_layers"] * r["d_model"] ** 2, r["alias"]))
     return rows

@@ -39,7 +39,7 @@ def header(info: ModelInfo) -> RenderableType:
 
 
 def tokens(trace: Trace) -> RenderableType:
-    t = Table(title=f"Tokens  input_ids {shape((1, len(trace.tokens)))}", title_justify="left")
+    t = Table(title="Tokens", title_justify="left")
     t.add_column("pos", justify="right")
     t.add_column("id", justify="right")
     t.add_column("text")
