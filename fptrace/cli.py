@@ -166,6 +166,38 @@ def run(
 
 @app.command()
 @guarded
+def shapes(
+    prompt: Annotated[Optional[str], typer.Argument(help="Text to tokenize offline "
+                                                    "(optional; else --seq-len).")] = None,
+    model: ModelOpt = "gpt2",
+    seq_len: Annotated[Optional[int], typer.Option("--seq-len", "-T", help="Sequence length "
+                                                   "when no prompt is given (default 8).",
+                                                   rich_help_panel=STATS)] = None,
+    batch: Annotated[int, typer.Option("--batch", "-B", help="Batch size.",
+                                       rich_help_panel=STATS)] = 1,
+    dtype: Annotated[str, typer.Option("--dtype", help="Precision of activations for the "
+                                       "memory figures: float32, bfloat16 or float16.",
+                                       rich_help_panel=STATS)] = "float32",
+    as_json: JsonOpt = False,
+) -> None:
+    """Shape flow, parameters, memory and FLOPs of a model, without reading its weights."""
+    _quiet_libraries()
+    from .shapes import shape_report
+
+    err = _stderr()
+    report = shape_report(model, prompt, seq_len=seq_len, batch=batch, dtype=dtype,
+                          warn=lambda m: err.print(f"warning: {m}", style="yellow"))
+    if as_json:
+        emit_json(report)
+        return
+    from .render.shapes import shape_view
+
+    out = _stdout()
+    out.print(shape_view(report))
+
+
+@app.command()
+@guarded
 def models(as_json: JsonOpt = False) -> None:
     """List the built-in models and whether their weights are available here."""
     from .models.catalog import list_models

@@ -99,3 +99,60 @@ class Trace:
     notes: tuple[str, ...]
     kind: str = "trace"
     schema_version: str = SCHEMA_VERSION
+
+
+@dataclass(frozen=True)
+class ParamGroup:
+    name: str
+    count: int  # parameters in one instance
+    times: int  # how many instances (blocks)
+
+
+@dataclass(frozen=True)
+class CostReport:
+    weights_bytes: dict  # precision -> bytes of all weights
+    kv_cache_per_token_bytes: int
+    kv_cache_bytes: int  # at the report's batch and sequence length
+    residual_per_layer_bytes: int
+    logits_all_numbers: int
+    logits_all_bytes: int
+    logits_last_numbers: int
+    logits_last_bytes: int
+    tied_saving_params: int
+    flops_prefill: int
+    flops_decode_step: int
+    matmul_params: int
+
+
+@dataclass(frozen=True)
+class ShapeReport:
+    model: str
+    family: str
+    source: str
+    n_layers: int
+    d_model: int
+    n_heads: int
+    n_kv_heads: int
+    head_dim: int
+    d_mlp: int
+    vocab_size: int
+    context_length: int | None
+    norm_type: str
+    mlp_type: str
+    positions: str
+    tied_embeddings: bool
+    batch: int
+    seq_len: int
+    tokens: tuple[Token, ...]
+    tokenizer: str | None
+    steps: tuple[ShapeStep, ...]
+    hidden_states: tuple  # (count, shape of each)
+    params: tuple[ParamGroup, ...]
+    n_params: int
+    cost: CostReport
+    dtype: str
+    differences: tuple[str, ...]
+    notes: tuple[str, ...]
+    seconds: float
+    kind: str = "shapes"
+    schema_version: str = SCHEMA_VERSION

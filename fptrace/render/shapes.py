@@ -1,0 +1,127 @@
+"""Rich tables for `fptrace shapes`."""
+
+from __future__ import annotations
+
+from rich import box
+from rich.console import Group, RenderableType
+from rich.panel import Panel
+from rich.table import Table
+from rich.text import Text
+
+from ..memory import human_bytes
+from ..results import ShapeReport
+from .text import shape, visible
+
+
+def _flops(n: float) -> str:
+    for unit, scale in (("PFLOP", 1e15), ("TFLOP", 1e12), ("GFLOP", 1e9), ("MFLOP", 1e6)):
+        if n >= scale:
+            return f"{n / scale:,.2f} {unit}"
+    return f"{n:,.0f} FLOP"
+
+
+def header(r: ShapeReport) -> RenderableType:
+    kv = f"{r.n_heads} / {r.n_kv_heads} KV"
+    text = Text()
+    text.append(f"{r.model}", style="bold")
+    text.append(f"  family {r.family} ({r.norm_type}, {r.mlp_type} MLP, {r.positions} "
+                f"positions)\n")
+    text.append(f"{r.n_layers} blocks · d_model {r.d_model} · heads {kv} · head_dim "
+                f"{r.head_dim} · d_mlp {r.d_mlp} · vocab {r.vocab_size:,} · context "
+                f"{r.context_length or '?'}\n")
+    text.append(f"weights not read: the model was built on the meta device in "
+                f"{r.seconds:.2f} s\n", style="dim")
+    text.append(f"source: {r.source}", style="dim")
+    return Panel(text, title="fptrace shapes", title_align="left", expand=False)
+
+
+def tokens(r: ShapeReport) -> RenderableType:
+    if not r.tokens:
+        return Text(f"No prompt: sequence length {r.seq_len}, batch {r.batch}\n")
+    t = Table(title=f"Tokens ({r.tokenizer})", title_justify="left")
+    t.add_column("pos", justify="right")
+    t.add_column("id", justify="right")
+    t.add_column("text")
+    for tok in r.tokens:
+        t.add_row(str(tok.position), str(tok.id), Text(visible(tok.text)))
+    return t
+
+
+def flow(r: ShapeReport) -> RenderableType:
+    t = Table(title=f"Shape flow of one forward pass (B={r.batch}, T={r.seq_len}); "
+              "block 0 in detail, recorded on the meta device", title_justify="left",
+              box=box.SIMPLE_HEAD)
+    t.add_column("#", justify="right", style="dim")
+    t.add_column("step")
+    t.add_column("shape", style="cyan", no_wrap=True)
+    t.add_column("trace point", style="dim")
+    for i, s in enumerate(r.steps):
+        t.add_row(str(i), s.label, shape(s.shape), s.point if s.point != "block" else "")
+    n, hs = r.hidden_states
+    t.caption = (f"output_hidden_states would give {n} tensors of {shape(hs)}; the last one "
+                 "after the final norm")
+    t.caption_justify = "left"
+    return t
+
+
+def params(r: ShapeReport) -> RenderableType:
+    t = Table(title="Parameters", title_justify="left", box=box.SIMPLE_HEAD)
+    t.add_column("part")
+    t.add_column("each", justify="right")
+    t.add_column("×", justify="right")
+    t.add_column("total", justify="right")
+    t.add_column("share", justify="right")
+    for g in r.params:
+        total = g.count * g.times
+        name = g.name
+        if g.name == "LM head" and r.tied_embeddings:
+            name = "LM head (tied to the token embedding: no new parameters)"
+        t.add_row(name, f"{g.count:,}", str(g.times), f"{total:,}",
+                  f"{100 * total / r.n_params:.1f}%")
+    t.add_section()
+    t.add_row("total (= sum of the model's parameters)", "", "", f"{r.n_params:,}", "100%",
+              style="bold")
+    if r.tied_embeddings:
+        t.caption = (f"tying the LM head to the embedding saves "
+                     f"{r.cost.tied_saving_params:,} parameters")
+        t.caption_justify = "left"
+    return t
+
+
+def cost(r: ShapeReport) -> RenderableType:
+    c = r.cost
+    t = Table(title=f"Memory and compute (activations in {r.dtype})", title_justify="left",
+              box=box.SIMPLE_HEAD)
+    t.add_column("what")
+    t.add_column("size", justify="right")
+    for prec, b in c.weights_bytes.items():
+        t.add_row(f"weights in {prec}", human_bytes(b))
+    t.add_row("KV cache per token (K and V, all layers)", human_bytes(c.kv_cache_per_token_bytes))
+    t.add_row(f"KV cache at T={r.seq_len}, B={r.batch}", human_bytes(c.kv_cache_bytes))
+    t.add_row("residual stream, one layer (B×T×d)", human_bytes(c.residual_per_layer_bytes))
+    t.add_row(f"logits for all positions: {c.logits_all_numbers:,} numbers",
+              human_bytes(c.logits_all_bytes))
+    t.add_row(f"logits for the last position: {c.logits_last_numbers:,} numbers",
+              human_bytes(c.logits_last_bytes))
+    t.add_row(f"FLOPs of the prefill (T={r.seq_len})", _flops(c.flops_prefill))
+    t.add_row("FLOPs of one decode step", _flops(c.flops_decode_step))
+    t.caption = ("FLOPs: 2 per multiply-add over the block matrices and the LM head, plus "
+                 "Q·Kᵀ and weights·V over the full T×T (no causal saving); norms, softmax "
+                 "and activations not counted. 4-bit: 0.5 byte per weight, scales not counted.")
+    t.caption_justify = "left"
+    return t
+
+
+def differences(r: ShapeReport) -> RenderableType:
+    if not r.differences:
+        return Text("")
+    text = Text(f"How {r.model} differs from GPT-2:\n", style="bold")
+    for d in r.differences:
+        text.append(f"• {d}\n")
+    for n in r.notes:
+        text.append(f"• {n}\n", style="yellow")
+    return text
+
+
+def shape_view(r: ShapeReport) -> RenderableType:
+    return Group(header(r), tokens(r), flow(r), differences(r), params(r), cost(r))
