@@ -22,7 +22,6 @@ def _first(x: Any) -> Any:
 class Capture:
     """Filled in by the hooks during one forward pass (tensors live on the model's device)."""
 
-    last_idx: Any  # (B,) index of the last real token of each row
     mask: Any  # (B, T) bool, or None when no row is padded
     embed_last: Any = None  # (B, d) float32
     embed_mean_norm: Any = None  # (B,)
@@ -34,11 +33,13 @@ class Capture:
     shapes: dict = field(default_factory=dict)  # label -> shape tuple
     last_block: int | None = None  # the last block whose forward finished
 
-    def take_last(self, h: Any) -> Any:
+    @staticmethod
+    def take_last(h: Any) -> Any:
+        """(B, T, d) -> (B, d) float32 copy of the last position (rows are left-padded, so the
+        last position is every row's last real token). A copy, so the stream is not kept."""
         import torch
 
-        rows = torch.arange(h.shape[0], device=h.device)
-        return h[rows, self.last_idx.to(h.device)].float()
+        return h[:, -1].to(torch.float32, copy=True)
 
     def mean_norm(self, h: Any) -> Any:
         import torch

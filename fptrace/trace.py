@@ -18,6 +18,17 @@ NOTE_PRENORM = ("the last block row is the residual stream before the final norm
 
 
 def model_info(lm: LoadedModel) -> ModelInfo:
+    """Facts about the loaded model; computed once per LoadedModel (walking every parameter
+    costs about a millisecond, which would show in the per-forward overhead)."""
+    cached = lm.__dict__.get("_info")
+    if cached is not None and cached.device == str(lm.device) and \
+            cached.dtype == str(lm.dtype).replace("torch.", ""):
+        return cached
+    lm.__dict__["_info"] = info = _model_info(lm)
+    return info
+
+
+def _model_info(lm: LoadedModel) -> ModelInfo:
     cfg = lm.config
     fam = lm.parts.family
     n_heads = int(cfg.num_attention_heads)
@@ -119,8 +130,7 @@ def run_traces(lm: LoadedModel, prompts: Sequence[str | Sequence[int]], *, top_k
         mask = mask.to(device)
         kwargs["attention_mask"] = mask.long()
         kwargs["position_ids"] = (mask.long().cumsum(-1) - 1).clamp(min=0)
-    cap = Capture(last_idx=torch.full((B,), T - 1, dtype=torch.long, device=device),
-                  mask=mask if padded else None)
+    cap = Capture(mask=mask if padded else None)
     model = lm.model
     with torch.inference_mode(), capture_stats(lm.parts, cap):
         out = model(input_ids, **kwargs)

@@ -71,7 +71,7 @@ def test_logit_lens_matches_manual_projection(tiny):
 def test_attention_and_mlp_add_up_to_the_block(tiny):
     """What the block added splits exactly into the attention and MLP contributions."""
     ids = _ids(tiny, seed=4)
-    cap = Capture(last_idx=torch.tensor([len(ids) - 1]), mask=None)
+    cap = Capture(mask=None)
     with torch.inference_mode(), capture_stats(tiny.parts, cap):
         tiny.model(torch.tensor([ids]), use_cache=False)
     prev = cap.embed_last
