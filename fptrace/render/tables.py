@@ -8,7 +8,7 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
-from ..results import ModelInfo, ShapeStep, Trace
+from ..results import ModelInfo, ShapeStep, Token, Trace
 from .text import bar, norm, num, shape, visible
 
 
@@ -38,14 +38,19 @@ def header(info: ModelInfo) -> RenderableType:
     return Panel(grid, title=title, title_align="left", expand=False)
 
 
-def tokens(trace: Trace) -> RenderableType:
-    t = Table(title="Tokens", title_justify="left")
+def token_table(toks: tuple[Token, ...], title: str = "Tokens") -> Table:
+    """Position, id and text (whitespace made visible) of each token."""
+    t = Table(title=title, title_justify="left")
     t.add_column("pos", justify="right")
     t.add_column("id", justify="right")
     t.add_column("text")
-    for tok in trace.tokens:
+    for tok in toks:
         t.add_row(str(tok.position), str(tok.id), Text(visible(tok.text)))
     return t
+
+
+def tokens(trace: Trace) -> RenderableType:
+    return token_table(trace.tokens)
 
 
 def _compress(steps: tuple[ShapeStep, ...]) -> list[tuple[str, tuple[int, ...]]]:
