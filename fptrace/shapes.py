@@ -47,6 +47,8 @@ class _Recorder:
         self.stack: list[str] = []
         self.block, self.attn, self.mlp = block, attn, mlp
         self.names = {m: n for n, m in block.named_modules()}
+        self.top: dict[str, tuple] = {}  # shapes outside block 0: embeddings, final norm
+        self.logits_shape: tuple[int, ...] = ()
 
     def scope(self) -> str:
         return self.stack[-1] if self.stack else ""
@@ -60,7 +62,7 @@ def _shape(x: Any) -> tuple[int, ...] | None:
     return tuple(x.shape) if isinstance(x, torch.Tensor) else None
 
 
-def _record_block(model: Any, parts: Any, input_ids: Any) -> list[tuple[str, str, tuple, str]]:
+def _record_block(model: Any, parts: Any, input_ids: Any) -> _Recorder:
     import torch
     from torch.overrides import TorchFunctionMode
 
@@ -93,11 +95,9 @@ def _record_block(model: Any, parts: Any, input_ids: Any) -> list[tuple[str, str
         if shp is not None:
             rec.events.append(("module", name, shp, rec.scope()))
 
-    top: dict[str, tuple] = {}
-
     def keep(key):
         def hook(module, args, output):
-            top[key] = _shape(output)
+            rec.top[key] = _shape(output)
         return hook
 
     handles.append(parts.embed.register_forward_hook(keep("embed")))
@@ -106,7 +106,6 @@ def _record_block(model: Any, parts: Any, input_ids: Any) -> list[tuple[str, str
             keep("pos_embed")))
     handles.append(parts.final_norm.register_forward_hook(keep("final_norm")))
     handles.append(parts.blocks[-1].register_forward_hook(keep("last_block")))
-    rec.top = top
     for module in block.modules():
         handles.append(module.register_forward_pre_hook(pre))
         handles.append(module.register_forward_hook(post))
@@ -127,12 +126,12 @@ def _record_block(model: Any, parts: Any, input_ids: Any) -> list[tuple[str, str
         for h in handles:
             h.remove()
     rec.logits_shape = tuple(out.logits.shape)
-    return rec.events, rec
+    return rec
 
 
-def _block_steps(events: list, rec: Any, cfg: dict) -> list[ShapeStep]:
+def _block_steps(rec: _Recorder, cfg: dict) -> list[ShapeStep]:
     """Name the recorded events of block 0 the way a textbook walks through a block."""
-    B, T, d, h, kv, hd = (cfg[k] for k in ("B", "T", "d", "h", "kv", "hd"))
+    T, d, h, kv, hd = (cfg[k] for k in ("T", "d", "h", "kv", "hd"))
     steps: list[ShapeStep] = []
     attn_name = rec.names[rec.attn]
     mlp_name = rec.names[rec.mlp]
@@ -144,8 +143,7 @@ def _block_steps(events: list, rec: Any, cfg: dict) -> list[ShapeStep]:
         seen.add(label)
         steps.append(ShapeStep(point, label, tuple(shape)))
 
-    n_matmul = 0
-    for kind, name, shape, scope in events:
+    for kind, name, shape, scope in rec.events:
         in_attn = name.startswith(attn_name) if kind == "module" else \
             scope.split("|")[0].startswith(attn_name)
         if kind == "module":
@@ -181,7 +179,6 @@ def _block_steps(events: list, rec: Any, cfg: dict) -> list[ShapeStep]:
                 add("block", f"K, V repeated to {h} heads", shape)
             elif op in ("matmul", "bmm", "baddbmm") and len(shape) == 4 and shape[-1] == T \
                     and shape[-2] == T:
-                n_matmul += 1
                 add("block", "scores = Q·Kᵀ", shape)
             elif op in ("mul", "__mul__", "truediv", "__truediv__", "div") and len(shape) == 4 \
                     and shape[-1] == T and shape[-2] == T:
@@ -206,7 +203,6 @@ def _block_steps(events: list, rec: Any, cfg: dict) -> list[ShapeStep]:
                 label = "residual add (attention)" if "residual add (attention)" not in seen \
                     else "residual add (MLP)"
                 add("resid_mid" if label.endswith("(attention)") else "resid_post", label, shape)
-    # put module outputs that run inside attention in their textbook order
     return steps
 
 
@@ -215,7 +211,7 @@ def shape_report(name: str, prompt: str | None = None, seq_len: int | None = Non
     import torch
     from transformers import AutoModelForCausalLM
 
-    from .models.loading import load_config
+    from .models.loading import _tokenizer_for, load_config
     from .models.registry import resolve
 
     t0 = time.perf_counter()
@@ -230,7 +226,7 @@ def shape_report(name: str, prompt: str | None = None, seq_len: int | None = Non
     tokens: tuple[Token, ...] = ()
     tokenizer_name = None
     if prompt is not None:
-        tok = _offline_tokenizer(spec, config)
+        tok = _tokenizer_for(spec, config, lambda m: None)  # local files only, never weights
         if tok is None:
             if seq_len is None:
                 raise BadInput(f"no tokenizer for {spec.name} is available offline; "
@@ -251,8 +247,7 @@ def shape_report(name: str, prompt: str | None = None, seq_len: int | None = Non
         notes.append(msg)
         if warn:
             warn(msg)
-    config._attn_implementation = "eager"  # scores are materialized, so their shape is seen
-    with torch.device("meta"):
+    with torch.device("meta"):  # eager attention materializes the scores, so their shape is seen
         model = AutoModelForCausalLM.from_config(config, attn_implementation="eager")
     model.eval()
     parts = resolve_parts(model)
@@ -266,7 +261,7 @@ def shape_report(name: str, prompt: str | None = None, seq_len: int | None = Non
     V = int(config.vocab_size)
     L = len(parts.blocks)
     ids = torch.zeros((batch, seq_len), dtype=torch.long, device="meta")
-    events, rec = _record_block(model, parts, ids)
+    rec = _record_block(model, parts, ids)
     cfg = dict(B=batch, T=seq_len, d=d, h=h, kv=kv, hd=hd, d_mlp=int(d_mlp),
                rope=fam.positions == "rope", swiglu=fam.mlp_type == "swiglu")
     steps = [ShapeStep("input_ids", "input_ids", (batch, seq_len))]
@@ -278,7 +273,7 @@ def shape_report(name: str, prompt: str | None = None, seq_len: int | None = Non
         steps.append(ShapeStep("embed", "token embedding (no position embedding: RoPE "
                                "inside attention)" if cfg["rope"] else "token embedding",
                                top["embed"]))
-    steps += _block_steps(events, rec, cfg)
+    steps += _block_steps(rec, cfg)
     steps.append(ShapeStep("resid_post", f"× {L} blocks: the stream after the last one",
                            top["last_block"]))
     steps.append(ShapeStep("final_norm", "final norm", top["final_norm"]))
@@ -301,22 +296,6 @@ def shape_report(name: str, prompt: str | None = None, seq_len: int | None = Non
         params=tuple(groups), n_params=total, cost=cost, dtype=dtype,
         differences=tuple(_differences(fam, h, kv)), notes=tuple(notes),
         seconds=time.perf_counter() - t0)
-
-
-def _offline_tokenizer(spec: Any, config: Any) -> Any:
-    from .models.tokenizers import OFFLINE
-
-    if spec.known is not None and spec.known.tokenizer in OFFLINE:
-        return OFFLINE[spec.known.tokenizer](spec.known.config)
-    if spec.kind == "gguf" and spec.path:
-        from .models.loading import _gguf_tokenizer
-
-        return _gguf_tokenizer(spec.path, lambda m: None)
-    if spec.kind == "folder":
-        from .models.loading import _tokenizer_for
-
-        return _tokenizer_for(spec, config, lambda m: None)
-    return None
 
 
 def _tied(model: Any) -> bool:

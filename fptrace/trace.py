@@ -20,12 +20,12 @@ NOTE_PRENORM = ("the last block row is the residual stream before the final norm
 def model_info(lm: LoadedModel) -> ModelInfo:
     """Facts about the loaded model; computed once per LoadedModel (walking every parameter
     costs about a millisecond, which would show in the per-forward overhead)."""
-    cached = lm.__dict__.get("_info")
+    cached = lm.info
     if cached is not None and cached.device == str(lm.device) and \
             cached.dtype == str(lm.dtype).replace("torch.", ""):
         return cached
-    lm.__dict__["_info"] = info = _model_info(lm)
-    return info
+    lm.info = _model_info(lm)
+    return lm.info
 
 
 def _model_info(lm: LoadedModel) -> ModelInfo:

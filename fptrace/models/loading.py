@@ -12,7 +12,7 @@ import shutil
 import sys
 import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from ..errors import BadInput, FptraceError, ModelLoadError, ModelNotFound, UnsafeModel
@@ -52,6 +52,7 @@ class LoadedModel:
     parts: ModelParts
     random_weights: bool
     source: str
+    info: Any = field(default=None, repr=False, compare=False)  # ModelInfo, set by model_info()
 
     @property
     def config(self) -> Any:
