@@ -13,8 +13,8 @@ from __future__ import annotations
 from typing import Any
 
 from .errors import FptraceError
-from .results import (SCHEMA_VERSION, FinalNormStats, LayerStats, ModelInfo, ShapeStep, Token,
-                      TopToken, Trace)
+from .results import (SCHEMA_VERSION, Explanation, FinalNormStats, LayerStats, ModelInfo,
+                      ShapeStep, Token, TopToken, Trace)
 
 __version__ = "0.1.0"
 
@@ -40,6 +40,13 @@ def trace_many(lm: Any, prompts: Any, **kwargs: Any) -> list[Trace]:
     return run_traces(lm, prompts, **kwargs)
 
 
-__all__ = ["load_model", "trace", "trace_many", "Trace", "LayerStats", "ModelInfo", "Token",
+def explain(lm: Any, prompt: Any, **kwargs: Any) -> Explanation:
+    """Recompute one block step by step and check it against the model (see fptrace.explain)."""
+    from .explain import explain as _explain
+
+    return _explain(lm, prompt, **kwargs)
+
+
+__all__ = ["load_model", "trace", "trace_many", "explain", "Explanation", "Trace", "LayerStats", "ModelInfo", "Token",
            "TopToken", "ShapeStep", "FinalNormStats", "FptraceError", "SCHEMA_VERSION",
            "__version__"]

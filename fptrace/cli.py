@@ -196,6 +196,64 @@ def shapes(
     out.print(shape_view(report))
 
 
+SAMPLING = "Sampling"
+
+
+@app.command()
+@guarded
+def explain(
+    prompt: Annotated[str, typer.Argument(help="The text whose forward pass is explained.")],
+    model: ModelOpt = DEFAULT_MODEL,
+    random_weights: RandomOpt = False,
+    seed: Annotated[int, typer.Option("--seed", help="Seed for --random-weights and for the "
+                                      "sampled picks.", rich_help_panel=MODEL)] = 0,
+    device: DeviceOpt = "auto",
+    dtype: DtypeOpt = "auto",
+    allow_pickle: PickleOpt = False,
+    trust_remote_code: RemoteOpt = False,
+    layer: Annotated[int, typer.Option("--layer", "-l", help="The block to recompute "
+                                       "(negative counts from the end).",
+                                       rich_help_panel=STATS)] = 0,
+    head: Annotated[int, typer.Option("--head", help="The attention head whose values and "
+                                      "matrix are shown.", rich_help_panel=STATS)] = 0,
+    temperature: Annotated[float, typer.Option("--temperature", "-t", help="Temperature of the "
+                                               "sampled strategies (0 = greedy).",
+                                               rich_help_panel=SAMPLING)] = 0.8,
+    top_k: Annotated[int, typer.Option("--top-k", "-k", help="k of top-k sampling.",
+                                       rich_help_panel=SAMPLING)] = 10,
+    top_p: Annotated[float, typer.Option("--top-p", "-p", help="p of nucleus (top-p) sampling, "
+                                         "in (0, 1].", rich_help_panel=SAMPLING)] = 0.9,
+    show: Annotated[int, typer.Option("--show", help="Most probable tokens listed in the "
+                                      "sampling table.", rich_help_panel=SAMPLING)] = 8,
+    as_json: JsonOpt = False,
+) -> None:
+    """Recompute one block step by step from the model's weights, check it matches the model,
+    then follow the last position to the logits and the sampling choices."""
+    from .models.tokenizers import check_prompt
+    from .sampling import check_options
+
+    check_prompt(prompt)
+    check_options(temperature, top_k, top_p)
+    lm = load(model, random_weights, seed, device, dtype, allow_pickle, trust_remote_code)
+    from .explain import explain as run_explain, family_module
+
+    family_module(lm.parts.family)
+    result = run_explain(lm, prompt, layer=layer, head=head, temperature=temperature,
+                         top_k=top_k, top_p=top_p, seed=seed, show=show)
+    if as_json:
+        emit_json(result)
+    else:
+        from .render.explain import explain_view
+
+        out = _stdout()
+        out.print(explain_view(result))
+    if not result.match:
+        from .errors import Mismatch
+
+        failed = "; ".join(c.name for c in result.checks if not c.ok)
+        raise Mismatch(f"the recomputation does not match the model ({failed})")
+
+
 @app.command()
 @guarded
 def models(as_json: JsonOpt = False) -> None:

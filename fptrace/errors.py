@@ -39,3 +39,9 @@ class NonFiniteValues(FptraceError):
     """The trace completed but a layer produced NaN or Inf."""
 
     exit_code = 4
+
+
+class Mismatch(FptraceError):
+    """A recomputation that does not reproduce the model's own numbers."""
+
+    exit_code = 5

@@ -156,3 +156,75 @@ class ShapeReport:
     seconds: float
     kind: str = "shapes"
     schema_version: str = SCHEMA_VERSION
+
+
+@dataclass(frozen=True)
+class ExplainStep:
+    """One line of the walkthrough: a named tensor, how it was computed, and a few values."""
+
+    index: int
+    section: str  # "attention", "mlp" or "end"
+    name: str
+    formula: str
+    shape: tuple[int, ...]
+    where: str  # which values `preview` holds, e.g. "pos 2, first 4" or "head 1, pos 2"
+    preview: tuple[float, ...]
+    note: str | None
+
+
+@dataclass(frozen=True)
+class AttentionMatrix:
+    """A (T, T) matrix of one head, rows = query positions, columns = key positions."""
+
+    name: str  # "scores + mask" or "weights"
+    head: int
+    labels: tuple[str, ...]  # token strings, one per position
+    rows: tuple[tuple[float, ...], ...]
+
+
+@dataclass(frozen=True)
+class Check:
+    """A fact the walkthrough asserts about its own numbers."""
+
+    name: str
+    value: float  # the measured quantity (a max |Δ|, a count, ...)
+    tolerance: str  # the rule it must meet, e.g. "|Δ| ≤ 1e-05 + 1e-05·|model|" or "= 0"
+    ok: bool
+
+
+@dataclass(frozen=True)
+class SamplingRow:
+    id: int
+    text: str
+    logit: float
+    probs: tuple[float, ...]  # one per strategy
+
+
+@dataclass(frozen=True)
+class Sampling:
+    temperature: float
+    top_k: int
+    top_p: float
+    seed: int
+    strategies: tuple[str, ...]
+    kept: tuple[int, ...]  # tokens with non-zero probability, per strategy
+    picks: tuple[TopToken, ...]  # the token each strategy chose (rank = strategy index + 1)
+    rows: tuple[SamplingRow, ...]
+
+
+@dataclass(frozen=True)
+class Explanation:
+    prompt: str
+    model: ModelInfo
+    tokens: tuple[Token, ...]
+    layer: int
+    head: int
+    kv_head: int  # the key/value head the chosen query head reads (grouped-query attention)
+    steps: tuple[ExplainStep, ...]
+    matrices: tuple[AttentionMatrix, ...]
+    checks: tuple[Check, ...]
+    sampling: Sampling
+    match: bool  # every check passed: the walkthrough reproduces the model
+    notes: tuple[str, ...]
+    kind: str = "explain"
+    schema_version: str = SCHEMA_VERSION

@@ -29,7 +29,6 @@ class Family:
     positions: str  # "learned" | "rope"
     parallel_residual: bool = False  # attn and MLP both read resid_pre (GPT-NeoX, GPT-J)
     parallel_residual_attr: str | None = None  # config attribute that overrides the default
-    explain: bool = False  # an explain module exists for this family
 
 
 FAMILIES: tuple[Family, ...] = (

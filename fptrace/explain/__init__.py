@@ -1,0 +1,238 @@
+"""`fptrace explain`: recompute one block of a real model step by step, from its own weights,
+and check every recomputed tensor that the model also produces against the model.
+
+The model runs once with hooks on the chosen block (its input, attention output, MLP output and
+output) and on the last block. The family module (gpt2.py, llama.py) then recomputes the block
+in float32 from the captured input, recording each step; the end of the pass (final norm, last
+position, unembedding, softmax, sampling) is recomputed from the model's last block output.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import importlib
+from typing import Any, Iterator
+
+from .. import sampling
+from ..errors import BadInput, UnsupportedModel
+from ..hooks import _first
+from ..models.families import FAMILIES, Family
+from ..models.loading import LoadedModel
+from ..results import (AttentionMatrix, Check, Explanation, Sampling, SamplingRow, Token,
+                       TopToken)
+from ..trace import NOTE_RANDOM, _prepare, _prompt_text, _text, model_info
+from .steps import Steps
+
+# family name (families.py) -> module in this package
+MODULES = {"gpt2": "gpt2", "llama": "llama", "qwen2": "llama"}
+
+# (atol, rtol) of a recomputed tensor against the model's, by its dtype (see _close). The
+# recomputation runs in float32, so against
+# a half-precision model the gap is the model's own rounding.
+TOLERANCE = {"float32": (1e-5, 1e-5), "float64": (1e-7, 1e-7), "bfloat16": (2e-2, 2e-2),
+             "float16": (5e-3, 5e-3)}
+
+
+def supported() -> str:
+    """The families explain covers, with the model types each serves, for messages."""
+    rows = [f for f in FAMILIES if f.name in MODULES]
+    return ", ".join(f"{f.name} ({'/'.join(f.model_types)})" if f.model_types != (f.name,)
+                     else f.name for f in rows)
+
+
+def family_module(family: Family) -> Any:
+    name = MODULES.get(family.name)
+    if name is None:
+        raise UnsupportedModel(f"explain has no walkthrough for the {family.name} family yet; "
+                               f"it supports {supported()}")
+    return importlib.import_module(f"{__name__}.{name}")
+
+
+@contextlib.contextmanager
+def _captured(lm: LoadedModel, layer: int) -> Iterator[dict]:
+    """Hooks that keep the chosen block's input, attention and MLP outputs and output, and the
+    last block's output; removed whatever happens."""
+    parts = lm.parts
+    got: dict[str, Any] = {}
+
+    def pre(module: Any, args: tuple, kwargs: dict) -> None:
+        got["block_in"] = (args[0] if args else kwargs["hidden_states"]).detach().clone()
+
+    def keep(name: str):
+        def hook(module: Any, args: tuple, output: Any) -> None:
+            got[name] = _first(output).detach().clone()
+        return hook
+
+    handles = []
+    try:
+        handles.append(parts.blocks[layer].register_forward_pre_hook(pre, with_kwargs=True))
+        handles.append(parts.blocks[layer].register_forward_hook(keep("block_out")))
+        handles.append(parts.attns[layer].register_forward_hook(keep("attn_out")))
+        handles.append(parts.mlps[layer].register_forward_hook(keep("mlp_out")))
+        handles.append(parts.blocks[-1].register_forward_hook(keep("last_out")))
+        yield got
+    finally:
+        for h in handles:
+            h.remove()
+
+
+def _float32(module: Any) -> Any:
+    """The module itself when it is already float32, else a float32 copy (one block, or the
+    final norm: small)."""
+    import torch
+
+    p = next(module.parameters(), None)
+    if p is None or p.dtype == torch.float32:
+        return module
+    return copy.deepcopy(module).float()
+
+
+def _close(name: str, ours: Any, theirs: Any, tol: tuple[float, float]) -> Check:
+    """Every element within atol + rtol × the largest |value| of its row (its position) in the
+    model's tensor: float32 sums that cancel (a residual add of two large vectors) leave an
+    error relative to the row's scale, not to the small result. The value shown is
+    max |ours − theirs|."""
+    atol, rtol = tol
+    theirs = theirs.float()
+    diff = (ours - theirs).abs()
+    scale = theirs.abs().amax(dim=-1, keepdim=True)
+    ok = bool((diff <= atol + rtol * scale).all())
+    return Check(name=name, value=float(diff.max()), tolerance=f"{atol:g} + {rtol:g}·max|row|",
+                 ok=ok)
+
+
+def explain(lm: LoadedModel, prompt: Any, *, layer: int = 0, head: int = 0,
+            temperature: float = 0.8, top_k: int = 10, top_p: float = 0.9, seed: int = 0,
+            show: int = 8, max_matrix: int = 12) -> Explanation:
+    """Walk through block `layer` (negative counts from the end) for head `head`, then the end
+    of the pass and the sampling choices."""
+    import torch
+
+    sampling.check_options(temperature, top_k, top_p)
+    mod = family_module(lm.parts.family)
+    info = model_info(lm)
+    L = info.n_layers
+    if not -L <= layer < L:
+        raise BadInput(f"--layer {layer} is out of range: {lm.name} has blocks 0..{L - 1}")
+    layer = layer % L
+    if not 0 <= head < info.n_heads:
+        raise BadInput(f"--head {head} is out of range: {lm.name} has heads 0..{info.n_heads - 1}")
+    if show < 1:
+        raise BadInput("--show must be at least 1")
+    ids, _ = _prepare(lm, prompt, truncate=False)
+    cfg = lm.config
+    input_ids = torch.tensor([ids], dtype=torch.long, device=lm.device)  # (1, T)
+    with torch.inference_mode(), _captured(lm, layer) as got:
+        out = lm.model(input_ids, use_cache=False, logits_to_keep=1)
+    model_logits = out.logits[0, -1].float()  # (V,)
+
+    tol = TOLERANCE.get(info.dtype, TOLERANCE["bfloat16"])
+    kv_head = head // (info.n_heads // info.n_kv_heads)
+    s = Steps(head=head, kv_head=kv_head, n_heads=info.n_heads, n_kv_heads=info.n_kv_heads)
+    with torch.inference_mode():
+        y = mod.block(got["block_in"].float(), _float32(lm.parts.blocks[layer]), cfg, layer, s,
+                      lm.model)  # (1, T, C)
+        checks = _attention_checks(s)
+        checks += [
+            _close(f"attention output = the model's {lm.parts.family.attn} output",
+                   s.kept[_last_named(s, "attention")], got["attn_out"], tol),
+            _close(f"MLP output = the model's {lm.parts.family.mlp} output",
+                   s.kept[_last_named(s, "mlp")], got["mlp_out"], tol),
+            _close(f"block {layer} output = the model's block {layer} output", y,
+                   got["block_out"], tol),
+        ]
+        logits, end_checks = _end_of_pass(lm, mod, got["last_out"].float(), s, model_logits, tol)
+        checks += end_checks
+    toks = tuple(Token(i, t, _text(lm, t)) for i, t in enumerate(ids))
+    matrices = _matrices(s, toks, head) if len(ids) <= max_matrix else ()
+    notes = [f"the end of the pass starts from the model's own output of its last block "
+             f"(block {L - 1}), not from the recomputed block {layer}"]
+    if len(ids) > max_matrix:
+        notes.append(f"the attention tables are shown for prompts of at most {max_matrix} "
+                     "tokens")
+    if lm.random_weights:
+        notes.insert(0, NOTE_RANDOM)
+    return Explanation(
+        prompt=_prompt_text(lm, prompt), model=info, tokens=toks, layer=layer, head=head,
+        kv_head=kv_head, steps=tuple(s.items), matrices=matrices, checks=tuple(checks),
+        sampling=_sampling(lm, logits, temperature, top_k, top_p, seed, show),
+        match=all(c.ok for c in checks), notes=tuple(notes))
+
+
+def _last_named(s: Steps, section: str) -> str:
+    """The name of the last kept tensor of a section: the attention or MLP output."""
+    names = [st.name for st in s.items if st.section == section and st.name in s.kept]
+    return names[-1]
+
+
+def _attention_checks(s: Steps) -> list[Check]:
+    import torch
+
+    w = s.kept["softmax"]  # (B, nh, T, T)
+    row_err = float((w.sum(dim=-1) - 1).abs().max())
+    T = w.shape[-1]
+    above = torch.ones(T, T, dtype=torch.bool, device=w.device).triu(1)
+    nonzero = int((w[..., above] != 0).sum())
+    return [Check("softmax rows sum to 1 (max |Σ − 1|)", row_err, "≤ 1e-05", row_err <= 1e-5),
+            Check("weights above the diagonal are exactly 0 (count of non-zero)",
+                  float(nonzero), "= 0", nonzero == 0)]
+
+
+def _end_of_pass(lm: LoadedModel, mod: Any, x: Any, s: Steps, model_logits: Any,
+                 tol: tuple[float, float]) -> tuple[Any, list[Check]]:
+    import torch
+
+    s.section = "end"
+    h = mod.final_norm(x, _float32(lm.parts.final_norm), lm.config, s)  # (B, T, C)
+    h = h[:, -1, :]  # (B, C)
+    s("last position", "h = h[:, −1]   (only the last position predicts the next token)", h)
+    head = lm.parts.lm_head
+    W_U = head.weight.float()  # (V, C)
+    logits = h @ W_U.T  # (B, V)
+    if getattr(head, "bias", None) is not None:
+        logits = logits + head.bias.float()
+    tied = model_info(lm).tied_embeddings
+    s("lm_head (unembed)", f"logits = h · W_Uᵀ   W_U is {tuple(W_U.shape)}", logits,
+      note="tied: W_U is the token embedding matrix" if tied
+      else "untied: W_U is its own matrix, not the token embedding")
+    probs = torch.softmax(logits, dim=-1)  # (B, V)
+    s("softmax", "p = exp(logits) / Σ exp(logits)", probs)
+    return logits[0], [_close("logits = the model's logits (last position)", logits[0],
+                              model_logits, tol)]
+
+
+def _matrices(s: Steps, toks: tuple[Token, ...], head: int) -> tuple[AttentionMatrix, ...]:
+    from ..render.text import visible
+
+    labels = tuple(visible(t.text) for t in toks)
+    out = []
+    for name, key in (("scores + mask", "scores + mask"), ("weights", "softmax")):
+        m = s.kept[key][0, head].float().cpu()  # (T, T)
+        out.append(AttentionMatrix(name=name, head=head, labels=labels,
+                                   rows=tuple(tuple(float(v) for v in r) for r in m.tolist())))
+    return tuple(out)
+
+
+def _sampling(lm: LoadedModel, logits: Any, temperature: float, top_k: int, top_p: float,
+              seed: int, show: int) -> Sampling:
+    import torch
+
+    ways = sampling.strategies(logits, temperature, top_k, top_p)
+    picks = [int(torch.argmax(dist)) if i == 0 else sampling.draw(dist, seed)
+             for i, (_, dist) in enumerate(ways)]
+    base = torch.softmax(logits.float(), dim=-1)
+    shown = base.topk(min(show, base.shape[-1])).indices.tolist()
+    shown += [p for p in dict.fromkeys(picks) if p not in shown]
+    rows = tuple(SamplingRow(id=i, text=_text(lm, i), logit=float(logits[i]),
+                             probs=tuple(float(dist[i]) for _, dist in ways)) for i in shown)
+    return Sampling(
+        temperature=temperature, top_k=top_k, top_p=top_p, seed=seed,
+        strategies=tuple(name for name, _ in ways),
+        kept=tuple(int((dist > 0).sum()) for _, dist in ways),
+        picks=tuple(TopToken(rank=k + 1, id=p, text=_text(lm, p), prob=float(ways[k][1][p]),
+                             logit=float(logits[p])) for k, p in enumerate(picks)),
+        rows=rows)
+
+
+__all__ = ["explain", "supported", "family_module", "MODULES"]

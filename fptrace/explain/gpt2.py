@@ -1,0 +1,98 @@
+"""One GPT-2 block and the final LayerNorm, recomputed from the checkpoint's own weights.
+
+Straight-line code in the manner of nanoGPT: B batch, T positions, C = n_embd, nh heads of
+hs = C / nh values. GPT-2 stores its linear layers as Conv1D, whose weight is (in, out), so a
+projection is `x @ W + b` with no transpose. Each `s(...)` call records the tensor just made.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import torch
+
+from .steps import Steps
+
+FAMILY = "gpt2"
+
+
+def layer_norm(x: Any, ln: Any, eps: float) -> Any:
+    mu = x.mean(dim=-1, keepdim=True)  # (B, T, 1)
+    var = x.var(dim=-1, keepdim=True, unbiased=False)  # (B, T, 1)
+    return (x - mu) / torch.sqrt(var + eps) * ln.weight + ln.bias  # (B, T, C)
+
+
+def gelu(x: Any, name: str) -> tuple[Any, str]:
+    """The activation GPT-2 configs name: the tanh approximation ("gelu_new") by default."""
+    if name in ("gelu_new", "gelu_pytorch_tanh", "gelu_fast"):
+        y = 0.5 * x * (1.0 + torch.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * x ** 3)))
+        return y, "GELU(u) = ½u(1 + tanh(√(2/π)(u + 0.044715u³)))"
+    if name == "gelu":
+        return 0.5 * x * (1.0 + torch.erf(x / math.sqrt(2.0))), "GELU(u) = ½u(1 + erf(u/√2))"
+    if name == "relu":
+        return torch.relu(x), "ReLU(u) = max(u, 0)"
+    raise ValueError(f"activation {name!r}")
+
+
+def block(x: Any, blk: Any, cfg: Any, layer: int, s: Steps, model: Any) -> Any:
+    """x: (B, T, C), the residual stream entering block `layer`. Returns the stream leaving it."""
+    B, T, C = x.shape
+    nh = cfg.n_head
+    hs = C // nh
+    eps = cfg.layer_norm_epsilon
+    ln_1, attn, ln_2, mlp = blk.ln_1, blk.attn, blk.ln_2, blk.mlp
+
+    s.section = "attention"
+    h = layer_norm(x, ln_1, eps)  # (B, T, C)
+    s("ln_1", "h = (x − mean) / √(var + ε) · γ + β   (LayerNorm over C)", h)
+    qkv = h @ attn.c_attn.weight + attn.c_attn.bias  # (B, T, 3C)
+    s("c_attn (fused QKV)", f"qkv = h · W_qkv + b   W_qkv is ({C}, {3 * C})", qkv)
+    q, k, v = qkv.split(C, dim=2)  # 3 × (B, T, C)
+    s("split → Q, K, V", f"q, k, v = qkv[…, 0:{C}], qkv[…, {C}:{2 * C}], qkv[…, {2 * C}:]", q,
+      note="shown: Q; K and V have the same shape")
+    q = q.view(B, T, nh, hs).transpose(1, 2)  # (B, nh, T, hs)
+    k = k.view(B, T, nh, hs).transpose(1, 2)  # (B, nh, T, hs)
+    v = v.view(B, T, nh, hs).transpose(1, 2)  # (B, nh, T, hs)
+    s("heads", f"q → (B, T, {nh}, {hs}) → transpose(1, 2); same for k, v", q)
+    scale = 1.0 / math.sqrt(hs) if cfg.scale_attn_weights else 1.0
+    if cfg.scale_attn_by_inverse_layer_idx:
+        scale /= float(layer + 1)
+    att = (q @ k.transpose(-2, -1)) * scale  # (B, nh, T, T)
+    s("scores", f"att = q · kᵀ / √{hs}" if scale == 1.0 / math.sqrt(hs) else
+      f"att = q · kᵀ · {scale:g}", att, keep=True)
+    mask = torch.full((T, T), float("-inf"), device=x.device).triu(1)  # (T, T)
+    s("causal mask", "mask[i, j] = −∞ where j > i, else 0", mask)
+    att = att + mask  # (B, nh, T, T)
+    s("scores + mask", "att = att + mask   (position i sees positions 0..i)", att, keep=True)
+    att = torch.exp(att - att.amax(dim=-1, keepdim=True))  # (B, nh, T, T)
+    att = att / att.sum(dim=-1, keepdim=True)  # (B, nh, T, T)
+    s("softmax", "w = exp(att − max) / Σ_j exp(att − max)   (each row sums to 1)", att,
+      keep=True)
+    y = att @ v  # (B, nh, T, hs)
+    s("weights · V", "y = w · v", y)
+    y = y.transpose(1, 2).contiguous().view(B, T, C)  # (B, T, C)
+    s("concat heads", f"y → transpose(1, 2) → (B, T, {C})", y)
+    attn_out = y @ attn.c_proj.weight + attn.c_proj.bias  # (B, T, C)
+    s("c_proj (W_O)", "attn_out = y · W_O + b", attn_out, keep=True)
+    x = x + attn_out  # (B, T, C)
+    s("residual add", "x = x + attn_out", x)
+
+    s.section = "mlp"
+    h = layer_norm(x, ln_2, eps)  # (B, T, C)
+    s("ln_2", "h = (x − mean) / √(var + ε) · γ + β", h)
+    u = h @ mlp.c_fc.weight + mlp.c_fc.bias  # (B, T, 4C)
+    s("c_fc (MLP up)", f"u = h · W_up + b   W_up is ({C}, {u.shape[-1]})", u)
+    a, formula = gelu(u, cfg.activation_function)  # (B, T, 4C)
+    s("GELU", formula, a)
+    mlp_out = a @ mlp.c_proj.weight + mlp.c_proj.bias  # (B, T, C)
+    s("c_proj (MLP down)", "mlp_out = a · W_down + b", mlp_out, keep=True)
+    x = x + mlp_out  # (B, T, C)
+    s("residual add", "x = x + mlp_out", x)
+    return x
+
+
+def final_norm(x: Any, norm: Any, cfg: Any, s: Steps) -> Any:
+    h = layer_norm(x, norm, cfg.layer_norm_epsilon)  # (B, T, C)
+    s("ln_f (final norm)", "h = (x − mean) / √(var + ε) · γ + β", h)
+    return h

@@ -1,0 +1,136 @@
+"""One Llama-family block (Llama, Mistral, Qwen2, SmolLM) and the final RMSNorm, recomputed
+from the checkpoint's own weights.
+
+Straight-line code in the manner of nanoGPT: B batch, T positions, C = hidden_size, nh query
+heads and nkv key/value heads of hd values each. nn.Linear stores (out, in), so a projection is
+`x @ W.T` (+ b where the checkpoint has one: Qwen2's q/k/v). Each `s(...)` records a tensor.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import torch
+
+from .steps import Steps
+
+FAMILY = "llama"
+
+
+def rms_norm(x: Any, weight: Any, eps: float) -> Any:
+    rms = torch.sqrt(x.pow(2).mean(dim=-1, keepdim=True) + eps)  # (B, T, 1)
+    return x / rms * weight  # (B, T, C)
+
+
+def linear(x: Any, proj: Any) -> Any:
+    y = x @ proj.weight.T  # (B, T, out)
+    return y if proj.bias is None else y + proj.bias
+
+
+def rotate_half(t: Any) -> Any:
+    half = t.shape[-1] // 2
+    return torch.cat((-t[..., half:], t[..., :half]), dim=-1)  # (..., hd)
+
+
+def rope_tables(cfg: Any, T: int, hd: int, model: Any, device: Any) -> tuple[Any, Any, str]:
+    """cos and sin, (T, hd) each, for positions 0..T-1; plus the formula shown."""
+    params = getattr(cfg, "rope_parameters", None) or {}
+    rope_type = params.get("rope_type", "default")
+    theta = params.get("rope_theta", getattr(cfg, "rope_theta", 10000.0))
+    if rope_type == "default":
+        inv_freq = 1.0 / (theta ** (torch.arange(0, hd, 2, device=device).float() / hd))  # (hd/2,)
+        scaling = 1.0
+        formula = f"θ_i = {theta:g}^(−2i/{hd}); q' = q·cos(pθ) + rotate_half(q)·sin(pθ), same for k"
+    else:  # scaled RoPE (llama3, yarn, ...): the frequencies the model itself computed
+        rotary = model.get_submodule("model.rotary_emb")
+        inv_freq = rotary.inv_freq.float().to(device)  # (hd/2,)
+        scaling = float(rotary.attention_scaling)
+        formula = (f"{rope_type} RoPE, θ_i from the model's rotary buffer; "
+                   "q' = q·cos(pθ) + rotate_half(q)·sin(pθ), same for k")
+    pos = torch.arange(T, device=device).float()  # (T,)
+    angles = pos[:, None] * inv_freq[None, :]  # (T, hd/2)
+    emb = torch.cat((angles, angles), dim=-1)  # (T, hd)
+    return emb.cos() * scaling, emb.sin() * scaling, formula
+
+
+def block(x: Any, blk: Any, cfg: Any, layer: int, s: Steps, model: Any) -> Any:
+    """x: (B, T, C), the residual stream entering block `layer`. Returns the stream leaving it."""
+    B, T, C = x.shape
+    nh = cfg.num_attention_heads
+    nkv = getattr(cfg, "num_key_value_heads", None) or nh
+    hd = getattr(cfg, "head_dim", None) or C // nh
+    eps = cfg.rms_norm_eps
+    attn, mlp = blk.self_attn, blk.mlp
+
+    s.section = "attention"
+    h = rms_norm(x, blk.input_layernorm.weight, eps)  # (B, T, C)
+    s("input_layernorm (RMSNorm)", "h = x / √(mean(x²) + ε) · γ", h)
+    q = linear(h, attn.q_proj)  # (B, T, nh*hd)
+    k = linear(h, attn.k_proj)  # (B, T, nkv*hd)
+    v = linear(h, attn.v_proj)  # (B, T, nkv*hd)
+    bias = " + b" if attn.q_proj.bias is not None else ""
+    s("q_proj", f"q = h · W_qᵀ{bias}   W_q is ({nh * hd}, {C})", q)
+    s("k_proj", f"k = h · W_kᵀ{bias}   W_k is ({nkv * hd}, {C})", k,
+      note=f"{nkv} key/value heads for {nh} query heads" if nkv != nh else None)
+    s("v_proj", f"v = h · W_vᵀ{bias}   W_v is ({nkv * hd}, {C})", v)
+    q = q.view(B, T, nh, hd).transpose(1, 2)  # (B, nh, T, hd)
+    k = k.view(B, T, nkv, hd).transpose(1, 2)  # (B, nkv, T, hd)
+    v = v.view(B, T, nkv, hd).transpose(1, 2)  # (B, nkv, T, hd)
+    s("heads", f"q → (B, T, {nh}, {hd}) → transpose(1, 2); k, v → (B, {nkv}, T, {hd})", q)
+    cos, sin, formula = rope_tables(cfg, T, hd, model, x.device)  # (T, hd) each
+    q = q * cos + rotate_half(q) * sin  # (B, nh, T, hd)
+    k = k * cos + rotate_half(k) * sin  # (B, nkv, T, hd)
+    s("RoPE on Q and K", formula, q, note="shown: Q; K is rotated the same way")
+    rep = nh // nkv
+    k = k.repeat_interleave(rep, dim=1)  # (B, nh, T, hd)
+    v = v.repeat_interleave(rep, dim=1)  # (B, nh, T, hd)
+    s("repeat K/V (GQA)", f"each of {nkv} K/V heads serves {rep} query heads" if rep > 1
+      else "one K/V head per query head: nothing to repeat", k)
+    att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(hd))  # (B, nh, T, T)
+    s("scores", f"att = q · kᵀ / √{hd}", att, keep=True)
+    window = getattr(cfg, "sliding_window", None)
+    layer_types = getattr(cfg, "layer_types", None)
+    if layer_types and layer_types[layer] != "sliding_attention":
+        window = None
+    i = torch.arange(T, device=x.device)[:, None]  # (T, 1) query positions
+    j = torch.arange(T, device=x.device)[None, :]  # (1, T) key positions
+    hidden = (j > i) | ((i - j >= window) if window else torch.zeros_like(j > i))  # (T, T)
+    mask = torch.zeros(T, T, device=x.device).masked_fill(hidden, float("-inf"))  # (T, T)
+    s("causal mask", "mask[i, j] = −∞ where j > i" + (f" or i − j ≥ {window}" if window else "")
+      + ", else 0", mask)
+    att = att + mask  # (B, nh, T, T)
+    s("scores + mask", "att = att + mask   (position i sees positions 0..i)", att, keep=True)
+    att = torch.exp(att - att.amax(dim=-1, keepdim=True))  # (B, nh, T, T)
+    att = att / att.sum(dim=-1, keepdim=True)  # (B, nh, T, T)
+    s("softmax", "w = exp(att − max) / Σ_j exp(att − max)   (each row sums to 1)", att,
+      keep=True)
+    y = att @ v  # (B, nh, T, hd)
+    s("weights · V", "y = w · v", y)
+    y = y.transpose(1, 2).reshape(B, T, nh * hd)  # (B, T, nh*hd)
+    s("concat heads", f"y → transpose(1, 2) → (B, T, {nh * hd})", y)
+    attn_out = linear(y, attn.o_proj)  # (B, T, C)
+    s("o_proj (W_O)", "attn_out = y · W_Oᵀ", attn_out, keep=True)
+    x = x + attn_out  # (B, T, C)
+    s("residual add", "x = x + attn_out", x)
+
+    s.section = "mlp"
+    h = rms_norm(x, blk.post_attention_layernorm.weight, eps)  # (B, T, C)
+    s("post_attention_layernorm", "h = x / √(mean(x²) + ε) · γ", h)
+    gate = linear(h, mlp.gate_proj)  # (B, T, I)
+    up = linear(h, mlp.up_proj)  # (B, T, I)
+    s("gate_proj", f"g = h · W_gateᵀ   W_gate is ({gate.shape[-1]}, {C})", gate)
+    s("up_proj", f"u = h · W_upᵀ   W_up is ({up.shape[-1]}, {C})", up)
+    a = gate * torch.sigmoid(gate) * up  # (B, T, I)
+    s("SiLU(gate) · up", "a = g · σ(g) · u   (SwiGLU)", a)
+    mlp_out = linear(a, mlp.down_proj)  # (B, T, C)
+    s("down_proj", f"mlp_out = a · W_downᵀ   W_down is ({C}, {a.shape[-1]})", mlp_out, keep=True)
+    x = x + mlp_out  # (B, T, C)
+    s("residual add", "x = x + mlp_out", x)
+    return x
+
+
+def final_norm(x: Any, norm: Any, cfg: Any, s: Steps) -> Any:
+    h = rms_norm(x, norm.weight, cfg.rms_norm_eps)  # (B, T, C)
+    s("norm (final RMSNorm)", "h = x / √(mean(x²) + ε) · γ", h)
+    return h
