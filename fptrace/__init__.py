@@ -28,21 +28,21 @@ def load_model(name: str = "smollm2-135m", **kwargs: Any) -> Any:
 
 def trace(lm: Any, prompt: Any, **kwargs: Any) -> Trace:
     """Trace one prompt (text or token ids) through a loaded model."""
-    from .trace import run_trace
+    from .tracer import run_trace
 
     return run_trace(lm, prompt, **kwargs)
 
 
 def trace_many(lm: Any, prompts: Any, **kwargs: Any) -> list[Trace]:
     """Trace several prompts in one padded forward pass."""
-    from .trace import run_traces
+    from .tracer import run_traces
 
     return run_traces(lm, prompts, **kwargs)
 
 
 def explain(lm: Any, prompt: Any, **kwargs: Any) -> Explanation:
-    """Recompute one block step by step and check it against the model (see fptrace.explain)."""
-    from .explain import explain as _explain
+    """Recompute one block step by step and check it against the model (see fptrace.walkthrough)."""
+    from .walkthrough import explain as _explain
 
     return _explain(lm, prompt, **kwargs)
 

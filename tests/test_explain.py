@@ -13,8 +13,8 @@ from typer.testing import CliRunner
 from conftest import build_tiny
 from fptrace.cli import app
 from fptrace.errors import BadInput, UnsupportedModel
-from fptrace.explain import explain, family_module
-from fptrace.explain.steps import Steps
+from fptrace.walkthrough import explain, family_module
+from fptrace.walkthrough.steps import Steps
 from fptrace.models.loading import wrap_model
 
 EXPLAINED = ["gpt2", "llama", "mistral", "qwen2"]
@@ -110,7 +110,7 @@ def test_sampling_side_by_side():
 
 def test_a_wrong_recomputation_is_caught(monkeypatch):
     """The check can fail: break RoPE in the walkthrough and the match is gone."""
-    from fptrace.explain import llama
+    from fptrace.walkthrough import llama
 
     lm = wrap_model(build_tiny("llama"), name="tiny-llama", random_weights=True)
     monkeypatch.setattr(llama, "rotate_half", lambda t: torch.zeros_like(t))
@@ -179,7 +179,7 @@ def test_cli_gpt2_example_from_the_issue():
 
 
 def test_cli_mismatch_is_loud(monkeypatch):
-    from fptrace.explain import gpt2
+    from fptrace.walkthrough import gpt2
 
     monkeypatch.setattr(gpt2, "layer_norm", lambda x, ln, eps: x)
     r = _cli("The cat sat", "--model", "gpt2", "--random-weights")

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from fptrace.hooks import Capture, capture_stats
-from fptrace.trace import run_trace, run_traces
+from fptrace.tracer import run_trace, run_traces
 
 
 def _ids(lm, n=7, seed=1):

@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
-
+from ..results import ModelEntry
 from .families import FAMILIES
 from .registry import known_models
 
@@ -25,7 +24,7 @@ def _hub_cached(hub_id: str) -> bool:
     return False
 
 
-def list_models() -> list[dict[str, Any]]:
+def list_models() -> list[ModelEntry]:
     fam_of = {t: f.name for f in FAMILIES for t in f.model_types}
     rows = []
     for alias, km in known_models().items():
@@ -36,21 +35,21 @@ def list_models() -> list[dict[str, Any]]:
                        f"missing: {km.gguf['pip']}")
         else:
             weights = f"HF cache: {km.hub_id}" if _hub_cached(km.hub_id) else "config only"
-        rows.append({
-            "alias": alias,
-            "family": fam_of.get(cfg["model_type"], cfg["model_type"]),
-            "n_layers": cfg.get("num_hidden_layers", cfg.get("n_layer")),
-            "d_model": cfg.get("hidden_size", cfg.get("n_embd")),
-            "n_heads": cfg.get("num_attention_heads", cfg.get("n_head")),
-            "n_kv_heads": cfg.get("num_key_value_heads",
-                                  cfg.get("num_attention_heads", cfg.get("n_head"))),
-            "vocab_size": cfg["vocab_size"],
-            "context_length": cfg.get("max_position_embeddings", cfg.get("n_positions")),
-            "tokenizer": km.tokenizer,
-            "weights": weights,
-            "hub_id": km.hub_id,
-            "description": km.description,
-            "source": km.source,
-        })
-    rows.sort(key=lambda r: (r["family"], r["n_layers"] * r["d_model"] ** 2, r["alias"]))
+        rows.append(ModelEntry(
+            alias=alias,
+            family=fam_of.get(cfg["model_type"], cfg["model_type"]),
+            n_layers=cfg.get("num_hidden_layers", cfg.get("n_layer")),
+            d_model=cfg.get("hidden_size", cfg.get("n_embd")),
+            n_heads=cfg.get("num_attention_heads", cfg.get("n_head")),
+            n_kv_heads=cfg.get("num_key_value_heads",
+                               cfg.get("num_attention_heads", cfg.get("n_head"))),
+            vocab_size=cfg["vocab_size"],
+            context_length=cfg.get("max_position_embeddings", cfg.get("n_positions")),
+            tokenizer=km.tokenizer,
+            weights=weights,
+            hub_id=km.hub_id,
+            description=km.description,
+            source=km.source,
+        ))
+    rows.sort(key=lambda r: (r.family, r.n_layers * r.d_model ** 2, r.alias))
     return rows

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from rich.table import Table
 
+from ..results import ModelEntry
 
-def models_table(rows: list[dict[str, Any]]) -> Table:
+
+def models_table(rows: list[ModelEntry]) -> Table:
     t = Table(title="Built-in models (--model ALIAS; --random-weights works for all of them)",
               title_justify="left")
     for name, justify in (("alias", "left"), ("family", "left"), ("blocks", "right"),
@@ -16,7 +16,8 @@ def models_table(rows: list[dict[str, Any]]) -> Table:
                           ("weights here", "left")):
         t.add_column(name, justify=justify)
     for r in rows:
-        t.add_row(r["alias"], r["family"], str(r["n_layers"]), str(r["d_model"]),
-                  f"{r['n_heads']}/{r['n_kv_heads']}", f"{r['vocab_size']:,}",
-                  f"{r['context_length']:,}", r["tokenizer"] or "—", r["weights"])
+        t.add_row(r.alias, r.family, str(r.n_layers), str(r.d_model),
+                  f"{r.n_heads}/{r.n_kv_heads}", f"{r.vocab_size:,}",
+                  f"{r.context_length:,}" if r.context_length else "?", r.tokenizer or "—",
+                  r.weights)
     return t

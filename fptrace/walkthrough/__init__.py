@@ -21,7 +21,7 @@ from ..models.families import FAMILIES, Family
 from ..models.loading import LoadedModel
 from ..results import (AttentionMatrix, Check, Explanation, Sampling, SamplingRow, Token,
                        TopToken)
-from ..trace import NOTE_RANDOM, _prepare, _prompt_text, _text, model_info
+from ..tracer import NOTE_RANDOM, _prepare, _prompt_text, _text, model_info
 from .steps import Steps
 
 # family name (families.py) -> module in this package

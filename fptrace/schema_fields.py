@@ -1,0 +1,257 @@
+"""What every field of the JSON output means: the text of the JSON Schema's descriptions and of
+docs/schema.md. A test fails when a result type has a field that is not described here."""
+
+from __future__ import annotations
+
+TYPES = {
+    "Trace": "`fptrace run --json`: one prompt traced through the model.",
+    "ShapeReport": "`fptrace shapes --json`: shapes, parameters, memory and FLOPs of a config, "
+                   "computed on the meta device without weights.",
+    "Explanation": "`fptrace explain --json`: one block recomputed step by step, checked "
+                   "against the model, then the end of the pass and the sampling choices.",
+    "ModelList": "`fptrace models --json`: the built-in models.",
+    "BatchTrace": "A line of `fptrace batch` output for a prompt that was traced: every field "
+                  "of a trace plus `id`, `source` and `extra`.",
+    "BatchError": "A line of `fptrace batch` output for a prompt that could not be traced.",
+    "ModelInfo": "The loaded model.",
+    "Token": "One token of the prompt.",
+    "ShapeStep": "The shape of the stream at one step of the forward pass.",
+    "TopToken": "A candidate next token.",
+    "LayerStats": "The residual stream after the embedding (layer null) or after one block, "
+                  "at the last position unless noted.",
+    "FinalNormStats": "The output of the final norm at the last position.",
+    "ParamGroup": "Parameters of one part of the model.",
+    "CostReport": "Memory and compute figures at the report's batch and sequence length.",
+    "ExplainStep": "One step of the walkthrough.",
+    "AttentionMatrix": "One head's (T, T) matrix; rows are query positions, columns key "
+                       "positions.",
+    "Check": "A fact the walkthrough checks about its own numbers.",
+    "Sampling": "The next-token choice under four strategies, side by side.",
+    "SamplingRow": "One candidate token in the sampling table.",
+    "ModelEntry": "One built-in model.",
+}
+
+COMMON = {
+    "kind": "Which output this is: trace, shapes, explain, models or error.",
+    "schema_version": "Version of this contract: the minor number grows when fields or kinds "
+                      "are added, the major number when a field changes or goes.",
+    "nonfinite": "Paths (e.g. `layers[3].resid_norm_last`) of the floats that were NaN or "
+                 "infinite and are written as null.",
+    "notes": "Sentences a reader should see with the numbers (random weights, truncation, ...).",
+}
+
+FIELDS = {
+    "Trace": {
+        "prompt": "The prompt as given (or decoded from the token ids given).",
+        "model": "The model that was run.",
+        "tokens": "The token ids that were run, in order.",
+        "shapes": "Shape of the stream at each step, from input ids to logits.",
+        "layers": "Per-layer statistics: the embedding, then one entry per block.",
+        "final_norm": "The final norm's output at the last position.",
+        "top_k": "The most probable next tokens, from the model's logits at the last "
+                 "position.",
+        "all_positions": "Whether the LM head was applied at every position "
+                         "(`--all-positions`).",
+        "truncated": "Tokens dropped from the start by `--truncate` (0 if none).",
+        "first_nonfinite": "Where NaN or Inf first appeared (`embed`, `block N` or "
+                           "`final_norm`), or null.",
+    },
+    "BatchTrace": {
+        "id": "The prompt's id: the `id` of its .jsonl line, else `<file stem>:<line>`.",
+        "source": "Where the prompt came from, as `file:line`.",
+        "extra": "The other fields of the prompt's .jsonl object, unchanged.",
+    },
+    "BatchError": {
+        "id": "The prompt's id, as for a traced prompt.",
+        "source": "Where the prompt came from, as `file:line`.",
+        "extra": "The other fields of the prompt's .jsonl object (empty if it did not parse).",
+        "prompt": "The prompt text, or null when the line could not be read.",
+        "error": "What went wrong, in one line, naming the file and line for input errors.",
+        "error_type": "The error's class (BadInput, TraceFailed, ...).",
+    },
+    "ModelInfo": {
+        "name": "The `--model` alias or the path or hub id given.",
+        "family": "The architecture family (gpt2, llama, qwen2, phi3, gpt_neox, or "
+                  "generic:<model_type>).",
+        "source": "Where the weights came from (a file, folder, hub id, or random weights).",
+        "n_layers": "Number of blocks.",
+        "d_model": "Width of the residual stream.",
+        "n_heads": "Query heads per attention layer.",
+        "n_kv_heads": "Key/value heads (fewer than n_heads with grouped-query attention).",
+        "head_dim": "Values per head.",
+        "d_mlp": "Width of the MLP's hidden layer, or null if unknown.",
+        "vocab_size": "Rows of the token embedding.",
+        "context_length": "Longest sequence the positions allow, or null if unknown.",
+        "n_params": "Parameters, counting tied tensors once.",
+        "tied_embeddings": "Whether the LM head is the token embedding matrix.",
+        "norm_type": "layernorm or rmsnorm.",
+        "mlp_type": "gelu or swiglu.",
+        "positions": "learned (absolute embeddings) or rope.",
+        "parallel_residual": "Whether attention and the MLP both read the block's input "
+                             "(GPT-NeoX).",
+        "device": "Where the model ran (cpu, cuda:0, ...).",
+        "dtype": "Precision of the weights and activations.",
+        "random_weights": "True when the weights are seeded random, not trained: predictions "
+                          "then mean nothing.",
+    },
+    "Token": {
+        "position": "Position in the sequence, from 0.",
+        "id": "Token id.",
+        "text": "The token's text (a byte fragment shows as its escaped bytes).",
+    },
+    "ShapeStep": {
+        "point": "A trace point: input_ids, embed, resid_pre, attn_out, resid_mid, mlp_out, "
+                 "resid_post, final_norm or logits (shapes also uses names of steps inside "
+                 "block 0).",
+        "label": "What the step is called in the tables.",
+        "shape": "The tensor's shape.",
+    },
+    "TopToken": {
+        "rank": "1 for the most probable (in `sampling.picks`: the strategy's index + 1).",
+        "id": "Token id.",
+        "text": "The token's text.",
+        "prob": "Probability (softmax of the logits in float32).",
+        "logit": "The raw logit.",
+    },
+    "LayerStats": {
+        "layer": "Block index, or null for the embedding.",
+        "point": "embed or resid_post.",
+        "resid_norm_last": "L2 norm of the residual stream at the last position.",
+        "resid_norm_mean": "Mean over the prompt's positions of the stream's L2 norm.",
+        "added_norm_last": "L2 norm of what the block added (resid_post − resid_pre); null for "
+                           "the embedding.",
+        "attn_norm_last": "L2 norm of the attention output; null for the embedding.",
+        "mlp_norm_last": "L2 norm of the MLP output; null for the embedding.",
+        "cos_prev": "Cosine between this stream and the previous one; null for the embedding.",
+        "snippet": "The first values of the stream at the last position (`--snippet`).",
+        "lens_id": "Logit lens: top-1 token id of final norm + LM head applied to this stream.",
+        "lens_text": "The logit-lens token's text.",
+        "lens_prob": "The logit-lens token's probability.",
+        "finite": "False if the stream holds NaN or Inf anywhere.",
+    },
+    "FinalNormStats": {
+        "norm_last": "L2 norm of the final norm's output at the last position.",
+        "snippet": "Its first values.",
+    },
+    "ShapeReport": {
+        "model": "The `--model` alias, path or hub id.",
+        "family": "The architecture family.",
+        "source": "Where the config came from.",
+        "n_layers": "Number of blocks.",
+        "d_model": "Width of the residual stream.",
+        "n_heads": "Query heads.",
+        "n_kv_heads": "Key/value heads.",
+        "head_dim": "Values per head.",
+        "d_mlp": "Width of the MLP's hidden layer.",
+        "vocab_size": "Rows of the token embedding.",
+        "context_length": "Longest sequence the positions allow, or null.",
+        "norm_type": "layernorm or rmsnorm.",
+        "mlp_type": "gelu or swiglu.",
+        "positions": "learned or rope.",
+        "tied_embeddings": "Whether the LM head is the token embedding matrix.",
+        "batch": "Batch size the shapes and costs are for (`--batch`).",
+        "seq_len": "Sequence length the shapes and costs are for.",
+        "tokens": "The prompt's tokens, when a prompt was given.",
+        "tokenizer": "The offline tokenizer used, or null.",
+        "steps": "Every step of the forward pass with its shape, inside block 0 in detail.",
+        "hidden_states": "[count, shape] of the `output_hidden_states` tuple.",
+        "params": "Parameters per part; `count` × `times` summed over parts is `n_params`.",
+        "n_params": "All parameters, counting tied tensors once.",
+        "cost": "Memory and FLOP figures.",
+        "dtype": "Precision the activation figures are for (`--dtype`).",
+        "differences": "How this family differs from GPT-2.",
+        "seconds": "Time the report took.",
+    },
+    "ParamGroup": {
+        "name": "The part (embedding, attention, MLP, norms, LM head, ...).",
+        "count": "Parameters in one instance.",
+        "times": "Instances (blocks) of it.",
+    },
+    "CostReport": {
+        "weights_bytes": "Bytes of all weights per precision (float32, bfloat16, float16, int8, "
+                         "4-bit).",
+        "kv_cache_per_token_bytes": "KV-cache bytes per token, all layers.",
+        "kv_cache_bytes": "KV-cache bytes at the report's batch and sequence length.",
+        "residual_per_layer_bytes": "Bytes of one (B, T, d) residual stream.",
+        "logits_all_numbers": "Numbers in the logits for every position.",
+        "logits_all_bytes": "Their bytes.",
+        "logits_last_numbers": "Numbers in the logits for the last position only.",
+        "logits_last_bytes": "Their bytes.",
+        "tied_saving_params": "Parameters saved by tying the LM head (0 if untied).",
+        "flops_prefill": "FLOPs of one forward pass over the whole sequence (2 per "
+                         "multiply-add, attention included).",
+        "flops_decode_step": "FLOPs of one decoding step with a KV cache at that length.",
+        "matmul_params": "Parameters that take part in matrix multiplies.",
+    },
+    "Explanation": {
+        "prompt": "The prompt as given.",
+        "model": "The model that was run.",
+        "tokens": "The prompt's tokens.",
+        "layer": "The block recomputed (negative `--layer` values resolved).",
+        "head": "The query head whose values and matrices are shown.",
+        "kv_head": "The key/value head that query head reads.",
+        "steps": "Every step: the block's (sections attention and mlp), then the end of the "
+                 "pass (section end).",
+        "matrices": "The chosen head's masked scores and weights (prompts of at most 12 "
+                    "tokens; empty otherwise).",
+        "checks": "Every comparison with the model and property of the weights.",
+        "sampling": "The next token under greedy, temperature, top-k and top-p.",
+        "match": "True when every check passed: the walkthrough reproduces the model.",
+    },
+    "ExplainStep": {
+        "index": "Step number, from 1.",
+        "section": "attention, mlp or end.",
+        "name": "The step, named after the checkpoint's module where there is one.",
+        "formula": "How the tensor is computed, in one line.",
+        "shape": "The tensor's shape.",
+        "where": "Which values `preview` holds (e.g. `head 2, pos 4`).",
+        "preview": "A few of the tensor's values.",
+        "note": "A remark on the step, or null.",
+    },
+    "AttentionMatrix": {
+        "name": "`scores + mask` (−∞ above the diagonal, written as null) or `weights`.",
+        "head": "The query head.",
+        "labels": "The token text of each position.",
+        "rows": "The matrix, row by row.",
+    },
+    "Check": {
+        "name": "What is checked.",
+        "value": "What was measured (a max |Δ|, a count, ...).",
+        "tolerance": "The rule the value must meet.",
+        "ok": "Whether it does.",
+    },
+    "Sampling": {
+        "temperature": "`--temperature` (0 is greedy).",
+        "top_k": "`--top-k`.",
+        "top_p": "`--top-p`.",
+        "seed": "`--seed` of the draws.",
+        "strategies": "The strategies, in the order of `kept`, `picks` and each row's `probs`.",
+        "kept": "Tokens with non-zero probability under each strategy.",
+        "picks": "The token each strategy chose.",
+        "rows": "The most probable tokens, and any picked token beyond them.",
+    },
+    "SamplingRow": {
+        "id": "Token id.",
+        "text": "The token's text.",
+        "logit": "The model's logit.",
+        "probs": "Its probability under each strategy.",
+    },
+    "ModelList": {
+        "models": "One entry per built-in alias.",
+    },
+    "ModelEntry": {
+        "alias": "The `--model` name.",
+        "family": "The architecture family.",
+        "n_layers": "Number of blocks.",
+        "d_model": "Width of the residual stream.",
+        "n_heads": "Query heads.",
+        "n_kv_heads": "Key/value heads.",
+        "vocab_size": "Vocabulary size.",
+        "context_length": "Longest sequence, or null.",
+        "tokenizer": "The offline tokenizer available, or null.",
+        "weights": "Where weights are available on this machine.",
+        "hub_id": "The Hugging Face repository of the config.",
+        "description": "What the model is.",
+        "source": "Where the stored config comes from.",
+    },
+}
