@@ -299,9 +299,16 @@ def batch(
     to_stdout = out == "-"
     sink = None if to_stdout else OutFile(out, force=force).open()
     try:
-        lm = load(model, random_weights, seed, device, dtype, allow_pickle, trust_remote_code)
-        if sink is not None:
-            sink.check_compatible(lm.name, top_k, snippet)
+        if sink is not None and all(it.id in sink.done for it in items):
+            from .batch import Summary
+
+            summary = Summary(total=len(items), skipped=len(items))  # nothing to load or run
+            lm = None
+        else:
+            lm = load(model, random_weights, seed, device, dtype, allow_pickle,
+                      trust_remote_code)
+            if sink is not None:
+                sink.check_compatible(lm.name, top_k, snippet)
 
         def write(lines: list[str]) -> None:
             if sink is not None:
@@ -313,12 +320,13 @@ def batch(
         def terminate(signum: int, frame: Any) -> None:
             raise KeyboardInterrupt
 
-        old = signal.signal(signal.SIGTERM, terminate)
-        try:
-            summary = _batch_with_progress(err, lm, items, write, sink, batch_size, top_k,
-                                           snippet, truncate)
-        finally:
-            signal.signal(signal.SIGTERM, old)
+        if lm is not None:
+            old = signal.signal(signal.SIGTERM, terminate)
+            try:
+                summary = _batch_with_progress(err, lm, items, write, sink, batch_size, top_k,
+                                               snippet, truncate)
+            finally:
+                signal.signal(signal.SIGTERM, old)
     finally:
         if sink is not None:
             sink.close()
