@@ -203,7 +203,8 @@ class OutFile:
         self.done = {str(r["id"]) for r in records}
         self.first = next((r for r in records if r["kind"] == "trace"), None)
 
-    def check_compatible(self, model_name: str, top_k: int, snippet: int) -> None:
+    def check_compatible(self, model_name: str, top_k: int, snippet: int,
+                         random_weights: bool = False) -> None:
         """A resumed file must hold traces made the same way."""
         r = self.first
         if r is None:
@@ -212,11 +213,13 @@ class OutFile:
             raise BadInput(f"--out {self.path} was written with schema version "
                            f"{r.get('schema_version')}, this fptrace writes {SCHEMA_VERSION}; "
                            "pass --force to start over, or choose another --out")
-        was = (r.get("model", {}).get("name"), len(r.get("top_k", [])),
-               len(r.get("layers", [{}])[0].get("snippet", [])))
-        if was[0] != model_name or was[1] != top_k or was[2] != snippet:
+        model = r.get("model", {})
+        was = (model.get("name"), len(r.get("top_k", [])),
+               len(r.get("layers", [{}])[0].get("snippet", [])), bool(model.get("random_weights")))
+        if was != (model_name, top_k, snippet, random_weights):
             raise BadInput(
-                f"--out {self.path} holds traces of model {was[0]} with --top-k {was[1]} "
+                f"--out {self.path} holds traces of model {was[0]}"
+                + (" (random weights)" if was[3] else "") + f" with --top-k {was[1]} "
                 f"--snippet {was[2]}; resume with the same options, pass --force to start over, "
                 "or choose another --out")
 

@@ -299,6 +299,11 @@ def batch(
     to_stdout = out == "-"
     sink = None if to_stdout else OutFile(out, force=force).open()
     try:
+        if sink is not None:
+            from .models.registry import resolve
+
+            sink.check_compatible(resolve(model).name, top_k, snippet,  # before any loading
+                                  random_weights)
         if sink is not None and all(it.id in sink.done for it in items):
             from .batch import Summary
 
@@ -307,8 +312,6 @@ def batch(
         else:
             lm = load(model, random_weights, seed, device, dtype, allow_pickle,
                       trust_remote_code)
-            if sink is not None:
-                sink.check_compatible(lm.name, top_k, snippet)
 
         def write(lines: list[str]) -> None:
             if sink is not None:

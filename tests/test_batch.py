@@ -270,3 +270,14 @@ def test_sigterm_stops_cleanly(tmp_path, tiny_folder):
     assert "run the same command again to resume" in err
     assert out.read_bytes().endswith(b"\n")  # stopped between records
     lines_of(out)
+
+
+def test_resume_refuses_random_weights_mixed_with_real(tmp_path, tiny_folder):
+    src = tmp_path / "p.txt"
+    src.write_text("one\n")
+    out = tmp_path / "o.jsonl"
+    assert invoke("batch", str(src), "-m", tiny_folder, "-o", str(out)).exit_code == 0
+    src.write_text("one\ntwo\n")
+    r = invoke("batch", str(src), "-m", tiny_folder, "-o", str(out), "--random-weights")
+    assert r.exit_code == 2 and "--force" in r.stderr
+    assert len(lines_of(out)) == 1
