@@ -256,6 +256,100 @@ def explain(
 
 @app.command()
 @guarded
+def generate(
+    prompt: Annotated[str, typer.Argument(help="The text to continue.")],
+    max_new_tokens: Annotated[int, typer.Option("-n", "--max-new-tokens", help="Tokens to "
+                                                "generate (fewer if an end-of-sequence token "
+                                                "comes first).", rich_help_panel=STATS)] = 12,
+    model: ModelOpt = DEFAULT_MODEL,
+    random_weights: RandomOpt = False,
+    seed: Annotated[int, typer.Option("--seed", help="Seed for --random-weights and for the "
+                                      "sampled tokens.", rich_help_panel=MODEL)] = 0,
+    device: DeviceOpt = "auto",
+    dtype: DtypeOpt = "auto",
+    allow_pickle: PickleOpt = False,
+    trust_remote_code: RemoteOpt = False,
+    temperature: Annotated[float, typer.Option("--temperature", "-t", help="0 (the default) is "
+                                               "greedy; above 0 samples.",
+                                               rich_help_panel=SAMPLING)] = 0.0,
+    top_k: Annotated[int, typer.Option("--top-k", "-k", help="Sample among the k most "
+                                       "probable tokens (0: off).",
+                                       rich_help_panel=SAMPLING)] = 0,
+    top_p: Annotated[float, typer.Option("--top-p", "-p", help="Sample from the smallest set "
+                                         "of tokens whose mass reaches p (1: off).",
+                                         rich_help_panel=SAMPLING)] = 1.0,
+    alternatives: Annotated[int, typer.Option("--alternatives", help="Most probable tokens "
+                                              "shown at each step.",
+                                              rich_help_panel=STATS)] = 5,
+    layers: Annotated[bool, typer.Option("--layers", help="Per-layer statistics of every step, "
+                                         "as `run` shows them.", rich_help_panel=STATS)] = False,
+    as_json: JsonOpt = False,
+) -> None:
+    """Generate token by token: each step's input, stream and KV-cache shapes, the chosen token
+    and its alternatives, and the time of the prefill and of each decode step."""
+    from .models.tokenizers import check_prompt
+    from .sampling import check_options
+
+    check_prompt(prompt)
+    if max_new_tokens < 1:
+        raise_bad(f"-n must be at least 1, not {max_new_tokens}")
+    if top_k < 0:
+        raise_bad(f"--top-k must be 0 (off) or more, not {top_k}")
+    check_options(temperature, max(top_k, 1), top_p)
+    lm = load(model, random_weights, seed, device, dtype, allow_pickle, trust_remote_code)
+    from .generate import generate as run_generate
+
+    out = _stdout()
+    on_step = None
+    if not as_json:
+        from .render.generate import step_header, step_layers, step_line
+        from .render.tables import header, token_table
+
+        out.print(header(lm_info(lm)))
+        out.print(token_table(tuple_tokens(lm, prompt), title="Prompt tokens"))
+        out.print(step_header())
+
+        def on_step(step: Any, text: str) -> None:
+            out.print(step_line(step, text, out.width), soft_wrap=True)
+            if layers:
+                out.print(step_layers(step, out.width))
+
+    result = run_generate(lm, prompt, max_new_tokens=max_new_tokens, temperature=temperature,
+                          top_k=top_k or None, top_p=top_p, seed=seed, layers=layers,
+                          alternatives=alternatives, on_step=on_step)
+    if as_json:
+        emit_json(result)
+    else:
+        from .render.generate import summary
+
+        out.print(summary(result))
+    bad = next((s for s in result.steps if s.first_nonfinite), None)
+    if bad is not None:
+        fail(f"NaN or Inf appeared at step {bad.index} ({bad.first_nonfinite})", 4)
+
+
+def raise_bad(message: str) -> None:
+    from .errors import BadInput
+
+    raise BadInput(message)
+
+
+def lm_info(lm: Any) -> Any:
+    from .tracer import model_info
+
+    return model_info(lm)
+
+
+def tuple_tokens(lm: Any, prompt: str) -> tuple:
+    from .results import Token
+    from .tracer import _prepare, _text
+
+    ids, _ = _prepare(lm, prompt, truncate=False)
+    return tuple(Token(i, t, _text(lm, t)) for i, t in enumerate(ids))
+
+
+@app.command()
+@guarded
 def batch(
     inputs: Annotated[list[str], typer.Argument(
         help=".txt files (one prompt per line), .jsonl files ({\"id\": ..., \"prompt\": ...} "

@@ -252,3 +252,47 @@ class ModelList:
     models: tuple[ModelEntry, ...]
     kind: str = "models"
     schema_version: str = SCHEMA_VERSION
+
+
+@dataclass(frozen=True)
+class GenStep:
+    """One forward pass of generation: the prefill (index 0) or one decode step."""
+
+    index: int
+    phase: str  # "prefill" or "decode"
+    input_shape: tuple[int, ...]  # (1, T) for the prefill, then (1, 1)
+    stream_shape: tuple[int, ...]  # the residual stream inside the blocks
+    positions: tuple[int, ...]  # the positions this step computed
+    kv_shape: tuple[int, ...]  # one layer's keys (= values): (B, kv_heads, positions, head_dim)
+    kv_layers: int  # layers holding such a pair
+    kv_bytes: int  # keys + values of every layer
+    token: TopToken  # the chosen token, with its probability under the model (temperature 1)
+    sample_prob: float  # its probability under the sampling distribution
+    alternatives: tuple[TopToken, ...]  # the model's most probable tokens at this step
+    seconds: float
+    layers: tuple[LayerStats, ...]  # per-layer statistics (--layers), else empty
+    final_norm: FinalNormStats | None
+    first_nonfinite: str | None
+
+
+@dataclass(frozen=True)
+class Generation:
+    prompt: str
+    model: ModelInfo
+    tokens: tuple[Token, ...]  # the prompt's tokens
+    strategy: str  # "greedy" or e.g. "temperature 0.8, top-p 0.9"
+    temperature: float
+    top_k: int | None
+    top_p: float
+    seed: int
+    max_new_tokens: int
+    steps: tuple[GenStep, ...]
+    generated: tuple[Token, ...]  # the new tokens, positions continuing the prompt's
+    text: str  # the new tokens decoded
+    stop_reason: str  # "eos" or "max_new_tokens"
+    prefill_seconds: float
+    decode_seconds: float
+    decode_tokens_per_s: float | None
+    notes: tuple[str, ...]
+    kind: str = "generation"
+    schema_version: str = SCHEMA_VERSION

@@ -79,6 +79,33 @@ def draw(probs: Any, seed: int) -> int:
     return int(torch.multinomial(probs.detach().float().cpu(), 1, generator=gen))
 
 
+def distribution(logits: Any, temperature: float, top_k: int | None, top_p: float) -> Any:
+    """The one distribution generation draws from: temperature (0 = greedy), then top-k
+    (None = off), then top-p (1 = off)."""
+    if top_k is not None and top_k < 1:
+        raise BadInput(f"--top-k must be at least 1 (or 0 for off), not {top_k}")
+    check_options(temperature, 1, top_p)
+    probs = with_temperature(logits, temperature)
+    if temperature == 0:
+        return probs
+    if top_k is not None:
+        probs = keep_top_k(probs, top_k)
+    if top_p < 1:
+        probs = keep_top_p(probs, top_p)
+    return probs
+
+
+def describe(temperature: float, top_k: int | None, top_p: float) -> str:
+    if temperature == 0:
+        return "greedy"
+    parts = [f"temperature {temperature:g}"]
+    if top_k is not None:
+        parts.append(f"top-k {top_k}")
+    if top_p < 1:
+        parts.append(f"top-p {top_p:g}")
+    return ", ".join(parts)
+
+
 def strategies(logits: Any, temperature: float, top_k: int, top_p: float
                ) -> list[tuple[str, Any]]:
     """The four ways side by side, each as (label, distribution over the vocabulary).
@@ -95,4 +122,4 @@ def strategies(logits: Any, temperature: float, top_k: int, top_p: float
 
 
 __all__ = ["check_options", "greedy", "with_temperature", "keep_top_k", "keep_top_p", "draw",
-           "strategies"]
+           "distribution", "describe", "strategies"]

@@ -49,7 +49,8 @@ def to_json(result: Any, indent: int | None = 2) -> str:
 
 # ---- the JSON Schema document (`fptrace schema`) and its Markdown rendering (docs/schema.md) ----
 
-TOP_LEVEL = ("Trace", "ShapeReport", "Explanation", "ModelList", "BatchTrace", "BatchError")
+TOP_LEVEL = ("Trace", "ShapeReport", "Explanation", "Generation", "ModelList", "BatchTrace",
+             "BatchError")
 
 
 def _result_types() -> dict[str, type]:
@@ -148,8 +149,8 @@ def json_schema() -> dict[str, Any]:
         "$schema": "https://json-schema.org/draft/2020-12/schema",
         "$id": f"urn:fptrace:schema:{SCHEMA_VERSION}",
         "title": f"fptrace JSON output, schema version {SCHEMA_VERSION}",
-        "description": "Every object fptrace writes as JSON: run, shapes, explain and models "
-                       "--json, and each line of batch output.",
+        "description": "Every object fptrace writes as JSON: run, shapes, explain, generate and "
+                       "models --json, and each line of batch output.",
         "oneOf": [{"$ref": f"#/$defs/{name}"} for name in TOP_LEVEL],
         "$defs": defs,
     }

@@ -10,6 +10,9 @@ TYPES = {
     "Explanation": "`fptrace explain --json`: one block recomputed step by step, checked "
                    "against the model, then the end of the pass and the sampling choices.",
     "ModelList": "`fptrace models --json`: the built-in models.",
+    "Generation": "`fptrace generate --json`: generation as a sequence of forward passes, "
+                  "with the KV cache after each.",
+    "GenStep": "One forward pass of generation: the prefill (index 0) or one decode step.",
     "BatchTrace": "A line of `fptrace batch` output for a prompt that was traced: every field "
                   "of a trace plus `id`, `source` and `extra`.",
     "BatchError": "A line of `fptrace batch` output for a prompt that could not be traced.",
@@ -32,7 +35,7 @@ TYPES = {
 }
 
 COMMON = {
-    "kind": "Which output this is: trace, shapes, explain, models or error.",
+    "kind": "Which output this is: trace, shapes, explain, generation, models or error.",
     "schema_version": "Version of this contract: the minor number grows when fields or kinds "
                       "are added, the major number when a field changes or goes.",
     "nonfinite": "Paths (e.g. `layers[3].resid_norm_last`) of the floats that were NaN or "
@@ -238,6 +241,44 @@ FIELDS = {
     },
     "ModelList": {
         "models": "One entry per built-in alias.",
+    },
+    "Generation": {
+        "prompt": "The prompt as given.",
+        "model": "The model that was run.",
+        "tokens": "The prompt's tokens.",
+        "strategy": "How tokens were chosen: `greedy`, or the sampling settings in words.",
+        "temperature": "`--temperature` (0 is greedy).",
+        "top_k": "`--top-k`, or null when off.",
+        "top_p": "`--top-p` (1 is off).",
+        "seed": "`--seed` of the draws (step i draws with seed × 1000003 + i).",
+        "max_new_tokens": "`-n`.",
+        "steps": "One entry per forward pass, the prefill first.",
+        "generated": "The new tokens, with positions continuing the prompt's.",
+        "text": "The new tokens decoded.",
+        "stop_reason": "`eos` (an end-of-sequence token was chosen) or `max_new_tokens`.",
+        "prefill_seconds": "Time of the prefill step.",
+        "decode_seconds": "Time of all decode steps.",
+        "decode_tokens_per_s": "Decode steps per second, or null with no decode step.",
+    },
+    "GenStep": {
+        "index": "0 for the prefill, then 1, 2, ...",
+        "phase": "`prefill` or `decode`.",
+        "input_shape": "Shape of the step's input ids: (1, T) for the prefill, then (1, 1).",
+        "stream_shape": "Shape of the residual stream inside the blocks during the step.",
+        "positions": "The positions this step computed.",
+        "kv_shape": "Shape of one layer's cached keys (and values) after the step: (batch, "
+                    "key/value heads, positions, head_dim).",
+        "kv_layers": "Layers holding cached keys and values.",
+        "kv_bytes": "Bytes of every cached key and value after the step.",
+        "token": "The chosen token; its `prob` and `rank` are under the model's own "
+                 "distribution (temperature 1).",
+        "sample_prob": "The chosen token's probability under the sampling distribution.",
+        "alternatives": "The model's most probable tokens at this step (`--alternatives`).",
+        "seconds": "Wall time of the step: forward pass and choice.",
+        "layers": "Per-layer statistics at the step's last position (`--layers`), else empty; "
+                  "`resid_norm_mean` is over the positions this step computed.",
+        "final_norm": "The final norm's output at the last position (`--layers`), else null.",
+        "first_nonfinite": "Where NaN or Inf first appeared in this step, or null.",
     },
     "ModelEntry": {
         "alias": "The `--model` name.",

@@ -138,45 +138,14 @@ def run_traces(lm: LoadedModel, prompts: Sequence[str | Sequence[int]], *, top_k
     logits_shape = tuple(logits.shape)
 
     L = len(lm.parts.blocks)
-    streams = torch.stack([cap.embed_last, *cap.resid_last])  # (L+1, B, d) float32
-    mean_norms = torch.stack([cap.embed_mean_norm, *cap.resid_mean_norm])  # (L+1, B)
-    attn = torch.stack(cap.attn_last)  # (L, B, d)
-    mlp = torch.stack(cap.mlp_last)  # (L, B, d)
-    lens_ids = lens_probs = None
-    if logit_lens:
-        lens_ids, lens_probs = _logit_lens(lm, streams)  # (L+1, B) each
-
-    resid_norms = stats.norms(streams)  # (L+1, B)
-    added = streams[1:] - streams[:-1]  # (L, B, d)
-    added_norms = stats.norms(added)
-    attn_norms, mlp_norms = stats.norms(attn), stats.norms(mlp)
-    cos_prev = stats.cosine(streams[1:], streams[:-1])  # (L, B)
-    finite_layer = torch.isfinite(streams).all(dim=-1) & torch.isfinite(mean_norms)  # (L+1, B)
+    per_row = layer_stats(lm, cap, snippet=snippet, logit_lens=logit_lens)
 
     traces = []
     for b, (ids, dropped) in enumerate(prepared):
         row_logits = logits[b, -1]
         top_ids, top_p, top_l = stats.top_k(row_logits, top_k)
-        layers = []
-        for k in range(L + 1):
-            blk = k - 1
-            layers.append(LayerStats(
-                layer=None if k == 0 else blk,
-                point="embed" if k == 0 else "resid_post",
-                resid_norm_last=float(resid_norms[k, b]),
-                resid_norm_mean=float(mean_norms[k, b]),
-                added_norm_last=None if k == 0 else float(added_norms[blk, b]),
-                attn_norm_last=None if k == 0 else float(attn_norms[blk, b]),
-                mlp_norm_last=None if k == 0 else float(mlp_norms[blk, b]),
-                cos_prev=None if k == 0 else float(cos_prev[blk, b]),
-                snippet=tuple(float(x) for x in streams[k, b, :snippet].tolist()),
-                lens_id=None if lens_ids is None else int(lens_ids[k, b]),
-                lens_text=None if lens_ids is None else _text(lm, int(lens_ids[k, b])),
-                lens_prob=None if lens_probs is None else float(lens_probs[k, b]),
-                finite=bool(finite_layer[k, b]),
-            ))
-        first_bad = next((("embed" if l.layer is None else f"block {l.layer}")
-                          for l in layers if not l.finite), None)
+        layers = per_row[b]
+        first_bad = first_nonfinite(layers)
         final_vec = cap.final_last[b]
         if first_bad is None and not stats.is_finite(final_vec, row_logits):
             first_bad = "final_norm"
@@ -208,6 +177,56 @@ def run_traces(lm: LoadedModel, prompts: Sequence[str | Sequence[int]], *, top_k
             notes=tuple(notes),
         ))
     return traces
+
+
+def layer_stats(lm: LoadedModel, cap: Capture, *, snippet: int = 4, logit_lens: bool = True
+                ) -> list[tuple[LayerStats, ...]]:
+    """The per-layer rows (embedding, then each block) of every batch row, from what the hooks
+    captured in one forward pass."""
+    import torch
+
+    L = len(lm.parts.blocks)
+    streams = torch.stack([cap.embed_last, *cap.resid_last])  # (L+1, B, d) float32
+    mean_norms = torch.stack([cap.embed_mean_norm, *cap.resid_mean_norm])  # (L+1, B)
+    attn = torch.stack(cap.attn_last)  # (L, B, d)
+    mlp = torch.stack(cap.mlp_last)  # (L, B, d)
+    lens_ids = lens_probs = None
+    if logit_lens:
+        lens_ids, lens_probs = _logit_lens(lm, streams)  # (L+1, B) each
+
+    resid_norms = stats.norms(streams)  # (L+1, B)
+    added = streams[1:] - streams[:-1]  # (L, B, d)
+    added_norms = stats.norms(added)
+    attn_norms, mlp_norms = stats.norms(attn), stats.norms(mlp)
+    cos_prev = stats.cosine(streams[1:], streams[:-1])  # (L, B)
+    finite_layer = torch.isfinite(streams).all(dim=-1) & torch.isfinite(mean_norms)  # (L+1, B)
+    rows = []
+    for b in range(streams.shape[1]):
+        layers = []
+        for k in range(L + 1):
+            blk = k - 1
+            layers.append(LayerStats(
+                layer=None if k == 0 else blk,
+                point="embed" if k == 0 else "resid_post",
+                resid_norm_last=float(resid_norms[k, b]),
+                resid_norm_mean=float(mean_norms[k, b]),
+                added_norm_last=None if k == 0 else float(added_norms[blk, b]),
+                attn_norm_last=None if k == 0 else float(attn_norms[blk, b]),
+                mlp_norm_last=None if k == 0 else float(mlp_norms[blk, b]),
+                cos_prev=None if k == 0 else float(cos_prev[blk, b]),
+                snippet=tuple(float(x) for x in streams[k, b, :snippet].tolist()),
+                lens_id=None if lens_ids is None else int(lens_ids[k, b]),
+                lens_text=None if lens_ids is None else _text(lm, int(lens_ids[k, b])),
+                lens_prob=None if lens_probs is None else float(lens_probs[k, b]),
+                finite=bool(finite_layer[k, b]),
+            ))
+        rows.append(tuple(layers))
+    return rows
+
+
+def first_nonfinite(layers: Sequence[LayerStats]) -> str | None:
+    return next((("embed" if l.layer is None else f"block {l.layer}")
+                 for l in layers if not l.finite), None)
 
 
 def _logit_lens(lm: LoadedModel, streams: Any) -> tuple[Any, Any]:

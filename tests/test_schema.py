@@ -54,6 +54,8 @@ def test_run_shapes_explain_models(validator, folder):
           "shapes")
     valid(validator, out_json("shapes", "--model", "gpt2", "-T", "5", "--json"), "shapes")
     valid(validator, out_json("explain", "The cat sat", "-m", folder, "--json"), "explain")
+    valid(validator, out_json("generate", "The cat sat", "-m", folder, "-n", "3", "--json",
+                              "--layers", "--temperature", "0.7", "--top-k", "5"), "generation")
     valid(validator, out_json("models", "--json"), "models")
 
 

@@ -1,0 +1,188 @@
+"""`fptrace generate`: generation as a sequence of forward passes, with the KV cache visible.
+
+The prefill runs the whole prompt once and fills the cache; each decode step then runs one new
+token (input (1, 1)) against the cached keys and values of every earlier position. After every
+step the cache's shape and size are read from the cache object itself, the next token is chosen
+by the pure functions of sampling.py, and the step is handed to `on_step` as soon as it exists,
+so the caller can print the text as it grows.
+"""
+
+from __future__ import annotations
+
+import inspect
+import time
+from typing import Any, Callable
+
+from . import sampling, stats
+from .errors import BadInput
+from .hooks import Capture, capture_stats
+from .models.loading import LoadedModel
+from .results import FinalNormStats, Generation, GenStep, Token, TopToken
+from .tracer import NOTE_RANDOM, _prepare, _prompt_text, _text, first_nonfinite, layer_stats
+from .tracer import model_info
+
+
+def _eos_ids(lm: LoadedModel) -> set[int]:
+    ids: set[int] = set()
+    for src in (getattr(lm.model, "generation_config", None), lm.config):
+        eos = getattr(src, "eos_token_id", None) if src is not None else None
+        if isinstance(eos, int):
+            ids.add(eos)
+        elif isinstance(eos, (list, tuple)):
+            ids.update(int(e) for e in eos)
+    return ids
+
+
+def _cache_kwarg(model: Any) -> str:
+    """transformers 5 renames `past_key_values` to `cache`; use whichever forward takes."""
+    params = inspect.signature(model.forward).parameters
+    return "cache" if "cache" in params else "past_key_values"
+
+
+def _kv(cache: Any) -> tuple[tuple[int, ...], int, int]:
+    """Shape of one layer's keys, number of layers, and bytes of all keys and values."""
+    layers = getattr(cache, "layers", None)
+    if layers is None:  # older caches keep key_cache / value_cache lists
+        keys, values = cache.key_cache, cache.value_cache
+    else:
+        keys = [layer.keys for layer in layers]
+        values = [layer.values for layer in layers]
+    total = sum(t.numel() * t.element_size() for t in (*keys, *values) if t is not None)
+    return tuple(int(d) for d in keys[0].shape), len(keys), int(total)
+
+
+def check_length(lm: LoadedModel, n_prompt: int, max_new_tokens: int) -> None:
+    if max_new_tokens < 1:
+        raise BadInput(f"-n must be at least 1, not {max_new_tokens}")
+    ctx = getattr(lm.config, "max_position_embeddings", None)
+    if ctx and n_prompt + max_new_tokens > ctx:
+        raise BadInput(f"the prompt is {n_prompt} tokens and -n {max_new_tokens} would reach "
+                       f"position {n_prompt + max_new_tokens - 1}, beyond the context window of "
+                       f"{ctx}; use -n {max(ctx - n_prompt, 0)} or less")
+
+
+def generate(lm: LoadedModel, prompt: Any, *, max_new_tokens: int = 12,
+             temperature: float = 0.0, top_k: int | None = None, top_p: float = 1.0,
+             seed: int = 0, layers: bool = False, alternatives: int = 5, snippet: int = 4,
+             stop_at_eos: bool = True, on_step: Callable[[GenStep, str], None] | None = None,
+             logits_out: list | None = None) -> Generation:
+    """Generate up to `max_new_tokens` tokens, one traced forward pass each.
+
+    on_step(step, text_so_far) is called after every step. `logits_out`, when a list, receives
+    each step's last-position logits (float32, on the CPU), for checks against a full forward.
+    """
+    import torch
+    from transformers import DynamicCache
+
+    sampling.distribution(torch.zeros(2), temperature, top_k, top_p)  # option errors first
+    if alternatives < 1:
+        raise BadInput("--alternatives must be at least 1")
+    ids, _ = _prepare(lm, prompt, truncate=False)
+    check_length(lm, len(ids), max_new_tokens)
+    info = model_info(lm)
+    model = lm.model
+    device = lm.device
+    eos = _eos_ids(lm) if stop_at_eos else set()
+    cache = DynamicCache(config=lm.config)
+    cache_kw = _cache_kwarg(model)
+    cuda = str(device).startswith("cuda")
+
+    seen: dict[str, Any] = {}
+
+    def stream_shape(module: Any, args: tuple, kwargs: dict) -> None:
+        h = args[0] if args else kwargs["hidden_states"]
+        seen["shape"] = tuple(int(d) for d in h.shape)
+
+    steps: list[GenStep] = []
+    generated: list[int] = []
+    stop_reason = "max_new_tokens"
+    next_input = torch.tensor([ids], dtype=torch.long, device=device)  # (1, T)
+    pos = 0
+    for index in range(max_new_tokens):
+        t0 = time.perf_counter()
+        cap = Capture(mask=None)
+        handle = lm.parts.blocks[0].register_forward_pre_hook(stream_shape, with_kwargs=True)
+        try:
+            with torch.inference_mode():
+                if layers:
+                    with capture_stats(lm.parts, cap):
+                        out = model(next_input, use_cache=True, logits_to_keep=1,
+                                    **{cache_kw: cache})
+                else:
+                    out = model(next_input, use_cache=True, logits_to_keep=1,
+                                **{cache_kw: cache})
+                logits = out.logits[0, -1].float()  # (V,)
+                dist = sampling.distribution(logits, temperature, top_k, top_p)
+                if temperature == 0:
+                    choice = int(torch.argmax(dist))
+                else:  # one draw per step, each from its own seeded generator
+                    choice = sampling.draw(dist, seed * 1_000_003 + index)
+        finally:
+            handle.remove()
+        if cuda:
+            torch.cuda.synchronize(device)
+        seconds = time.perf_counter() - t0
+        if logits_out is not None:
+            logits_out.append(logits.detach().cpu().clone())
+        n_in = next_input.shape[1]
+        kv_shape, kv_layers, kv_bytes = _kv(cache)
+        probs = torch.softmax(logits, dim=-1)
+        alt_ids, alt_p, alt_l = stats.top_k(logits, alternatives)
+        rank = int((probs > probs[choice]).sum()) + 1
+        layer_rows: tuple = ()
+        final = None
+        bad = None
+        if layers:
+            layer_rows = layer_stats(lm, cap, snippet=snippet)[0]
+            fv = cap.final_last[0]
+            final = FinalNormStats(norm_last=float(stats.norms(fv)),
+                                   snippet=tuple(float(x) for x in fv[:snippet].tolist()))
+            bad = first_nonfinite(layer_rows)
+        if bad is None and not bool(torch.isfinite(logits).all()):
+            bad = "logits"
+        step = GenStep(
+            index=index, phase="prefill" if index == 0 else "decode",
+            input_shape=tuple(int(d) for d in next_input.shape),
+            stream_shape=seen.get("shape", ()), positions=tuple(range(pos, pos + n_in)),
+            kv_shape=kv_shape, kv_layers=kv_layers, kv_bytes=kv_bytes,
+            token=TopToken(rank, choice, _text(lm, choice), float(probs[choice]),
+                           float(logits[choice])),
+            sample_prob=float(dist[choice]),
+            alternatives=tuple(TopToken(r + 1, i, _text(lm, i), p, lg)
+                               for r, (i, p, lg) in enumerate(zip(alt_ids, alt_p, alt_l))),
+            seconds=seconds, layers=layer_rows, final_norm=final, first_nonfinite=bad)
+        steps.append(step)
+        generated.append(choice)
+        pos += n_in
+        if on_step is not None:
+            on_step(step, _decode(lm, generated))
+        if choice in eos:
+            stop_reason = "eos"
+            break
+        next_input = torch.tensor([[choice]], dtype=torch.long, device=device)  # (1, 1)
+
+    prefill = steps[0].seconds
+    decode = sum(s.seconds for s in steps[1:])
+    notes = []
+    if lm.random_weights:
+        notes.append(NOTE_RANDOM)
+    return Generation(
+        prompt=_prompt_text(lm, prompt), model=info,
+        tokens=tuple(Token(i, t, _text(lm, t)) for i, t in enumerate(ids)),
+        strategy=sampling.describe(temperature, top_k, top_p), temperature=temperature,
+        top_k=top_k, top_p=top_p, seed=seed, max_new_tokens=max_new_tokens,
+        steps=tuple(steps),
+        generated=tuple(Token(len(ids) + i, t, _text(lm, t)) for i, t in enumerate(generated)),
+        text=_decode(lm, generated), stop_reason=stop_reason, prefill_seconds=prefill,
+        decode_seconds=decode,
+        decode_tokens_per_s=(len(steps) - 1) / decode if decode > 0 else None,
+        notes=tuple(notes))
+
+
+def _decode(lm: LoadedModel, ids: list[int]) -> str:
+    if lm.tokenizer is None:
+        return " ".join(f"<{i}>" for i in ids)
+    return lm.tokenizer.decode(ids)
+
+
+__all__ = ["generate", "check_length"]

@@ -1,0 +1,157 @@
+"""generate: every step with the KV cache equals a full forward without one, greedy equals
+model.generate, seeded sampling repeats, and the cache is what the shapes say."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+import torch
+from typer.testing import CliRunner
+
+from conftest import TINY_CONFIGS, build_tiny, make_gpt2_folder
+from fptrace.cli import app
+from fptrace.errors import BadInput
+from fptrace.generate import generate
+from fptrace.models.loading import wrap_model
+from fptrace.tracer import run_trace
+
+IDS = [5, 17, 42, 7, 99]
+runner = CliRunner()
+
+
+@pytest.fixture(scope="module", params=sorted(TINY_CONFIGS))
+def tiny_lm(request):
+    return wrap_model(build_tiny(request.param), name=f"tiny-{request.param}",
+                      random_weights=True)
+
+
+def full_forward_logits(lm, ids):
+    with torch.inference_mode():
+        return lm.model(torch.tensor([ids]), use_cache=False).logits[0, -1].float()
+
+
+def test_cached_steps_equal_full_forward_and_model_generate(tiny_lm):
+    lm = tiny_lm
+    got = []
+    g = generate(lm, IDS, max_new_tokens=8, logits_out=got)
+    new = [t.id for t in g.generated]
+    for k, logits in enumerate(got):
+        torch.testing.assert_close(logits, full_forward_logits(lm, IDS + new[:k]),
+                                   rtol=1e-5, atol=1e-5)
+    with torch.inference_mode():
+        ref = lm.model.generate(torch.tensor([IDS]), do_sample=False, max_new_tokens=8,
+                                pad_token_id=0)
+    assert new == ref[0, len(IDS):].tolist()[:len(new)]
+
+
+def test_kv_cache_shapes_and_bytes(tiny_lm):
+    lm = tiny_lm
+    cfg = lm.config
+    g = generate(lm, IDS, max_new_tokens=4, stop_at_eos=False)
+    n_kv = getattr(cfg, "num_key_value_heads", None) or cfg.num_attention_heads
+    head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
+    L = cfg.num_hidden_layers
+    assert [s.phase for s in g.steps] == ["prefill", "decode", "decode", "decode"]
+    assert g.steps[0].input_shape == (1, len(IDS)) and g.steps[1].input_shape == (1, 1)
+    assert g.steps[0].stream_shape == (1, len(IDS), cfg.hidden_size)
+    assert g.steps[2].stream_shape == (1, 1, cfg.hidden_size)
+    for k, s in enumerate(g.steps):
+        positions = len(IDS) + k
+        assert s.kv_shape == (1, n_kv, positions, head_dim)
+        assert s.kv_layers == L
+        assert s.kv_bytes == 2 * L * n_kv * positions * head_dim * 4  # float32 keys + values
+        assert s.positions[-1] == positions - 1
+
+
+def test_layers_of_a_step_equal_a_trace_of_the_whole_sequence():
+    lm = wrap_model(build_tiny("llama"), name="tiny-llama", random_weights=True)
+    g = generate(lm, IDS, max_new_tokens=3, layers=True, stop_at_eos=False)
+    new = [t.id for t in g.generated]
+    for k, step in enumerate(g.steps):
+        ref = run_trace(lm, IDS + new[:k])
+        for a, b in zip(step.layers, ref.layers):
+            assert math.isclose(a.resid_norm_last, b.resid_norm_last, rel_tol=1e-5)
+            assert a.lens_id == b.lens_id
+        assert step.alternatives[0].id == ref.top_k[0].id
+
+
+def test_seeded_sampling_repeats():
+    lm = wrap_model(build_tiny("qwen2"), name="tiny-qwen2", random_weights=True)
+    a = generate(lm, IDS, max_new_tokens=10, temperature=1.5, seed=4, stop_at_eos=False)
+    b = generate(lm, IDS, max_new_tokens=10, temperature=1.5, seed=4, stop_at_eos=False)
+    c = generate(lm, IDS, max_new_tokens=10, temperature=1.5, seed=5, stop_at_eos=False)
+    assert [t.id for t in a.generated] == [t.id for t in b.generated]
+    assert [t.id for t in a.generated] != [t.id for t in c.generated]
+    top = generate(lm, IDS, max_new_tokens=6, temperature=1.0, top_k=2, seed=1,
+                   stop_at_eos=False)
+    assert all(s.token.id in [x.id for x in s.alternatives[:2]] for s in top.steps)
+    assert a.strategy == "temperature 1.5" and top.strategy == "temperature 1, top-k 2"
+
+
+def test_stops_at_end_of_sequence():
+    lm = wrap_model(build_tiny("llama"), name="tiny-llama", random_weights=True)
+    first = generate(lm, IDS, max_new_tokens=1).generated[0].id
+    lm.model.generation_config.eos_token_id = first
+    try:
+        g = generate(lm, IDS, max_new_tokens=10)
+    finally:
+        lm.model.generation_config.eos_token_id = 2
+    assert g.stop_reason == "eos" and len(g.steps) == 1
+
+
+def test_bad_input():
+    lm = wrap_model(build_tiny("gpt2"), name="tiny-gpt2", random_weights=True)  # context 64
+    with pytest.raises(BadInput, match="-n must be at least 1"):
+        generate(lm, IDS, max_new_tokens=0)
+    with pytest.raises(BadInput, match="context window of 64.*-n 59"):
+        generate(lm, IDS, max_new_tokens=60)
+    with pytest.raises(BadInput, match="--top-p"):
+        generate(lm, IDS, temperature=1.0, top_p=0)
+    with pytest.raises(BadInput, match="--temperature"):
+        generate(lm, IDS, temperature=-1)
+
+
+@pytest.mark.slow
+def test_bundled_greedy_equals_model_generate(smollm):
+    got = []
+    g = generate(smollm, "The capital of France is", max_new_tokens=8, logits_out=got)
+    ids = smollm.tokenizer.encode("The capital of France is")
+    with torch.inference_mode():
+        ref = smollm.model.generate(torch.tensor([ids]), do_sample=False, max_new_tokens=8)
+    assert [t.id for t in g.generated] == ref[0, len(ids):].tolist()
+    assert g.generated[0].text == " Paris"
+    new = [t.id for t in g.generated]
+    for k in (0, 3, 7):
+        torch.testing.assert_close(got[k], full_forward_logits(smollm, ids + new[:k]),
+                                   rtol=1e-4, atol=1e-4)
+
+
+@pytest.fixture(scope="module")
+def folder(tmp_path_factory):
+    return str(make_gpt2_folder(tmp_path_factory.mktemp("gen-model"))[0])
+
+
+def test_cli_lines_and_json(folder):
+    r = runner.invoke(app, ["generate", "The cat sat", "-m", folder, "-n", "3"])
+    assert r.exit_code == 0, r.stderr
+    out = r.stdout
+    assert "prefill (1, 3)" in out and "decode  (1, 1)" in out
+    assert "(1, 2, 3, 16)" in out and "(1, 2, 5, 16)" in out  # the cache grows
+    assert "tokens/s" in out and "KV cache" in out
+    data = json.loads(runner.invoke(app, ["generate", "The cat sat", "-m", folder, "-n", "3",
+                                          "--json", "--layers"]).stdout)
+    assert data["kind"] == "generation" and len(data["steps"]) == 3
+    assert len(data["steps"][1]["layers"]) == 3  # embedding + 2 blocks
+
+
+@pytest.mark.parametrize("args,needle", [
+    (["-n", "0"], "-n must be at least 1"), (["-n", "40"], "context window"),
+    (["--top-p", "1.5"], "--top-p"), (["--temperature", "-1"], "--temperature"),
+    (["--top-k", "-2"], "--top-k")])
+def test_cli_bad_input(folder, args, needle):
+    r = runner.invoke(app, ["generate", "The cat sat", "-m", folder, *args])
+    assert r.exit_code == 2
+    line = r.stderr.strip().splitlines()[-1]
+    assert line.startswith("fptrace: error:") and needle in line
