@@ -46,6 +46,15 @@ PickleOpt = Annotated[bool, typer.Option(
 RemoteOpt = Annotated[bool, typer.Option(
     "--trust-remote-code", help="Allow a model folder's own Python code to run.",
     rich_help_panel=MODEL)]
+DeviceMapOpt = Annotated[Optional[str], typer.Option(
+    "--device-map", help="auto: load through Accelerate, spreading blocks over the GPUs, then "
+    "CPU RAM, then disk (big models).", rich_help_panel=MODEL)]
+MaxMemoryOpt = Annotated[Optional[str], typer.Option(
+    "--max-memory", help="With --device-map: memory per device, e.g. 0=70GiB,1=70GiB,cpu=200GiB.",
+    rich_help_panel=MODEL)]
+OffloadOpt = Annotated[Optional[str], typer.Option(
+    "--offload-folder", help="With --device-map: where weights that fit nowhere else go "
+    "(default: a temporary folder).", rich_help_panel=MODEL)]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Write the result as one JSON object on "
                                        "stdout.", rich_help_panel=OUTPUT)]
 
@@ -102,14 +111,16 @@ def _quiet_libraries() -> None:
 
 
 def load(model: str, random_weights: bool, seed: int, device: str, dtype: str,
-         allow_pickle: bool, trust_remote_code: bool) -> Any:
+         allow_pickle: bool, trust_remote_code: bool, device_map: str | None = None,
+         max_memory: str | None = None, offload_folder: str | None = None) -> Any:
     _quiet_libraries()
     from .models.loading import load_model
 
     err = _stderr()
     return load_model(model, random_weights=random_weights, seed=seed, device=device,
                       dtype=dtype, allow_pickle=allow_pickle,
-                      trust_remote_code=trust_remote_code,
+                      trust_remote_code=trust_remote_code, device_map=device_map,
+                      max_memory=max_memory, offload_folder=offload_folder,
                       progress=lambda m: err.print(f"[dim]{m}[/dim]", soft_wrap=True))
 
 
@@ -131,6 +142,9 @@ def run(
     dtype: DtypeOpt = "auto",
     allow_pickle: PickleOpt = False,
     trust_remote_code: RemoteOpt = False,
+    device_map: DeviceMapOpt = None,
+    max_memory: MaxMemoryOpt = None,
+    offload_folder: OffloadOpt = None,
     top_k: Annotated[int, typer.Option("--top-k", "-k", min=1, help="How many next tokens.",
                                        rich_help_panel=STATS)] = 10,
     snippet: Annotated[int, typer.Option("--snippet", min=0, help="First values of the last "
@@ -148,7 +162,8 @@ def run(
     from .models.tokenizers import check_prompt
 
     check_prompt(prompt)
-    lm = load(model, random_weights, seed, device, dtype, allow_pickle, trust_remote_code)
+    lm = load(model, random_weights, seed, device, dtype, allow_pickle, trust_remote_code,
+              device_map, max_memory, offload_folder)
     from .tracer import run_trace
 
     trace = run_trace(lm, prompt, top_k=top_k, snippet=snippet, all_positions=all_positions,
@@ -269,6 +284,9 @@ def generate(
     dtype: DtypeOpt = "auto",
     allow_pickle: PickleOpt = False,
     trust_remote_code: RemoteOpt = False,
+    device_map: DeviceMapOpt = None,
+    max_memory: MaxMemoryOpt = None,
+    offload_folder: OffloadOpt = None,
     temperature: Annotated[float, typer.Option("--temperature", "-t", help="0 (the default) is "
                                                "greedy; above 0 samples.",
                                                rich_help_panel=SAMPLING)] = 0.0,
@@ -296,7 +314,8 @@ def generate(
     if top_k < 0:
         raise_bad(f"--top-k must be 0 (off) or more, not {top_k}")
     check_options(temperature, max(top_k, 1), top_p)
-    lm = load(model, random_weights, seed, device, dtype, allow_pickle, trust_remote_code)
+    lm = load(model, random_weights, seed, device, dtype, allow_pickle, trust_remote_code,
+              device_map, max_memory, offload_folder)
     from .generate import generate as run_generate
 
     out = _stdout()
@@ -365,6 +384,9 @@ def batch(
     dtype: DtypeOpt = "auto",
     allow_pickle: PickleOpt = False,
     trust_remote_code: RemoteOpt = False,
+    device_map: DeviceMapOpt = None,
+    max_memory: MaxMemoryOpt = None,
+    offload_folder: OffloadOpt = None,
     batch_size: Annotated[int, typer.Option("--batch-size", "-b", min=1, help="Prompts per "
                                             "forward pass (left-padded, with an attention "
                                             "mask).", rich_help_panel=STATS)] = 8,
@@ -405,7 +427,7 @@ def batch(
             lm = None
         else:
             lm = load(model, random_weights, seed, device, dtype, allow_pickle,
-                      trust_remote_code)
+                      trust_remote_code, device_map, max_memory, offload_folder)
 
         def write(lines: list[str]) -> None:
             if sink is not None:

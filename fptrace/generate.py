@@ -100,7 +100,7 @@ def generate(lm: LoadedModel, prompt: Any, *, max_new_tokens: int = 12,
     pos = 0
     for index in range(max_new_tokens):
         t0 = time.perf_counter()
-        cap = Capture(mask=None)
+        cap = Capture(mask=None, home=device)
         handle = lm.parts.blocks[0].register_forward_pre_hook(stream_shape, with_kwargs=True)
         try:
             with torch.inference_mode():

@@ -23,6 +23,7 @@ class Capture:
     """Filled in by the hooks during one forward pass (tensors live on the model's device)."""
 
     mask: Any  # (B, T) bool, or None when no row is padded
+    home: Any = None  # device the statistics are gathered on (blocks may live on several)
     embed_last: Any = None  # (B, d) float32
     embed_mean_norm: Any = None  # (B,)
     resid_last: list = field(default_factory=list)  # per block: (B, d) float32
@@ -33,23 +34,23 @@ class Capture:
     shapes: dict = field(default_factory=dict)  # label -> shape tuple
     last_block: int | None = None  # the last block whose forward finished
 
-    @staticmethod
-    def take_last(h: Any) -> Any:
+    def take_last(self, h: Any) -> Any:
         """(B, T, d) -> (B, d) float32 copy of the last position (rows are left-padded, so the
-        last position is every row's last real token). A copy, so the stream is not kept."""
+        last position is every row's last real token). A copy, so the stream is not kept; on
+        the home device, so that blocks spread over devices give one stack."""
         import torch
 
-        return h[:, -1].to(torch.float32, copy=True)
+        return h[:, -1].to(self.home or h.device, torch.float32, copy=True)
 
     def mean_norm(self, h: Any) -> Any:
         import torch
 
         norms = torch.linalg.vector_norm(h, dim=-1, dtype=torch.float32)  # (B, T)
         if self.mask is None:
-            return norms.mean(dim=-1)
+            return norms.mean(dim=-1).to(self.home or h.device)
         m = self.mask.to(h.device)
         total = torch.where(m, norms, torch.zeros_like(norms)).sum(dim=-1)
-        return total / m.sum(dim=-1).clamp(min=1)
+        return (total / m.sum(dim=-1).clamp(min=1)).to(self.home or h.device)
 
 
 @contextlib.contextmanager

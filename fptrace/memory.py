@@ -43,4 +43,5 @@ def check_fits(needed: int, device: Any, what: str) -> None:
     if free is not None and needed > 0.9 * free:
         raise BadInput(
             f"{what} need {human_bytes(needed)} on {device} but only {human_bytes(free)} is free; "
-            "try --dtype bfloat16, a smaller model, or `fptrace shapes` (no weights needed)")
+            "try --dtype bfloat16, --device-map auto (spreads blocks over GPUs, CPU and disk), "
+            "a smaller model, or `fptrace shapes` (no weights needed)")

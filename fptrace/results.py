@@ -34,6 +34,7 @@ class ModelInfo:
     device: str
     dtype: str
     random_weights: bool
+    placement: tuple[str, ...] = ()  # with --device-map: "blocks 0–13: cuda:0", ...
 
 
 @dataclass(frozen=True)

@@ -96,6 +96,8 @@ FIELDS = {
         "dtype": "Precision of the weights and activations.",
         "random_weights": "True when the weights are seeded random, not trained: predictions "
                           "then mean nothing.",
+        "placement": "With `--device-map`: where each range of blocks and the other parts "
+                     "live (`blocks 0–13: cuda:0`, `lm_head: disk`, ...); empty otherwise.",
     },
     "Token": {
         "position": "Position in the sequence, from 0.",

@@ -52,7 +52,7 @@ def _model_info(lm: LoadedModel) -> ModelInfo:
         norm_type=fam.norm_type, mlp_type=fam.mlp_type, positions=fam.positions,
         parallel_residual=lm.parts.parallel_residual,
         device=str(lm.device), dtype=str(lm.dtype).replace("torch.", ""),
-        random_weights=lm.random_weights,
+        random_weights=lm.random_weights, placement=lm.placement,
     )
 
 
@@ -130,7 +130,7 @@ def run_traces(lm: LoadedModel, prompts: Sequence[str | Sequence[int]], *, top_k
         mask = mask.to(device)
         kwargs["attention_mask"] = mask.long()
         kwargs["position_ids"] = (mask.long().cumsum(-1) - 1).clamp(min=0)
-    cap = Capture(mask=mask if padded else None)
+    cap = Capture(mask=mask if padded else None, home=device)
     model = lm.model
     with torch.inference_mode(), capture_stats(lm.parts, cap):
         out = model(input_ids, **kwargs)

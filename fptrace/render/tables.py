@@ -30,6 +30,7 @@ def header(info: ModelInfo) -> RenderableType:
         ("params", f"{info.n_params:,}" + ("   (LM head tied to embedding)"
                                            if info.tied_embeddings else "")),
         ("device", f"{info.device}   dtype {info.dtype}"),
+        *([("placement", "; ".join(info.placement))] if info.placement else []),
         ("weights", info.source),
     ]
     for k, v in rows:
