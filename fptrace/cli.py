@@ -55,6 +55,9 @@ MaxMemoryOpt = Annotated[Optional[str], typer.Option(
 OffloadOpt = Annotated[Optional[str], typer.Option(
     "--offload-folder", help="With --device-map: where weights that fit nowhere else go "
     "(default: a temporary folder).", rich_help_panel=MODEL)]
+PlotOpt = Annotated[Optional[str], typer.Option(
+    "--plot", help="Also write a figure (.png, .svg, .pdf, .jpg or .webp; no display needed).",
+    rich_help_panel="Output")]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Write the result as one JSON object on "
                                        "stdout.", rich_help_panel=OUTPUT)]
 
@@ -156,18 +159,28 @@ def run(
     truncate: Annotated[bool, typer.Option(
         "--truncate", help="Keep the last tokens of a prompt longer than the context window.",
         rich_help_panel=STATS)] = False,
+    plot: PlotOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Trace PROMPT through the model: tokens, shapes, per-layer residual stream, top-k."""
     from .models.tokenizers import check_prompt
 
     check_prompt(prompt)
+    if plot is not None:
+        from .render.plots import check_path
+
+        check_path(plot)
     lm = load(model, random_weights, seed, device, dtype, allow_pickle, trust_remote_code,
               device_map, max_memory, offload_folder)
     from .tracer import run_trace
 
     trace = run_trace(lm, prompt, top_k=top_k, snippet=snippet, all_positions=all_positions,
-                      truncate=truncate)
+                      truncate=truncate, lens_grid=plot is not None)
+    if plot is not None:
+        from .render.plots import save, trace_figure
+
+        save(trace_figure(trace)[0], plot)
+        _stderr().print(f"[dim]wrote {plot}[/dim]", soft_wrap=True)
     if as_json:
         emit_json(trace)
     else:
@@ -240,6 +253,7 @@ def explain(
                                          "in (0, 1].", rich_help_panel=SAMPLING)] = 0.9,
     show: Annotated[int, typer.Option("--show", help="Most probable tokens listed in the "
                                       "sampling table.", rich_help_panel=SAMPLING)] = 8,
+    plot: PlotOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Recompute one block step by step from the model's weights, check it matches the model,
@@ -249,12 +263,22 @@ def explain(
 
     check_prompt(prompt)
     check_options(temperature, top_k, top_p)
+    if plot is not None:
+        from .render.plots import check_path
+
+        check_path(plot)
     lm = load(model, random_weights, seed, device, dtype, allow_pickle, trust_remote_code)
     from .walkthrough import explain as run_explain, family_module
 
     family_module(lm.parts.family)
     result = run_explain(lm, prompt, layer=layer, head=head, temperature=temperature,
-                         top_k=top_k, top_p=top_p, seed=seed, show=show)
+                         top_k=top_k, top_p=top_p, seed=seed, show=show,
+                         all_heads=plot is not None)
+    if plot is not None:
+        from .render.plots import attention_figure, save
+
+        save(attention_figure(result)[0], plot)
+        _stderr().print(f"[dim]wrote {plot}[/dim]", soft_wrap=True)
     if as_json:
         emit_json(result)
     else:
@@ -506,6 +530,46 @@ def models(as_json: JsonOpt = False) -> None:
     from .render.catalog import models_table
 
     _stdout().print(models_table(rows))
+
+
+@app.command()
+@guarded
+def report(
+    prompt: Annotated[str, typer.Argument(help="The text to trace.")],
+    out: Annotated[str, typer.Option("--out", "-o", help="The .html file to write.",
+                                     rich_help_panel=OUTPUT)],
+    model: ModelOpt = DEFAULT_MODEL,
+    random_weights: RandomOpt = False,
+    seed: SeedOpt = 0,
+    device: DeviceOpt = "auto",
+    dtype: DtypeOpt = "auto",
+    allow_pickle: PickleOpt = False,
+    trust_remote_code: RemoteOpt = False,
+    layer: Annotated[int, typer.Option("--layer", "-l", help="The block the walkthrough "
+                                       "recomputes.", rich_help_panel=STATS)] = 0,
+    head: Annotated[int, typer.Option("--head", help="The head whose matrix the walkthrough "
+                                      "shows.", rich_help_panel=STATS)] = 0,
+) -> None:
+    """One self-contained HTML file: the run tables, the figures, the explain walkthrough of
+    one layer and the JSON trace. It makes no network request and opens offline."""
+    from .models.tokenizers import check_prompt
+    from .report import build_html, check_out, write_report
+
+    check_prompt(prompt)
+    check_out(out)
+    lm = load(model, random_weights, seed, device, dtype, allow_pickle, trust_remote_code)
+    from .tracer import run_trace
+    from .walkthrough import explain as run_explain, family_module
+
+    family_module(lm.parts.family)
+    trace = run_trace(lm, prompt, lens_grid=True)
+    explanation = run_explain(lm, prompt, layer=layer, head=head, all_heads=True)
+    write_report(out, build_html(trace, explanation))
+    _stderr().print(f"wrote {out}", markup=False, soft_wrap=True)
+    if not explanation.match:
+        from .errors import Mismatch
+
+        raise Mismatch("the recomputation in the report does not match the model")
 
 
 @app.command()

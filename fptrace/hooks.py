@@ -33,6 +33,8 @@ class Capture:
     final_last: Any = None  # (B, d) float32
     shapes: dict = field(default_factory=dict)  # label -> shape tuple
     last_block: int | None = None  # the last block whose forward finished
+    keep_positions: int = 0  # > 0: also keep the last N positions of every stream (row 0)
+    streams: list = field(default_factory=list)  # embed, block 0, ...: (N, d) float32 each
 
     def take_last(self, h: Any) -> Any:
         """(B, T, d) -> (B, d) float32 copy of the last position (rows are left-padded, so the
@@ -41,6 +43,12 @@ class Capture:
         import torch
 
         return h[:, -1].to(self.home or h.device, torch.float32, copy=True)
+
+    def take_positions(self, h: Any) -> Any:
+        """(B, T, d) -> (N, d) float32 copy of row 0's last N positions."""
+        import torch
+
+        return h[0, -self.keep_positions:].to(self.home or h.device, torch.float32, copy=True)
 
     def mean_norm(self, h: Any) -> Any:
         import torch
@@ -64,12 +72,15 @@ def capture_stats(parts: ModelParts, cap: Capture) -> Iterator[Capture]:
     cap.resid_mean_norm = [None] * n
     cap.attn_last = [None] * n
     cap.mlp_last = [None] * n
+    cap.streams = [None] * (n + 1) if cap.keep_positions else []
     handles = []
 
     def embed_hook(module: Any, args: tuple, kwargs: dict) -> None:
         h = args[0] if args else kwargs["hidden_states"]
         cap.embed_last = cap.take_last(h)
         cap.embed_mean_norm = cap.mean_norm(h)
+        if cap.keep_positions:
+            cap.streams[0] = cap.take_positions(h)
         cap.shapes["embed"] = tuple(h.shape)
 
     def block_hook(i: int):
@@ -77,6 +88,8 @@ def capture_stats(parts: ModelParts, cap: Capture) -> Iterator[Capture]:
             h = _first(output)
             cap.resid_last[i] = cap.take_last(h)
             cap.resid_mean_norm[i] = cap.mean_norm(h)
+            if cap.keep_positions:
+                cap.streams[i + 1] = cap.take_positions(h)
             cap.shapes[f"block {i}"] = tuple(h.shape)
             cap.last_block = i
         return hook

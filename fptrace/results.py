@@ -86,6 +86,15 @@ class FinalNormStats:
 
 
 @dataclass(frozen=True)
+class LensCell:
+    """Logit lens at one (layer, position): the top-1 token of final norm + LM head."""
+
+    id: int
+    text: str
+    prob: float
+
+
+@dataclass(frozen=True)
 class Trace:
     prompt: str
     model: ModelInfo
@@ -98,6 +107,9 @@ class Trace:
     truncated: int  # tokens dropped from the start by --truncate
     first_nonfinite: str | None  # "embed" or "block N": where NaN/Inf first appeared
     notes: tuple[str, ...]
+    # logit lens at every position (--plot, report): rows embed, block 0, ...; empty otherwise
+    lens_grid: tuple[tuple[LensCell, ...], ...] = ()
+    lens_positions: tuple[int, ...] = ()  # the positions of the grid's columns
     kind: str = "trace"
     schema_version: str = SCHEMA_VERSION
 
@@ -227,6 +239,7 @@ class Explanation:
     sampling: Sampling
     match: bool  # every check passed: the walkthrough reproduces the model
     notes: tuple[str, ...]
+    head_weights: tuple[AttentionMatrix, ...] = ()  # every head's weights (--plot, report)
     kind: str = "explain"
     schema_version: str = SCHEMA_VERSION
 

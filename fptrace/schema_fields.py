@@ -32,6 +32,7 @@ TYPES = {
     "Sampling": "The next-token choice under four strategies, side by side.",
     "SamplingRow": "One candidate token in the sampling table.",
     "ModelEntry": "One built-in model.",
+    "LensCell": "The logit lens at one layer and position: top-1 of final norm + LM head.",
 }
 
 COMMON = {
@@ -58,6 +59,10 @@ FIELDS = {
         "truncated": "Tokens dropped from the start by `--truncate` (0 if none).",
         "first_nonfinite": "Where NaN or Inf first appeared (`embed`, `block N` or "
                            "`final_norm`), or null.",
+        "lens_grid": "Logit lens at every position (with `--plot` and in the report): one row "
+                     "per layer (embedding first), one cell per position of `lens_positions`; "
+                     "empty otherwise.",
+        "lens_positions": "The positions of the grid's columns (the last 64 at most).",
     },
     "BatchTrace": {
         "id": "The prompt's id: the `id` of its .jsonl line, else `<file stem>:<line>`.",
@@ -202,6 +207,8 @@ FIELDS = {
         "checks": "Every comparison with the model and property of the weights.",
         "sampling": "The next token under greedy, temperature, top-k and top-p.",
         "match": "True when every check passed: the walkthrough reproduces the model.",
+        "head_weights": "Every head's attention weights at this layer (with `--plot` and in "
+                        "the report); empty otherwise.",
     },
     "ExplainStep": {
         "index": "Step number, from 1.",
@@ -281,6 +288,11 @@ FIELDS = {
                   "`resid_norm_mean` is over the positions this step computed.",
         "final_norm": "The final norm's output at the last position (`--layers`), else null.",
         "first_nonfinite": "Where NaN or Inf first appeared in this step, or null.",
+    },
+    "LensCell": {
+        "id": "Token id.",
+        "text": "The token's text.",
+        "prob": "Its probability.",
     },
     "ModelEntry": {
         "alias": "The `--model` name.",

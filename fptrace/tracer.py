@@ -9,8 +9,8 @@ from .errors import BadInput
 from .hooks import Capture, capture_stats
 from .models.loading import LoadedModel
 from .models.tokenizers import encode_prompt
-from .results import (FinalNormStats, LayerStats, ModelInfo, ShapeStep, Token, TopToken,
-                      Trace)
+from .results import (FinalNormStats, LayerStats, LensCell, ModelInfo, ShapeStep, Token,
+                      TopToken, Trace)
 
 NOTE_RANDOM = "RANDOM WEIGHTS: the predictions and logit-lens tokens of this trace mean nothing"
 NOTE_PRENORM = ("the last block row is the residual stream before the final norm; "
@@ -92,17 +92,21 @@ def _text(lm: LoadedModel, token_id: int) -> str:
     return lm.tokenizer.token_text(token_id) if lm.tokenizer is not None else f"<{token_id}>"
 
 
+LENS_GRID_POSITIONS = 64  # the logit-lens grid covers at most the last 64 positions
+
+
 def run_trace(lm: LoadedModel, prompt: str | Sequence[int], *, top_k: int = 10,
               snippet: int = 4, all_positions: bool = False, truncate: bool = False,
-              logit_lens: bool = True) -> Trace:
-    """Trace one prompt (text, or a list of token ids)."""
+              logit_lens: bool = True, lens_grid: bool = False) -> Trace:
+    """Trace one prompt (text, or a list of token ids). lens_grid: also the logit lens at
+    every position (the last 64 at most), for the heatmap of --plot and the report."""
     return run_traces(lm, [prompt], top_k=top_k, snippet=snippet, all_positions=all_positions,
-                      truncate=truncate, logit_lens=logit_lens)[0]
+                      truncate=truncate, logit_lens=logit_lens, lens_grid=lens_grid)[0]
 
 
 def run_traces(lm: LoadedModel, prompts: Sequence[str | Sequence[int]], *, top_k: int = 10,
                snippet: int = 4, all_positions: bool = False, truncate: bool = False,
-               logit_lens: bool = True) -> list[Trace]:
+               logit_lens: bool = True, lens_grid: bool = False) -> list[Trace]:
     """Trace several prompts in one forward pass (left-padded, with an attention mask and
     position ids counted from each row's first real token). Each Trace equals the one that
     prompt gives alone, within float tolerance."""
@@ -130,7 +134,10 @@ def run_traces(lm: LoadedModel, prompts: Sequence[str | Sequence[int]], *, top_k
         mask = mask.to(device)
         kwargs["attention_mask"] = mask.long()
         kwargs["position_ids"] = (mask.long().cumsum(-1) - 1).clamp(min=0)
-    cap = Capture(mask=mask if padded else None, home=device)
+    if lens_grid and B != 1:
+        raise BadInput("the logit-lens grid is computed for one prompt at a time")
+    cap = Capture(mask=mask if padded else None, home=device,
+                  keep_positions=min(T, LENS_GRID_POSITIONS) if lens_grid else 0)
     model = lm.model
     with torch.inference_mode(), capture_stats(lm.parts, cap):
         out = model(input_ids, **kwargs)
@@ -139,6 +146,15 @@ def run_traces(lm: LoadedModel, prompts: Sequence[str | Sequence[int]], *, top_k
 
     L = len(lm.parts.blocks)
     per_row = layer_stats(lm, cap, snippet=snippet, logit_lens=logit_lens)
+    grid: tuple = ()
+    grid_positions: tuple = ()
+    if lens_grid:
+        n = cap.keep_positions
+        ids_g, probs_g = _logit_lens(lm, torch.stack(cap.streams))  # (L+1, n) each
+        grid = tuple(tuple(LensCell(int(i), _text(lm, int(i)), float(p))
+                           for i, p in zip(ri.tolist(), rp.tolist()))
+                     for ri, rp in zip(ids_g, probs_g))
+        grid_positions = tuple(range(T - n, T))
 
     traces = []
     for b, (ids, dropped) in enumerate(prepared):
@@ -174,7 +190,7 @@ def run_traces(lm: LoadedModel, prompts: Sequence[str | Sequence[int]], *, top_k
             top_k=tuple(TopToken(r + 1, i, _text(lm, i), p, lg)
                         for r, (i, p, lg) in enumerate(zip(top_ids, top_p, top_l))),
             all_positions=all_positions, truncated=dropped, first_nonfinite=first_bad,
-            notes=tuple(notes),
+            notes=tuple(notes), lens_grid=grid, lens_positions=grid_positions,
         ))
     return traces
 

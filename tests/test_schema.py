@@ -46,10 +46,16 @@ def out_json(*args):
     return json.loads(r.stdout)
 
 
-def test_run_shapes_explain_models(validator, folder):
+def test_run_shapes_explain_models(validator, folder, tmp_path):
     valid(validator, out_json("run", "The cat sat", "-m", folder, "--json"), "trace")
     valid(validator, out_json("run", "The cat sat", "-m", folder, "--json", "--all-positions",
                               "--snippet", "0"), "trace")
+    with_grid = out_json("run", "The cat sat", "-m", folder, "--json", "--plot",
+                         str(tmp_path / "t.png"))
+    assert len(with_grid["lens_grid"]) == 3 and len(with_grid["lens_grid"][0]) == 3
+    valid(validator, with_grid, "trace")
+    valid(validator, out_json("explain", "The cat sat", "-m", folder, "--json", "--plot",
+                              str(tmp_path / "a.png")), "explain")
     valid(validator, out_json("shapes", "--model", "llama-3.1-8b", "The cat sat", "--json"),
           "shapes")
     valid(validator, out_json("shapes", "--model", "gpt2", "-T", "5", "--json"), "shapes")

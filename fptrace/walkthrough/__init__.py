@@ -104,7 +104,7 @@ def _close(name: str, ours: Any, theirs: Any, tol: tuple[float, float]) -> Check
 
 def explain(lm: LoadedModel, prompt: Any, *, layer: int = 0, head: int = 0,
             temperature: float = 0.8, top_k: int = 10, top_p: float = 0.9, seed: int = 0,
-            show: int = 8, max_matrix: int = 12) -> Explanation:
+            show: int = 8, max_matrix: int = 12, all_heads: bool = False) -> Explanation:
     """Walk through block `layer` (negative counts from the end) for head `head`, then the end
     of the pass and the sampling choices."""
     import torch
@@ -157,7 +157,8 @@ def explain(lm: LoadedModel, prompt: Any, *, layer: int = 0, head: int = 0,
         prompt=_prompt_text(lm, prompt), model=info, tokens=toks, layer=layer, head=head,
         kv_head=kv_head, steps=tuple(s.items), matrices=matrices, checks=tuple(checks),
         sampling=_sampling(lm, logits, temperature, top_k, top_p, seed, show),
-        match=all(c.ok for c in checks), notes=tuple(notes))
+        match=all(c.ok for c in checks), notes=tuple(notes),
+        head_weights=_all_heads(s, toks) if all_heads else ())
 
 
 def _last_named(s: Steps, section: str) -> str:
@@ -212,6 +213,16 @@ def _matrices(s: Steps, toks: tuple[Token, ...], head: int) -> tuple[AttentionMa
         out.append(AttentionMatrix(name=name, head=head, labels=labels,
                                    rows=tuple(tuple(float(v) for v in r) for r in m.tolist())))
     return tuple(out)
+
+
+def _all_heads(s: Steps, toks: tuple[Token, ...]) -> tuple[AttentionMatrix, ...]:
+    from ..render.text import visible
+
+    labels = tuple(visible(t.text) for t in toks)
+    w = s.kept["softmax"][0].float().cpu()  # (nh, T, T)
+    return tuple(AttentionMatrix(name="weights", head=h, labels=labels,
+                                 rows=tuple(tuple(float(v) for v in r) for r in w[h].tolist()))
+                 for h in range(w.shape[0]))
 
 
 def _sampling(lm: LoadedModel, logits: Any, temperature: float, top_k: int, top_p: float,

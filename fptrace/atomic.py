@@ -1,0 +1,43 @@
+"""Atomic file writes: a temporary file in the target's folder, then a rename. A failure (a
+full disk, an interrupt) leaves the old file, or none, never half of a new one."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from typing import Callable
+
+
+def write_atomic(path: str, write: Callable[[str], None], suffix: str = "") -> None:
+    """Call write(tmp_path) to fill a temporary file, then move it onto `path`."""
+    from .errors import BadInput
+
+    folder = os.path.dirname(os.path.abspath(path))
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=".fptrace-", suffix=suffix, dir=folder)
+    except OSError as e:
+        raise BadInput(f"cannot write {path}: {e.strerror}") from None
+    os.close(fd)
+    try:
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)  # what a plain open() would have given
+        write(tmp)
+        with open(tmp, "rb") as f:
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException as e:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+        if isinstance(e, OSError):
+            raise BadInput(f"cannot write {path}: {e.strerror or e}; nothing was written") \
+                from None
+        raise
+
+
+def write_text_atomic(path: str, text: str, suffix: str = "") -> None:
+    def write(tmp: str) -> None:
+        with open(tmp, "w", encoding="utf-8") as f:
+            f.write(text)
+
+    write_atomic(path, write, suffix)
