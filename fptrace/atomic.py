@@ -10,13 +10,11 @@ from typing import Callable
 
 def write_atomic(path: str, write: Callable[[str], None], suffix: str = "") -> None:
     """Call write(tmp_path) to fill a temporary file, then move it onto `path`."""
-    from .errors import BadInput
-
     folder = os.path.dirname(os.path.abspath(path))
     try:
         fd, tmp = tempfile.mkstemp(prefix=".fptrace-", suffix=suffix, dir=folder)
     except OSError as e:
-        raise BadInput(f"cannot write {path}: {e.strerror}") from None
+        raise _error(path, e) from None
     os.close(fd)
     try:
         umask = os.umask(0)
@@ -30,9 +28,22 @@ def write_atomic(path: str, write: Callable[[str], None], suffix: str = "") -> N
         if os.path.exists(tmp):
             os.remove(tmp)
         if isinstance(e, OSError):
-            raise BadInput(f"cannot write {path}: {e.strerror or e}; nothing was written") \
-                from None
+            raise _error(path, e) from None
         raise
+
+
+def _error(path: str, e: OSError) -> Exception:
+    """A path the user cannot write to is bad input (exit 2); a fault while writing (a full
+    disk) is a failed write (exit 74). Either way nothing was written."""
+    import errno
+
+    from .errors import BadInput, WriteFailed
+
+    msg = f"cannot write {path}: {e.strerror or e}; nothing was written"
+    if e.errno in (errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOENT, errno.ENOTDIR,
+                   errno.EISDIR):
+        return BadInput(msg)
+    return WriteFailed(msg)
 
 
 def write_text_atomic(path: str, text: str, suffix: str = "") -> None:

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, Sequence
 
-from .errors import BadInput, FptraceError
+from .errors import BadInput, FptraceError, WriteFailed
 from .results import SCHEMA_VERSION
 
 SUFFIXES = (".txt", ".jsonl")
@@ -140,6 +140,7 @@ class OutFile:
         self.path = Path(path)
         self.force = force
         self.done: set[str] = set()
+        self.written = 0  # complete records in the file
         self.first: dict | None = None  # the first trace record already in the file
         self.fd: int | None = None
 
@@ -201,6 +202,7 @@ class OutFile:
         if len(complete) < len(data):
             os.ftruncate(fd, len(complete))
         self.done = {str(r["id"]) for r in records}
+        self.written = len(records)
         self.first = next((r for r in records if r["kind"] == "trace"), None)
 
     def check_compatible(self, model_name: str, top_k: int, snippet: int,
@@ -224,15 +226,28 @@ class OutFile:
                 "or choose another --out")
 
     def append(self, lines: list[str]) -> None:
-        """Whole lines, each in one write; then fsync, so a record is either there or not."""
+        """Whole lines, each in one write; then fsync, so a record is either there or not.
+        A failed write (a full disk) is cut back off, so every earlier record stays intact."""
         assert self.fd is not None
-        for line in lines:
-            data = (line + "\n").encode("utf-8")
-            view = memoryview(data)
-            while view:
-                n = os.write(self.fd, view)
-                view = view[n:]
-        os.fsync(self.fd)
+        start = os.lseek(self.fd, 0, os.SEEK_END)
+        try:
+            for line in lines:
+                data = (line + "\n").encode("utf-8")
+                view = memoryview(data)
+                while view:
+                    n = os.write(self.fd, view)
+                    view = view[n:]
+            os.fsync(self.fd)
+        except OSError as e:
+            try:
+                os.ftruncate(self.fd, start)
+            except OSError:
+                pass
+            raise WriteFailed(
+                f"writing {self.path} failed: {e.strerror or e}; the {self.written} records "
+                "before it are intact: free some space and run the same command again to "
+                "resume") from None
+        self.written += len(lines)
 
     def close(self) -> None:
         if self.fd is not None:
@@ -265,7 +280,12 @@ def record_line(item: PromptItem, result: Any = None, error: str | None = None,
     else:
         rec = {"kind": "error", "schema_version": SCHEMA_VERSION, **head, "prompt": item.prompt,
                "error": error, "error_type": error_type, "nonfinite": []}
-    return json.dumps(rec, ensure_ascii=False, allow_nan=False)
+    line = json.dumps(rec, ensure_ascii=False, allow_nan=False)
+    try:
+        line.encode("utf-8")
+    except UnicodeEncodeError:  # a lone surrogate from a .jsonl "\ud800" escape: keep it escaped
+        line = json.dumps(rec, ensure_ascii=True, allow_nan=False)
+    return line
 
 
 @dataclass
@@ -288,6 +308,7 @@ def run_batch(lm: Any, items: list[PromptItem], out: Callable[[list[str]], None]
     group's lines to `out` as soon as they are ready. progress(prompts, tokens) is called after
     each group. A failing prompt becomes an error record; a failing group is retried one prompt
     at a time, so one bad prompt never costs the others."""
+    from .models.tokenizers import check_prompt
     from .tracer import _prepare, run_traces
 
     if batch_size < 1:
@@ -328,8 +349,7 @@ def run_batch(lm: Any, items: list[PromptItem], out: Callable[[list[str]], None]
                     lines[it.id] = record_line(it, error=it.error, error_type="BadInput")
                     continue
                 try:
-                    if not it.prompt or not it.prompt.strip():
-                        raise BadInput("the prompt is empty")
+                    check_prompt(it.prompt or "")
                     ids, dropped[it.id] = _prepare(lm, it.prompt, truncate)
                 except FptraceError as e:
                     lines[it.id] = fail(it, e)

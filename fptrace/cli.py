@@ -93,9 +93,12 @@ def guarded(fn: Callable[..., Any]) -> Callable[..., Any]:
             fail(str(e), e.exit_code)
         except KeyboardInterrupt:
             fail("interrupted", 130)
-        except MemoryError:
-            fail("out of memory; try a smaller model, --dtype bfloat16, or a shorter prompt", 3)
         except Exception as e:  # a bug of ours: still one line, the traceback on request
+            from .hooks import is_oom
+
+            if is_oom(e):
+                fail("out of memory: try --dtype bfloat16, --device-map auto, a shorter prompt "
+                     f"or a smaller model ({type(e).__name__}: {str(e)[:120]})", 3)
             if os.environ.get("FPTRACE_DEBUG"):
                 raise
             fail(f"internal error: {type(e).__name__}: {e} (set FPTRACE_DEBUG=1 for the "

@@ -45,3 +45,15 @@ class Mismatch(FptraceError):
     """A recomputation that does not reproduce the model's own numbers."""
 
     exit_code = 5
+
+
+class WriteFailed(FptraceError):
+    """An output file could not be written (a full disk, say); what was written before is kept."""
+
+    exit_code = 74  # EX_IOERR
+
+
+class OutOfMemory(FptraceError):
+    """A load or forward pass that needs more memory than the device has."""
+
+    exit_code = 3

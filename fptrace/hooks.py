@@ -61,6 +61,13 @@ class Capture:
         return (total / m.sum(dim=-1).clamp(min=1)).to(self.home or h.device)
 
 
+def is_oom(e: BaseException) -> bool:
+    """torch's OutOfMemoryError (CUDA, MPS), a CPU allocation failure, or Python's MemoryError."""
+    return isinstance(e, MemoryError) or type(e).__name__ == "OutOfMemoryError" or (
+        isinstance(e, RuntimeError) and ("out of memory" in str(e).lower()
+                                         or "failed to allocate" in str(e).lower()))
+
+
 @contextlib.contextmanager
 def capture_stats(parts: ModelParts, cap: Capture) -> Iterator[Capture]:
     """Register the hooks, yield, and remove every handle whatever happens.
@@ -115,7 +122,11 @@ def capture_stats(parts: ModelParts, cap: Capture) -> Iterator[Capture]:
             yield cap
         except TraceFailed:
             raise
-        except (RuntimeError, ValueError, IndexError, TypeError) as e:
+        except Exception as e:
+            if is_oom(e):
+                raise  # the caller knows the sizes to name
+            if not isinstance(e, (RuntimeError, ValueError, IndexError, TypeError)):
+                raise
             where = "the embedding" if cap.last_block is None else f"block {cap.last_block}"
             nxt = "block 0" if cap.last_block is None else f"block {cap.last_block + 1}"
             msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__

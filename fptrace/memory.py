@@ -45,3 +45,26 @@ def check_fits(needed: int, device: Any, what: str) -> None:
             f"{what} need {human_bytes(needed)} on {device} but only {human_bytes(free)} is free; "
             "try --dtype bfloat16, --device-map auto (spreads blocks over GPUs, CPU and disk), "
             "a smaller model, or `fptrace shapes` (no weights needed)")
+
+
+def forward_bytes(config: Any, batch: int, seq_len: int, logits_positions: int, dtype_bytes: int
+                  ) -> int:
+    """A rough peak of one forward pass's activations: the few (B, T, d)-sized tensors alive in
+    a block, the MLP's hidden layer, one layer's attention scores, and the logits (float32)."""
+    d = int(getattr(config, "hidden_size", 0) or getattr(config, "n_embd", 0))
+    heads = int(getattr(config, "num_attention_heads", 0) or getattr(config, "n_head", 0))
+    d_mlp = int(getattr(config, "intermediate_size", 0) or getattr(config, "n_inner", 0) or 4 * d)
+    vocab = int(getattr(config, "vocab_size", 0))
+    per_block = batch * seq_len * (6 * d + 3 * d_mlp) + batch * heads * seq_len * seq_len
+    return per_block * dtype_bytes + batch * logits_positions * vocab * 4
+
+
+def out_of_memory(config: Any, device: Any, batch: int, seq_len: int, logits_positions: int,
+                  dtype_bytes: int) -> str:
+    need = forward_bytes(config, batch, seq_len, logits_positions, dtype_bytes)
+    free = available_bytes(device)
+    have = f", {human_bytes(free)} free" if free is not None else ""
+    return (f"out of memory on {device} in the forward pass over {batch} × {seq_len} tokens "
+            f"(it needs roughly {human_bytes(need)} of activations{have}); try a shorter prompt, "
+            "a smaller --batch-size, --dtype bfloat16, --device-map auto"
+            + (", or leave out --all-positions" if logits_positions > 1 else ""))

@@ -6,7 +6,7 @@ from typing import Any, Sequence
 
 from . import stats
 from .errors import BadInput
-from .hooks import Capture, capture_stats
+from .hooks import Capture, capture_stats, is_oom
 from .models.loading import LoadedModel
 from .models.tokenizers import encode_prompt
 from .results import (FinalNormStats, LayerStats, LensCell, ModelInfo, ShapeStep, Token,
@@ -139,8 +139,18 @@ def run_traces(lm: LoadedModel, prompts: Sequence[str | Sequence[int]], *, top_k
     cap = Capture(mask=mask if padded else None, home=device,
                   keep_positions=min(T, LENS_GRID_POSITIONS) if lens_grid else 0)
     model = lm.model
-    with torch.inference_mode(), capture_stats(lm.parts, cap):
-        out = model(input_ids, **kwargs)
+    try:
+        with torch.inference_mode(), capture_stats(lm.parts, cap):
+            out = model(input_ids, **kwargs)
+    except Exception as e:
+        if not is_oom(e):
+            raise
+        from .errors import OutOfMemory
+        from .memory import out_of_memory
+
+        raise OutOfMemory(out_of_memory(lm.config, device, B, T, T if all_positions else 1,
+                                        torch.empty((), dtype=lm.dtype).element_size())
+                          ) from None
     logits = out.logits  # (B, 1, V) or (B, T, V)
     logits_shape = tuple(logits.shape)
 

@@ -6,6 +6,12 @@ from __future__ import annotations
 import os
 
 import pytest
+from hypothesis import settings
+
+# Fuzzing: CI runs a bounded number of examples; HYPOTHESIS_PROFILE=fuzz runs many more.
+settings.register_profile("ci", max_examples=12, deadline=None, derandomize=True)
+settings.register_profile("fuzz", max_examples=400, deadline=None)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")

@@ -16,7 +16,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from ..errors import BadInput, FptraceError, ModelLoadError, ModelNotFound, UnsafeModel
+from ..errors import (BadInput, FptraceError, ModelLoadError, ModelNotFound, UnsafeModel,
+                      UnsupportedModel)
 from .families import ModelParts, resolve_parts
 from .registry import DEFAULT_MODEL, KnownModel, ModelSpec, resolve
 from .tokenizers import OFFLINE, HFTokenizer, TextTokenizer
@@ -189,7 +190,13 @@ def _config_from_dict(d: dict[str, Any]) -> Any:
     try:
         return AutoConfig.for_model(model_type, **d)
     except (ValueError, KeyError) as e:
-        raise ModelLoadError(f"cannot build a config of type {model_type!r}: {e}") from None
+        import transformers
+
+        if "Unrecognized model identifier" in str(e):
+            raise UnsupportedModel(f"transformers {transformers.__version__} does not know the "
+                                   f"model type {model_type!r}") from None
+        raise ModelLoadError(f"cannot build a config of type {model_type!r}: "
+                             f"{_short(e)}") from None
 
 
 def _read_json(path: str) -> dict[str, Any]:
@@ -434,6 +441,19 @@ def _random_model(config: Any, seed: int, dtype: Any, device: Any) -> Any:
     return model
 
 
+def _needs_remote_code(config_path: str, trust_remote_code: bool) -> bool:
+    """True when the config names its own Python code (auto_map) and the user allowed it;
+    refuses when they did not. The code is never imported without --trust-remote-code."""
+    data = _read_json(config_path)
+    if "auto_map" not in data:
+        return False
+    if not trust_remote_code:
+        raise UnsafeModel(f"{os.path.dirname(config_path)} needs its own Python code to load "
+                          f"(auto_map in config.json: {', '.join(sorted(data['auto_map']))}); "
+                          "pass --trust-remote-code only if you trust its source")
+    return True
+
+
 def _placed(device_map: str | None, max_memory: str | None, offload_folder: str | None
             ) -> dict | None:
     """from_pretrained arguments for Accelerate's big-model inference, or None."""
@@ -522,7 +542,8 @@ def load_model(name: str = DEFAULT_MODEL, *, random_weights: bool = False, seed:
         source = spec.path
     elif spec.kind == "folder":
         safe = _check_folder_weights(spec.path, allow_pickle)
-        _estimate(load_config(spec), dt, dev, placed, progress)
+        if not _needs_remote_code(os.path.join(spec.path, "config.json"), trust_remote_code):
+            _estimate(load_config(spec), dt, dev, placed, progress)
         model = _from_pretrained(spec.path, safe, trust_remote_code, dt, placed)
         source = os.path.abspath(spec.path)
     else:
@@ -530,7 +551,8 @@ def load_model(name: str = DEFAULT_MODEL, *, random_weights: bool = False, seed:
         folder = os.path.dirname(config_path)
         _ensure_hub_weights(spec.hub_id, folder)
         safe = _check_folder_weights(folder, allow_pickle)
-        _estimate(load_config(spec), dt, dev, placed, progress)
+        if not _needs_remote_code(config_path, trust_remote_code):
+            _estimate(load_config(spec), dt, dev, placed, progress)
         model = _from_pretrained(folder, safe, trust_remote_code, dt, placed)
         source = f"hub:{spec.hub_id}"
     model.eval()

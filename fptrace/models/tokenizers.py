@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import re
 from typing import Any, Callable, Protocol
 
 from ..errors import BadInput, ModelNotFound
@@ -188,9 +189,22 @@ OFFLINE: dict[str, Callable[[dict], TextTokenizer]] = {
 }
 
 
+MAX_PROMPT_CHARS = 1_000_000  # beyond any context window fptrace can trace
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
 def check_prompt(prompt: str) -> str:
+    """Refuse what no tokenizer can take, with the reason: empty text, lone surrogates (half a
+    UTF-16 pair: not Unicode text, e.g. from a broken terminal or file), absurd sizes."""
     if not prompt.strip():
         raise BadInput("the prompt is empty: give some text to trace")
+    if len(prompt) > MAX_PROMPT_CHARS:
+        raise BadInput(f"the prompt is {len(prompt):,} characters; fptrace reads at most "
+                       f"{MAX_PROMPT_CHARS:,}")
+    bad = _SURROGATE.search(prompt)
+    if bad:
+        raise BadInput(f"the prompt holds a lone surrogate (U+{ord(bad.group()):04X}) at "
+                       f"character {bad.start()}: it is not valid Unicode text")
     return prompt
 
 

