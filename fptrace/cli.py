@@ -593,9 +593,26 @@ def schema(
         sys.stdout.write(json.dumps(json_schema(), indent=2, ensure_ascii=False) + "\n")
 
 
-def main() -> None:
-    app()
-
+def main(argv: list[str] | None = None) -> None:
+    """The console entry point. Usage errors (a bad option value, a missing argument, an
+    unknown command) get the same single line as every other error, not a multi-line box."""
+    # click's UsageError, whether typer vendors click (0.29+) or uses it (older releases)
+    usage_error = next(c for c in typer.BadParameter.__mro__ if c.__name__ == "UsageError")
+    try:
+        rc = app(args=argv, prog_name="fptrace", standalone_mode=False)
+    except usage_error as e:
+        ctx = getattr(e, "ctx", None)
+        if type(e).__name__ == "NoArgsIsHelpError":  # bare `fptrace`: the help
+            sys.stdout.write(ctx.get_help() + "\n" if ctx else "")
+            sys.exit(0)
+        where = f" (see {ctx.command_path} --help)" if ctx else ""
+        _stderr().print(f"fptrace: error: {' '.join(e.format_message().split())}{where}",
+                        markup=False, soft_wrap=True)
+        rc = 2
+    except typer.Abort:
+        _stderr().print("fptrace: error: interrupted", markup=False)
+        rc = 130
+    sys.exit(rc if isinstance(rc, int) else 0)
 
 if __name__ == "__main__":
     main()

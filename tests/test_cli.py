@@ -180,3 +180,14 @@ def test_pickle_weights_refused(tmp_path):
 def test_folder_without_config(tmp_path):
     line = one_line_error(invoke("run", "hi", "--model", str(tmp_path)))
     assert "config.json" in line
+
+
+@pytest.mark.parametrize("args,needle", [
+    (["run", "hi", "--top-k", "0"], "--top-k"), (["run", "hi", "--top-k", "x"], "--top-k"),
+    (["run"], "Missing argument"), (["nosuch"], "No such command")])
+def test_usage_errors_are_one_line_too(args, needle):
+    """Through the real entry point: click's usage errors become one `fptrace: error:` line."""
+    p = subprocess.run([sys.executable, "-m", "fptrace", *args], capture_output=True, text=True)
+    assert p.returncode == 2
+    lines = p.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("fptrace: error:") and needle in lines[0]

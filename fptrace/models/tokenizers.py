@@ -203,8 +203,12 @@ def check_prompt(prompt: str) -> str:
                        f"{MAX_PROMPT_CHARS:,}")
     bad = _SURROGATE.search(prompt)
     if bad:
-        raise BadInput(f"the prompt holds a lone surrogate (U+{ord(bad.group()):04X}) at "
-                       f"character {bad.start()}: it is not valid Unicode text")
+        code = ord(bad.group())
+        if 0xDC80 <= code <= 0xDCFF:  # how Python hands over bytes that were not UTF-8
+            raise BadInput(f"the prompt holds bytes that are not UTF-8 (0x{code - 0xDC00:02X} "
+                           f"at character {bad.start()}); give UTF-8 text")
+        raise BadInput(f"the prompt holds a lone surrogate (U+{code:04X}) at character "
+                       f"{bad.start()}: it is not valid Unicode text")
     return prompt
 
 

@@ -1,0 +1,142 @@
+"""Run every bad input fptrace has been tried with and write docs/bad-inputs.md: the command,
+the exit code and the one line the user sees. The table is real output of the current code.
+
+Usage: python scripts/bad_inputs.py [--out docs/bad-inputs.md]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def tiny_folder(tmp: str) -> str:
+    sys.path.insert(0, os.path.join(ROOT, "tests"))
+    from pathlib import Path
+
+    from conftest import make_gpt2_folder
+
+    return str(make_gpt2_folder(Path(tmp))[0])
+
+
+def cases(tmp: str, folder: str) -> list[tuple[str, list[str], dict]]:
+    """(what, argv after `fptrace`, setup notes)"""
+    p = lambda *a: os.path.join(tmp, *a)  # noqa: E731
+    with open(p("notes.txt"), "w") as f:
+        f.write("my notes\n")
+    with open(p("prompts.txt"), "w") as f:
+        f.write("The cat sat\n")
+    with open(p("bad.jsonl"), "wb") as f:
+        f.write(b'{"prompt": "ok"}\n{"prompt": broken\n')
+    with open(p("latin1.txt"), "wb") as f:
+        f.write(b"caf\xe9\n")
+    with open(p("empty.txt"), "w") as f:
+        f.write("\n\n")
+    with open(p("random.gguf"), "wb") as f:
+        f.write(b"GGUF" + os.urandom(4096))
+    os.makedirs(p("pickle"), exist_ok=True)
+    pk = p("pickle")
+    shutil.copy(os.path.join(folder, "config.json"), pk)
+    with open(os.path.join(pk, "pytorch_model.bin"), "wb") as f:
+        f.write(b"\x80\x04not really")
+    os.makedirs(p("remote"), exist_ok=True)
+    with open(p("remote", "config.json"), "w") as f:
+        json.dump({"model_type": "custom", "auto_map": {"AutoModelForCausalLM": "m.Custom"}}, f)
+    open(p("remote", "model.safetensors"), "wb").close()
+    from conftest import build_tiny
+
+    build_tiny("gpt_neox").save_pretrained(p("neox"))
+    m = ["-m", folder]
+    return [
+        ("empty prompt", ["run", "  "]),
+        # bytes that are not UTF-8 reach Python as lone surrogates (surrogateescape)
+        ("invalid UTF-8 bytes in the prompt", ["run", b"caf\xe9", *m]),
+        ("prompt longer than the context", ["run", "word " * 100, *m]),
+        ("unknown model", ["run", "hi", "--model", "gpt-3"]),
+        ("missing .gguf file", ["run", "hi", "--model", p("nope.gguf")]),
+        ("corrupt .gguf file", ["run", "hi", "--model", p("random.gguf")]),
+        ("hub id not in the cache, offline", ["run", "hi", "--model", "nobody/nothing"]),
+        ("pickle weights", ["run", "hi", "--model", pk]),
+        ("model code without --trust-remote-code", ["run", "hi", "--model", p("remote")]),
+        ("unknown device", ["run", "hi", *m, "--device", "tpu"]),
+        ("CUDA asked for, none here", ["run", "hi", *m, "--device", "cuda"]),
+        ("unknown dtype", ["run", "hi", *m, "--dtype", "float8"]),
+        ("malformed --max-memory", ["run", "hi", *m, "--device-map", "auto",
+                                    "--max-memory", "0=lots"]),
+        ("--top-k 0", ["run", "hi", *m, "--top-k", "0"]),
+        ("--snippet -1", ["run", "hi", *m, "--snippet", "-1"]),
+        ("plot into a missing folder", ["run", "hi", *m, "--plot", p("no", "t.png")]),
+        ("plot format the extension does not name", ["run", "hi", *m, "--plot", p("t.xyz")]),
+        ("--layer out of range", ["explain", "hi", *m, "--layer", "7"]),
+        ("--head out of range", ["explain", "hi", *m, "--head", "9"]),
+        ("--top-p outside (0, 1]", ["explain", "hi", *m, "--top-p", "1.5"]),
+        ("negative temperature", ["explain", "hi", *m, "--temperature", "-1"]),
+        ("family with no walkthrough", ["explain", "hi", "--model", p("neox")]),
+        ("not an integer", ["run", "hi", *m, "--top-k", "many"]),
+        ("missing argument", ["explain"]),
+        ("unknown command", ["trace", "hi"]),
+        ("-n 0", ["generate", "hi", *m, "-n", "0"]),
+        ("-n beyond the context", ["generate", "hi", *m, "-n", "100"]),
+        ("shapes: negative --seq-len", ["shapes", "--seq-len", "-3"]),
+        ("shapes: no offline tokenizer", ["shapes", "hello", "--model", "mistral-7b"]),
+        ("batch: missing input file", ["batch", p("none.txt"), "-o", p("o.jsonl"), *m]),
+        ("batch: empty input", ["batch", p("empty.txt"), "-o", p("o.jsonl"), *m]),
+        ("batch: --out is a folder", ["batch", p("prompts.txt"), "-o", tmp, *m]),
+        ("batch: --out is someone else's file", ["batch", p("prompts.txt"), "-o",
+                                                 p("notes.txt"), *m]),
+        ("batch: malformed .jsonl line", ["batch", p("bad.jsonl"), "-o", p("b.jsonl"), *m]),
+        ("batch: invalid UTF-8", ["batch", p("latin1.txt"), "-o", p("c.jsonl"), *m]),
+        ("report: not an .html path", ["report", "hi", *m, "--out", p("r.txt")]),
+    ]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", default=os.path.join(ROOT, "docs", "bad-inputs.md"))
+    args = ap.parse_args()
+    tmp = tempfile.mkdtemp(prefix="fptrace-bad-")
+    folder = tiny_folder(tmp)
+    rows = []
+    for what, argv in cases(tmp, folder):
+        r = subprocess.run([sys.executable, "-m", "fptrace", *argv], capture_output=True,
+                           text=True, errors="replace", timeout=300, cwd=ROOT)
+        err = [l for l in r.stderr.splitlines() if l.strip()]
+        last = err[-1] if err else ""
+        if "Traceback" in r.stderr:
+            last = "TRACEBACK (a bug)"
+        shown = " ".join(repr(a)[1:] if isinstance(a, bytes) else
+                         a if len(a) < 40 else a[:20] + "…" for a in argv)
+        rows.append((what, shown.replace(tmp, "$TMP"), r.returncode,
+                     last.replace(tmp, "$TMP")))
+        print(f"{r.returncode:>3}  {what}", file=sys.stderr)
+    shutil.rmtree(tmp, ignore_errors=True)
+    lines = ["# Bad input, tried on purpose", "",
+             "Generated by `python scripts/bad_inputs.py` from real runs of the current code "
+             "(`$TMP` is the script's temporary folder; `tiny-gpt2` a 2-block GPT-2 saved "
+             "there). Each row is what a user sees: the exit code and the one line on stderr. "
+             "Exit codes: 1 some batch prompts failed (their records say why), 2 bad input, "
+             "3 the forward pass failed or ran out of memory, 4 NaN/Inf in the trace, 5 explain "
+             "does not match the model, 74 an output could not be written (a full disk), 130 "
+             "interrupted. The tests in `tests/test_hardening.py` also fuzz every command with "
+             "generated prompts and options, corrupt weights with NaN/Inf, truncate and falsify "
+             "safetensors and GGUF files, fill the disk during `batch` and `report`, and "
+             "simulate running out of memory.", "",
+             "| bad input | command (`fptrace …`) | exit | what the user sees (stderr) |",
+             "|---|---|---:|---|"]
+    for what, cmd, code, last in rows:
+        esc = lambda t: t.replace("|", "\\|")  # noqa: E731
+        lines.append(f"| {esc(what)} | `{esc(cmd)}` | {code} | {esc(last)} |")
+    with open(args.out, "w", encoding="utf-8") as f:
+        f.write("\n".join(lines) + "\n")
+    print(f"wrote {args.out}", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()
