@@ -8,6 +8,19 @@ import tempfile
 from typing import Callable
 
 
+def check_target(path: str, what: str, example: str) -> None:
+    """Before any work: the folder exists and is writable, and the path is not a folder."""
+    from .errors import BadInput
+
+    folder = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(folder):
+        raise BadInput(f"{what} {path}: the folder {folder} does not exist")
+    if not os.access(folder, os.W_OK):
+        raise BadInput(f"{what} {path}: the folder {folder} is not writable")
+    if os.path.isdir(path):
+        raise BadInput(f"{what} {path} is a folder; give a file name such as {path}/{example}")
+
+
 def write_atomic(path: str, write: Callable[[str], None], suffix: str = "") -> None:
     """Call write(tmp_path) to fill a temporary file, then move it onto `path`."""
     folder = os.path.dirname(os.path.abspath(path))

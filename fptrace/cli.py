@@ -130,6 +130,13 @@ def load(model: str, random_weights: bool, seed: int, device: str, dtype: str,
                       progress=lambda m: err.print(f"[dim]{m}[/dim]", soft_wrap=True))
 
 
+def _write_plot(fig: Any, path: str) -> None:
+    from .render.plots import save
+
+    save(fig, path)
+    _stderr().print(f"[dim]wrote {path}[/dim]", soft_wrap=True)
+
+
 def emit_json(result: Any) -> None:
     from .schema import to_json
 
@@ -180,10 +187,9 @@ def run(
     trace = run_trace(lm, prompt, top_k=top_k, snippet=snippet, all_positions=all_positions,
                       truncate=truncate, lens_grid=plot is not None)
     if plot is not None:
-        from .render.plots import save, trace_figure
+        from .render.plots import trace_figure
 
-        save(trace_figure(trace)[0], plot)
-        _stderr().print(f"[dim]wrote {plot}[/dim]", soft_wrap=True)
+        _write_plot(trace_figure(trace)[0], plot)
     if as_json:
         emit_json(trace)
     else:
@@ -278,10 +284,9 @@ def explain(
                          top_k=top_k, top_p=top_p, seed=seed, show=show,
                          all_heads=plot is not None)
     if plot is not None:
-        from .render.plots import attention_figure, save
+        from .render.plots import attention_figure
 
-        save(attention_figure(result)[0], plot)
-        _stderr().print(f"[dim]wrote {plot}[/dim]", soft_wrap=True)
+        _write_plot(attention_figure(result)[0], plot)
     if as_json:
         emit_json(result)
     else:

@@ -96,13 +96,9 @@ def build_html(trace: Trace, explanation: Explanation) -> str:
 
 
 def check_out(path: str) -> None:
-    folder = os.path.dirname(os.path.abspath(path))
-    if not os.path.isdir(folder):
-        raise BadInput(f"--out {path}: the folder {folder} does not exist")
-    if not os.access(folder, os.W_OK):
-        raise BadInput(f"--out {path}: the folder {folder} is not writable")
-    if os.path.isdir(path):
-        raise BadInput(f"--out {path} is a folder; give a file name such as {path}/report.html")
+    from .atomic import check_target
+
+    check_target(path, "--out", "report.html")
     if os.path.splitext(path)[1].lower() not in (".html", ".htm"):
         raise BadInput(f"--out {path}: a report is an .html file")
 

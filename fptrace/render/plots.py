@@ -22,13 +22,9 @@ def _mpl() -> Any:
 
 def check_path(path: str, what: str = "--plot") -> str:
     """The format named by the extension, or one clear error (before any work is done)."""
-    folder = os.path.dirname(os.path.abspath(path))
-    if not os.path.isdir(folder):
-        raise BadInput(f"{what} {path}: the folder {folder} does not exist")
-    if not os.access(folder, os.W_OK):
-        raise BadInput(f"{what} {path}: the folder {folder} is not writable")
-    if os.path.isdir(path):
-        raise BadInput(f"{what} {path} is a folder; give a file name such as {path}/trace.png")
+    from ..atomic import check_target
+
+    check_target(path, what, "trace.png")
     ext = os.path.splitext(path)[1].lower().lstrip(".")
     formats = ("png", "svg", "pdf", "jpg", "jpeg", "webp")
     if ext not in formats:
