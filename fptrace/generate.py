@@ -39,8 +39,9 @@ def _cache_kwarg(model: Any) -> str:
     return "cache" if "cache" in params else "past_key_values"
 
 
-def _kv(cache: Any) -> tuple[tuple[int, ...], int, int]:
-    """Shape of one layer's keys, number of layers, and bytes of all keys and values."""
+def _kv(cache: Any) -> tuple[tuple[int, ...], int, int, tuple[str, ...]]:
+    """One layer's key shape, the number of layers, the bytes of all keys and values, and the
+    shape of every layer's keys as ranges ("layers 0–29: (1, 3, 16, 64)")."""
     layers = getattr(cache, "layers", None)
     if layers is None:  # older caches keep key_cache / value_cache lists
         keys, values = cache.key_cache, cache.value_cache
@@ -48,7 +49,16 @@ def _kv(cache: Any) -> tuple[tuple[int, ...], int, int]:
         keys = [layer.keys for layer in layers]
         values = [layer.values for layer in layers]
     total = sum(t.numel() * t.element_size() for t in (*keys, *values) if t is not None)
-    return tuple(int(d) for d in keys[0].shape), len(keys), int(total)
+    shapes = [tuple(int(d) for d in k.shape) for k in keys]
+    runs: list[list] = []  # [first, last, shape]
+    for i, sh in enumerate(shapes):
+        if runs and runs[-1][2] == sh:
+            runs[-1][1] = i
+        else:
+            runs.append([i, i, sh])
+    layout = tuple((f"layer {a}" if a == b else f"layers {a}–{b}") + ": ("
+                   + ", ".join(str(d) for d in sh) + ")" for a, b, sh in runs)
+    return shapes[0], len(keys), int(total), layout
 
 
 def check_length(lm: LoadedModel, n_prompt: int, max_new_tokens: int) -> None:
@@ -125,7 +135,7 @@ def generate(lm: LoadedModel, prompt: Any, *, max_new_tokens: int = 12,
         if logits_out is not None:
             logits_out.append(logits.detach().cpu().clone())
         n_in = next_input.shape[1]
-        kv_shape, kv_layers, kv_bytes = _kv(cache)
+        kv_shape, kv_layers, kv_bytes, kv_layout = _kv(cache)
         probs = torch.softmax(logits, dim=-1)
         alt_ids, alt_p, alt_l = stats.top_k(logits, alternatives)
         rank = int((probs > probs[choice]).sum()) + 1
@@ -144,7 +154,7 @@ def generate(lm: LoadedModel, prompt: Any, *, max_new_tokens: int = 12,
             index=index, phase="prefill" if index == 0 else "decode",
             input_shape=tuple(int(d) for d in next_input.shape),
             stream_shape=seen.get("shape", ()), positions=tuple(range(pos, pos + n_in)),
-            kv_shape=kv_shape, kv_layers=kv_layers, kv_bytes=kv_bytes,
+            kv_shape=kv_shape, kv_layers=kv_layers, kv_bytes=kv_bytes, kv_layout=kv_layout,
             token=TopToken(rank, choice, _text(lm, choice), float(probs[choice]),
                            float(logits[choice])),
             sample_prob=float(dist[choice]),

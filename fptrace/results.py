@@ -280,6 +280,7 @@ class GenStep:
     kv_shape: tuple[int, ...]  # one layer's keys (= values): (B, kv_heads, positions, head_dim)
     kv_layers: int  # layers holding such a pair
     kv_bytes: int  # keys + values of every layer
+    kv_layout: tuple[str, ...]  # every layer's key shape, as ranges: "layers 0–29: (1, 3, 6, 64)"
     token: TopToken  # the chosen token, with its probability under the model (temperature 1)
     sample_prob: float  # its probability under the sampling distribution
     alternatives: tuple[TopToken, ...]  # the model's most probable tokens at this step

@@ -279,6 +279,8 @@ FIELDS = {
                     "key/value heads, positions, head_dim).",
         "kv_layers": "Layers holding cached keys and values.",
         "kv_bytes": "Bytes of every cached key and value after the step.",
+        "kv_layout": "Every layer's cached key shape, as ranges of layers with the same shape "
+                     "(`layers 0–29: (1, 3, 6, 64)`); values have the same shapes.",
         "token": "The chosen token; its `prob` and `rank` are under the model's own "
                  "distribution (temperature 1).",
         "sample_prob": "The chosen token's probability under the sampling distribution.",

@@ -61,6 +61,7 @@ def test_kv_cache_shapes_and_bytes(tiny_lm):
         positions = len(IDS) + k
         assert s.kv_shape == (1, n_kv, positions, head_dim)
         assert s.kv_layers == L
+        assert s.kv_layout == (f"layers 0–{L - 1}: (1, {n_kv}, {positions}, {head_dim})",)
         assert s.kv_bytes == 2 * L * n_kv * positions * head_dim * 4  # float32 keys + values
         assert s.positions[-1] == positions - 1
 

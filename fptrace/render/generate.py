@@ -70,7 +70,7 @@ def summary(g: Generation) -> RenderableType:
                           "max_new_tokens": f"after -n {g.max_new_tokens} tokens"}[g.stop_reason])
     t.add_row("prefill", f"{len(g.tokens)} tokens in {g.prefill_seconds * 1000:.1f} ms")
     t.add_row("decode", f"{len(g.steps) - 1} steps in {g.decode_seconds * 1000:.1f} ms: {rate}")
-    t.add_row("KV cache", f"{last.kv_layers} layers × keys and values {shape(last.kv_shape)} "
+    t.add_row("KV cache", f"{'; '.join(last.kv_layout)}, keys and values "
               f"= {human_bytes(last.kv_bytes)} (after the prefill: "
               f"{human_bytes(first.kv_bytes)}; per token: "
               f"{human_bytes(last.kv_bytes // max(last.kv_shape[2], 1))})")
