@@ -52,7 +52,7 @@ def cases(tmp: str, folder: str) -> list[tuple[str, list[str], dict]]:
     open(p("remote", "model.safetensors"), "wb").close()
     from conftest import build_tiny
 
-    build_tiny("gpt_neox").save_pretrained(p("neox"))
+    build_tiny("starcoder2").save_pretrained(p("starcoder2"))
     m = ["-m", folder]
     return [
         ("empty prompt", ["run", "  "]),
@@ -78,7 +78,7 @@ def cases(tmp: str, folder: str) -> list[tuple[str, list[str], dict]]:
         ("--head out of range", ["explain", "hi", *m, "--head", "9"]),
         ("--top-p outside (0, 1]", ["explain", "hi", *m, "--top-p", "1.5"]),
         ("negative temperature", ["explain", "hi", *m, "--temperature", "-1"]),
-        ("family with no walkthrough", ["explain", "hi", "--model", p("neox")]),
+        ("family with no walkthrough", ["explain", "hi", "--model", p("starcoder2")]),
         ("not an integer", ["run", "hi", *m, "--top-k", "many"]),
         ("missing argument", ["explain"]),
         ("unknown command", ["trace", "hi"]),

@@ -17,7 +17,7 @@ from fptrace.walkthrough import explain, family_module
 from fptrace.walkthrough.steps import Steps
 from fptrace.models.loading import wrap_model
 
-EXPLAINED = ["gpt2", "llama", "mistral", "qwen2"]
+EXPLAINED = ["gpt2", "llama", "mistral", "qwen2", "gpt_neox", "phi3"]
 IDS = [5, 17, 42, 7, 9, 311]
 runner = CliRunner()
 
@@ -135,9 +135,26 @@ def test_bad_layer_and_head():
 
 
 def test_family_without_walkthrough():
-    lm = wrap_model(build_tiny("gpt_neox"), name="tiny-neox", random_weights=True)
-    with pytest.raises(UnsupportedModel, match="gpt_neox.*gpt2.*llama.*qwen2"):
+    lm = wrap_model(build_tiny("starcoder2"), name="tiny-starcoder2", random_weights=True)
+    with pytest.raises(UnsupportedModel, match="starcoder2.*gpt2.*llama.*qwen2.*phi3.*gpt_neox"):
         explain(lm, IDS)
+
+
+def test_gpt_neox_sequential_residual():
+    """GPT-NeoX with use_parallel_residual=False: the MLP reads x + attn_out."""
+    import conftest
+
+    cfg = dict(conftest.TINY_CONFIGS["gpt_neox"], use_parallel_residual=False)
+    old = conftest.TINY_CONFIGS["gpt_neox"]
+    conftest.TINY_CONFIGS["gpt_neox"] = cfg
+    try:
+        lm = wrap_model(build_tiny("gpt_neox"), name="tiny-neox-seq", random_weights=True)
+    finally:
+        conftest.TINY_CONFIGS["gpt_neox"] = old
+    e = explain(lm, IDS, layer=1)
+    assert e.match, [c for c in e.checks if not c.ok]
+    names = [s.name for s in e.steps if s.section == "mlp"]
+    assert names[0] == "residual add" and "post_attention_layernorm" in names
 
 
 @pytest.mark.slow

@@ -25,7 +25,8 @@ from ..tracer import NOTE_RANDOM, _prepare, _prompt_text, _text, model_info
 from .steps import Steps
 
 # family name (families.py) -> module in this package
-MODULES = {"gpt2": "gpt2", "llama": "llama", "qwen2": "llama"}
+MODULES = {"gpt2": "gpt2", "llama": "llama", "qwen2": "llama", "gpt_neox": "gpt_neox",
+           "phi3": "phi3"}
 
 # (atol, rtol) of a recomputed tensor against the model's, by its dtype (see _close). The
 # recomputation runs in float32, so against

@@ -43,7 +43,7 @@ def rope_tables(cfg: Any, T: int, hd: int, model: Any, device: Any) -> tuple[Any
         scaling = 1.0
         formula = f"θ_i = {theta:g}^(−2i/{hd}); q' = q·cos(pθ) + rotate_half(q)·sin(pθ), same for k"
     else:  # scaled RoPE (llama3, yarn, ...): the frequencies the model itself computed
-        rotary = model.get_submodule("model.rotary_emb")
+        rotary = next(m for name, m in model.named_modules() if name.endswith("rotary_emb"))
         inv_freq = rotary.inv_freq.float().to(device)  # (hd/2,)
         scaling = float(rotary.attention_scaling)
         formula = (f"{rope_type} RoPE, θ_i from the model's rotary buffer; "

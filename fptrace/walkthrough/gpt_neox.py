@@ -1,0 +1,97 @@
+"""One GPT-NeoX block (Pythia) and the final LayerNorm, recomputed from the checkpoint's own
+weights.
+
+Straight-line code in the manner of nanoGPT: B batch, T positions, C = hidden_size, nh heads of
+hs values. Three things differ from GPT-2: the fused QKV projection is laid out head by head
+([q|k|v] for head 0, then head 1, ...), RoPE rotates only the first `rotary_ndims` values of
+each head, and with `use_parallel_residual` attention and the MLP both read the block's input
+and are added together. Each `s(...)` call records the tensor just made.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import torch
+
+from .gpt2 import gelu, layer_norm
+from .llama import linear, rope_tables, rotate_half
+from .steps import Steps
+
+FAMILY = "gpt_neox"
+
+
+def block(x: Any, blk: Any, cfg: Any, layer: int, s: Steps, model: Any) -> Any:
+    """x: (B, T, C), the residual stream entering block `layer`. Returns the stream leaving it."""
+    B, T, C = x.shape
+    nh = cfg.num_attention_heads
+    hs = C // nh
+    eps = cfg.layer_norm_eps
+    params = getattr(cfg, "rope_parameters", None) or {}
+    rot = int(hs * params.get("partial_rotary_factor", getattr(cfg, "rotary_pct", 1.0)))
+    parallel = bool(getattr(cfg, "use_parallel_residual", True))
+    attn, mlp = blk.attention, blk.mlp
+
+    s.section = "attention"
+    h = layer_norm(x, blk.input_layernorm, eps)  # (B, T, C)
+    s("input_layernorm", "h = (x − mean) / √(var + ε) · γ + β", h)
+    qkv = linear(h, attn.query_key_value)  # (B, T, 3C)
+    s("query_key_value (fused)", f"qkv = h · W_qkvᵀ + b   W_qkv is ({3 * C}, {C})", qkv)
+    qkv = qkv.view(B, T, nh, 3 * hs).transpose(1, 2)  # (B, nh, T, 3hs)
+    q, k, v = qkv.chunk(3, dim=-1)  # 3 × (B, nh, T, hs)
+    s("heads, then split", f"qkv → (B, {nh}, T, 3·{hs}); q, k, v = its thirds (per head)", q,
+      note="shown: Q; K and V have the same shape")
+    cos, sin, formula = rope_tables(cfg, T, rot, model, x.device)  # (T, rot) each
+    q = torch.cat((q[..., :rot] * cos + rotate_half(q[..., :rot]) * sin, q[..., rot:]),
+                  dim=-1)  # (B, nh, T, hs)
+    k = torch.cat((k[..., :rot] * cos + rotate_half(k[..., :rot]) * sin, k[..., rot:]),
+                  dim=-1)  # (B, nh, T, hs)
+    s("RoPE on Q and K", f"the first {rot} of {hs} values per head: " + formula, q,
+      note="shown: Q; K is rotated the same way; the other values pass unchanged")
+    att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(hs))  # (B, nh, T, T)
+    s("scores", f"att = q · kᵀ / √{hs}", att, keep=True)
+    mask = torch.full((T, T), float("-inf"), device=x.device).triu(1)  # (T, T)
+    s("causal mask", "mask[i, j] = −∞ where j > i, else 0", mask)
+    att = att + mask  # (B, nh, T, T)
+    s("scores + mask", "att = att + mask   (position i sees positions 0..i)", att, keep=True)
+    att = torch.exp(att - att.amax(dim=-1, keepdim=True))  # (B, nh, T, T)
+    att = att / att.sum(dim=-1, keepdim=True)  # (B, nh, T, T)
+    s("softmax", "w = exp(att − max) / Σ_j exp(att − max)   (each row sums to 1)", att,
+      keep=True)
+    y = att @ v  # (B, nh, T, hs)
+    s("weights · V", "y = w · v", y)
+    y = y.transpose(1, 2).reshape(B, T, C)  # (B, T, C)
+    s("concat heads", f"y → transpose(1, 2) → (B, T, {C})", y)
+    attn_out = linear(y, attn.dense)  # (B, T, C)
+    s("dense (W_O)", "attn_out = y · W_Oᵀ + b", attn_out, keep=True)
+
+    s.section = "mlp"
+    if parallel:
+        h = layer_norm(x, blk.post_attention_layernorm, eps)  # (B, T, C)
+        s("post_attention_layernorm", "h = LayerNorm(x)   (parallel: the block's input, not "
+          "x + attn_out)", h)
+    else:
+        x = x + attn_out  # (B, T, C)
+        s("residual add", "x = x + attn_out", x)
+        h = layer_norm(x, blk.post_attention_layernorm, eps)  # (B, T, C)
+        s("post_attention_layernorm", "h = (x − mean) / √(var + ε) · γ + β", h)
+    u = linear(h, mlp.dense_h_to_4h)  # (B, T, 4C)
+    s("dense_h_to_4h (MLP up)", f"u = h · W_upᵀ + b   W_up is ({u.shape[-1]}, {C})", u)
+    a, formula = gelu(u, cfg.hidden_act)  # (B, T, 4C)
+    s("GELU", formula, a)
+    mlp_out = linear(a, mlp.dense_4h_to_h)  # (B, T, C)
+    s("dense_4h_to_h (MLP down)", "mlp_out = a · W_downᵀ + b", mlp_out, keep=True)
+    if parallel:
+        x = x + attn_out + mlp_out  # (B, T, C)
+        s("residual add", "x = x + attn_out + mlp_out   (parallel residual)", x)
+    else:
+        x = x + mlp_out  # (B, T, C)
+        s("residual add", "x = x + mlp_out", x)
+    return x
+
+
+def final_norm(x: Any, norm: Any, cfg: Any, s: Steps) -> Any:
+    h = layer_norm(x, norm, cfg.layer_norm_eps)  # (B, T, C)
+    s("final_layer_norm", "h = (x − mean) / √(var + ε) · γ + β", h)
+    return h

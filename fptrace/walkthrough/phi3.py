@@ -1,0 +1,101 @@
+"""One Phi-3 block and the final RMSNorm, recomputed from the checkpoint's own weights.
+
+Straight-line code in the manner of nanoGPT. Phi-3 is a Llama-style block with two fused
+projections: `qkv_proj` holds W_q, W_k and W_v one after the other (nh·hd, then nkv·hd twice),
+and `gate_up_proj` holds W_gate then W_up. RoPE may rotate only the first part of each head
+(`partial_rotary_factor`). Each `s(...)` call records the tensor just made.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import torch
+
+from .llama import linear, rms_norm, rope_tables, rotate_half
+from .steps import Steps
+
+FAMILY = "phi3"
+
+
+def block(x: Any, blk: Any, cfg: Any, layer: int, s: Steps, model: Any) -> Any:
+    """x: (B, T, C), the residual stream entering block `layer`. Returns the stream leaving it."""
+    B, T, C = x.shape
+    nh = cfg.num_attention_heads
+    nkv = getattr(cfg, "num_key_value_heads", None) or nh
+    hd = getattr(cfg, "head_dim", None) or C // nh
+    params = getattr(cfg, "rope_parameters", None) or {}
+    rot = int(hd * params.get("partial_rotary_factor", 1.0))
+    eps = cfg.rms_norm_eps
+    attn, mlp = blk.self_attn, blk.mlp
+
+    s.section = "attention"
+    h = rms_norm(x, blk.input_layernorm.weight, eps)  # (B, T, C)
+    s("input_layernorm (RMSNorm)", "h = x / √(mean(x²) + ε) · γ", h)
+    qkv = linear(h, attn.qkv_proj)  # (B, T, (nh + 2·nkv)·hd)
+    s("qkv_proj (fused)", f"qkv = h · W_qkvᵀ   W_qkv is ({qkv.shape[-1]}, {C})", qkv)
+    q = qkv[..., : nh * hd]  # (B, T, nh*hd)
+    k = qkv[..., nh * hd: (nh + nkv) * hd]  # (B, T, nkv*hd)
+    v = qkv[..., (nh + nkv) * hd:]  # (B, T, nkv*hd)
+    s("split → Q, K, V", f"q, k, v = qkv[…, :{nh * hd}], qkv[…, {nh * hd}:{(nh + nkv) * hd}], "
+      f"qkv[…, {(nh + nkv) * hd}:]", q, note="shown: Q")
+    q = q.view(B, T, nh, hd).transpose(1, 2)  # (B, nh, T, hd)
+    k = k.view(B, T, nkv, hd).transpose(1, 2)  # (B, nkv, T, hd)
+    v = v.view(B, T, nkv, hd).transpose(1, 2)  # (B, nkv, T, hd)
+    s("heads", f"q → (B, T, {nh}, {hd}) → transpose(1, 2); k, v → (B, {nkv}, T, {hd})", q)
+    cos, sin, formula = rope_tables(cfg, T, rot, model, x.device)  # (T, rot) each
+    q = torch.cat((q[..., :rot] * cos + rotate_half(q[..., :rot]) * sin, q[..., rot:]),
+                  dim=-1)  # (B, nh, T, hd)
+    k = torch.cat((k[..., :rot] * cos + rotate_half(k[..., :rot]) * sin, k[..., rot:]),
+                  dim=-1)  # (B, nkv, T, hd)
+    s("RoPE on Q and K", (f"the first {rot} of {hd} values per head: " if rot < hd else "")
+      + formula, q, note="shown: Q; K is rotated the same way")
+    rep = nh // nkv
+    k = k.repeat_interleave(rep, dim=1)  # (B, nh, T, hd)
+    v = v.repeat_interleave(rep, dim=1)  # (B, nh, T, hd)
+    s("repeat K/V (GQA)", f"each of {nkv} K/V heads serves {rep} query heads" if rep > 1
+      else "one K/V head per query head: nothing to repeat", k)
+    att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(hd))  # (B, nh, T, T)
+    s("scores", f"att = q · kᵀ / √{hd}", att, keep=True)
+    window = getattr(cfg, "sliding_window", None)
+    i = torch.arange(T, device=x.device)[:, None]  # (T, 1) query positions
+    j = torch.arange(T, device=x.device)[None, :]  # (1, T) key positions
+    hidden = (j > i) | ((i - j >= window) if window else torch.zeros_like(j > i))  # (T, T)
+    mask = torch.zeros(T, T, device=x.device).masked_fill(hidden, float("-inf"))  # (T, T)
+    s("causal mask", "mask[i, j] = −∞ where j > i" + (f" or i − j ≥ {window}" if window else "")
+      + ", else 0", mask)
+    att = att + mask  # (B, nh, T, T)
+    s("scores + mask", "att = att + mask   (position i sees positions 0..i)", att, keep=True)
+    att = torch.exp(att - att.amax(dim=-1, keepdim=True))  # (B, nh, T, T)
+    att = att / att.sum(dim=-1, keepdim=True)  # (B, nh, T, T)
+    s("softmax", "w = exp(att − max) / Σ_j exp(att − max)   (each row sums to 1)", att,
+      keep=True)
+    y = att @ v  # (B, nh, T, hd)
+    s("weights · V", "y = w · v", y)
+    y = y.transpose(1, 2).reshape(B, T, nh * hd)  # (B, T, nh*hd)
+    s("concat heads", f"y → transpose(1, 2) → (B, T, {nh * hd})", y)
+    attn_out = linear(y, attn.o_proj)  # (B, T, C)
+    s("o_proj (W_O)", "attn_out = y · W_Oᵀ", attn_out, keep=True)
+    x = x + attn_out  # (B, T, C)
+    s("residual add", "x = x + attn_out", x)
+
+    s.section = "mlp"
+    h = rms_norm(x, blk.post_attention_layernorm.weight, eps)  # (B, T, C)
+    s("post_attention_layernorm", "h = x / √(mean(x²) + ε) · γ", h)
+    gu = linear(h, mlp.gate_up_proj)  # (B, T, 2I)
+    s("gate_up_proj (fused)", f"gu = h · W_gate_upᵀ   W_gate_up is ({gu.shape[-1]}, {C})", gu)
+    gate, up = gu.chunk(2, dim=-1)  # 2 × (B, T, I)
+    a = up * (gate * torch.sigmoid(gate))  # (B, T, I)
+    s("SiLU(gate) · up", "g, u = gu's halves; a = u · g · σ(g)   (SwiGLU)", a)
+    mlp_out = linear(a, mlp.down_proj)  # (B, T, C)
+    s("down_proj", f"mlp_out = a · W_downᵀ   W_down is ({C}, {a.shape[-1]})", mlp_out, keep=True)
+    x = x + mlp_out  # (B, T, C)
+    s("residual add", "x = x + mlp_out", x)
+    return x
+
+
+def final_norm(x: Any, norm: Any, cfg: Any, s: Steps) -> Any:
+    h = rms_norm(x, norm.weight, cfg.rms_norm_eps)  # (B, T, C)
+    s("norm (final RMSNorm)", "h = x / √(mean(x²) + ε) · γ", h)
+    return h
