@@ -351,23 +351,25 @@ def generate(
     from .generate import generate as run_generate
 
     out = _stdout()
-    on_step = None
+
+    def on_step(step: Any, text: str) -> None:  # each step's line as soon as it exists
+        from .render.generate import step_layers, step_line
+
+        out.print(step_line(step, text, out.width), soft_wrap=True)
+        if layers:
+            out.print(step_layers(step, out.width))
+
     if not as_json:
-        from .render.generate import step_header, step_layers, step_line
+        from .render.generate import step_header
         from .render.tables import header, token_table
 
         out.print(header(lm_info(lm)))
         out.print(token_table(tuple_tokens(lm, prompt), title="Prompt tokens"))
         out.print(step_header())
 
-        def on_step(step: Any, text: str) -> None:
-            out.print(step_line(step, text, out.width), soft_wrap=True)
-            if layers:
-                out.print(step_layers(step, out.width))
-
     result = run_generate(lm, prompt, max_new_tokens=max_new_tokens, temperature=temperature,
                           top_k=top_k or None, top_p=top_p, seed=seed, layers=layers,
-                          alternatives=alternatives, on_step=on_step)
+                          alternatives=alternatives, on_step=None if as_json else on_step)
     if as_json:
         emit_json(result)
     else:

@@ -162,7 +162,6 @@ def _block_steps(rec: _Recorder, cfg: dict) -> list[ShapeStep]:
                 add(point, label, shape, once=False)
             continue
         op, where = name, scope.split("|")[0]
-        others = scope.split("|", 1)[1]
         if in_attn:
             if op == "transpose" and len(shape) == 4 and shape[2] == T and shape[3] == hd:
                 who = "Q" if shape[1] == h and "Q split into heads" not in seen else \

@@ -10,7 +10,6 @@ import json
 import os
 import re
 import shutil
-import sys
 import tempfile
 import time
 from dataclasses import dataclass, field
