@@ -12,6 +12,7 @@ from typing import Any
 
 import torch
 
+from .attention import causal_attention
 from .steps import Steps
 
 FAMILY = "gpt2"
@@ -58,21 +59,7 @@ def block(x: Any, blk: Any, cfg: Any, layer: int, s: Steps, model: Any) -> Any:
     scale = 1.0 / math.sqrt(hs) if cfg.scale_attn_weights else 1.0
     if cfg.scale_attn_by_inverse_layer_idx:
         scale /= float(layer + 1)
-    att = (q @ k.transpose(-2, -1)) * scale  # (B, nh, T, T)
-    s("scores", f"att = q · kᵀ / √{hs}" if scale == 1.0 / math.sqrt(hs) else
-      f"att = q · kᵀ · {scale:g}", att, keep=True)
-    mask = torch.full((T, T), float("-inf"), device=x.device).triu(1)  # (T, T)
-    s("causal mask", "mask[i, j] = −∞ where j > i, else 0", mask)
-    att = att + mask  # (B, nh, T, T)
-    s("scores + mask", "att = att + mask   (position i sees positions 0..i)", att, keep=True)
-    att = torch.exp(att - att.amax(dim=-1, keepdim=True))  # (B, nh, T, T)
-    att = att / att.sum(dim=-1, keepdim=True)  # (B, nh, T, T)
-    s("softmax", "w = exp(att − max) / Σ_j exp(att − max)   (each row sums to 1)", att,
-      keep=True)
-    y = att @ v  # (B, nh, T, hs)
-    s("weights · V", "y = w · v", y)
-    y = y.transpose(1, 2).contiguous().view(B, T, C)  # (B, T, C)
-    s("concat heads", f"y → transpose(1, 2) → (B, T, {C})", y)
+    y = causal_attention(q, k, v, s, scale=scale)  # (B, T, C)
     attn_out = y @ attn.c_proj.weight + attn.c_proj.bias  # (B, T, C)
     s("c_proj (W_O)", "attn_out = y · W_O + b", attn_out, keep=True)
     x = x + attn_out  # (B, T, C)

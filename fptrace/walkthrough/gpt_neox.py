@@ -10,13 +10,13 @@ and are added together. Each `s(...)` call records the tensor just made.
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import torch
 
 from .gpt2 import gelu, layer_norm
 from .llama import linear, rope_tables, rotate_half
+from .attention import causal_attention
 from .steps import Steps
 
 FAMILY = "gpt_neox"
@@ -49,20 +49,7 @@ def block(x: Any, blk: Any, cfg: Any, layer: int, s: Steps, model: Any) -> Any:
                   dim=-1)  # (B, nh, T, hs)
     s("RoPE on Q and K", f"the first {rot} of {hs} values per head: " + formula, q,
       note="shown: Q; K is rotated the same way; the other values pass unchanged")
-    att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(hs))  # (B, nh, T, T)
-    s("scores", f"att = q · kᵀ / √{hs}", att, keep=True)
-    mask = torch.full((T, T), float("-inf"), device=x.device).triu(1)  # (T, T)
-    s("causal mask", "mask[i, j] = −∞ where j > i, else 0", mask)
-    att = att + mask  # (B, nh, T, T)
-    s("scores + mask", "att = att + mask   (position i sees positions 0..i)", att, keep=True)
-    att = torch.exp(att - att.amax(dim=-1, keepdim=True))  # (B, nh, T, T)
-    att = att / att.sum(dim=-1, keepdim=True)  # (B, nh, T, T)
-    s("softmax", "w = exp(att − max) / Σ_j exp(att − max)   (each row sums to 1)", att,
-      keep=True)
-    y = att @ v  # (B, nh, T, hs)
-    s("weights · V", "y = w · v", y)
-    y = y.transpose(1, 2).reshape(B, T, C)  # (B, T, C)
-    s("concat heads", f"y → transpose(1, 2) → (B, T, {C})", y)
+    y = causal_attention(q, k, v, s)  # (B, T, C)
     attn_out = linear(y, attn.dense)  # (B, T, C)
     s("dense (W_O)", "attn_out = y · W_Oᵀ + b", attn_out, keep=True)
 

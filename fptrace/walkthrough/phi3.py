@@ -8,12 +8,12 @@ and `gate_up_proj` holds W_gate then W_up. RoPE may rotate only the first part o
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import torch
 
 from .llama import linear, rms_norm, rope_tables, rotate_half
+from .attention import causal_attention
 from .steps import Steps
 
 FAMILY = "phi3"
@@ -56,25 +56,8 @@ def block(x: Any, blk: Any, cfg: Any, layer: int, s: Steps, model: Any) -> Any:
     v = v.repeat_interleave(rep, dim=1)  # (B, nh, T, hd)
     s("repeat K/V (GQA)", f"each of {nkv} K/V heads serves {rep} query heads" if rep > 1
       else "one K/V head per query head: nothing to repeat", k)
-    att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(hd))  # (B, nh, T, T)
-    s("scores", f"att = q · kᵀ / √{hd}", att, keep=True)
     window = getattr(cfg, "sliding_window", None)
-    i = torch.arange(T, device=x.device)[:, None]  # (T, 1) query positions
-    j = torch.arange(T, device=x.device)[None, :]  # (1, T) key positions
-    hidden = (j > i) | ((i - j >= window) if window else torch.zeros_like(j > i))  # (T, T)
-    mask = torch.zeros(T, T, device=x.device).masked_fill(hidden, float("-inf"))  # (T, T)
-    s("causal mask", "mask[i, j] = −∞ where j > i" + (f" or i − j ≥ {window}" if window else "")
-      + ", else 0", mask)
-    att = att + mask  # (B, nh, T, T)
-    s("scores + mask", "att = att + mask   (position i sees positions 0..i)", att, keep=True)
-    att = torch.exp(att - att.amax(dim=-1, keepdim=True))  # (B, nh, T, T)
-    att = att / att.sum(dim=-1, keepdim=True)  # (B, nh, T, T)
-    s("softmax", "w = exp(att − max) / Σ_j exp(att − max)   (each row sums to 1)", att,
-      keep=True)
-    y = att @ v  # (B, nh, T, hd)
-    s("weights · V", "y = w · v", y)
-    y = y.transpose(1, 2).reshape(B, T, nh * hd)  # (B, T, nh*hd)
-    s("concat heads", f"y → transpose(1, 2) → (B, T, {nh * hd})", y)
+    y = causal_attention(q, k, v, s, window=window)  # (B, T, nh*hd)
     attn_out = linear(y, attn.o_proj)  # (B, T, C)
     s("o_proj (W_O)", "attn_out = y · W_Oᵀ", attn_out, keep=True)
     x = x + attn_out  # (B, T, C)

@@ -1,0 +1,40 @@
+"""The part of attention every family shares, once: scores, the causal mask, softmax, the
+weighted sum of values and the concatenation of heads. Straight-line, recording each step."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import torch
+
+from .steps import Steps
+
+
+def causal_attention(q: Any, k: Any, v: Any, s: Steps, *, scale: float | None = None,
+                     window: int | None = None) -> Any:
+    """q, k, v: (B, nh, T, hd), K and V already repeated for grouped-query attention.
+    Returns y: (B, T, nh*hd), the heads side by side, ready for W_O."""
+    B, nh, T, hd = q.shape
+    if scale is None:
+        scale = 1.0 / math.sqrt(hd)
+    att = (q @ k.transpose(-2, -1)) * scale  # (B, nh, T, T)
+    s("scores", f"att = q · kᵀ / √{hd}" if math.isclose(scale, 1.0 / math.sqrt(hd))
+      else f"att = q · kᵀ · {scale:g}", att, keep=True)
+    i = torch.arange(T, device=q.device)[:, None]  # (T, 1) query positions
+    j = torch.arange(T, device=q.device)[None, :]  # (1, T) key positions
+    hidden = (j > i) | ((i - j >= window) if window else torch.zeros_like(j > i))  # (T, T)
+    mask = torch.zeros(T, T, device=q.device).masked_fill(hidden, float("-inf"))  # (T, T)
+    s("causal mask", "mask[i, j] = −∞ where j > i" + (f" or i − j ≥ {window}" if window else "")
+      + ", else 0", mask)
+    att = att + mask  # (B, nh, T, T)
+    s("scores + mask", "att = att + mask   (position i sees positions 0..i)", att, keep=True)
+    att = torch.exp(att - att.amax(dim=-1, keepdim=True))  # (B, nh, T, T)
+    att = att / att.sum(dim=-1, keepdim=True)  # (B, nh, T, T)
+    s("softmax", "w = exp(att − max) / Σ_j exp(att − max)   (each row sums to 1)", att,
+      keep=True)
+    y = att @ v  # (B, nh, T, hd)
+    s("weights · V", "y = w · v", y)
+    y = y.transpose(1, 2).reshape(B, T, nh * hd)  # (B, T, nh*hd)
+    s("concat heads", f"y → transpose(1, 2) → (B, T, {nh * hd})", y)
+    return y
