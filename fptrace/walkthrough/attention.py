@@ -11,6 +11,28 @@ import torch
 from .steps import Steps
 
 
+def sliding_window(cfg: Any, layer: int) -> int | None:
+    """The attention window of block `layer`, or None: the config's sliding_window, unless its
+    layer_types say this layer attends globally."""
+    window = getattr(cfg, "sliding_window", None)
+    layer_types = getattr(cfg, "layer_types", None)
+    if layer_types and layer_types[layer] != "sliding_attention":
+        return None
+    return window
+
+
+def repeat_kv(k: Any, v: Any, nh: int, s: Steps) -> tuple[Any, Any]:
+    """Grouped-query attention: each of the nkv key/value heads serves nh / nkv query heads.
+    k, v: (B, nkv, T, hd) -> (B, nh, T, hd) each."""
+    nkv = k.shape[1]
+    rep = nh // nkv
+    k = k.repeat_interleave(rep, dim=1)  # (B, nh, T, hd)
+    v = v.repeat_interleave(rep, dim=1)  # (B, nh, T, hd)
+    s("repeat K/V (GQA)", f"each of {nkv} K/V heads serves {rep} query heads" if rep > 1
+      else "one K/V head per query head: nothing to repeat", k)
+    return k, v
+
+
 def causal_attention(q: Any, k: Any, v: Any, s: Steps, *, scale: float | None = None,
                      window: int | None = None) -> Any:
     """q, k, v: (B, nh, T, hd), K and V already repeated for grouped-query attention.

@@ -12,11 +12,9 @@ from __future__ import annotations
 
 from typing import Any
 
-import torch
-
-from .gpt2 import gelu, layer_norm
-from .llama import linear, rope_tables, rotate_half
 from .attention import causal_attention
+from .gpt2 import gelu, layer_norm
+from .llama import apply_rope, linear, rope_tables
 from .steps import Steps
 
 FAMILY = "gpt_neox"
@@ -43,10 +41,8 @@ def block(x: Any, blk: Any, cfg: Any, layer: int, s: Steps, model: Any) -> Any:
     s("heads, then split", f"qkv → (B, {nh}, T, 3·{hs}); q, k, v = its thirds (per head)", q,
       note="shown: Q; K and V have the same shape")
     cos, sin, formula = rope_tables(cfg, T, rot, model, x.device)  # (T, rot) each
-    q = torch.cat((q[..., :rot] * cos + rotate_half(q[..., :rot]) * sin, q[..., rot:]),
-                  dim=-1)  # (B, nh, T, hs)
-    k = torch.cat((k[..., :rot] * cos + rotate_half(k[..., :rot]) * sin, k[..., rot:]),
-                  dim=-1)  # (B, nh, T, hs)
+    q = apply_rope(q, cos, sin)  # (B, nh, T, hs)
+    k = apply_rope(k, cos, sin)  # (B, nh, T, hs)
     s("RoPE on Q and K", f"the first {rot} of {hs} values per head: " + formula, q,
       note="shown: Q; K is rotated the same way; the other values pass unchanged")
     y = causal_attention(q, k, v, s)  # (B, T, C)

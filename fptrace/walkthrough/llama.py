@@ -12,7 +12,7 @@ from typing import Any
 
 import torch
 
-from .attention import causal_attention
+from .attention import causal_attention, repeat_kv, sliding_window
 from .steps import Steps
 
 FAMILY = "llama"
@@ -31,6 +31,14 @@ def linear(x: Any, proj: Any) -> Any:
 def rotate_half(t: Any) -> Any:
     half = t.shape[-1] // 2
     return torch.cat((-t[..., half:], t[..., :half]), dim=-1)  # (..., hd)
+
+
+def apply_rope(t: Any, cos: Any, sin: Any) -> Any:
+    """Rotate the first cos.shape[-1] values of each head of t (all of them unless the family
+    uses partial rotary); the rest pass unchanged."""
+    rot = cos.shape[-1]
+    r = t[..., :rot]  # (B, heads, T, rot)
+    return torch.cat((r * cos + rotate_half(r) * sin, t[..., rot:]), dim=-1)  # (B, heads, T, hd)
 
 
 def rope_tables(cfg: Any, T: int, hd: int, model: Any, device: Any) -> tuple[Any, Any, str]:
@@ -79,19 +87,11 @@ def block(x: Any, blk: Any, cfg: Any, layer: int, s: Steps, model: Any) -> Any:
     v = v.view(B, T, nkv, hd).transpose(1, 2)  # (B, nkv, T, hd)
     s("heads", f"q → (B, T, {nh}, {hd}) → transpose(1, 2); k, v → (B, {nkv}, T, {hd})", q)
     cos, sin, formula = rope_tables(cfg, T, hd, model, x.device)  # (T, hd) each
-    q = q * cos + rotate_half(q) * sin  # (B, nh, T, hd)
-    k = k * cos + rotate_half(k) * sin  # (B, nkv, T, hd)
+    q = apply_rope(q, cos, sin)  # (B, nh, T, hd)
+    k = apply_rope(k, cos, sin)  # (B, nkv, T, hd)
     s("RoPE on Q and K", formula, q, note="shown: Q; K is rotated the same way")
-    rep = nh // nkv
-    k = k.repeat_interleave(rep, dim=1)  # (B, nh, T, hd)
-    v = v.repeat_interleave(rep, dim=1)  # (B, nh, T, hd)
-    s("repeat K/V (GQA)", f"each of {nkv} K/V heads serves {rep} query heads" if rep > 1
-      else "one K/V head per query head: nothing to repeat", k)
-    window = getattr(cfg, "sliding_window", None)
-    layer_types = getattr(cfg, "layer_types", None)
-    if layer_types and layer_types[layer] != "sliding_attention":
-        window = None
-    y = causal_attention(q, k, v, s, window=window)  # (B, T, nh*hd)
+    k, v = repeat_kv(k, v, nh, s)  # (B, nh, T, hd) each
+    y = causal_attention(q, k, v, s, window=sliding_window(cfg, layer))  # (B, T, nh*hd)
     attn_out = linear(y, attn.o_proj)  # (B, T, C)
     s("o_proj (W_O)", "attn_out = y · W_Oᵀ", attn_out, keep=True)
     x = x + attn_out  # (B, T, C)

@@ -12,8 +12,8 @@ from typing import Any
 
 import torch
 
-from .llama import linear, rms_norm, rope_tables, rotate_half
-from .attention import causal_attention
+from .attention import causal_attention, repeat_kv, sliding_window
+from .llama import apply_rope, linear, rms_norm, rope_tables
 from .steps import Steps
 
 FAMILY = "phi3"
@@ -45,19 +45,12 @@ def block(x: Any, blk: Any, cfg: Any, layer: int, s: Steps, model: Any) -> Any:
     v = v.view(B, T, nkv, hd).transpose(1, 2)  # (B, nkv, T, hd)
     s("heads", f"q → (B, T, {nh}, {hd}) → transpose(1, 2); k, v → (B, {nkv}, T, {hd})", q)
     cos, sin, formula = rope_tables(cfg, T, rot, model, x.device)  # (T, rot) each
-    q = torch.cat((q[..., :rot] * cos + rotate_half(q[..., :rot]) * sin, q[..., rot:]),
-                  dim=-1)  # (B, nh, T, hd)
-    k = torch.cat((k[..., :rot] * cos + rotate_half(k[..., :rot]) * sin, k[..., rot:]),
-                  dim=-1)  # (B, nkv, T, hd)
+    q = apply_rope(q, cos, sin)  # (B, nh, T, hd)
+    k = apply_rope(k, cos, sin)  # (B, nkv, T, hd)
     s("RoPE on Q and K", (f"the first {rot} of {hd} values per head: " if rot < hd else "")
       + formula, q, note="shown: Q; K is rotated the same way")
-    rep = nh // nkv
-    k = k.repeat_interleave(rep, dim=1)  # (B, nh, T, hd)
-    v = v.repeat_interleave(rep, dim=1)  # (B, nh, T, hd)
-    s("repeat K/V (GQA)", f"each of {nkv} K/V heads serves {rep} query heads" if rep > 1
-      else "one K/V head per query head: nothing to repeat", k)
-    window = getattr(cfg, "sliding_window", None)
-    y = causal_attention(q, k, v, s, window=window)  # (B, T, nh*hd)
+    k, v = repeat_kv(k, v, nh, s)  # (B, nh, T, hd) each
+    y = causal_attention(q, k, v, s, window=sliding_window(cfg, layer))  # (B, T, nh*hd)
     attn_out = linear(y, attn.o_proj)  # (B, T, C)
     s("o_proj (W_O)", "attn_out = y · W_Oᵀ", attn_out, keep=True)
     x = x + attn_out  # (B, T, C)
