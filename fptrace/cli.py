@@ -337,15 +337,13 @@ def generate(
 ) -> None:
     """Generate token by token: each step's input, stream and KV-cache shapes, the chosen token
     and its alternatives, and the time of the prefill and of each decode step."""
+    from .generate import check_new_tokens
     from .models.tokenizers import check_prompt
-    from .sampling import check_options
+    from .sampling import check_generation
 
     check_prompt(prompt)
-    if max_new_tokens < 1:
-        raise_bad(f"-n must be at least 1, not {max_new_tokens}")
-    if top_k < 0:
-        raise_bad(f"--top-k must be 0 (off) or more, not {top_k}")
-    check_options(temperature, max(top_k, 1), top_p)
+    check_new_tokens(max_new_tokens)
+    check_generation(temperature, top_k or None, top_p)  # --top-k 0: off
     lm = load(model, random_weights, seed, device, dtype, allow_pickle, trust_remote_code,
               device_map, max_memory, offload_folder)
     from .generate import generate as run_generate
@@ -362,9 +360,11 @@ def generate(
     if not as_json:
         from .render.generate import step_header
         from .render.tables import header, token_table
+        from .tracer import _prepare, model_info, tokens_of
 
-        out.print(header(lm_info(lm)))
-        out.print(token_table(tuple_tokens(lm, prompt), title="Prompt tokens"))
+        out.print(header(model_info(lm)))
+        out.print(token_table(tokens_of(lm, _prepare(lm, prompt, truncate=False)[0]),
+                              title="Prompt tokens"))
         out.print(step_header())
 
     result = run_generate(lm, prompt, max_new_tokens=max_new_tokens, temperature=temperature,
@@ -379,26 +379,6 @@ def generate(
     bad = next((s for s in result.steps if s.first_nonfinite), None)
     if bad is not None:
         fail(f"NaN or Inf appeared at step {bad.index} ({bad.first_nonfinite})", 4)
-
-
-def raise_bad(message: str) -> None:
-    from .errors import BadInput
-
-    raise BadInput(message)
-
-
-def lm_info(lm: Any) -> Any:
-    from .tracer import model_info
-
-    return model_info(lm)
-
-
-def tuple_tokens(lm: Any, prompt: str) -> tuple:
-    from .results import Token
-    from .tracer import _prepare, _text
-
-    ids, _ = _prepare(lm, prompt, truncate=False)
-    return tuple(Token(i, t, _text(lm, t)) for i, t in enumerate(ids))
 
 
 @app.command()

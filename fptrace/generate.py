@@ -17,9 +17,9 @@ from . import sampling, stats
 from .errors import BadInput
 from .hooks import Capture, capture_stats
 from .models.loading import LoadedModel
-from .results import FinalNormStats, Generation, GenStep, Token, TopToken
-from .tracer import NOTE_RANDOM, _prepare, _prompt_text, _text, first_nonfinite, layer_stats
-from .tracer import model_info
+from .results import FinalNormStats, Generation, GenStep, TopToken
+from .tracer import (NOTE_RANDOM, _prepare, _prompt_text, _text, first_nonfinite, layer_stats,
+                     model_info, tokens_of)
 
 
 def _eos_ids(lm: LoadedModel) -> set[int]:
@@ -61,9 +61,13 @@ def _kv(cache: Any) -> tuple[tuple[int, ...], int, int, tuple[str, ...]]:
     return shapes[0], len(keys), int(total), layout
 
 
-def check_length(lm: LoadedModel, n_prompt: int, max_new_tokens: int) -> None:
+def check_new_tokens(max_new_tokens: int) -> None:
     if max_new_tokens < 1:
         raise BadInput(f"-n must be at least 1, not {max_new_tokens}")
+
+
+def check_length(lm: LoadedModel, n_prompt: int, max_new_tokens: int) -> None:
+    check_new_tokens(max_new_tokens)
     ctx = getattr(lm.config, "max_position_embeddings", None)
     if ctx and n_prompt + max_new_tokens > ctx:
         raise BadInput(f"the prompt is {n_prompt} tokens and -n {max_new_tokens} would reach "
@@ -84,7 +88,7 @@ def generate(lm: LoadedModel, prompt: Any, *, max_new_tokens: int = 12,
     import torch
     from transformers import DynamicCache
 
-    sampling.distribution(torch.zeros(2), temperature, top_k, top_p)  # option errors first
+    sampling.check_generation(temperature, top_k, top_p)
     if alternatives < 1:
         raise BadInput("--alternatives must be at least 1")
     ids, _ = _prepare(lm, prompt, truncate=False)
@@ -108,11 +112,11 @@ def generate(lm: LoadedModel, prompt: Any, *, max_new_tokens: int = 12,
     stop_reason = "max_new_tokens"
     next_input = torch.tensor([ids], dtype=torch.long, device=device)  # (1, T)
     pos = 0
-    for index in range(max_new_tokens):
-        t0 = time.perf_counter()
-        cap = Capture(mask=None, home=device)
-        handle = lm.parts.blocks[0].register_forward_pre_hook(stream_shape, with_kwargs=True)
-        try:
+    handle = lm.parts.blocks[0].register_forward_pre_hook(stream_shape, with_kwargs=True)
+    try:
+        for index in range(max_new_tokens):
+            t0 = time.perf_counter()
+            cap = Capture(mask=None, home=device)
             with torch.inference_mode():
                 if layers:
                     with capture_stats(lm.parts, cap):
@@ -127,49 +131,49 @@ def generate(lm: LoadedModel, prompt: Any, *, max_new_tokens: int = 12,
                     choice = int(torch.argmax(dist))
                 else:  # one draw per step, each from its own seeded generator
                     choice = sampling.draw(dist, seed * 1_000_003 + index)
-        finally:
-            handle.remove()
-        if cuda:
-            torch.cuda.synchronize(device)
-        seconds = time.perf_counter() - t0
-        if logits_out is not None:
-            logits_out.append(logits.detach().cpu().clone())
-        n_in = next_input.shape[1]
-        kv_shape, kv_layers, kv_bytes, kv_layout = _kv(cache)
-        probs = torch.softmax(logits, dim=-1)
-        alt_ids, alt_p, alt_l = stats.top_k(logits, alternatives)
-        rank = int((probs > probs[choice]).sum()) + 1
-        layer_rows: tuple = ()
-        final = None
-        bad = None
-        if layers:
-            layer_rows = layer_stats(lm, cap, snippet=snippet)[0]
-            fv = cap.final_last[0]
-            final = FinalNormStats(norm_last=float(stats.norms(fv)),
-                                   snippet=tuple(float(x) for x in fv[:snippet].tolist()))
-            bad = first_nonfinite(layer_rows)
-        if bad is None and not bool(torch.isfinite(logits).all()):
-            bad = "logits"
-        step = GenStep(
-            index=index, phase="prefill" if index == 0 else "decode",
-            input_shape=tuple(int(d) for d in next_input.shape),
-            stream_shape=seen.get("shape", ()), positions=tuple(range(pos, pos + n_in)),
-            kv_shape=kv_shape, kv_layers=kv_layers, kv_bytes=kv_bytes, kv_layout=kv_layout,
-            token=TopToken(rank, choice, _text(lm, choice), float(probs[choice]),
-                           float(logits[choice])),
-            sample_prob=float(dist[choice]),
-            alternatives=tuple(TopToken(r + 1, i, _text(lm, i), p, lg)
-                               for r, (i, p, lg) in enumerate(zip(alt_ids, alt_p, alt_l))),
-            seconds=seconds, layers=layer_rows, final_norm=final, first_nonfinite=bad)
-        steps.append(step)
-        generated.append(choice)
-        pos += n_in
-        if on_step is not None:
-            on_step(step, _decode(lm, generated))
-        if choice in eos:
-            stop_reason = "eos"
-            break
-        next_input = torch.tensor([[choice]], dtype=torch.long, device=device)  # (1, 1)
+            if cuda:
+                torch.cuda.synchronize(device)
+            seconds = time.perf_counter() - t0
+            if logits_out is not None:
+                logits_out.append(logits.detach().cpu().clone())
+            n_in = next_input.shape[1]
+            kv_shape, kv_layers, kv_bytes, kv_layout = _kv(cache)
+            probs = torch.softmax(logits, dim=-1)
+            alt_ids, alt_p, alt_l = stats.top_k(logits, alternatives)
+            rank = int((probs > probs[choice]).sum()) + 1
+            layer_rows: tuple = ()
+            final = None
+            bad = None
+            if layers:
+                layer_rows = layer_stats(lm, cap, snippet=snippet)[0]
+                fv = cap.final_last[0]
+                final = FinalNormStats(norm_last=float(stats.norms(fv)),
+                                       snippet=tuple(float(x) for x in fv[:snippet].tolist()))
+                bad = first_nonfinite(layer_rows)
+            if bad is None and not bool(torch.isfinite(logits).all()):
+                bad = "logits"
+            step = GenStep(
+                index=index, phase="prefill" if index == 0 else "decode",
+                input_shape=tuple(int(d) for d in next_input.shape),
+                stream_shape=seen.get("shape", ()), positions=tuple(range(pos, pos + n_in)),
+                kv_shape=kv_shape, kv_layers=kv_layers, kv_bytes=kv_bytes, kv_layout=kv_layout,
+                token=TopToken(rank, choice, _text(lm, choice), float(probs[choice]),
+                               float(logits[choice])),
+                sample_prob=float(dist[choice]),
+                alternatives=tuple(TopToken(r + 1, i, _text(lm, i), p, lg)
+                                   for r, (i, p, lg) in enumerate(zip(alt_ids, alt_p, alt_l))),
+                seconds=seconds, layers=layer_rows, final_norm=final, first_nonfinite=bad)
+            steps.append(step)
+            generated.append(choice)
+            pos += n_in
+            if on_step is not None:
+                on_step(step, _decode(lm, generated))
+            if choice in eos:
+                stop_reason = "eos"
+                break
+            next_input = torch.tensor([[choice]], dtype=torch.long, device=device)  # (1, 1)
+    finally:
+        handle.remove()
 
     prefill = steps[0].seconds
     decode = sum(s.seconds for s in steps[1:])
@@ -178,11 +182,11 @@ def generate(lm: LoadedModel, prompt: Any, *, max_new_tokens: int = 12,
         notes.append(NOTE_RANDOM)
     return Generation(
         prompt=_prompt_text(lm, prompt), model=info,
-        tokens=tuple(Token(i, t, _text(lm, t)) for i, t in enumerate(ids)),
+        tokens=tokens_of(lm, ids),
         strategy=sampling.describe(temperature, top_k, top_p), temperature=temperature,
         top_k=top_k, top_p=top_p, seed=seed, max_new_tokens=max_new_tokens,
         steps=tuple(steps),
-        generated=tuple(Token(len(ids) + i, t, _text(lm, t)) for i, t in enumerate(generated)),
+        generated=tokens_of(lm, generated, start=len(ids)),
         text=_decode(lm, generated), stop_reason=stop_reason, prefill_seconds=prefill,
         decode_seconds=decode,
         decode_tokens_per_s=(len(steps) - 1) / decode if decode > 0 else None,

@@ -79,12 +79,17 @@ def draw(probs: Any, seed: int) -> int:
     return int(torch.multinomial(probs.detach().float().cpu(), 1, generator=gen))
 
 
-def distribution(logits: Any, temperature: float, top_k: int | None, top_p: float) -> Any:
-    """The one distribution generation draws from: temperature (0 = greedy), then top-k
-    (None = off), then top-p (1 = off)."""
+def check_generation(temperature: float, top_k: int | None, top_p: float) -> None:
+    """The options of generation, where top-k may be off (None)."""
     if top_k is not None and top_k < 1:
         raise BadInput(f"--top-k must be at least 1 (or 0 for off), not {top_k}")
     check_options(temperature, 1, top_p)
+
+
+def distribution(logits: Any, temperature: float, top_k: int | None, top_p: float) -> Any:
+    """The one distribution generation draws from: temperature (0 = greedy), then top-k
+    (None = off), then top-p (1 = off)."""
+    check_generation(temperature, top_k, top_p)
     probs = with_temperature(logits, temperature)
     if temperature == 0:
         return probs
@@ -122,4 +127,4 @@ def strategies(logits: Any, temperature: float, top_k: int, top_p: float
 
 
 __all__ = ["check_options", "greedy", "with_temperature", "keep_top_k", "keep_top_p", "draw",
-           "distribution", "describe", "strategies"]
+           "check_generation", "distribution", "describe", "strategies"]

@@ -92,6 +92,11 @@ def _text(lm: LoadedModel, token_id: int) -> str:
     return lm.tokenizer.token_text(token_id) if lm.tokenizer is not None else f"<{token_id}>"
 
 
+def tokens_of(lm: LoadedModel, ids: Sequence[int], start: int = 0) -> tuple[Token, ...]:
+    """Token rows (position, id, text) of ids, positions counted from `start`."""
+    return tuple(Token(start + i, t, _text(lm, t)) for i, t in enumerate(ids))
+
+
 LENS_GRID_POSITIONS = 64  # the logit-lens grid covers at most the last 64 positions
 
 
@@ -191,7 +196,7 @@ def run_traces(lm: LoadedModel, prompts: Sequence[str | Sequence[int]], *, top_k
         traces.append(Trace(
             prompt=_prompt_text(lm, prompts[b]),
             model=info,
-            tokens=tuple(Token(i, t, _text(lm, t)) for i, t in enumerate(ids)),
+            tokens=tokens_of(lm, ids),
             shapes=tuple(shapes),
             layers=tuple(layers),
             final_norm=FinalNormStats(norm_last=float(stats.norms(final_vec)),

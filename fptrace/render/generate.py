@@ -27,7 +27,7 @@ def _cells(values: list[str]) -> str:
     return " ".join(out)
 
 
-def step_header(kv_layers: int | None = None) -> Text:
+def step_header() -> Text:
     return Text(_cells([name for name, _, _ in _COLS]) + "  text so far", style="bold")
 
 

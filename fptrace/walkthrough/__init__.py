@@ -21,7 +21,7 @@ from ..models.families import FAMILIES, Family
 from ..models.loading import LoadedModel
 from ..results import (AttentionMatrix, Check, Explanation, Sampling, SamplingRow, Token,
                        TopToken)
-from ..tracer import NOTE_RANDOM, _prepare, _prompt_text, _text, model_info
+from ..tracer import NOTE_RANDOM, _prepare, _prompt_text, _text, model_info, tokens_of
 from .steps import Steps
 
 # family name (families.py) -> module in this package
@@ -145,7 +145,7 @@ def explain(lm: LoadedModel, prompt: Any, *, layer: int = 0, head: int = 0,
         ]
         logits, end_checks = _end_of_pass(lm, mod, got["last_out"].float(), s, model_logits, tol)
         checks += end_checks
-    toks = tuple(Token(i, t, _text(lm, t)) for i, t in enumerate(ids))
+    toks = tokens_of(lm, ids)
     matrices = _matrices(s, toks, head) if len(ids) <= max_matrix else ()
     notes = [f"the end of the pass starts from the model's own output of its last block "
              f"(block {L - 1}), not from the recomputed block {layer}"]
