@@ -142,10 +142,11 @@ def generate(lm: LoadedModel, prompt: Any, *, max_new_tokens: int = 12,
             alt_ids, alt_p, alt_l = stats.top_k(logits, alternatives)
             rank = int((probs > probs[choice]).sum()) + 1
             layer_rows: tuple = ()
-            final = None
+            final = check = None
             bad = None
             if layers:
-                layer_rows = layer_stats(lm, cap, snippet=snippet)[0]
+                rows, checks = layer_stats(lm, cap, snippet=snippet)
+                layer_rows, check = rows[0], checks[0]
                 fv = cap.final_last[0]
                 final = FinalNormStats(norm_last=float(stats.norms(fv)),
                                        snippet=tuple(float(x) for x in fv[:snippet].tolist()))
@@ -162,7 +163,8 @@ def generate(lm: LoadedModel, prompt: Any, *, max_new_tokens: int = 12,
                 sample_prob=float(dist[choice]),
                 alternatives=tuple(TopToken(r + 1, i, _text(lm, i), p, lg)
                                    for r, (i, p, lg) in enumerate(zip(alt_ids, alt_p, alt_l))),
-                seconds=seconds, layers=layer_rows, final_norm=final, first_nonfinite=bad)
+                seconds=seconds, layers=layer_rows, final_norm=final, first_nonfinite=bad,
+                decomposition=check)
             steps.append(step)
             generated.append(choice)
             pos += n_in

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any, Iterator
 
 from .errors import TraceFailed
-from .models.families import ModelParts
+from .families.parts import ModelParts
 
 
 def _first(x: Any) -> Any:
@@ -28,8 +28,9 @@ class Capture:
     embed_mean_norm: Any = None  # (B,)
     resid_last: list = field(default_factory=list)  # per block: (B, d) float32
     resid_mean_norm: list = field(default_factory=list)  # per block: (B,)
-    attn_last: list = field(default_factory=list)  # per block: (B, d) float32
-    mlp_last: list = field(default_factory=list)  # per block: (B, d) float32
+    # per block: (B, d) float32 of what attention / the MLP added; None if its module never ran
+    attn_last: list = field(default_factory=list)
+    mlp_last: list = field(default_factory=list)
     final_last: Any = None  # (B, d) float32
     shapes: dict = field(default_factory=dict)  # label -> shape tuple
     last_block: int | None = None  # the last block whose forward finished
@@ -115,8 +116,9 @@ def capture_stats(parts: ModelParts, cap: Capture) -> Iterator[Capture]:
         handles.append(parts.blocks[0].register_forward_pre_hook(embed_hook, with_kwargs=True))
         for i, block in enumerate(parts.blocks):
             handles.append(block.register_forward_hook(block_hook(i), with_kwargs=True))
-            handles.append(parts.attns[i].register_forward_hook(part_hook(cap.attn_last, i)))
-            handles.append(parts.mlps[i].register_forward_hook(part_hook(cap.mlp_last, i)))
+            # what the stream receives: the post-norm output where the family has one
+            handles.append(parts.attn_adds[i].register_forward_hook(part_hook(cap.attn_last, i)))
+            handles.append(parts.mlp_adds[i].register_forward_hook(part_hook(cap.mlp_last, i)))
         handles.append(parts.final_norm.register_forward_hook(final_hook))
         try:
             yield cap

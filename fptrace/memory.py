@@ -51,10 +51,11 @@ def forward_bytes(config: Any, batch: int, seq_len: int, logits_positions: int, 
                   ) -> int:
     """A rough peak of one forward pass's activations: the few (B, T, d)-sized tensors alive in
     a block, the MLP's hidden layer, one layer's attention scores, and the logits (float32)."""
-    d = int(getattr(config, "hidden_size", 0) or getattr(config, "n_embd", 0))
-    heads = int(getattr(config, "num_attention_heads", 0) or getattr(config, "n_head", 0))
-    d_mlp = int(getattr(config, "intermediate_size", 0) or getattr(config, "n_inner", 0) or 4 * d)
-    vocab = int(getattr(config, "vocab_size", 0))
+    from .families.parts import dims
+
+    dm = dims(config)
+    d, heads, vocab = dm.d_model, dm.n_heads, dm.vocab_size
+    d_mlp = dm.d_mlp or 4 * d  # an estimate: a config that does not say is taken as 4·d
     per_block = batch * seq_len * (6 * d + 3 * d_mlp) + batch * heads * seq_len * seq_len
     return per_block * dtype_bytes + batch * logits_positions * vocab * 4
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-SCHEMA_VERSION = "1.1"  # minor: fields or kinds added; major: a field changed or removed
+SCHEMA_VERSION = "1.2"  # minor: fields or kinds added; major: a field changed or removed
 
 # One vocabulary of trace points, shared by hooks, JSON keys and table headers.
 TRACE_POINTS = ("embed", "resid_pre", "attn_out", "resid_mid", "mlp_out", "resid_post",
@@ -35,6 +35,9 @@ class ModelInfo:
     dtype: str
     random_weights: bool
     placement: tuple[str, ...] = ()  # with --device-map: "blocks 0–13: cuda:0", ...
+    # a model type the registry does not know: the facts inferred (and from what), the unknown
+    inferred: tuple[str, ...] = ()
+    unknown: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -80,6 +83,38 @@ class LayerStats:
 
 
 @dataclass(frozen=True)
+class Decomposition:
+    """The check, on every trace, that what attention and the MLP added is what the block
+    added: ‖Δ − (attn + mlp)‖ at the last position of every block, against a tolerance that
+    allows for the dtype's rounding of the residual adds."""
+
+    holds: bool  # every block within tolerance: the ‖attn‖ and ‖mlp‖ figures are shown
+    max_mismatch: float | None  # max over blocks of ‖Δ − (attn + mlp)‖ / ‖Δ‖
+    worst_block: int | None  # where that maximum is
+    withheld: tuple[int, ...]  # blocks whose ‖attn‖ and ‖mlp‖ are withheld (null)
+    tolerance: str  # the rule each block must meet
+
+    def note(self) -> str | None:
+        """The one line that says why ‖attn‖ and ‖mlp‖ are missing, or None when shown."""
+        if self.holds:
+            return None
+        runs: list[list[int]] = []
+        for i in self.withheld:
+            if runs and runs[-1][1] == i - 1:
+                runs[-1][1] = i
+            else:
+                runs.append([i, i])
+        blocks = ("block " if len(self.withheld) == 1 else "blocks ") + ", ".join(
+            str(a) if a == b else f"{a}–{b}" for a, b in runs)
+        measured = "" if self.max_mismatch is None else (
+            f"; the largest mismatch is {self.max_mismatch:.1%} of ‖Δ‖, at block "
+            f"{self.worst_block}")
+        return (f"‖attn‖ and ‖mlp‖ withheld for {blocks}: what the attention and MLP modules "
+                f"output does not add up to what the block added to the stream{measured}; "
+                "the other columns are exact")
+
+
+@dataclass(frozen=True)
 class FinalNormStats:
     norm_last: float
     snippet: tuple[float, ...]
@@ -110,6 +145,7 @@ class Trace:
     # logit lens at every position (--plot, report): rows embed, block 0, ...; empty otherwise
     lens_grid: tuple[tuple[LensCell, ...], ...] = ()
     lens_positions: tuple[int, ...] = ()  # the positions of the grid's columns
+    decomposition: Decomposition | None = None
     kind: str = "trace"
     schema_version: str = SCHEMA_VERSION
 
@@ -147,7 +183,7 @@ class ShapeReport:
     n_heads: int
     n_kv_heads: int
     head_dim: int
-    d_mlp: int
+    d_mlp: int | None
     vocab_size: int
     context_length: int | None
     norm_type: str
@@ -288,6 +324,7 @@ class GenStep:
     layers: tuple[LayerStats, ...]  # per-layer statistics (--layers), else empty
     final_norm: FinalNormStats | None
     first_nonfinite: str | None
+    decomposition: Decomposition | None = None  # with --layers
 
 
 @dataclass(frozen=True)

@@ -23,6 +23,10 @@ TYPES = {
     "LayerStats": "The residual stream after the embedding (layer null) or after one block, "
                   "at the last position unless noted.",
     "FinalNormStats": "The output of the final norm at the last position.",
+    "Decomposition": "The check, run on every trace, that what attention and the MLP added "
+                     "equals what the block added (attn + mlp = Δ at the last position). "
+                     "Where a block fails it, its `attn_norm_last` and `mlp_norm_last` are "
+                     "null rather than wrong.",
     "ParamGroup": "Parameters of one part of the model.",
     "CostReport": "Memory and compute figures at the report's batch and sequence length.",
     "ExplainStep": "One step of the walkthrough.",
@@ -63,6 +67,18 @@ FIELDS = {
                      "per layer (embedding first), one cell per position of `lens_positions`; "
                      "empty otherwise.",
         "lens_positions": "The positions of the grid's columns (the last 64 at most).",
+        "decomposition": "Whether the attention/MLP split of every block adds up to what the "
+                         "block added (see Decomposition); the split figures of a block that "
+                         "fails are null.",
+    },
+    "Decomposition": {
+        "holds": "True when every block passes: all `attn_norm_last`/`mlp_norm_last` are "
+                 "shown.",
+        "max_mismatch": "The largest ‖Δ − (attn + mlp)‖ / ‖Δ‖ over the blocks (null when no "
+                        "block could be measured).",
+        "worst_block": "The block with that largest mismatch, or null.",
+        "withheld": "Blocks whose attention and MLP figures are withheld (null).",
+        "tolerance": "The rule each block must meet, in words.",
     },
     "BatchTrace": {
         "id": "The prompt's id: the `id` of its .jsonl line, else `<file stem>:<line>`.",
@@ -103,6 +119,10 @@ FIELDS = {
                           "then mean nothing.",
         "placement": "With `--device-map`: where each range of blocks and the other parts "
                      "live (`blocks 0–13: cuda:0`, `lm_head: disk`, ...); empty otherwise.",
+        "inferred": "For a model type no family module covers: each architecture fact "
+                    "fptrace inferred, and from what (empty for registered families).",
+        "unknown": "For such a model: the facts fptrace could not establish, and what it does "
+                   "about each (empty for registered families).",
     },
     "Token": {
         "position": "Position in the sequence, from 0.",
@@ -130,8 +150,13 @@ FIELDS = {
         "resid_norm_mean": "Mean over the prompt's positions of the stream's L2 norm.",
         "added_norm_last": "L2 norm of what the block added (resid_post − resid_pre); null for "
                            "the embedding.",
-        "attn_norm_last": "L2 norm of the attention output; null for the embedding.",
-        "mlp_norm_last": "L2 norm of the MLP output; null for the embedding.",
+        "attn_norm_last": "L2 norm of what attention added to the stream (for families that "
+                          "normalise the attention output before the add, the post-norm "
+                          "output); null for the embedding, and null where the decomposition "
+                          "check fails for this block.",
+        "mlp_norm_last": "L2 norm of what the MLP added to the stream (post-norm where the "
+                         "family has one); null for the embedding, and where the decomposition "
+                         "check fails.",
         "cos_prev": "Cosine between this stream and the previous one; null for the embedding.",
         "snippet": "The first values of the stream at the last position (`--snippet`).",
         "lens_id": "Logit lens: top-1 token id of final norm + LM head applied to this stream.",
@@ -152,7 +177,7 @@ FIELDS = {
         "n_heads": "Query heads.",
         "n_kv_heads": "Key/value heads.",
         "head_dim": "Values per head.",
-        "d_mlp": "Width of the MLP's hidden layer.",
+        "d_mlp": "Width of the MLP's hidden layer, or null when the config does not say.",
         "vocab_size": "Rows of the token embedding.",
         "context_length": "Longest sequence the positions allow, or null.",
         "norm_type": "layernorm or rmsnorm.",
@@ -290,6 +315,8 @@ FIELDS = {
                   "`resid_norm_mean` is over the positions this step computed.",
         "final_norm": "The final norm's output at the last position (`--layers`), else null.",
         "first_nonfinite": "Where NaN or Inf first appeared in this step, or null.",
+        "decomposition": "With `--layers`: the attn + mlp = Δ check of this step (see "
+                         "Decomposition); null without `--layers`.",
     },
     "LensCell": {
         "id": "Token id.",

@@ -12,32 +12,10 @@ import time
 from typing import Any
 
 from .errors import BadInput
-from .models.families import resolve_parts
+from .families.parts import dims, resolve_parts
 from .results import CostReport, ParamGroup, ShapeReport, ShapeStep, Token
 
 BYTES = {"float32": 4, "bfloat16": 2, "float16": 2, "int8": 1, "4-bit": 0.5}
-
-# leaf module names inside a block -> what a reader calls them
-_MODULE_LABELS = {
-    "input_layernorm": "norm before attention", "ln_1": "norm before attention",
-    "post_attention_layernorm": "norm before the MLP", "ln_2": "norm before the MLP",
-    "q_proj": "Q projection", "k_proj": "K projection", "v_proj": "V projection",
-    "c_attn": "fused QKV projection", "qkv_proj": "fused QKV projection",
-    "query_key_value": "fused QKV projection",
-    "o_proj": "output projection W_O", "dense": "output projection W_O",
-    "gate_proj": "MLP gate", "up_proj": "MLP up", "gate_up_proj": "MLP gate+up (fused)",
-    "c_fc": "MLP up", "dense_h_to_4h": "MLP up",
-    "act_fn": "activation", "act": "activation", "activation_fn": "activation",
-    "down_proj": "MLP down", "dense_4h_to_h": "MLP down",
-}
-
-
-def _label_module(name: str, in_attn: bool) -> str | None:
-    leaf = name.rsplit(".", 1)[-1]
-    if leaf == "c_proj":
-        return "output projection W_O" if in_attn else "MLP down"
-    return _MODULE_LABELS.get(leaf)
-
 
 class _Recorder:
     """Timeline of one block's forward on the meta device: module outputs and tensor ops."""
@@ -129,7 +107,7 @@ def _record_block(model: Any, parts: Any, input_ids: Any) -> _Recorder:
     return rec
 
 
-def _block_steps(rec: _Recorder, cfg: dict) -> list[ShapeStep]:
+def _block_steps(rec: _Recorder, cfg: dict, fam: Any) -> list[ShapeStep]:
     """Name the recorded events of block 0 the way a textbook walks through a block."""
     T, d, h, kv, hd = (cfg[k] for k in ("T", "d", "h", "kv", "hd"))
     steps: list[ShapeStep] = []
@@ -150,15 +128,19 @@ def _block_steps(rec: _Recorder, cfg: dict) -> list[ShapeStep]:
             if name == "":
                 continue
             if name == attn_name:
-                add("attn_out", "attention output (what is added)", shape)
+                add("attn_out" if not fam.attn_added else "block",
+                    "attention output" + ("" if fam.attn_added else " (what is added)"), shape)
                 continue
             if name == mlp_name:
-                add("mlp_out", "MLP output (what is added)", shape)
+                add("mlp_out" if not fam.mlp_added else "block",
+                    "MLP output" + ("" if fam.mlp_added else " (what is added)"), shape)
                 continue
-            label = _label_module(name, name.startswith(attn_name + "."))
+            label = fam.label(name.rsplit(".", 1)[-1], name.startswith(attn_name + "."))
             if label:
                 point = "resid_pre" if label == "norm before attention" else \
-                    "resid_mid" if label == "norm before the MLP" else "block"
+                    "resid_mid" if label == "norm before the MLP" else \
+                    "attn_out" if name == fam.attn_added else \
+                    "mlp_out" if name == fam.mlp_added else "block"
                 add(point, label, shape, once=False)
             continue
         op, where = name, scope.split("|")[0]
@@ -251,17 +233,12 @@ def shape_report(name: str, prompt: str | None = None, seq_len: int | None = Non
     model.eval()
     parts = resolve_parts(model)
     fam = parts.family
-    d = int(config.hidden_size)
-    h = int(config.num_attention_heads)
-    kv = int(getattr(config, "num_key_value_heads", None) or h)
-    hd = int(getattr(config, "head_dim", None) or d // h)
-    d_mlp = getattr(config, "intermediate_size", None) or getattr(config, "n_inner", None) \
-        or 4 * d
-    V = int(config.vocab_size)
+    dm = dims(config, fam)
+    d, h, kv, hd, V = dm.d_model, dm.n_heads, dm.n_kv_heads, dm.head_dim, dm.vocab_size
     L = len(parts.blocks)
     ids = torch.zeros((batch, seq_len), dtype=torch.long, device="meta")
     rec = _record_block(model, parts, ids)
-    cfg = dict(B=batch, T=seq_len, d=d, h=h, kv=kv, hd=hd, d_mlp=int(d_mlp),
+    cfg = dict(B=batch, T=seq_len, d=d, h=h, kv=kv, hd=hd, d_mlp=dm.d_mlp,
                rope=fam.positions == "rope", swiglu=fam.mlp_type == "swiglu")
     steps = [ShapeStep("input_ids", "input_ids", (batch, seq_len))]
     top = rec.top
@@ -272,7 +249,7 @@ def shape_report(name: str, prompt: str | None = None, seq_len: int | None = Non
         steps.append(ShapeStep("embed", "token embedding (no position embedding: RoPE "
                                "inside attention)" if cfg["rope"] else "token embedding",
                                top["embed"]))
-    steps += _block_steps(rec, cfg)
+    steps += _block_steps(rec, cfg, fam)
     steps.append(ShapeStep("resid_post", f"× {L} blocks: the stream after the last one",
                            top["last_block"]))
     steps.append(ShapeStep("final_norm", "final norm", top["final_norm"]))
@@ -287,13 +264,13 @@ def shape_report(name: str, prompt: str | None = None, seq_len: int | None = Non
     return ShapeReport(
         model=spec.name, family=fam.name, source=spec.known.source if spec.known else
         (spec.path or spec.hub_id or ""),
-        n_layers=L, d_model=d, n_heads=h, n_kv_heads=kv, head_dim=hd, d_mlp=int(d_mlp),
+        n_layers=L, d_model=d, n_heads=h, n_kv_heads=kv, head_dim=hd, d_mlp=dm.d_mlp,
         vocab_size=V, context_length=ctx, norm_type=fam.norm_type, mlp_type=fam.mlp_type,
         positions=fam.positions, tied_embeddings=tied, batch=batch, seq_len=seq_len,
         tokens=tokens, tokenizer=tokenizer_name, steps=tuple(steps),
         hidden_states=(n_hidden, (batch, seq_len, d)),
         params=tuple(groups), n_params=total, cost=cost, dtype=dtype,
-        differences=tuple(_differences(fam, h, kv)), notes=tuple(notes),
+        differences=tuple(fam.differences(h, kv, config)), notes=tuple(notes),
         seconds=time.perf_counter() - t0)
 
 
@@ -322,10 +299,11 @@ def _param_groups(model: Any, parts: Any, L: int) -> tuple[list[ParamGroup], int
             block_totals[int(idx_str)] += n
             if int(idx_str) != 0:
                 continue
-            if rel.startswith(attn_rel + "."):
+            owner = rel.rsplit(".", 1)[0]  # the module holding the parameter
+            if rel.startswith(attn_rel + ".") and "norm" not in owner.rsplit(".", 1)[-1]:
                 leaf = rel[len(attn_rel) + 1:]
                 key = "attention: output projection W_O" if leaf.split(".")[0] in \
-                    ("o_proj", "c_proj", "dense", "out_proj") else "attention: Q, K, V projections"
+                    parts.family.w_o else "attention: Q, K, V projections"
             elif rel.startswith(mlp_rel + "."):
                 key = "MLP matrices"
             elif "norm" in rel or rel.startswith("ln_"):
@@ -385,19 +363,3 @@ def _costs(groups: list[ParamGroup], total: int, *, L: int, d: int, h: int, kv: 
         logits_last_numbers=B * V, logits_last_bytes=B * V * b,
         tied_saving_params=head if tied else 0,
         flops_prefill=prefill, flops_decode_step=decode, matmul_params=matmul_params)
-
-
-def _differences(fam: Any, h: int, kv: int) -> list[str]:
-    if fam.name == "gpt2":
-        return []
-    out = []
-    if fam.positions == "rope":
-        out.append("no position embedding: RoPE rotates Q and K inside attention")
-    if fam.norm_type == "rmsnorm":
-        out.append("RMSNorm instead of LayerNorm (no mean subtraction, no bias)")
-    if fam.mlp_type == "swiglu":
-        out.append("SwiGLU MLP: down(SiLU(gate(x)) · up(x)), three matrices instead of two")
-    if kv != h:
-        out.append(f"grouped-query attention: {kv} K/V heads shared by {h} query heads "
-                   f"({h // kv} each), repeated to match Q")
-    return out

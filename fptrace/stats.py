@@ -34,3 +34,30 @@ def is_finite(*ts: Any) -> bool:
     import torch
 
     return all(t is None or bool(torch.isfinite(t).all()) for t in ts)
+
+
+# unit roundoff of each dtype: one rounding of a value v errs by at most EPS·|v| / 2
+EPS = {"float64": 2.0 ** -52, "float32": 2.0 ** -23, "float16": 2.0 ** -10, "bfloat16": 2.0 ** -7}
+DECOMPOSITION_RTOL = 1e-4
+
+
+def decomposition(pre: Any, post: Any, attn: Any, mlp: Any, dtype: str) -> tuple[Any, Any]:
+    """Does what attention and the MLP added make up what the block added?
+
+    pre, post, attn, mlp: (..., d) float32 copies of the stream before and after a block and of
+    the two sublayer outputs the stream received. Returns (mismatch, bound), each (...):
+    mismatch = ‖(post − pre) − (attn + mlp)‖; bound = RTOL·‖post − pre‖ plus the rounding the
+    model's two residual adds may do in its dtype (EPS·(‖pre‖ + ‖attn‖ + ‖post‖ + ‖mlp‖), a
+    bound on the norm of the two rounding errors, each at most EPS/2 of its sum)."""
+    added = post - pre
+    mismatch = norms(added - (attn + mlp))
+    eps = EPS.get(dtype, EPS["bfloat16"])
+    bound = DECOMPOSITION_RTOL * norms(added) + eps * (norms(pre) + norms(attn) + norms(post)
+                                                      + norms(mlp))
+    return mismatch, bound
+
+
+def decomposition_rule(dtype: str) -> str:
+    eps = EPS.get(dtype, EPS["bfloat16"])
+    return (f"‖Δ − (attn + mlp)‖ ≤ {DECOMPOSITION_RTOL:g}·‖Δ‖ + {eps:.3g}·(‖resid_pre‖ + "
+            f"‖attn‖ + ‖resid_post‖ + ‖mlp‖)   ({dtype} rounding of the two residual adds)")

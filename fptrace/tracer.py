@@ -6,11 +6,12 @@ from typing import Any, Sequence
 
 from . import stats
 from .errors import BadInput
+from .families.parts import dims
 from .hooks import Capture, capture_stats, is_oom
 from .models.loading import LoadedModel
 from .models.tokenizers import encode_prompt
-from .results import (FinalNormStats, LayerStats, LensCell, ModelInfo, ShapeStep, Token,
-                      TopToken, Trace)
+from .results import (Decomposition, FinalNormStats, LayerStats, LensCell, ModelInfo, ShapeStep,
+                      Token, TopToken, Trace)
 
 NOTE_RANDOM = "RANDOM WEIGHTS: the predictions and logit-lens tokens of this trace mean nothing"
 NOTE_PRENORM = ("the last block row is the residual stream before the final norm; "
@@ -29,30 +30,23 @@ def model_info(lm: LoadedModel) -> ModelInfo:
 
 
 def _model_info(lm: LoadedModel) -> ModelInfo:
-    cfg = lm.config
     fam = lm.parts.family
-    n_heads = int(cfg.num_attention_heads)
-    d = int(cfg.hidden_size)
-    head_dim = getattr(cfg, "head_dim", None) or d // n_heads
+    dm = dims(lm.config, fam)
     n_params = sum(p.numel() for p in lm.model.parameters())  # shared (tied) tensors count once
-    d_mlp = getattr(cfg, "intermediate_size", None) or getattr(cfg, "n_inner", None)
-    if d_mlp is None and fam.name == "gpt2":
-        d_mlp = 4 * d
     in_emb, out_emb = lm.model.get_input_embeddings(), lm.model.get_output_embeddings()
     tied = out_emb is not None and in_emb is not None and \
         out_emb.weight.data_ptr() == in_emb.weight.data_ptr()
     return ModelInfo(
         name=lm.name, family=fam.name, source=lm.source,
-        n_layers=len(lm.parts.blocks), d_model=d, n_heads=n_heads,
-        n_kv_heads=int(getattr(cfg, "num_key_value_heads", None) or n_heads),
-        head_dim=int(head_dim), d_mlp=int(d_mlp) if d_mlp else None,
-        vocab_size=int(cfg.vocab_size),
-        context_length=getattr(cfg, "max_position_embeddings", None),
+        n_layers=len(lm.parts.blocks), d_model=dm.d_model, n_heads=dm.n_heads,
+        n_kv_heads=dm.n_kv_heads, head_dim=dm.head_dim, d_mlp=dm.d_mlp,
+        vocab_size=dm.vocab_size, context_length=dm.context_length,
         n_params=int(n_params), tied_embeddings=bool(tied),
         norm_type=fam.norm_type, mlp_type=fam.mlp_type, positions=fam.positions,
         parallel_residual=lm.parts.parallel_residual,
         device=str(lm.device), dtype=str(lm.dtype).replace("torch.", ""),
         random_weights=lm.random_weights, placement=lm.placement,
+        inferred=lm.parts.known, unknown=lm.parts.unknown,
     )
 
 
@@ -160,7 +154,7 @@ def run_traces(lm: LoadedModel, prompts: Sequence[str | Sequence[int]], *, top_k
     logits_shape = tuple(logits.shape)
 
     L = len(lm.parts.blocks)
-    per_row = layer_stats(lm, cap, snippet=snippet, logit_lens=logit_lens)
+    per_row, checks = layer_stats(lm, cap, snippet=snippet, logit_lens=logit_lens)
     grid: tuple = ()
     grid_positions: tuple = ()
     if lens_grid:
@@ -191,6 +185,9 @@ def run_traces(lm: LoadedModel, prompts: Sequence[str | Sequence[int]], *, top_k
         notes = [NOTE_PRENORM]
         if lm.random_weights:
             notes.insert(0, NOTE_RANDOM)
+        withheld = checks[b].note()
+        if withheld:
+            notes.insert(0, withheld)
         if dropped:
             notes.append(f"--truncate dropped the first {dropped} tokens")
         traces.append(Trace(
@@ -206,21 +203,22 @@ def run_traces(lm: LoadedModel, prompts: Sequence[str | Sequence[int]], *, top_k
                         for r, (i, p, lg) in enumerate(zip(top_ids, top_p, top_l))),
             all_positions=all_positions, truncated=dropped, first_nonfinite=first_bad,
             notes=tuple(notes), lens_grid=grid, lens_positions=grid_positions,
+            decomposition=checks[b],
         ))
     return traces
 
 
 def layer_stats(lm: LoadedModel, cap: Capture, *, snippet: int = 4, logit_lens: bool = True
-                ) -> list[tuple[LayerStats, ...]]:
+                ) -> tuple[list[tuple[LayerStats, ...]], list[Decomposition]]:
     """The per-layer rows (embedding, then each block) of every batch row, from what the hooks
-    captured in one forward pass."""
+    captured in one forward pass, and each row's decomposition check: a block whose attention
+    and MLP outputs do not add up to what it added gets null for both."""
     import torch
 
     L = len(lm.parts.blocks)
     streams = torch.stack([cap.embed_last, *cap.resid_last])  # (L+1, B, d) float32
     mean_norms = torch.stack([cap.embed_mean_norm, *cap.resid_mean_norm])  # (L+1, B)
-    attn = torch.stack(cap.attn_last)  # (L, B, d)
-    mlp = torch.stack(cap.mlp_last)  # (L, B, d)
+    B = streams.shape[1]
     lens_ids = lens_probs = None
     if logit_lens:
         lens_ids, lens_probs = _logit_lens(lm, streams)  # (L+1, B) each
@@ -228,22 +226,31 @@ def layer_stats(lm: LoadedModel, cap: Capture, *, snippet: int = 4, logit_lens: 
     resid_norms = stats.norms(streams)  # (L+1, B)
     added = streams[1:] - streams[:-1]  # (L, B, d)
     added_norms = stats.norms(added)
+    measured = [cap.attn_last[i] is not None and cap.mlp_last[i] is not None for i in range(L)]
+    zero = torch.zeros_like(streams[0])  # (B, d)
+    attn = torch.stack([a if ok else zero for a, ok in zip(cap.attn_last, measured)])  # (L,B,d)
+    mlp = torch.stack([m if ok else zero for m, ok in zip(cap.mlp_last, measured)])  # (L, B, d)
     attn_norms, mlp_norms = stats.norms(attn), stats.norms(mlp)
+    dtype = str(lm.dtype).replace("torch.", "")
+    mismatch, bound = stats.decomposition(streams[:-1], streams[1:], attn, mlp, dtype)  # (L, B)
+    holds = (mismatch <= bound) & torch.tensor(measured, device=mismatch.device)[:, None]
+    relative = mismatch / added_norms.clamp(min=torch.finfo(torch.float32).tiny)  # (L, B)
     cos_prev = stats.cosine(streams[1:], streams[:-1])  # (L, B)
     finite_layer = torch.isfinite(streams).all(dim=-1) & torch.isfinite(mean_norms)  # (L+1, B)
-    rows = []
-    for b in range(streams.shape[1]):
+    rows, checks = [], []
+    for b in range(B):
         layers = []
         for k in range(L + 1):
             blk = k - 1
+            split = k > 0 and bool(holds[blk, b])
             layers.append(LayerStats(
                 layer=None if k == 0 else blk,
                 point="embed" if k == 0 else "resid_post",
                 resid_norm_last=float(resid_norms[k, b]),
                 resid_norm_mean=float(mean_norms[k, b]),
                 added_norm_last=None if k == 0 else float(added_norms[blk, b]),
-                attn_norm_last=None if k == 0 else float(attn_norms[blk, b]),
-                mlp_norm_last=None if k == 0 else float(mlp_norms[blk, b]),
+                attn_norm_last=float(attn_norms[blk, b]) if split else None,
+                mlp_norm_last=float(mlp_norms[blk, b]) if split else None,
                 cos_prev=None if k == 0 else float(cos_prev[blk, b]),
                 snippet=tuple(float(x) for x in streams[k, b, :snippet].tolist()),
                 lens_id=None if lens_ids is None else int(lens_ids[k, b]),
@@ -252,7 +259,22 @@ def layer_stats(lm: LoadedModel, cap: Capture, *, snippet: int = 4, logit_lens: 
                 finite=bool(finite_layer[k, b]),
             ))
         rows.append(tuple(layers))
-    return rows
+        checks.append(_decomposition(relative[:, b], holds[:, b], measured, dtype))
+    return rows, checks
+
+
+def _decomposition(relative: Any, holds: Any, measured: list[bool], dtype: str) -> Decomposition:
+    """One row's check: relative (L,) mismatch / ‖Δ‖, holds (L,) bool."""
+    import math
+
+    rel = [float(r) if m else math.nan for r, m in zip(relative.tolist(), measured)]
+    finite = [(r, i) for i, r in enumerate(rel) if math.isfinite(r)]
+    worst = max(finite) if finite else None
+    return Decomposition(
+        holds=bool(holds.all()), max_mismatch=None if worst is None else worst[0],
+        worst_block=None if worst is None else worst[1],
+        withheld=tuple(i for i, ok in enumerate(holds.tolist()) if not ok),
+        tolerance=stats.decomposition_rule(dtype))
 
 
 def first_nonfinite(layers: Sequence[LayerStats]) -> str | None:
@@ -261,14 +283,15 @@ def first_nonfinite(layers: Sequence[LayerStats]) -> str | None:
 
 
 def _logit_lens(lm: LoadedModel, streams: Any) -> tuple[Any, Any]:
-    """Final norm + LM head on each layer's last-position stream: top-1 id and probability."""
+    """The model's final projection (final norm, LM head, final softcap where the family has
+    one) on each layer's last-position stream: top-1 id and probability."""
     import torch
 
     L1, B, d = streams.shape
     dtype = lm.dtype
     with torch.inference_mode():
         x = streams.reshape(L1 * B, d).to(dtype)
-        logits = lm.parts.lm_head(lm.parts.final_norm(x)).float()  # (L1*B, V)
+        logits = lm.parts.project(x).float()  # (L1*B, V)
         probs = torch.softmax(logits, dim=-1)
         p, idx = probs.max(dim=-1)
     return idx.reshape(L1, B).cpu(), p.reshape(L1, B).cpu()

@@ -36,11 +36,42 @@ TINY_CONFIGS = {
     "gpt_neox": dict(model_type="gpt_neox", num_hidden_layers=2, hidden_size=64,
                      intermediate_size=96, num_attention_heads=4, vocab_size=1000,
                      max_position_embeddings=64, rotary_pct=0.25, use_parallel_residual=True),
-    # no row in families.py: exercises the generic block search
+    "qwen3": dict(model_type="qwen3", num_hidden_layers=2, hidden_size=64, intermediate_size=96,
+                  num_attention_heads=4, num_key_value_heads=2, head_dim=16, vocab_size=1000,
+                  max_position_embeddings=64, tie_word_embeddings=True),
+    "gemma": dict(model_type="gemma", num_hidden_layers=2, hidden_size=64, intermediate_size=96,
+                  num_attention_heads=4, num_key_value_heads=1, head_dim=16, vocab_size=1000,
+                  max_position_embeddings=64),
+    # softcaps small enough to bite on random weights; every other layer a 3-token window
+    "gemma2": dict(model_type="gemma2", num_hidden_layers=3, hidden_size=64,
+                   intermediate_size=96, num_attention_heads=4, num_key_value_heads=2,
+                   head_dim=16, vocab_size=1000, max_position_embeddings=64, sliding_window=3,
+                   query_pre_attn_scalar=24, attn_logit_softcapping=2.0,
+                   final_logit_softcapping=3.0),
+    "gemma3_text": dict(model_type="gemma3_text", num_hidden_layers=3, hidden_size=64,
+                        intermediate_size=96, num_attention_heads=4, num_key_value_heads=2,
+                        head_dim=16, vocab_size=1000, max_position_embeddings=64,
+                        sliding_window=3, sliding_window_pattern=2, query_pre_attn_scalar=16,
+                        final_logit_softcapping=5.0,
+                        rope_parameters={"full_attention": {"rope_type": "default",
+                                                            "rope_theta": 1_000_000.0},
+                                         "sliding_attention": {"rope_type": "default",
+                                                               "rope_theta": 10_000.0}}),
+    "olmo2": dict(model_type="olmo2", num_hidden_layers=2, hidden_size=64, intermediate_size=96,
+                  num_attention_heads=4, num_key_value_heads=2, vocab_size=1000,
+                  max_position_embeddings=64, tie_word_embeddings=False),
+    # no family module: exercises the generic block search
     "starcoder2": dict(model_type="starcoder2", num_hidden_layers=2, hidden_size=64,
                        intermediate_size=96, num_attention_heads=4, num_key_value_heads=2,
                        vocab_size=1000, max_position_embeddings=64),
 }
+
+
+def registered(model_type: str):
+    """The registry's family for a model type, or None."""
+    from fptrace.families import FAMILIES
+
+    return next((f for f in FAMILIES if model_type in f.model_types), None)
 
 
 def build_tiny(family: str, seed: int = 0):

@@ -126,3 +126,33 @@ def test_bad_device_options(llama_folder, args, needle):
     assert r.exit_code == 2
     line = r.stderr.strip().splitlines()[-1]
     assert line.startswith("fptrace: error:") and needle in line and "Traceback" not in r.output
+
+
+@pytest.mark.parametrize("stored", ["embedding", "lm_head"])
+def test_tied_weights_offloaded_to_disk(tmp_path, stored):
+    """A tied embedding / LM head placed on disk: Accelerate's offload index knows the weight
+    under the one name the checkpoint stored (save_pretrained keeps the embedding's name,
+    safetensors' save_model, as the GGUF cache does, the LM head's). Both must load, and the
+    trace must equal the whole model's."""
+    from safetensors.torch import save_model
+
+    folder, model = make_gpt2_folder(tmp_path, n_positions=32, n_layer=2, n_embd=64)
+    if stored == "lm_head":
+        import os
+
+        os.remove(folder / "model.safetensors")
+        save_model(model, str(folder / "model.safetensors"))  # keeps lm_head.weight
+    plain = json.loads(runner.invoke(app, ["run", "The cat sat", "-m", str(folder),
+                                           "--json"]).stdout)
+    r = runner.invoke(app, ["run", "The cat sat", "-m", str(folder), "--device-map", "auto",
+                            "--max-memory", "cpu=1MB", "--offload-folder",
+                            str(tmp_path / "off"), "--json"])
+    assert r.exit_code == 0, r.stderr
+    spread = json.loads(r.stdout)
+    assert any(("wte" in p or "everything" in p) and "disk" in p
+               for p in spread["model"]["placement"]), spread["model"]["placement"]
+    assert [t["id"] for t in spread["top_k"]] == [t["id"] for t in plain["top_k"]]
+    for la, lb in zip(spread["layers"], plain["layers"]):
+        assert math.isclose(la["resid_norm_last"], lb["resid_norm_last"], rel_tol=1e-5)
+    for ta, tb in zip(spread["top_k"], plain["top_k"]):
+        assert math.isclose(ta["logit"], tb["logit"], rel_tol=1e-5, abs_tol=1e-5)

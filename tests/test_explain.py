@@ -10,14 +10,16 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
-from conftest import build_tiny
+from conftest import TINY_CONFIGS, build_tiny, registered
 from fptrace.cli import app
 from fptrace.errors import BadInput, UnsupportedModel
 from fptrace.walkthrough import explain, family_module
 from fptrace.walkthrough.steps import Steps
 from fptrace.models.loading import wrap_model
 
-EXPLAINED = ["gpt2", "llama", "mistral", "qwen2", "gpt_neox", "phi3"]
+# every tiny config whose family (from the registry) has a walkthrough
+EXPLAINED = sorted(name for name, cfg in TINY_CONFIGS.items()
+                   if (f := registered(cfg["model_type"])) is not None and f.walkthrough)
 IDS = [5, 17, 42, 7, 9, 311]
 runner = CliRunner()
 
@@ -65,11 +67,16 @@ def test_attention_rows_and_causal_zeros(tiny_lm):
     weights = next(m for m in e.matrices if m.name == "weights")
     masked = next(m for m in e.matrices if m.name == "scores + mask")
     T = len(IDS)
+    cfg = tiny_lm.config
+    types_ = getattr(cfg, "layer_types", None)
+    window = cfg.sliding_window if types_ and types_[e.layer] == "sliding_attention" else None
     assert len(weights.rows) == T and len(weights.labels) == T
     for i, (row, srow) in enumerate(zip(weights.rows, masked.rows)):
+        lo = max(0, i - window + 1) if window else 0  # a sliding window sees the last `window`
         assert math.isclose(sum(row), 1.0, abs_tol=1e-5)
         assert all(v == 0.0 for v in row[i + 1:])  # exactly zero above the diagonal
-        assert all(v > 0.0 for v in row[:i + 1])
+        assert all(v == 0.0 for v in row[:lo])
+        assert all(v > 0.0 for v in row[lo:i + 1])
         assert all(v == -math.inf for v in srow[i + 1:])
 
 

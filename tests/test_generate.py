@@ -57,13 +57,30 @@ def test_kv_cache_shapes_and_bytes(tiny_lm):
     assert g.steps[0].input_shape == (1, len(IDS)) and g.steps[1].input_shape == (1, 1)
     assert g.steps[0].stream_shape == (1, len(IDS), cfg.hidden_size)
     assert g.steps[2].stream_shape == (1, 1, cfg.hidden_size)
+    types_ = getattr(cfg, "layer_types", None) or ["full_attention"] * L
+    window = getattr(cfg, "sliding_window", None)
+    sliding = [window is not None and t == "sliding_attention" for t in types_]
     for k, s in enumerate(g.steps):
         positions = len(IDS) + k
-        assert s.kv_shape == (1, n_kv, positions, head_dim)
         assert s.kv_layers == L
-        assert s.kv_layout == (f"layers 0–{L - 1}: (1, {n_kv}, {positions}, {head_dim})",)
-        assert s.kv_bytes == 2 * L * n_kv * positions * head_dim * 4  # float32 keys + values
         assert s.positions[-1] == positions - 1
+        if not any(sliding):
+            assert s.kv_shape == (1, n_kv, positions, head_dim)
+            assert s.kv_layout == (f"layers 0–{L - 1}: (1, {n_kv}, {positions}, {head_dim})",)
+            assert s.kv_bytes == 2 * L * n_kv * positions * head_dim * 4  # float32 K + V
+            continue
+        # sliding-window layers keep at most `window` positions; the others keep them all
+        kept = {}
+        for entry in s.kv_layout:
+            where, shape = entry.split(": ")
+            first, _, last = where.split(" ")[1].partition("–")
+            for i in range(int(first), int(last or first) + 1):
+                kept[i] = tuple(int(d) for d in shape.strip("()").split(", "))
+        assert sorted(kept) == list(range(L))
+        for i in range(L):
+            assert kept[i][:2] == (1, n_kv) and kept[i][3] == head_dim
+            assert kept[i][2] <= window if sliding[i] else kept[i][2] == positions
+        assert s.kv_bytes == sum(2 * n_kv * kept[i][2] * head_dim * 4 for i in range(L))
 
 
 def test_layers_of_a_step_equal_a_trace_of_the_whole_sequence():

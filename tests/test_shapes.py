@@ -8,6 +8,7 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
+from conftest import TINY_CONFIGS
 from fptrace.cli import app
 from fptrace.models.registry import known_models
 from fptrace.shapes import shape_report
@@ -103,3 +104,26 @@ def test_cli_seq_len_beyond_context_warns():
     assert res.exit_code == 0
     assert "beyond the context window" in res.stderr
     assert json.loads(res.stdout)["seq_len"] == 2000
+
+
+@pytest.mark.parametrize("name", sorted(TINY_CONFIGS))
+def test_every_family_shapes(tmp_path, name):
+    """shapes on the meta device for every family's tiny config: the parameter groups add up to
+    the model's own count, and the block's steps are named through the family's labels."""
+    import torch
+
+    cfg = dict(TINY_CONFIGS[name])
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    config = AutoConfig.for_model(cfg.pop("model_type"), **cfg)
+    config.save_pretrained(tmp_path)
+    r = shape_report(str(tmp_path), seq_len=5)
+    with torch.device("meta"):
+        model = AutoModelForCausalLM.from_config(config)
+    assert r.n_params == sum(p.numel() for p in model.parameters())
+    labels = [s.label for s in r.steps]
+    assert any(l.startswith("attention output") for l in labels)
+    assert any(l.startswith("MLP output") for l in labels)
+    assert r.steps[-1].shape == (1, 1, config.vocab_size)
+    if getattr(config, "final_logit_softcapping", None):
+        assert any("final logits soft-capped" in d for d in r.differences)

@@ -58,12 +58,18 @@ def test_top_k_matches_model_logits(tiny):
 
 
 def test_logit_lens_matches_manual_projection(tiny):
+    """The lens is the model's own final projection: final norm, LM head and, where the config
+    has one (Gemma 2/3), the final-logit softcap (read here from the config, not the registry)."""
     ids = _ids(tiny, seed=3)
     trace = run_trace(tiny, ids, top_k=1)
     hs = _reference(tiny, ids).hidden_states
+    cap = getattr(tiny.config, "final_logit_softcapping", None)
     for k in range(len(hs) - 1):
         with torch.inference_mode():
-            probs = tiny.parts.lm_head(tiny.parts.final_norm(hs[k][0, -1])).softmax(-1)
+            logits = tiny.model.lm_head(tiny.parts.final_norm(hs[k][0, -1]))
+            if cap:
+                logits = torch.tanh(logits / cap) * cap
+            probs = logits.softmax(-1)
         assert trace.layers[k].lens_id == int(probs.argmax())
         assert trace.layers[k].lens_prob == pytest.approx(float(probs.max()), rel=1e-4)
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from ..results import ModelEntry
-from .families import FAMILIES
+from ..families import FAMILIES
 from .registry import known_models
 
 

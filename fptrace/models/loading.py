@@ -17,7 +17,7 @@ from typing import Any, Callable
 
 from ..errors import (BadInput, FptraceError, ModelLoadError, ModelNotFound, UnsafeModel,
                       UnsupportedModel)
-from .families import ModelParts, resolve_parts
+from ..families.parts import ModelParts, resolve_parts
 from .registry import DEFAULT_MODEL, KnownModel, ModelSpec, resolve
 from .tokenizers import OFFLINE, HFTokenizer, TextTokenizer
 
@@ -84,7 +84,7 @@ class LoadedModel:
 
 def placement(model: Any, blocks_path: str) -> tuple[str, ...]:
     dm = getattr(model, "hf_device_map", None)
-    if not dm or len(set(dm.values())) <= 1:
+    if not dm or (len(set(dm.values())) <= 1 and "disk" not in dm.values()):
         return ()
 
     def where(v: Any) -> str:
@@ -101,7 +101,7 @@ def placement(model: Any, blocks_path: str) -> tuple[str, ...]:
             elif not (rows and rows[-1][1] >= i):
                 rows.append([i, i, where(dev)])
         else:
-            others.setdefault(where(dev), []).append(name.rsplit(".", 1)[-1] or name)
+            others.setdefault(where(dev), []).append(name.rsplit(".", 1)[-1] or "everything")
     out = [(f"block {a}" if a == b else f"blocks {a}–{b}") + f": {d}" for a, b, d in rows]
     out += [f"{', '.join(names)}: {d}" for d, names in others.items()]
     return tuple(out)
@@ -351,7 +351,8 @@ def _gguf_model(path: str, dtype: Any, progress: Progress, placed: dict | None =
     entry = os.path.join(_gguf_entry(path), "model")
     if _entry_ok(entry):
         try:
-            return AutoModelForCausalLM.from_pretrained(entry, dtype=dtype, **(placed or {}))
+            return alias_tied_offload(
+                AutoModelForCausalLM.from_pretrained(entry, dtype=dtype, **(placed or {})))
         except Exception as e:
             progress(f"cache entry {entry} is unreadable ({_short(e)}); rebuilding it")
             shutil.rmtree(entry, ignore_errors=True)
@@ -375,7 +376,8 @@ def _gguf_model(path: str, dtype: Any, progress: Progress, placed: dict | None =
         del model.config.quantization_config
     if placed:
         del model
-        return AutoModelForCausalLM.from_pretrained(entry, dtype=dtype, **placed)
+        return alias_tied_offload(AutoModelForCausalLM.from_pretrained(entry, dtype=dtype,
+                                                                       **placed))
     return model.to(dtype)
 
 
@@ -475,6 +477,31 @@ def _placed(device_map: str | None, max_memory: str | None, offload_folder: str 
             raise BadInput(f"--offload-folder {offload_folder}: {e.strerror}") from None
     return {"device_map": device_map, "max_memory": parse_max_memory(max_memory),
             "offload_folder": offload_folder}
+
+
+def alias_tied_offload(model: Any) -> Any:
+    """Accelerate's disk-offload index knows a tied weight (the embedding and the LM head) only
+    under the name the checkpoint stored it by; the other module then fails with a KeyError when
+    it loads its weights. Give the index every name of each tied parameter."""
+    groups: dict[int, list[str]] = {}
+    for name, p in model.named_parameters(remove_duplicate=False):
+        groups.setdefault(id(p), []).append(name)
+    tied = [names for names in groups.values() if len(names) > 1]
+    if not tied:
+        return model
+    indexes = {}
+    for module in model.modules():
+        wm = getattr(getattr(module, "_hf_hook", None), "weights_map", None)
+        index = getattr(getattr(wm, "dataset", wm), "index", None)
+        if isinstance(index, dict):
+            indexes[id(index)] = index
+    for index in indexes.values():
+        for names in tied:
+            stored = next((n for n in names if n in index), None)
+            for n in names:
+                if stored is not None and n not in index:
+                    index[n] = index[stored]
+    return model
 
 
 def _dispatch(model: Any, placed: dict) -> Any:
@@ -597,9 +624,9 @@ def _from_pretrained(folder: str, safe: bool, trust_remote_code: bool, dtype: An
     from transformers import AutoModelForCausalLM
 
     try:
-        return AutoModelForCausalLM.from_pretrained(
+        return alias_tied_offload(AutoModelForCausalLM.from_pretrained(
             folder, dtype=dtype, use_safetensors=safe, trust_remote_code=trust_remote_code,
-            **(placed or {}))
+            **(placed or {})))
     except FptraceError:
         raise
     except ValueError as e:

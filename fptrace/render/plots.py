@@ -3,12 +3,18 @@ they plotted, so tests can check that every plotted number comes from the result
 
 from __future__ import annotations
 
+import math
+
 import os
 from typing import Any
 
 from ..errors import BadInput
 from ..results import Explanation, Trace
 from .text import visible
+
+
+def _nan(x: float | None) -> float:
+    return math.nan if x is None else x
 
 
 def _mpl() -> Any:
@@ -56,8 +62,10 @@ def trace_figure(trace: Trace) -> tuple[Any, dict]:
         "layers": labels,
         "resid_norm_last": [l.resid_norm_last for l in rows],
         "resid_norm_mean": [l.resid_norm_mean for l in rows],
-        "attn_norm_last": [l.attn_norm_last for l in rows[1:]],
-        "mlp_norm_last": [l.mlp_norm_last for l in rows[1:]],
+        # withheld (decomposition check failed): NaN, not drawn
+        "attn_norm_last": [_nan(l.attn_norm_last) for l in rows[1:]],
+        "mlp_norm_last": [_nan(l.mlp_norm_last) for l in rows[1:]],
+        "added_norm_last": [_nan(l.added_norm_last) for l in rows[1:]],
         "top_k": [(t.text, t.prob) for t in trace.top_k],
         "lens_prob": [[c.prob for c in row] for row in trace.lens_grid],
         "lens_text": [[c.text for c in row] for row in trace.lens_grid],
@@ -77,7 +85,13 @@ def trace_figure(trace: Trace) -> tuple[Any, dict]:
     w = 0.4
     ax.bar([i - w / 2 for i in xb], series["attn_norm_last"], w, label="‖attn out‖")
     ax.bar([i + w / 2 for i in xb], series["mlp_norm_last"], w, label="‖mlp out‖")
-    ax.set_title("What each block added (last position)")
+    check = trace.decomposition
+    if check is not None and not check.holds:
+        ax.plot(xb, series["added_norm_last"], "k.", label="‖Δ‖ (the whole block)")
+        ax.set_title("What each block added (last position)\n‖attn‖, ‖mlp‖ withheld for "
+                     f"{len(check.withheld)} blocks: they do not add up to Δ", fontsize=9)
+    else:
+        ax.set_title("What each block added (last position)")
     ax.set_xticks(xb[:: max(1, len(xb) // 16)], labels[1:][:: max(1, len(xb) // 16)])
     ax.set_xlabel("block")
     ax.legend()

@@ -28,7 +28,7 @@ def header(r: ShapeReport) -> RenderableType:
     text.append(f"  family {r.family} ({r.norm_type}, {r.mlp_type} MLP, {r.positions} "
                 f"positions)\n")
     text.append(f"{r.n_layers} blocks · d_model {r.d_model} · heads {kv} · head_dim "
-                f"{r.head_dim} · d_mlp {r.d_mlp} · vocab {r.vocab_size:,} · context "
+                f"{r.head_dim} · d_mlp {r.d_mlp or '?'} · vocab {r.vocab_size:,} · context "
                 f"{r.context_length or '?'}\n")
     text.append(f"weights not read: the model was built on the meta device in "
                 f"{r.seconds:.2f} s\n", style="dim")

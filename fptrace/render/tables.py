@@ -18,11 +18,16 @@ def header(info: ModelInfo) -> RenderableType:
     grid.add_column()
     kv = info.n_kv_heads
     heads = f"{info.n_heads} / {kv} KV" + (" (grouped-query)" if kv != info.n_heads else "")
+    generic = bool(info.inferred or info.unknown)
+    family = (f"{info.family}  (no family module for this model type: what fptrace inferred "
+              "and what it does not know are listed below)" if generic else
+              f"{info.family}  ({info.norm_type}, {info.mlp_type} MLP, {info.positions} positions"
+              + (", parallel attn+MLP" if info.parallel_residual else "") + ")")
     rows = [
         ("model", info.name),
-        ("family", f"{info.family}  ({info.norm_type}, {info.mlp_type} MLP, "
-                   f"{info.positions} positions"
-                   + (", parallel attn+MLP" if info.parallel_residual else "") + ")"),
+        ("family", family),
+        *([("inferred", "; ".join(info.inferred) or "nothing")] if generic else []),
+        *([("unknown", "; ".join(info.unknown))] if info.unknown else []),
         ("blocks", str(info.n_layers)),
         ("d_model", f"{info.d_model}   heads {heads}   head_dim {info.head_dim}"
                     + (f"   d_mlp {info.d_mlp}" if info.d_mlp else "")),
@@ -130,6 +135,9 @@ def layers(trace: Trace, width: int = 120) -> RenderableType:
     last = len(rows) - 2
     t.caption = (f"final_norm (applied to the stream after block {last}): ‖x‖ = "
                  f"{norm(fn.norm_last)}, first values {_snippet(fn.snippet)}")
+    check = getattr(trace, "decomposition", None)
+    if check is not None and not check.holds:
+        t.caption += "\n— " + check.note()
     t.caption_justify = "left"
     return t
 

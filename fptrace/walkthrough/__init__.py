@@ -17,16 +17,12 @@ from typing import Any, Iterator
 from .. import sampling
 from ..errors import BadInput, UnsupportedModel
 from ..hooks import _first
-from ..models.families import FAMILIES, Family
+from ..families import Family, with_walkthrough
 from ..models.loading import LoadedModel
 from ..results import (AttentionMatrix, Check, Explanation, Sampling, SamplingRow, Token,
                        TopToken)
 from ..tracer import NOTE_RANDOM, _prepare, _prompt_text, _text, model_info, tokens_of
 from .steps import Steps
-
-# family name (families.py) -> module in this package
-MODULES = {"gpt2": "gpt2", "llama": "llama", "qwen2": "llama", "gpt_neox": "gpt_neox",
-           "phi3": "phi3"}
 
 # (atol, rtol) of a recomputed tensor against the model's, by its dtype (see _close). The
 # recomputation runs in float32, so against
@@ -35,19 +31,12 @@ TOLERANCE = {"float32": (1e-5, 1e-5), "float64": (1e-7, 1e-7), "bfloat16": (2e-2
              "float16": (5e-3, 5e-3)}
 
 
-def supported() -> str:
-    """The families explain covers, with the model types each serves, for messages."""
-    rows = [f for f in FAMILIES if f.name in MODULES]
-    return ", ".join(f"{f.name} ({'/'.join(f.model_types)})" if f.model_types != (f.name,)
-                     else f.name for f in rows)
-
-
 def family_module(family: Family) -> Any:
-    name = MODULES.get(family.name)
-    if name is None:
+    """The walkthrough module the family names (families/), or UnsupportedModel."""
+    if family.walkthrough is None:
         raise UnsupportedModel(f"explain has no walkthrough for the {family.name} family yet; "
-                               f"it supports {supported()}")
-    return importlib.import_module(f"{__name__}.{name}")
+                               f"it supports {with_walkthrough()}")
+    return importlib.import_module(f"{__name__}.{family.walkthrough}")
 
 
 @contextlib.contextmanager
@@ -69,8 +58,8 @@ def _captured(lm: LoadedModel, layer: int) -> Iterator[dict]:
     try:
         handles.append(parts.blocks[layer].register_forward_pre_hook(pre, with_kwargs=True))
         handles.append(parts.blocks[layer].register_forward_hook(keep("block_out")))
-        handles.append(parts.attns[layer].register_forward_hook(keep("attn_out")))
-        handles.append(parts.mlps[layer].register_forward_hook(keep("mlp_out")))
+        handles.append(parts.attn_adds[layer].register_forward_hook(keep("attn_out")))
+        handles.append(parts.mlp_adds[layer].register_forward_hook(keep("mlp_out")))
         handles.append(parts.blocks[-1].register_forward_hook(keep("last_out")))
         yield got
     finally:
@@ -136,9 +125,11 @@ def explain(lm: LoadedModel, prompt: Any, *, layer: int = 0, head: int = 0,
                       lm.model)  # (1, T, C)
         checks = _attention_checks(s)
         checks += [
-            _close(f"attention output = the model's {lm.parts.family.attn} output",
+            _close(f"attention output = the model's "
+                   f"{lm.parts.family.attn_added or lm.parts.family.attn} output",
                    s.kept[_last_named(s, "attention")], got["attn_out"], tol),
-            _close(f"MLP output = the model's {lm.parts.family.mlp} output",
+            _close(f"MLP output = the model's "
+                   f"{lm.parts.family.mlp_added or lm.parts.family.mlp} output",
                    s.kept[_last_named(s, "mlp")], got["mlp_out"], tol),
             _close(f"block {layer} output = the model's block {layer} output", y,
                    got["block_out"], tol),
@@ -198,6 +189,10 @@ def _end_of_pass(lm: LoadedModel, mod: Any, x: Any, s: Steps, model_logits: Any,
     s("lm_head (unembed)", f"logits = h · W_Uᵀ   W_U is {tuple(W_U.shape)}", logits,
       note="tied: W_U is the token embedding matrix" if tied
       else "untied: W_U is its own matrix, not the token embedding")
+    cap = lm.parts.final_softcap
+    if cap:
+        logits = torch.tanh(logits / cap) * cap  # (B, V)
+        s("final softcap", f"logits = {cap:g} · tanh(logits / {cap:g})", logits)
     probs = torch.softmax(logits, dim=-1)  # (B, V)
     s("softmax", "p = exp(logits) / Σ exp(logits)", probs)
     return logits[0], [_close("logits = the model's logits (last position)", logits[0],
@@ -247,4 +242,4 @@ def _sampling(lm: LoadedModel, logits: Any, temperature: float, top_k: int, top_
         rows=rows)
 
 
-__all__ = ["explain", "supported", "family_module", "MODULES"]
+__all__ = ["explain", "family_module"]

@@ -34,8 +34,9 @@ def repeat_kv(k: Any, v: Any, nh: int, s: Steps) -> tuple[Any, Any]:
 
 
 def causal_attention(q: Any, k: Any, v: Any, s: Steps, *, scale: float | None = None,
-                     window: int | None = None) -> Any:
+                     window: int | None = None, softcap: float | None = None) -> Any:
     """q, k, v: (B, nh, T, hd), K and V already repeated for grouped-query attention.
+    softcap: Gemma 2's attention-logit cap, cap·tanh(scores / cap), before the mask.
     Returns y: (B, T, nh*hd), the heads side by side, ready for W_O."""
     B, nh, T, hd = q.shape
     if scale is None:
@@ -43,6 +44,10 @@ def causal_attention(q: Any, k: Any, v: Any, s: Steps, *, scale: float | None = 
     att = (q @ k.transpose(-2, -1)) * scale  # (B, nh, T, T)
     s("scores", f"att = q · kᵀ / √{hd}" if math.isclose(scale, 1.0 / math.sqrt(hd))
       else f"att = q · kᵀ · {scale:g}", att, keep=True)
+    if softcap:
+        att = torch.tanh(att / softcap) * softcap  # (B, nh, T, T)
+        s("softcap", f"att = {softcap:g} · tanh(att / {softcap:g})   (scores kept within "
+          f"±{softcap:g})", att)
     i = torch.arange(T, device=q.device)[:, None]  # (T, 1) query positions
     j = torch.arange(T, device=q.device)[None, :]  # (1, T) key positions
     hidden = (j > i) | ((i - j >= window) if window else torch.zeros_like(j > i))  # (T, T)

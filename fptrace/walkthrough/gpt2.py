@@ -15,8 +15,6 @@ import torch
 from .attention import causal_attention
 from .steps import Steps
 
-FAMILY = "gpt2"
-
 
 def layer_norm(x: Any, ln: Any, eps: float) -> Any:
     mu = x.mean(dim=-1, keepdim=True)  # (B, T, 1)

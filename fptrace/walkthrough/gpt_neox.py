@@ -17,8 +17,6 @@ from .gpt2 import gelu, layer_norm
 from .llama import apply_rope, linear, rope_tables
 from .steps import Steps
 
-FAMILY = "gpt_neox"
-
 
 def block(x: Any, blk: Any, cfg: Any, layer: int, s: Steps, model: Any) -> Any:
     """x: (B, T, C), the residual stream entering block `layer`. Returns the stream leaving it."""

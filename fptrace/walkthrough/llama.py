@@ -15,8 +15,6 @@ import torch
 from .attention import causal_attention, repeat_kv, sliding_window
 from .steps import Steps
 
-FAMILY = "llama"
-
 
 def rms_norm(x: Any, weight: Any, eps: float) -> Any:
     rms = torch.sqrt(x.pow(2).mean(dim=-1, keepdim=True) + eps)  # (B, T, 1)
@@ -41,9 +39,17 @@ def apply_rope(t: Any, cos: Any, sin: Any) -> Any:
     return torch.cat((r * cos + rotate_half(r) * sin, t[..., rot:]), dim=-1)  # (B, heads, T, hd)
 
 
-def rope_tables(cfg: Any, T: int, hd: int, model: Any, device: Any) -> tuple[Any, Any, str]:
-    """cos and sin, (T, hd) each, for positions 0..T-1; plus the formula shown."""
+def rope_tables(cfg: Any, T: int, hd: int, model: Any, device: Any,
+                layer: int | None = None) -> tuple[Any, Any, str]:
+    """cos and sin, (T, hd) each, for positions 0..T-1; plus the formula shown. A config whose
+    RoPE parameters differ by layer type (Gemma 3: local and global bases) gives block
+    `layer` the parameters of its type."""
     params = getattr(cfg, "rope_parameters", None) or {}
+    layer_types = getattr(cfg, "layer_types", None)
+    prefix = ""
+    if layer_types and layer is not None and layer_types[layer] in params:
+        prefix = f"{layer_types[layer]}_"
+        params = params[layer_types[layer]] or {}
     rope_type = params.get("rope_type", "default")
     theta = params.get("rope_theta", getattr(cfg, "rope_theta", 10000.0))
     if rope_type == "default":
@@ -52,8 +58,8 @@ def rope_tables(cfg: Any, T: int, hd: int, model: Any, device: Any) -> tuple[Any
         formula = f"θ_i = {theta:g}^(−2i/{hd}); q' = q·cos(pθ) + rotate_half(q)·sin(pθ), same for k"
     else:  # scaled RoPE (llama3, yarn, ...): the frequencies the model itself computed
         rotary = next(m for name, m in model.named_modules() if name.endswith("rotary_emb"))
-        inv_freq = rotary.inv_freq.float().to(device)  # (hd/2,)
-        scaling = float(rotary.attention_scaling)
+        inv_freq = getattr(rotary, f"{prefix}inv_freq").float().to(device)  # (hd/2,)
+        scaling = float(getattr(rotary, f"{prefix}attention_scaling"))
         formula = (f"{rope_type} RoPE, θ_i from the model's rotary buffer; "
                    "q' = q·cos(pθ) + rotate_half(q)·sin(pθ), same for k")
     pos = torch.arange(T, device=device).float()  # (T,)
@@ -86,7 +92,12 @@ def block(x: Any, blk: Any, cfg: Any, layer: int, s: Steps, model: Any) -> Any:
     k = k.view(B, T, nkv, hd).transpose(1, 2)  # (B, nkv, T, hd)
     v = v.view(B, T, nkv, hd).transpose(1, 2)  # (B, nkv, T, hd)
     s("heads", f"q → (B, T, {nh}, {hd}) → transpose(1, 2); k, v → (B, {nkv}, T, {hd})", q)
-    cos, sin, formula = rope_tables(cfg, T, hd, model, x.device)  # (T, hd) each
+    if getattr(attn, "q_norm", None) is not None:  # Qwen3: an RMSNorm on each head of Q and K
+        q = rms_norm(q, attn.q_norm.weight, eps)  # (B, nh, T, hd)
+        k = rms_norm(k, attn.k_norm.weight, eps)  # (B, nkv, T, hd)
+        s("q_norm, k_norm (RMSNorm per head)", "q = q / √(mean(q²) + ε) · γ_q over each head's "
+          f"{hd} values; same for k with γ_k", q, note="shown: Q")
+    cos, sin, formula = rope_tables(cfg, T, hd, model, x.device, layer)  # (T, hd) each
     q = apply_rope(q, cos, sin)  # (B, nh, T, hd)
     k = apply_rope(k, cos, sin)  # (B, nkv, T, hd)
     s("RoPE on Q and K", formula, q, note="shown: Q; K is rotated the same way")

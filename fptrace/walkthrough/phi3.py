@@ -16,8 +16,6 @@ from .attention import causal_attention, repeat_kv, sliding_window
 from .llama import apply_rope, linear, rms_norm, rope_tables
 from .steps import Steps
 
-FAMILY = "phi3"
-
 
 def block(x: Any, blk: Any, cfg: Any, layer: int, s: Steps, model: Any) -> Any:
     """x: (B, T, C), the residual stream entering block `layer`. Returns the stream leaving it."""

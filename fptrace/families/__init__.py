@@ -1,0 +1,204 @@
+"""The family registry: every architecture fact fptrace uses, one module per family.
+
+A family module (gpt2.py, llama.py, gemma2.py, ...) defines FAMILY = Family(...). The list
+FAMILY_MODULES below names them; they are imported and checked here, at import time, so a family
+cannot be half-added: a module without FAMILY, a missing fact, a model type claimed twice or a
+walkthrough module that does not exist is refused with a message naming what is wrong.
+
+Nothing outside this package branches on a family's name: the tracer, explain, shapes and the
+renderers ask the Family (or the ModelParts resolved through it) instead. Adding a family is one
+file here, one name in FAMILY_MODULES and one tiny config in tests/conftest.py (a test fails when
+a registered family has no tiny config).
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from ..errors import FptraceError
+
+# The family modules, in the order `fptrace models` and messages list them.
+FAMILY_MODULES = ("gpt2", "llama", "mistral", "qwen2", "qwen3", "phi3", "gpt_neox", "gemma",
+                  "gemma2", "gemma3", "olmo2")
+
+# leaf module names inside a block -> what a reader calls them (shape steps); a family adds or
+# overrides entries through Family.labels
+COMMON_LABELS = {
+    "q_proj": "Q projection", "k_proj": "K projection", "v_proj": "V projection",
+    "q_norm": "Q norm", "k_norm": "K norm",
+    "o_proj": "output projection W_O",
+    "gate_proj": "MLP gate", "up_proj": "MLP up", "down_proj": "MLP down",
+    "act_fn": "activation", "act": "activation", "activation_fn": "activation",
+}
+
+NORM_TYPES = ("layernorm", "rmsnorm", "rmsnorm (1 + w)")
+MLP_TYPES = ("gelu", "swiglu", "geglu")
+POSITIONS = ("learned", "rope")
+
+
+class FamilyDefinitionError(FptraceError, ImportError):
+    """A family module is incomplete or contradicts another: a bug in fptrace, caught at
+    import."""
+
+
+def _intermediate_size(config: Any) -> int | None:
+    return getattr(config, "intermediate_size", None)
+
+
+@dataclass(frozen=True)
+class Family:
+    """Where the parts of one architecture live and what each adds to the residual stream.
+
+    Paths are dotted, from the *ForCausalLM root (embed, blocks, final_norm, lm_head) or from one
+    block (attn, mlp, attn_added, mlp_added, norms)."""
+
+    name: str  # short name shown in the header and JSON, e.g. "gemma2"
+    title: str  # what a reader calls it, e.g. "Gemma 2"
+    model_types: tuple[str, ...]  # values of config.model_type served by this family
+    blocks: str  # the ModuleList of blocks
+    embed: str  # token embedding
+    final_norm: str
+    lm_head: str
+    attn: str  # the attention module (its weights: W_Q, W_K, W_V, W_O)
+    mlp: str  # the MLP module
+    norm_type: str  # one of NORM_TYPES
+    mlp_type: str  # one of MLP_TYPES
+    positions: str  # one of POSITIONS
+    walkthrough: str | None  # module in fptrace.walkthrough that recomputes one block
+    pos_embed: str | None = None  # learned absolute position embedding, if any
+    # The module whose output[0] the stream receives from attention / the MLP. The attention
+    # and MLP modules themselves unless the family normalises their outputs before adding them
+    # (Gemma 2/3, OLMo 2: the post-norms).
+    attn_added: str | None = None
+    mlp_added: str | None = None
+    embed_scale: str | None = None  # "sqrt_d": the embedding is multiplied by √d_model (Gemma)
+    qk_norm: str | None = None  # "per_head" (Qwen3, Gemma 3) or "whole" (OLMo 2) RMSNorm on Q, K
+    attn_softcap_attr: str | None = None  # config attribute: cap·tanh(scores / cap)
+    final_softcap_attr: str | None = None  # config attribute: cap·tanh(logits / cap)
+    parallel_residual: bool = False  # attn and MLP both read resid_pre (GPT-NeoX)
+    parallel_residual_attr: str | None = None  # config attribute that overrides the default
+    w_o: tuple[str, ...] = ("o_proj",)  # leaf names of the attention output projection
+    labels: dict = field(default_factory=dict)  # leaf name -> shape-step label (over COMMON)
+    d_mlp: Callable[[Any], int | None] = _intermediate_size  # the MLP width from the config
+
+    # ------------------------------------------------------------------ derived facts
+    @property
+    def post_norms(self) -> bool:
+        """Sublayer outputs are normalised before the residual add."""
+        return self.attn_added is not None or self.mlp_added is not None
+
+    def label(self, leaf: str, in_attn: bool) -> str | None:
+        if leaf in self.w_o and in_attn:
+            return "output projection W_O"
+        return self.labels.get(leaf, COMMON_LABELS.get(leaf))
+
+    def softcap(self, config: Any, which: str) -> float | None:
+        """The attention ("attn") or final ("final") logit softcap of this config, or None."""
+        attr = self.attn_softcap_attr if which == "attn" else self.final_softcap_attr
+        value = getattr(config, attr, None) if attr else None
+        return float(value) if value else None
+
+    def uses_parallel_residual(self, config: Any) -> bool:
+        if self.parallel_residual_attr is not None:
+            return bool(getattr(config, self.parallel_residual_attr, self.parallel_residual))
+        return self.parallel_residual
+
+    def describe(self) -> str:
+        """norm, MLP and position facts, as the header shows them."""
+        return f"{self.norm_type}, {self.mlp_type} MLP, {self.positions} positions"
+
+    def differences(self, n_heads: int, n_kv_heads: int, config: Any) -> list[str]:
+        """How this family differs from GPT-2's block, fact by fact (empty for GPT-2)."""
+        out = []
+        if self.positions == "rope":
+            out.append("no position embedding: RoPE rotates Q and K inside attention")
+        if self.norm_type.startswith("rmsnorm"):
+            out.append("RMSNorm instead of LayerNorm (no mean subtraction, no bias)"
+                       + ("; the scale is (1 + w)" if "1 + w" in self.norm_type else ""))
+        if self.mlp_type == "swiglu":
+            out.append("SwiGLU MLP: down(SiLU(gate(x)) · up(x)), three matrices instead of two")
+        if self.mlp_type == "geglu":
+            out.append("GeGLU MLP: down(GELU(gate(x)) · up(x)), three matrices instead of two")
+        if n_kv_heads != n_heads:
+            out.append(f"grouped-query attention: {n_kv_heads} K/V heads shared by {n_heads} "
+                       f"query heads ({n_heads // n_kv_heads} each), repeated to match Q")
+        if self.embed_scale == "sqrt_d":
+            out.append("the token embedding is multiplied by √d_model")
+        if self.qk_norm:
+            out.append("RMSNorm on Q and K before RoPE"
+                       + (" (per head)" if self.qk_norm == "per_head" else " (whole projection)"))
+        if self.post_norms:
+            out.append("attention and MLP outputs are normalised before the residual add")
+        if self.softcap(config, "attn"):
+            out.append(f"attention scores soft-capped at {self.softcap(config, 'attn'):g}")
+        if self.softcap(config, "final"):
+            out.append(f"final logits soft-capped at {self.softcap(config, 'final'):g}")
+        return out
+
+
+_REQUIRED = ("name", "title", "model_types", "blocks", "embed", "final_norm", "lm_head", "attn",
+             "mlp", "norm_type", "mlp_type", "positions")
+
+
+def check_family(module_name: str, module: Any) -> Family:
+    """The FAMILY of a family module, or FamilyDefinitionError naming what is missing."""
+    fam = getattr(module, "FAMILY", None)
+    where = f"family module fptrace.families.{module_name}"
+    if not isinstance(fam, Family):
+        raise FamilyDefinitionError(f"{where} defines no FAMILY = Family(...)")
+    missing = [f for f in _REQUIRED if not getattr(fam, f)]
+    if missing:
+        raise FamilyDefinitionError(f"{where} is incomplete: no {', '.join(missing)}")
+    for value, allowed, what in ((fam.norm_type, NORM_TYPES, "norm_type"),
+                                 (fam.mlp_type, MLP_TYPES, "mlp_type"),
+                                 (fam.positions, POSITIONS, "positions")):
+        if value not in allowed:
+            raise FamilyDefinitionError(f"{where}: {what} {value!r} is not one of "
+                                        + ", ".join(allowed))
+    walkthroughs = os.path.join(os.path.dirname(os.path.dirname(__file__)), "walkthrough")
+    if fam.walkthrough is not None and \
+            not os.path.isfile(os.path.join(walkthroughs, f"{fam.walkthrough}.py")):
+            raise FamilyDefinitionError(f"{where}: walkthrough {fam.walkthrough!r} is not a "
+                                        "module of fptrace.walkthrough")
+    return fam
+
+
+def load_families(names: tuple[str, ...] = FAMILY_MODULES) -> tuple[Family, ...]:
+    """Import and check every family module; model types must be claimed once."""
+    out: list[Family] = []
+    seen: dict[str, str] = {}
+    for name in names:
+        fam = check_family(name, importlib.import_module(f"{__name__}.{name}"))
+        for t in fam.model_types:
+            if t in seen:
+                raise FamilyDefinitionError(f"model type {t!r} is claimed by both the "
+                                            f"{seen[t]} and the {fam.name} family")
+            seen[t] = fam.name
+        out.append(fam)
+    return tuple(out)
+
+
+FAMILIES: tuple[Family, ...] = load_families()
+_BY_TYPE = {t: f for f in FAMILIES for t in f.model_types}
+
+
+def family_for_config(config: Any) -> Family | None:
+    """The registered family of a transformers config, or None."""
+    return _BY_TYPE.get(getattr(config, "model_type", None))
+
+
+def supported_types() -> list[str]:
+    return sorted(_BY_TYPE)
+
+
+def with_walkthrough() -> str:
+    """The families explain covers, with the model types each serves, for messages."""
+    return ", ".join(f"{f.name} ({'/'.join(f.model_types)})" if f.model_types != (f.name,)
+                     else f.name for f in FAMILIES if f.walkthrough)
+
+
+__all__ = ["Family", "FAMILIES", "FamilyDefinitionError", "family_for_config", "supported_types",
+           "with_walkthrough", "check_family", "load_families", "COMMON_LABELS"]
