@@ -106,10 +106,6 @@ class Family:
             return bool(getattr(config, self.parallel_residual_attr, self.parallel_residual))
         return self.parallel_residual
 
-    def describe(self) -> str:
-        """norm, MLP and position facts, as the header shows them."""
-        return f"{self.norm_type}, {self.mlp_type} MLP, {self.positions} positions"
-
     def differences(self, n_heads: int, n_kv_heads: int, config: Any) -> list[str]:
         """How this family differs from GPT-2's block, fact by fact (empty for GPT-2)."""
         out = []
