@@ -16,8 +16,8 @@ from typing import Any
 import torch
 
 from .attention import causal_attention, repeat_kv, sliding_window
-from .gpt2 import gelu
-from .llama import apply_rope, linear, rope_tables
+from .llama import apply_rope, gated_mlp, linear, project_qkv, rope_tables, split_heads
+from ..families.parts import dims
 from .steps import Steps
 
 NORM = "h = x / √(mean(x²) + ε) · (1 + γ)"
@@ -31,9 +31,8 @@ def gemma_norm(x: Any, weight: Any, eps: float) -> Any:
 def block(x: Any, blk: Any, cfg: Any, layer: int, s: Steps, model: Any) -> Any:
     """x: (B, T, C), the residual stream entering block `layer`. Returns the stream leaving it."""
     B, T, C = x.shape
-    nh = cfg.num_attention_heads
-    nkv = cfg.num_key_value_heads
-    hd = cfg.head_dim
+    dm = dims(cfg)  # the config's head counts and head width, normalised once
+    nh, nkv, hd = dm.n_heads, dm.n_kv_heads, dm.head_dim
     eps = cfg.rms_norm_eps
     attn, mlp = blk.self_attn, blk.mlp
     post_norms = hasattr(blk, "pre_feedforward_layernorm")  # Gemma 2 and 3
@@ -41,17 +40,8 @@ def block(x: Any, blk: Any, cfg: Any, layer: int, s: Steps, model: Any) -> Any:
     s.section = "attention"
     h = gemma_norm(x, blk.input_layernorm.weight, eps)  # (B, T, C)
     s("input_layernorm (RMSNorm, 1 + γ)", NORM, h)
-    q = linear(h, attn.q_proj)  # (B, T, nh*hd)
-    k = linear(h, attn.k_proj)  # (B, T, nkv*hd)
-    v = linear(h, attn.v_proj)  # (B, T, nkv*hd)
-    s("q_proj", f"q = h · W_qᵀ   W_q is ({nh * hd}, {C})", q)
-    s("k_proj", f"k = h · W_kᵀ   W_k is ({nkv * hd}, {C})", k,
-      note=f"{nkv} key/value heads for {nh} query heads" if nkv != nh else None)
-    s("v_proj", f"v = h · W_vᵀ   W_v is ({nkv * hd}, {C})", v)
-    q = q.view(B, T, nh, hd).transpose(1, 2)  # (B, nh, T, hd)
-    k = k.view(B, T, nkv, hd).transpose(1, 2)  # (B, nkv, T, hd)
-    v = v.view(B, T, nkv, hd).transpose(1, 2)  # (B, nkv, T, hd)
-    s("heads", f"q → (B, T, {nh}, {hd}) → transpose(1, 2); k, v → (B, {nkv}, T, {hd})", q)
+    q, k, v = project_qkv(h, attn, nh, nkv, hd, s)  # (B, T, nh*hd), 2 × (B, T, nkv*hd)
+    q, k, v = split_heads(q, k, v, nh, nkv, hd, s)  # (B, nh, T, hd), 2 × (B, nkv, T, hd)
     if getattr(attn, "q_norm", None) is not None:  # Gemma 3
         q = gemma_norm(q, attn.q_norm.weight, eps)  # (B, nh, T, hd)
         k = gemma_norm(k, attn.k_norm.weight, eps)  # (B, nkv, T, hd)
@@ -78,16 +68,8 @@ def block(x: Any, blk: Any, cfg: Any, layer: int, s: Steps, model: Any) -> Any:
     pre = blk.pre_feedforward_layernorm if post_norms else blk.post_attention_layernorm
     h = gemma_norm(x, pre.weight, eps)  # (B, T, C)
     s("pre_feedforward_layernorm" if post_norms else "post_attention_layernorm", NORM, h)
-    gate = linear(h, mlp.gate_proj)  # (B, T, I)
-    up = linear(h, mlp.up_proj)  # (B, T, I)
-    s("gate_proj", f"g = h · W_gateᵀ   W_gate is ({gate.shape[-1]}, {C})", gate)
-    s("up_proj", f"u = h · W_upᵀ   W_up is ({up.shape[-1]}, {C})", up)
     act = getattr(cfg, "hidden_activation", None) or cfg.hidden_act
-    g, formula = gelu(gate, act)  # (B, T, I)
-    a = g * up  # (B, T, I)
-    s("GELU(gate) · up", "a = GELU(g) · u   (GeGLU)", a, note=f"{formula}, applied to g")
-    mlp_out = linear(a, mlp.down_proj)  # (B, T, C)
-    s("down_proj", f"m = a · W_downᵀ   W_down is ({C}, {a.shape[-1]})", mlp_out, keep=True)
+    mlp_out = gated_mlp(h, mlp, s, act=act)  # (B, T, C)
     if post_norms:
         mlp_out = gemma_norm(mlp_out, blk.post_feedforward_layernorm.weight, eps)  # (B, T, C)
         s("post_feedforward_layernorm", "mlp_out = m / √(mean(m²) + ε) · (1 + γ)   (what the "

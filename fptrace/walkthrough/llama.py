@@ -13,6 +13,7 @@ from typing import Any
 import torch
 
 from .attention import causal_attention, repeat_kv, sliding_window
+from ..families.parts import dims
 from .steps import Steps
 
 
@@ -68,30 +69,67 @@ def rope_tables(cfg: Any, T: int, hd: int, model: Any, device: Any,
     return emb.cos() * scaling, emb.sin() * scaling, formula
 
 
+def project_qkv(h: Any, attn: Any, nh: int, nkv: int, hd: int, s: Steps, src: str = "h"
+                ) -> tuple[Any, Any, Any]:
+    """q_proj, k_proj, v_proj of h (B, T, C), each recorded: q (B, T, nh*hd), k, v
+    (B, T, nkv*hd)."""
+    C = h.shape[-1]
+    q = linear(h, attn.q_proj)  # (B, T, nh*hd)
+    k = linear(h, attn.k_proj)  # (B, T, nkv*hd)
+    v = linear(h, attn.v_proj)  # (B, T, nkv*hd)
+    bias = " + b" if attn.q_proj.bias is not None else ""
+    s("q_proj", f"q = {src} · W_qᵀ{bias}   W_q is ({nh * hd}, {C})", q)
+    s("k_proj", f"k = {src} · W_kᵀ{bias}   W_k is ({nkv * hd}, {C})", k,
+      note=f"{nkv} key/value heads for {nh} query heads" if nkv != nh else None)
+    s("v_proj", f"v = {src} · W_vᵀ{bias}   W_v is ({nkv * hd}, {C})", v)
+    return q, k, v
+
+
+def split_heads(q: Any, k: Any, v: Any, nh: int, nkv: int, hd: int, s: Steps
+                ) -> tuple[Any, Any, Any]:
+    """(B, T, heads*hd) -> (B, heads, T, hd) for q (nh heads), k and v (nkv heads)."""
+    B, T, _ = q.shape
+    q = q.view(B, T, nh, hd).transpose(1, 2)  # (B, nh, T, hd)
+    k = k.view(B, T, nkv, hd).transpose(1, 2)  # (B, nkv, T, hd)
+    v = v.view(B, T, nkv, hd).transpose(1, 2)  # (B, nkv, T, hd)
+    s("heads", f"q → (B, T, {nh}, {hd}) → transpose(1, 2); k, v → (B, {nkv}, T, {hd})", q)
+    return q, k, v
+
+
+def gated_mlp(h: Any, mlp: Any, s: Steps, act: str = "silu", src: str = "h") -> Any:
+    """down(act(gate(h)) · up(h)): SwiGLU (act "silu") or GeGLU (a GELU name). (B, T, C)."""
+    C = h.shape[-1]
+    gate = linear(h, mlp.gate_proj)  # (B, T, I)
+    up = linear(h, mlp.up_proj)  # (B, T, I)
+    s("gate_proj", f"g = {src} · W_gateᵀ   W_gate is ({gate.shape[-1]}, {C})", gate)
+    s("up_proj", f"u = {src} · W_upᵀ   W_up is ({up.shape[-1]}, {C})", up)
+    if act == "silu":
+        a = gate * torch.sigmoid(gate) * up  # (B, T, I)
+        s("SiLU(gate) · up", "a = g · σ(g) · u   (SwiGLU)", a)
+    else:
+        from .gpt2 import gelu
+
+        g, formula = gelu(gate, act)  # (B, T, I)
+        a = g * up  # (B, T, I)
+        s("GELU(gate) · up", "a = GELU(g) · u   (GeGLU)", a, note=f"{formula}, applied to g")
+    m = linear(a, mlp.down_proj)  # (B, T, C)
+    s("down_proj", f"m = a · W_downᵀ   W_down is ({C}, {a.shape[-1]})", m, keep=True)
+    return m
+
+
 def block(x: Any, blk: Any, cfg: Any, layer: int, s: Steps, model: Any) -> Any:
     """x: (B, T, C), the residual stream entering block `layer`. Returns the stream leaving it."""
     B, T, C = x.shape
-    nh = cfg.num_attention_heads
-    nkv = getattr(cfg, "num_key_value_heads", None) or nh
-    hd = getattr(cfg, "head_dim", None) or C // nh
+    dm = dims(cfg)  # the config's head counts and head width, normalised once
+    nh, nkv, hd = dm.n_heads, dm.n_kv_heads, dm.head_dim
     eps = cfg.rms_norm_eps
     attn, mlp = blk.self_attn, blk.mlp
 
     s.section = "attention"
     h = rms_norm(x, blk.input_layernorm.weight, eps)  # (B, T, C)
     s("input_layernorm (RMSNorm)", "h = x / √(mean(x²) + ε) · γ", h)
-    q = linear(h, attn.q_proj)  # (B, T, nh*hd)
-    k = linear(h, attn.k_proj)  # (B, T, nkv*hd)
-    v = linear(h, attn.v_proj)  # (B, T, nkv*hd)
-    bias = " + b" if attn.q_proj.bias is not None else ""
-    s("q_proj", f"q = h · W_qᵀ{bias}   W_q is ({nh * hd}, {C})", q)
-    s("k_proj", f"k = h · W_kᵀ{bias}   W_k is ({nkv * hd}, {C})", k,
-      note=f"{nkv} key/value heads for {nh} query heads" if nkv != nh else None)
-    s("v_proj", f"v = h · W_vᵀ{bias}   W_v is ({nkv * hd}, {C})", v)
-    q = q.view(B, T, nh, hd).transpose(1, 2)  # (B, nh, T, hd)
-    k = k.view(B, T, nkv, hd).transpose(1, 2)  # (B, nkv, T, hd)
-    v = v.view(B, T, nkv, hd).transpose(1, 2)  # (B, nkv, T, hd)
-    s("heads", f"q → (B, T, {nh}, {hd}) → transpose(1, 2); k, v → (B, {nkv}, T, {hd})", q)
+    q, k, v = project_qkv(h, attn, nh, nkv, hd, s)  # (B, T, nh*hd), 2 × (B, T, nkv*hd)
+    q, k, v = split_heads(q, k, v, nh, nkv, hd, s)  # (B, nh, T, hd), 2 × (B, nkv, T, hd)
     if getattr(attn, "q_norm", None) is not None:  # Qwen3: an RMSNorm on each head of Q and K
         q = rms_norm(q, attn.q_norm.weight, eps)  # (B, nh, T, hd)
         k = rms_norm(k, attn.k_norm.weight, eps)  # (B, nkv, T, hd)
@@ -111,14 +149,7 @@ def block(x: Any, blk: Any, cfg: Any, layer: int, s: Steps, model: Any) -> Any:
     s.section = "mlp"
     h = rms_norm(x, blk.post_attention_layernorm.weight, eps)  # (B, T, C)
     s("post_attention_layernorm", "h = x / √(mean(x²) + ε) · γ", h)
-    gate = linear(h, mlp.gate_proj)  # (B, T, I)
-    up = linear(h, mlp.up_proj)  # (B, T, I)
-    s("gate_proj", f"g = h · W_gateᵀ   W_gate is ({gate.shape[-1]}, {C})", gate)
-    s("up_proj", f"u = h · W_upᵀ   W_up is ({up.shape[-1]}, {C})", up)
-    a = gate * torch.sigmoid(gate) * up  # (B, T, I)
-    s("SiLU(gate) · up", "a = g · σ(g) · u   (SwiGLU)", a)
-    mlp_out = linear(a, mlp.down_proj)  # (B, T, C)
-    s("down_proj", f"mlp_out = a · W_downᵀ   W_down is ({C}, {a.shape[-1]})", mlp_out, keep=True)
+    mlp_out = gated_mlp(h, mlp, s)  # (B, T, C)
     x = x + mlp_out  # (B, T, C)
     s("residual add", "x = x + mlp_out", x)
     return x

@@ -9,38 +9,30 @@ from __future__ import annotations
 
 from typing import Any
 
-import torch
 
 from .attention import causal_attention, repeat_kv, sliding_window
-from .llama import apply_rope, linear, rms_norm, rope_tables
+from .llama import (apply_rope, gated_mlp, linear, project_qkv, rms_norm, rope_tables,
+                    split_heads)
+from ..families.parts import dims
 from .steps import Steps
 
 
 def block(x: Any, blk: Any, cfg: Any, layer: int, s: Steps, model: Any) -> Any:
     """x: (B, T, C), the residual stream entering block `layer`. Returns the stream leaving it."""
     B, T, C = x.shape
-    nh = cfg.num_attention_heads
-    nkv = getattr(cfg, "num_key_value_heads", None) or nh
-    hd = getattr(cfg, "head_dim", None) or C // nh
+    dm = dims(cfg)  # the config's head counts and head width, normalised once
+    nh, nkv, hd = dm.n_heads, dm.n_kv_heads, dm.head_dim
     eps = cfg.rms_norm_eps
     attn, mlp = blk.self_attn, blk.mlp
 
     s.section = "attention"
-    q = linear(x, attn.q_proj)  # (B, T, nh*hd)
-    k = linear(x, attn.k_proj)  # (B, T, nkv*hd)
-    v = linear(x, attn.v_proj)  # (B, T, nkv*hd)
-    s("q_proj (no norm before it)", f"q = x · W_qᵀ   W_q is ({nh * hd}, {C})", q)
-    s("k_proj", f"k = x · W_kᵀ   W_k is ({nkv * hd}, {C})", k,
-      note=f"{nkv} key/value heads for {nh} query heads" if nkv != nh else None)
-    s("v_proj", f"v = x · W_vᵀ   W_v is ({nkv * hd}, {C})", v)
+    # no norm before attention: the projections read the stream x itself
+    q, k, v = project_qkv(x, attn, nh, nkv, hd, s, src="x")  # (B,T,nh*hd), 2 × (B,T,nkv*hd)
     q = rms_norm(q, attn.q_norm.weight, eps)  # (B, T, nh*hd)
     k = rms_norm(k, attn.k_norm.weight, eps)  # (B, T, nkv*hd)
     s("q_norm, k_norm (RMSNorm over all heads)", f"q = q / √(mean(q²) + ε) · γ_q over its "
       f"{nh * hd} values; same for k", q, note="shown: Q")
-    q = q.view(B, T, nh, hd).transpose(1, 2)  # (B, nh, T, hd)
-    k = k.view(B, T, nkv, hd).transpose(1, 2)  # (B, nkv, T, hd)
-    v = v.view(B, T, nkv, hd).transpose(1, 2)  # (B, nkv, T, hd)
-    s("heads", f"q → (B, T, {nh}, {hd}) → transpose(1, 2); k, v → (B, {nkv}, T, {hd})", q)
+    q, k, v = split_heads(q, k, v, nh, nkv, hd, s)  # (B, nh, T, hd), 2 × (B, nkv, T, hd)
     cos, sin, formula = rope_tables(cfg, T, hd, model, x.device, layer)  # (T, hd) each
     q = apply_rope(q, cos, sin)  # (B, nh, T, hd)
     k = apply_rope(k, cos, sin)  # (B, nkv, T, hd)
@@ -56,15 +48,7 @@ def block(x: Any, blk: Any, cfg: Any, layer: int, s: Steps, model: Any) -> Any:
     s("residual add", "x = x + attn_out", x)
 
     s.section = "mlp"
-    gate = linear(x, mlp.gate_proj)  # (B, T, I)
-    up = linear(x, mlp.up_proj)  # (B, T, I)
-    s("gate_proj (no norm before it)", f"g = x · W_gateᵀ   W_gate is ({gate.shape[-1]}, {C})",
-      gate)
-    s("up_proj", f"u = x · W_upᵀ   W_up is ({up.shape[-1]}, {C})", up)
-    a = gate * torch.sigmoid(gate) * up  # (B, T, I)
-    s("SiLU(gate) · up", "a = g · σ(g) · u   (SwiGLU)", a)
-    m = linear(a, mlp.down_proj)  # (B, T, C)
-    s("down_proj", f"m = a · W_downᵀ   W_down is ({C}, {a.shape[-1]})", m, keep=True)
+    m = gated_mlp(x, mlp, s, src="x")  # (B, T, C), no norm before the MLP either
     mlp_out = rms_norm(m, blk.post_feedforward_layernorm.weight, eps)  # (B, T, C)
     s("post_feedforward_layernorm", "mlp_out = m / √(mean(m²) + ε) · γ   (what the stream "
       "receives)", mlp_out, keep=True)

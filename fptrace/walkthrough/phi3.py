@@ -14,15 +14,15 @@ import torch
 
 from .attention import causal_attention, repeat_kv, sliding_window
 from .llama import apply_rope, linear, rms_norm, rope_tables
+from ..families.parts import dims
 from .steps import Steps
 
 
 def block(x: Any, blk: Any, cfg: Any, layer: int, s: Steps, model: Any) -> Any:
     """x: (B, T, C), the residual stream entering block `layer`. Returns the stream leaving it."""
     B, T, C = x.shape
-    nh = cfg.num_attention_heads
-    nkv = getattr(cfg, "num_key_value_heads", None) or nh
-    hd = getattr(cfg, "head_dim", None) or C // nh
+    dm = dims(cfg)  # the config's head counts and head width, normalised once
+    nh, nkv, hd = dm.n_heads, dm.n_kv_heads, dm.head_dim
     params = getattr(cfg, "rope_parameters", None) or {}
     rot = int(hd * params.get("partial_rotary_factor", 1.0))
     eps = cfg.rms_norm_eps
