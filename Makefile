@@ -1,6 +1,7 @@
 # Two commands for a fresh machine:
 #   make demo   installs everything into .venv and traces the bundled model
-#   make test   installs everything and runs the test suite (what CI runs)
+#   make test   installs everything (Debian's chromium too, for the report's browser test)
+#               and runs the test suite: exactly what CI runs
 PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
@@ -26,6 +27,7 @@ demo: install
 	$(BIN)/fptrace run "$(PROMPT)"
 
 test: install
+	bash scripts/install_browser.sh
 	$(BIN)/python -m pytest -q
 
 bench: install

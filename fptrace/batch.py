@@ -11,14 +11,16 @@ skips every prompt whose id is already in the file.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import os
+import signal
 import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any, Callable, Iterable, Iterator, Sequence
 
 from .errors import BadInput, FptraceError, WriteFailed
 from .results import SCHEMA_VERSION
@@ -309,7 +311,7 @@ def run_batch(lm: Any, items: list[PromptItem], out: Callable[[list[str]], None]
     each group. A failing prompt becomes an error record; a failing group is retried one prompt
     at a time, so one bad prompt never costs the others."""
     from .models.tokenizers import check_prompt
-    from .tracer import _prepare, run_traces
+    from .tracer import run_traces
 
     if batch_size < 1:
         raise BadInput("--batch-size must be at least 1")
@@ -350,7 +352,7 @@ def run_batch(lm: Any, items: list[PromptItem], out: Callable[[list[str]], None]
                     continue
                 try:
                     check_prompt(it.prompt or "")
-                    ids, dropped[it.id] = _prepare(lm, it.prompt, truncate)
+                    ids, dropped[it.id] = lm.encode_checked(it.prompt, truncate)
                 except FptraceError as e:
                     lines[it.id] = fail(it, e)
                     continue
@@ -376,4 +378,55 @@ def run_batch(lm: Any, items: list[PromptItem], out: Callable[[list[str]], None]
     return s
 
 
-__all__ = ["PromptItem", "read_inputs", "OutFile", "run_batch", "record_line", "Summary"]
+@contextlib.contextmanager
+def _sigterm_interrupts() -> Iterator[None]:
+    """SIGTERM stops the batch between records, as Ctrl-C does."""
+    def terminate(signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt
+
+    old = signal.signal(signal.SIGTERM, terminate)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, old)
+
+
+def batch_file(inputs: Sequence[str], out: str, *, load: Callable[[], Any], model_name: str,
+               random_weights: bool, force: bool = False, batch_size: int = 8,
+               top_k: int = 10, snippet: int = 4, truncate: bool = False,
+               progress: Callable[[int], Any] | None = None) -> Summary:
+    """All of `fptrace batch`: read the inputs; open the output file (locked, checked against
+    these options before anything is loaded, a partial last line repaired; `-` is stdout);
+    load the model only when something is left to do; trace with SIGTERM turned into an
+    interruption between records; close the file whatever happens.
+
+    progress(n_to_do) returns a context manager that yields a callback(prompts, tokens)."""
+    items = read_inputs(inputs, exclude=out)
+    sink = None if out == "-" else OutFile(out, force=force).open()
+    try:
+        if sink is not None:
+            sink.check_compatible(model_name, top_k, snippet, random_weights)
+        done = sink.done if sink is not None else set()
+        todo = sum(1 for it in items if it.id not in done)
+        if todo == 0 and items:
+            return Summary(total=len(items), skipped=len(items))  # nothing to load or run
+        lm = load()
+
+        def write(lines: list[str]) -> None:
+            if sink is not None:
+                sink.append(lines)
+            elif lines:
+                sys.stdout.write("".join(line + "\n" for line in lines))
+                sys.stdout.flush()
+
+        bar = progress(todo) if progress is not None else contextlib.nullcontext(None)
+        with _sigterm_interrupts(), bar as tick:
+            return run_batch(lm, items, write, done, batch_size=batch_size, top_k=top_k,
+                             snippet=snippet, truncate=truncate, progress=tick)
+    finally:
+        if sink is not None:
+            sink.close()
+
+
+__all__ = ["PromptItem", "read_inputs", "OutFile", "run_batch", "record_line", "Summary",
+           "batch_file"]

@@ -13,8 +13,10 @@ from typing import Annotated, Any, Callable, Optional
 import typer
 from rich.console import Console
 
+from .cli_options import (JsonOpt, LoadOptions, OUTPUT, PlotOpt, STATS, WideOpt,
+                          model_options)
 from .errors import FptraceError
-from .models.registry import DEFAULT_MODEL, RESOLUTION_HELP
+from .models.registry import RESOLUTION_HELP
 
 app = typer.Typer(
     name="fptrace",
@@ -25,41 +27,9 @@ app = typer.Typer(
     context_settings={"help_option_names": ["-h", "--help"]},
 )
 
-MODEL = "Model"
-OUTPUT = "Output"
-STATS = "Statistics"
-
-ModelOpt = Annotated[str, typer.Option("--model", "-m", help=RESOLUTION_HELP,
-                                       rich_help_panel=MODEL)]
-RandomOpt = Annotated[bool, typer.Option(
-    "--random-weights", help="Build the model's config with seeded random weights (no weights "
-    "needed; predictions then mean nothing).", rich_help_panel=MODEL)]
-SeedOpt = Annotated[int, typer.Option("--seed", help="Seed for --random-weights.",
-                                      rich_help_panel=MODEL)]
-DeviceOpt = Annotated[str, typer.Option("--device", help="auto, cpu, cuda, cuda:N or mps.",
-                                        rich_help_panel=MODEL)]
-DtypeOpt = Annotated[str, typer.Option("--dtype", help="auto, float32, bfloat16 or float16 "
-                                       "(auto: float32 on CPU).", rich_help_panel=MODEL)]
-PickleOpt = Annotated[bool, typer.Option(
-    "--allow-pickle", help="Allow pickle (.bin/.pt) weights, which can run code: only for "
-    "sources you trust.", rich_help_panel=MODEL)]
-RemoteOpt = Annotated[bool, typer.Option(
-    "--trust-remote-code", help="Allow a model folder's own Python code to run.",
-    rich_help_panel=MODEL)]
-DeviceMapOpt = Annotated[Optional[str], typer.Option(
-    "--device-map", help="auto: load through Accelerate, spreading blocks over the GPUs, then "
-    "CPU RAM, then disk (big models).", rich_help_panel=MODEL)]
-MaxMemoryOpt = Annotated[Optional[str], typer.Option(
-    "--max-memory", help="With --device-map: memory per device, e.g. 0=70GiB,1=70GiB,cpu=200GiB.",
-    rich_help_panel=MODEL)]
-OffloadOpt = Annotated[Optional[str], typer.Option(
-    "--offload-folder", help="With --device-map: where weights that fit nowhere else go "
-    "(default: a temporary folder).", rich_help_panel=MODEL)]
-PlotOpt = Annotated[Optional[str], typer.Option(
-    "--plot", help="Also write a figure (.png, .svg, .pdf, .jpg or .webp; no display needed).",
-    rich_help_panel="Output")]
-JsonOpt = Annotated[bool, typer.Option("--json", help="Write the result as one JSON object on "
-                                       "stdout.", rich_help_panel=OUTPUT)]
+def _docs(command: str) -> str:
+    """The line every command's --help ends with."""
+    return f"\n\nA worked example and every option explained: docs/{command}.md."
 
 
 def _stderr() -> Console:
@@ -71,6 +41,23 @@ def _stdout() -> Console:
     (COLUMNS overrides)."""
     width = None if sys.stdout.isatty() or os.environ.get("COLUMNS") else 130
     return Console(highlight=False, width=width)
+
+
+def show(view: Callable[[int | None], Any], wide: bool = False, out: Console | None = None
+         ) -> Console:
+    """Print a view laid out for the terminal's width: view(width) leaves out the columns
+    that do not fit and says so; with --wide, view(None) has every column and the console
+    grows to its natural width."""
+    out = out or _stdout()
+    if wide:
+        from .render.fit import natural_width
+
+        rendered = view(None)
+        out.width = natural_width(rendered, out.width)
+    else:
+        rendered = view(out.width)
+    out.print(rendered)
+    return out
 
 
 def fail(message: str, code: int = 2) -> None:
@@ -116,18 +103,10 @@ def _quiet_libraries() -> None:
     transformers.logging.disable_progress_bar()
 
 
-def load(model: str, random_weights: bool, seed: int, device: str, dtype: str,
-         allow_pickle: bool, trust_remote_code: bool, device_map: str | None = None,
-         max_memory: str | None = None, offload_folder: str | None = None) -> Any:
+def load(opts: LoadOptions) -> Any:
     _quiet_libraries()
-    from .models.loading import load_model
-
     err = _stderr()
-    return load_model(model, random_weights=random_weights, seed=seed, device=device,
-                      dtype=dtype, allow_pickle=allow_pickle,
-                      trust_remote_code=trust_remote_code, device_map=device_map,
-                      max_memory=max_memory, offload_folder=offload_folder,
-                      progress=lambda m: err.print(f"[dim]{m}[/dim]", soft_wrap=True))
+    return opts.load(progress=lambda m: err.print(f"[dim]{m}[/dim]", soft_wrap=True))
 
 
 def _write_plot(fig: Any, path: str) -> None:
@@ -144,20 +123,12 @@ def emit_json(result: Any) -> None:
     sys.stdout.flush()
 
 
-@app.command()
+@app.command(epilog=_docs("run"))
 @guarded
+@model_options()
 def run(
     prompt: Annotated[str, typer.Argument(help="The text to trace.")],
-    model: ModelOpt = DEFAULT_MODEL,
-    random_weights: RandomOpt = False,
-    seed: SeedOpt = 0,
-    device: DeviceOpt = "auto",
-    dtype: DtypeOpt = "auto",
-    allow_pickle: PickleOpt = False,
-    trust_remote_code: RemoteOpt = False,
-    device_map: DeviceMapOpt = None,
-    max_memory: MaxMemoryOpt = None,
-    offload_folder: OffloadOpt = None,
+    opts: LoadOptions,
     top_k: Annotated[int, typer.Option("--top-k", "-k", min=1, help="How many next tokens.",
                                        rich_help_panel=STATS)] = 10,
     snippet: Annotated[int, typer.Option("--snippet", min=0, help="First values of the last "
@@ -171,17 +142,16 @@ def run(
         rich_help_panel=STATS)] = False,
     plot: PlotOpt = None,
     as_json: JsonOpt = False,
+    wide: WideOpt = False,
 ) -> None:
     """Trace PROMPT through the model: tokens, shapes, per-layer residual stream, top-k."""
     from .models.tokenizers import check_prompt
+    from .render.plots import check_path
 
     check_prompt(prompt)
     if plot is not None:
-        from .render.plots import check_path
-
         check_path(plot)
-    lm = load(model, random_weights, seed, device, dtype, allow_pickle, trust_remote_code,
-              device_map, max_memory, offload_folder)
+    lm = load(opts)
     from .tracer import run_trace
 
     trace = run_trace(lm, prompt, top_k=top_k, snippet=snippet, all_positions=all_positions,
@@ -195,18 +165,20 @@ def run(
     else:
         from .render.tables import trace_view
 
-        out = _stdout()
-        out.print(trace_view(trace, out.width))
+        show(lambda width: trace_view(trace, width), wide)
     if trace.first_nonfinite:
-        fail(f"NaN or Inf first appeared at {trace.first_nonfinite}", 4)
+        from .errors import NonFiniteValues
+
+        raise NonFiniteValues(f"NaN or Inf first appeared at {trace.first_nonfinite}")
 
 
-@app.command()
+@app.command(epilog=_docs("shapes"))
 @guarded
 def shapes(
     prompt: Annotated[Optional[str], typer.Argument(help="Text to tokenize offline "
                                                     "(optional; else --seq-len).")] = None,
-    model: ModelOpt = "gpt2",
+    model: Annotated[str, typer.Option("--model", "-m", help=RESOLUTION_HELP,
+                                       rich_help_panel="Model")] = "gpt2",
     seq_len: Annotated[Optional[int], typer.Option("--seq-len", "-T", help="Sequence length "
                                                    "when no prompt is given (default 8).",
                                                    rich_help_panel=STATS)] = None,
@@ -216,6 +188,7 @@ def shapes(
                                        "memory figures: float32, bfloat16 or float16.",
                                        rich_help_panel=STATS)] = "float32",
     as_json: JsonOpt = False,
+    wide: WideOpt = False,
 ) -> None:
     """Shape flow, parameters, memory and FLOPs of a model, without reading its weights."""
     _quiet_libraries()
@@ -229,25 +202,18 @@ def shapes(
         return
     from .render.shapes import shape_view
 
-    out = _stdout()
-    out.print(shape_view(report))
+    show(lambda width: shape_view(report, width), wide)
 
 
 SAMPLING = "Sampling"
 
 
-@app.command()
+@app.command(epilog=_docs("explain"))
 @guarded
+@model_options(placement=False)
 def explain(
     prompt: Annotated[str, typer.Argument(help="The text whose forward pass is explained.")],
-    model: ModelOpt = DEFAULT_MODEL,
-    random_weights: RandomOpt = False,
-    seed: Annotated[int, typer.Option("--seed", help="Seed for --random-weights and for the "
-                                      "sampled picks.", rich_help_panel=MODEL)] = 0,
-    device: DeviceOpt = "auto",
-    dtype: DtypeOpt = "auto",
-    allow_pickle: PickleOpt = False,
-    trust_remote_code: RemoteOpt = False,
+    opts: LoadOptions,
     layer: Annotated[int, typer.Option("--layer", "-l", help="The block to recompute "
                                        "(negative counts from the end).",
                                        rich_help_panel=STATS)] = 0,
@@ -260,28 +226,28 @@ def explain(
                                        rich_help_panel=SAMPLING)] = 10,
     top_p: Annotated[float, typer.Option("--top-p", "-p", help="p of nucleus (top-p) sampling, "
                                          "in (0, 1].", rich_help_panel=SAMPLING)] = 0.9,
-    show: Annotated[int, typer.Option("--show", help="Most probable tokens listed in the "
-                                      "sampling table.", rich_help_panel=SAMPLING)] = 8,
+    show_rows: Annotated[int, typer.Option("--show", help="Most probable tokens listed in the "
+                                           "sampling table.", rich_help_panel=SAMPLING)] = 8,
     plot: PlotOpt = None,
     as_json: JsonOpt = False,
+    wide: WideOpt = False,
 ) -> None:
     """Recompute one block step by step from the model's weights, check it matches the model,
     then follow the last position to the logits and the sampling choices."""
     from .models.tokenizers import check_prompt
+    from .render.plots import check_path
     from .sampling import check_options
 
     check_prompt(prompt)
     check_options(temperature, top_k, top_p)
     if plot is not None:
-        from .render.plots import check_path
-
         check_path(plot)
-    lm = load(model, random_weights, seed, device, dtype, allow_pickle, trust_remote_code)
+    lm = load(opts)
     from .walkthrough import explain as run_explain, family_module
 
     family_module(lm.parts.family)
     result = run_explain(lm, prompt, layer=layer, head=head, temperature=temperature,
-                         top_k=top_k, top_p=top_p, seed=seed, show=show,
+                         top_k=top_k, top_p=top_p, seed=opts.seed, show=show_rows,
                          all_heads=plot is not None)
     if plot is not None:
         from .render.plots import attention_figure
@@ -292,33 +258,26 @@ def explain(
     else:
         from .render.explain import explain_view
 
-        out = _stdout()
-        out.print(explain_view(result))
-    if not result.match:
+        show(lambda width: explain_view(result, width), wide)
+    _check_match(result.match, [c.name for c in result.checks if not c.ok])
+
+
+def _check_match(match: bool, failed: list[str]) -> None:
+    if not match:
         from .errors import Mismatch
 
-        failed = "; ".join(c.name for c in result.checks if not c.ok)
-        raise Mismatch(f"the recomputation does not match the model ({failed})")
+        raise Mismatch(f"the recomputation does not match the model ({'; '.join(failed)})")
 
 
-@app.command()
+@app.command(epilog=_docs("generate"))
 @guarded
+@model_options()
 def generate(
     prompt: Annotated[str, typer.Argument(help="The text to continue.")],
+    opts: LoadOptions,
     max_new_tokens: Annotated[int, typer.Option("-n", "--max-new-tokens", help="Tokens to "
                                                 "generate (fewer if an end-of-sequence token "
                                                 "comes first).", rich_help_panel=STATS)] = 12,
-    model: ModelOpt = DEFAULT_MODEL,
-    random_weights: RandomOpt = False,
-    seed: Annotated[int, typer.Option("--seed", help="Seed for --random-weights and for the "
-                                      "sampled tokens.", rich_help_panel=MODEL)] = 0,
-    device: DeviceOpt = "auto",
-    dtype: DtypeOpt = "auto",
-    allow_pickle: PickleOpt = False,
-    trust_remote_code: RemoteOpt = False,
-    device_map: DeviceMapOpt = None,
-    max_memory: MaxMemoryOpt = None,
-    offload_folder: OffloadOpt = None,
     temperature: Annotated[float, typer.Option("--temperature", "-t", help="0 (the default) is "
                                                "greedy; above 0 samples.",
                                                rich_help_panel=SAMPLING)] = 0.0,
@@ -334,6 +293,7 @@ def generate(
     layers: Annotated[bool, typer.Option("--layers", help="Per-layer statistics of every step, "
                                          "as `run` shows them.", rich_help_panel=STATS)] = False,
     as_json: JsonOpt = False,
+    wide: WideOpt = False,
 ) -> None:
     """Generate token by token: each step's input, stream and KV-cache shapes, the chosen token
     and its alternatives, and the time of the prefill and of each decode step."""
@@ -344,45 +304,56 @@ def generate(
     check_prompt(prompt)
     check_new_tokens(max_new_tokens)
     check_generation(temperature, top_k or None, top_p)  # --top-k 0: off
-    lm = load(model, random_weights, seed, device, dtype, allow_pickle, trust_remote_code,
-              device_map, max_memory, offload_folder)
+    lm = load(opts)
     from .generate import generate as run_generate
 
-    out = _stdout()
-
-    def on_step(step: Any, text: str) -> None:  # each step's line as soon as it exists
-        from .render.generate import step_layers, step_line
-
-        out.print(step_line(step, text, out.width), soft_wrap=True)
-        if layers:
-            out.print(step_layers(step, out.width))
-
-    if not as_json:
-        from .render.generate import step_header
-        from .render.tables import header, token_table
-        from .tracer import _prepare, model_info, tokens_of
-
-        out.print(header(model_info(lm)))
-        out.print(token_table(tokens_of(lm, _prepare(lm, prompt, truncate=False)[0]),
-                              title="Prompt tokens"))
-        out.print(step_header())
-
+    on_step = None if as_json else _step_printer(lm, prompt, max_new_tokens, layers, wide,
+                                                 sampled=temperature > 0)
     result = run_generate(lm, prompt, max_new_tokens=max_new_tokens, temperature=temperature,
-                          top_k=top_k or None, top_p=top_p, seed=seed, layers=layers,
-                          alternatives=alternatives, on_step=None if as_json else on_step)
+                          top_k=top_k or None, top_p=top_p, seed=opts.seed, layers=layers,
+                          alternatives=alternatives, on_step=on_step)
     if as_json:
         emit_json(result)
     else:
         from .render.generate import summary
 
-        out.print(summary(result))
+        _stdout().print(summary(result))
     bad = next((s for s in result.steps if s.first_nonfinite), None)
     if bad is not None:
-        fail(f"NaN or Inf appeared at step {bad.index} ({bad.first_nonfinite})", 4)
+        from .errors import NonFiniteValues
+
+        raise NonFiniteValues(f"NaN or Inf appeared at step {bad.index} ({bad.first_nonfinite})")
 
 
-@app.command()
+def _step_printer(lm: Any, prompt: str, max_new_tokens: int, layers: bool, wide: bool,
+                  sampled: bool) -> Callable[[Any, str], None]:
+    """Print the header, the prompt's tokens and the step columns; return the callback that
+    prints each step's line as soon as the step exists."""
+    from .render.generate import step_columns, step_header, step_layers, step_line
+    from .render.tables import header, token_table
+    from .tracer import model_info
+
+    out = _stdout()
+    width = None if wide else out.width
+    info = model_info(lm)
+    ids = lm.encode(prompt)
+    cols = step_columns(width, len(ids) + max_new_tokens, info.d_model, info.n_kv_heads,
+                        info.head_dim, sampled=sampled)
+    out.print(header(info))
+    out.print(token_table(lm.tokens(ids), title="Prompt tokens", width=width))
+    out.print(step_header(cols), soft_wrap=wide)
+
+    def on_step(step: Any, text: str) -> None:
+        out.print(step_line(step, text, cols), soft_wrap=True)
+        if layers:
+            show(lambda w: step_layers(step, w), wide, out)
+
+    return on_step
+
+
+@app.command(epilog=_docs("batch"))
 @guarded
+@model_options()
 def batch(
     inputs: Annotated[list[str], typer.Argument(
         help=".txt files (one prompt per line), .jsonl files ({\"id\": ..., \"prompt\": ...} "
@@ -391,16 +362,7 @@ def batch(
     out: Annotated[str, typer.Option("--out", "-o", help="The JSON Lines file to write (or - "
                                      "for stdout). An existing one is resumed.",
                                      rich_help_panel=OUTPUT)],
-    model: ModelOpt = DEFAULT_MODEL,
-    random_weights: RandomOpt = False,
-    seed: SeedOpt = 0,
-    device: DeviceOpt = "auto",
-    dtype: DtypeOpt = "auto",
-    allow_pickle: PickleOpt = False,
-    trust_remote_code: RemoteOpt = False,
-    device_map: DeviceMapOpt = None,
-    max_memory: MaxMemoryOpt = None,
-    offload_folder: OffloadOpt = None,
+    opts: LoadOptions,
     batch_size: Annotated[int, typer.Option("--batch-size", "-b", min=1, help="Prompts per "
                                             "forward pass (left-padded, with an attention "
                                             "mask).", rich_help_panel=STATS)] = 8,
@@ -420,50 +382,17 @@ def batch(
 
     Exit code 0 when every prompt was traced, 1 when some failed (their records carry an
     `error` field), 130 when interrupted (rerun the same command to resume)."""
-    import signal
+    from .batch import batch_file
+    from .models.registry import resolve
+    from .render.progress import batch_progress
 
-    from .batch import OutFile, read_inputs
-
-    items = read_inputs(inputs, exclude=out)
     err = _stderr()
-    to_stdout = out == "-"
-    sink = None if to_stdout else OutFile(out, force=force).open()
-    try:
-        if sink is not None:
-            from .models.registry import resolve
-
-            sink.check_compatible(resolve(model).name, top_k, snippet,  # before any loading
-                                  random_weights)
-        if sink is not None and all(it.id in sink.done for it in items):
-            from .batch import Summary
-
-            summary = Summary(total=len(items), skipped=len(items))  # nothing to load or run
-            lm = None
-        else:
-            lm = load(model, random_weights, seed, device, dtype, allow_pickle,
-                      trust_remote_code, device_map, max_memory, offload_folder)
-
-        def write(lines: list[str]) -> None:
-            if sink is not None:
-                sink.append(lines)
-            elif lines:
-                sys.stdout.write("".join(line + "\n" for line in lines))
-                sys.stdout.flush()
-
-        def terminate(signum: int, frame: Any) -> None:
-            raise KeyboardInterrupt
-
-        if lm is not None:
-            old = signal.signal(signal.SIGTERM, terminate)
-            try:
-                summary = _batch_with_progress(err, lm, items, write, sink, batch_size, top_k,
-                                               snippet, truncate)
-            finally:
-                signal.signal(signal.SIGTERM, old)
-    finally:
-        if sink is not None:
-            sink.close()
-    where = "stdout" if to_stdout else out
+    summary = batch_file(inputs, out, load=lambda: load(opts),
+                         model_name=resolve(opts.model).name,
+                         random_weights=opts.random_weights, force=force,
+                         batch_size=batch_size, top_k=top_k, snippet=snippet, truncate=truncate,
+                         progress=lambda todo: batch_progress(err, todo))
+    where = "stdout" if out == "-" else out
     rate = summary.tokens / summary.seconds if summary.seconds > 0 else 0.0
     err.print(f"traced {summary.traced}, failed {summary.failed}, skipped {summary.skipped} "
               f"(already in {where}), {summary.seconds:.1f} s ({rate:,.0f} tokens/s)"
@@ -476,38 +405,9 @@ def batch(
         raise typer.Exit(1)
 
 
-def _batch_with_progress(err: Console, lm: Any, items: list, write: Callable, sink: Any,
-                         batch_size: int, top_k: int, snippet: int, truncate: bool) -> Any:
-    import time
-
-    from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn,
-                               TimeElapsedColumn, TimeRemainingColumn)
-
-    from .batch import run_batch
-
-    done = sink.done if sink is not None else set()
-    todo = sum(1 for it in items if it.id not in done)
-    columns = (TextColumn("tracing"), BarColumn(), MofNCompleteColumn(),
-               TextColumn("prompts  {task.fields[tps]:>7,.0f} tokens/s"), TimeElapsedColumn(),
-               TextColumn("ETA"), TimeRemainingColumn())
-    with Progress(*columns, console=err, transient=False) as bar:
-        task = bar.add_task("batch", total=todo, tps=0.0)
-        tokens = 0
-        t0 = time.perf_counter()
-
-        def progress(n_prompts: int, n_tokens: int) -> None:
-            nonlocal tokens
-            tokens += n_tokens
-            bar.update(task, advance=n_prompts,
-                       tps=tokens / max(time.perf_counter() - t0, 1e-9))
-
-        return run_batch(lm, items, write, done, batch_size=batch_size, top_k=top_k,
-                         snippet=snippet, truncate=truncate, progress=progress)
-
-
 @app.command()
 @guarded
-def models(as_json: JsonOpt = False) -> None:
+def models(as_json: JsonOpt = False, wide: WideOpt = False) -> None:
     """List the built-in models and whether their weights are available here."""
     from .models.catalog import list_models
 
@@ -519,22 +419,17 @@ def models(as_json: JsonOpt = False) -> None:
         return
     from .render.catalog import models_table
 
-    _stdout().print(models_table(rows))
+    show(lambda width: models_table(rows, width), wide)
 
 
-@app.command()
+@app.command(epilog=_docs("report"))
 @guarded
+@model_options(placement=False)
 def report(
     prompt: Annotated[str, typer.Argument(help="The text to trace.")],
     out: Annotated[str, typer.Option("--out", "-o", help="The .html file to write.",
                                      rich_help_panel=OUTPUT)],
-    model: ModelOpt = DEFAULT_MODEL,
-    random_weights: RandomOpt = False,
-    seed: SeedOpt = 0,
-    device: DeviceOpt = "auto",
-    dtype: DtypeOpt = "auto",
-    allow_pickle: PickleOpt = False,
-    trust_remote_code: RemoteOpt = False,
+    opts: LoadOptions,
     layer: Annotated[int, typer.Option("--layer", "-l", help="The block the walkthrough "
                                        "recomputes.", rich_help_panel=STATS)] = 0,
     head: Annotated[int, typer.Option("--head", help="The head whose matrix the walkthrough "
@@ -547,7 +442,7 @@ def report(
 
     check_prompt(prompt)
     check_out(out)
-    lm = load(model, random_weights, seed, device, dtype, allow_pickle, trust_remote_code)
+    lm = load(opts)
     from .tracer import run_trace
     from .walkthrough import explain as run_explain, family_module
 
@@ -556,10 +451,7 @@ def report(
     explanation = run_explain(lm, prompt, layer=layer, head=head, all_heads=True)
     write_report(out, build_html(trace, explanation))
     _stderr().print(f"wrote {out}", markup=False, soft_wrap=True)
-    if not explanation.match:
-        from .errors import Mismatch
-
-        raise Mismatch("the recomputation in the report does not match the model")
+    _check_match(explanation.match, [c.name for c in explanation.checks if not c.ok])
 
 
 @app.command()

@@ -9,17 +9,17 @@ so the caller can print the text as it grows.
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import time
 from typing import Any, Callable
 
 from . import sampling, stats
 from .errors import BadInput
-from .hooks import Capture, capture_stats
+from .hooks import Capture, capture_stats, hooked
 from .models.loading import LoadedModel
 from .results import FinalNormStats, Generation, GenStep, TopToken
-from .tracer import (NOTE_RANDOM, _prepare, _prompt_text, _text, first_nonfinite, layer_stats,
-                     model_info, tokens_of)
+from .tracer import NOTE_RANDOM, first_nonfinite, layer_stats, model_info
 
 
 def _eos_ids(lm: LoadedModel) -> set[int]:
@@ -66,8 +66,11 @@ def check_new_tokens(max_new_tokens: int) -> None:
         raise BadInput(f"-n must be at least 1, not {max_new_tokens}")
 
 
-def check_length(lm: LoadedModel, n_prompt: int, max_new_tokens: int) -> None:
+def check_length(lm: LoadedModel, n_prompt: int, max_new_tokens: int, alternatives: int = 1
+                 ) -> None:
     check_new_tokens(max_new_tokens)
+    if alternatives < 1:
+        raise BadInput("--alternatives must be at least 1")
     ctx = getattr(lm.config, "max_position_embeddings", None)
     if ctx and n_prompt + max_new_tokens > ctx:
         raise BadInput(f"the prompt is {n_prompt} tokens and -n {max_new_tokens} would reach "
@@ -89,10 +92,8 @@ def generate(lm: LoadedModel, prompt: Any, *, max_new_tokens: int = 12,
     from transformers import DynamicCache
 
     sampling.check_generation(temperature, top_k, top_p)
-    if alternatives < 1:
-        raise BadInput("--alternatives must be at least 1")
-    ids, _ = _prepare(lm, prompt, truncate=False)
-    check_length(lm, len(ids), max_new_tokens)
+    ids = lm.encode(prompt)
+    check_length(lm, len(ids), max_new_tokens, alternatives)
     info = model_info(lm)
     model = lm.model
     device = lm.device
@@ -112,70 +113,34 @@ def generate(lm: LoadedModel, prompt: Any, *, max_new_tokens: int = 12,
     stop_reason = "max_new_tokens"
     next_input = torch.tensor([ids], dtype=torch.long, device=device)  # (1, T)
     pos = 0
-    handle = lm.parts.blocks[0].register_forward_pre_hook(stream_shape, with_kwargs=True)
-    try:
+    with hooked([(lm.parts.blocks[0], "pre", stream_shape, True)]):
         for index in range(max_new_tokens):
             t0 = time.perf_counter()
             cap = Capture(mask=None, home=device)
-            with torch.inference_mode():
-                if layers:
-                    with capture_stats(lm.parts, cap):
-                        out = model(next_input, use_cache=True, logits_to_keep=1,
-                                    **{cache_kw: cache})
-                else:
-                    out = model(next_input, use_cache=True, logits_to_keep=1,
-                                **{cache_kw: cache})
+            with torch.inference_mode(), (capture_stats(lm.parts, cap) if layers
+                                          else contextlib.nullcontext()):
+                out = model(next_input, use_cache=True, logits_to_keep=1, **{cache_kw: cache})
                 logits = out.logits[0, -1].float()  # (V,)
                 dist = sampling.distribution(logits, temperature, top_k, top_p)
-                if temperature == 0:
-                    choice = int(torch.argmax(dist))
-                else:  # one draw per step, each from its own seeded generator
-                    choice = sampling.draw(dist, seed * 1_000_003 + index)
+                # greedy, or one draw per step, each from its own seeded generator
+                choice = int(torch.argmax(dist)) if temperature == 0 else \
+                    sampling.draw(dist, seed * 1_000_003 + index)
             if cuda:
                 torch.cuda.synchronize(device)
             seconds = time.perf_counter() - t0
             if logits_out is not None:
                 logits_out.append(logits.detach().cpu().clone())
-            n_in = next_input.shape[1]
-            kv_shape, kv_layers, kv_bytes, kv_layout = _kv(cache)
-            probs = torch.softmax(logits, dim=-1)
-            alt_ids, alt_p, alt_l = stats.top_k(logits, alternatives)
-            rank = int((probs > probs[choice]).sum()) + 1
-            layer_rows: tuple = ()
-            final = check = None
-            bad = None
-            if layers:
-                rows, checks = layer_stats(lm, cap, snippet=snippet)
-                layer_rows, check = rows[0], checks[0]
-                fv = cap.final_last[0]
-                final = FinalNormStats(norm_last=float(stats.norms(fv)),
-                                       snippet=tuple(float(x) for x in fv[:snippet].tolist()))
-                bad = first_nonfinite(layer_rows)
-            if bad is None and not bool(torch.isfinite(logits).all()):
-                bad = "logits"
-            step = GenStep(
-                index=index, phase="prefill" if index == 0 else "decode",
-                input_shape=tuple(int(d) for d in next_input.shape),
-                stream_shape=seen.get("shape", ()), positions=tuple(range(pos, pos + n_in)),
-                kv_shape=kv_shape, kv_layers=kv_layers, kv_bytes=kv_bytes, kv_layout=kv_layout,
-                token=TopToken(rank, choice, _text(lm, choice), float(probs[choice]),
-                               float(logits[choice])),
-                sample_prob=float(dist[choice]),
-                alternatives=tuple(TopToken(r + 1, i, _text(lm, i), p, lg)
-                                   for r, (i, p, lg) in enumerate(zip(alt_ids, alt_p, alt_l))),
-                seconds=seconds, layers=layer_rows, final_norm=final, first_nonfinite=bad,
-                decomposition=check)
+            step = _step(lm, index, next_input, seen.get("shape", ()), pos, cache, logits, dist,
+                         choice, seconds, cap if layers else None, alternatives, snippet)
             steps.append(step)
             generated.append(choice)
-            pos += n_in
+            pos += next_input.shape[1]
             if on_step is not None:
                 on_step(step, _decode(lm, generated))
             if choice in eos:
                 stop_reason = "eos"
                 break
             next_input = torch.tensor([[choice]], dtype=torch.long, device=device)  # (1, 1)
-    finally:
-        handle.remove()
 
     prefill = steps[0].seconds
     decode = sum(s.seconds for s in steps[1:])
@@ -183,16 +148,53 @@ def generate(lm: LoadedModel, prompt: Any, *, max_new_tokens: int = 12,
     if lm.random_weights:
         notes.append(NOTE_RANDOM)
     return Generation(
-        prompt=_prompt_text(lm, prompt), model=info,
-        tokens=tokens_of(lm, ids),
+        prompt=lm.prompt_text(prompt), model=info,
+        tokens=lm.tokens(ids),
         strategy=sampling.describe(temperature, top_k, top_p), temperature=temperature,
         top_k=top_k, top_p=top_p, seed=seed, max_new_tokens=max_new_tokens,
         steps=tuple(steps),
-        generated=tokens_of(lm, generated, start=len(ids)),
+        generated=lm.tokens(generated, start=len(ids)),
         text=_decode(lm, generated), stop_reason=stop_reason, prefill_seconds=prefill,
         decode_seconds=decode,
         decode_tokens_per_s=(len(steps) - 1) / decode if decode > 0 else None,
         notes=tuple(notes))
+
+
+def _step(lm: LoadedModel, index: int, next_input: Any, stream_shape: tuple, pos: int,
+          cache: Any, logits: Any, dist: Any, choice: int, seconds: float, cap: Any,
+          alternatives: int, snippet: int) -> GenStep:
+    """One step's result: shapes, the cache as it is now, the choice and its alternatives, and
+    with a Capture (--layers) the per-layer statistics and their decomposition check."""
+    import torch
+
+    kv_shape, kv_layers, kv_bytes, kv_layout = _kv(cache)
+    probs = torch.softmax(logits, dim=-1)
+    alt_ids, alt_p, alt_l = stats.top_k(logits, alternatives)
+    rank = int((probs > probs[choice]).sum()) + 1
+    layer_rows: tuple = ()
+    final = check = bad = None
+    if cap is not None:
+        rows, checks = layer_stats(lm, cap, snippet=snippet)
+        layer_rows, check = rows[0], checks[0]
+        fv = cap.final_last[0]
+        final = FinalNormStats(norm_last=float(stats.norms(fv)),
+                               snippet=tuple(float(x) for x in fv[:snippet].tolist()))
+        bad = first_nonfinite(layer_rows)
+    if bad is None and not bool(torch.isfinite(logits).all()):
+        bad = "logits"
+    n_in = next_input.shape[1]
+    return GenStep(
+        index=index, phase="prefill" if index == 0 else "decode",
+        input_shape=tuple(int(d) for d in next_input.shape), stream_shape=stream_shape,
+        positions=tuple(range(pos, pos + n_in)), kv_shape=kv_shape, kv_layers=kv_layers,
+        kv_bytes=kv_bytes, kv_layout=kv_layout,
+        token=TopToken(rank, choice, lm.token_text(choice), float(probs[choice]),
+                       float(logits[choice])),
+        sample_prob=float(dist[choice]),
+        alternatives=tuple(TopToken(r + 1, i, lm.token_text(i), p, lg)
+                           for r, (i, p, lg) in enumerate(zip(alt_ids, alt_p, alt_l))),
+        seconds=seconds, layers=layer_rows, final_norm=final, first_nonfinite=bad,
+        decomposition=check)
 
 
 def _decode(lm: LoadedModel, ids: list[int]) -> str:

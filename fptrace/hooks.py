@@ -8,14 +8,37 @@ from __future__ import annotations
 
 import contextlib
 from dataclasses import dataclass, field
-from typing import Any, Iterator
+from typing import Any, Callable, Iterable, Iterator
 
 from .errors import TraceFailed
 from .families.parts import ModelParts
 
 
-def _first(x: Any) -> Any:
+def first_output(x: Any) -> Any:
+    """A module's main output: the first element of a tuple (attention and blocks return
+    (hidden, weights, ...)), else the output itself."""
     return x[0] if isinstance(x, (tuple, list)) else x
+
+
+# one registration: (module, "pre" or "post", hook function, with_kwargs)
+Hook = tuple[Any, str, Callable[..., Any], bool]
+
+
+@contextlib.contextmanager
+def hooked(hooks: Iterable[Hook]) -> Iterator[None]:
+    """The one place fptrace attaches hooks: register every (module, "pre"|"post", fn,
+    with_kwargs), yield, and remove every handle whatever happens (an exception while
+    registering included)."""
+    handles = []
+    try:
+        for module, when, fn, with_kwargs in hooks:
+            register = module.register_forward_pre_hook if when == "pre" else \
+                module.register_forward_hook
+            handles.append(register(fn, with_kwargs=with_kwargs))
+        yield
+    finally:
+        for h in handles:
+            h.remove()
 
 
 @dataclass
@@ -81,7 +104,6 @@ def capture_stats(parts: ModelParts, cap: Capture) -> Iterator[Capture]:
     cap.attn_last = [None] * n
     cap.mlp_last = [None] * n
     cap.streams = [None] * (n + 1) if cap.keep_positions else []
-    handles = []
 
     def embed_hook(module: Any, args: tuple, kwargs: dict) -> None:
         h = args[0] if args else kwargs["hidden_states"]
@@ -93,7 +115,7 @@ def capture_stats(parts: ModelParts, cap: Capture) -> Iterator[Capture]:
 
     def block_hook(i: int):
         def hook(module: Any, args: tuple, kwargs: dict, output: Any) -> None:
-            h = _first(output)
+            h = first_output(output)
             cap.resid_last[i] = cap.take_last(h)
             cap.resid_mean_norm[i] = cap.mean_norm(h)
             if cap.keep_positions:
@@ -104,22 +126,22 @@ def capture_stats(parts: ModelParts, cap: Capture) -> Iterator[Capture]:
 
     def part_hook(store: list, i: int):
         def hook(module: Any, args: tuple, output: Any) -> None:
-            store[i] = cap.take_last(_first(output))
+            store[i] = cap.take_last(first_output(output))
         return hook
 
     def final_hook(module: Any, args: tuple, output: Any) -> None:
-        h = _first(output)
+        h = first_output(output)
         cap.final_last = cap.take_last(h)
         cap.shapes["final_norm"] = tuple(h.shape)
 
-    try:
-        handles.append(parts.blocks[0].register_forward_pre_hook(embed_hook, with_kwargs=True))
-        for i, block in enumerate(parts.blocks):
-            handles.append(block.register_forward_hook(block_hook(i), with_kwargs=True))
-            # what the stream receives: the post-norm output where the family has one
-            handles.append(parts.attn_adds[i].register_forward_hook(part_hook(cap.attn_last, i)))
-            handles.append(parts.mlp_adds[i].register_forward_hook(part_hook(cap.mlp_last, i)))
-        handles.append(parts.final_norm.register_forward_hook(final_hook))
+    hooks: list[Hook] = [(parts.blocks[0], "pre", embed_hook, True)]
+    for i, block in enumerate(parts.blocks):
+        hooks.append((block, "post", block_hook(i), True))
+        # what the stream receives: the post-norm output where the family has one
+        hooks.append((parts.attn_adds[i], "post", part_hook(cap.attn_last, i), False))
+        hooks.append((parts.mlp_adds[i], "post", part_hook(cap.mlp_last, i), False))
+    hooks.append((parts.final_norm, "post", final_hook, False))
+    with hooked(hooks):
         try:
             yield cap
         except TraceFailed:
@@ -134,6 +156,3 @@ def capture_stats(parts: ModelParts, cap: Capture) -> Iterator[Capture]:
             msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
             raise TraceFailed(f"the forward pass failed after {where} (in or after {nxt}): "
                               f"{type(e).__name__}: {msg}"[:400]) from e
-    finally:
-        for h in handles:
-            h.remove()

@@ -7,9 +7,9 @@ from dataclasses import dataclass
 
 SCHEMA_VERSION = "1.2"  # minor: fields or kinds added; major: a field changed or removed
 
-# One vocabulary of trace points, shared by hooks, JSON keys and table headers.
-TRACE_POINTS = ("embed", "resid_pre", "attn_out", "resid_mid", "mlp_out", "resid_post",
-                "final_norm", "logits")
+# One vocabulary of trace points, shared by hooks, JSON keys and table headers: embed,
+# resid_pre, attn_out, resid_mid, mlp_out, resid_post, final_norm, logits (ShapeStep.point,
+# LayerStats.point).
 
 
 @dataclass(frozen=True)
@@ -239,6 +239,8 @@ class Check:
     value: float  # the measured quantity (a max |Δ|, a count, ...)
     tolerance: str  # the rule it must meet, e.g. "|Δ| ≤ 1e-05 + 1e-05·|model|" or "= 0"
     ok: bool
+    target: str = ""  # what is checked: softmax_rows, causal_zeros, attn_out, mlp_out, block, logits
+    unit: str = "abs"  # "abs": value is a max |difference|; "count": value counts elements
 
 
 @dataclass(frozen=True)

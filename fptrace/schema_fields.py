@@ -256,6 +256,9 @@ FIELDS = {
         "value": "What was measured (a max |Δ|, a count, ...).",
         "tolerance": "The rule the value must meet.",
         "ok": "Whether it does.",
+        "target": "Which check: `softmax_rows`, `causal_zeros`, `attn_out`, `mlp_out`, `block` "
+                "(the recomputed block output) or `logits`.",
+        "unit": "`abs`: the value is a max absolute difference; `count`: it counts elements.",
     },
     "Sampling": {
         "temperature": "`--temperature` (0 is greedy).",

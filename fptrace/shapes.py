@@ -13,6 +13,7 @@ from typing import Any
 
 from .errors import BadInput
 from .families.parts import dims, resolve_parts
+from .hooks import hooked
 from .results import CostReport, ParamGroup, ShapeReport, ShapeStep, Token
 
 BYTES = {"float32": 4, "bfloat16": 2, "float16": 2, "int8": 1, "4-bit": 0.5}
@@ -61,9 +62,6 @@ def _record_block(model: Any, parts: Any, input_ids: Any) -> _Recorder:
                 rec.events.append(("op", name, shp, rec.scope() + "|" + repr(others)))
             return out
 
-    mode = Mode()
-    handles = []
-
     def pre(module, args):
         rec.stack.append(rec.names[module])
 
@@ -78,31 +76,20 @@ def _record_block(model: Any, parts: Any, input_ids: Any) -> _Recorder:
             rec.top[key] = _shape(output)
         return hook
 
-    handles.append(parts.embed.register_forward_hook(keep("embed")))
+    hooks = [(parts.embed, "post", keep("embed"), False),
+             (parts.final_norm, "post", keep("final_norm"), False),
+             (parts.blocks[-1], "post", keep("last_block"), False)]
     if parts.family.pos_embed:
-        handles.append(model.get_submodule(parts.family.pos_embed).register_forward_hook(
-            keep("pos_embed")))
-    handles.append(parts.final_norm.register_forward_hook(keep("final_norm")))
-    handles.append(parts.blocks[-1].register_forward_hook(keep("last_block")))
+        hooks.append((model.get_submodule(parts.family.pos_embed), "post", keep("pos_embed"),
+                      False))
     for module in block.modules():
-        handles.append(module.register_forward_pre_hook(pre))
-        handles.append(module.register_forward_hook(post))
-    def enter(module, args):
-        mode.__enter__()  # a pre-hook must return None, or it replaces the block's inputs
-
-    def leave(module, args, output):
-        mode.__exit__(None, None, None)
-
-    handles.append(block.register_forward_pre_hook(enter))
-    handles.append(block.register_forward_hook(leave))
-    try:
-        with torch.no_grad():
-            # an explicit all-ones mask keeps transformers from inspecting values (meta has none)
-            mask = torch.ones(input_ids.shape, dtype=torch.long, device="meta")
-            out = model(input_ids, attention_mask=mask, use_cache=False, logits_to_keep=0)
-    finally:
-        for h in handles:
-            h.remove()
+        hooks += [(module, "pre", pre, False), (module, "post", post, False)]
+    # an explicit all-ones mask keeps transformers from inspecting values (meta has none)
+    mask = torch.ones(input_ids.shape, dtype=torch.long, device="meta")
+    # the mode sees every tensor op of the forward; only those inside block 0 are recorded
+    # (rec.stack is empty elsewhere), and a `with` block leaves it whatever happens
+    with torch.no_grad(), hooked(hooks), Mode():
+        out = model(input_ids, attention_mask=mask, use_cache=False, logits_to_keep=0)
     rec.logits_shape = tuple(out.logits.shape)
     return rec
 
@@ -192,8 +179,8 @@ def shape_report(name: str, prompt: str | None = None, seq_len: int | None = Non
     import torch
     from transformers import AutoModelForCausalLM
 
-    from .models.loading import _tokenizer_for, load_config
     from .models.registry import resolve
+    from .models.sources import load_config
 
     t0 = time.perf_counter()
     if batch < 1:
@@ -204,23 +191,8 @@ def shape_report(name: str, prompt: str | None = None, seq_len: int | None = Non
         raise BadInput("--seq-len must be at least 1")
     spec = resolve(name)
     config = load_config(spec)
-    tokens: tuple[Token, ...] = ()
-    tokenizer_name = None
-    if prompt is not None:
-        tok = _tokenizer_for(spec, config, lambda m: None)  # local files only, never weights
-        if tok is None:
-            if seq_len is None:
-                raise BadInput(f"no tokenizer for {spec.name} is available offline; "
-                               "give --seq-len instead of a prompt")
-        else:
-            from .models.tokenizers import encode_prompt
-
-            ids = encode_prompt(tok, prompt)
-            tokens = tuple(Token(i, t, tok.token_text(t)) for i, t in enumerate(ids))
-            tokenizer_name = tok.name
-            seq_len = len(ids)
-    if seq_len is None:
-        seq_len = 8
+    tokens, tokenizer_name = _tokens(spec, config, prompt, seq_len)
+    seq_len = len(tokens) if tokens else (seq_len or 8)
     ctx = getattr(config, "max_position_embeddings", None)
     notes = []
     if ctx and seq_len > ctx:
@@ -272,6 +244,25 @@ def shape_report(name: str, prompt: str | None = None, seq_len: int | None = Non
         params=tuple(groups), n_params=total, cost=cost, dtype=dtype,
         differences=tuple(fam.differences(h, kv, config)), notes=tuple(notes),
         seconds=time.perf_counter() - t0)
+
+
+def _tokens(spec: Any, config: Any, prompt: str | None, seq_len: int | None
+            ) -> tuple[tuple[Token, ...], str | None]:
+    """The prompt's tokens from the model's offline tokenizer (never weights), and the
+    tokenizer's name; none without a prompt."""
+    from .models.loading import tokenizer_for
+    from .models.tokenizers import encode_prompt
+
+    if prompt is None:
+        return (), None
+    tok = tokenizer_for(spec, config, lambda m: None)  # local files only, never weights
+    if tok is None:
+        if seq_len is None:
+            raise BadInput(f"no tokenizer for {spec.name} is available offline; "
+                           "give --seq-len instead of a prompt")
+        return (), None
+    ids = encode_prompt(tok, prompt)
+    return tuple(Token(i, t, tok.token_text(t)) for i, t in enumerate(ids)), tok.name
 
 
 def _tied(model: Any) -> bool:

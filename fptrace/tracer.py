@@ -9,9 +9,8 @@ from .errors import BadInput
 from .families.parts import dims
 from .hooks import Capture, capture_stats, is_oom
 from .models.loading import LoadedModel
-from .models.tokenizers import encode_prompt
 from .results import (Decomposition, FinalNormStats, LayerStats, LensCell, ModelInfo, ShapeStep,
-                      Token, TopToken, Trace)
+                      TopToken, Trace)
 
 NOTE_RANDOM = "RANDOM WEIGHTS: the predictions and logit-lens tokens of this trace mean nothing"
 NOTE_PRENORM = ("the last block row is the residual stream before the final norm; "
@@ -50,47 +49,6 @@ def _model_info(lm: LoadedModel) -> ModelInfo:
     )
 
 
-def _prepare(lm: LoadedModel, prompt: str | Sequence[int], truncate: bool) -> tuple[list[int], int]:
-    if isinstance(prompt, str):
-        if lm.tokenizer is None:
-            raise BadInput(f"{lm.name} has no tokenizer available offline; "
-                           "pass token ids through the Python API instead")
-        ids = encode_prompt(lm.tokenizer, prompt)
-    else:
-        ids = [int(i) for i in prompt]
-        if not ids:
-            raise BadInput("no token ids to trace")
-    vocab = int(lm.config.vocab_size)
-    bad = [i for i in ids if not 0 <= i < vocab]
-    if bad:
-        raise BadInput(f"token id {bad[0]} is outside the vocabulary (0..{vocab - 1})")
-    ctx = getattr(lm.config, "max_position_embeddings", None)
-    dropped = 0
-    if ctx and len(ids) > ctx:
-        if not truncate:
-            raise BadInput(f"the prompt is {len(ids)} tokens but {lm.name} reads at most {ctx}; "
-                           "shorten it or pass --truncate to keep the last "
-                           f"{ctx} tokens")
-        dropped = len(ids) - ctx
-        ids = ids[dropped:]
-    return ids, dropped
-
-
-def _prompt_text(lm: LoadedModel, prompt: str | Sequence[int]) -> str:
-    if isinstance(prompt, str):
-        return prompt
-    return lm.tokenizer.decode(list(prompt)) if lm.tokenizer is not None else ""
-
-
-def _text(lm: LoadedModel, token_id: int) -> str:
-    return lm.tokenizer.token_text(token_id) if lm.tokenizer is not None else f"<{token_id}>"
-
-
-def tokens_of(lm: LoadedModel, ids: Sequence[int], start: int = 0) -> tuple[Token, ...]:
-    """Token rows (position, id, text) of ids, positions counted from `start`."""
-    return tuple(Token(start + i, t, _text(lm, t)) for i, t in enumerate(ids))
-
-
 LENS_GRID_POSITIONS = 64  # the logit-lens grid covers at most the last 64 positions
 
 
@@ -115,97 +73,106 @@ def run_traces(lm: LoadedModel, prompts: Sequence[str | Sequence[int]], *, top_k
         raise BadInput("--top-k must be at least 1")
     if snippet < 0:
         raise BadInput("--snippet must be 0 or more")
-    prepared = [_prepare(lm, p, truncate) for p in prompts]
-    info = model_info(lm)
-    device = lm.device
-    B = len(prepared)
-    T = max(len(ids) for ids, _ in prepared)
-    pad_id = 0
-    input_ids = torch.full((B, T), pad_id, dtype=torch.long)
-    mask = torch.zeros((B, T), dtype=torch.bool)
-    for b, (ids, _) in enumerate(prepared):
-        input_ids[b, T - len(ids):] = torch.tensor(ids, dtype=torch.long)
-        mask[b, T - len(ids):] = True
-    padded = not bool(mask.all())
-    input_ids = input_ids.to(device)
-    kwargs: dict[str, Any] = {"use_cache": False, "logits_to_keep": 0 if all_positions else 1}
-    if padded:
-        mask = mask.to(device)
-        kwargs["attention_mask"] = mask.long()
-        kwargs["position_ids"] = (mask.long().cumsum(-1) - 1).clamp(min=0)
-    if lens_grid and B != 1:
+    prepared = [lm.encode_checked(p, truncate) for p in prompts]
+    if lens_grid and len(prepared) != 1:
         raise BadInput("the logit-lens grid is computed for one prompt at a time")
-    cap = Capture(mask=mask if padded else None, home=device,
+    input_ids, mask, kwargs = padded_batch(lm, [ids for ids, _ in prepared])
+    B, T = input_ids.shape
+    kwargs["logits_to_keep"] = 0 if all_positions else 1
+    cap = Capture(mask=mask, home=lm.device,
                   keep_positions=min(T, LENS_GRID_POSITIONS) if lens_grid else 0)
-    model = lm.model
     try:
         with torch.inference_mode(), capture_stats(lm.parts, cap):
-            out = model(input_ids, **kwargs)
+            logits = lm.model(input_ids, **kwargs).logits  # (B, 1, V) or (B, T, V)
     except Exception as e:
         if not is_oom(e):
             raise
         from .errors import OutOfMemory
         from .memory import out_of_memory
 
-        raise OutOfMemory(out_of_memory(lm.config, device, B, T, T if all_positions else 1,
+        raise OutOfMemory(out_of_memory(lm.config, lm.device, B, T, T if all_positions else 1,
                                         torch.empty((), dtype=lm.dtype).element_size())
                           ) from None
-    logits = out.logits  # (B, 1, V) or (B, T, V)
-    logits_shape = tuple(logits.shape)
-
-    L = len(lm.parts.blocks)
     per_row, checks = layer_stats(lm, cap, snippet=snippet, logit_lens=logit_lens)
-    grid: tuple = ()
-    grid_positions: tuple = ()
-    if lens_grid:
-        n = cap.keep_positions
-        ids_g, probs_g = _logit_lens(lm, torch.stack(cap.streams))  # (L+1, n) each
-        grid = tuple(tuple(LensCell(int(i), _text(lm, int(i)), float(p))
-                           for i, p in zip(ri.tolist(), rp.tolist()))
-                     for ri, rp in zip(ids_g, probs_g))
-        grid_positions = tuple(range(T - n, T))
-
+    grid, grid_positions = _lens_grid(lm, cap, T) if lens_grid else ((), ())
     traces = []
     for b, (ids, dropped) in enumerate(prepared):
-        row_logits = logits[b, -1]
-        top_ids, top_p, top_l = stats.top_k(row_logits, top_k)
-        layers = per_row[b]
-        first_bad = first_nonfinite(layers)
         final_vec = cap.final_last[b]
+        row_logits = logits[b, -1]
+        first_bad = first_nonfinite(per_row[b])
         if first_bad is None and not stats.is_finite(final_vec, row_logits):
             first_bad = "final_norm"
-        n = len(ids)
-        shapes = [ShapeStep("input_ids", "input_ids", (1, n)),
-                  ShapeStep("embed", "embedding", (1, n, info.d_model))]
-        shapes += [ShapeStep("resid_post", f"block {i}", (1, n, *cap.shapes[f"block {i}"][2:]))
-                   for i in range(L)]
-        shapes += [ShapeStep("final_norm", "final norm", (1, n, *cap.shapes["final_norm"][2:])),
-                   ShapeStep("logits", "lm_head → logits",
-                             (1, n if all_positions else 1, logits_shape[-1]))]
-        notes = [NOTE_PRENORM]
-        if lm.random_weights:
-            notes.insert(0, NOTE_RANDOM)
-        withheld = checks[b].note()
-        if withheld:
-            notes.insert(0, withheld)
-        if dropped:
-            notes.append(f"--truncate dropped the first {dropped} tokens")
+        top_ids, top_p, top_l = stats.top_k(row_logits, top_k)
         traces.append(Trace(
-            prompt=_prompt_text(lm, prompts[b]),
-            model=info,
-            tokens=tokens_of(lm, ids),
-            shapes=tuple(shapes),
-            layers=tuple(layers),
+            prompt=lm.prompt_text(prompts[b]), model=model_info(lm), tokens=lm.tokens(ids),
+            shapes=_shape_steps(cap, len(ids), model_info(lm).d_model, all_positions,
+                                logits.shape[-1]),
+            layers=per_row[b],
             final_norm=FinalNormStats(norm_last=float(stats.norms(final_vec)),
                                       snippet=tuple(float(x) for x in
                                                     final_vec[:snippet].tolist())),
-            top_k=tuple(TopToken(r + 1, i, _text(lm, i), p, lg)
+            top_k=tuple(TopToken(r + 1, i, lm.token_text(i), p, lg)
                         for r, (i, p, lg) in enumerate(zip(top_ids, top_p, top_l))),
             all_positions=all_positions, truncated=dropped, first_nonfinite=first_bad,
-            notes=tuple(notes), lens_grid=grid, lens_positions=grid_positions,
-            decomposition=checks[b],
-        ))
+            notes=_notes(lm, checks[b], dropped), lens_grid=grid,
+            lens_positions=grid_positions, decomposition=checks[b]))
     return traces
+
+
+def padded_batch(lm: LoadedModel, rows: Sequence[Sequence[int]]) -> tuple[Any, Any, dict]:
+    """Token id rows, left-padded into one (B, T) batch on the model's device: (input_ids,
+    mask or None when no row is padded, forward kwargs with the attention mask and position
+    ids counted from each row's first real token)."""
+    import torch
+
+    B, T = len(rows), max(len(ids) for ids in rows)
+    input_ids = torch.zeros((B, T), dtype=torch.long)
+    mask = torch.zeros((B, T), dtype=torch.bool)
+    for b, ids in enumerate(rows):
+        input_ids[b, T - len(ids):] = torch.tensor(list(ids), dtype=torch.long)
+        mask[b, T - len(ids):] = True
+    kwargs: dict[str, Any] = {"use_cache": False}
+    if bool(mask.all()):
+        return input_ids.to(lm.device), None, kwargs
+    mask = mask.to(lm.device)
+    kwargs["attention_mask"] = mask.long()
+    kwargs["position_ids"] = (mask.long().cumsum(-1) - 1).clamp(min=0)
+    return input_ids.to(lm.device), mask, kwargs
+
+
+def _shape_steps(cap: Capture, n: int, d: int, all_positions: bool, vocab: int
+                 ) -> tuple[ShapeStep, ...]:
+    """The shape of the stream at each step, for one row of n tokens."""
+    L = len(cap.resid_last)
+    return (ShapeStep("input_ids", "input_ids", (1, n)),
+            ShapeStep("embed", "embedding", (1, n, d)),
+            *(ShapeStep("resid_post", f"block {i}", (1, n, *cap.shapes[f"block {i}"][2:]))
+              for i in range(L)),
+            ShapeStep("final_norm", "final norm", (1, n, *cap.shapes["final_norm"][2:])),
+            ShapeStep("logits", "lm_head → logits", (1, n if all_positions else 1, vocab)))
+
+
+def _notes(lm: LoadedModel, check: Decomposition, dropped: int) -> tuple[str, ...]:
+    notes = [NOTE_PRENORM]
+    if lm.random_weights:
+        notes.insert(0, NOTE_RANDOM)
+    if check.note():
+        notes.insert(0, check.note())
+    if dropped:
+        notes.append(f"--truncate dropped the first {dropped} tokens")
+    return tuple(notes)
+
+
+def _lens_grid(lm: LoadedModel, cap: Capture, T: int) -> tuple[tuple, tuple]:
+    """The logit lens at every kept position (the last 64 at most) of row 0."""
+    import torch
+
+    n = cap.keep_positions
+    ids_g, probs_g = _logit_lens(lm, torch.stack(cap.streams))  # (L+1, n) each
+    grid = tuple(tuple(LensCell(int(i), lm.token_text(int(i)), float(p))
+                       for i, p in zip(ri.tolist(), rp.tolist()))
+                 for ri, rp in zip(ids_g, probs_g))
+    return grid, tuple(range(T - n, T))
 
 
 def layer_stats(lm: LoadedModel, cap: Capture, *, snippet: int = 4, logit_lens: bool = True
@@ -254,7 +221,7 @@ def layer_stats(lm: LoadedModel, cap: Capture, *, snippet: int = 4, logit_lens: 
                 cos_prev=None if k == 0 else float(cos_prev[blk, b]),
                 snippet=tuple(float(x) for x in streams[k, b, :snippet].tolist()),
                 lens_id=None if lens_ids is None else int(lens_ids[k, b]),
-                lens_text=None if lens_ids is None else _text(lm, int(lens_ids[k, b])),
+                lens_text=None if lens_ids is None else lm.token_text(int(lens_ids[k, b])),
                 lens_prob=None if lens_probs is None else float(lens_probs[k, b]),
                 finite=bool(finite_layer[k, b]),
             ))

@@ -3,6 +3,7 @@ SmolLM2 model loaded once per session (through an isolated cache folder)."""
 
 from __future__ import annotations
 
+import functools
 import os
 
 import pytest
@@ -111,6 +112,18 @@ def make_gpt2_folder(tmp_path, weights="safetensors", n_positions=32, n_layer=2,
         torch.save(model.state_dict(), folder / "pytorch_model.bin")
         os.remove(folder / "model.safetensors")
     return folder, model
+
+
+@functools.cache
+def tiny_gpt2() -> str:
+    """A tiny GPT-2 folder with the real GPT-2 tokenizer, made once per test session: the
+    stand-in for `--model gpt2 --random-weights` (124M parameters) wherever the size does not
+    matter."""
+    import tempfile
+    from pathlib import Path
+
+    folder, _ = make_gpt2_folder(Path(tempfile.mkdtemp(prefix="fptrace-tiny-gpt2-")))
+    return str(folder)
 
 
 @pytest.fixture(scope="session", params=sorted(TINY_CONFIGS))

@@ -10,7 +10,7 @@ import sys
 import pytest
 from typer.testing import CliRunner
 
-from conftest import make_gpt2_folder
+from conftest import make_gpt2_folder, tiny_gpt2
 from fptrace.cli import app
 
 runner = CliRunner()
@@ -80,22 +80,22 @@ def test_all_positions_flag(smollm):
 
 
 def test_random_weights_say_so():
-    result = invoke("run", "The cat sat", "--model", "gpt2", "--random-weights", "--json")
+    result = invoke("run", "The cat sat", "--model", tiny_gpt2(), "--random-weights", "--json")
     assert result.exit_code == 0, result.stderr
     data = json.loads(result.stdout)
     assert data["model"]["random_weights"] is True
     assert [t["id"] for t in data["tokens"]] == [464, 3797, 3332]
     assert any("RANDOM WEIGHTS" in n for n in data["notes"])
-    table = invoke("run", "The cat sat", "--model", "gpt2", "--random-weights")
+    table = invoke("run", "The cat sat", "--model", tiny_gpt2(), "--random-weights")
     assert "RANDOM WEIGHTS" in table.stdout
 
 
 def test_random_weights_are_seeded():
-    a = json.loads(invoke("run", "The cat sat", "-m", "gpt2", "--random-weights", "--json",
+    a = json.loads(invoke("run", "The cat sat", "-m", tiny_gpt2(), "--random-weights", "--json",
                           "--seed", "3").stdout)
-    b = json.loads(invoke("run", "The cat sat", "-m", "gpt2", "--random-weights", "--json",
+    b = json.loads(invoke("run", "The cat sat", "-m", tiny_gpt2(), "--random-weights", "--json",
                           "--seed", "3").stdout)
-    c = json.loads(invoke("run", "The cat sat", "-m", "gpt2", "--random-weights", "--json",
+    c = json.loads(invoke("run", "The cat sat", "-m", tiny_gpt2(), "--random-weights", "--json",
                           "--seed", "4").stdout)
     assert a["layers"] == b["layers"]
     assert a["layers"] != c["layers"]
@@ -111,7 +111,7 @@ def test_models_lists_aliases():
 
 @pytest.mark.parametrize("prompt", ["", "   ", "\n\t"])
 def test_empty_prompt(prompt):
-    result = invoke("run", prompt, "-m", "gpt2", "--random-weights")
+    result = invoke("run", prompt, "-m", tiny_gpt2(), "--random-weights")
     line = one_line_error(result)
     assert "empty" in line
     assert "loaded" not in result.stderr  # refused before any model is loaded
@@ -140,20 +140,20 @@ def test_hub_id_offline():
 
 
 def test_prompt_longer_than_context():
-    long = "word " * 1100
-    line = one_line_error(invoke("run", long, "-m", "gpt2", "--random-weights"))
-    assert "1024" in line and "--truncate" in line
+    long = "word " * 40  # the tiny GPT-2 reads 32 positions
+    line = one_line_error(invoke("run", long, "-m", tiny_gpt2(), "--random-weights"))
+    assert "at most 32" in line and "--truncate" in line
     n_tokens = int(line.split("the prompt is ")[1].split()[0])
-    assert n_tokens > 1024
-    ok = invoke("run", long, "-m", "gpt2", "--random-weights", "--truncate", "--json")
+    assert n_tokens > 32
+    ok = invoke("run", long, "-m", tiny_gpt2(), "--random-weights", "--truncate", "--json")
     assert ok.exit_code == 0, ok.stderr
     data = json.loads(ok.stdout)
-    assert len(data["tokens"]) == 1024 and data["truncated"] == n_tokens - 1024
+    assert len(data["tokens"]) == 32 and data["truncated"] == n_tokens - 32
 
 
 def test_bad_options():
-    one_line_error(invoke("run", "hi", "-m", "gpt2", "--random-weights", "--device", "tpu"))
-    one_line_error(invoke("run", "hi", "-m", "gpt2", "--random-weights", "--dtype", "int3"))
+    one_line_error(invoke("run", "hi", "-m", tiny_gpt2(), "--random-weights", "--device", "tpu"))
+    one_line_error(invoke("run", "hi", "-m", tiny_gpt2(), "--random-weights", "--dtype", "int3"))
 
 
 def _gpt2_folder(tmp_path, weights="safetensors"):

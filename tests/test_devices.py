@@ -10,10 +10,11 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
-from conftest import build_tiny, make_gpt2_folder
+from conftest import build_tiny, make_gpt2_folder, tiny_gpt2
 from fptrace.cli import app
 from fptrace.errors import BadInput
-from fptrace.models.loading import load_model, parse_max_memory
+from fptrace.models.devices import parse_max_memory
+from fptrace.models.loading import load_model
 from fptrace.tracer import run_trace
 
 IDS = [5, 17, 42, 7, 99, 3]
@@ -122,7 +123,7 @@ def test_parse_max_memory():
     (["--device-map", "everywhere"], "--device-map"),
 ])
 def test_bad_device_options(llama_folder, args, needle):
-    r = runner.invoke(app, ["run", "hi", "-m", "gpt2", "--random-weights", *args])
+    r = runner.invoke(app, ["run", "hi", "-m", tiny_gpt2(), "--random-weights", *args])
     assert r.exit_code == 2
     line = r.stderr.strip().splitlines()[-1]
     assert line.startswith("fptrace: error:") and needle in line and "Traceback" not in r.output

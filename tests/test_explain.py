@@ -10,7 +10,7 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
-from conftest import TINY_CONFIGS, build_tiny, registered
+from conftest import TINY_CONFIGS, build_tiny, registered, tiny_gpt2
 from fptrace.cli import app
 from fptrace.errors import BadInput, UnsupportedModel
 from fptrace.walkthrough import explain, family_module
@@ -206,7 +206,7 @@ def test_cli_mismatch_is_loud(monkeypatch):
     from fptrace.walkthrough import gpt2
 
     monkeypatch.setattr(gpt2, "layer_norm", lambda x, ln, eps: x)
-    r = _cli("The cat sat", "--model", "gpt2", "--random-weights")
+    r = _cli("The cat sat", "--model", tiny_gpt2(), "--random-weights")
     assert r.exit_code == 5
     assert "DOES NOT MATCH" in r.stdout
     assert r.stderr.strip().splitlines()[-1].startswith("fptrace: error: the recomputation")
@@ -231,17 +231,17 @@ def test_cli_json_on_bundled_model(smollm):
     (["--top-p", "0"], "--top-p"), (["--top-p", "1.5"], "--top-p"),
     (["--temperature", "-0.5"], "--temperature"), (["--top-k", "0"], "--top-k")])
 def test_cli_bad_sampling_options(args, needle):
-    r = _cli("The cat sat", "--model", "gpt2", "--random-weights", *args)
+    r = _cli("The cat sat", "--model", tiny_gpt2(), "--random-weights", *args)
     assert r.exit_code == 2
     line = r.stderr.strip().splitlines()[-1]
     assert line.startswith("fptrace: error:") and needle in line
     assert "loaded" not in r.stderr  # refused before loading
 
 
-@pytest.mark.parametrize("args,needle", [(["--layer", "12"], "0..11"),
-                                         (["--head", "12"], "0..11")])
+@pytest.mark.parametrize("args,needle", [(["--layer", "2"], "0..1"),  # the tiny GPT-2:
+                                         (["--head", "2"], "0..1")])  # 2 blocks, 2 heads
 def test_cli_bad_layer_head(args, needle):
-    r = _cli("The cat sat", "--model", "gpt2", "--random-weights", *args)
+    r = _cli("The cat sat", "--model", tiny_gpt2(), "--random-weights", *args)
     assert r.exit_code == 2
     line = r.stderr.strip().splitlines()[-1]
     assert line.startswith("fptrace: error:") and needle in line and "Traceback" not in r.output

@@ -9,7 +9,8 @@ import pytest
 import torch
 
 from conftest import build_tiny
-from fptrace.models.loading import load_model, pick_dtype, wrap_model
+from fptrace.models.devices import pick_dtype
+from fptrace.models.loading import load_model, wrap_model
 from fptrace.tracer import run_trace
 
 pytestmark = [pytest.mark.gpu,

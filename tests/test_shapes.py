@@ -62,11 +62,11 @@ PUBLISHED = {"gpt2": 124_439_808, "llama-3.1-8b": 8_030_261_248, "smollm2-135m":
 def test_param_total_matches_meta_model(alias):
     from transformers import AutoModelForCausalLM
 
-    from fptrace.models.loading import _config_from_dict
+    from fptrace.models.sources import config_from_dict
 
     r = shape_report(alias, seq_len=4)
     with torch.device("meta"):
-        model = AutoModelForCausalLM.from_config(_config_from_dict(known_models()[alias].config))
+        model = AutoModelForCausalLM.from_config(config_from_dict(known_models()[alias].config))
     assert r.n_params == sum(p.numel() for p in model.parameters())
     assert sum(g.count * g.times for g in r.params) == r.n_params
     if alias in PUBLISHED:

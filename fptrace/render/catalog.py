@@ -2,22 +2,22 @@
 
 from __future__ import annotations
 
-from rich.table import Table
+from rich import box
+from rich.console import RenderableType
 
 from ..results import ModelEntry
+from .fit import Col, fit_table
+
+MODEL_COLS = (Col("alias", 0), Col("family", 1), Col("blocks", 2, "right"),
+              Col("d_model", 2, "right"), Col("heads/KV", 3, "right"), Col("vocab", 4, "right"),
+              Col("context", 4, "right"), Col("offline tokenizer", 5),
+              Col("weights here", 0, wrap=True, min_width=12))
 
 
-def models_table(rows: list[ModelEntry]) -> Table:
-    t = Table(title="Built-in models (--model ALIAS; --random-weights works for all of them)",
-              title_justify="left")
-    for name, justify in (("alias", "left"), ("family", "left"), ("blocks", "right"),
-                          ("d_model", "right"), ("heads/KV", "right"), ("vocab", "right"),
-                          ("context", "right"), ("offline tokenizer", "left"),
-                          ("weights here", "left")):
-        t.add_column(name, justify=justify)
-    for r in rows:
-        t.add_row(r.alias, r.family, str(r.n_layers), str(r.d_model),
-                  f"{r.n_heads}/{r.n_kv_heads}", f"{r.vocab_size:,}",
-                  f"{r.context_length:,}" if r.context_length else "?", r.tokenizer or "—",
-                  r.weights)
-    return t
+def models_table(rows: list[ModelEntry], width: int | None = None) -> RenderableType:
+    body = [[r.alias, r.family, str(r.n_layers), str(r.d_model), f"{r.n_heads}/{r.n_kv_heads}",
+             f"{r.vocab_size:,}", f"{r.context_length:,}" if r.context_length else "?",
+             r.tokenizer or "—", r.weights] for r in rows]
+    return fit_table(MODEL_COLS, body, width, box=box.HEAVY_HEAD,
+                     title="Built-in models (--model ALIAS; --random-weights works for all of "
+                     "them)", title_justify="left")

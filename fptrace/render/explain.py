@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import math
 
-from rich import box
 from rich.console import Group, RenderableType
 from rich.rule import Rule
-from rich.table import Table
 from rich.text import Text
 
 from ..results import AttentionMatrix, Check, ExplainStep, Explanation
+from .fit import Col, fit_table
 from .tables import header, token_table
 from .text import bar, shape, visible
 
@@ -27,71 +26,71 @@ def value(v: float, digits: int = 3) -> str:
     return f"{v:+.{digits}f}"
 
 
-def steps_table(steps: tuple[ExplainStep, ...], title: str) -> Table:
-    t = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, padding=(0, 1))
-    t.add_column("#", justify="right", no_wrap=True)
-    t.add_column("step", no_wrap=True)
-    t.add_column("formula")
-    t.add_column("shape", no_wrap=True, style="cyan")
-    t.add_column("values", no_wrap=True)
+# the formula wraps; the others are shown whole or left out (values first, when narrow)
+STEP_COLS = (Col("#", 0, "right"), Col("step", 0), Col("formula", 0, wrap=True, min_width=24),
+             Col("shape", 0, style="cyan"), Col("values", 1))
+
+
+def steps_table(steps: tuple[ExplainStep, ...], title: str, width: int | None = None
+                ) -> RenderableType:
+    rows = []
     section = None
     several = len({st.section for st in steps}) > 1
     for st in steps:
         if several and st.section != section:
             section = st.section
-            t.add_row("", Text(SECTION_TITLES.get(section, section), style="bold underline"),
-                      "", "", "")
+            rows.append(["", Text(SECTION_TITLES.get(section, section),
+                                  style="bold underline"), "", "", ""])
         formula = Text(st.formula)
         if st.note:
             formula.append(f"\n{st.note}", style="dim")
         vals = Text(" ".join(value(v) for v in st.preview))
         vals.append(f"\n{st.where}", style="dim")
-        t.add_row(str(st.index), st.name, formula, shape(st.shape), vals)
-    return t
+        rows.append([str(st.index), st.name, formula, shape(st.shape), vals])
+    return fit_table(STEP_COLS, rows, width, padding=(0, 1), title=title, title_justify="left")
 
 
-def matrix_table(m: AttentionMatrix) -> Table:
-    t = Table(title=f"Head {m.head}, {m.name}", title_justify="left", box=box.SIMPLE_HEAD,
-              padding=(0, 1), caption="row: the query's position; column: the key's",
-              caption_justify="left")
-    t.add_column("", no_wrap=True, style="bold")
-    for lab in m.labels:
-        t.add_column(Text("K " + lab), justify="right", no_wrap=True)
+def matrix_table(m: AttentionMatrix, width: int | None = None) -> RenderableType:
+    """Rows: query positions; columns: key positions (the last keys are left out first when
+    the terminal is narrow, and named)."""
     weights = m.name == "weights"
+    labels = [visible(lab) for lab in m.labels]
+    cols = [Col("", 0, style="bold")] + [Col(Text("K " + lab), 1 + j, "right")
+                                         for j, lab in enumerate(labels)]
     if weights:
-        t.add_column("Σ row", justify="right", no_wrap=True, style="dim")
-    for lab, row in zip(m.labels, m.rows):
-        cells = [Text("−∞" if v == -math.inf else f"{v:.2f}", style="dim" if v == 0 or math.isinf(v) else
+        cols.append(Col("Σ row", 1, "right", style="dim"))
+    rows = []
+    for lab, row in zip(labels, m.rows):
+        cells = [Text("−∞" if v == -math.inf else f"{v:.2f}",
+                      style="dim" if v == 0 or math.isinf(v) else
                       ("bold" if weights and v >= 0.5 else "")) for v in row]
         extra = [f"{sum(row):.4f}"] if weights else []
-        t.add_row(Text("Q " + lab), *cells, *extra)
-    return t
+        rows.append([Text("Q " + lab), *cells, *extra])
+    return fit_table(cols, rows, width, padding=(0, 1), title=f"Head {m.head}, {m.name}",
+                     title_justify="left", caption="row: the query's position; column: the key's",
+                     caption_justify="left")
 
 
-def checks_table(checks: tuple[Check, ...]) -> Table:
-    t = Table(title="Checks against the model", title_justify="left", box=box.SIMPLE_HEAD,
-              padding=(0, 1))
-    t.add_column("", no_wrap=True)
-    t.add_column("check")
-    t.add_column("measured", justify="right", no_wrap=True)
-    t.add_column("must be", no_wrap=True)
+CHECK_COLS = (Col("", 0), Col("check", 0, wrap=True, min_width=20),
+              Col("measured", 0, "right"), Col("must be", 0, wrap=True, min_width=12))
+
+
+def checks_table(checks: tuple[Check, ...], width: int | None = None) -> RenderableType:
+    rows = []
     for c in checks:
         mark = Text("✓", style="bold green") if c.ok else Text("✗", style="bold red")
-        measured = f"{c.value:.0f}" if "count" in c.name else f"{c.value:.2e}"
-        t.add_row(mark, Text(c.name, style=None if c.ok else "bold red"), measured,
-                  c.tolerance)
-    return t
+        measured = f"{c.value:.0f}" if c.unit == "count" else f"{c.value:.2e}"
+        rows.append([mark, Text(c.name, style=None if c.ok else "bold red"), measured,
+                     c.tolerance])
+    return fit_table(CHECK_COLS, rows, width, padding=(0, 1), title="Checks against the model",
+                     title_justify="left")
 
 
-def sampling_table(e: Explanation) -> Table:
+def sampling_table(e: Explanation, width: int | None = None) -> RenderableType:
     s = e.sampling
-    t = Table(title=f"Choosing the next token (seed {s.seed}): probability under each strategy",
-              title_justify="left", box=box.SIMPLE_HEAD, padding=(0, 1))
-    t.add_column("token", no_wrap=True)
-    t.add_column("id", justify="right", no_wrap=True)
-    t.add_column("logit", justify="right", no_wrap=True)
-    for name in s.strategies:
-        t.add_column(name, justify="right", no_wrap=True)
+    cols = [Col("token", 0), Col("id", 2, "right"), Col("logit", 1, "right")]
+    cols += [Col(name, 0, "right", wrap=True) for name in s.strategies]
+    rows: list = []
     picked = [p.id for p in s.picks]
     for r in s.rows:
         cells = []
@@ -101,16 +100,17 @@ def sampling_table(e: Explanation) -> Table:
             if picked[k] == r.id:
                 cell.append(" ◀", style="bold green")
             cells.append(cell)
-        t.add_row(Text(visible(r.text)), str(r.id), f"{r.logit:.3f}", *cells)
-    t.add_section()
-    t.add_row("tokens kept", "", "", *[f"{n:,}" for n in s.kept])
-    t.add_row(Text("picks", style="bold"), "", "",
-              *[Text(visible(p.text), style="bold green") for p in s.picks])
-    return t
+        rows.append([Text(visible(r.text)), str(r.id), f"{r.logit:.3f}", *cells])
+    rows.append(["tokens kept", "", "", *[f"{n:,}" for n in s.kept]])
+    rows.append([Text("picks", style="bold"), "", "",
+                 *[Text(visible(p.text), style="bold green") for p in s.picks]])
+    return fit_table(cols, rows, width, sections=[len(rows) - 2], padding=(0, 1),
+                     title=f"Choosing the next token (seed {s.seed}): probability under each "
+                     "strategy", title_justify="left")
 
 
 def verdict(e: Explanation) -> Text:
-    block = next(c for c in e.checks if c.name.startswith(f"block {e.layer} output"))
+    block = next(c for c in e.checks if c.target == "block")
     if e.match:
         return Text(f"✓ recomputed block {e.layer} output matches the model: max |Δ| = "
                     f"{block.value:.2e} (|Δ| ≤ {block.tolerance}); all "
@@ -121,21 +121,21 @@ def verdict(e: Explanation) -> Text:
                 "Do not trust the numbers above.", style="bold white on red")
 
 
-def explain_view(e: Explanation) -> RenderableType:
+def explain_view(e: Explanation, width: int | None = 120) -> RenderableType:
     info = e.model
     kv = f" (reads key/value head {e.kv_head})" if info.n_kv_heads != info.n_heads else ""
     parts: list[RenderableType] = [
-        header(info), token_table(e.tokens),
+        header(info), token_table(e.tokens, width=width),
         Rule(f"block {e.layer} of {info.n_layers}, step by step: head {e.head}{kv}",
              align="left"),
         steps_table(tuple(s for s in e.steps if s.section != "end"),
                     f"Block {e.layer}: every step from the stream entering it to the stream "
-                    "leaving it"),
+                    "leaving it", width),
     ]
-    parts += [matrix_table(m) for m in e.matrices]
+    parts += [matrix_table(m, width) for m in e.matrices]
     parts += [steps_table(tuple(s for s in e.steps if s.section == "end"),
-                          "The end of the pass: from the last block's output to a token"),
-              sampling_table(e), checks_table(e.checks)]
+                          "The end of the pass: from the last block's output to a token", width),
+              sampling_table(e, width), checks_table(e.checks, width)]
     notes = Text()
     for n in e.notes:
         notes.append("• " + n + "\n", style="bold red" if n.startswith("RANDOM") else "dim")

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from rich.console import Group, RenderableType
 from rich.panel import Panel
 from rich.table import Table
@@ -9,29 +11,73 @@ from rich.text import Text
 
 from ..memory import human_bytes
 from ..results import Generation, GenStep
+from .fit import WIDE_HINT
 from .tables import layers as layers_table
 from .text import shape, visible
 
-# column widths of the step lines
-_COLS = (("step", 4, "right"), ("phase", 7, "left"), ("input", 7, "left"),
-         ("stream", 12, "left"), ("KV per layer", 15, "left"), ("KV total", 9, "right"),
-         ("token", 12, "left"), ("p", 5, "right"), ("alternatives (p)", 26, "left"),
-         ("ms", 7, "right"))
+@dataclass(frozen=True)
+class StepCol:
+    name: str
+    width: int
+    justify: str
+    priority: int  # 0: always shown; larger numbers are left out first on a narrow terminal
 
 
-def _cells(values: list[str]) -> str:
-    out = []
-    for (name, width, justify), v in zip(_COLS, values):
-        v = v if len(v) <= width else v[:width - 1] + "…"
-        out.append(v.rjust(width) if justify == "right" else v.ljust(width))
-    return " ".join(out)
+@dataclass(frozen=True)
+class StepColumns:
+    """The columns of the step lines, chosen once from the terminal's width and sized from the
+    largest value each can hold in this generation, so no number is ever cut."""
+
+    cols: tuple[StepCol, ...]
+    left_out: tuple[str, ...]
+    width: int | None
+    sampled: bool  # the p column is the sampling distribution's (temperature, top-k, top-p)
 
 
-def step_header() -> Text:
-    return Text(_cells([name for name, _, _ in _COLS]) + "  text so far", style="bold")
+def step_columns(width: int | None, max_positions: int, d_model: int, n_kv_heads: int,
+                 head_dim: int, sampled: bool = False) -> StepColumns:
+    """width None (--wide): every column."""
+    every = (
+        StepCol("step", max(4, len(str(max_positions))), "right", 0),
+        StepCol("phase", 7, "left", 7),
+        StepCol("input", len(shape((1, max_positions))), "left", 6),
+        StepCol("stream", len(shape((1, max_positions, d_model))), "left", 3),
+        StepCol("KV per layer", max(12, len(shape((1, n_kv_heads, max_positions, head_dim)))),
+                "left", 4),
+        StepCol("KV total", 10, "right", 2),
+        StepCol("token", 12, "left", 0),
+        StepCol("p sampled" if sampled else "p", 9 if sampled else 4, "right", 0),
+        StepCol("alternatives (p)", 26, "left", 5),
+        StepCol("ms", 7, "right", 1),
+    )
+    keep = list(every)
+    if width is not None:
+        room = width - 14  # leave the text so far two spaces and at least 12 characters
+        for col in sorted(every, key=lambda c: -c.priority):
+            if sum(c.width + 1 for c in keep) <= room or col.priority == 0:
+                break
+            keep.remove(col)
+    left = tuple(c.name for c in every if c not in keep)
+    return StepColumns(tuple(keep), left, width, sampled)
 
 
-def step_line(step: GenStep, text_so_far: str, width: int = 130) -> Text:
+def _cells(cols: StepColumns, values: dict[str, str]) -> str:
+    """Each value padded to its column; a value longer than its column (a long token) widens
+    its line instead of being cut."""
+    return " ".join(values[c.name].rjust(c.width) if c.justify == "right"
+                    else values[c.name].ljust(c.width) for c in cols.cols)
+
+
+def step_header(cols: StepColumns) -> Text:
+    text = Text(_cells(cols, {c.name: c.name for c in cols.cols}) + "  text so far",
+                style="bold")
+    if cols.left_out:
+        text.append(f"\nleft out at {cols.width} columns: {', '.join(cols.left_out)} "
+                    f"({WIDE_HINT})", style="dim")
+    return text
+
+
+def step_line(step: GenStep, text_so_far: str, cols: StepColumns) -> Text:
     alts = ""
     for a in step.alternatives:  # whole entries only, as many as fit
         if a.id == step.token.id:
@@ -40,19 +86,22 @@ def step_line(step: GenStep, text_so_far: str, width: int = 130) -> Text:
         if len(alts) + len(item) + 1 > 26:
             break
         alts = f"{alts} {item}" if alts else item
-    line = Text(_cells([
-        str(step.index), step.phase, shape(step.input_shape), shape(step.stream_shape),
-        shape(step.kv_shape), human_bytes(step.kv_bytes), visible(step.token.text),
-        f"{step.token.prob:.2f}", alts, f"{step.seconds * 1000:.1f}"]))
+    p = f"{step.sample_prob:.2f}" if cols.sampled else f"{step.token.prob:.2f}"
+    values = {"step": str(step.index), "phase": step.phase,
+              "input": shape(step.input_shape), "stream": shape(step.stream_shape),
+              "KV per layer": shape(step.kv_shape), "KV total": human_bytes(step.kv_bytes),
+              "token": visible(step.token.text), "p": p, "p sampled": p,
+              "alternatives (p)": alts, "ms": f"{step.seconds * 1000:.1f}"}
+    line = Text(_cells(cols, values))
     shown = visible(text_so_far)
-    tail = max(12, width - len(line) - 3)
+    tail = max(12, (cols.width or 10_000) - len(line) - 3)
     line.append("  " + ("…" + shown[-tail:] if len(shown) > tail else shown), style="green")
     if step.first_nonfinite:
         line.append(f"  NaN/Inf at {step.first_nonfinite}", style="bold red")
     return line
 
 
-def step_layers(step: GenStep, width: int) -> RenderableType:
+def step_layers(step: GenStep, width: int | None) -> RenderableType:
     return layers_table(step, width)  # GenStep has layers, final_norm and first_nonfinite
 
 

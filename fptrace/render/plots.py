@@ -150,8 +150,8 @@ def attention_figure(e: Explanation) -> tuple[Any, dict]:
         ax.imshow(series["weights"][k], cmap="magma", vmin=0, vmax=1)
         ax.set_title(f"head {m.head}", fontsize=9)
         if T <= 24:
-            ax.set_xticks(range(T), m.labels, rotation=90, fontsize=6)
-            ax.set_yticks(range(T), m.labels, fontsize=6)
+            ax.set_xticks(range(T), [visible(x) for x in m.labels], rotation=90, fontsize=6)
+            ax.set_yticks(range(T), [visible(x) for x in m.labels], fontsize=6)
         else:
             ax.set_xticks([])
             ax.set_yticks([])

@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-from rich import box
 from rich.console import Group, RenderableType
 from rich.panel import Panel
-from rich.table import Table
 from rich.text import Text
 
 from ..memory import human_bytes
 from ..results import ShapeReport
+from .fit import Col, RowStyle, fit_table
 from .tables import token_table
 from .text import shape
 
@@ -36,75 +35,70 @@ def header(r: ShapeReport) -> RenderableType:
     return Panel(text, title="fptrace shapes", title_align="left", expand=False)
 
 
-def tokens(r: ShapeReport) -> RenderableType:
+def tokens(r: ShapeReport, width: int | None = None) -> RenderableType:
     if not r.tokens:
         return Text(f"No prompt: sequence length {r.seq_len}, batch {r.batch}\n")
-    return token_table(r.tokens, f"Tokens ({r.tokenizer})")
+    return token_table(r.tokens, f"Tokens ({r.tokenizer})", width)
 
 
-def flow(r: ShapeReport) -> RenderableType:
-    t = Table(title=f"Shape flow of one forward pass (B={r.batch}, T={r.seq_len}); "
-              "block 0 in detail, recorded on the meta device", title_justify="left",
-              box=box.SIMPLE_HEAD)
-    t.add_column("#", justify="right", style="dim")
-    t.add_column("step")
-    t.add_column("shape", style="cyan", no_wrap=True)
-    t.add_column("trace point", style="dim")
-    for i, s in enumerate(r.steps):
-        t.add_row(str(i), s.label, shape(s.shape), s.point if s.point != "block" else "")
+FLOW_COLS = (Col("#", 1, "right", style="dim"), Col("step", 0, wrap=True, min_width=16),
+             Col("shape", 0, style="cyan"), Col("trace point", 2, style="dim"))
+
+
+def flow(r: ShapeReport, width: int | None = None) -> RenderableType:
+    rows = [[str(i), s.label, shape(s.shape), s.point if s.point != "block" else ""]
+            for i, s in enumerate(r.steps)]
     n, hs = r.hidden_states
-    t.caption = (f"output_hidden_states would give {n} tensors of {shape(hs)}; the last one "
-                 "after the final norm")
-    t.caption_justify = "left"
-    return t
+    return fit_table(FLOW_COLS, rows, width,
+                     title=f"Shape flow of one forward pass (B={r.batch}, T={r.seq_len}); "
+                     "block 0 in detail, recorded on the meta device", title_justify="left",
+                     caption=f"output_hidden_states would give {n} tensors of {shape(hs)}; the "
+                     "last one after the final norm", caption_justify="left")
 
 
-def params(r: ShapeReport) -> RenderableType:
-    t = Table(title="Parameters", title_justify="left", box=box.SIMPLE_HEAD)
-    t.add_column("part")
-    t.add_column("each", justify="right")
-    t.add_column("×", justify="right")
-    t.add_column("total", justify="right")
-    t.add_column("share", justify="right")
+PARAM_COLS = (Col("part", 0, wrap=True, min_width=16), Col("each", 1, "right"),
+              Col("×", 1, "right"), Col("total", 0, "right"), Col("share", 2, "right"))
+
+
+def params(r: ShapeReport, width: int | None = None) -> RenderableType:
+    rows: list = []
     for g in r.params:
         total = g.count * g.times
         name = g.name
         if g.name == "LM head" and r.tied_embeddings:
             name = "LM head (tied to the token embedding: no new parameters)"
-        t.add_row(name, f"{g.count:,}", str(g.times), f"{total:,}",
-                  f"{100 * total / r.n_params:.1f}%")
-    t.add_section()
-    t.add_row("total (= sum of the model's parameters)", "", "", f"{r.n_params:,}", "100%",
-              style="bold")
-    if r.tied_embeddings:
-        t.caption = (f"tying the LM head to the embedding saves "
-                     f"{r.cost.tied_saving_params:,} parameters")
-        t.caption_justify = "left"
-    return t
+        rows.append([name, f"{g.count:,}", str(g.times), f"{total:,}",
+                     f"{100 * total / r.n_params:.1f}%"])
+    rows.append(RowStyle(["total (= sum of the model's parameters)", "", "",
+                          f"{r.n_params:,}", "100%"], "bold"))
+    caption = (f"tying the LM head to the embedding saves {r.cost.tied_saving_params:,} "
+               "parameters") if r.tied_embeddings else None
+    return fit_table(PARAM_COLS, rows, width, sections=[len(rows) - 1], title="Parameters",
+                     title_justify="left", caption=caption, caption_justify="left")
 
 
-def cost(r: ShapeReport) -> RenderableType:
+COST_COLS = (Col("what", 0, wrap=True, min_width=16), Col("size", 0, "right"))
+
+
+def cost(r: ShapeReport, width: int | None = None) -> RenderableType:
     c = r.cost
-    t = Table(title=f"Memory and compute (activations in {r.dtype})", title_justify="left",
-              box=box.SIMPLE_HEAD)
-    t.add_column("what")
-    t.add_column("size", justify="right")
-    for prec, b in c.weights_bytes.items():
-        t.add_row(f"weights in {prec}", human_bytes(b))
-    t.add_row("KV cache per token (K and V, all layers)", human_bytes(c.kv_cache_per_token_bytes))
-    t.add_row(f"KV cache at T={r.seq_len}, B={r.batch}", human_bytes(c.kv_cache_bytes))
-    t.add_row("residual stream, one layer (B×T×d)", human_bytes(c.residual_per_layer_bytes))
-    t.add_row(f"logits for all positions: {c.logits_all_numbers:,} numbers",
-              human_bytes(c.logits_all_bytes))
-    t.add_row(f"logits for the last position: {c.logits_last_numbers:,} numbers",
-              human_bytes(c.logits_last_bytes))
-    t.add_row(f"FLOPs of the prefill (T={r.seq_len})", _flops(c.flops_prefill))
-    t.add_row("FLOPs of one decode step", _flops(c.flops_decode_step))
-    t.caption = ("FLOPs: 2 per multiply-add over the block matrices and the LM head, plus "
-                 "Q·Kᵀ and weights·V over the full T×T (no causal saving); norms, softmax "
-                 "and activations not counted. 4-bit: 0.5 byte per weight, scales not counted.")
-    t.caption_justify = "left"
-    return t
+    rows = [[f"weights in {prec}", human_bytes(b)] for prec, b in c.weights_bytes.items()]
+    rows += [
+        ["KV cache per token (K and V, all layers)", human_bytes(c.kv_cache_per_token_bytes)],
+        [f"KV cache at T={r.seq_len}, B={r.batch}", human_bytes(c.kv_cache_bytes)],
+        ["residual stream, one layer (B×T×d)", human_bytes(c.residual_per_layer_bytes)],
+        [f"logits for all positions: {c.logits_all_numbers:,} numbers",
+         human_bytes(c.logits_all_bytes)],
+        [f"logits for the last position: {c.logits_last_numbers:,} numbers",
+         human_bytes(c.logits_last_bytes)],
+        [f"FLOPs of the prefill (T={r.seq_len})", _flops(c.flops_prefill)],
+        ["FLOPs of one decode step", _flops(c.flops_decode_step)]]
+    return fit_table(COST_COLS, rows, width, title=f"Memory and compute (activations in "
+                     f"{r.dtype})", title_justify="left",
+                     caption="FLOPs: 2 per multiply-add over the block matrices and the LM head, "
+                     "plus Q·Kᵀ and weights·V over the full T×T (no causal saving); norms, "
+                     "softmax and activations not counted. 4-bit: 0.5 byte per weight, scales "
+                     "not counted.", caption_justify="left")
 
 
 def differences(r: ShapeReport) -> RenderableType:
@@ -118,5 +112,6 @@ def differences(r: ShapeReport) -> RenderableType:
     return text
 
 
-def shape_view(r: ShapeReport) -> RenderableType:
-    return Group(header(r), tokens(r), flow(r), differences(r), params(r), cost(r))
+def shape_view(r: ShapeReport, width: int | None = 120) -> RenderableType:
+    return Group(header(r), tokens(r, width), flow(r, width), differences(r), params(r, width),
+                 cost(r, width))

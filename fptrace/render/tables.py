@@ -9,13 +9,14 @@ from rich.table import Table
 from rich.text import Text
 
 from ..results import ModelInfo, ShapeStep, Token, Trace
+from .fit import Col, RowStyle, fit_table
 from .text import bar, norm, num, shape, visible
 
 
 def header(info: ModelInfo) -> RenderableType:
     grid = Table.grid(padding=(0, 2))
-    grid.add_column(style="bold")
-    grid.add_column()
+    grid.add_column(style="bold", no_wrap=True)
+    grid.add_column(overflow="fold")  # a long path folds onto the next line, never cut
     kv = info.n_kv_heads
     heads = f"{info.n_heads} / {kv} KV" + (" (grouped-query)" if kv != info.n_heads else "")
     generic = bool(info.inferred or info.unknown)
@@ -44,19 +45,16 @@ def header(info: ModelInfo) -> RenderableType:
     return Panel(grid, title=title, title_align="left", expand=False)
 
 
-def token_table(toks: tuple[Token, ...], title: str = "Tokens") -> Table:
-    """Position, id and text (whitespace made visible) of each token."""
-    t = Table(title=title, title_justify="left")
-    t.add_column("pos", justify="right")
-    t.add_column("id", justify="right")
-    t.add_column("text")
-    for tok in toks:
-        t.add_row(str(tok.position), str(tok.id), Text(visible(tok.text)))
-    return t
+def token_table(toks: tuple[Token, ...], title: str = "Tokens",
+                width: int | None = None) -> RenderableType:
+    """Position, id and text (whitespace made visible) of each token; a long text wraps."""
+    cols = (Col("pos", 0, "right"), Col("id", 0, "right"), Col("text", 0, wrap=True))
+    rows = [[str(tok.position), str(tok.id), Text(visible(tok.text))] for tok in toks]
+    return fit_table(cols, rows, width, box=box.HEAVY_HEAD, title=title, title_justify="left")
 
 
-def tokens(trace: Trace) -> RenderableType:
-    return token_table(trace.tokens)
+def tokens(trace: Trace, width: int | None = None) -> RenderableType:
+    return token_table(trace.tokens, width=width)
 
 
 def _compress(steps: tuple[ShapeStep, ...]) -> list[tuple[str, tuple[int, ...]]]:
@@ -97,67 +95,61 @@ def shape_flow(trace: Trace) -> RenderableType:
     return Panel(text, title="Shape flow", title_align="left", expand=False)
 
 
-def layers(trace: Trace, width: int = 120) -> RenderableType:
-    """One row for the embedding and one per block. Below 125 columns the snippet column is
-    left out (it stays in --json)."""
+# the columns of the per-layer table, most important first (priority 0: always shown)
+LAYER_COLS = (Col("layer", 0, "right"), Col("‖resid‖", 0, "right"), Col("", 5),
+              Col("mean\n‖resid‖", 6, "right"), Col("‖attn‖", 1, "right"),
+              Col("‖mlp‖", 1, "right"), Col("‖Δ‖", 1, "right"), Col("cos\nprev", 7, "right"),
+              Col("first values", 8), Col("logit lens\ntop-1", 2), Col("p", 2, "right"))
+
+
+def layers(trace: Trace, width: int | None = 120) -> RenderableType:
+    """One row for the embedding and one per block; the columns that fit in `width` (every
+    column when width is None), the others named in one dim line."""
     rows = trace.layers
     top = max((l.resid_norm_last for l in rows if l.finite), default=0.0)
-    with_snippet = width >= 125 and any(l.snippet for l in rows)
-    t = Table(title="Residual stream per layer (last position; mean over positions where noted)",
-              title_justify="left", box=box.SIMPLE_HEAD, padding=(0, 1))
-    t.add_column("layer", justify="right", no_wrap=True)
-    t.add_column("‖resid‖", justify="right", no_wrap=True)
-    t.add_column("", no_wrap=True, min_width=8)
-    t.add_column("mean\n‖resid‖", justify="right", no_wrap=True)
-    t.add_column("‖attn‖", justify="right", no_wrap=True)
-    t.add_column("‖mlp‖", justify="right", no_wrap=True)
-    t.add_column("‖Δ‖", justify="right", no_wrap=True)
-    t.add_column("cos\nprev", justify="right", no_wrap=True)
-    if with_snippet:
-        t.add_column("first values", no_wrap=True)
-    t.add_column("logit lens\ntop-1", no_wrap=True)
-    t.add_column("p", justify="right")
+    body = []
+    first_bad = next((l for l in rows if not l.finite), None)  # where NaN/Inf first appeared
     for l in rows:
         name = "embed" if l.layer is None else str(l.layer)
-        style = None if l.finite else "bold red"
-        if trace.first_nonfinite and name == trace.first_nonfinite.replace("block ", ""):
+        if l is first_bad:
             name = "⚠ " + name
-        cells: list[RenderableType | str] = [
+        body.append(RowStyle([
             name, norm(l.resid_norm_last), Text(bar(l.resid_norm_last, top, 8), style="green"),
             norm(l.resid_norm_mean), norm(l.attn_norm_last), norm(l.mlp_norm_last),
-            norm(l.added_norm_last), num(l.cos_prev, 3)]
-        if with_snippet:
-            cells.append(_snippet(l.snippet))
-        cells += [Text(visible(l.lens_text)) if l.lens_text is not None else "—",
-                  num(l.lens_prob, 3)]
-        t.add_row(*cells, style=style)
+            norm(l.added_norm_last), num(l.cos_prev, 3), _snippet(l.snippet),
+            Text(visible(l.lens_text)) if l.lens_text is not None else "—",
+            num(l.lens_prob, 3)], None if l.finite else "bold red"))
+    cols = LAYER_COLS if any(l.snippet for l in rows) else \
+        tuple(c for c in LAYER_COLS if c.header != "first values")
+    if len(cols) != len(LAYER_COLS):
+        body = [RowStyle([c for c, col in zip(r.cells, LAYER_COLS) if col in cols], r.style)
+                for r in body]
     fn = trace.final_norm
     last = len(rows) - 2
-    t.caption = (f"final_norm (applied to the stream after block {last}): ‖x‖ = "
-                 f"{norm(fn.norm_last)}, first values {_snippet(fn.snippet)}")
+    caption = (f"final_norm (applied to the stream after block {last}): ‖x‖ = "
+               f"{norm(fn.norm_last)}, first values {_snippet(fn.snippet)}")
     check = getattr(trace, "decomposition", None)
     if check is not None and not check.holds:
-        t.caption += "\n— " + check.note()
-    t.caption_justify = "left"
-    return t
+        caption += "\n— " + check.note()
+    return fit_table(cols, body, width, padding=(0, 1), caption=caption, caption_justify="left",
+                     title="Residual stream per layer (last position; mean over positions "
+                     "where noted)", title_justify="left")
 
 
 def _snippet(values: tuple[float, ...]) -> str:
     return " ".join(f"{x:+.2f}" for x in values)
 
 
-def top_k(trace: Trace) -> RenderableType:
-    t = Table(title=f"Top-{len(trace.top_k)} next tokens", title_justify="left")
-    t.add_column("rank", justify="right")
-    t.add_column("token")
-    t.add_column("id", justify="right")
-    t.add_column("prob", justify="right")
-    t.add_column("", no_wrap=True)
-    t.add_column("logit", justify="right")
-    for tok in trace.top_k:
-        t.add_row(str(tok.rank), Text(visible(tok.text)), str(tok.id), f"{tok.prob:.4f}",
-                  Text(bar(tok.prob, 1.0, 10), style="magenta"), num(tok.logit, 3))
-    return t
+TOP_K_COLS = (Col("rank", 0, "right"), Col("token", 0), Col("id", 1, "right"),
+              Col("prob", 0, "right"), Col("", 3), Col("logit", 2, "right"))
+
+
+def top_k(trace: Trace, width: int | None = None) -> RenderableType:
+    rows = [[str(tok.rank), Text(visible(tok.text)), str(tok.id), f"{tok.prob:.4f}",
+             Text(bar(tok.prob, 1.0, 10), style="magenta"), num(tok.logit, 3)]
+            for tok in trace.top_k]
+    return fit_table(TOP_K_COLS, rows, width, box=box.HEAVY_HEAD,
+                     title=f"Top-{len(trace.top_k)} next tokens", title_justify="left")
 
 
 LEGEND = ("‖resid‖: norm of the residual stream at the last position; mean ‖resid‖: its mean "
@@ -175,6 +167,7 @@ def notes(trace: Trace) -> RenderableType:
     return text
 
 
-def trace_view(trace: Trace, width: int = 120) -> RenderableType:
-    return Group(header(trace.model), tokens(trace), shape_flow(trace), layers(trace, width),
-                 top_k(trace), notes(trace))
+def trace_view(trace: Trace, width: int | None = 120) -> RenderableType:
+    """Everything `run` prints; width None (--wide) shows every column."""
+    return Group(header(trace.model), tokens(trace, width), shape_flow(trace),
+                 layers(trace, width), top_k(trace, width), notes(trace))

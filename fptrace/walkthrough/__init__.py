@@ -16,12 +16,12 @@ from typing import Any, Iterator
 
 from .. import sampling
 from ..errors import BadInput, UnsupportedModel
-from ..hooks import _first
+from ..hooks import first_output, hooked
 from ..families import Family, with_walkthrough
 from ..models.loading import LoadedModel
 from ..results import (AttentionMatrix, Check, Explanation, Sampling, SamplingRow, Token,
                        TopToken)
-from ..tracer import NOTE_RANDOM, _prepare, _prompt_text, _text, model_info, tokens_of
+from ..tracer import NOTE_RANDOM, model_info
 from .steps import Steps
 
 # (atol, rtol) of a recomputed tensor against the model's, by its dtype (see _close). The
@@ -51,20 +51,15 @@ def _captured(lm: LoadedModel, layer: int) -> Iterator[dict]:
 
     def keep(name: str):
         def hook(module: Any, args: tuple, output: Any) -> None:
-            got[name] = _first(output).detach().clone()
+            got[name] = first_output(output).detach().clone()
         return hook
 
-    handles = []
-    try:
-        handles.append(parts.blocks[layer].register_forward_pre_hook(pre, with_kwargs=True))
-        handles.append(parts.blocks[layer].register_forward_hook(keep("block_out")))
-        handles.append(parts.attn_adds[layer].register_forward_hook(keep("attn_out")))
-        handles.append(parts.mlp_adds[layer].register_forward_hook(keep("mlp_out")))
-        handles.append(parts.blocks[-1].register_forward_hook(keep("last_out")))
+    with hooked([(parts.blocks[layer], "pre", pre, True),
+                 (parts.blocks[layer], "post", keep("block_out"), False),
+                 (parts.attn_adds[layer], "post", keep("attn_out"), False),
+                 (parts.mlp_adds[layer], "post", keep("mlp_out"), False),
+                 (parts.blocks[-1], "post", keep("last_out"), False)]):
         yield got
-    finally:
-        for h in handles:
-            h.remove()
 
 
 def _float32(module: Any) -> Any:
@@ -78,7 +73,7 @@ def _float32(module: Any) -> Any:
     return copy.deepcopy(module).float()
 
 
-def _close(name: str, ours: Any, theirs: Any, tol: tuple[float, float]) -> Check:
+def _close(name: str, ours: Any, theirs: Any, tol: tuple[float, float], target: str) -> Check:
     """Every element within atol + rtol × the largest |value| of its row (its position) in the
     model's tensor: float32 sums that cancel (a residual add of two large vectors) leave an
     error relative to the row's scale, not to the small result. The value shown is
@@ -89,7 +84,7 @@ def _close(name: str, ours: Any, theirs: Any, tol: tuple[float, float]) -> Check
     scale = theirs.abs().amax(dim=-1, keepdim=True)
     ok = bool((diff <= atol + rtol * scale).all())
     return Check(name=name, value=float(diff.max()), tolerance=f"{atol:g} + {rtol:g}·max|row|",
-                 ok=ok)
+                 ok=ok, target=target)
 
 
 def explain(lm: LoadedModel, prompt: Any, *, layer: int = 0, head: int = 0,
@@ -110,7 +105,7 @@ def explain(lm: LoadedModel, prompt: Any, *, layer: int = 0, head: int = 0,
         raise BadInput(f"--head {head} is out of range: {lm.name} has heads 0..{info.n_heads - 1}")
     if show < 1:
         raise BadInput("--show must be at least 1")
-    ids, _ = _prepare(lm, prompt, truncate=False)
+    ids = lm.encode(prompt)
     cfg = lm.config
     input_ids = torch.tensor([ids], dtype=torch.long, device=lm.device)  # (1, T)
     with torch.inference_mode(), _captured(lm, layer) as got:
@@ -127,16 +122,16 @@ def explain(lm: LoadedModel, prompt: Any, *, layer: int = 0, head: int = 0,
         checks += [
             _close(f"attention output = the model's "
                    f"{lm.parts.family.attn_added or lm.parts.family.attn} output",
-                   s.kept[_last_named(s, "attention")], got["attn_out"], tol),
+                   s.kept[_last_named(s, "attention")], got["attn_out"], tol, "attn_out"),
             _close(f"MLP output = the model's "
                    f"{lm.parts.family.mlp_added or lm.parts.family.mlp} output",
-                   s.kept[_last_named(s, "mlp")], got["mlp_out"], tol),
+                   s.kept[_last_named(s, "mlp")], got["mlp_out"], tol, "mlp_out"),
             _close(f"block {layer} output = the model's block {layer} output", y,
-                   got["block_out"], tol),
+                   got["block_out"], tol, "block"),
         ]
         logits, end_checks = _end_of_pass(lm, mod, got["last_out"].float(), s, model_logits, tol)
         checks += end_checks
-    toks = tokens_of(lm, ids)
+    toks = lm.tokens(ids)
     matrices = _matrices(s, toks, head) if len(ids) <= max_matrix else ()
     notes = [f"the end of the pass starts from the model's own output of its last block "
              f"(block {L - 1}), not from the recomputed block {layer}"]
@@ -146,7 +141,7 @@ def explain(lm: LoadedModel, prompt: Any, *, layer: int = 0, head: int = 0,
     if lm.random_weights:
         notes.insert(0, NOTE_RANDOM)
     return Explanation(
-        prompt=_prompt_text(lm, prompt), model=info, tokens=toks, layer=layer, head=head,
+        prompt=lm.prompt_text(prompt), model=info, tokens=toks, layer=layer, head=head,
         kv_head=kv_head, steps=tuple(s.items), matrices=matrices, checks=tuple(checks),
         sampling=_sampling(lm, logits, temperature, top_k, top_p, seed, show),
         match=all(c.ok for c in checks), notes=tuple(notes),
@@ -167,9 +162,10 @@ def _attention_checks(s: Steps) -> list[Check]:
     T = w.shape[-1]
     above = torch.ones(T, T, dtype=torch.bool, device=w.device).triu(1)
     nonzero = int((w[..., above] != 0).sum())
-    return [Check("softmax rows sum to 1 (max |Σ − 1|)", row_err, "≤ 1e-05", row_err <= 1e-5),
+    return [Check("softmax rows sum to 1 (max |Σ − 1|)", row_err, "≤ 1e-05", row_err <= 1e-5,
+                  target="softmax_rows"),
             Check("weights above the diagonal are exactly 0 (count of non-zero)",
-                  float(nonzero), "= 0", nonzero == 0)]
+                  float(nonzero), "= 0", nonzero == 0, target="causal_zeros", unit="count")]
 
 
 def _end_of_pass(lm: LoadedModel, mod: Any, x: Any, s: Steps, model_logits: Any,
@@ -196,13 +192,11 @@ def _end_of_pass(lm: LoadedModel, mod: Any, x: Any, s: Steps, model_logits: Any,
     probs = torch.softmax(logits, dim=-1)  # (B, V)
     s("softmax", "p = exp(logits) / Σ exp(logits)", probs)
     return logits[0], [_close("logits = the model's logits (last position)", logits[0],
-                              model_logits, tol)]
+                              model_logits, tol, "logits")]
 
 
 def _matrices(s: Steps, toks: tuple[Token, ...], head: int) -> tuple[AttentionMatrix, ...]:
-    from ..render.text import visible
-
-    labels = tuple(visible(t.text) for t in toks)
+    labels = tuple(t.text for t in toks)
     out = []
     for name, key in (("scores + mask", "scores + mask"), ("weights", "softmax")):
         m = s.kept[key][0, head].float().cpu()  # (T, T)
@@ -212,9 +206,7 @@ def _matrices(s: Steps, toks: tuple[Token, ...], head: int) -> tuple[AttentionMa
 
 
 def _all_heads(s: Steps, toks: tuple[Token, ...]) -> tuple[AttentionMatrix, ...]:
-    from ..render.text import visible
-
-    labels = tuple(visible(t.text) for t in toks)
+    labels = tuple(t.text for t in toks)
     w = s.kept["softmax"][0].float().cpu()  # (nh, T, T)
     return tuple(AttentionMatrix(name="weights", head=h, labels=labels,
                                  rows=tuple(tuple(float(v) for v in r) for r in w[h].tolist()))
@@ -231,13 +223,13 @@ def _sampling(lm: LoadedModel, logits: Any, temperature: float, top_k: int, top_
     base = torch.softmax(logits.float(), dim=-1)
     shown = base.topk(min(show, base.shape[-1])).indices.tolist()
     shown += [p for p in dict.fromkeys(picks) if p not in shown]
-    rows = tuple(SamplingRow(id=i, text=_text(lm, i), logit=float(logits[i]),
+    rows = tuple(SamplingRow(id=i, text=lm.token_text(i), logit=float(logits[i]),
                              probs=tuple(float(dist[i]) for _, dist in ways)) for i in shown)
     return Sampling(
         temperature=temperature, top_k=top_k, top_p=top_p, seed=seed,
         strategies=tuple(name for name, _ in ways),
         kept=tuple(int((dist > 0).sum()) for _, dist in ways),
-        picks=tuple(TopToken(rank=k + 1, id=p, text=_text(lm, p), prob=float(ways[k][1][p]),
+        picks=tuple(TopToken(rank=k + 1, id=p, text=lm.token_text(p), prob=float(ways[k][1][p]),
                              logit=float(logits[p])) for k, p in enumerate(picks)),
         rows=rows)
 

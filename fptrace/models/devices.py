@@ -1,0 +1,191 @@
+"""Where a model runs: the device and dtype, and Accelerate's device maps (blocks spread over
+GPUs, CPU RAM and disk), with a memory estimate before a load that cannot fit."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import tempfile
+from typing import Any, Callable
+
+from ..errors import BadInput
+
+Progress = Callable[[str], None]
+
+def placement(model: Any, blocks_path: str) -> tuple[str, ...]:
+    dm = getattr(model, "hf_device_map", None)
+    if not dm or (len(set(dm.values())) <= 1 and "disk" not in dm.values()):
+        return ()
+
+    def where(v: Any) -> str:
+        return f"cuda:{v}" if isinstance(v, int) else str(v)
+
+    prefix = blocks_path + "."
+    rows: list[list] = []  # [first, last, device]
+    others: dict[str, list[str]] = {}
+    for name, dev in dm.items():
+        if name.startswith(prefix) and name[len(prefix):].split(".")[0].isdigit():
+            i = int(name[len(prefix):].split(".")[0])
+            if rows and rows[-1][2] == where(dev) and rows[-1][1] == i - 1:
+                rows[-1][1] = i
+            elif not (rows and rows[-1][1] >= i):
+                rows.append([i, i, where(dev)])
+        else:
+            others.setdefault(where(dev), []).append(name.rsplit(".", 1)[-1] or "everything")
+    out = [(f"block {a}" if a == b else f"blocks {a}–{b}") + f": {d}" for a, b, d in rows]
+    out += [f"{', '.join(names)}: {d}" for d, names in others.items()]
+    return tuple(out)
+
+
+_MEM = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMGT]i?B|B)?\s*$", re.IGNORECASE)
+
+
+def parse_max_memory(text: str | None) -> dict | None:
+    """'0=70GiB,1=70GiB,cpu=200GiB' -> {0: '70GiB', 1: '70GiB', 'cpu': '200GiB'}."""
+    if text is None or not text.strip():
+        return None
+    out: dict = {}
+    for part in text.split(","):
+        key, sep, value = part.partition("=")
+        key, value = key.strip().lower(), value.strip()
+        if not sep or not key or not _MEM.match(value):
+            raise BadInput(f"--max-memory {text!r}: expected DEVICE=SIZE pairs separated by commas, "
+                           "e.g. 0=70GiB,1=70GiB,cpu=200GiB (sizes in B, KB, MB, GB, KiB, MiB, "
+                           "GiB, ...)")
+        if key.isdigit():
+            out[int(key)] = value.replace(" ", "")
+        elif key in ("cpu", "mps", "disk"):
+            out[key] = value.replace(" ", "")
+        else:
+            raise BadInput(f"--max-memory: unknown device {key!r}; use GPU numbers (0, 1, ...), "
+                           "cpu or mps")
+        if _MEM.match(value).group(2) is None:
+            out[int(key) if key.isdigit() else key] = int(float(value))
+    return out
+
+
+DTYPES = ("auto", "float32", "bfloat16", "float16")
+
+
+def pick_device(device: str) -> Any:
+    import torch
+
+    device = device.strip().lower()
+    if device == "auto":
+        if torch.cuda.is_available():
+            return torch.device("cuda:0")
+        if getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available():
+            return torch.device("mps")
+        return torch.device("cpu")
+    try:
+        dev = torch.device(device)
+    except (RuntimeError, ValueError):
+        raise BadInput(f"unknown device {device!r}; use auto, cpu, cuda, cuda:N or mps") from None
+    if dev.type == "cuda":
+        if not torch.cuda.is_available():
+            raise BadInput(f"--device {device}: no CUDA GPU is visible here; use --device cpu")
+        if dev.index is not None and dev.index >= torch.cuda.device_count():
+            raise BadInput(f"--device {device}: only {torch.cuda.device_count()} CUDA device(s)")
+    elif dev.type == "mps":
+        if not (getattr(torch.backends, "mps", None) and torch.backends.mps.is_available()):
+            raise BadInput("--device mps: no Apple GPU is available here; use --device cpu")
+    elif dev.type != "cpu":
+        raise BadInput(f"unknown device {device!r}; use auto, cpu, cuda, cuda:N or mps")
+    return dev
+
+
+def pick_dtype(dtype: str, device: Any) -> Any:
+    import torch
+
+    dtype = dtype.strip().lower()
+    if dtype not in DTYPES:
+        raise BadInput(f"unknown dtype {dtype!r}; use one of {', '.join(DTYPES)}")
+    if dtype == "auto":
+        if device.type == "cuda" and torch.cuda.is_bf16_supported():
+            return torch.bfloat16
+        return torch.float32
+    return getattr(torch, dtype)
+
+
+def placed_options(device_map: str | None, max_memory: str | None, offload_folder: str | None
+            ) -> dict | None:
+    """from_pretrained arguments for Accelerate's big-model inference, or None."""
+    if device_map is None:
+        if max_memory or offload_folder:
+            raise BadInput("--max-memory and --offload-folder go with --device-map auto")
+        return None
+    if device_map not in ("auto", "balanced", "balanced_low_0", "sequential"):
+        raise BadInput(f"--device-map {device_map!r}: use auto (or balanced, balanced_low_0, "
+                       "sequential)")
+    if offload_folder is None:
+        offload_folder = tempfile.mkdtemp(prefix="fptrace-offload-")
+        import atexit
+
+        atexit.register(shutil.rmtree, offload_folder, True)
+    elif not os.path.isdir(offload_folder):
+        try:
+            os.makedirs(offload_folder, exist_ok=True)
+        except OSError as e:
+            raise BadInput(f"--offload-folder {offload_folder}: {e.strerror}") from None
+    return {"device_map": device_map, "max_memory": parse_max_memory(max_memory),
+            "offload_folder": offload_folder}
+
+
+def alias_tied_offload(model: Any) -> Any:
+    """Accelerate's disk-offload index knows a tied weight (the embedding and the LM head) only
+    under the name the checkpoint stored it by; the other module then fails with a KeyError when
+    it loads its weights. Give the index every name of each tied parameter."""
+    groups: dict[int, list[str]] = {}
+    for name, p in model.named_parameters(remove_duplicate=False):
+        groups.setdefault(id(p), []).append(name)
+    tied = [names for names in groups.values() if len(names) > 1]
+    if not tied:
+        return model
+    indexes = {}
+    for module in model.modules():
+        wm = getattr(getattr(module, "_hf_hook", None), "weights_map", None)
+        index = getattr(getattr(wm, "dataset", wm), "index", None)
+        if isinstance(index, dict):
+            indexes[id(index)] = index
+    for index in indexes.values():
+        for names in tied:
+            stored = next((n for n in names if n in index), None)
+            for n in names:
+                if stored is not None and n not in index:
+                    index[n] = index[stored]
+    return model
+
+
+def dispatch(model: Any, placed: dict) -> Any:
+    """Spread a model that is already in memory (random weights) as from_pretrained would."""
+    from accelerate import dispatch_model, infer_auto_device_map
+
+    dm = infer_auto_device_map(model, max_memory=placed["max_memory"],
+                               no_split_module_classes=getattr(model, "_no_split_modules", None))
+    model = dispatch_model(model, device_map=dm, offload_dir=placed["offload_folder"])
+    model.hf_device_map = dm
+    return model
+
+
+def estimate(config: Any, dtype: Any, device: Any, placed: dict | None,
+              progress: Progress) -> None:
+    """Before loading: the weights' size from a meta-device model of the config; a clear error
+    (not an out-of-memory crash) when they cannot fit the device and no device map spreads
+    them."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from ..memory import available_bytes, check_fits, human_bytes
+
+    try:
+        with torch.device("meta"):
+            meta = AutoModelForCausalLM.from_config(config)
+    except Exception:
+        return  # an unusual config: from_pretrained will say what is wrong
+    needed = sum(p.numel() for p in meta.parameters()) * torch.empty((), dtype=dtype).element_size()
+    free = available_bytes(device)
+    progress(f"the weights need about {human_bytes(needed)} in {str(dtype)[6:]}"
+             + (f"; {human_bytes(free)} free on {device}" if free is not None else ""))
+    if placed is None:
+        check_fits(needed, device, "the weights")

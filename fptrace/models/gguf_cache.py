@@ -1,0 +1,167 @@
+"""The GGUF cache: a GGUF file is dequantized once and kept as safetensors (with its
+tokenizer) under cache_root(); an entry is published atomically with a manifest written last,
+so an interrupted build is never mistaken for a complete one."""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+import time
+from typing import Any, Callable
+
+from ..errors import ModelLoadError
+from .devices import alias_tied_offload
+from .sources import short_error
+from .tokenizers import HFTokenizer
+
+Progress = Callable[[str], None]
+
+
+CACHE_ENV = "FPTRACE_CACHE_DIR"
+
+
+CACHE_FORMAT = 1
+
+
+MANIFEST = "fptrace-cache.json"
+
+
+def cache_root() -> str:
+    """Where dequantized GGUF weights are kept: $FPTRACE_CACHE_DIR, else
+    $XDG_CACHE_HOME/fptrace, else ~/.cache/fptrace."""
+    env = os.environ.get(CACHE_ENV)
+    if env:
+        return os.path.expanduser(env)
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(base, "fptrace")
+
+
+def file_key(path: str) -> str:
+    """Changes when the file changes: size, mtime, and hashes of its first and last 8 MiB."""
+    st = os.stat(path)
+    h = hashlib.sha256()
+    h.update(f"{CACHE_FORMAT}|{st.st_size}|{st.st_mtime_ns}|".encode())
+    chunk = 8 << 20
+    with open(path, "rb") as f:
+        h.update(f.read(chunk))
+        if st.st_size > chunk:
+            f.seek(max(st.st_size - chunk, chunk))
+            h.update(f.read(chunk))
+    try:
+        import transformers
+
+        h.update(transformers.__version__.encode())
+    except ImportError:
+        pass
+    return h.hexdigest()[:32]
+
+
+def entry_ok(folder: str) -> bool:
+    """A complete entry has a manifest, written last, whose file sizes all match."""
+    try:
+        with open(os.path.join(folder, MANIFEST), encoding="utf-8") as f:
+            manifest = json.load(f)
+        if manifest.get("format") != CACHE_FORMAT:
+            return False
+        return all(os.path.getsize(os.path.join(folder, name)) == size
+                   for name, size in manifest["files"].items())
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return False
+
+
+def publish(tmp: str, final: str, source: str) -> None:
+    files = {}
+    for root, _, names in os.walk(tmp):
+        for n in names:
+            p = os.path.join(root, n)
+            files[os.path.relpath(p, tmp)] = os.path.getsize(p)
+    with open(os.path.join(tmp, MANIFEST), "w", encoding="utf-8") as f:
+        json.dump({"format": CACHE_FORMAT, "source": source, "files": files,
+                   "created": time.time()}, f, indent=1)
+        f.flush()
+        os.fsync(f.fileno())
+    shutil.rmtree(final, ignore_errors=True)
+    try:
+        os.replace(tmp, final)
+    except OSError:  # another process published the same entry first
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def building(parent: str):
+    os.makedirs(parent, exist_ok=True)
+    tmp = tempfile.mkdtemp(prefix=".building-", dir=parent)
+    try:
+        yield tmp
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+
+
+def gguf_entry(path: str) -> str:
+    return os.path.join(cache_root(), "gguf", file_key(path))
+
+
+def gguf_tokenizer(path: str, progress: Progress) -> HFTokenizer:
+    from transformers import AutoTokenizer
+
+    entry = os.path.join(gguf_entry(path), "tokenizer")
+    if entry_ok(entry):
+        try:
+            return HFTokenizer(AutoTokenizer.from_pretrained(entry), os.path.basename(path))
+        except Exception:
+            shutil.rmtree(entry, ignore_errors=True)
+    progress(f"reading the tokenizer of {os.path.basename(path)} (once; cached in {entry})")
+    try:
+        tok = AutoTokenizer.from_pretrained(os.path.dirname(os.path.abspath(path)),
+                                            gguf_file=os.path.basename(path))
+    except Exception as e:
+        raise ModelLoadError(f"cannot read the tokenizer of the GGUF file {path}: "
+                             f"{short_error(e)}") from None
+    with building(os.path.dirname(entry)) as tmp:
+        tok.save_pretrained(tmp)
+        publish(tmp, entry, path)
+    return HFTokenizer(tok, os.path.basename(path))
+
+
+def gguf_model(path: str, dtype: Any, progress: Progress, placed: dict | None = None) -> Any:
+    """The dequantized model, from the cache when it holds it. `placed`: from_pretrained
+    arguments of a device map (then the model is always read from the cache entry)."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    entry = os.path.join(gguf_entry(path), "model")
+    if entry_ok(entry):
+        try:
+            return alias_tied_offload(
+                AutoModelForCausalLM.from_pretrained(entry, dtype=dtype, **(placed or {})))
+        except Exception as e:
+            progress(f"cache entry {entry} is unreadable ({short_error(e)}); rebuilding it")
+            shutil.rmtree(entry, ignore_errors=True)
+    progress(f"dequantizing {os.path.basename(path)} (once, ~20 s; cached in {entry})")
+    try:
+        model = AutoModelForCausalLM.from_pretrained(
+            os.path.dirname(os.path.abspath(path)), gguf_file=os.path.basename(path),
+            dtype=torch.float32)
+    except Exception as e:
+        raise ModelLoadError(f"cannot read the GGUF file {path}: {short_error(e)}") from None
+    from safetensors.torch import save_model
+
+    with building(os.path.dirname(entry)) as tmp:
+        config = model.config.to_dict()
+        config.pop("quantization_config", None)
+        with open(os.path.join(tmp, "config.json"), "w", encoding="utf-8") as f:
+            json.dump(config, f, indent=1)
+        save_model(model, os.path.join(tmp, "model.safetensors"))
+        publish(tmp, entry, path)
+    if hasattr(model.config, "quantization_config"):
+        del model.config.quantization_config
+    if placed:
+        del model
+        return alias_tied_offload(AutoModelForCausalLM.from_pretrained(entry, dtype=dtype,
+                                                                       **placed))
+    return model.to(dtype)

@@ -1,0 +1,31 @@
+"""How to load a model, as one object: every command and the Python API pass this around
+instead of ten separate arguments."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any, Callable
+
+from .registry import DEFAULT_MODEL
+
+
+@dataclass(frozen=True)
+class LoadOptions:
+    model: str = DEFAULT_MODEL  # an alias, a .gguf file, a folder or a hub id
+    random_weights: bool = False
+    seed: int = 0  # of the random weights (and of a command's sampling)
+    device: str = "auto"
+    dtype: str = "auto"
+    allow_pickle: bool = False
+    trust_remote_code: bool = False
+    device_map: str | None = None  # "auto": Accelerate spreads the model over GPUs, CPU, disk
+    max_memory: str | None = None  # "0=70GiB,cpu=200GiB"
+    offload_folder: str | None = None
+
+    def load(self, progress: Callable[[str], None] | None = None) -> Any:
+        """The LoadedModel these options describe."""
+        from .loading import load_model
+
+        args = asdict(self)
+        name = args.pop("model")
+        return load_model(name, **args, **({"progress": progress} if progress else {}))

@@ -1,0 +1,154 @@
+"""Where a model's config and weights come from: a built-in config, a local folder, a hub id;
+which weight files may be read (safetensors unless pickle is allowed) and loading them."""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+from typing import Any
+
+from ..errors import (FptraceError, ModelLoadError, ModelNotFound, UnsafeModel,
+                      UnsupportedModel)
+from .devices import alias_tied_offload
+from .registry import ModelSpec
+
+
+_PICKLE_PATTERNS = ("*.bin", "*.pt", "*.pth", "*.ckpt", "*.pkl")
+
+
+def config_from_dict(d: dict[str, Any]) -> Any:
+    from transformers import AutoConfig
+
+    d = dict(d)
+    model_type = d.pop("model_type")
+    try:
+        return AutoConfig.for_model(model_type, **d)
+    except (ValueError, KeyError) as e:
+        import transformers
+
+        if "Unrecognized model identifier" in str(e):
+            raise UnsupportedModel(f"transformers {transformers.__version__} does not know the "
+                                   f"model type {model_type!r}") from None
+        raise ModelLoadError(f"cannot build a config of type {model_type!r}: "
+                             f"{short_error(e)}") from None
+
+
+def read_json(path: str) -> dict[str, Any]:
+    try:
+        with open(path, encoding="utf-8") as f:
+            data = json.load(f)
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise ModelLoadError(f"cannot read {path}: {e}") from None
+    if not isinstance(data, dict) or "model_type" not in data:
+        raise ModelLoadError(f"{path} is not a transformers config (no model_type)")
+    return data
+
+
+def load_config(spec: ModelSpec) -> Any:
+    """The model's config without reading any weights."""
+    if spec.known is not None:
+        return config_from_dict(spec.known.config)
+    if spec.kind == "folder":
+        return config_from_dict(read_json(os.path.join(spec.path, "config.json")))
+    if spec.kind == "gguf":
+        from transformers import AutoConfig
+
+        try:
+            return AutoConfig.from_pretrained(os.path.dirname(os.path.abspath(spec.path)),
+                                              gguf_file=os.path.basename(spec.path))
+        except Exception as e:  # gguf raises many kinds on a bad file
+            raise ModelLoadError(f"cannot read the GGUF file {spec.path}: {short_error(e)}") from None
+    return config_from_dict(read_json(hub_file(spec.hub_id, "config.json")))
+
+
+def short_error(e: BaseException) -> str:
+    text = str(e).strip().splitlines()
+    return f"{type(e).__name__}: {text[0] if text else ''}"[:300]
+
+
+def hub_file(hub_id: str, filename: str) -> str:
+    """A file of a hub repo from the local HF cache, else downloaded when the network allows."""
+    from huggingface_hub import hf_hub_download
+
+    try:
+        return hf_hub_download(hub_id, filename, local_files_only=True)
+    except Exception:
+        pass
+    if os.environ.get("HF_HUB_OFFLINE") not in (None, "", "0"):
+        raise ModelNotFound(
+            f"{hub_id!r} is not in the local Hugging Face cache and HF_HUB_OFFLINE is set; "
+            f"known models: use `fptrace models`, or pass a local folder or .gguf file")
+    try:
+        return hf_hub_download(hub_id, filename)
+    except Exception as e:
+        raise ModelNotFound(
+            f"{hub_id!r} is not in the local Hugging Face cache and could not be downloaded "
+            f"({short_error(e)}); use a built-in alias (`fptrace models`), a local folder or a "
+            f".gguf file") from None
+
+
+def check_folder_weights(folder: str, allow_pickle: bool) -> bool:
+    """True when the folder's weights are safetensors; refuses pickle unless allowed."""
+    if glob.glob(os.path.join(folder, "*.safetensors")):
+        return True
+    pickles = [p for pat in _PICKLE_PATTERNS for p in glob.glob(os.path.join(folder, pat))
+               if "training_args" not in p]
+    if pickles and not allow_pickle:
+        raise UnsafeModel(
+            f"{folder} holds only pickle weights ({os.path.basename(pickles[0])}), which can run "
+            "arbitrary code when loaded; convert them to safetensors, or pass --allow-pickle if "
+            "you trust the source")
+    if not pickles:
+        raise ModelNotFound(f"{folder} has config.json but no weights (model.safetensors); "
+                            "use --random-weights to trace its config with random weights")
+    return False
+
+
+def needs_remote_code(config_path: str, trust_remote_code: bool) -> bool:
+    """True when the config names its own Python code (auto_map) and the user allowed it;
+    refuses when they did not. The code is never imported without --trust-remote-code."""
+    data = read_json(config_path)
+    if "auto_map" not in data:
+        return False
+    if not trust_remote_code:
+        raise UnsafeModel(f"{os.path.dirname(config_path)} needs its own Python code to load "
+                          f"(auto_map in config.json: {', '.join(sorted(data['auto_map']))}); "
+                          "pass --trust-remote-code only if you trust its source")
+    return True
+
+
+def ensure_hub_weights(hub_id: str, folder: str) -> None:
+    """Bring the weights of a hub repo into the cache folder of its config (safetensors only)."""
+    if glob.glob(os.path.join(folder, "*.safetensors")):
+        return
+    for name in ("model.safetensors.index.json", "model.safetensors"):
+        try:
+            path = hub_file(hub_id, name)
+        except ModelNotFound:
+            continue
+        if name.endswith(".json"):
+            with open(path, encoding="utf-8") as f:
+                shards = sorted(set(json.load(f).get("weight_map", {}).values()))
+            for shard in shards:
+                hub_file(hub_id, shard)
+        return
+
+
+def from_pretrained(folder: str, safe: bool, trust_remote_code: bool, dtype: Any,
+                     placed: dict | None = None) -> Any:
+    from transformers import AutoModelForCausalLM
+
+    try:
+        return alias_tied_offload(AutoModelForCausalLM.from_pretrained(
+            folder, dtype=dtype, use_safetensors=safe, trust_remote_code=trust_remote_code,
+            **(placed or {})))
+    except FptraceError:
+        raise
+    except ValueError as e:
+        if "trust_remote_code" in str(e):
+            raise UnsafeModel(f"{folder} needs its own Python code to load; pass "
+                              "--trust-remote-code only if you trust its source") from None
+        raise ModelLoadError(f"cannot load {folder}: {short_error(e)}") from None
+    except Exception as e:
+        raise ModelLoadError(f"cannot load {folder}: {short_error(e)}") from None

@@ -1,0 +1,159 @@
+"""The console examples of README.md and docs/*.md are real output: this script runs every
+`$ command` of every ```console block and writes what it printed under it.
+
+    python scripts/transcripts.py            # rewrite the outputs in place
+    python scripts/transcripts.py --check    # exit 1 and show the first difference
+
+tests/test_transcripts.py runs the same check in the suite. Commands run in a scratch folder
+that holds a link to prompts/, with COLUMNS=100 unless the command sets it, stdout only (add
+`2>&1` to a command to show its stderr). Before comparing, what differs from run to run or
+machine to machine is masked on both sides: durations, rates, free memory and install paths.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+FILES = ("README.md", "docs/*.md")
+WIDTH = "100"
+
+_MASKS = (
+    (re.compile(r"\d[\d,]*(\.\d+)? ?(ms|s)\b"), "<time>"),
+    (re.compile(r"\d[\d,]*(\.\d+)? (tokens|prompts)/s"), r"<rate> \2/s"),
+    (re.compile(r"\d+(\.\d+)? ([KMGT]i)?B free"), "<mem> free"),
+    (re.compile(r"\S*site-packages/"), "<site-packages>/"),
+    (re.compile(r"\d+:\d\d:\d\d"), "<clock>"),
+)
+# the ms column of generate's step lines: a bare number with one decimal before the text
+_STEP = re.compile(r"^(\s*\d+ .*?)\s+\d+\.\d(\s{2})")
+
+
+# the header's weights row holds an install path, folded at a place that depends on its length
+_WEIGHTS = re.compile(r"^│ weights\s")
+_FOLDED = re.compile(r"^│ {5,}\S")
+
+
+def mask(text: str) -> str:
+    out = []
+    in_weights = False
+    for line in text.splitlines():
+        if _WEIGHTS.match(line):
+            in_weights = True
+            out.append("│ weights <path>")
+            continue
+        if in_weights and _FOLDED.match(line):
+            continue
+        in_weights = False
+        line = _STEP.sub(r"\1 <ms>\2", line)
+        for pattern, repl in _MASKS:
+            line = pattern.sub(repl, line)
+        out.append(line.rstrip())
+    return "\n".join(out).strip("\n")
+
+
+@dataclass
+class Example:
+    path: Path
+    start: int  # index of the line after "```console"
+    end: int  # index of the closing "```"
+    commands: list[tuple[str, str]]  # (command, output)
+
+
+def _commands(lines: list[str]) -> list[tuple[str, str]]:
+    out: list[tuple[str, str]] = []
+    i = 0
+    while i < len(lines):
+        if not lines[i].startswith("$ "):
+            raise ValueError(f"a console block must start with '$ ': {lines[i]!r}")
+        cmd = lines[i][2:]
+        i += 1
+        while True:  # a command goes on while its quotes are open
+            try:
+                shlex.split(cmd)
+                break
+            except ValueError:
+                cmd += "\n" + lines[i]
+                i += 1
+        body = []
+        while i < len(lines) and not lines[i].startswith("$ "):
+            body.append(lines[i])
+            i += 1
+        out.append((cmd, "\n".join(body)))
+    return out
+
+
+def examples(path: Path) -> list[Example]:
+    lines = path.read_text(encoding="utf-8").splitlines()
+    found = []
+    i = 0
+    while i < len(lines):
+        if lines[i].strip() == "```console":
+            j = i + 1
+            while lines[j].strip() != "```":
+                j += 1
+            found.append(Example(path, i + 1, j, _commands(lines[i + 1:j])))
+            i = j
+        i += 1
+    return found
+
+
+def all_examples() -> list[Example]:
+    paths = [ROOT / "README.md"] + sorted((ROOT / "docs").glob("*.md"))
+    return [e for p in paths for e in examples(p)]
+
+
+def run(command: str, scratch: Path) -> str:
+    env = dict(os.environ)
+    env["PATH"] = os.path.dirname(sys.executable) + os.pathsep + env.get("PATH", "")
+    env.setdefault("COLUMNS", WIDTH)
+    if not command.lstrip().startswith("COLUMNS="):
+        env["COLUMNS"] = WIDTH
+    env["TERM"] = "dumb"
+    done = subprocess.run(["bash", "-o", "pipefail", "-c", command], cwd=scratch, env=env,
+                          capture_output=True, text=True, timeout=600)
+    return done.stdout.rstrip("\n")
+
+
+def scratch_folder() -> Path:
+    folder = Path(tempfile.mkdtemp(prefix="fptrace-transcripts-"))
+    (folder / "prompts").symlink_to(ROOT / "prompts")
+    return folder
+
+
+def main() -> int:
+    check = "--check" in sys.argv
+    scratch = scratch_folder()
+    bad = 0
+    try:
+        for path in [ROOT / "README.md"] + sorted((ROOT / "docs").glob("*.md")):
+            lines = path.read_text(encoding="utf-8").splitlines()
+            found = examples(path)
+            outputs = [[run(cmd, scratch) for cmd, _ in ex.commands] for ex in found]  # in order
+            for ex, got_all in reversed(list(zip(found, outputs))):  # replace from the end
+                new: list[str] = []
+                for (cmd, want), got in zip(ex.commands, got_all):
+                    if check and mask(got) != mask(want):
+                        bad += 1
+                        print(f"{path.relative_to(ROOT)}:{ex.start}: `{cmd.splitlines()[0]}` "
+                              "prints something else now", file=sys.stderr)
+                    new += [f"$ {cmd}"] + (got.splitlines() if got else [])
+                lines[ex.start:ex.end] = [line.rstrip() for line in new]
+            if not check:
+                path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+                print(f"updated {path.relative_to(ROOT)}")
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
