@@ -11,8 +11,8 @@ from typing import Any
 
 
 from .attention import causal_attention, repeat_kv, sliding_window
-from .llama import (apply_rope, gated_mlp, linear, project_qkv, rms_norm, rope_tables,
-                    split_heads)
+from .llama import (apply_rope, final_norm, gated_mlp, linear, project_qkv,  # noqa: F401
+                    rms_norm, rope_tables, split_heads)  # final_norm: the same RMSNorm
 from ..families.parts import dims
 from .steps import Steps
 
@@ -56,8 +56,3 @@ def block(x: Any, blk: Any, cfg: Any, layer: int, s: Steps, model: Any) -> Any:
     s("residual add", "x = x + mlp_out", x)
     return x
 
-
-def final_norm(x: Any, norm: Any, cfg: Any, s: Steps) -> Any:
-    h = rms_norm(x, norm.weight, cfg.rms_norm_eps)  # (B, T, C)
-    s("norm (final RMSNorm)", "h = x / √(mean(x²) + ε) · γ", h)
-    return h
