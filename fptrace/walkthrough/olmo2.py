@@ -11,8 +11,8 @@ from typing import Any
 
 
 from .attention import causal_attention, repeat_kv, sliding_window
-from .llama import (apply_rope, final_norm, gated_mlp, linear, project_qkv,  # noqa: F401
-                    rms_norm, rope_tables, split_heads)  # final_norm: the same RMSNorm
+from .llama import (apply_rope, final_norm, gated_mlp, linear, project_qkv,
+                                    rms_norm, rope_tables, split_heads)
 from ..families.parts import dims
 from .steps import Steps
 
@@ -56,3 +56,6 @@ def block(x: Any, blk: Any, cfg: Any, layer: int, s: Steps, model: Any) -> Any:
     s("residual add", "x = x + mlp_out", x)
     return x
 
+
+
+__all__ = ["block", "final_norm"]  # final_norm: the same RMSNorm as Llama's
