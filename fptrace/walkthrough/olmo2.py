@@ -9,11 +9,10 @@ from __future__ import annotations
 
 from typing import Any
 
-
-from .attention import causal_attention, repeat_kv, sliding_window
-from .llama import (apply_rope, final_norm, gated_mlp, linear, project_qkv,
-                                    rms_norm, rope_tables, split_heads)
 from ..families.parts import dims
+from .attention import causal_attention, repeat_kv, sliding_window
+from .llama import (apply_rope, final_norm, gated_mlp, linear, project_qkv, rms_norm,
+                    rope_tables, split_heads)
 from .steps import Steps
 
 
