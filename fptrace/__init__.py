@@ -47,6 +47,13 @@ def explain(lm: Any, prompt: Any, **kwargs: Any) -> Explanation:
     return _explain(lm, prompt, **kwargs)
 
 
-__all__ = ["load_model", "trace", "trace_many", "explain", "Explanation", "Trace", "LayerStats", "ModelInfo", "Token",
+def attribute(lm: Any, prompt: Any, **kwargs: Any) -> Any:
+    """Direct logit attribution that sums to the model's logit (see fptrace.attribute)."""
+    from .attribute import attribute as _attribute
+
+    return _attribute(lm, prompt, **kwargs)
+
+
+__all__ = ["load_model", "trace", "trace_many", "explain", "attribute", "Explanation", "Trace", "LayerStats", "ModelInfo", "Token",
            "TopToken", "ShapeStep", "FinalNormStats", "FptraceError", "SCHEMA_VERSION",
            "__version__"]

@@ -15,7 +15,7 @@ from rich.console import Console
 
 from .cli_options import (JsonOpt, LoadOptions, OUTPUT, PlotOpt, STATS, WideOpt,
                           model_options)
-from .errors import FptraceError
+from .errors import BadInput, FptraceError
 from .models.registry import RESOLUTION_HELP
 
 app = typer.Typer(
@@ -269,6 +269,137 @@ def _check_match(match: bool, failed: list[str]) -> None:
         raise Mismatch(f"the recomputation does not match the model ({'; '.join(failed)})")
 
 
+@app.command(epilog=_docs("attribute"))
+@guarded
+@model_options()
+def attribute(
+    prompt: Annotated[str, typer.Argument(help="The text whose next-token logit is attributed.")],
+    opts: LoadOptions,
+    target: Annotated[Optional[str], typer.Option(
+        "--target", help="The token whose logit is attributed (one token, e.g. ' Paris', or "
+        "#ID); default: the model's top-1.", rich_help_panel=STATS)] = None,
+    versus: Annotated[Optional[str], typer.Option(
+        "--versus", help="Attribute the logit difference target − this token instead.",
+        rich_help_panel=STATS)] = None,
+    top: Annotated[int, typer.Option("--top", min=1, help="How many of the largest "
+                                     "contributions are listed.", rich_help_panel=STATS)] = 12,
+    plot: PlotOpt = None,
+    as_json: JsonOpt = False,
+    wide: WideOpt = False,
+) -> None:
+    """Which heads and MLPs made this answer: direct logit attribution that sums exactly to the
+    model's own logit (exit 5 when it does not)."""
+    from .models.tokenizers import check_prompt
+    from .render.plots import check_path
+
+    check_prompt(prompt)
+    if plot is not None:
+        check_path(plot)
+    lm = load(opts)
+    from .attribute import attribute as run_attribute
+
+    result = run_attribute(lm, prompt, target=target, versus=versus, top=top)
+    if plot is not None:
+        from .render.plots import attribution_figure
+
+        _write_plot(attribution_figure(result)[0], plot)
+    if as_json:
+        emit_json(result)
+    else:
+        from .render.attribution import attribution_view
+
+        show(lambda width: attribution_view(result, width), wide)
+    if not result.ok:
+        from .errors import Mismatch
+
+        raise Mismatch(f"the parts do not sum to the model's logit (difference "
+                       f"{result.difference:+.2e}; {result.tolerance})")
+
+
+@app.command(epilog=_docs("diff"))
+@guarded
+@model_options()
+def diff(
+    first: Annotated[str, typer.Argument(help="A prompt, or a trace saved by `run --json`.")],
+    second: Annotated[Optional[str], typer.Argument(
+        help="A second prompt (same model), or a second trace file.")] = None,
+    opts: LoadOptions = LoadOptions(),
+    model_b: Annotated[Optional[str], typer.Option("--model-b", help="Run the prompt on this "
+                                                   "model too.", rich_help_panel="Model")] = None,
+    dtype_b: Annotated[Optional[str], typer.Option("--dtype-b", help="... in this dtype.",
+                                                   rich_help_panel="Model")] = None,
+    device_b: Annotated[Optional[str], typer.Option("--device-b", help="... on this device.",
+                                                    rich_help_panel="Model")] = None,
+    random_weights_b: Annotated[bool, typer.Option(
+        "--random-weights-b", help="... with seeded random weights.",
+        rich_help_panel="Model")] = False,
+    tolerance: Annotated[Optional[float], typer.Option(
+        "--tolerance", help="Largest ‖a − b‖ / ‖a‖ of the last position's stream that counts "
+        "as the same (default: chosen from the two dtypes, and stated).",
+        rich_help_panel=STATS)] = None,
+    as_json: JsonOpt = False,
+    wide: WideOpt = False,
+) -> None:
+    """Do two runs compute the same? Two traces side by side, layer by layer: two prompts, one
+    prompt under two settings (--model-b, --dtype-b, --device-b, --random-weights-b), or two
+    saved traces. Exit 0 within the tolerance, 1 when not, 2 on bad input."""
+    from .diff import diff_traces
+
+    a, b, labels, same = _diff_inputs(first, second, opts, model_b, dtype_b, device_b,
+                                      random_weights_b)
+    result = diff_traces(a, b, labels=labels, tolerance=tolerance, same_input=same)
+    if as_json:
+        emit_json(result)
+    else:
+        from .render.diff import diff_view
+
+        show(lambda width: diff_view(result, width), wide)
+    if not result.within:
+        raise typer.Exit(1)
+
+
+def _diff_inputs(first: str, second: str | None, opts: LoadOptions, model_b: str | None,
+                 dtype_b: str | None, device_b: str | None, random_b: bool
+                 ) -> tuple[dict, dict, tuple[str, str], bool]:
+    """The two traces to compare (as JSON dicts), their labels, and whether they ran the same
+    input."""
+    import dataclasses
+
+    from .diff import read_trace
+    from .models.tokenizers import check_prompt
+    from .schema import to_dict
+
+    settings_b = {k: v for k, v in (("model", model_b), ("dtype", dtype_b),
+                                    ("device", device_b)) if v is not None}
+    if random_b:
+        settings_b["random_weights"] = True
+    files = [p for p in (first, second) if p is not None and p.endswith((".json", ".jsonl"))]
+    if files:
+        if len(files) != 2 or settings_b:
+            raise BadInput("diff takes two trace files, or prompts (not both; the -b options "
+                           "go with one prompt)")
+        return read_trace(first), read_trace(second), (first, second), False
+
+    def traced(lm_opts: LoadOptions, prompt: str) -> dict:
+        from .tracer import run_trace
+
+        lm = load(lm_opts)
+        return to_dict(run_trace(lm, prompt, snippet=int(lm.config.hidden_size)))
+
+    check_prompt(first)
+    if second is not None:
+        if settings_b:
+            raise BadInput("give either a second prompt or --model-b/--dtype-b/--device-b/"
+                           "--random-weights-b, not both")
+        check_prompt(second)
+        return traced(opts, first), traced(opts, second), ("a", "b"), False
+    if not settings_b:
+        raise BadInput("diff needs something to compare: a second prompt, two trace files, or "
+                       "a -b option (--model-b, --dtype-b, --device-b, --random-weights-b)")
+    opts_b = dataclasses.replace(opts, **settings_b)
+    return traced(opts, first), traced(opts_b, first), ("a", "b"), True
+
+
 @app.command(epilog=_docs("generate"))
 @guarded
 @model_options()
@@ -447,9 +578,12 @@ def report(
     from .walkthrough import explain as run_explain, family_module
 
     family_module(lm.parts.family)
+    from .attribute import attribute as run_attribute
+
     trace = run_trace(lm, prompt, lens_grid=True)
     explanation = run_explain(lm, prompt, layer=layer, head=head, all_heads=True)
-    write_report(out, build_html(trace, explanation))
+    attribution = run_attribute(lm, prompt)
+    write_report(out, build_html(trace, explanation, attribution))
     _stderr().print(f"wrote {out}", markup=False, soft_wrap=True)
     _check_match(explanation.match, [c.name for c in explanation.checks if not c.ok])
 

@@ -58,9 +58,10 @@ def _png(fig: Any) -> str:
     return "data:image/png;base64," + base64.b64encode(buf.getvalue()).decode("ascii")
 
 
-def build_html(trace: Trace, explanation: Explanation) -> str:
+def build_html(trace: Trace, explanation: Explanation, attribution: Any = None) -> str:
+    from .render.attribution import attribution_view
     from .render.explain import explain_view
-    from .render.plots import attention_figure, trace_figure
+    from .render.plots import attention_figure, attribution_figure, trace_figure
     from .render.tables import trace_view
     from .render.text import visible
     from .schema import to_json
@@ -92,6 +93,13 @@ def build_html(trace: Trace, explanation: Explanation) -> str:
         verdict,
         _terminal(explain_view(explanation)),
     ]
+    if attribution is not None:
+        body += [
+            "<h2>Where the answer comes from: direct logit attribution</h2>",
+            f'<img alt="attribution per block and per head" '
+            f'src="{_png(attribution_figure(attribution)[0])}">',
+            _terminal(attribution_view(attribution, 130)),
+        ]
     return PAGE.format(title=esc(f"fptrace: {trace.prompt[:60]}"), body="\n".join(body))
 
 

@@ -144,7 +144,10 @@ FIELDS = {
         "logit": "The raw logit.",
     },
     "LayerStats": {
-        "layer": "Block index, or null for the embedding.",
+        "layer": "Block index, or null for the embedding. The embedding row is transformers' "
+                 "`hidden_states[0]`; the row of block k is the stream after block k, "
+                 "`hidden_states[k + 1]` (except the last block's: transformers' last entry has "
+                 "the final norm applied, see `final_norm`).",
         "point": "embed or resid_post.",
         "resid_norm_last": "L2 norm of the residual stream at the last position.",
         "resid_norm_mean": "Mean over the prompt's positions of the stream's L2 norm.",
@@ -163,6 +166,11 @@ FIELDS = {
         "lens_text": "The logit-lens token's text.",
         "lens_prob": "The logit-lens token's probability.",
         "finite": "False if the stream holds NaN or Inf anywhere.",
+        "lens_rank": "Rank of the final top-1 token in this row's logit-lens distribution (1: "
+                     "the lens already predicts it); null without the lens.",
+        "lens_entropy": "Entropy of this row's logit-lens distribution, in nats.",
+        "lens_kl": "KL divergence from the final distribution to this row's lens distribution, "
+                   "KL(final ‖ lens), in nats (0 at the last row).",
     },
     "FinalNormStats": {
         "norm_last": "L2 norm of the final norm's output at the last position.",

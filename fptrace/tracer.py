@@ -168,7 +168,7 @@ def _lens_grid(lm: LoadedModel, cap: Capture, T: int) -> tuple[tuple, tuple]:
     import torch
 
     n = cap.keep_positions
-    ids_g, probs_g = _logit_lens(lm, torch.stack(cap.streams))  # (L+1, n) each
+    ids_g, probs_g, _ = _logit_lens(lm, torch.stack(cap.streams))  # (L+1, n) each
     grid = tuple(tuple(LensCell(int(i), lm.token_text(int(i)), float(p))
                        for i, p in zip(ri.tolist(), rp.tolist()))
                  for ri, rp in zip(ids_g, probs_g))
@@ -186,9 +186,9 @@ def layer_stats(lm: LoadedModel, cap: Capture, *, snippet: int = 4, logit_lens: 
     streams = torch.stack([cap.embed_last, *cap.resid_last])  # (L+1, B, d) float32
     mean_norms = torch.stack([cap.embed_mean_norm, *cap.resid_mean_norm])  # (L+1, B)
     B = streams.shape[1]
-    lens_ids = lens_probs = None
+    lens_ids = lens_probs = metrics = None
     if logit_lens:
-        lens_ids, lens_probs = _logit_lens(lm, streams)  # (L+1, B) each
+        lens_ids, lens_probs, metrics = _logit_lens(lm, streams)  # (L+1, B) each
 
     resid_norms = stats.norms(streams)  # (L+1, B)
     added = streams[1:] - streams[:-1]  # (L, B, d)
@@ -223,6 +223,9 @@ def layer_stats(lm: LoadedModel, cap: Capture, *, snippet: int = 4, logit_lens: 
                 lens_id=None if lens_ids is None else int(lens_ids[k, b]),
                 lens_text=None if lens_ids is None else lm.token_text(int(lens_ids[k, b])),
                 lens_prob=None if lens_probs is None else float(lens_probs[k, b]),
+                lens_rank=None if metrics is None else int(metrics[0][k, b]),
+                lens_entropy=None if metrics is None else float(metrics[1][k, b]),
+                lens_kl=None if metrics is None else float(metrics[2][k, b]),
                 finite=bool(finite_layer[k, b]),
             ))
         rows.append(tuple(layers))
@@ -249,19 +252,27 @@ def first_nonfinite(layers: Sequence[LayerStats]) -> str | None:
                  for l in layers if not l.finite), None)
 
 
-def _logit_lens(lm: LoadedModel, streams: Any) -> tuple[Any, Any]:
+def _logit_lens(lm: LoadedModel, streams: Any) -> tuple[Any, Any, tuple[Any, Any, Any]]:
     """The model's final projection (final norm, LM head, final softcap where the family has
-    one) on each layer's last-position stream: top-1 id and probability."""
+    one) on each layer's last-position stream: top-1 id and probability, and three measures
+    against the final distribution (the last row's, which is the model's own): the rank of the
+    final top-1 token in each row's lens (1: it is the lens's top-1), the lens's entropy and
+    KL(final ‖ lens), both in nats. Each (L+1, B)."""
     import torch
 
     L1, B, d = streams.shape
-    dtype = lm.dtype
     with torch.inference_mode():
-        x = streams.reshape(L1 * B, d).to(dtype)
-        logits = lm.parts.project(x).float()  # (L1*B, V)
-        probs = torch.softmax(logits, dim=-1)
-        p, idx = probs.max(dim=-1)
-    return idx.reshape(L1, B).cpu(), p.reshape(L1, B).cpu()
+        x = streams.reshape(L1 * B, d).to(lm.dtype)
+        logp = torch.log_softmax(lm.parts.project(x).float(), dim=-1).reshape(L1, B, -1)
+        p = logp.exp()  # (L+1, B, V)
+        top_p, idx = p.max(dim=-1)
+        final_logp = logp[-1]  # (B, V)
+        final_top = final_logp.argmax(dim=-1)  # (B,)
+        at_final = logp.gather(-1, final_top[None, :, None].expand(L1, B, 1))  # (L+1, B, 1)
+        rank = (logp > at_final).sum(dim=-1) + 1
+        entropy = -(p * logp).sum(dim=-1)
+        kl = (final_logp.exp()[None] * (final_logp[None] - logp)).sum(dim=-1)
+    return idx.cpu(), top_p.cpu(), (rank.cpu(), entropy.cpu(), kl.clamp(min=0).cpu())
 
 
 __all__ = ["run_trace", "run_traces", "model_info"]

@@ -77,6 +77,14 @@ def trace_figure(trace: Trace) -> tuple[Any, dict]:
     ax.plot(x, series["resid_norm_last"], marker="o", ms=3, label="last position")
     ax.plot(x, series["resid_norm_mean"], marker="s", ms=3, label="mean over positions")
     ax.set_title("‖residual stream‖ per layer")
+    series["lens_kl"] = [_nan(l.lens_kl) for l in rows]
+    series["lens_entropy"] = [_nan(l.lens_entropy) for l in rows]
+    if any(l.lens_kl is not None for l in rows):
+        kx = ax.twinx()
+        kx.plot(x, series["lens_kl"], "k--", lw=1, label="KL(final ‖ lens)")
+        kx.plot(x, series["lens_entropy"], ":", color="tab:gray", lw=1, label="lens entropy")
+        kx.set_ylabel("nats")
+        kx.legend(loc="center right", fontsize=8)
     ax.set_xticks(x[:: max(1, len(x) // 16)], labels[:: max(1, len(x) // 16)])
     ax.set_xlabel("after layer")
     ax.legend()
@@ -156,4 +164,38 @@ def attention_figure(e: Explanation) -> tuple[Any, dict]:
             ax.set_xticks([])
             ax.set_yticks([])
     fig.suptitle(f"{e.model.name}, block {e.layer}: attention weights (row: query, column: key)")
+    return fig, series
+
+
+def attribution_figure(a: Any) -> tuple[Any, dict]:
+    """Per-block bars (attention and MLP, in logits) and the layer × head heatmap."""
+    plt = _mpl()
+    series = {"layers": [l.layer for l in a.layers], "attn": [l.attn for l in a.layers],
+              "mlp": [l.mlp for l in a.layers],
+              "heads": [list(r) for r in a.head_grid]}
+    fig, (ax, hx) = plt.subplots(1, 2, figsize=(15, 6), constrained_layout=True)
+    x = series["layers"]
+    w = 0.4
+    ax.bar([i - w / 2 for i in x], series["attn"], w, label="attention")
+    ax.bar([i + w / 2 for i in x], series["mlp"], w, label="MLP")
+    ax.axhline(0, color="black", linewidth=0.6)
+    ax.set_xlabel("block")
+    ax.set_ylabel("logits")
+    ax.set_title("What each block added to the target's logit")
+    ax.legend()
+    split = [r for r in series["heads"] if r]
+    if split and all(len(r) == len(split[0]) for r in split):
+        grid = [r if r else [math.nan] * len(split[0]) for r in series["heads"]]
+        lim = max(abs(v) for r in split for v in r) or 1.0
+        im = hx.imshow(grid, cmap="RdBu", vmin=-lim, vmax=lim, aspect="auto")
+        hx.set_xlabel("head")
+        hx.set_ylabel("block")
+        hx.set_title("Per head (logits; red: down, blue: up)")
+        fig.colorbar(im, ax=hx)
+    else:
+        hx.axis("off")
+    target = visible(a.target.text) + ("" if a.versus is None
+                                       else f" − {visible(a.versus.text)}")
+    fig.suptitle(f"{a.model.name}: direct logit attribution of {target!r}"
+                 + ("  (RANDOM WEIGHTS)" if a.model.random_weights else ""))
     return fig, series

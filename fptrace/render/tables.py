@@ -99,7 +99,9 @@ def shape_flow(trace: Trace) -> RenderableType:
 LAYER_COLS = (Col("layer", 0, "right"), Col("‖resid‖", 0, "right"), Col("", 5),
               Col("mean\n‖resid‖", 6, "right"), Col("‖attn‖", 1, "right"),
               Col("‖mlp‖", 1, "right"), Col("‖Δ‖", 1, "right"), Col("cos\nprev", 7, "right"),
-              Col("first values", 8), Col("logit lens\ntop-1", 2), Col("p", 2, "right"))
+              Col("first values", 9), Col("logit lens\ntop-1", 2), Col("p", 2, "right"),
+              Col("rank\nof final", 4, "right"), Col("KL\n(nats)", 4, "right"),
+              Col("H\n(nats)", 8, "right"))
 
 
 def layers(trace: Trace, width: int | None = 120) -> RenderableType:
@@ -118,7 +120,8 @@ def layers(trace: Trace, width: int | None = 120) -> RenderableType:
             norm(l.resid_norm_mean), norm(l.attn_norm_last), norm(l.mlp_norm_last),
             norm(l.added_norm_last), num(l.cos_prev, 3), _snippet(l.snippet),
             Text(visible(l.lens_text)) if l.lens_text is not None else "—",
-            num(l.lens_prob, 3)], None if l.finite else "bold red"))
+            num(l.lens_prob, 3), "—" if l.lens_rank is None else f"{l.lens_rank:,}",
+            num(l.lens_kl, 2), num(l.lens_entropy, 2)], None if l.finite else "bold red"))
     cols = LAYER_COLS if any(l.snippet for l in rows) else \
         tuple(c for c in LAYER_COLS if c.header != "first values")
     if len(cols) != len(LAYER_COLS):
@@ -152,10 +155,14 @@ def top_k(trace: Trace, width: int | None = None) -> RenderableType:
                      title=f"Top-{len(trace.top_k)} next tokens", title_justify="left")
 
 
-LEGEND = ("‖resid‖: norm of the residual stream at the last position; mean ‖resid‖: its mean "
+LEGEND = ("Rows: the embed row is transformers' hidden_states[0]; block k's row is the stream "
+          "after block k, hidden_states[k + 1] (the last entry of hidden_states has the final "
+          "norm applied: see below the table). ‖resid‖: norm of the residual stream at the last position; mean ‖resid‖: its mean "
           "over positions; ‖attn‖, ‖mlp‖: what attention and the MLP added at the last position; "
           "‖Δ‖: what the whole block added; cos prev: cosine to the previous row's stream; "
-          "logit lens: final norm + LM head applied to that row's stream.")
+          "logit lens: final norm + LM head applied to that row's stream; rank of final: where the "
+          "model's final top-1 token ranks in that row's lens; KL: KL(final ‖ lens) and H: the "
+          "lens's entropy, in nats.")
 
 
 def notes(trace: Trace) -> RenderableType:
