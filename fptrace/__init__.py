@@ -48,12 +48,27 @@ def explain(lm: Any, prompt: Any, **kwargs: Any) -> Explanation:
 
 
 def attribute(lm: Any, prompt: Any, **kwargs: Any) -> Any:
-    """Direct logit attribution that sums to the model's logit (see fptrace.attribute)."""
-    from .attribute import attribute as _attribute
+    """Direct logit attribution that sums to the model's logit (see fptrace.attribution)."""
+    from .attribution import attribute as _attribute
 
     return _attribute(lm, prompt, **kwargs)
 
 
-__all__ = ["load_model", "trace", "trace_many", "explain", "attribute", "Explanation", "Trace", "LayerStats", "ModelInfo", "Token",
+def patch(lm: Any, prompt: Any, **kwargs: Any) -> Any:
+    """Causal tracing: the layers × positions grid of restored probability (see fptrace.patching)."""
+    from .patching import patch as _patch
+
+    return _patch(lm, prompt, **kwargs)
+
+
+def diff(a: Any, b: Any, **kwargs: Any) -> Any:
+    """Compare two traces (Trace objects or `run --json` dicts) layer by layer."""
+    from .tracediff import diff_traces
+    from .schema import to_dict
+
+    return diff_traces(*(t if isinstance(t, dict) else to_dict(t) for t in (a, b)), **kwargs)
+
+
+__all__ = ["load_model", "trace", "trace_many", "explain", "attribute", "patch", "diff", "Explanation", "Trace", "LayerStats", "ModelInfo", "Token",
            "TopToken", "ShapeStep", "FinalNormStats", "FptraceError", "SCHEMA_VERSION",
            "__version__"]

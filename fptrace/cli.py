@@ -296,7 +296,7 @@ def attribute(
     if plot is not None:
         check_path(plot)
     lm = load(opts)
-    from .attribute import attribute as run_attribute
+    from .attribution import attribute as run_attribute
 
     result = run_attribute(lm, prompt, target=target, versus=versus, top=top)
     if plot is not None:
@@ -343,7 +343,7 @@ def diff(
     """Do two runs compute the same? Two traces side by side, layer by layer: two prompts, one
     prompt under two settings (--model-b, --dtype-b, --device-b, --random-weights-b), or two
     saved traces. Exit 0 within the tolerance, 1 when not, 2 on bad input."""
-    from .diff import diff_traces
+    from .tracediff import diff_traces
 
     a, b, labels, same = _diff_inputs(first, second, opts, model_b, dtype_b, device_b,
                                       random_weights_b)
@@ -365,7 +365,7 @@ def _diff_inputs(first: str, second: str | None, opts: LoadOptions, model_b: str
     input."""
     import dataclasses
 
-    from .diff import read_trace
+    from .tracediff import read_trace
     from .models.tokenizers import check_prompt
     from .schema import to_dict
 
@@ -398,6 +398,61 @@ def _diff_inputs(first: str, second: str | None, opts: LoadOptions, model_b: str
                        "a -b option (--model-b, --dtype-b, --device-b, --random-weights-b)")
     opts_b = dataclasses.replace(opts, **settings_b)
     return traced(opts, first), traced(opts_b, first), ("a", "b"), True
+
+
+@app.command(epilog=_docs("patch"))
+@guarded
+@model_options()
+def patch(
+    prompt: Annotated[str, typer.Argument(help="The clean prompt.")],
+    opts: LoadOptions,
+    noise: Annotated[Optional[str], typer.Option(
+        "--noise", help="Corrupt by adding Gaussian noise to the embeddings of this subject's "
+        "tokens (e.g. ' France').", rich_help_panel=STATS)] = None,
+    corrupt: Annotated[Optional[str], typer.Option(
+        "--corrupt", help="Corrupt with this prompt instead (same number of tokens).",
+        rich_help_panel=STATS)] = None,
+    what: Annotated[str, typer.Option("--what", help="Restore resid (the block's output), "
+                                      "attn or mlp (what it added).",
+                                      rich_help_panel=STATS)] = "resid",
+    window: Annotated[int, typer.Option("--window", help="With attn/mlp: layers restored "
+                                        "around each row's layer.", rich_help_panel=STATS)] = 1,
+    target: Annotated[Optional[str], typer.Option(
+        "--target", help="The token whose probability is measured (default: the clean top-1).",
+        rich_help_panel=STATS)] = None,
+    noise_scale: Annotated[float, typer.Option(
+        "--noise-scale", help="Noise σ in units of the embedding's standard deviation.",
+        rich_help_panel=STATS)] = 3.0,
+    batch_size: Annotated[int, typer.Option("--batch-size", "-b", help="Patched runs per "
+                                            "forward pass.", rich_help_panel=STATS)] = 32,
+    plot: PlotOpt = None,
+    as_json: JsonOpt = False,
+    wide: WideOpt = False,
+) -> None:
+    """Where is the prediction carried? Causal tracing: corrupt the prompt, then restore one
+    state (layer, position) at a time from the clean run and measure the target's probability."""
+    from .models.tokenizers import check_prompt
+    from .render.plots import check_path
+
+    check_prompt(prompt)
+    if plot is not None:
+        check_path(plot)
+    lm = load(opts)
+    from .patching import patch as run_patch
+
+    result = run_patch(lm, prompt, noise=noise, corrupt=corrupt, what=what, window=window,
+                       target=target, noise_scale=noise_scale, seed=opts.seed,
+                       batch_size=batch_size)
+    if plot is not None:
+        from .render.plots import patch_figure
+
+        _write_plot(patch_figure(result)[0], plot)
+    if as_json:
+        emit_json(result)
+    else:
+        from .render.patch import patch_view
+
+        show(lambda width: patch_view(result, width), wide)
 
 
 @app.command(epilog=_docs("generate"))
@@ -565,9 +620,13 @@ def report(
                                        "recomputes.", rich_help_panel=STATS)] = 0,
     head: Annotated[int, typer.Option("--head", help="The head whose matrix the walkthrough "
                                       "shows.", rich_help_panel=STATS)] = 0,
+    noise: Annotated[Optional[str], typer.Option(
+        "--noise", help="Also a causal-tracing section: noise on this subject's embeddings "
+        "(as `fptrace patch --noise`).", rich_help_panel=STATS)] = None,
 ) -> None:
     """One self-contained HTML file: the run tables, the figures, the explain walkthrough of
-    one layer and the JSON trace. It makes no network request and opens offline."""
+    one layer, the attribution of the top-1 (and with --noise, causal tracing) and the JSON
+    trace. It makes no network request and opens offline."""
     from .models.tokenizers import check_prompt
     from .report import build_html, check_out, write_report
 
@@ -578,12 +637,17 @@ def report(
     from .walkthrough import explain as run_explain, family_module
 
     family_module(lm.parts.family)
-    from .attribute import attribute as run_attribute
+    from .attribution import attribute as run_attribute
 
     trace = run_trace(lm, prompt, lens_grid=True)
     explanation = run_explain(lm, prompt, layer=layer, head=head, all_heads=True)
     attribution = run_attribute(lm, prompt)
-    write_report(out, build_html(trace, explanation, attribution))
+    patching = None
+    if noise is not None:
+        from .patching import patch as run_patch
+
+        patching = run_patch(lm, prompt, noise=noise, seed=opts.seed)
+    write_report(out, build_html(trace, explanation, attribution, patching))
     _stderr().print(f"wrote {out}", markup=False, soft_wrap=True)
     _check_match(explanation.match, [c.name for c in explanation.checks if not c.ok])
 

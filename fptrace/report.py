@@ -58,7 +58,8 @@ def _png(fig: Any) -> str:
     return "data:image/png;base64," + base64.b64encode(buf.getvalue()).decode("ascii")
 
 
-def build_html(trace: Trace, explanation: Explanation, attribution: Any = None) -> str:
+def build_html(trace: Trace, explanation: Explanation, attribution: Any = None,
+               patching: Any = None) -> str:
     from .render.attribution import attribution_view
     from .render.explain import explain_view
     from .render.plots import attention_figure, attribution_figure, trace_figure
@@ -99,6 +100,15 @@ def build_html(trace: Trace, explanation: Explanation, attribution: Any = None) 
             f'<img alt="attribution per block and per head" '
             f'src="{_png(attribution_figure(attribution)[0])}">',
             _terminal(attribution_view(attribution, 130)),
+        ]
+    if patching is not None:
+        from .render.patch import patch_view
+        from .render.plots import patch_figure
+
+        body += [
+            "<h2>Where the prediction is carried: causal tracing</h2>",
+            f'<img alt="causal tracing heatmap" src="{_png(patch_figure(patching)[0])}">',
+            _terminal(patch_view(patching, 130)),
         ]
     return PAGE.format(title=esc(f"fptrace: {trace.prompt[:60]}"), body="\n".join(body))
 

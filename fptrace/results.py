@@ -377,6 +377,38 @@ class TraceDiff:
 
 
 @dataclass(frozen=True)
+class PatchCell:
+    layer: int
+    position: int
+    prob: float  # the target's probability with this state restored
+
+
+@dataclass(frozen=True)
+class PatchResult:
+    prompt: str
+    model: ModelInfo
+    tokens: tuple[Token, ...]  # the clean prompt's
+    corrupt_tokens: tuple[Token, ...]  # the corrupted run's (the same ids, with --noise)
+    corruption: str  # "noise" or "prompt"
+    subject: str | None  # --noise
+    subject_positions: tuple[int, ...]  # the positions the noise was added at
+    noise_std: float | None  # the noise's standard deviation
+    noise_scale: float  # × the embedding's standard deviation
+    seed: int
+    what: str  # resid, attn or mlp
+    window: int  # layers restored around each row's layer (attn, mlp)
+    target: TopToken  # in the clean run
+    p_clean: float
+    p_corrupt: float
+    grid: tuple[tuple[float, ...], ...]  # layers × positions: the target's probability
+    best: tuple[PatchCell, ...]  # the cells of highest probability
+    forward_passes: int
+    notes: tuple[str, ...]
+    kind: str = "patch"
+    schema_version: str = SCHEMA_VERSION
+
+
+@dataclass(frozen=True)
 class ModelEntry:
     alias: str
     family: str

@@ -49,7 +49,8 @@ def to_json(result: Any, indent: int | None = 2) -> str:
 
 # ---- the JSON Schema document (`fptrace schema`) and its Markdown rendering (docs/schema.md) ----
 
-TOP_LEVEL = ("Trace", "ShapeReport", "Explanation", "Generation", "ModelList", "BatchTrace",
+TOP_LEVEL = ("Trace", "ShapeReport", "Explanation", "Generation", "Attribution", "TraceDiff",
+             "PatchResult", "ModelList", "BatchTrace",
              "BatchError")
 
 

@@ -121,9 +121,10 @@ def test_report_opens_offline_in_chromium(folder, tmp_path):
 
     out = tmp_path / "report.html"
     r = runner.invoke(app, ["report", "The cat sat", "-m", folder, "--out", str(out),
-                            "--layer", "1"])
+                            "--layer", "1", "--noise", " cat"])
     assert r.exit_code == 0, r.stderr
     html = out.read_text(encoding="utf-8")
+    assert "causal tracing" in html and "direct logit attribution" in html
     assert "<script" not in html and "http://" not in html.replace(
         "http://www.w3.org", "") and "https://" not in html
     requests, failed, console, errors = [], [], [], []
@@ -149,7 +150,7 @@ def test_report_opens_offline_in_chromium(folder, tmp_path):
     assert not failed and not errors
     assert [c for c in console if c[0] == "error"] == []
     assert all(u.startswith(("file:", "data:")) for u in requests), requests
-    assert n_images == 2  # both figures decoded
+    assert n_images == 4  # trace, attention, attribution and causal-tracing figures decoded
     image_ok(shot, 1000, 600)
     from fptrace.models.loading import load_model
     from fptrace.tracer import run_trace

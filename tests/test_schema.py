@@ -63,6 +63,12 @@ def test_run_shapes_explain_models(validator, folder, tmp_path):
     valid(validator, out_json("generate", "The cat sat", "-m", folder, "-n", "3", "--json",
                               "--layers", "--temperature", "0.7", "--top-k", "5"), "generation")
     valid(validator, out_json("models", "--json"), "models")
+    valid(validator, out_json("attribute", "The cat sat", "-m", folder, "--json", "--plot",
+                              str(tmp_path / "attr.png")), "attribution")
+    valid(validator, out_json("attribute", "The cat sat", "-m", folder, "--json", "--target",
+                              " on", "--versus", "#11"), "attribution")
+    r = runner.invoke(app, ["diff", "The cat sat", "The dog ran", "-m", folder, "--json"])
+    valid(validator, json.loads(r.stdout), "diff")
 
 
 def test_batch_lines(validator, folder, tmp_path):
@@ -132,7 +138,7 @@ def test_api_names_are_functions_after_every_import():
     for m in pkgutil.walk_packages(fptrace.__path__, "fptrace."):
         if not m.name.endswith("__main__"):
             importlib.import_module(m.name)
-    from fptrace import explain, load_model, trace, trace_many
+    from fptrace import attribute, diff, explain, load_model, patch, trace, trace_many
 
     assert all(callable(f) and not hasattr(f, "__path__") and type(f).__name__ == "function"
-               for f in (explain, load_model, trace, trace_many))
+               for f in (explain, load_model, trace, trace_many, attribute, patch, diff))

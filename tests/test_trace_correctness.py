@@ -135,3 +135,32 @@ def test_all_positions_logits_shape(tiny):
     assert [t.id for t in one.top_k] == [t.id for t in full.top_k]
     assert one.shapes[1].shape == (1, 6, tiny.config.hidden_size)
     assert all(s.shape == (1, 6, tiny.config.hidden_size) for s in full.shapes[2:-1])
+
+
+def test_lens_metrics_match_a_direct_computation(tiny):
+    """rank of the final top-1, entropy and KL(final ‖ lens) of every lens row, against the
+    model's own final projection of output_hidden_states."""
+    ids = _ids(tiny, seed=6)
+    trace = run_trace(tiny, ids, top_k=1)
+    hs = _reference(tiny, ids).hidden_states
+    cap = getattr(tiny.config, "final_logit_softcapping", None)
+
+    def logp(h):
+        with torch.inference_mode():
+            z = tiny.model.lm_head(tiny.parts.final_norm(h)).float()
+            if cap:
+                z = torch.tanh(z / cap) * cap
+            return torch.log_softmax(z, dim=-1)
+
+    final_lp = _reference(tiny, ids).logits[0, -1].float().log_softmax(-1)
+    top = int(final_lp.argmax())
+    for k in range(len(hs) - 1):
+        lp = logp(hs[k][0, -1])
+        row = trace.layers[k]
+        assert row.lens_rank == int((lp > lp[top]).sum()) + 1
+        assert row.lens_entropy == pytest.approx(float(-(lp.exp() * lp).sum()), rel=1e-4,
+                                                 abs=1e-5)
+        kl = float((final_lp.exp() * (final_lp - lp)).sum())
+        assert row.lens_kl == pytest.approx(max(kl, 0.0), rel=1e-3, abs=1e-5)
+    assert trace.layers[-1].lens_rank == 1
+    assert trace.layers[-1].lens_kl == pytest.approx(0.0, abs=1e-5)

@@ -199,3 +199,22 @@ def attribution_figure(a: Any) -> tuple[Any, dict]:
     fig.suptitle(f"{a.model.name}: direct logit attribution of {target!r}"
                  + ("  (RANDOM WEIGHTS)" if a.model.random_weights else ""))
     return fig, series
+
+
+def patch_figure(r: Any) -> tuple[Any, dict]:
+    """The causal-tracing heatmap: layers × positions, the target's restored probability."""
+    plt = _mpl()
+    series = {"grid": [list(row) for row in r.grid], "p_clean": r.p_clean,
+              "p_corrupt": r.p_corrupt, "tokens": [t.text for t in r.tokens]}
+    T = len(r.tokens)
+    fig, ax = plt.subplots(figsize=(max(4.0, 0.9 * T + 2), max(4.0, 0.18 * len(r.grid) + 2)),
+                           constrained_layout=True)
+    im = ax.imshow(series["grid"], cmap="Purples", vmin=0, vmax=max(r.p_clean, 1e-6),
+                   aspect="auto", origin="lower")
+    ax.set_xticks(range(T), [visible(t) for t in series["tokens"]], rotation=45, ha="right")
+    ax.set_ylabel("layer")
+    what = {"resid": "residual stream", "attn": "attention output", "mlp": "MLP output"}[r.what]
+    ax.set_title(f"Restoring the {what}: p({visible(r.target.text)}) "
+                 f"(clean {r.p_clean:.3f}, corrupted {r.p_corrupt:.3f})")
+    fig.colorbar(im, ax=ax)
+    return fig, series

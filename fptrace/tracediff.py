@@ -89,8 +89,10 @@ def diff_traces(a: dict, b: dict, *, labels: tuple[str, str] = ("a", "b"),
                        f"{labels[0]} {[t for _, t in side_a.tokens]} vs "
                        f"{labels[1]} {[t for _, t in side_b.tokens]}; their streams cannot be "
                        "compared position for position")
-    if side_a.model != side_b.model:
-        notes.append(f"different models: {side_a.model} and {side_b.model}")
+    ma, mb = a["model"], b["model"]
+    if (ma["name"], ma["source"]) != (mb["name"], mb["source"]):
+        notes.append(f"different models: {ma['name']} ({ma['source']}) and {mb['name']} "
+                     f"({mb['source']})")
     if side_a.random_weights or side_b.random_weights:
         notes.append("RANDOM WEIGHTS in " + " and ".join(
             s.label for s in (side_a, side_b) if s.random_weights))
