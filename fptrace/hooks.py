@@ -49,8 +49,10 @@ class Capture:
     home: Any = None  # device the statistics are gathered on (blocks may live on several)
     embed_last: Any = None  # (B, d) float32
     embed_mean_norm: Any = None  # (B,)
+    embed_max_norm: Any = None  # (B, 2): the largest ‖stream‖ over the positions, and where
     resid_last: list = field(default_factory=list)  # per block: (B, d) float32
     resid_mean_norm: list = field(default_factory=list)  # per block: (B,)
+    resid_max_norm: list = field(default_factory=list)  # per block: (B, 2) max and its position
     # per block: (B, d) float32 of what attention / the MLP added; None if its module never ran
     attn_last: list = field(default_factory=list)
     mlp_last: list = field(default_factory=list)
@@ -74,15 +76,22 @@ class Capture:
 
         return h[0, -self.keep_positions:].to(self.home or h.device, torch.float32, copy=True)
 
-    def mean_norm(self, h: Any) -> Any:
+    def norm_stats(self, h: Any) -> tuple[Any, Any]:
+        """(B,) mean over the real positions of ‖stream‖, and (B, 2) its largest value with the
+        position (counted from the row's first real token)."""
         import torch
 
         norms = torch.linalg.vector_norm(h, dim=-1, dtype=torch.float32)  # (B, T)
+        home = self.home or h.device
         if self.mask is None:
-            return norms.mean(dim=-1).to(self.home or h.device)
+            top, where = norms.max(dim=-1)
+            return norms.mean(dim=-1).to(home), torch.stack([top, where.float()], -1).to(home)
         m = self.mask.to(h.device)
-        total = torch.where(m, norms, torch.zeros_like(norms)).sum(dim=-1)
-        return (total / m.sum(dim=-1).clamp(min=1)).to(self.home or h.device)
+        zeroed = torch.where(m, norms, torch.zeros_like(norms))
+        top, where = zeroed.max(dim=-1)
+        where = where - (~m).sum(dim=-1)  # left padding: positions from the first real token
+        mean = zeroed.sum(dim=-1) / m.sum(dim=-1).clamp(min=1)
+        return mean.to(home), torch.stack([top, where.float()], -1).to(home)
 
 
 def is_oom(e: BaseException) -> bool:
@@ -101,6 +110,7 @@ def capture_stats(parts: ModelParts, cap: Capture) -> Iterator[Capture]:
     n = len(parts.blocks)
     cap.resid_last = [None] * n
     cap.resid_mean_norm = [None] * n
+    cap.resid_max_norm = [None] * n
     cap.attn_last = [None] * n
     cap.mlp_last = [None] * n
     cap.streams = [None] * (n + 1) if cap.keep_positions else []
@@ -108,7 +118,7 @@ def capture_stats(parts: ModelParts, cap: Capture) -> Iterator[Capture]:
     def embed_hook(module: Any, args: tuple, kwargs: dict) -> None:
         h = args[0] if args else kwargs["hidden_states"]
         cap.embed_last = cap.take_last(h)
-        cap.embed_mean_norm = cap.mean_norm(h)
+        cap.embed_mean_norm, cap.embed_max_norm = cap.norm_stats(h)
         if cap.keep_positions:
             cap.streams[0] = cap.take_positions(h)
         cap.shapes["embed"] = tuple(h.shape)
@@ -117,7 +127,7 @@ def capture_stats(parts: ModelParts, cap: Capture) -> Iterator[Capture]:
         def hook(module: Any, args: tuple, kwargs: dict, output: Any) -> None:
             h = first_output(output)
             cap.resid_last[i] = cap.take_last(h)
-            cap.resid_mean_norm[i] = cap.mean_norm(h)
+            cap.resid_mean_norm[i], cap.resid_max_norm[i] = cap.norm_stats(h)
             if cap.keep_positions:
                 cap.streams[i + 1] = cap.take_positions(h)
             cap.shapes[f"block {i}"] = tuple(h.shape)

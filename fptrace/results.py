@@ -83,6 +83,8 @@ class LayerStats:
     lens_rank: int | None = None  # rank of the final top-1 token in this row's lens (1 = top)
     lens_entropy: float | None = None  # entropy of this row's lens distribution, nats
     lens_kl: float | None = None  # KL(final ‖ lens), nats
+    resid_norm_max: float | None = None  # the largest ‖resid‖ over the positions
+    resid_norm_max_position: int | None = None  # where it is
 
 
 @dataclass(frozen=True)
@@ -118,6 +120,20 @@ class Decomposition:
 
 
 @dataclass(frozen=True)
+class PositionStats:
+    """The model's prediction at one position (with --all-positions): what it scored for the
+    token that actually comes next, and its own top-1."""
+
+    position: int
+    token: Token  # the token at this position
+    actual: Token | None  # the token at position + 1 (None at the last position)
+    actual_prob: float | None
+    actual_rank: int | None  # 1: the model's top-1
+    loss: float | None  # cross-entropy −log p(actual), nats
+    predicted: TopToken  # the model's top-1 here
+
+
+@dataclass(frozen=True)
 class FinalNormStats:
     norm_last: float
     snippet: tuple[float, ...]
@@ -149,6 +165,10 @@ class Trace:
     lens_grid: tuple[tuple[LensCell, ...], ...] = ()
     lens_positions: tuple[int, ...] = ()  # the positions of the grid's columns
     decomposition: Decomposition | None = None
+    positions: tuple[PositionStats, ...] = ()  # --all-positions: every position's prediction
+    mean_loss: float | None = None  # --all-positions: the mean of the positions' losses, nats
+    perplexity: float | None = None  # exp(mean_loss)
+    token_note: str | None = None  # whether a begin-of-text token was added, and by whom
     kind: str = "trace"
     schema_version: str = SCHEMA_VERSION
 
@@ -158,6 +178,8 @@ class ParamGroup:
     name: str
     count: int  # parameters in one instance
     times: int  # how many instances (blocks)
+    shape: tuple[int, ...] = ()  # the tensor's shape
+    part: str = ""  # embedding, block, final, head or other
 
 
 @dataclass(frozen=True)
@@ -267,6 +289,19 @@ class Sampling:
 
 
 @dataclass(frozen=True)
+class EmbeddingRow:
+    """The embedding lookup of one token: the first values of each part and of the sum."""
+
+    position: int
+    id: int
+    text: str
+    token_row: tuple[float, ...]  # row `id` of the token embedding matrix
+    position_row: tuple[float, ...] | None  # row `position` of the position matrix (GPT-2)
+    scale: float | None  # the embedding's multiplier (Gemma: √d), else null
+    stream: tuple[float, ...]  # what enters block 0
+
+
+@dataclass(frozen=True)
 class Explanation:
     prompt: str
     model: ModelInfo
@@ -281,6 +316,7 @@ class Explanation:
     match: bool  # every check passed: the walkthrough reproduces the model
     notes: tuple[str, ...]
     head_weights: tuple[AttentionMatrix, ...] = ()  # every head's weights (--plot, report)
+    embedding: tuple[EmbeddingRow, ...] = ()  # the lookup, token by token
     kind: str = "explain"
     schema_version: str = SCHEMA_VERSION
 

@@ -23,6 +23,7 @@ TYPES = {
     "LayerStats": "The residual stream after the embedding (layer null) or after one block, "
                   "at the last position unless noted.",
     "FinalNormStats": "The output of the final norm at the last position.",
+    "PositionStats": "The model's prediction at one position (`--all-positions`).",
     "Decomposition": "The check, run on every trace, that what attention and the MLP added "
                      "equals what the block added (attn + mlp = Δ at the last position). "
                      "Where a block fails it, its `attn_norm_last` and `mlp_norm_last` are "
@@ -33,6 +34,7 @@ TYPES = {
     "AttentionMatrix": "One head's (T, T) matrix; rows are query positions, columns key "
                        "positions.",
     "Check": "A fact the walkthrough checks about its own numbers.",
+    "EmbeddingRow": "The embedding lookup of one token.",
     "Sampling": "The next-token choice under four strategies, side by side.",
     "SamplingRow": "One candidate token in the sampling table.",
     "ModelEntry": "One built-in model.",
@@ -81,6 +83,13 @@ FIELDS = {
                      "per layer (embedding first), one cell per position of `lens_positions`; "
                      "empty otherwise.",
         "lens_positions": "The positions of the grid's columns (the last 64 at most).",
+        "positions": "With `--all-positions`: the prediction at every position (empty "
+                     "otherwise).",
+        "mean_loss": "With `--all-positions`: the mean cross-entropy (nats) of the predictions "
+                     "that have a next token: the loss training averages; else null.",
+        "perplexity": "exp(mean_loss), or null.",
+        "token_note": "Whether position 0 is a begin-of-text token the tokenizer added, or "
+                      "null when the tokenizer has none.",
         "decomposition": "Whether the attention/MLP split of every block adds up to what the "
                          "block added (see Decomposition); the split figures of a block that "
                          "fails are null.",
@@ -292,8 +301,21 @@ FIELDS = {
         "lens_rank": "Rank of the final top-1 token in this row's logit-lens distribution (1: "
                      "the lens already predicts it); null without the lens.",
         "lens_entropy": "Entropy of this row's logit-lens distribution, in nats.",
+        "resid_norm_max": "The largest ‖stream‖ over the prompt's positions.",
+        "resid_norm_max_position": "The position where it is (a position far above the others is "
+                                   "an attention sink, usually position 0).",
         "lens_kl": "KL divergence from the final distribution to this row's lens distribution, "
                    "KL(final ‖ lens), in nats (0 at the last row).",
+    },
+    "PositionStats": {
+        "position": "The position.",
+        "token": "The token at this position.",
+        "actual": "The token at the next position (what training scores against), or null at "
+                  "the last position.",
+        "actual_prob": "Its probability under this position's prediction.",
+        "actual_rank": "Its rank (1: the model's top-1).",
+        "loss": "The cross-entropy −log p(actual), in nats.",
+        "predicted": "The model's top-1 at this position.",
     },
     "FinalNormStats": {
         "norm_last": "L2 norm of the final norm's output at the last position.",
@@ -329,9 +351,13 @@ FIELDS = {
         "seconds": "Time the report took.",
     },
     "ParamGroup": {
-        "name": "The part (embedding, attention, MLP, norms, LM head, ...).",
+        "name": "The parameter: `block: <path inside a block> (<what it is>)` for block 0's "
+                "(× the number of blocks), else the part and `weight` or `bias`.",
         "count": "Parameters in one instance.",
         "times": "Instances (blocks) of it.",
+        "shape": "The tensor's shape (nn.Linear stores (out, in); GPT-2's Conv1D (in, out)).",
+        "part": "`embedding`, `block`, `final` (the final norm), `head` (the LM head) or "
+                "`other`.",
     },
     "CostReport": {
         "weights_bytes": "Bytes of all weights per precision (float32, bfloat16, float16, int8, "
@@ -363,6 +389,7 @@ FIELDS = {
         "checks": "Every comparison with the model and property of the weights.",
         "sampling": "The next token under greedy, temperature, top-k and top-p.",
         "match": "True when every check passed: the walkthrough reproduces the model.",
+        "embedding": "The embedding lookup, token by token: the first values of each part.",
         "head_weights": "Every head's attention weights at this layer (with `--plot` and in "
                         "the report); empty otherwise.",
     },
@@ -382,12 +409,22 @@ FIELDS = {
         "labels": "The token text of each position.",
         "rows": "The matrix, row by row.",
     },
+    "EmbeddingRow": {
+        "position": "The token's position.",
+        "id": "Its id: the row of the embedding matrix it selects.",
+        "text": "Its text.",
+        "token_row": "The first values of that row.",
+        "position_row": "GPT-2: the first values of row `position` of the position matrix; "
+                        "null for families without one.",
+        "scale": "Gemma: the √d the embedding is multiplied by; else null.",
+        "stream": "The first values of the sum: what enters block 0.",
+    },
     "Check": {
         "name": "What is checked.",
         "value": "What was measured (a max |Δ|, a count, ...).",
         "tolerance": "The rule the value must meet.",
         "ok": "Whether it does.",
-        "target": "Which check: `softmax_rows`, `causal_zeros`, `attn_out`, `mlp_out`, `block` "
+        "target": "Which check: `embedding`, `softmax_rows`, `causal_zeros`, `attn_out`, `mlp_out`, `block` "
                 "(the recomputed block output) or `logits`.",
         "unit": "`abs`: the value is a max absolute difference; `count`: it counts elements.",
     },

@@ -216,7 +216,14 @@ def shape_report(name: str, prompt: str | None = None, seq_len: int | None = Non
     top = rec.top
     if fam.pos_embed:
         steps.append(ShapeStep("embed", "token embedding", top["embed"]))
-        steps.append(ShapeStep("embed", "+ position embedding", top["pos_embed"]))
+        pos = tuple(top["pos_embed"])
+        if batch > 1 and pos[0] == 1:
+            steps.append(ShapeStep("embed", f"+ position embedding {_fmt(pos)}, broadcast over "
+                                   "the batch", pos))
+            steps.append(ShapeStep("embed", "= embedding (token + position)",
+                                   (batch, *pos[1:])))
+        else:
+            steps.append(ShapeStep("embed", "+ position embedding", pos))
     else:
         steps.append(ShapeStep("embed", "token embedding (no position embedding: RoPE "
                                "inside attention)" if cfg["rope"] else "token embedding",
@@ -225,8 +232,11 @@ def shape_report(name: str, prompt: str | None = None, seq_len: int | None = Non
     steps.append(ShapeStep("resid_post", f"× {L} blocks: the stream after the last one",
                            top["last_block"]))
     steps.append(ShapeStep("final_norm", "final norm", top["final_norm"]))
-    steps.append(ShapeStep("logits", "LM head → logits (all positions)", rec.logits_shape))
-    steps.append(ShapeStep("logits", "logits, last position only", (batch, 1, V)))
+    steps.append(ShapeStep("logits", f"LM head W_U {_fmt((V, d))} → logits at every position "
+                           "(what training scores)", rec.logits_shape))
+    steps.append(ShapeStep("final_norm", "last position only: h[:, −1]", (batch, 1, d)))
+    steps.append(ShapeStep("logits", f"LM head W_U {_fmt((V, d))} → next-token logits",
+                           (batch, 1, V)))
     n_hidden = L + 1
 
     groups, total = _param_groups(model, parts, L)
@@ -244,6 +254,10 @@ def shape_report(name: str, prompt: str | None = None, seq_len: int | None = Non
         params=tuple(groups), n_params=total, cost=cost, dtype=dtype,
         differences=tuple(fam.differences(h, kv, config)), notes=tuple(notes),
         seconds=time.perf_counter() - t0)
+
+
+def _fmt(shape: tuple) -> str:
+    return "(" + ", ".join(str(x) for x in shape) + ")"
 
 
 def _tokens(spec: Any, config: Any, prompt: str | None, seq_len: int | None
@@ -271,62 +285,42 @@ def _tied(model: Any) -> bool:
 
 
 def _param_groups(model: Any, parts: Any, L: int) -> tuple[list[ParamGroup], int]:
+    """One row per parameter tensor a student can reconcile: the embeddings, every weight and
+    bias of block 0 (× L), the final norm and the LM head, each with its shape."""
     names = {m: n for n, m in model.named_modules()}
-    embed = names[parts.embed]
-    pos = parts.family.pos_embed
-    final = names[parts.final_norm]
-    head = names[parts.lm_head]
+    fam = parts.family
+    tops = [(names[parts.embed], "token embedding W_E"),
+            (fam.pos_embed, "position embedding W_P"), (names[parts.final_norm], "final norm"),
+            (names[parts.lm_head], "LM head W_U")]
     blocks = names[parts.blocks[0]].rsplit(".", 1)[0]
     attn_rel = names[parts.attns[0]][len(names[parts.blocks[0]]) + 1:]
-    mlp_rel = names[parts.mlps[0]][len(names[parts.blocks[0]]) + 1:]
-    per_block: dict[str, int] = {}
-    counts = {"token embedding": 0, "position embedding": 0, "final norm": 0, "LM head": 0,
-              "other": 0}
+    groups: list[ParamGroup] = []
     block_totals = [0] * L
     for pname, p in model.named_parameters():  # shared (tied) tensors are listed once
-        n = p.numel()
+        n, shape = p.numel(), tuple(int(x) for x in p.shape)
         if pname.startswith(blocks + "."):
             idx_str, rel = pname[len(blocks) + 1:].split(".", 1)
             block_totals[int(idx_str)] += n
-            if int(idx_str) != 0:
-                continue
-            owner = rel.rsplit(".", 1)[0]  # the module holding the parameter
-            if rel.startswith(attn_rel + ".") and "norm" not in owner.rsplit(".", 1)[-1]:
-                leaf = rel[len(attn_rel) + 1:]
-                key = "attention: output projection W_O" if leaf.split(".")[0] in \
-                    parts.family.w_o else "attention: Q, K, V projections"
-            elif rel.startswith(mlp_rel + "."):
-                key = "MLP matrices"
-            elif "norm" in rel or rel.startswith("ln_"):
-                key = "norms"
-            else:
-                key = "other (block)"
-            per_block[key] = per_block.get(key, 0) + n
-        elif pname.startswith(embed + "."):
-            counts["token embedding"] += n
-        elif pos and pname.startswith(pos + "."):
-            counts["position embedding"] += n
-        elif pname.startswith(final + "."):
-            counts["final norm"] += n
-        elif pname.startswith(head + "."):
-            counts["LM head"] += n
-        else:
-            counts["other"] += n
+            if int(idx_str) == 0:
+                owner = rel.rsplit(".", 1)[0]
+                label = fam.label(owner.rsplit(".", 1)[-1], rel.startswith(attn_rel + "."))
+                groups.append(ParamGroup(f"block: {rel}" + (f" ({label})" if label else ""), n,
+                                         L, shape, "block"))
+            continue
+        where = next((label for prefix, label in tops
+                      if prefix and pname.startswith(prefix + ".")), "other")
+        groups.append(ParamGroup(f"{where}: {pname.rsplit('.', 1)[-1]}", n, 1, shape,
+                                 "head" if where.startswith("LM head") else
+                                 "embedding" if "embedding" in where else
+                                 "final" if where == "final norm" else "other"))
     if len(set(block_totals)) != 1:
         raise BadInput("the blocks of this model differ in size; fptrace shapes cannot "
                        "summarize them as one block × N")
-    groups = [ParamGroup("token embedding", counts["token embedding"], 1)]
-    if counts["position embedding"]:
-        groups.append(ParamGroup("position embedding", counts["position embedding"], 1))
-    order = ["attention: Q, K, V projections", "attention: output projection W_O", "norms",
-             "MLP matrices", "other (block)"]
-    for key in order:
-        if key in per_block:
-            groups.append(ParamGroup(f"per block: {key}", per_block[key], L))
-    groups.append(ParamGroup("final norm", counts["final norm"], 1))
-    groups.append(ParamGroup("LM head", counts["LM head"], 1))
-    if counts["other"]:
-        groups.append(ParamGroup("other", counts["other"], 1))
+    if parts.lm_head.weight is parts.embed.weight:
+        groups.append(ParamGroup("LM head W_U: weight, tied to W_E (no new parameters)", 0, 1,
+                                 tuple(int(x) for x in parts.lm_head.weight.shape), "head"))
+    order = {"embedding": 0, "block": 1, "final": 2, "head": 3, "other": 4}
+    groups.sort(key=lambda g: order[g.part])  # stable: each part keeps the model's order
     total = sum(g.count * g.times for g in groups)
     check = sum(p.numel() for p in model.parameters())
     assert total == check, (total, check)
@@ -340,8 +334,8 @@ def _costs(groups: list[ParamGroup], total: int, *, L: int, d: int, h: int, kv: 
     kv_per_token = 2 * L * kv * hd * b  # K and V, every layer
     # parameters that multiply each token (matrices of blocks and the LM head, not the
     # embedding lookup, norms or biases counted separately)
-    block_mats = sum(g.count * g.times for g in groups
-                     if g.name.startswith("per block:") and "norms" not in g.name)
+    block_mats = sum(g.count * g.times for g in groups  # the blocks' matrices, not their
+                     if g.part == "block" and len(g.shape) == 2)  # norms or biases
     head = V * d
     matmul_params = block_mats + head
     attn_prefill = 2 * 2 * L * B * T * T * h * hd  # Q·Kᵀ and weights·V over the full T×T

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import Any, Sequence
 
 from . import stats
@@ -9,8 +10,8 @@ from .errors import BadInput
 from .families.parts import dims
 from .hooks import Capture, capture_stats, is_oom
 from .models.loading import LoadedModel
-from .results import (Decomposition, FinalNormStats, LayerStats, LensCell, ModelInfo, ShapeStep,
-                      TopToken, Trace)
+from .results import (Decomposition, FinalNormStats, LayerStats, LensCell, ModelInfo,
+                      PositionStats, ShapeStep, TopToken, Trace)
 
 NOTE_RANDOM = "RANDOM WEIGHTS: the predictions and logit-lens tokens of this trace mean nothing"
 NOTE_PRENORM = ("the last block row is the residual stream before the final norm; "
@@ -103,6 +104,8 @@ def run_traces(lm: LoadedModel, prompts: Sequence[str | Sequence[int]], *, top_k
         if first_bad is None and not stats.is_finite(final_vec, row_logits):
             first_bad = "final_norm"
         top_ids, top_p, top_l = stats.top_k(row_logits, top_k)
+        positions, mean_loss = _positions(lm, ids, logits[b, -len(ids):]) if all_positions \
+            else ((), None)
         traces.append(Trace(
             prompt=lm.prompt_text(prompts[b]), model=model_info(lm), tokens=lm.tokens(ids),
             shapes=_shape_steps(cap, len(ids), model_info(lm).d_model, all_positions,
@@ -114,8 +117,10 @@ def run_traces(lm: LoadedModel, prompts: Sequence[str | Sequence[int]], *, top_k
             top_k=tuple(TopToken(r + 1, i, lm.token_text(i), p, lg)
                         for r, (i, p, lg) in enumerate(zip(top_ids, top_p, top_l))),
             all_positions=all_positions, truncated=dropped, first_nonfinite=first_bad,
-            notes=_notes(lm, checks[b], dropped), lens_grid=grid,
-            lens_positions=grid_positions, decomposition=checks[b]))
+            notes=_notes(lm, checks[b], dropped, per_row[b], ids), lens_grid=grid,
+            lens_positions=grid_positions, decomposition=checks[b], positions=positions,
+            mean_loss=mean_loss, perplexity=None if mean_loss is None else math.exp(mean_loss),
+            token_note=lm.bos_note(ids)))
     return traces
 
 
@@ -152,7 +157,8 @@ def _shape_steps(cap: Capture, n: int, d: int, all_positions: bool, vocab: int
             ShapeStep("logits", "lm_head → logits", (1, n if all_positions else 1, vocab)))
 
 
-def _notes(lm: LoadedModel, check: Decomposition, dropped: int) -> tuple[str, ...]:
+def _notes(lm: LoadedModel, check: Decomposition, dropped: int, rows: Sequence[LayerStats],
+           ids: Sequence[int]) -> tuple[str, ...]:
     notes = [NOTE_PRENORM]
     if lm.random_weights:
         notes.insert(0, NOTE_RANDOM)
@@ -160,7 +166,44 @@ def _notes(lm: LoadedModel, check: Decomposition, dropped: int) -> tuple[str, ..
         notes.insert(0, check.note())
     if dropped:
         notes.append(f"--truncate dropped the first {dropped} tokens")
+    if model_info(lm).tied_embeddings and rows and rows[0].lens_id == ids[-1]:
+        notes.append("the embedding row's logit lens names the input token itself: the LM head is "
+                     "tied to the embedding (W_U = W_E), so a token's own embedding scores its "
+                     "own row highest; that row says nothing about the next token")
+    sink = next((r for r in rows if r.resid_norm_max is not None and len(ids) > 1
+                 and r.resid_norm_max > 10 * max(r.resid_norm_last, 1e-12)), None)
+    if sink is not None:
+        pos = sink.resid_norm_max_position
+        where = "the embedding" if sink.layer is None else f"block {sink.layer}"
+        notes.append(f"from {where} on, position {pos} ({lm.token_text(ids[pos])!r}) has a far "
+                     f"larger ‖resid‖ than the others ({sink.resid_norm_max:,.0f} there, against "
+                     f"{sink.resid_norm_last:,.1f} at the last position): an attention sink, "
+                     "typical of the first token; it is what lifts the mean ‖resid‖ column")
     return tuple(notes)
+
+
+def _positions(lm: LoadedModel, ids: Sequence[int], logits: Any
+               ) -> tuple[tuple[PositionStats, ...], float | None]:
+    """Every position's prediction (logits: (n, V) for the row's n real positions) and the
+    mean cross-entropy of the predictions that have a next token, in nats."""
+    import torch
+
+    logp = torch.log_softmax(logits.float(), dim=-1)  # (n, V)
+    top_lp, top_id = logp.max(dim=-1)
+    toks = lm.tokens(ids)
+    rows = []
+    for i in range(len(ids)):
+        nxt = ids[i + 1] if i + 1 < len(ids) else None
+        lp = None if nxt is None else float(logp[i, nxt])
+        rows.append(PositionStats(
+            position=i, token=toks[i], actual=None if nxt is None else toks[i + 1],
+            actual_prob=None if lp is None else math.exp(lp),
+            actual_rank=None if nxt is None else int((logp[i] > logp[i, nxt]).sum()) + 1,
+            loss=None if lp is None else -lp,
+            predicted=TopToken(1, int(top_id[i]), lm.token_text(int(top_id[i])),
+                               math.exp(float(top_lp[i])), float(logits[i, int(top_id[i])]))))
+    losses = [r.loss for r in rows if r.loss is not None]
+    return tuple(rows), (sum(losses) / len(losses) if losses else None)
 
 
 def _lens_grid(lm: LoadedModel, cap: Capture, T: int) -> tuple[tuple, tuple]:
@@ -185,6 +228,7 @@ def layer_stats(lm: LoadedModel, cap: Capture, *, snippet: int = 4, logit_lens: 
     L = len(lm.parts.blocks)
     streams = torch.stack([cap.embed_last, *cap.resid_last])  # (L+1, B, d) float32
     mean_norms = torch.stack([cap.embed_mean_norm, *cap.resid_mean_norm])  # (L+1, B)
+    max_norms = torch.stack([cap.embed_max_norm, *cap.resid_max_norm])  # (L+1, B, 2)
     B = streams.shape[1]
     lens_ids = lens_probs = metrics = None
     if logit_lens:
@@ -226,6 +270,8 @@ def layer_stats(lm: LoadedModel, cap: Capture, *, snippet: int = 4, logit_lens: 
                 lens_rank=None if metrics is None else int(metrics[0][k, b]),
                 lens_entropy=None if metrics is None else float(metrics[1][k, b]),
                 lens_kl=None if metrics is None else float(metrics[2][k, b]),
+                resid_norm_max=float(max_norms[k, b, 0]),
+                resid_norm_max_position=int(max_norms[k, b, 1]),
                 finite=bool(finite_layer[k, b]),
             ))
         rows.append(tuple(layers))

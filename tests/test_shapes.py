@@ -26,7 +26,8 @@ def test_llama_8b_prompt():
     r = shape_report("llama-3.1-8b", "The capital of France is")
     assert [t.id for t in r.tokens] == [128000, 791, 6864, 315, 9822, 374]
     assert step(r, "input_ids") == (1, 6)
-    assert step(r, "LM head → logits") == (1, 6, 128256)
+    assert step(r, "LM head W_U (128256, 4096) → logits at every") == (1, 6, 128256)
+    assert step(r, "last position only") == (1, 1, 4096)
     assert r.hidden_states == (33, (1, 6, 4096))
     assert step(r, "Q split into heads") == (1, 32, 6, 128)
     assert step(r, "K split into heads") == (1, 8, 6, 128)
@@ -45,7 +46,7 @@ def test_gpt2_the_cat_sat():
     assert step(r, "scores") == (1, 12, 3, 3)
     assert step(r, "softmax") == (1, 12, 3, 3)
     assert step(r, "MLP up") == (1, 3, 3072)
-    assert step(r, "LM head → logits") == (1, 3, 50257)
+    assert step(r, "LM head W_U (50257, 768) → logits at every") == (1, 3, 50257)
     assert step(r, "+ position embedding") == (1, 3, 768)
     assert r.n_params == 124_439_808
     assert r.tied_embeddings and r.cost.tied_saving_params == 50257 * 768

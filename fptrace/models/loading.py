@@ -112,6 +112,18 @@ class LoadedModel:
         return self.tokenizer.token_text(token_id) if self.tokenizer is not None \
             else f"<{token_id}>"
 
+    def bos_note(self, ids: Sequence[int]) -> str | None:
+        """Whether the ids begin with the tokenizer's begin-of-text token: the seeds' Llama adds
+        one, SmolLM2's GGUF does not."""
+        bos = getattr(self.tokenizer, "bos_id", None) if self.tokenizer is not None else None
+        if bos is None:
+            return None
+        name = repr(self.token_text(bos))
+        if ids and ids[0] == bos:
+            return f"position 0 is the begin-of-text token {name} (id {bos}), added by the tokenizer"
+        return (f"no begin-of-text token: this tokenizer adds none (its would be {name}, id "
+                f"{bos}), so position 0 is the prompt's first word")
+
     def tokens(self, ids: Sequence[int], start: int = 0) -> tuple[Token, ...]:
         """Token rows (position, id, text) of ids, positions counted from `start`."""
         return tuple(Token(start + i, t, self.token_text(t)) for i, t in enumerate(ids))

@@ -13,7 +13,8 @@ from .fit import Col, fit_table
 from .tables import header, token_table
 from .text import bar, shape, visible
 
-SECTION_TITLES = {"attention": "attention", "mlp": "MLP", "end": "end of the pass"}
+SECTION_TITLES = {"attention": "attention", "mlp": "MLP", "end": "end of the pass",
+                  "embedding": "embedding"}
 
 
 def value(v: float, digits: int = 3) -> str:
@@ -121,14 +122,46 @@ def verdict(e: Explanation) -> Text:
                 "Do not trust the numbers above.", style="bold white on red")
 
 
+def _values(v: tuple[float, ...] | None) -> str:
+    return "" if v is None else " ".join(value(x) for x in v)
+
+
+def embedding_table(e: Explanation, width: int | None) -> RenderableType:
+    """Token by token: row `id` of W_E (+ row `pos` of W_P) (× √d) = the stream entering block
+    0, first values of each."""
+    rows_ = e.embedding
+    has_pos = any(r.position_row is not None for r in rows_)
+    scale = next((r.scale for r in rows_ if r.scale is not None), None)
+    cols = [Col("pos", 0, "right"), Col("id", 0, "right"), Col("token", 0),
+            Col("W_E[id]", 1)]
+    if has_pos:
+        cols.append(Col("+ W_P[pos]", 1))
+    cols.append(Col("= x" if scale is None else f"× {scale:.4g} = x", 0))
+    body = []
+    for r in rows_:
+        row = [str(r.position), str(r.id), Text(visible(r.text)), _values(r.token_row)]
+        if has_pos:
+            row.append(_values(r.position_row))
+        row.append(_values(r.stream))
+        body.append(row)
+    return fit_table(cols, body, width, padding=(0, 1), title="The embedding lookup, token by "
+                     "token (first values)", title_justify="left")
+
+
 def explain_view(e: Explanation, width: int | None = 120) -> RenderableType:
     info = e.model
     kv = f" (reads key/value head {e.kv_head})" if info.n_kv_heads != info.n_heads else ""
     parts: list[RenderableType] = [
         header(info), token_table(e.tokens, width=width),
+    ]
+    if e.embedding:
+        parts += [steps_table(tuple(s for s in e.steps if s.section == "embedding"),
+                              "From token ids to the stream entering block 0", width),
+                  embedding_table(e, width)]
+    parts += [
         Rule(f"block {e.layer} of {info.n_layers}, step by step: head {e.head}{kv}",
              align="left"),
-        steps_table(tuple(s for s in e.steps if s.section != "end"),
+        steps_table(tuple(s for s in e.steps if s.section not in ("end", "embedding")),
                     f"Block {e.layer}: every step from the stream entering it to the stream "
                     "leaving it", width),
     ]

@@ -56,24 +56,33 @@ def flow(r: ShapeReport, width: int | None = None) -> RenderableType:
                      "last one after the final norm", caption_justify="left")
 
 
-PARAM_COLS = (Col("part", 0, wrap=True, min_width=16), Col("each", 1, "right"),
-              Col("×", 1, "right"), Col("total", 0, "right"), Col("share", 2, "right"))
+PARAM_COLS = (Col("parameter", 0, wrap=True, min_width=16), Col("shape", 1),
+              Col("each", 1, "right"), Col("×", 1, "right"), Col("total", 0, "right"),
+              Col("share", 2, "right"))
 
 
 def params(r: ShapeReport, width: int | None = None) -> RenderableType:
+    """Every parameter tensor (block 0's × the number of blocks), a per-block subtotal and the
+    total: each row reconciles with the matrix shapes of the flow."""
     rows: list = []
-    for g in r.params:
+    sections = []
+    block = [g for g in r.params if g.part == "block"]
+    per_block = sum(g.count for g in block)
+    for k, g in enumerate(r.params):
         total = g.count * g.times
-        name = g.name
-        if g.name == "LM head" and r.tied_embeddings:
-            name = "LM head (tied to the token embedding: no new parameters)"
-        rows.append([name, f"{g.count:,}", str(g.times), f"{total:,}",
-                     f"{100 * total / r.n_params:.1f}%"])
-    rows.append(RowStyle(["total (= sum of the model's parameters)", "", "",
+        rows.append([g.name, shape(g.shape) if g.shape else "", f"{g.count:,}", str(g.times),
+                     f"{total:,}", f"{100 * total / r.n_params:.1f}%"])
+        if block and g is block[-1]:
+            rows.append(RowStyle([f"per block, all of the above ({len(block)} tensors)", "",
+                                  f"{per_block:,}", str(g.times), f"{per_block * g.times:,}",
+                                  f"{100 * per_block * g.times / r.n_params:.1f}%"], "bold"))
+            sections.append(len(rows))
+    sections.append(len(rows))
+    rows.append(RowStyle(["total (= sum of the model's parameters)", "", "", "",
                           f"{r.n_params:,}", "100%"], "bold"))
     caption = (f"tying the LM head to the embedding saves {r.cost.tied_saving_params:,} "
                "parameters") if r.tied_embeddings else None
-    return fit_table(PARAM_COLS, rows, width, sections=[len(rows) - 1], title="Parameters",
+    return fit_table(PARAM_COLS, rows, width, sections=sections, title="Parameters",
                      title_justify="left", caption=caption, caption_justify="left")
 
 

@@ -46,15 +46,40 @@ def header(info: ModelInfo) -> RenderableType:
 
 
 def token_table(toks: tuple[Token, ...], title: str = "Tokens",
-                width: int | None = None) -> RenderableType:
+                width: int | None = None, note: str | None = None) -> RenderableType:
     """Position, id and text (whitespace made visible) of each token; a long text wraps."""
     cols = (Col("pos", 0, "right"), Col("id", 0, "right"), Col("text", 0, wrap=True))
     rows = [[str(tok.position), str(tok.id), Text(visible(tok.text))] for tok in toks]
-    return fit_table(cols, rows, width, box=box.HEAVY_HEAD, title=title, title_justify="left")
+    table = fit_table(cols, rows, width, box=box.HEAVY_HEAD, title=title, title_justify="left")
+    return table if note is None else Group(table, Text(note, style="dim"))
 
 
 def tokens(trace: Trace, width: int | None = None) -> RenderableType:
-    return token_table(trace.tokens, width=width)
+    return token_table(trace.tokens, width=width, note=trace.token_note)
+
+
+POSITION_COLS = (Col("pos", 0, "right"), Col("token", 0), Col("next token", 0),
+                 Col("p(next)", 0, "right"), Col("rank", 1, "right"),
+                 Col("loss\n(nats)", 0, "right"), Col("predicted\ntop-1", 2),
+                 Col("p", 2, "right"))
+
+
+def positions(trace: Trace, width: int | None = None) -> RenderableType:
+    """--all-positions: what the model predicted at every position, and the loss of the
+    prompt (the mean cross-entropy of each position's prediction of the next token)."""
+    rows = [[str(r.position), Text(visible(r.token.text)),
+             Text(visible(r.actual.text)) if r.actual else "—", num(r.actual_prob, 4),
+             "—" if r.actual_rank is None else f"{r.actual_rank:,}", num(r.loss, 2),
+             Text(visible(r.predicted.text)), num(r.predicted.prob, 4)]
+            for r in trace.positions]
+    scored = sum(1 for r in trace.positions if r.loss is not None)
+    caption = None if trace.mean_loss is None else (
+        f"mean loss {trace.mean_loss:.3f} nats over {scored} predictions, perplexity "
+        f"{trace.perplexity:.2f}: the loss training averages; the last position has no next "
+        "token to score")
+    return fit_table(POSITION_COLS, rows, width, title="Predictions at every position (a "
+                     "causal LM scores the next token at each one)", title_justify="left",
+                     caption=caption, caption_justify="left")
 
 
 def _compress(steps: tuple[ShapeStep, ...]) -> list[tuple[str, tuple[int, ...]]]:
@@ -176,5 +201,7 @@ def notes(trace: Trace) -> RenderableType:
 
 def trace_view(trace: Trace, width: int | None = 120) -> RenderableType:
     """Everything `run` prints; width None (--wide) shows every column."""
-    return Group(header(trace.model), tokens(trace, width), shape_flow(trace),
-                 layers(trace, width), top_k(trace, width), notes(trace))
+    parts = [header(trace.model), tokens(trace, width), shape_flow(trace), layers(trace, width)]
+    if trace.positions:
+        parts.append(positions(trace, width))
+    return Group(*parts, top_k(trace, width), notes(trace))

@@ -22,6 +22,7 @@ from ..models.loading import LoadedModel
 from ..results import (AttentionMatrix, Check, Explanation, Sampling, SamplingRow, Token,
                        TopToken)
 from ..tracer import NOTE_RANDOM, model_info
+from .embedding import embedding
 from .steps import Steps
 
 # (atol, rtol) of a recomputed tensor against the model's, by its dtype (see _close). The
@@ -54,7 +55,11 @@ def _captured(lm: LoadedModel, layer: int) -> Iterator[dict]:
             got[name] = first_output(output).detach().clone()
         return hook
 
-    with hooked([(parts.blocks[layer], "pre", pre, True),
+    def embed_out(module: Any, args: tuple, kwargs: dict) -> None:
+        got["embed_out"] = (args[0] if args else kwargs["hidden_states"]).detach().clone()
+
+    with hooked([(parts.blocks[0], "pre", embed_out, True),
+                 (parts.blocks[layer], "pre", pre, True),
                  (parts.blocks[layer], "post", keep("block_out"), False),
                  (parts.attn_adds[layer], "post", keep("attn_out"), False),
                  (parts.mlp_adds[layer], "post", keep("mlp_out"), False),
@@ -116,9 +121,12 @@ def explain(lm: LoadedModel, prompt: Any, *, layer: int = 0, head: int = 0,
     kv_head = head // (info.n_heads // info.n_kv_heads)
     s = Steps(head=head, kv_head=kv_head, n_heads=info.n_heads, n_kv_heads=info.n_kv_heads)
     with torch.inference_mode():
+        x0, embedding_rows = embedding(lm, ids, s)  # (1, T, C)
+        embed_check = _close("embedding = the stream entering block 0", x0, got["embed_out"],
+                             tol, "embedding")
         y = mod.block(got["block_in"].float(), _float32(lm.parts.blocks[layer]), cfg, layer, s,
                       lm.model)  # (1, T, C)
-        checks = _attention_checks(s)
+        checks = [embed_check] + _attention_checks(s)
         checks += [
             _close(f"attention output = the model's "
                    f"{lm.parts.family.attn_added or lm.parts.family.attn} output",
@@ -145,7 +153,7 @@ def explain(lm: LoadedModel, prompt: Any, *, layer: int = 0, head: int = 0,
         kv_head=kv_head, steps=tuple(s.items), matrices=matrices, checks=tuple(checks),
         sampling=_sampling(lm, logits, temperature, top_k, top_p, seed, show),
         match=all(c.ok for c in checks), notes=tuple(notes),
-        head_weights=_all_heads(s, toks) if all_heads else ())
+        head_weights=_all_heads(s, toks) if all_heads else (), embedding=embedding_rows)
 
 
 def _last_named(s: Steps, section: str) -> str:

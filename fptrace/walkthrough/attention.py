@@ -29,7 +29,7 @@ def repeat_kv(k: Any, v: Any, nh: int, s: Steps) -> tuple[Any, Any]:
     k = k.repeat_interleave(rep, dim=1)  # (B, nh, T, hd)
     v = v.repeat_interleave(rep, dim=1)  # (B, nh, T, hd)
     s("repeat K/V (GQA)", f"each of {nkv} K/V heads serves {rep} query heads" if rep > 1
-      else "one K/V head per query head: nothing to repeat", k)
+      else "one K/V head per query head: nothing to repeat", k, shown="K")
     return k, v
 
 

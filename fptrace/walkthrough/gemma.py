@@ -46,11 +46,11 @@ def block(x: Any, blk: Any, cfg: Any, layer: int, s: Steps, model: Any) -> Any:
         q = gemma_norm(q, attn.q_norm.weight, eps)  # (B, nh, T, hd)
         k = gemma_norm(k, attn.k_norm.weight, eps)  # (B, nkv, T, hd)
         s("q_norm, k_norm (per head, 1 + γ)", f"q = q / √(mean(q²) + ε) · (1 + γ_q) over each "
-          f"head's {hd} values; same for k", q, note="shown: Q")
+          f"head's {hd} values; same for k", q, shown="Q")
     cos, sin, formula = rope_tables(cfg, T, hd, model, x.device, layer)  # (T, hd) each
     q = apply_rope(q, cos, sin)  # (B, nh, T, hd)
     k = apply_rope(k, cos, sin)  # (B, nkv, T, hd)
-    s("RoPE on Q and K", formula, q, note="shown: Q; K is rotated the same way")
+    s("RoPE on Q and K", formula, q, note="K is rotated the same way", shown="Q")
     k, v = repeat_kv(k, v, nh, s)  # (B, nh, T, hd) each
     scalar = getattr(cfg, "query_pre_attn_scalar", None) or hd
     y = causal_attention(q, k, v, s, scale=scalar ** -0.5, window=sliding_window(cfg, layer),

@@ -49,7 +49,7 @@ def block(x: Any, blk: Any, cfg: Any, layer: int, s: Steps, model: Any) -> Any:
     s("c_attn (fused QKV)", f"qkv = h · W_qkv + b   W_qkv is ({C}, {3 * C})", qkv)
     q, k, v = qkv.split(C, dim=2)  # 3 × (B, T, C)
     s("split → Q, K, V", f"q, k, v = qkv[…, 0:{C}], qkv[…, {C}:{2 * C}], qkv[…, {2 * C}:]", q,
-      note="shown: Q; K and V have the same shape")
+      note="K and V have the same shape", shown="Q")
     q = q.view(B, T, nh, hs).transpose(1, 2)  # (B, nh, T, hs)
     k = k.view(B, T, nh, hs).transpose(1, 2)  # (B, nh, T, hs)
     v = v.view(B, T, nh, hs).transpose(1, 2)  # (B, nh, T, hs)

@@ -37,12 +37,12 @@ def block(x: Any, blk: Any, cfg: Any, layer: int, s: Steps, model: Any) -> Any:
     qkv = qkv.view(B, T, nh, 3 * hs).transpose(1, 2)  # (B, nh, T, 3hs)
     q, k, v = qkv.chunk(3, dim=-1)  # 3 × (B, nh, T, hs)
     s("heads, then split", f"qkv → (B, {nh}, T, 3·{hs}); q, k, v = its thirds (per head)", q,
-      note="shown: Q; K and V have the same shape")
+      note="K and V have the same shape", shown="Q")
     cos, sin, formula = rope_tables(cfg, T, rot, model, x.device)  # (T, rot) each
     q = apply_rope(q, cos, sin)  # (B, nh, T, hs)
     k = apply_rope(k, cos, sin)  # (B, nh, T, hs)
     s("RoPE on Q and K", f"the first {rot} of {hs} values per head: " + formula, q,
-      note="shown: Q; K is rotated the same way; the other values pass unchanged")
+      note="K is rotated the same way; the other values pass unchanged", shown="Q")
     y = causal_attention(q, k, v, s)  # (B, T, C)
     attn_out = linear(y, attn.dense)  # (B, T, C)
     s("dense (W_O)", "attn_out = y · W_Oᵀ + b", attn_out, keep=True)

@@ -92,7 +92,8 @@ def split_heads(q: Any, k: Any, v: Any, nh: int, nkv: int, hd: int, s: Steps
     q = q.view(B, T, nh, hd).transpose(1, 2)  # (B, nh, T, hd)
     k = k.view(B, T, nkv, hd).transpose(1, 2)  # (B, nkv, T, hd)
     v = v.view(B, T, nkv, hd).transpose(1, 2)  # (B, nkv, T, hd)
-    s("heads", f"q → (B, T, {nh}, {hd}) → transpose(1, 2); k, v → (B, {nkv}, T, {hd})", q)
+    s("heads", f"q → (B, T, {nh}, {hd}) → transpose(1, 2); k, v → (B, {nkv}, T, {hd})", q,
+      shown="Q")
     return q, k, v
 
 
@@ -134,11 +135,11 @@ def block(x: Any, blk: Any, cfg: Any, layer: int, s: Steps, model: Any) -> Any:
         q = rms_norm(q, attn.q_norm.weight, eps)  # (B, nh, T, hd)
         k = rms_norm(k, attn.k_norm.weight, eps)  # (B, nkv, T, hd)
         s("q_norm, k_norm (RMSNorm per head)", "q = q / √(mean(q²) + ε) · γ_q over each head's "
-          f"{hd} values; same for k with γ_k", q, note="shown: Q")
+          f"{hd} values; same for k with γ_k", q, shown="Q")
     cos, sin, formula = rope_tables(cfg, T, hd, model, x.device, layer)  # (T, hd) each
     q = apply_rope(q, cos, sin)  # (B, nh, T, hd)
     k = apply_rope(k, cos, sin)  # (B, nkv, T, hd)
-    s("RoPE on Q and K", formula, q, note="shown: Q; K is rotated the same way")
+    s("RoPE on Q and K", formula, q, note="K is rotated the same way", shown="Q")
     k, v = repeat_kv(k, v, nh, s)  # (B, nh, T, hd) each
     y = causal_attention(q, k, v, s, window=sliding_window(cfg, layer))  # (B, T, nh*hd)
     attn_out = linear(y, attn.o_proj)  # (B, T, C)

@@ -30,12 +30,12 @@ def block(x: Any, blk: Any, cfg: Any, layer: int, s: Steps, model: Any) -> Any:
     q = rms_norm(q, attn.q_norm.weight, eps)  # (B, T, nh*hd)
     k = rms_norm(k, attn.k_norm.weight, eps)  # (B, T, nkv*hd)
     s("q_norm, k_norm (RMSNorm over all heads)", f"q = q / √(mean(q²) + ε) · γ_q over its "
-      f"{nh * hd} values; same for k", q, note="shown: Q")
+      f"{nh * hd} values; same for k", q, shown="Q")
     q, k, v = split_heads(q, k, v, nh, nkv, hd, s)  # (B, nh, T, hd), 2 × (B, nkv, T, hd)
     cos, sin, formula = rope_tables(cfg, T, hd, model, x.device, layer)  # (T, hd) each
     q = apply_rope(q, cos, sin)  # (B, nh, T, hd)
     k = apply_rope(k, cos, sin)  # (B, nkv, T, hd)
-    s("RoPE on Q and K", formula, q, note="shown: Q; K is rotated the same way")
+    s("RoPE on Q and K", formula, q, note="K is rotated the same way", shown="Q")
     k, v = repeat_kv(k, v, nh, s)  # (B, nh, T, hd) each
     y = causal_attention(q, k, v, s, window=sliding_window(cfg, layer))  # (B, T, nh*hd)
     o = linear(y, attn.o_proj)  # (B, T, C)

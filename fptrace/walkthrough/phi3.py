@@ -37,16 +37,17 @@ def block(x: Any, blk: Any, cfg: Any, layer: int, s: Steps, model: Any) -> Any:
     k = qkv[..., nh * hd: (nh + nkv) * hd]  # (B, T, nkv*hd)
     v = qkv[..., (nh + nkv) * hd:]  # (B, T, nkv*hd)
     s("split → Q, K, V", f"q, k, v = qkv[…, :{nh * hd}], qkv[…, {nh * hd}:{(nh + nkv) * hd}], "
-      f"qkv[…, {(nh + nkv) * hd}:]", q, note="shown: Q")
+      f"qkv[…, {(nh + nkv) * hd}:]", q, shown="Q")
     q = q.view(B, T, nh, hd).transpose(1, 2)  # (B, nh, T, hd)
     k = k.view(B, T, nkv, hd).transpose(1, 2)  # (B, nkv, T, hd)
     v = v.view(B, T, nkv, hd).transpose(1, 2)  # (B, nkv, T, hd)
-    s("heads", f"q → (B, T, {nh}, {hd}) → transpose(1, 2); k, v → (B, {nkv}, T, {hd})", q)
+    s("heads", f"q → (B, T, {nh}, {hd}) → transpose(1, 2); k, v → (B, {nkv}, T, {hd})", q,
+      shown="Q")
     cos, sin, formula = rope_tables(cfg, T, rot, model, x.device)  # (T, rot) each
     q = apply_rope(q, cos, sin)  # (B, nh, T, hd)
     k = apply_rope(k, cos, sin)  # (B, nkv, T, hd)
     s("RoPE on Q and K", (f"the first {rot} of {hd} values per head: " if rot < hd else "")
-      + formula, q, note="shown: Q; K is rotated the same way")
+      + formula, q, note="K is rotated the same way", shown="Q")
     k, v = repeat_kv(k, v, nh, s)  # (B, nh, T, hd) each
     y = causal_attention(q, k, v, s, window=sliding_window(cfg, layer))  # (B, T, nh*hd)
     attn_out = linear(y, attn.o_proj)  # (B, T, C)

@@ -22,8 +22,11 @@ class Steps:
     kept: dict = field(default_factory=dict)  # name -> tensor, for checks and tables
 
     def __call__(self, name: str, formula: str, t: Any, note: str | None = None,
-                 keep: bool = False) -> Any:
+                 keep: bool = False, shown: str | None = None) -> Any:
+        """shown: which tensor the preview values are of, when a step makes several (Q and K)."""
         where, values = self._preview(t)
+        if shown:
+            where = f"{shown}, {where}"
         self.items.append(ExplainStep(
             index=len(self.items) + 1, section=self.section, name=name, formula=formula,
             shape=tuple(int(d) for d in t.shape), where=where,
