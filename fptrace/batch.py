@@ -391,6 +391,24 @@ def _sigterm_interrupts() -> Iterator[None]:
         signal.signal(signal.SIGTERM, old)
 
 
+def done_ids(path: str) -> set[str]:
+    """The ids already in an output file, read without locking or repairing it (the other
+    ranks of a tensor-parallel batch: rank 0 owns the file)."""
+    try:
+        data = Path(path).read_bytes()
+    except OSError:
+        return set()
+    done = set()
+    for _, raw in _lines(data[:data.rfind(b"\n") + 1]):
+        try:
+            obj = json.loads(raw.decode("utf-8"))
+        except (UnicodeDecodeError, json.JSONDecodeError):
+            continue
+        if _is_record(obj):
+            done.add(str(obj["id"]))
+    return done
+
+
 def batch_file(inputs: Sequence[str], out: str, *, load: Callable[[], Any], model_name: str,
                random_weights: bool, force: bool = False, batch_size: int = 8,
                top_k: int = 10, snippet: int = 4, truncate: bool = False,
@@ -400,17 +418,30 @@ def batch_file(inputs: Sequence[str], out: str, *, load: Callable[[], Any], mode
     load the model only when something is left to do; trace with SIGTERM turned into an
     interruption between records; close the file whatever happens.
 
+    Under tensor parallelism every rank traces every group (the forward passes are collective)
+    but only rank 0 opens and writes the file; the others read which ids are done once rank 0
+    has opened (and repaired or emptied) it.
+
     progress(n_to_do) returns a context manager that yields a callback(prompts, tokens)."""
+    from .distributed import tensor_parallel as tp
+
+    ranks, main = tp.world_size(), tp.is_main()
     items = read_inputs(inputs, exclude=out)
-    sink = None if out == "-" else OutFile(out, force=force).open()
+    sink = None if out == "-" or not main else OutFile(out, force=force).open()
     try:
         if sink is not None:
             sink.check_compatible(model_name, top_k, snippet, random_weights)
         done = sink.done if sink is not None else set()
         todo = sum(1 for it in items if it.id not in done)
-        if todo == 0 and items:
+        if todo == 0 and items and ranks == 1:
             return Summary(total=len(items), skipped=len(items))  # nothing to load or run
         lm = load()
+        if ranks > 1:
+            import torch.distributed as dist
+
+            dist.barrier()  # rank 0 has opened the file; nothing is appended before all read
+            if not main and out != "-":
+                done = done_ids(out)
 
         def write(lines: list[str]) -> None:
             if sink is not None:

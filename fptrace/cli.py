@@ -104,9 +104,27 @@ def _quiet_libraries() -> None:
 
 
 def load(opts: LoadOptions) -> Any:
+    """The model, or with --tp N outside torchrun: N ranks of this same command started through
+    torch's launcher (after the checks that need no weights), whose exit code ends this one."""
     _quiet_libraries()
+    launch_ranks(opts)
     err = _stderr()
     return opts.load(progress=lambda m: err.print(f"[dim]{m}[/dim]", soft_wrap=True))
+
+
+def launch_ranks(opts: LoadOptions) -> None:
+    """With --tp N outside torchrun: check the config, run this command as N ranks, and exit
+    with their exit code. Commands that open files call it before opening them."""
+    from .distributed import tensor_parallel as tp
+
+    if opts.tp is not None and tp.world_size() == 1:
+        from .models.registry import resolve
+        from .models.sources import load_config
+
+        tp.check(load_config(resolve(opts.model)), opts.tp, device_map=opts.device_map,
+                 random_weights=opts.random_weights)
+        n, argv = tp.strip_tp(sys.argv[1:])
+        raise typer.Exit(tp.launch(n or opts.tp, argv))
 
 
 def _write_plot(fig: Any, path: str) -> None:
@@ -125,7 +143,7 @@ def emit_json(result: Any) -> None:
 
 @app.command(epilog=_docs("run"))
 @guarded
-@model_options()
+@model_options(tp=True)
 def run(
     prompt: Annotated[str, typer.Argument(help="The text to trace.")],
     opts: LoadOptions,
@@ -187,6 +205,9 @@ def shapes(
     dtype: Annotated[str, typer.Option("--dtype", help="Precision of activations for the "
                                        "memory figures: float32, bfloat16 or float16.",
                                        rich_help_panel=STATS)] = "float32",
+    gpu_memory: Annotated[Optional[str], typer.Option(
+        "--gpu-memory", help="Plan for GPUs of this memory (e.g. 80GiB): how many the weights "
+        "and the KV cache need, and the smallest valid --tp.", rich_help_panel=STATS)] = None,
     as_json: JsonOpt = False,
     wide: WideOpt = False,
 ) -> None:
@@ -196,7 +217,8 @@ def shapes(
 
     err = _stderr()
     report = shape_report(model, prompt, seq_len=seq_len, batch=batch, dtype=dtype,
-                          warn=lambda m: err.print(f"warning: {m}", style="yellow"))
+                          warn=lambda m: err.print(f"warning: {m}", style="yellow"),
+                          gpu_memory=gpu_memory)
     if as_json:
         emit_json(report)
         return
@@ -210,7 +232,7 @@ SAMPLING = "Sampling"
 
 @app.command(epilog=_docs("explain"))
 @guarded
-@model_options(placement=False)
+@model_options(placement=False, tp=True)
 def explain(
     prompt: Annotated[str, typer.Argument(help="The text whose forward pass is explained.")],
     opts: LoadOptions,
@@ -457,7 +479,7 @@ def patch(
 
 @app.command(epilog=_docs("generate"))
 @guarded
-@model_options()
+@model_options(tp=True)
 def generate(
     prompt: Annotated[str, typer.Argument(help="The text to continue.")],
     opts: LoadOptions,
@@ -539,7 +561,7 @@ def _step_printer(lm: Any, prompt: str, max_new_tokens: int, layers: bool, wide:
 
 @app.command(epilog=_docs("batch"))
 @guarded
-@model_options()
+@model_options(tp=True)
 def batch(
     inputs: Annotated[list[str], typer.Argument(
         help=".txt files (one prompt per line), .jsonl files ({\"id\": ..., \"prompt\": ...} "
@@ -572,6 +594,7 @@ def batch(
     from .models.registry import resolve
     from .render.progress import batch_progress
 
+    launch_ranks(opts)  # before the output file is opened and locked
     err = _stderr()
     summary = batch_file(inputs, out, load=lambda: load(opts),
                          model_name=resolve(opts.model).name,
@@ -675,6 +698,10 @@ def main(argv: list[str] | None = None) -> None:
     unknown command) get the same single line as every other error, not a multi-line box."""
     # click's UsageError, whether typer vendors click (0.29+) or uses it (older releases)
     usage_error = next(c for c in typer.BadParameter.__mro__ if c.__name__ == "UsageError")
+    from .distributed.tensor_parallel import rank, world_size
+
+    if world_size() > 1 and rank() != 0:  # under torchrun only rank 0 prints and writes
+        sys.stdout = sys.stderr = open(os.devnull, "w", encoding="utf-8")
     try:
         rc = app(args=argv, prog_name="fptrace", standalone_mode=False)
     except usage_error as e:

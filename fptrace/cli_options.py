@@ -55,7 +55,13 @@ PLACEMENT: tuple[tuple[str, Any, Any], ...] = (
         "--offload-folder", help="With --device-map: where weights that fit nowhere else go "
         "(default: a temporary folder).", rich_help_panel=MODEL)], None),
 )
-assert {n for n, _, _ in OPTIONS + PLACEMENT} == {f.name for f in fields(LoadOptions)}
+TP: tuple[tuple[str, Any, Any], ...] = (
+    ("tp", Annotated[Optional[int], typer.Option(
+        "--tp", help="Tensor parallelism: shard the model over N processes on this machine "
+        "(torch's launcher; under torchrun, fptrace uses the ranks it is given).",
+        rich_help_panel=MODEL)], None),
+)
+assert {n for n, _, _ in OPTIONS + PLACEMENT + TP} == {f.name for f in fields(LoadOptions)}
 
 PlotOpt = Annotated[Optional[str], typer.Option(
     "--plot", help="Also write a figure (.png, .svg, .pdf, .jpg or .webp; no display needed).",
@@ -68,12 +74,13 @@ WideOpt = Annotated[bool, typer.Option(
     rich_help_panel=OUTPUT)]
 
 
-def model_options(placement: bool = True) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+def model_options(placement: bool = True, tp: bool = False
+                  ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """Attach the loading options to a command whose function takes `opts: LoadOptions`.
 
     placement: also --device-map, --max-memory and --offload-folder (commands whose work reads
-    weights step by step, like explain, leave them out)."""
-    chosen = OPTIONS + (PLACEMENT if placement else ())
+    weights step by step, like explain, leave them out); tp: also --tp."""
+    chosen = OPTIONS + (PLACEMENT if placement else ()) + (TP if tp else ())
 
     def attach(fn: Callable[..., Any]) -> Callable[..., Any]:
         sig = inspect.signature(fn, eval_str=True)

@@ -147,6 +147,9 @@ def generate(lm: LoadedModel, prompt: Any, *, max_new_tokens: int = 12,
     notes = []
     if lm.random_weights:
         notes.append(NOTE_RANDOM)
+    if lm.tensor_parallel > 1:
+        notes.append(f"tensor parallel over {lm.tensor_parallel} ranks: the KV-cache shapes and "
+                     f"bytes are rank 0's shard (1/{lm.tensor_parallel} of the key/value heads)")
     return Generation(
         prompt=lm.prompt_text(prompt), model=info,
         tokens=lm.tokens(ids),

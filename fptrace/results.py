@@ -38,6 +38,7 @@ class ModelInfo:
     # a model type the registry does not know: the facts inferred (and from what), the unknown
     inferred: tuple[str, ...] = ()
     unknown: tuple[str, ...] = ()
+    tensor_parallel: int = 1  # ranks the weights are sharded over (torchrun / --tp)
 
 
 @dataclass(frozen=True)
@@ -199,6 +200,20 @@ class CostReport:
 
 
 @dataclass(frozen=True)
+class GpuPlan:
+    """How many GPUs of a given memory the weights and the KV cache need, and the smallest
+    tensor-parallel size that splits the model that far."""
+
+    gpu_memory_bytes: int
+    weights_bytes: int  # in the report's dtype
+    kv_cache_bytes: int  # at the report's batch and sequence length
+    needed_bytes: int  # weights + KV cache (activations and framework overhead not counted)
+    gpus_needed: int  # ceil(needed / gpu memory)
+    tp: int | None  # the smallest divisor of both head counts ≥ gpus_needed; None: none is
+    tp_note: str
+
+
+@dataclass(frozen=True)
 class ShapeReport:
     model: str
     family: str
@@ -228,6 +243,7 @@ class ShapeReport:
     differences: tuple[str, ...]
     notes: tuple[str, ...]
     seconds: float
+    plan: GpuPlan | None = None  # --gpu-memory
     kind: str = "shapes"
     schema_version: str = SCHEMA_VERSION
 

@@ -29,6 +29,8 @@ TYPES = {
                      "Where a block fails it, its `attn_norm_last` and `mlp_norm_last` are "
                      "null rather than wrong.",
     "ParamGroup": "Parameters of one part of the model.",
+    "GpuPlan": "`shapes --gpu-memory`: how many GPUs of that memory the weights and the KV "
+               "cache need, and the smallest valid tensor-parallel size.",
     "CostReport": "Memory and compute figures at the report's batch and sequence length.",
     "ExplainStep": "One step of the walkthrough.",
     "AttentionMatrix": "One head's (T, T) matrix; rows are query positions, columns key "
@@ -251,6 +253,8 @@ FIELDS = {
                           "then mean nothing.",
         "placement": "With `--device-map`: where each range of blocks and the other parts "
                      "live (`blocks 0–13: cuda:0`, `lm_head: disk`, ...); empty otherwise.",
+        "tensor_parallel": "How many processes the weights are sharded over (`--tp N` or "
+                           "torchrun); 1 in one process.",
         "inferred": "For a model type no family module covers: each architecture fact "
                     "fptrace inferred, and from what (empty for registered families).",
         "unknown": "For such a model: the facts fptrace could not establish, and what it does "
@@ -349,6 +353,17 @@ FIELDS = {
         "dtype": "Precision the activation figures are for (`--dtype`).",
         "differences": "How this family differs from GPT-2.",
         "seconds": "Time the report took.",
+        "plan": "With `--gpu-memory`: the GPU plan; else null.",
+    },
+    "GpuPlan": {
+        "gpu_memory_bytes": "Memory of one GPU (`--gpu-memory`).",
+        "weights_bytes": "The weights in the report's dtype.",
+        "kv_cache_bytes": "The KV cache at the report's batch and sequence length.",
+        "needed_bytes": "weights + KV cache (activations and framework overhead not counted).",
+        "gpus_needed": "ceil(needed / GPU memory).",
+        "tp": "The smallest tensor-parallel size of at least gpus_needed that divides both the "
+              "attention and the key/value head counts; null when none does.",
+        "tp_note": "The plan in words.",
     },
     "ParamGroup": {
         "name": "The parameter: `block: <path inside a block> (<what it is>)` for block 0's "

@@ -14,7 +14,7 @@ from typing import Any
 from .errors import BadInput
 from .families.parts import dims, resolve_parts
 from .hooks import hooked
-from .results import CostReport, ParamGroup, ShapeReport, ShapeStep, Token
+from .results import CostReport, GpuPlan, ParamGroup, ShapeReport, ShapeStep, Token
 
 BYTES = {"float32": 4, "bfloat16": 2, "float16": 2, "int8": 1, "4-bit": 0.5}
 
@@ -175,7 +175,8 @@ def _block_steps(rec: _Recorder, cfg: dict, fam: Any) -> list[ShapeStep]:
 
 
 def shape_report(name: str, prompt: str | None = None, seq_len: int | None = None,
-                 batch: int = 1, dtype: str = "float32", warn: Any = None) -> ShapeReport:
+                 batch: int = 1, dtype: str = "float32", warn: Any = None,
+                 gpu_memory: str | None = None) -> ShapeReport:
     import torch
     from transformers import AutoModelForCausalLM
 
@@ -183,6 +184,13 @@ def shape_report(name: str, prompt: str | None = None, seq_len: int | None = Non
     from .models.sources import load_config
 
     t0 = time.perf_counter()
+    gpu_bytes = None
+    if gpu_memory is not None:
+        from .models.devices import parse_size
+
+        gpu_bytes = parse_size(gpu_memory, "--gpu-memory")
+        if gpu_bytes <= 0:
+            raise BadInput("--gpu-memory must be above 0")
     if batch < 1:
         raise BadInput("--batch must be at least 1")
     if dtype not in BYTES or dtype in ("int8", "4-bit"):
@@ -253,7 +261,30 @@ def shape_report(name: str, prompt: str | None = None, seq_len: int | None = Non
         hidden_states=(n_hidden, (batch, seq_len, d)),
         params=tuple(groups), n_params=total, cost=cost, dtype=dtype,
         differences=tuple(fam.differences(h, kv, config)), notes=tuple(notes),
-        seconds=time.perf_counter() - t0)
+        seconds=time.perf_counter() - t0,
+        plan=None if gpu_bytes is None else gpu_plan(gpu_bytes, cost, dtype, h, kv))
+
+
+def gpu_plan(gpu_bytes: int, cost: CostReport, dtype: str, heads: int, kv: int) -> GpuPlan:
+    """GPUs of gpu_bytes each for the weights (in dtype) plus the KV cache, and the smallest
+    --tp that splits the model over at least that many (a divisor of both head counts)."""
+    weights = cost.weights_bytes[dtype]
+    needed = weights + cost.kv_cache_bytes
+    gpus = max(1, math.ceil(needed / gpu_bytes))
+    tp = next((n for n in range(gpus, min(heads, kv) + 1) if heads % n == 0 and kv % n == 0),
+              None)
+    if tp is None:
+        note = (f"no tensor-parallel size of at least {gpus} divides both {heads} attention heads "
+                f"and {kv} key/value heads: more GPUs than tensor parallelism can use alone "
+                "(add pipeline parallelism, a smaller dtype, or GPUs with more memory)")
+    elif tp == gpus:
+        note = f"--tp {tp}: the smallest valid split onto {gpus} GPU" + ("s" if gpus > 1 else "")
+    else:
+        note = (f"--tp {tp}: {gpus} GPUs would hold it, but {gpus} does not divide {heads} "
+                f"attention heads and {kv} key/value heads; {tp} is the next size that does")
+    return GpuPlan(gpu_memory_bytes=gpu_bytes, weights_bytes=weights,
+                   kv_cache_bytes=cost.kv_cache_bytes, needed_bytes=needed, gpus_needed=gpus,
+                   tp=tp, tp_note=note + "; activations and framework overhead not counted")
 
 
 def _fmt(shape: tuple) -> str:

@@ -47,6 +47,7 @@ def _model_info(lm: LoadedModel) -> ModelInfo:
         device=str(lm.device), dtype=str(lm.dtype).replace("torch.", ""),
         random_weights=lm.random_weights, placement=lm.placement,
         inferred=lm.parts.known, unknown=lm.parts.unknown,
+        tensor_parallel=lm.tensor_parallel,
     )
 
 

@@ -41,6 +41,18 @@ def placement(model: Any, blocks_path: str) -> tuple[str, ...]:
 _MEM = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMGT]i?B|B)?\s*$", re.IGNORECASE)
 
 
+_UNITS = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
+          "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40}
+
+
+def parse_size(text: str, what: str) -> int:
+    """'80GiB' -> bytes (B, KB, MB, GB, TB in powers of 1000; KiB, MiB, GiB, TiB of 1024)."""
+    m = _MEM.match(text or "")
+    if not m:
+        raise BadInput(f"{what} {text!r}: a size such as 80GiB, 40GB or 24GiB")
+    return int(float(m.group(1)) * _UNITS[(m.group(2) or "").lower()])
+
+
 def parse_max_memory(text: str | None) -> dict | None:
     """'0=70GiB,1=70GiB,cpu=200GiB' -> {0: '70GiB', 1: '70GiB', 'cpu': '200GiB'}."""
     if text is None or not text.strip():

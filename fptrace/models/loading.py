@@ -39,6 +39,7 @@ class LoadedModel:
     random_weights: bool
     source: str
     info: Any = field(default=None, repr=False, compare=False)  # ModelInfo, set by model_info()
+    tensor_parallel: int = 1  # ranks the weights are sharded over (torchrun)
 
     @property
     def config(self) -> Any:
@@ -180,10 +181,18 @@ def load_model(name: str = DEFAULT_MODEL, *, random_weights: bool = False, seed:
 
     device_map="auto" (with max_memory like "0=70GiB,cpu=200GiB" and an offload_folder) loads
     through Accelerate: blocks spread over GPUs, then CPU RAM, then disk."""
+    from ..distributed import tensor_parallel as tp
+
     spec = resolve(name)
     dev = pick_device(device)
     dt = pick_dtype(dtype, dev)
     placed = placed_options(device_map, max_memory, offload_folder)
+    ranks = tp.world_size()
+    if ranks > 1:  # under torchrun: each rank loads its shard of every layer
+        tp.check(load_config(spec) if not (spec.kind == "gguf" and spec.path is None)
+                 else config_from_dict(spec.known.config), ranks, device_map=device_map,
+                 random_weights=random_weights)
+        placed = tp.from_pretrained_options(ranks)
     t0 = time.perf_counter()
     if random_weights:
         config = load_config(spec) if not (spec.kind == "gguf" and spec.path is None) \
@@ -220,7 +229,7 @@ def load_model(name: str = DEFAULT_MODEL, *, random_weights: bool = False, seed:
     tokenizer = tokenizer_for(spec, model.config, progress)
     parts = resolve_parts(model)
     lm = LoadedModel(name=spec.name, model=model, tokenizer=tokenizer, parts=parts,
-                     random_weights=random_weights, source=source)
+                     random_weights=random_weights, source=source, tensor_parallel=ranks)
     where = "; ".join(lm.placement) or str(lm.device)
     progress(f"loaded {spec.name} in {time.perf_counter() - t0:.1f} s on {where} "
              f"({str(dt)[6:]})")

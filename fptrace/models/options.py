@@ -21,6 +21,7 @@ class LoadOptions:
     device_map: str | None = None  # "auto": Accelerate spreads the model over GPUs, CPU, disk
     max_memory: str | None = None  # "0=70GiB,cpu=200GiB"
     offload_folder: str | None = None
+    tp: int | None = None  # --tp N: shard over N processes on this machine (torch's launcher)
 
     def load(self, progress: Callable[[str], None] | None = None) -> Any:
         """The LoadedModel these options describe."""
@@ -28,4 +29,5 @@ class LoadOptions:
 
         args = asdict(self)
         name = args.pop("model")
+        args.pop("tp")  # the launcher's business (cli.load); each rank loads its shard
         return load_model(name, **args, **({"progress": progress} if progress else {}))

@@ -121,6 +121,18 @@ def differences(r: ShapeReport) -> RenderableType:
     return text
 
 
+def plan(r: ShapeReport) -> RenderableType:
+    p = r.plan
+    if p is None:
+        return Text("")
+    text = Text(f"GPUs of {human_bytes(p.gpu_memory_bytes)}: the weights in {r.dtype} "
+                f"({human_bytes(p.weights_bytes)}) and the KV cache at T={r.seq_len}, B={r.batch} "
+                f"({human_bytes(p.kv_cache_bytes)}) need {human_bytes(p.needed_bytes)}: "
+                f"{p.gpus_needed} GPU" + ("s" if p.gpus_needed > 1 else "") + "\n", style="bold")
+    text.append(p.tp_note)
+    return Panel(text, title="Plan", title_align="left", expand=False)
+
+
 def shape_view(r: ShapeReport, width: int | None = 120) -> RenderableType:
     return Group(header(r), tokens(r, width), flow(r, width), differences(r), params(r, width),
-                 cost(r, width))
+                 cost(r, width), plan(r))

@@ -35,7 +35,9 @@ def header(info: ModelInfo) -> RenderableType:
         ("vocab", f"{info.vocab_size:,}   context {info.context_length or '?'}"),
         ("params", f"{info.n_params:,}" + ("   (LM head tied to embedding)"
                                            if info.tied_embeddings else "")),
-        ("device", f"{info.device}   dtype {info.dtype}"),
+        ("device", f"{info.device}   dtype {info.dtype}" + (
+            f"   tensor parallel: {info.tensor_parallel} ranks" if info.tensor_parallel > 1
+            else "")),
         *([("placement", "; ".join(info.placement))] if info.placement else []),
         ("weights", info.source),
     ]

@@ -16,6 +16,7 @@ from typing import Any, Iterator
 
 from .. import sampling
 from ..errors import BadInput, UnsupportedModel
+from ..distributed.tensor_parallel import full
 from ..hooks import first_output, hooked
 from ..families import Family, with_walkthrough
 from ..models.loading import LoadedModel
@@ -68,14 +69,30 @@ def _captured(lm: LoadedModel, layer: int) -> Iterator[dict]:
 
 
 def _float32(module: Any) -> Any:
-    """The module itself when it is already float32, else a float32 copy (one block, or the
-    final norm: small)."""
+    """The module itself when it is already float32 and whole; else its float32 weights: a copy
+    (one block, or the final norm: small), or, when the model is sharded over tensor-parallel
+    ranks, a plain object tree with each module's whole weights (`full_tensor()`), which is
+    all the walkthrough reads."""
     import torch
 
-    p = next(module.parameters(), None)
-    if p is None or p.dtype == torch.float32:
+    params = list(module.parameters())
+    if any(hasattr(p, "full_tensor") for p in params):
+        return _whole(module)
+    if not params or params[0].dtype == torch.float32:
         return module
     return copy.deepcopy(module).float()
+
+
+def _whole(module: Any) -> Any:
+    import types
+
+    tree = types.SimpleNamespace(**{name: _whole(child)
+                                    for name, child in module.named_children()})
+    for name, p in module.named_parameters(recurse=False):
+        setattr(tree, name, full(p).detach().float())
+    if hasattr(module, "bias") and getattr(module, "bias") is None:
+        tree.bias = None
+    return tree
 
 
 def _close(name: str, ours: Any, theirs: Any, tol: tuple[float, float], target: str) -> Check:
@@ -185,10 +202,10 @@ def _end_of_pass(lm: LoadedModel, mod: Any, x: Any, s: Steps, model_logits: Any,
     h = h[:, -1, :]  # (B, C)
     s("last position", "h = h[:, −1]   (only the last position predicts the next token)", h)
     head = lm.parts.lm_head
-    W_U = head.weight.float()  # (V, C)
+    W_U = full(head.weight).float()  # (V, C)
     logits = h @ W_U.T  # (B, V)
     if getattr(head, "bias", None) is not None:
-        logits = logits + head.bias.float()
+        logits = logits + full(head.bias).float()
     tied = model_info(lm).tied_embeddings
     s("lm_head (unembed)", f"logits = h · W_Uᵀ   W_U is {tuple(W_U.shape)}", logits,
       note="tied: W_U is the token embedding matrix" if tied

@@ -9,6 +9,7 @@ from typing import Any, Sequence
 
 import torch
 
+from ..distributed.tensor_parallel import full
 from ..results import EmbeddingRow
 from .steps import Steps
 
@@ -19,7 +20,7 @@ def embedding(lm: Any, ids: Sequence[int], s: Steps, n: int = 4) -> tuple[Any, t
     fam = lm.parts.family
     T = len(ids)
     idx = torch.tensor(list(ids), device=lm.parts.embed.weight.device)
-    W_E = lm.parts.embed.weight.float()  # (V, C)
+    W_E = full(lm.parts.embed.weight).float()  # (V, C), whole even when sharded
     V, C = W_E.shape
     s.section = "embedding"
     tok = W_E[idx][None]  # (1, T, C)
@@ -27,7 +28,7 @@ def embedding(lm: Any, ids: Sequence[int], s: Steps, n: int = 4) -> tuple[Any, t
     x = tok  # (1, T, C)
     pos = None
     if fam.pos_embed:
-        W_P = lm.model.get_submodule(fam.pos_embed).weight.float()  # (positions, C)
+        W_P = full(lm.model.get_submodule(fam.pos_embed).weight).float()  # (positions, C)
         pos = W_P[torch.arange(T, device=W_P.device)][None]  # (1, T, C)
         s("position embedding", f"p = W_P[0..{T - 1}]   W_P is {tuple(W_P.shape)}: position t "
           "selects row t", pos)
