@@ -67,6 +67,73 @@ def overhead(lm, T: int, repeats: int = 20) -> dict:
     return {"T": T, "bare_ms": mb, "traced_ms": mt, "ratio": mt / mb}
 
 
+def _fptrace(args: list[str], launcher: list[str] | None = None) -> tuple[int, str, float]:
+    t0 = time.perf_counter()
+    r = subprocess.run([*(launcher or [sys.executable]), "-m", "fptrace", *args], cwd=ROOT,
+                       capture_output=True, text=True)
+    return r.returncode, r.stdout, time.perf_counter() - t0
+
+
+def tensor_parallel_check() -> dict:
+    """NCCL tensor parallelism over every visible GPU: a llama-3.2-1b-shaped random Llama
+    (32 heads, 8 KV heads) saved once, traced in one process and under torchrun with one rank
+    per GPU (the largest count that divides 8); the two traces must agree within bfloat16."""
+    import tempfile
+
+    import torch
+
+    n = max(d for d in (1, 2, 4, 8) if d <= torch.cuda.device_count())
+    if n < 2:
+        print("tensor parallel: one GPU visible, nothing to shard")
+        return {"gpus": 1}
+    sys.path.insert(0, os.path.join(ROOT, "tests"))
+    from conftest import make_llama_folder
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    folder = make_llama_folder(__import__("pathlib").Path(tempfile.mkdtemp()))
+    LlamaForCausalLM(LlamaConfig(num_hidden_layers=16, hidden_size=2048,
+                                 intermediate_size=8192, num_attention_heads=32,
+                                 num_key_value_heads=8, vocab_size=50257)).save_pretrained(folder)
+    args = ["run", "The capital of France is", "-m", str(folder), "--json", "--snippet", "0"]
+    rc1, one, t1 = _fptrace(args + ["--device", "cuda"])
+    rcn, many, tn = _fptrace(args, [sys.executable, "-m", "torch.distributed.run",
+                                    "--standalone", f"--nproc-per-node={n}"])
+    out = {"gpus": n, "exit_codes": [rc1, rcn], "seconds": [t1, tn]}
+    if rc1 == 0 and rcn == 0:
+        a, b = json.loads(one), json.loads(many)
+        worst = max(abs(x["resid_norm_last"] - y["resid_norm_last"]) / max(x["resid_norm_last"],
+                                                                            1e-9)
+                    for x, y in zip(a["layers"], b["layers"]))
+        out.update(ranks=b["model"]["tensor_parallel"], worst_rel_norm_diff=worst,
+                   same_top1=a["top_k"][0]["id"] == b["top_k"][0]["id"])
+    print(f"tensor parallel over {n} GPUs (NCCL): {out}")
+    return out
+
+
+def ray_check() -> dict:
+    """batch --ray with one GPU per worker, against the local batch on the same prompts."""
+    import importlib.util
+    import tempfile
+
+    if importlib.util.find_spec("ray") is None:
+        return {"skipped": "ray not installed"}
+
+    tmp = tempfile.mkdtemp()
+    prompts = os.path.join(ROOT, "prompts", "capitals.txt")
+    rc1, _, t1 = _fptrace(["batch", prompts, "--out", os.path.join(tmp, "a.jsonl"),
+                           "--device", "cuda"])
+    rc2, _, t2 = _fptrace(["batch", prompts, "--out", os.path.join(tmp, "b.jsonl"), "--device",
+                           "cuda", "--ray", "auto", "--workers", "1", "--gpus-per-worker", "1"])
+    same = None
+    if rc1 == 0 and rc2 == 0:
+        a = [json.loads(x)["top_k"][0]["id"] for x in open(os.path.join(tmp, "a.jsonl"))]
+        b = [json.loads(x)["top_k"][0]["id"] for x in open(os.path.join(tmp, "b.jsonl"))]
+        same = a == b
+    out = {"exit_codes": [rc1, rc2], "seconds": [t1, t2], "same_top1": same}
+    print(f"ray, one GPU per worker: {out}")
+    return out
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--json")
@@ -104,6 +171,8 @@ def main() -> int:
         for row in report[name]:
             print(f"{name:>17} T={row['T']:>4}: bare {row['bare_ms']:.2f} ms, traced "
                   f"{row['traced_ms']:.2f} ms, ratio {row['ratio']:.3f}")
+    report["tensor_parallel"] = tensor_parallel_check()
+    report["ray"] = ray_check()
     if args.json:
         with open(args.json, "w", encoding="utf-8") as f:
             json.dump(report, f, indent=2)

@@ -412,7 +412,8 @@ def done_ids(path: str) -> set[str]:
 def batch_file(inputs: Sequence[str], out: str, *, load: Callable[[], Any], model_name: str,
                random_weights: bool, force: bool = False, batch_size: int = 8,
                top_k: int = 10, snippet: int = 4, truncate: bool = False,
-               progress: Callable[[int], Any] | None = None) -> Summary:
+               progress: Callable[[int], Any] | None = None, ray: dict | None = None
+               ) -> Summary:
     """All of `fptrace batch`: read the inputs; open the output file (locked, checked against
     these options before anything is loaded, a partial last line repaired; `-` is stdout);
     load the model only when something is left to do; trace with SIGTERM turned into an
@@ -422,7 +423,9 @@ def batch_file(inputs: Sequence[str], out: str, *, load: Callable[[], Any], mode
     but only rank 0 opens and writes the file; the others read which ids are done once rank 0
     has opened (and repaired or emptied) it.
 
-    progress(n_to_do) returns a context manager that yields a callback(prompts, tokens)."""
+    progress(n_to_do) returns a context manager that yields a callback(prompts, tokens).
+    ray: the keyword arguments of distributed.ray_batch.run_on_ray (address, workers,
+    gpus_per_worker, load): the groups are traced on a Ray cluster instead of here."""
     from .distributed import tensor_parallel as tp
 
     ranks, main = tp.world_size(), tp.is_main()
@@ -435,7 +438,7 @@ def batch_file(inputs: Sequence[str], out: str, *, load: Callable[[], Any], mode
         todo = sum(1 for it in items if it.id not in done)
         if todo == 0 and items and ranks == 1:
             return Summary(total=len(items), skipped=len(items))  # nothing to load or run
-        lm = load()
+        lm = load() if ray is None else None
         if ranks > 1:
             import torch.distributed as dist
 
@@ -452,6 +455,11 @@ def batch_file(inputs: Sequence[str], out: str, *, load: Callable[[], Any], mode
 
         bar = progress(todo) if progress is not None else contextlib.nullcontext(None)
         with _sigterm_interrupts(), bar as tick:
+            if ray is not None:
+                from .distributed.ray_batch import run_on_ray
+
+                return run_on_ray(items, done, write, batch_size=batch_size, top_k=top_k,
+                                  snippet=snippet, truncate=truncate, progress=tick, **ray)
             return run_batch(lm, items, write, done, batch_size=batch_size, top_k=top_k,
                              snippet=snippet, truncate=truncate, progress=tick)
     finally:

@@ -280,3 +280,17 @@ def test_resume_refuses_random_weights_mixed_with_real(tmp_path, tiny_folder):
     r = invoke("batch", str(src), "-m", tiny_folder, "-o", str(out), "--random-weights")
     assert r.exit_code == 2 and "--force" in r.stderr
     assert len(lines_of(out)) == 1
+
+
+def test_ray_without_the_extra_says_how_to_install(tmp_path, monkeypatch):
+    import sys
+
+    from conftest import tiny_gpt2
+
+    monkeypatch.setitem(sys.modules, "ray", None)  # as if `pip install "fptrace[ray]"` had not run
+    p = tmp_path / "p.txt"
+    p.write_text("The cat sat\n")
+    r = CliRunner().invoke(app, ["batch", str(p), "--out", str(tmp_path / "o.jsonl"), "-m",
+                                 tiny_gpt2(), "--random-weights", "--ray", "auto"])
+    assert r.exit_code == 2
+    assert 'pip install "fptrace[ray]"' in r.stderr.strip().splitlines()[-1]

@@ -1,0 +1,145 @@
+"""What every command of the command line shares: the Typer app, the one-line error handling,
+loading a model (and starting tensor-parallel ranks), printing views that fit the terminal."""
+
+from __future__ import annotations
+
+import functools
+import os
+import sys
+from typing import Any, Callable
+
+import typer
+from rich.console import Console
+
+from .cli_options import LoadOptions
+from .errors import FptraceError
+
+app = typer.Typer(
+    name="fptrace",
+    help="Trace one forward pass of a transformer language model, block by block.",
+    no_args_is_help=True,
+    pretty_exceptions_show_locals=False,
+    rich_markup_mode="rich",
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+
+def docs_epilog(command: str) -> str:
+    """The line every command's --help ends with."""
+    return f"\n\nA worked example and every option explained: docs/{command}.md."
+
+
+def stderr_console() -> Console:
+    return Console(stderr=True, highlight=False)
+
+
+def stdout_console() -> Console:
+    """Tables go to stdout; when it is not a terminal they are laid out 130 columns wide
+    (COLUMNS overrides)."""
+    width = None if sys.stdout.isatty() or os.environ.get("COLUMNS") else 130
+    return Console(highlight=False, width=width)
+
+
+def show(view: Callable[[int | None], Any], wide: bool = False, out: Console | None = None
+         ) -> Console:
+    """Print a view laid out for the terminal's width: view(width) leaves out the columns
+    that do not fit and says so; with --wide, view(None) has every column and the console
+    grows to its natural width."""
+    out = out or stdout_console()
+    if wide:
+        from .render.fit import natural_width
+
+        rendered = view(None)
+        out.width = natural_width(rendered, out.width)
+    else:
+        rendered = view(out.width)
+    out.print(rendered)
+    return out
+
+
+def fail(message: str, code: int = 2) -> None:
+    """One line on stderr, then exit non-zero."""
+    line = " ".join(str(message).split())
+    stderr_console().print(f"fptrace: error: {line}", markup=False, soft_wrap=True)
+    raise typer.Exit(code)
+
+
+def guarded(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """Turn every error into one line on stderr and a non-zero exit code: never a traceback."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except typer.Exit:
+            raise
+        except FptraceError as e:
+            fail(str(e), e.exit_code)
+        except KeyboardInterrupt:
+            fail("interrupted", 130)
+        except Exception as e:  # a bug of ours: still one line, the traceback on request
+            from .hooks import is_oom
+
+            if is_oom(e):
+                fail("out of memory: try --dtype bfloat16, --device-map auto, a shorter prompt "
+                     f"or a smaller model ({type(e).__name__}: {str(e)[:120]})", 3)
+            if os.environ.get("FPTRACE_DEBUG"):
+                raise
+            fail(f"internal error: {type(e).__name__}: {e} (set FPTRACE_DEBUG=1 for the "
+                 "traceback)", 70)
+
+    return wrapper
+
+
+def quiet_libraries() -> None:
+    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+    import transformers
+
+    transformers.logging.set_verbosity_error()
+    transformers.logging.disable_progress_bar()
+
+
+def load(opts: LoadOptions) -> Any:
+    """The model, or with --tp N outside torchrun: N ranks of this same command started through
+    torch's launcher (after the checks that need no weights), whose exit code ends this one."""
+    quiet_libraries()
+    launch_ranks(opts)
+    err = stderr_console()
+    return opts.load(progress=lambda m: err.print(f"[dim]{m}[/dim]", soft_wrap=True))
+
+
+def launch_ranks(opts: LoadOptions) -> None:
+    """With --tp N outside torchrun: check the config, run this command as N ranks, and exit
+    with their exit code. Commands that open files call it before opening them."""
+    from .distributed import tensor_parallel as tp
+
+    if opts.tp is not None and tp.world_size() == 1:
+        from .models.registry import resolve
+        from .models.sources import load_config
+
+        tp.check(load_config(resolve(opts.model)), opts.tp, device_map=opts.device_map,
+                 random_weights=opts.random_weights)
+        n, argv = tp.strip_tp(sys.argv[1:])
+        raise typer.Exit(tp.launch(n or opts.tp, argv))
+
+
+def write_plot(fig: Any, path: str) -> None:
+    from .render.plots import save
+
+    save(fig, path)
+    stderr_console().print(f"[dim]wrote {path}[/dim]", soft_wrap=True)
+
+
+def emit_json(result: Any) -> None:
+    from .schema import to_json
+
+    sys.stdout.write(to_json(result) + "\n")
+    sys.stdout.flush()
+
+
+
+def check_match(match: bool, failed: list[str]) -> None:
+    if not match:
+        from .errors import Mismatch
+
+        raise Mismatch(f"the recomputation does not match the model ({'; '.join(failed)})")
