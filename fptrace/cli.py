@@ -381,6 +381,21 @@ def report(
 
 @app.command()
 @guarded
+@model_options(placement=False)
+def tui(
+    prompt: Annotated[Optional[str], typer.Argument(help="A first prompt to trace.")] = None,
+    opts: LoadOptions = LoadOptions(),
+) -> None:
+    """Explore forward passes interactively in the terminal, with the model loaded once:
+    edit the prompt, move through the layers, switch heads, attribute, export."""
+    quiet_libraries()
+    from .tui import FptraceApp
+
+    FptraceApp(prompt=prompt, load=opts).run()
+
+
+@app.command()
+@guarded
 def schema(
     markdown: Annotated[bool, typer.Option("--markdown", help="Print the field-by-field "
                                            "documentation (docs/schema.md) instead.",
@@ -429,5 +444,5 @@ if __name__ == "__main__":
     main()
 
 
-__all__ = ["app", "main", "run", "shapes", "explain", "attribute", "diff", "patch", "generate",
+__all__ = ["app", "main", "run", "shapes", "explain", "attribute", "diff", "patch", "generate", "tui",
            "batch", "models", "report", "schema"]

@@ -299,6 +299,21 @@ def first_nonfinite(layers: Sequence[LayerStats]) -> str | None:
                  for l in layers if not l.finite), None)
 
 
+def lens_top_k(lm: LoadedModel, stream: Sequence[float], k: int = 10) -> tuple[TopToken, ...]:
+    """The logit lens of one stream vector (e.g. a row's whole `snippet`): the model's final
+    projection, then the top k tokens."""
+    import torch
+
+    if len(stream) != int(lm.config.hidden_size):
+        raise BadInput("the lens needs the whole stream (trace with snippet = d_model)")
+    with torch.inference_mode():
+        x = torch.tensor([list(stream)], dtype=lm.dtype, device=lm.device)
+        logits = lm.parts.project(x)[0].float()
+    ids, probs, values = stats.top_k(logits, k)
+    return tuple(TopToken(r + 1, i, lm.token_text(i), p, v)
+                 for r, (i, p, v) in enumerate(zip(ids, probs, values)))
+
+
 def _logit_lens(lm: LoadedModel, streams: Any) -> tuple[Any, Any, tuple[Any, Any, Any]]:
     """The model's final projection (final norm, LM head, final softcap where the family has
     one) on each layer's last-position stream: top-1 id and probability, and three measures
