@@ -14,8 +14,7 @@ from typing import Annotated, Any, Callable, Optional
 import typer
 
 from .cli_common import (app, check_match, docs_epilog, emit_json, fail, guarded, launch_ranks,
-                         load, quiet_libraries, show, stderr_console, stdout_console,
-                         write_plot)
+                         load, output, quiet_libraries, show, stderr_console, stdout_console)
 from .cli_options import (JsonOpt, LoadOptions, OUTPUT, PlotOpt, STATS, WideOpt,
                           model_options)
 from .errors import BadInput
@@ -54,16 +53,10 @@ def run(
 
     trace = run_trace(lm, prompt, top_k=top_k, snippet=snippet, all_positions=all_positions,
                       truncate=truncate, lens_grid=plot is not None)
-    if plot is not None:
-        from .render.plots import trace_figure
+    from .render.plots import trace_figure
+    from .render.tables import trace_view
 
-        write_plot(trace_figure(trace)[0], plot)
-    if as_json:
-        emit_json(trace)
-    else:
-        from .render.tables import trace_view
-
-        show(lambda width: trace_view(trace, width), wide)
+    output(trace, trace_view, as_json=as_json, wide=wide, plot=plot, figure=trace_figure)
     if trace.first_nonfinite:
         from .errors import NonFiniteValues
 
@@ -151,16 +144,10 @@ def explain(
     result = run_explain(lm, prompt, layer=layer, head=head, temperature=temperature,
                          top_k=top_k, top_p=top_p, seed=opts.seed, show=show_rows,
                          all_heads=plot is not None)
-    if plot is not None:
-        from .render.plots import attention_figure
+    from .render.explain import explain_view
+    from .render.plots import attention_figure
 
-        write_plot(attention_figure(result)[0], plot)
-    if as_json:
-        emit_json(result)
-    else:
-        from .render.explain import explain_view
-
-        show(lambda width: explain_view(result, width), wide)
+    output(result, explain_view, as_json=as_json, wide=wide, plot=plot, figure=attention_figure)
     check_match(result.match, [c.name for c in result.checks if not c.ok])
 
 

@@ -7,7 +7,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from .cli_common import app, docs_epilog, emit_json, guarded, load, show, write_plot
+from .cli_common import app, docs_epilog, guarded, load, output
 from .cli_options import JsonOpt, LoadOptions, PlotOpt, STATS, WideOpt, model_options
 from .errors import BadInput
 
@@ -41,16 +41,11 @@ def attribute(
     from .attribution import attribute as run_attribute
 
     result = run_attribute(lm, prompt, target=target, versus=versus, top=top)
-    if plot is not None:
-        from .render.plots import attribution_figure
+    from .render.attribution import attribution_view
+    from .render.plots import attribution_figure
 
-        write_plot(attribution_figure(result)[0], plot)
-    if as_json:
-        emit_json(result)
-    else:
-        from .render.attribution import attribution_view
-
-        show(lambda width: attribution_view(result, width), wide)
+    output(result, attribution_view, as_json=as_json, wide=wide, plot=plot,
+           figure=attribution_figure)
     if not result.ok:
         from .errors import Mismatch
 
@@ -90,12 +85,9 @@ def diff(
     a, b, labels, same = _diff_inputs(first, second, opts, model_b, dtype_b, device_b,
                                       random_weights_b)
     result = diff_traces(a, b, labels=labels, tolerance=tolerance, same_input=same)
-    if as_json:
-        emit_json(result)
-    else:
-        from .render.diff import diff_view
+    from .render.diff import diff_view
 
-        show(lambda width: diff_view(result, width), wide)
+    output(result, diff_view, as_json=as_json, wide=wide)
     if not result.within:
         raise typer.Exit(1)
 
@@ -185,13 +177,7 @@ def patch(
     result = run_patch(lm, prompt, noise=noise, corrupt=corrupt, what=what, window=window,
                        target=target, noise_scale=noise_scale, seed=opts.seed,
                        batch_size=batch_size)
-    if plot is not None:
-        from .render.plots import patch_figure
+    from .render.patch import patch_view
+    from .render.plots import patch_figure
 
-        write_plot(patch_figure(result)[0], plot)
-    if as_json:
-        emit_json(result)
-    else:
-        from .render.patch import patch_view
-
-        show(lambda width: patch_view(result, width), wide)
+    output(result, patch_view, as_json=as_json, wide=wide, plot=plot, figure=patch_figure)

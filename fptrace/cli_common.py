@@ -130,6 +130,18 @@ def write_plot(fig: Any, path: str) -> None:
     stderr_console().print(f"[dim]wrote {path}[/dim]", soft_wrap=True)
 
 
+def output(result: Any, view: Callable[[Any, int | None], Any], *, as_json: bool, wide: bool,
+           plot: str | None = None, figure: Callable[[Any], Any] | None = None) -> None:
+    """A command's result: the figure for --plot, then the JSON (--json) or the view that fits
+    the terminal."""
+    if plot is not None and figure is not None:
+        write_plot(figure(result)[0], plot)
+    if as_json:
+        emit_json(result)
+    else:
+        show(lambda width: view(result, width), wide)
+
+
 def emit_json(result: Any) -> None:
     from .schema import to_json
 

@@ -8,7 +8,7 @@ from rich.text import Text
 from ..results import Attribution, Contribution
 from .fit import Col, fit_table
 from .tables import header
-from .text import bar, visible
+from .text import bar, bullets, visible
 
 NAMES = {"embed": "embedding", "attn_head": "attention head", "attn_bias": "attention W_O bias",
          "attn": "attention (not split)", "mlp": "MLP", "final_norm_bias": "final norm bias",
@@ -83,8 +83,6 @@ def verdict(a: Attribution) -> Text:
 
 
 def attribution_view(a: Attribution, width: int | None = 120) -> RenderableType:
-    notes = Text()
-    for n in a.notes:
-        notes.append("• " + n + "\n", style="bold red" if n.startswith("RANDOM") else "dim")
+    notes = bullets(a.notes)
     return Group(header(a.model), summary(a), top_table(a, width), layers_table(a, width),
                  notes, verdict(a))

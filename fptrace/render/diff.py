@@ -7,7 +7,7 @@ from rich.text import Text
 
 from ..results import DiffSide, TraceDiff
 from .fit import Col, RowStyle, fit_table
-from .text import norm, num, visible
+from .text import bullets, norm, num, visible
 
 
 def _side(s: DiffSide) -> Text:
@@ -68,8 +68,6 @@ def verdict(d: TraceDiff) -> Text:
 
 
 def diff_view(d: TraceDiff, width: int | None = 120) -> RenderableType:
-    notes = Text()
-    for n in d.notes:
-        notes.append("• " + n + "\n", style="bold red" if n.startswith("RANDOM") else "dim")
+    notes = bullets(d.notes)
     return Group(_side(d.a), _side(d.b), layers_table(d, width), top_table(d, width), notes,
                  verdict(d))

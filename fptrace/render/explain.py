@@ -11,7 +11,7 @@ from rich.text import Text
 from ..results import AttentionMatrix, Check, ExplainStep, Explanation
 from .fit import Col, fit_table
 from .tables import header, token_table
-from .text import bar, shape, visible
+from .text import bar, bullets, shape, visible
 
 SECTION_TITLES = {"attention": "attention", "mlp": "MLP", "end": "end of the pass",
                   "embedding": "embedding"}
@@ -169,8 +169,6 @@ def explain_view(e: Explanation, width: int | None = 120) -> RenderableType:
     parts += [steps_table(tuple(s for s in e.steps if s.section == "end"),
                           "The end of the pass: from the last block's output to a token", width),
               sampling_table(e, width), checks_table(e.checks, width)]
-    notes = Text()
-    for n in e.notes:
-        notes.append("• " + n + "\n", style="bold red" if n.startswith("RANDOM") else "dim")
+    notes = bullets(e.notes)
     parts += [notes, verdict(e)]
     return Group(*parts)

@@ -8,7 +8,7 @@ from rich.text import Text
 from ..results import PatchResult
 from .fit import Col, fit_table
 from .tables import header
-from .text import visible
+from .text import bullets, visible
 
 WHAT = {"resid": "the block's output stream", "attn": "what attention added",
         "mlp": "what the MLP added"}
@@ -54,7 +54,5 @@ def grid_table(r: PatchResult, width: int | None) -> RenderableType:
 
 
 def patch_view(r: PatchResult, width: int | None = 120) -> RenderableType:
-    notes = Text()
-    for n in r.notes:
-        notes.append("• " + n + "\n", style="bold red" if n.startswith("RANDOM") else "dim")
+    notes = bullets(r.notes)
     return Group(header(r.model), summary(r), grid_table(r, width), notes)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from typing import Any
 
 _VISIBLE = {" ": "␣", "\n": "↵", "\t": "⇥", "\r": "␍"}
 _EIGHTHS = " ▏▎▍▌▋▊▉█"
@@ -19,6 +20,16 @@ def visible(text: str) -> str:
         else:
             out.append(ch.encode("unicode_escape").decode("ascii"))
     return "".join(out) or "∅"
+
+
+def bullets(notes: "tuple[str, ...] | list[str]") -> Any:
+    """Notes as bullet lines: the random-weights warning in bold red, the others dim."""
+    from rich.text import Text
+
+    text = Text()
+    for n in notes:
+        text.append("• " + n + "\n", style="bold red" if n.startswith("RANDOM") else "dim")
+    return text
 
 
 def bar(value: float | None, top: float, width: int = 12) -> str:
