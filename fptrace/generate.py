@@ -142,6 +142,13 @@ def generate(lm: LoadedModel, prompt: Any, *, max_new_tokens: int = 12,
                 break
             next_input = torch.tensor([[choice]], dtype=torch.long, device=device)  # (1, 1)
 
+    return _generation(lm, prompt, ids, info, steps, generated, stop_reason, temperature,
+                       top_k, top_p, seed, max_new_tokens)
+
+
+def _generation(lm: LoadedModel, prompt: Any, ids: list[int], info: Any, steps: list,
+                generated: list[int], stop_reason: str, temperature: float, top_k: int | None,
+                top_p: float, seed: int, max_new_tokens: int) -> Generation:
     prefill = steps[0].seconds
     decode = sum(s.seconds for s in steps[1:])
     notes = []

@@ -220,6 +220,31 @@ def shape_report(name: str, prompt: str | None = None, seq_len: int | None = Non
     rec = _record_block(model, parts, ids)
     cfg = dict(B=batch, T=seq_len, d=d, h=h, kv=kv, hd=hd, d_mlp=dm.d_mlp,
                rope=fam.positions == "rope", swiglu=fam.mlp_type == "swiglu")
+    steps = _flow(rec, cfg, fam, batch, seq_len, L, V, d)
+    n_hidden = L + 1
+
+    groups, total = _param_groups(model, parts, L)
+    tied = _tied(model)
+    cost = _costs(groups, total, L=L, d=d, h=h, kv=kv, hd=hd, V=V, T=seq_len, B=batch,
+                  dtype=dtype, tied=tied)
+    return ShapeReport(
+        model=spec.name, family=fam.name, source=spec.known.source if spec.known else
+        (spec.path or spec.hub_id or ""),
+        n_layers=L, d_model=d, n_heads=h, n_kv_heads=kv, head_dim=hd, d_mlp=dm.d_mlp,
+        vocab_size=V, context_length=ctx, norm_type=fam.norm_type, mlp_type=fam.mlp_type,
+        positions=fam.positions, tied_embeddings=tied, batch=batch, seq_len=seq_len,
+        tokens=tokens, tokenizer=tokenizer_name, steps=tuple(steps),
+        hidden_states=(n_hidden, (batch, seq_len, d)),
+        params=tuple(groups), n_params=total, cost=cost, dtype=dtype,
+        differences=tuple(fam.differences(h, kv, config)), notes=tuple(notes),
+        seconds=time.perf_counter() - t0,
+        plan=None if gpu_bytes is None else gpu_plan(gpu_bytes, cost, dtype, h, kv))
+
+
+def _flow(rec: _Recorder, cfg: dict, fam: Any, batch: int, seq_len: int, L: int, V: int,
+          d: int) -> list[ShapeStep]:
+    """The steps of the flow: input ids, the embedding, block 0 in detail, the stream after the
+    last block, the final norm, the LM head at every position and at the last one."""
     steps = [ShapeStep("input_ids", "input_ids", (batch, seq_len))]
     top = rec.top
     if fam.pos_embed:
@@ -245,24 +270,7 @@ def shape_report(name: str, prompt: str | None = None, seq_len: int | None = Non
     steps.append(ShapeStep("final_norm", "last position only: h[:, −1]", (batch, 1, d)))
     steps.append(ShapeStep("logits", f"LM head W_U {_fmt((V, d))} → next-token logits",
                            (batch, 1, V)))
-    n_hidden = L + 1
-
-    groups, total = _param_groups(model, parts, L)
-    tied = _tied(model)
-    cost = _costs(groups, total, L=L, d=d, h=h, kv=kv, hd=hd, V=V, T=seq_len, B=batch,
-                  dtype=dtype, tied=tied)
-    return ShapeReport(
-        model=spec.name, family=fam.name, source=spec.known.source if spec.known else
-        (spec.path or spec.hub_id or ""),
-        n_layers=L, d_model=d, n_heads=h, n_kv_heads=kv, head_dim=hd, d_mlp=dm.d_mlp,
-        vocab_size=V, context_length=ctx, norm_type=fam.norm_type, mlp_type=fam.mlp_type,
-        positions=fam.positions, tied_embeddings=tied, batch=batch, seq_len=seq_len,
-        tokens=tokens, tokenizer=tokenizer_name, steps=tuple(steps),
-        hidden_states=(n_hidden, (batch, seq_len, d)),
-        params=tuple(groups), n_params=total, cost=cost, dtype=dtype,
-        differences=tuple(fam.differences(h, kv, config)), notes=tuple(notes),
-        seconds=time.perf_counter() - t0,
-        plan=None if gpu_bytes is None else gpu_plan(gpu_bytes, cost, dtype, h, kv))
+    return steps
 
 
 def gpu_plan(gpu_bytes: int, cost: CostReport, dtype: str, heads: int, kv: int) -> GpuPlan:

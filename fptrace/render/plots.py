@@ -17,6 +17,18 @@ def _nan(x: float | None) -> float:
     return math.nan if x is None else x
 
 
+def _lens_metrics(ax: Any, x: list, rows: Any, series: dict) -> None:
+    """KL(final ‖ lens) and the lens's entropy per layer, on a second axis (nats)."""
+    series["lens_kl"] = [_nan(l.lens_kl) for l in rows]
+    series["lens_entropy"] = [_nan(l.lens_entropy) for l in rows]
+    if any(l.lens_kl is not None for l in rows):
+        kx = ax.twinx()
+        kx.plot(x, series["lens_kl"], "k--", lw=1, label="KL(final ‖ lens)")
+        kx.plot(x, series["lens_entropy"], ":", color="tab:gray", lw=1, label="lens entropy")
+        kx.set_ylabel("nats")
+        kx.legend(loc="center right", fontsize=8)
+
+
 def _mpl() -> Any:
     import matplotlib
 
@@ -77,14 +89,7 @@ def trace_figure(trace: Trace) -> tuple[Any, dict]:
     ax.plot(x, series["resid_norm_last"], marker="o", ms=3, label="last position")
     ax.plot(x, series["resid_norm_mean"], marker="s", ms=3, label="mean over positions")
     ax.set_title("‖residual stream‖ per layer")
-    series["lens_kl"] = [_nan(l.lens_kl) for l in rows]
-    series["lens_entropy"] = [_nan(l.lens_entropy) for l in rows]
-    if any(l.lens_kl is not None for l in rows):
-        kx = ax.twinx()
-        kx.plot(x, series["lens_kl"], "k--", lw=1, label="KL(final ‖ lens)")
-        kx.plot(x, series["lens_entropy"], ":", color="tab:gray", lw=1, label="lens entropy")
-        kx.set_ylabel("nats")
-        kx.legend(loc="center right", fontsize=8)
+    _lens_metrics(ax, x, rows, series)
     ax.set_xticks(x[:: max(1, len(x) // 16)], labels[:: max(1, len(x) // 16)])
     ax.set_xlabel("after layer")
     ax.legend()
