@@ -52,7 +52,8 @@ class FptraceApp(App):
 
     CSS = """
     #prompt { dock: top; }
-    #status { dock: bottom; height: 1; color: $warning; }
+    Horizontal { height: 1fr; }
+    #status { height: 1; color: $warning; }
     #layers { width: 60%; }
     TabbedContent { width: 40%; }
     """
@@ -100,6 +101,7 @@ class FptraceApp(App):
         elif self.first_prompt:
             self.query_one("#prompt", Input).value = self.first_prompt
             self.trace_prompt(self.first_prompt)
+            self.query_one("#layers", DataTable).focus()
         else:
             self.action_focus_prompt()
 
@@ -121,6 +123,7 @@ class FptraceApp(App):
         if self.first_prompt:
             self.query_one("#prompt", Input).value = self.first_prompt
             self.trace_prompt(self.first_prompt)
+            self.query_one("#layers", DataTable).focus()
         else:
             self.action_focus_prompt()
 
