@@ -37,9 +37,12 @@ _MASKS = (
 _STEP = re.compile(r"^(\s*\d+ .*?)\s+\d+\.\d(\s{2})")
 
 
-# the header's weights row holds an install path, folded at a place that depends on its length
+# the header's weights row holds an install path, folded at a place that depends on its length,
+# and the header panel is as wide as that row: its borders and right padding vary with the path
 _WEIGHTS = re.compile(r"^│ weights\s")
 _FOLDED = re.compile(r"^│ {5,}\S")
+_RULE = re.compile(r"─{2,}")
+_PADDED = re.compile(r"\s+│$")
 
 
 def mask(text: str) -> str:
@@ -56,7 +59,8 @@ def mask(text: str) -> str:
         line = _STEP.sub(r"\1 <ms>\2", line)
         for pattern, repl in _MASKS:
             line = pattern.sub(repl, line)
-        out.append(line.rstrip())
+        line = _PADDED.sub(" │", _RULE.sub("─", line.rstrip()))
+        out.append(line)
     return "\n".join(out).strip("\n")
 
 

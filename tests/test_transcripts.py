@@ -45,5 +45,9 @@ def test_mask_hides_what_varies_only():
     b = "loaded smollm2-135m in 12.9 s; 1.5 prompts/s; 1,154 tokens/s; 2.1 GiB free; 0:01:03"
     assert transcripts.mask(a) == transcripts.mask(b)
     assert transcripts.mask("‖x‖ = 43.79") != transcripts.mask("‖x‖ = 43.78")
+    # the header panel is as wide as its (folded) install path: borders and padding vary
+    here = "╭─ fptrace ──────────╮\n│ model    smollm2-135m        │\n│ weights  /work/x │"
+    there = "╭─ fptrace ───────╮\n│ model    smollm2-135m     │\n│ weights  /tmp/ci │"
+    assert transcripts.mask(here) == transcripts.mask(there)
     step = "   1 decode  (1, 1) (1, 1, 576)   {} ␣Paris".format
     assert transcripts.mask(step("12.5  ")) == transcripts.mask(step("9.1  "))
