@@ -20,8 +20,8 @@ from typing import Any
 from .errors import BadInput, UnsupportedModel
 from .hooks import Capture, capture_stats, first_output, hooked
 from .models.loading import LoadedModel
-from .results import Attribution, Contribution, LayerAttribution, TopToken
-from .tracer import NOTE_RANDOM, layer_stats, model_info
+from .results import Attribution, Contribution, LayerAttribution
+from .tracer import NOTE_RANDOM, layer_stats, model_info, ranked_token
 
 RTOL = 1e-4  # float32: |sum − logit| ≤ RTOL · max(1, Σ|parts|)
 HALF_RTOL = 2e-2  # a half-precision model rounds its own stream and logits at this level
@@ -135,8 +135,6 @@ def _keep_output(store: dict, key: str, cap: Capture) -> Any:
 
 def _attribution(lm: LoadedModel, info: Any, ids: list[int], cap: Capture, got: dict,
                  w_o: list, logits: Any, t: int, v: int | None, top: int) -> Attribution:
-    import torch
-
     fam = lm.parts.family
     x = cap.resid_last[-1][0]  # (d,) the stream entering the final norm
     centre, gain, norm_bias = frozen_norm(lm.parts.final_norm, x, fam.norm_type)
@@ -193,14 +191,10 @@ def _attribution(lm: LoadedModel, info: Any, ids: list[int], cap: Capture, got: 
     if lm.random_weights:
         notes.insert(0, NOTE_RANDOM)
     top_parts = tuple(sorted(contributions, key=lambda c: -abs(c.value))[:top])
-    probs = torch.softmax(logits, dim=-1)
     return Attribution(
         prompt=lm.prompt_text(ids), model=info, tokens=lm.tokens(ids),
-        target=TopToken(int((probs > probs[t]).sum()) + 1, t, lm.token_text(t),
-                        float(probs[t]), float(logits[t])),
-        versus=None if v is None else TopToken(int((probs > probs[v]).sum()) + 1, v,
-                                               lm.token_text(v), float(probs[v]),
-                                               float(logits[v])),
+        target=ranked_token(lm, logits, t),
+        versus=None if v is None else ranked_token(lm, logits, v),
         model_logit=model_logit,
         capped_logit=float(logits[t] - (logits[v] if v is not None else 0)) if capped else None,
         total=total, difference=total - model_logit,

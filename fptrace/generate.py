@@ -19,7 +19,7 @@ from .errors import BadInput
 from .hooks import Capture, capture_stats, hooked
 from .models.loading import LoadedModel
 from .results import FinalNormStats, Generation, GenStep, TopToken
-from .tracer import NOTE_RANDOM, first_nonfinite, layer_stats, model_info
+from .tracer import NOTE_RANDOM, first_nonfinite, layer_stats, model_info, ranked_token
 
 
 def _eos_ids(lm: LoadedModel) -> set[int]:
@@ -178,9 +178,7 @@ def _step(lm: LoadedModel, index: int, next_input: Any, stream_shape: tuple, pos
     import torch
 
     kv_shape, kv_layers, kv_bytes, kv_layout = _kv(cache)
-    probs = torch.softmax(logits, dim=-1)
     alt_ids, alt_p, alt_l = stats.top_k(logits, alternatives)
-    rank = int((probs > probs[choice]).sum()) + 1
     layer_rows: tuple = ()
     final = check = bad = None
     if cap is not None:
@@ -198,8 +196,7 @@ def _step(lm: LoadedModel, index: int, next_input: Any, stream_shape: tuple, pos
         input_shape=tuple(int(d) for d in next_input.shape), stream_shape=stream_shape,
         positions=tuple(range(pos, pos + n_in)), kv_shape=kv_shape, kv_layers=kv_layers,
         kv_bytes=kv_bytes, kv_layout=kv_layout,
-        token=TopToken(rank, choice, lm.token_text(choice), float(probs[choice]),
-                       float(logits[choice])),
+        token=ranked_token(lm, logits, choice),
         sample_prob=float(dist[choice]),
         alternatives=tuple(TopToken(r + 1, i, lm.token_text(i), p, lg)
                            for r, (i, p, lg) in enumerate(zip(alt_ids, alt_p, alt_l))),

@@ -18,8 +18,8 @@ from typing import Any, Sequence
 from .errors import BadInput
 from .hooks import first_output, hooked
 from .models.loading import LoadedModel
-from .results import PatchCell, PatchResult, TopToken
-from .tracer import NOTE_RANDOM, model_info
+from .results import PatchCell, PatchResult
+from .tracer import NOTE_RANDOM, model_info, ranked_token
 
 WHAT = ("resid", "attn", "mlp")
 
@@ -177,8 +177,8 @@ def patch(lm: LoadedModel, prompt: str | Sequence[int], *, noise: str | None = N
     _check_memory(lm, batch_size, T)
     p = Patcher(lm, ids, corrupt_ids, what, noise_t)
     t = int(p.clean_logits.argmax()) if target is None else token_id(lm, target, "--target")
-    clean_probs = torch.softmax(p.clean_logits, dim=-1)
-    p_clean = float(clean_probs[t])
+    target_token = ranked_token(lm, p.clean_logits, t)
+    p_clean = target_token.prob
     p_corrupt = p.probs([[]], t, 1)[0]
     rows = patch_rows(what, L, T, window)
     flat = p.probs(rows, t, batch_size)
@@ -195,8 +195,7 @@ def patch(lm: LoadedModel, prompt: str | Sequence[int], *, noise: str | None = N
         corrupt_tokens=lm.tokens(corrupt_ids), corruption="noise" if noise else "prompt",
         subject=noise, subject_positions=subject, noise_std=std, noise_scale=noise_scale,
         seed=seed, what=what, window=window,
-        target=TopToken(int((clean_probs > clean_probs[t]).sum()) + 1, t, lm.token_text(t),
-                        p_clean, float(p.clean_logits[t])),
+        target=target_token,
         p_clean=p_clean, p_corrupt=p_corrupt, grid=grid,
         best=tuple(PatchCell(layer=l, position=i, prob=v) for v, l, i in best),
         forward_passes=2 + (len(rows) + batch_size - 1) // batch_size, notes=tuple(notes))

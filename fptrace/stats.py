@@ -30,6 +30,11 @@ def top_k(logits: Any, k: int) -> tuple[list[int], list[float], list[float]]:
     return idx.tolist(), p.tolist(), row[idx].tolist()
 
 
+def rank(row: Any, i: int) -> int:
+    """1 + how many entries of a row of logits (or probabilities) beat entry i."""
+    return int((row > row[i]).sum()) + 1
+
+
 def is_finite(*ts: Any) -> bool:
     import torch
 

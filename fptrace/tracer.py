@@ -105,11 +105,12 @@ def run_traces(lm: LoadedModel, prompts: Sequence[str | Sequence[int]], *, top_k
         if first_bad is None and not stats.is_finite(final_vec, row_logits):
             first_bad = "final_norm"
         top_ids, top_p, top_l = stats.top_k(row_logits, top_k)
+        info = model_info(lm)
         positions, mean_loss = _positions(lm, ids, logits[b, -len(ids):]) if all_positions \
             else ((), None)
         traces.append(Trace(
-            prompt=lm.prompt_text(prompts[b]), model=model_info(lm), tokens=lm.tokens(ids),
-            shapes=_shape_steps(cap, len(ids), model_info(lm).d_model, all_positions,
+            prompt=lm.prompt_text(prompts[b]), model=info, tokens=lm.tokens(ids),
+            shapes=_shape_steps(cap, len(ids), info.d_model, all_positions,
                                 logits.shape[-1]),
             layers=per_row[b],
             final_norm=FinalNormStats(norm_last=float(stats.norms(final_vec)),
@@ -163,8 +164,8 @@ def _notes(lm: LoadedModel, check: Decomposition, dropped: int, rows: Sequence[L
     notes = [NOTE_PRENORM]
     if lm.random_weights:
         notes.insert(0, NOTE_RANDOM)
-    if check.note():
-        notes.insert(0, check.note())
+    if (withheld := check.note()) is not None:
+        notes.insert(0, withheld)
     if dropped:
         notes.append(f"--truncate dropped the first {dropped} tokens")
     if model_info(lm).tied_embeddings and rows and rows[0].lens_id == ids[-1]:
@@ -199,7 +200,7 @@ def _positions(lm: LoadedModel, ids: Sequence[int], logits: Any
         rows.append(PositionStats(
             position=i, token=toks[i], actual=None if nxt is None else toks[i + 1],
             actual_prob=None if lp is None else math.exp(lp),
-            actual_rank=None if nxt is None else int((logp[i] > logp[i, nxt]).sum()) + 1,
+            actual_rank=None if nxt is None else stats.rank(logp[i], nxt),
             loss=None if lp is None else -lp,
             predicted=TopToken(1, int(top_id[i]), lm.token_text(int(top_id[i])),
                                math.exp(float(top_lp[i])), float(logits[i, int(top_id[i])]))))
@@ -212,7 +213,7 @@ def _lens_grid(lm: LoadedModel, cap: Capture, T: int) -> tuple[tuple, tuple]:
     import torch
 
     n = cap.keep_positions
-    ids_g, probs_g, _ = _logit_lens(lm, torch.stack(cap.streams))  # (L+1, n) each
+    ids_g, probs_g, _ = _logit_lens(lm, torch.stack(cap.streams), metrics=False)  # (L+1, n)
     grid = tuple(tuple(LensCell(int(i), lm.token_text(int(i)), float(p))
                        for i, p in zip(ri.tolist(), rp.tolist()))
                  for ri, rp in zip(ids_g, probs_g))
@@ -299,6 +300,15 @@ def first_nonfinite(layers: Sequence[LayerStats]) -> str | None:
                  for l in layers if not l.finite), None)
 
 
+def ranked_token(lm: LoadedModel, logits: Any, i: int) -> TopToken:
+    """Token i of a row of logits (V,): its rank, text, probability (float32 softmax), logit."""
+    import torch
+
+    row = logits.float()
+    return TopToken(stats.rank(row, i), i, lm.token_text(i), float(torch.softmax(row, -1)[i]),
+                    float(row[i]))
+
+
 def lens_top_k(lm: LoadedModel, stream: Sequence[float], k: int = 10) -> tuple[TopToken, ...]:
     """The logit lens of one stream vector (e.g. a row's whole `snippet`): the model's final
     projection, then the top k tokens."""
@@ -314,20 +324,24 @@ def lens_top_k(lm: LoadedModel, stream: Sequence[float], k: int = 10) -> tuple[T
                  for r, (i, p, v) in enumerate(zip(ids, probs, values)))
 
 
-def _logit_lens(lm: LoadedModel, streams: Any) -> tuple[Any, Any, tuple[Any, Any, Any]]:
+def _logit_lens(lm: LoadedModel, streams: Any, metrics: bool = True
+                ) -> tuple[Any, Any, tuple[Any, Any, Any] | None]:
     """The model's final projection (final norm, LM head, final softcap where the family has
-    one) on each layer's last-position stream: top-1 id and probability, and three measures
-    against the final distribution (the last row's, which is the model's own): the rank of the
-    final top-1 token in each row's lens (1: it is the lens's top-1), the lens's entropy and
-    KL(final ‖ lens), both in nats. Each (L+1, B)."""
+    one) on each layer's last-position stream: top-1 id and probability, and (metrics) three
+    measures against the final distribution (the last row's, which is the model's own): the
+    rank of the final top-1 token in each row's lens (1: it is the lens's top-1), the lens's
+    entropy and KL(final ‖ lens), both in nats. Each (L+1, B)."""
     import torch
 
     L1, B, d = streams.shape
     with torch.inference_mode():
         x = streams.reshape(L1 * B, d).to(lm.dtype)
         logp = torch.log_softmax(lm.parts.project(x).float(), dim=-1).reshape(L1, B, -1)
+        top_lp, idx = logp.max(dim=-1)
+        if not metrics:
+            return idx.cpu(), top_lp.exp().cpu(), None
         p = logp.exp()  # (L+1, B, V)
-        top_p, idx = p.max(dim=-1)
+        top_p = top_lp.exp()
         final_logp = logp[-1]  # (B, V)
         final_top = final_logp.argmax(dim=-1)  # (B,)
         at_final = logp.gather(-1, final_top[None, :, None].expand(L1, B, 1))  # (L+1, B, 1)

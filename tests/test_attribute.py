@@ -10,7 +10,7 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
-from conftest import TINY_CONFIGS, build_tiny, tiny_gpt2
+from conftest import build_tiny, tiny_gpt2
 from fptrace.attribution import attribute, frozen_norm
 from fptrace.cli import app
 from fptrace.errors import BadInput
@@ -18,12 +18,6 @@ from fptrace.models.loading import wrap_model
 
 IDS = [5, 17, 42, 7, 9, 311]
 runner = CliRunner()
-
-
-@pytest.fixture(scope="module", params=sorted(TINY_CONFIGS))
-def tiny_lm(request):
-    return wrap_model(build_tiny(request.param), name=f"tiny-{request.param}",
-                      random_weights=True)
 
 
 def _model_logits(lm, ids):
@@ -42,22 +36,22 @@ def _model_logits(lm, ids):
     return got["x"].float(), capped.float()
 
 
-def test_parts_sum_to_the_model_logit(tiny_lm):
-    a = attribute(tiny_lm, IDS)
-    pre, capped = _model_logits(tiny_lm, IDS)
+def test_parts_sum_to_the_model_logit(tiny):
+    a = attribute(tiny, IDS)
+    pre, capped = _model_logits(tiny, IDS)
     assert a.target.id == int(capped.argmax())
     assert a.ok
     assert a.model_logit == pytest.approx(float(pre[a.target.id]), rel=1e-6, abs=1e-6)
     assert sum(c.value for c in a.contributions) == pytest.approx(a.model_logit, abs=1e-4)
-    if getattr(tiny_lm.config, "final_logit_softcapping", None):
+    if getattr(tiny.config, "final_logit_softcapping", None):
         assert a.capped_logit == pytest.approx(float(capped[a.target.id]), rel=1e-6)
     else:
         assert a.capped_logit is None
 
 
-def test_heads_sum_to_their_block(tiny_lm):
-    a = attribute(tiny_lm, IDS)
-    n_heads = tiny_lm.config.num_attention_heads
+def test_heads_sum_to_their_block(tiny):
+    a = attribute(tiny, IDS)
+    n_heads = tiny.config.num_attention_heads
     for layer in a.layers:
         parts = [c for c in a.contributions if c.layer == layer.layer
                  and c.component in ("attn_head", "attn_bias", "attn")]
@@ -67,11 +61,11 @@ def test_heads_sum_to_their_block(tiny_lm):
             pytest.approx(a.head_grid[layer.layer], abs=1e-9)
 
 
-def test_versus_is_the_difference_of_two_attributions(tiny_lm):
-    a = attribute(tiny_lm, IDS)
+def test_versus_is_the_difference_of_two_attributions(tiny):
+    a = attribute(tiny, IDS)
     other = next(t for t in range(10, 20) if t != a.target.id)
-    b = attribute(tiny_lm, IDS, target=f"#{other}")
-    d = attribute(tiny_lm, IDS, target=f"#{a.target.id}", versus=f"#{other}")
+    b = attribute(tiny, IDS, target=f"#{other}")
+    d = attribute(tiny, IDS, target=f"#{a.target.id}", versus=f"#{other}")
     assert d.ok and d.versus.id == other
     assert d.model_logit == pytest.approx(a.model_logit - b.model_logit, abs=1e-5)
     for x, y, z in zip(d.contributions, a.contributions, b.contributions):
@@ -79,13 +73,13 @@ def test_versus_is_the_difference_of_two_attributions(tiny_lm):
         assert x.value == pytest.approx(y.value - z.value, abs=1e-5)
 
 
-def test_frozen_norm_is_the_model_norm_at_that_input(tiny_lm):
+def test_frozen_norm_is_the_model_norm_at_that_input(tiny):
     """The linear map the attribution uses reproduces the model's final norm (and, for
     post-norm families, the post-attention norm) exactly at the input it was frozen at."""
     torch.manual_seed(0)
-    x = torch.randn(tiny_lm.config.hidden_size) * 3
-    fam = tiny_lm.parts.family
-    norms = [tiny_lm.parts.final_norm] + ([tiny_lm.parts.attn_adds[0]] if fam.attn_added else [])
+    x = torch.randn(tiny.config.hidden_size) * 3
+    fam = tiny.parts.family
+    norms = [tiny.parts.final_norm] + ([tiny.parts.attn_adds[0]] if fam.attn_added else [])
     for norm in norms:
         centre, gain, bias = frozen_norm(norm, x, fam.norm_type)
         y = ((x - x.mean()) if centre else x) * gain + (0 if bias is None else bias)

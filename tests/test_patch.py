@@ -9,7 +9,7 @@ import json
 import pytest
 from typer.testing import CliRunner
 
-from conftest import TINY_CONFIGS, build_tiny, tiny_gpt2
+from conftest import build_tiny, tiny_gpt2
 from fptrace.cli import app
 from fptrace.errors import BadInput
 from fptrace.models.loading import wrap_model
@@ -19,33 +19,27 @@ IDS = [5, 17, 42, 7, 9, 311]
 runner = CliRunner()
 
 
-@pytest.fixture(scope="module", params=sorted(TINY_CONFIGS))
-def tiny_lm(request):
-    return wrap_model(build_tiny(request.param), name=f"tiny-{request.param}",
-                      random_weights=True)
-
-
-def test_restoring_a_whole_layer_gives_back_the_clean_run(tiny_lm):
+def test_restoring_a_whole_layer_gives_back_the_clean_run(tiny):
     import torch
 
     corrupt = [11, 12, 13, 14, 15, 16]
-    p = Patcher(tiny_lm, IDS, corrupt, "resid")
+    p = Patcher(tiny, IDS, corrupt, "resid")
     target = int(p.clean_logits.argmax())
     clean = float(torch.softmax(p.clean_logits, -1)[target])
-    T, L = len(IDS), len(tiny_lm.parts.blocks)
+    T, L = len(IDS), len(tiny.parts.blocks)
     rows = [[(layer, i) for i in range(T)] for layer in range(L)] + [[]]
     got = p.probs(rows, target, batch_size=4)
     for layer in range(L):
         assert got[layer] == pytest.approx(clean, rel=1e-4, abs=1e-6)
     with torch.inference_mode():
-        want = torch.softmax(tiny_lm.model(torch.tensor([corrupt]), use_cache=False)
+        want = torch.softmax(tiny.model(torch.tensor([corrupt]), use_cache=False)
                              .logits[0, -1].float(), -1)[target]
     assert got[-1] == pytest.approx(float(want), rel=1e-4, abs=1e-6)
 
 
-def test_batched_grid_equals_one_by_one(tiny_lm):
-    a = patch(tiny_lm, IDS, corrupt=[11, 12, 13, 14, 15, 16], batch_size=64)
-    b = patch(tiny_lm, IDS, corrupt=[11, 12, 13, 14, 15, 16], batch_size=1)
+def test_batched_grid_equals_one_by_one(tiny):
+    a = patch(tiny, IDS, corrupt=[11, 12, 13, 14, 15, 16], batch_size=64)
+    b = patch(tiny, IDS, corrupt=[11, 12, 13, 14, 15, 16], batch_size=1)
     for ra, rb in zip(a.grid, b.grid):
         assert ra == pytest.approx(rb, rel=1e-4, abs=1e-6)
     assert a.forward_passes < b.forward_passes

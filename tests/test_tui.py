@@ -12,7 +12,6 @@ import os
 import weakref
 from pathlib import Path
 
-import pytest
 
 from conftest import tiny_gpt2
 from fptrace.models.loading import load_model
