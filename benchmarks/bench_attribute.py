@@ -22,9 +22,9 @@ def main() -> None:
 
     import torch
 
-    from fptrace.attribution import attribute
+    from fptrace.commands.attribute.core import attribute
     from fptrace.models.loading import load_model
-    from fptrace.tracer import run_trace
+    from fptrace.core.trace import run_trace
 
     lm = load_model("smollm2-135m", device="cpu")
     g = torch.Generator().manual_seed(0)

@@ -45,9 +45,9 @@ def main() -> None:
 
     import torch
 
-    from fptrace.batch import OutFile, PromptItem, run_batch
+    from fptrace.commands.batch.core import OutFile, PromptItem, run_batch
     from fptrace.models.loading import load_model
-    from fptrace.tracer import run_trace
+    from fptrace.core.trace import run_trace
 
     torch.set_num_threads(os.cpu_count() or 1)
     lm = load_model("smollm2-135m", device="cpu")

@@ -27,10 +27,10 @@ def main() -> None:
 
     import torch
 
-    from fptrace import stats
-    from fptrace.hooks import Capture, capture_stats
+    from fptrace.core import stats
+    from fptrace.core.hooks import Capture, capture_stats
     from fptrace.models.loading import load_model
-    from fptrace.tracer import run_trace
+    from fptrace.core.trace import run_trace
 
     lm = load_model("smollm2-135m", device="cpu")
     g = torch.Generator().manual_seed(0)

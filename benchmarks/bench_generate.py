@@ -39,7 +39,7 @@ def main() -> None:
     import torch
     from transformers import DynamicCache
 
-    from fptrace.generate import generate
+    from fptrace.commands.generate.core import generate
     from fptrace.models.loading import load_model
 
     torch.set_num_threads(os.cpu_count() or 1)

@@ -23,7 +23,7 @@ def main() -> None:
     args = ap.parse_args()
 
     from fptrace.models.loading import load_model
-    from fptrace.patching import patch
+    from fptrace.commands.patch.core import patch
 
     lm = load_model("smollm2-135m", device="cpu")
     prompt, subject = "The capital of France is", " France"

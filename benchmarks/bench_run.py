@@ -54,7 +54,7 @@ def _ids(lm, T):
 def _modes(lm, ids):
     import torch
 
-    from fptrace.tracer import run_trace
+    from fptrace.core.trace import run_trace
 
     model = lm.model
     ids_list = ids[0].tolist()

@@ -19,7 +19,7 @@ import sys
 import time
 
 IMPORT = "import torch, transformers, transformers.models.llama.modeling_llama"
-SHAPES = ("import sys; from fptrace.cli import app; "
+SHAPES = ("import sys; from fptrace.cli.main import app; "
           "sys.argv = ['fptrace', 'shapes', '--model', 'llama-3.1-405b', '--seq-len', '4096', "
           "'--json']; app()")
 

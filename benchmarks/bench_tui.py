@@ -22,7 +22,7 @@ PROMPTS = ["The capital of France is", "The capital of Italy is", "Water boils a
 
 def main() -> None:
     from fptrace.models.loading import load_model
-    from fptrace.tui import FptraceApp
+    from fptrace.commands.tui.app import FptraceApp
 
     lm = load_model("smollm2-135m", device="cpu")
 

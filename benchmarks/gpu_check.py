@@ -42,7 +42,7 @@ def cuda_ms(fn, n: int) -> list[float]:
 def overhead(lm, T: int, repeats: int = 20) -> dict:
     import torch
 
-    from fptrace.tracer import run_trace
+    from fptrace.core.trace import run_trace
 
     g = torch.Generator().manual_seed(0)
     ids = torch.randint(100, lm.config.vocab_size, (1, T), generator=g)
@@ -155,7 +155,7 @@ def main() -> int:
         print(f"gpu tests: exit code {rc}")
 
     from fptrace.models.loading import load_model
-    from fptrace.tracer import run_trace
+    from fptrace.core.trace import run_trace
 
     t0 = time.perf_counter()
     small = load_model("smollm2-135m", device="cuda", dtype="auto")

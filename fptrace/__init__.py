@@ -5,70 +5,71 @@
     t = trace(lm, "The capital of France is")
     t.top_k[0].text                        # ' Paris'
 
-Importing fptrace does not import torch; the functions below import it when called.
+Importing fptrace does not import torch: each function of the API below is the core function
+itself (its real signature and docstring, for editors and `help()`), imported on first use.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from .errors import FptraceError
-from .results import (SCHEMA_VERSION, Explanation, FinalNormStats, LayerStats, ModelInfo,
-                      ShapeStep, Token, TopToken, Trace)
+from fptrace.errors import FptraceError
 
 __version__ = "0.1.0"
 
-
-def load_model(name: str = "smollm2-135m", **kwargs: Any) -> Any:
-    """Load a model by alias, .gguf file, folder or hub id; see fptrace.models.loading."""
-    from .models.loading import load_model as _load
-
-    return _load(name, **kwargs)
-
-
-def trace(lm: Any, prompt: Any, **kwargs: Any) -> Trace:
-    """Trace one prompt (text or token ids) through a loaded model."""
-    from .tracer import run_trace
-
-    return run_trace(lm, prompt, **kwargs)
-
-
-def trace_many(lm: Any, prompts: Any, **kwargs: Any) -> list[Trace]:
-    """Trace several prompts in one padded forward pass."""
-    from .tracer import run_traces
-
-    return run_traces(lm, prompts, **kwargs)
-
-
-def explain(lm: Any, prompt: Any, **kwargs: Any) -> Explanation:
-    """Recompute one block step by step and check it against the model (see fptrace.walkthrough)."""
-    from .walkthrough import explain as _explain
-
-    return _explain(lm, prompt, **kwargs)
+# The public API is the import block below, one line a name: editors and type checkers read it
+# as it is, and at run time each name is imported from there on first use (__getattr__), so
+# `import fptrace` (and the command line) stays free of torch.
+if TYPE_CHECKING:
+    from fptrace.commands.attribute.core import attribute
+    from fptrace.commands.diff.core import diff
+    from fptrace.commands.explain.core import explain
+    from fptrace.commands.explain.result import Explanation
+    from fptrace.commands.generate.core import generate
+    from fptrace.commands.patch.core import patch
+    from fptrace.commands.shapes.core import shape_report as shapes
+    from fptrace.core.results import (
+        SCHEMA_VERSION,
+        FinalNormStats,
+        LayerStats,
+        ModelInfo,
+        ShapeStep,
+        Token,
+        TopToken,
+        Trace,
+    )
+    from fptrace.core.trace import run_trace as trace
+    from fptrace.core.trace import run_traces as trace_many
+    from fptrace.models.loading import load_model
+    from fptrace.render.json import to_json
 
 
-def attribute(lm: Any, prompt: Any, **kwargs: Any) -> Any:
-    """Direct logit attribution that sums to the model's logit (see fptrace.attribution)."""
-    from .attribution import attribute as _attribute
+def api() -> dict[str, tuple[str, str]]:
+    """The public names: name -> (module, attribute), read from the TYPE_CHECKING block above."""
+    import ast
+    import pathlib
 
-    return _attribute(lm, prompt, **kwargs)
-
-
-def patch(lm: Any, prompt: Any, **kwargs: Any) -> Any:
-    """Causal tracing: the layers × positions grid of restored probability (see fptrace.patching)."""
-    from .patching import patch as _patch
-
-    return _patch(lm, prompt, **kwargs)
+    tree = ast.parse(pathlib.Path(__file__).read_text(encoding="utf-8"))
+    block = next(node for node in tree.body if isinstance(node, ast.If)
+                 and getattr(node.test, "id", None) == "TYPE_CHECKING")
+    return {alias.asname or alias.name: (node.module, alias.name)
+            for node in block.body if isinstance(node, ast.ImportFrom) for alias in node.names}
 
 
-def diff(a: Any, b: Any, **kwargs: Any) -> Any:
-    """Compare two traces (Trace objects or `run --json` dicts) layer by layer."""
-    from .tracediff import diff_traces
-    from .schema import to_dict
+def __getattr__(name: str) -> Any:
+    """Import an API name on first use (PEP 562) and keep it on the package."""
+    if name == "__all__":
+        return ["FptraceError", "__version__", *api()]
+    names = api()
+    if name not in names:
+        raise AttributeError(f"module 'fptrace' has no attribute {name!r}")
+    import importlib
 
-    return diff_traces(*(t if isinstance(t, dict) else to_dict(t) for t in (a, b)), **kwargs)
+    module, attribute = names[name]
+    value = getattr(importlib.import_module(module), attribute)
+    globals()[name] = value
+    return value
 
 
-__all__ = ["load_model", "trace", "trace_many", "explain", "attribute", "patch", "diff", "Explanation", "Trace", "LayerStats", "ModelInfo", "Token",
-           "TopToken", "ShapeStep", "FinalNormStats", "FptraceError", "SCHEMA_VERSION",
-           "__version__"]
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(api()))

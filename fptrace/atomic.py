@@ -10,7 +10,7 @@ from typing import Callable
 
 def check_target(path: str, what: str, example: str) -> None:
     """Before any work: the folder exists and is writable, and the path is not a folder."""
-    from .errors import BadInput
+    from fptrace.errors import BadInput
 
     folder = os.path.dirname(os.path.abspath(path))
     if not os.path.isdir(folder):
@@ -50,7 +50,7 @@ def _error(path: str, e: OSError) -> Exception:
     disk) is a failed write (exit 74). Either way nothing was written."""
     import errno
 
-    from .errors import BadInput, WriteFailed
+    from fptrace.errors import BadInput, WriteFailed
 
     msg = f"cannot write {path}: {e.strerror or e}; nothing was written"
     if e.errno in (errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOENT, errno.ENOTDIR,

@@ -14,7 +14,7 @@ OUT = Path(__file__).resolve().parent.parent / "docs" / "tui.svg"
 
 async def _shoot() -> str:
     from fptrace.models.loading import load_model
-    from fptrace.tui import FptraceApp
+    from fptrace.commands.tui.app import FptraceApp
 
     app = FptraceApp(lm=load_model("smollm2-135m", device="cpu"),
                      prompt="The capital of France is")

@@ -15,57 +15,63 @@ settings.register_profile("fuzz", max_examples=400, deadline=None)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+GOLDEN = os.path.join(os.path.dirname(__file__), "golden")
+
+
+def pytest_addoption(parser):
+    parser.addoption("--update-golden", action="store_true",
+                     help="rewrite the golden files of tests/golden/ from the current output "
+                          "(then review `git diff tests/golden/`)")
+
+
+@pytest.fixture
+def golden(request):
+    """golden(text): the text must equal tests/golden/<name>.txt, where name is the test's
+    parameter id (test_view[run-80] -> run-80.txt) or, unparametrized, its name without
+    "test_". With --update-golden the file is written instead. Rounding residuals below 1e-5
+    (which vary with the CPU's vector instructions) are compared as placeholders."""
+    import re
+
+    spec = getattr(request.node, "callspec", None)
+    name = spec.id if spec is not None else request.node.name.removeprefix("test_")
+    path = os.path.join(GOLDEN, f"{name}.txt")
+    residual = re.compile(r"\b\d\.\d\de-(0[5-9]|[1-9]\d)\b")
+
+    def comparable(text: str) -> str:
+        return residual.sub(lambda m: "#" * len(m.group(0)), text)
+
+    def check(text: str) -> None:
+        if request.config.getoption("--update-golden"):
+            with open(path, "w", encoding="utf-8") as f:
+                f.write(text)
+            return
+        assert os.path.exists(path), f"no golden file {path}: run pytest with --update-golden"
+        with open(path, encoding="utf-8") as f:
+            want = f.read()
+        assert comparable(text) == comparable(want), (
+            f"the output differs from {path}; if the change is intended, rerun with "
+            "--update-golden and review the diff")
+
+    return check
 os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 
-# Small configs that keep the architectural features of each family: grouped-query attention,
-# biases, tied or untied heads, parallel residuals, fused projections.
-TINY_CONFIGS = {
-    "gpt2": dict(model_type="gpt2", n_layer=3, n_embd=64, n_head=4, vocab_size=1000,
-                 n_positions=64),
-    "llama": dict(model_type="llama", num_hidden_layers=3, hidden_size=64,
-                  intermediate_size=96, num_attention_heads=4, num_key_value_heads=2,
-                  vocab_size=1000, max_position_embeddings=64, tie_word_embeddings=False),
-    "mistral": dict(model_type="mistral", num_hidden_layers=2, hidden_size=64,
-                    intermediate_size=96, num_attention_heads=4, num_key_value_heads=1,
-                    vocab_size=1000, max_position_embeddings=64, sliding_window=None),
-    "qwen2": dict(model_type="qwen2", num_hidden_layers=2, hidden_size=64,
-                  intermediate_size=96, num_attention_heads=4, num_key_value_heads=2,
-                  vocab_size=1000, max_position_embeddings=64, tie_word_embeddings=True),
-    "phi3": dict(model_type="phi3", num_hidden_layers=2, hidden_size=64, intermediate_size=96,
-                 num_attention_heads=4, num_key_value_heads=4, vocab_size=1000,
-                 max_position_embeddings=64, pad_token_id=0),
-    "gpt_neox": dict(model_type="gpt_neox", num_hidden_layers=2, hidden_size=64,
-                     intermediate_size=96, num_attention_heads=4, vocab_size=1000,
-                     max_position_embeddings=64, rotary_pct=0.25, use_parallel_residual=True),
-    "qwen3": dict(model_type="qwen3", num_hidden_layers=2, hidden_size=64, intermediate_size=96,
-                  num_attention_heads=4, num_key_value_heads=2, head_dim=16, vocab_size=1000,
-                  max_position_embeddings=64, tie_word_embeddings=True),
-    "gemma": dict(model_type="gemma", num_hidden_layers=2, hidden_size=64, intermediate_size=96,
-                  num_attention_heads=4, num_key_value_heads=1, head_dim=16, vocab_size=1000,
-                  max_position_embeddings=64),
-    # softcaps small enough to bite on random weights; every other layer a 3-token window
-    "gemma2": dict(model_type="gemma2", num_hidden_layers=3, hidden_size=64,
-                   intermediate_size=96, num_attention_heads=4, num_key_value_heads=2,
-                   head_dim=16, vocab_size=1000, max_position_embeddings=64, sliding_window=3,
-                   query_pre_attn_scalar=24, attn_logit_softcapping=2.0,
-                   final_logit_softcapping=3.0),
-    "gemma3_text": dict(model_type="gemma3_text", num_hidden_layers=3, hidden_size=64,
-                        intermediate_size=96, num_attention_heads=4, num_key_value_heads=2,
-                        head_dim=16, vocab_size=1000, max_position_embeddings=64,
-                        sliding_window=3, sliding_window_pattern=2, query_pre_attn_scalar=16,
-                        final_logit_softcapping=5.0,
-                        rope_parameters={"full_attention": {"rope_type": "default",
-                                                            "rope_theta": 1_000_000.0},
-                                         "sliding_attention": {"rope_type": "default",
-                                                               "rope_theta": 10_000.0}}),
-    "olmo2": dict(model_type="olmo2", num_hidden_layers=2, hidden_size=64, intermediate_size=96,
-                  num_attention_heads=4, num_key_value_heads=2, vocab_size=1000,
-                  max_position_embeddings=64, tie_word_embeddings=False),
+# Small configs that keep the architectural features of each family (grouped-query attention,
+# biases, tied or untied heads, parallel residuals, fused projections): each family's own, from
+# its file in fptrace/families/, plus one model type no family serves.
+def _tiny_configs() -> dict:
+    from fptrace.families import FAMILIES
+
+    configs = {f.name: dict(f.tiny) for f in FAMILIES}
     # no family module: exercises the generic block search
-    "starcoder2": dict(model_type="starcoder2", num_hidden_layers=2, hidden_size=64,
-                       intermediate_size=96, num_attention_heads=4, num_key_value_heads=2,
-                       vocab_size=1000, max_position_embeddings=64),
-}
+    configs["starcoder2"] = dict(model_type="starcoder2", num_hidden_layers=2, hidden_size=64,
+                                 intermediate_size=96, num_attention_heads=4,
+                                 num_key_value_heads=2, vocab_size=1000,
+                                 max_position_embeddings=64)
+    return configs
+
+
+TINY_CONFIGS = _tiny_configs()
 
 
 def registered(model_type: str):
@@ -79,7 +85,8 @@ def build_tiny(family: str, seed: int = 0):
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM
 
-    cfg = dict(TINY_CONFIGS[family])
+    cfg = dict(TINY_CONFIGS.get(family) or next(  # a family's name, or a model type
+        c for c in TINY_CONFIGS.values() if c["model_type"] == family))
     config = AutoConfig.for_model(cfg.pop("model_type"), **cfg)
     torch.manual_seed(seed)
     model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)

@@ -1,33 +1,23 @@
-"""Golden files of the rendered output of run, explain, shapes and generate, at 80, 120 and
-200 columns, on a seeded tiny GPT-2 (the real GPT-2 tokenizer, random weights) and on the
-gpt2 config (shapes, meta device): a layout change shows as a reviewed diff.
+"""The views the golden files hold: every command's terminal output, rendered at 80, 120 and
+200 columns, on a seeded tiny GPT-2 (the real GPT-2 tokenizer, random weights) and on the gpt2
+config (shapes, meta device): a layout change shows as a reviewed diff.
 
-Regenerate after an intended change (then read `git diff tests/golden/`):
-
-    python tests/golden.py
-
-tests/test_golden.py renders the same views and compares them with these files.
+tests/test_golden.py renders each view and compares it with tests/golden/<view>-<width>.txt
+through the `golden` fixture (conftest.py); `pytest tests/test_golden.py --update-golden`
+rewrites them. A command's view is one entry of VIEWS.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import io
-import os
 import sys
 from pathlib import Path
+from typing import Any, Callable
 
 HERE = Path(__file__).parent
-GOLDEN = HERE / "golden"
 WIDTHS = (80, 120, 200)
 PROMPT = "The cat sat on the mat"
-
-
-def _console(width: int):
-    from rich.console import Console
-
-    return Console(file=io.StringIO(), width=width, color_system=None, legacy_windows=False,
-                   highlight=False)
 
 
 def _model():
@@ -39,21 +29,36 @@ def _model():
     return load_model(tiny_gpt2(), random_weights=True, seed=0, device="cpu")
 
 
-def views() -> dict[str, object]:
-    """name -> a function of the width that returns the renderable."""
-    from fptrace.generate import generate
-    from fptrace.render.explain import explain_view
-    from fptrace.render.generate import step_columns, step_header, step_line, summary
-    from fptrace.render.shapes import shape_view
-    from fptrace.render.tables import trace_view
-    from fptrace.shapes import shape_report
-    from fptrace.tracer import run_trace
-    from fptrace.walkthrough import explain
+def _run(lm: Any) -> Callable:
+    from fptrace.commands.run.render import trace_view
+    from fptrace.core.trace import run_trace
 
-    lm = _model()
     trace = run_trace(lm, PROMPT, top_k=5)
-    explanation = explain(lm, PROMPT, layer=1, head=1)
+    return lambda w: trace_view(trace, w)
+
+
+def _explain(lm: Any) -> Callable:
+    from fptrace.commands.explain.core import explain
+    from fptrace.commands.explain.render import explain_view
+
+    e = explain(lm, PROMPT, layer=1, head=1)
+    return lambda w: explain_view(e, w)
+
+
+def _shapes(lm: Any) -> Callable:
+    from fptrace.commands.shapes.core import shape_report
+    from fptrace.commands.shapes.render import shape_view
+
     report = dataclasses.replace(shape_report("gpt2", seq_len=6), seconds=0.0)  # no timing
+    return lambda w: shape_view(report, w)
+
+
+def _generate(lm: Any) -> Callable:
+    from rich.console import Group
+
+    from fptrace.commands.generate.core import generate
+    from fptrace.commands.generate.render import step_columns, step_header, step_line, summary
+
     gen = generate(lm, PROMPT, max_new_tokens=3)
     gen = dataclasses.replace(  # timings masked: every step 1 ms
         gen, steps=tuple(dataclasses.replace(s, seconds=0.001) for s in gen.steps),
@@ -61,8 +66,6 @@ def views() -> dict[str, object]:
         decode_tokens_per_s=1000.0)
 
     def generation(width: int | None):
-        from rich.console import Group
-
         info = gen.model
         cols = step_columns(width, len(gen.tokens) + gen.max_new_tokens, info.d_model,
                             info.n_kv_heads, info.head_dim)
@@ -73,28 +76,56 @@ def views() -> dict[str, object]:
             lines.append(step_line(step, text, cols))
         return Group(*lines, summary(gen))
 
-    return {"run": lambda w: trace_view(trace, w), "explain": lambda w: explain_view(explanation, w),
-            "shapes": lambda w: shape_view(report, w), "generate": generation}
+    return generation
 
 
-def render(view, width: int) -> str:
-    console = _console(width)
+def _attribute(lm: Any) -> Callable:
+    from fptrace.commands.attribute.core import attribute
+    from fptrace.commands.attribute.render import attribution_view
+
+    a = attribute(lm, PROMPT, top=6)
+    return lambda w: attribution_view(a, w)
+
+
+def _diff(lm: Any) -> Callable:
+    from fptrace.commands.diff.core import diff
+    from fptrace.commands.diff.render import diff_view
+    from fptrace.core.trace import run_trace
+
+    d = diff(run_trace(lm, PROMPT), run_trace(lm, "The dog sat on the mat"))
+    return lambda w: diff_view(d, w)
+
+
+def _patch(lm: Any) -> Callable:
+    from fptrace.commands.patch.core import patch
+    from fptrace.commands.patch.render import patch_view
+
+    r = patch(lm, PROMPT, noise=" cat")
+    return lambda w: patch_view(r, w)
+
+
+def _models(lm: Any) -> Callable:
+    from fptrace.commands.models.core import list_models
+    from fptrace.commands.models.render import models_table
+
+    rows = list_models()
+    return lambda w: models_table(rows, w)
+
+
+VIEWS = {"run": _run, "explain": _explain, "shapes": _shapes, "generate": _generate,
+         "attribute": _attribute, "diff": _diff, "patch": _patch, "models": _models}
+
+
+def views() -> dict[str, Callable]:
+    """name -> a function of the width that returns the renderable."""
+    lm = _model()
+    return {name: make(lm) for name, make in VIEWS.items()}
+
+
+def render(view: Callable, width: int) -> str:
+    from rich.console import Console
+
+    console = Console(file=io.StringIO(), width=width, color_system=None, legacy_windows=False,
+                      highlight=False)
     console.print(view(width), soft_wrap=False)
     return "\n".join(line.rstrip() for line in console.file.getvalue().splitlines()) + "\n"
-
-
-def path(name: str, width: int) -> Path:
-    return GOLDEN / f"{name}-{width}.txt"
-
-
-def main() -> None:
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    GOLDEN.mkdir(exist_ok=True)
-    for name, view in views().items():
-        for width in WIDTHS:
-            path(name, width).write_text(render(view, width), encoding="utf-8")
-            print(f"wrote {path(name, width).relative_to(HERE.parent)}")
-
-
-if __name__ == "__main__":
-    main()

@@ -14,8 +14,8 @@ import pytest
 from typer.testing import CliRunner
 
 from conftest import make_gpt2_folder
-from fptrace.batch import OutFile, PromptItem, read_inputs, record_line
-from fptrace.cli import app
+from fptrace.commands.batch.core import OutFile, PromptItem, read_inputs, record_line
+from fptrace.cli.main import app
 from fptrace.errors import BadInput
 
 runner = CliRunner()

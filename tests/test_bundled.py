@@ -8,7 +8,7 @@ import os
 import pytest
 import torch
 
-from fptrace.tracer import run_trace
+from fptrace.core.trace import run_trace
 
 pytestmark = pytest.mark.slow
 

@@ -11,7 +11,7 @@ import pytest
 from typer.testing import CliRunner
 
 from conftest import make_gpt2_folder, tiny_gpt2
-from fptrace.cli import app
+from fptrace.cli.main import app
 
 runner = CliRunner()
 

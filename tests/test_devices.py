@@ -11,11 +11,11 @@ import torch
 from typer.testing import CliRunner
 
 from conftest import build_tiny, make_gpt2_folder, tiny_gpt2
-from fptrace.cli import app
+from fptrace.cli.main import app
 from fptrace.errors import BadInput
 from fptrace.models.devices import parse_max_memory
 from fptrace.models.loading import load_model
-from fptrace.tracer import run_trace
+from fptrace.core.trace import run_trace
 
 IDS = [5, 17, 42, 7, 99, 3]
 runner = CliRunner()
@@ -56,7 +56,7 @@ def test_disk_offload_gives_the_same_trace(llama_folder, tmp_path):
     same_trace(b, a)
     assert b.model.placement == spread.placement and not a.model.placement
     # and the generic generate / batch paths run on it too
-    from fptrace.generate import generate
+    from fptrace.commands.generate.core import generate
 
     g1 = generate(whole, IDS, max_new_tokens=3)
     g2 = generate(spread, IDS, max_new_tokens=3)

@@ -10,8 +10,8 @@ import pytest
 from typer.testing import CliRunner
 
 from conftest import tiny_gpt2
-from fptrace.cli import app
-from fptrace.tracediff import TOLERANCE, default_tolerance
+from fptrace.cli.main import app
+from fptrace.commands.diff.core import TOLERANCE, default_tolerance
 
 runner = CliRunner()
 

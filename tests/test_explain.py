@@ -11,15 +11,15 @@ import torch
 from typer.testing import CliRunner
 
 from conftest import TINY_CONFIGS, build_tiny, registered, tiny_gpt2
-from fptrace.cli import app
+from fptrace.cli.main import app
 from fptrace.errors import BadInput, UnsupportedModel
-from fptrace.walkthrough import explain, family_module
-from fptrace.walkthrough.steps import Steps
+from fptrace.commands.explain.core import explain
+from fptrace.families.ops import Steps
 from fptrace.models.loading import wrap_model
 
-# every tiny config whose family (from the registry) has a walkthrough
+# every tiny config whose family (from the registry) has a block recomputation
 EXPLAINED = sorted(name for name, cfg in TINY_CONFIGS.items()
-                   if (f := registered(cfg["model_type"])) is not None and f.walkthrough)
+                   if (f := registered(cfg["model_type"])) is not None and f.recompute_block)
 IDS = [5, 17, 42, 7, 9, 311]
 runner = CliRunner()
 
@@ -35,7 +35,7 @@ def test_block_equals_hidden_states(tiny_lm):
     hidden_states[k] to hidden_states[k + 1] (the last entry is after the final norm, so the
     last block is compared through final_norm)."""
     lm = tiny_lm
-    mod = family_module(lm.parts.family)
+    fam = lm.parts.family
     with torch.inference_mode():
         hs = lm.model(torch.tensor([IDS]), output_hidden_states=True).hidden_states
         L = len(lm.parts.blocks)
@@ -43,11 +43,12 @@ def test_block_equals_hidden_states(tiny_lm):
             s = Steps(head=0, kv_head=0, n_heads=lm.config.num_attention_heads,
                       n_kv_heads=getattr(lm.config, "num_key_value_heads", None)
                       or lm.config.num_attention_heads)
-            y = mod.block(hs[k], lm.parts.blocks[k], lm.config, k, s, lm.model)
+            y = fam.recompute_block(hs[k], lm.parts.blocks[k], lm.config, k, s, lm.model, fam)
             if k < L - 1:
                 torch.testing.assert_close(y, hs[k + 1])
             else:
-                torch.testing.assert_close(mod.final_norm(y, lm.parts.final_norm, lm.config, s),
+                torch.testing.assert_close(fam.recompute_final_norm(y, lm.parts.final_norm,
+                                                                     lm.config, s),
                                            hs[-1])
 
 
@@ -117,10 +118,10 @@ def test_sampling_side_by_side():
 
 def test_a_wrong_recomputation_is_caught(monkeypatch):
     """The check can fail: break RoPE in the walkthrough and the match is gone."""
-    from fptrace.walkthrough import llama
+    from fptrace.families import ops
 
     lm = wrap_model(build_tiny("llama"), name="tiny-llama", random_weights=True)
-    monkeypatch.setattr(llama, "rotate_half", lambda t: torch.zeros_like(t))
+    monkeypatch.setattr(ops, "rotate_half", lambda t: torch.zeros_like(t))
     e = explain(lm, IDS, layer=1)
     assert not e.match
     failed = [c.name for c in e.checks if not c.ok]
@@ -143,7 +144,7 @@ def test_bad_layer_and_head():
 
 def test_family_without_walkthrough():
     lm = wrap_model(build_tiny("starcoder2"), name="tiny-starcoder2", random_weights=True)
-    with pytest.raises(UnsupportedModel, match="starcoder2.*gpt2.*llama.*qwen2.*phi3.*gpt_neox"):
+    with pytest.raises(UnsupportedModel, match="starcoder2.*gemma.*gpt2.*gpt_neox.*llama.*phi3.*qwen2"):
         explain(lm, IDS)
 
 
@@ -178,13 +179,14 @@ def test_bundled_model_matches(smollm, layer):
 
 @pytest.mark.slow
 def test_bundled_block_equals_hidden_states(smollm):
-    mod = family_module(smollm.parts.family)
+    fam = smollm.parts.family
     ids = smollm.tokenizer.encode("The capital of France is")
     with torch.inference_mode():
         hs = smollm.model(torch.tensor([ids]), output_hidden_states=True).hidden_states
         for k in (0, 7, 15):
             s = Steps(head=0, kv_head=0, n_heads=9, n_kv_heads=3)
-            y = mod.block(hs[k], smollm.parts.blocks[k], smollm.config, k, s, smollm.model)
+            y = fam.recompute_block(hs[k], smollm.parts.blocks[k], smollm.config, k, s,
+                                    smollm.model, fam)
             torch.testing.assert_close(y, hs[k + 1], rtol=1e-5, atol=1e-4)
 
 
@@ -203,7 +205,7 @@ def test_cli_gpt2_example_from_the_issue():
 
 
 def test_cli_mismatch_is_loud(monkeypatch):
-    from fptrace.walkthrough import gpt2
+    from fptrace.families import gpt2
 
     monkeypatch.setattr(gpt2, "layer_norm", lambda x, ln, eps: x)
     r = _cli("The cat sat", "--model", tiny_gpt2(), "--random-weights")

@@ -12,7 +12,7 @@ from conftest import TINY_CONFIGS, build_tiny
 from fptrace.families import (FAMILIES, Family, FamilyDefinitionError, check_family,
                               load_families)
 from fptrace.models.loading import wrap_model
-from fptrace.tracer import run_trace
+from fptrace.core.trace import run_trace
 
 IDS = [5, 17, 42, 7, 9, 311, 12]
 
@@ -28,7 +28,7 @@ ADDED = {
 def test_every_family_has_a_tiny_config():
     tiny_types = {c["model_type"] for c in TINY_CONFIGS.values()}
     missing = [f.name for f in FAMILIES if not set(f.model_types) & tiny_types]
-    assert not missing, f"families without a tiny config in tests/conftest.py: {missing}"
+    assert not missing, f"families without a tiny config: {missing}"
 
 
 def test_nothing_outside_the_registry_names_a_family():
@@ -142,7 +142,7 @@ def test_withheld_columns_in_table_and_json():
     import json
 
     from fptrace.render.tables import layers
-    from fptrace.schema import to_json
+    from fptrace.render.json import to_json
     from rich.console import Console
     import io
 
@@ -163,7 +163,7 @@ def test_withheld_columns_in_table_and_json():
 
 
 def test_generic_header_says_what_was_inferred():
-    from fptrace.tracer import model_info
+    from fptrace.core.trace import model_info
 
     lm = wrap_model(build_tiny("starcoder2"), name="tiny-starcoder2", random_weights=True)
     info = model_info(lm)
@@ -178,15 +178,19 @@ def test_generic_header_says_what_was_inferred():
 def test_incomplete_family_module_is_refused():
     with pytest.raises(FamilyDefinitionError, match="defines no FAMILY"):
         check_family("broken", types.SimpleNamespace())
-    base = FAMILIES[0]
+    base = next(f for f in FAMILIES if f.name == "gpt2")
     from dataclasses import replace
 
     with pytest.raises(FamilyDefinitionError, match="incomplete: no final_norm"):
         check_family("broken", types.SimpleNamespace(FAMILY=replace(base, final_norm="")))
     with pytest.raises(FamilyDefinitionError, match="norm_type 'batchnorm'"):
         check_family("broken", types.SimpleNamespace(FAMILY=replace(base, norm_type="batchnorm")))
-    with pytest.raises(FamilyDefinitionError, match="walkthrough 'nope'"):
-        check_family("broken", types.SimpleNamespace(FAMILY=replace(base, walkthrough="nope")))
+    with pytest.raises(FamilyDefinitionError, match="tiny config has model_type 'gpt2'"):
+        check_family("broken", types.SimpleNamespace(FAMILY=replace(
+            FAMILIES[-1], tiny=dict(FAMILIES[-1].tiny, model_type="gpt2"))))
+    with pytest.raises(FamilyDefinitionError, match="needs both"):
+        check_family("broken", types.SimpleNamespace(FAMILY=replace(base,
+                                                                    recompute_final_norm=None)))
 
 
 def test_a_model_type_claimed_twice_is_refused(monkeypatch):
@@ -195,7 +199,7 @@ def test_a_model_type_claimed_twice_is_refused(monkeypatch):
     from dataclasses import replace
 
     clash = types.ModuleType("fptrace.families.clash")
-    clash.FAMILY = replace(FAMILIES[1], name="clash")
+    clash.FAMILY = replace(next(f for f in FAMILIES if f.name == "llama"), name="clash")
     monkeypatch.setitem(sys.modules, "fptrace.families.clash", clash)
     with pytest.raises(FamilyDefinitionError, match="claimed by both"):
         load_families(("llama", "clash"))
@@ -212,3 +216,15 @@ def test_family_facts_are_shown():
     assert any("soft-capped at 2" in d for d in diffs)
     assert any("final logits soft-capped at 3" in d for d in diffs)
     assert by["gpt2"].differences(4, 4, build_tiny("gpt2").config) == []
+
+
+def test_the_docs_list_every_family():
+    """docs/models.md and the README name every family of the registry, by its title."""
+    import pathlib
+
+    root = pathlib.Path(__file__).resolve().parent.parent
+    models = (root / "docs" / "models.md").read_text(encoding="utf-8")
+    readme = " ".join((root / "README.md").read_text(encoding="utf-8").split())
+    for f in FAMILIES:
+        assert f.title in models, f"docs/models.md does not list {f.title}"
+        assert f.title in readme, f"README.md does not list {f.title}"

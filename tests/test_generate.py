@@ -11,11 +11,11 @@ import torch
 from typer.testing import CliRunner
 
 from conftest import TINY_CONFIGS, build_tiny, make_gpt2_folder
-from fptrace.cli import app
+from fptrace.cli.main import app
 from fptrace.errors import BadInput
-from fptrace.generate import generate
+from fptrace.commands.generate.core import generate
 from fptrace.models.loading import wrap_model
-from fptrace.tracer import run_trace
+from fptrace.core.trace import run_trace
 
 IDS = [5, 17, 42, 7, 99]
 runner = CliRunner()

@@ -11,7 +11,7 @@ import torch
 from conftest import build_tiny
 from fptrace.models.devices import pick_dtype
 from fptrace.models.loading import load_model, wrap_model
-from fptrace.tracer import run_trace
+from fptrace.core.trace import run_trace
 
 pytestmark = [pytest.mark.gpu,
               pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA GPU")]

@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 from conftest import make_gpt2_folder
-from fptrace.cli import app
+from fptrace.cli.main import app
 
 runner = CliRunner()
 
@@ -233,7 +233,7 @@ def test_remote_code_needs_the_flag(tmp_path):
 # ---- full disks ----
 
 def test_full_disk_keeps_earlier_batch_records(tmp_path, folder, monkeypatch):
-    from fptrace import batch
+    from fptrace.commands.batch import core as batch
 
     src = tmp_path / "p.txt"
     src.write_text("".join(f"prompt {i}\n" for i in range(6)))
@@ -306,7 +306,7 @@ def test_out_of_memory_in_the_forward_names_the_size(folder, monkeypatch):
 
 
 def test_out_of_memory_on_load_says_what_to_try(folder, monkeypatch):
-    from fptrace import memory
+    from fptrace.models import memory
 
     monkeypatch.setattr(memory, "available_bytes", lambda device: 1000)
     r = runner.invoke(app, ["run", "The cat sat", "-m", folder])

@@ -10,10 +10,10 @@ import pytest
 from typer.testing import CliRunner
 
 from conftest import build_tiny, tiny_gpt2
-from fptrace.cli import app
+from fptrace.cli.main import app
 from fptrace.errors import BadInput
 from fptrace.models.loading import wrap_model
-from fptrace.patching import Patcher, patch, patch_rows
+from fptrace.commands.patch.core import Patcher, patch, patch_rows
 
 IDS = [5, 17, 42, 7, 9, 311]
 runner = CliRunner()
@@ -90,7 +90,7 @@ def test_bad_input(args, needle):
 
 
 def test_too_big_a_batch_says_what_to_lower(monkeypatch):
-    import fptrace.memory as memory
+    import fptrace.models.memory as memory
 
     lm = wrap_model(build_tiny("llama"), name="tiny-llama", random_weights=True)
     monkeypatch.setattr(memory, "available_bytes", lambda device: 1000)

@@ -10,7 +10,7 @@ import pytest
 from typer.testing import CliRunner
 
 from conftest import make_gpt2_folder
-from fptrace.cli import app
+from fptrace.cli.main import app
 
 runner = CliRunner()
 PROMPT = "The capital of France is"
@@ -33,8 +33,9 @@ def folder(tmp_path_factory):
 
 @pytest.mark.slow
 def test_trace_figure_plots_the_trace(smollm, tmp_path):
-    from fptrace.render.plots import save, trace_figure
-    from fptrace.tracer import run_trace
+    from fptrace.render.figures import save
+    from fptrace.commands.run.render import trace_figure
+    from fptrace.core.trace import run_trace
 
     t = run_trace(smollm, PROMPT, lens_grid=True)
     fig, series = trace_figure(t)
@@ -63,8 +64,8 @@ def test_cli_plots(folder, tmp_path):
 
 def test_attention_figure_plots_every_head(folder):
     from fptrace.models.loading import load_model
-    from fptrace.render.plots import attention_figure
-    from fptrace.walkthrough import explain
+    from fptrace.commands.explain.render import attention_figure
+    from fptrace.commands.explain.core import explain
 
     e = explain(load_model(folder), "The cat sat", layer=1, head=1, all_heads=True)
     fig, series = attention_figure(e)
@@ -153,7 +154,7 @@ def test_report_opens_offline_in_chromium(folder, tmp_path):
     assert n_images == 4  # trace, attention, attribution and causal-tracing figures decoded
     image_ok(shot, 1000, 600)
     from fptrace.models.loading import load_model
-    from fptrace.tracer import run_trace
+    from fptrace.core.trace import run_trace
 
     t = run_trace(load_model(folder), "The cat sat")
     for tok in ("The", "␣cat", "␣sat"):

@@ -7,7 +7,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fptrace import sampling
+from fptrace.core import sampling
 from fptrace.errors import BadInput
 
 logits_lists = st.lists(st.floats(-20, 20, allow_nan=False, width=32), min_size=2, max_size=60,

@@ -13,8 +13,9 @@ import pytest
 from typer.testing import CliRunner
 
 from conftest import make_gpt2_folder
-from fptrace.cli import app
-from fptrace.schema import json_schema, markdown, to_dict, to_json
+from fptrace.cli.main import app
+from fptrace.commands.schema.core import json_schema, markdown
+from fptrace.render.json import to_dict, to_json
 
 runner = CliRunner()
 ROOT = Path(__file__).resolve().parents[1]
@@ -93,7 +94,7 @@ def test_batch_lines(validator, folder, tmp_path):
 
 def test_nonfinite_floats_are_null_and_listed(validator, folder):
     from fptrace.models.loading import load_model
-    from fptrace.tracer import run_trace
+    from fptrace.core.trace import run_trace
 
     t = run_trace(load_model(folder), "The cat sat")
     layers = list(t.layers)
@@ -142,3 +143,17 @@ def test_api_names_are_functions_after_every_import():
 
     assert all(callable(f) and not hasattr(f, "__path__") and type(f).__name__ == "function"
                for f in (explain, load_model, trace, trace_many, attribute, patch, diff))
+
+
+def test_the_kinds_of_the_registry_are_documented():
+    """The texts of norm_type, mlp_type and positions name every kind the family registry
+    allows (they went stale once, when Gemma's kinds were added)."""
+    from fptrace.families import MLP_TYPES, NORM_TYPES, POSITIONS
+
+    defs = json_schema()["$defs"]
+    for name in ("ModelInfo", "ShapeReport"):
+        props = defs[name]["properties"]
+        for field, kinds in (("norm_type", NORM_TYPES), ("mlp_type", MLP_TYPES),
+                             ("positions", POSITIONS)):
+            for kind in kinds:
+                assert kind in props[field]["description"], (name, field, kind)

@@ -11,8 +11,8 @@ import torch
 
 from conftest import TINY_CONFIGS, build_tiny
 from fptrace.models.loading import wrap_model
-from fptrace.tracer import run_trace
-from fptrace.walkthrough import explain
+from fptrace.core.trace import run_trace
+from fptrace.commands.explain.core import explain
 
 IDS = [5, 17, 42, 7, 9, 311]
 
@@ -80,7 +80,7 @@ def test_previews_say_which_tensor():
 
 
 def test_shapes_slice_matrix_shapes_and_parameter_rows():
-    from fptrace.shapes import shape_report
+    from fptrace.commands.shapes.core import shape_report
 
     r = shape_report("gpt2", seq_len=5, batch=2)
     labels = [s.label for s in r.steps]
@@ -100,7 +100,7 @@ def test_shapes_slice_matrix_shapes_and_parameter_rows():
 
     from rich.console import Console
 
-    from fptrace.render.shapes import params
+    from fptrace.commands.shapes.render import params
 
     out = io.StringIO()
     Console(file=out, width=160, color_system=None).print(params(r, 160))

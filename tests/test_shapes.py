@@ -9,9 +9,9 @@ import torch
 from typer.testing import CliRunner
 
 from conftest import TINY_CONFIGS
-from fptrace.cli import app
+from fptrace.cli.main import app
 from fptrace.models.registry import known_models
-from fptrace.shapes import shape_report
+from fptrace.commands.shapes.core import shape_report
 
 runner = CliRunner()
 

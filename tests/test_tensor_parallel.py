@@ -13,7 +13,7 @@ import pytest
 from typer.testing import CliRunner
 
 from conftest import make_llama_folder
-from fptrace.cli import app
+from fptrace.cli.main import app
 
 runner = CliRunner()
 
@@ -99,7 +99,7 @@ def test_gpt2_has_no_plan(tmp_path):
 
 
 def test_gpu_plan():
-    from fptrace.shapes import shape_report
+    from fptrace.commands.shapes.core import shape_report
 
     r = shape_report("llama-3.1-8b", seq_len=8, dtype="bfloat16", gpu_memory="6GiB")
     p = r.plan

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from fptrace.hooks import Capture, capture_stats
-from fptrace.tracer import run_trace, run_traces
+from fptrace.core.hooks import Capture, capture_stats
+from fptrace.core.trace import run_trace, run_traces
 
 
 def _ids(lm, n=7, seed=1):

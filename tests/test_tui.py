@@ -1,24 +1,21 @@
 """fptrace tui, driven headless by Textual's Pilot: the layer table is run_trace's result, moving
 the cursor shows that layer's lens top-k, switching heads changes the heatmap, errors are
 messages in the app, quitting removes every hook and frees the model; a text snapshot of the
-screen at 120×40 is a golden file (regenerate: FPTRACE_UPDATE_SNAPSHOTS=1 pytest tests/test_tui.py).
+screen at 120×40 is a golden file (regenerate: pytest tests/test_tui.py --update-golden).
 """
 
 from __future__ import annotations
 
 import asyncio
 import gc
-import os
 import weakref
-from pathlib import Path
 
 
 from conftest import tiny_gpt2
 from fptrace.models.loading import load_model
-from fptrace.tracer import lens_top_k, run_trace
-from fptrace.tui import FptraceApp
+from fptrace.core.trace import lens_top_k, run_trace
+from fptrace.commands.tui.app import FptraceApp
 
-SNAPSHOTS = Path(__file__).parent / "golden"
 
 
 def _model():
@@ -121,7 +118,7 @@ def test_quitting_removes_hooks_and_frees_the_model():
     assert ref() is None
 
 
-def test_snapshot_120x40():
+def test_snapshot_120x40(golden):
     lm = _model()
 
     async def go():
@@ -137,7 +134,4 @@ def test_snapshot_120x40():
     text = re.sub(r"&#160;|&nbsp;", " ", text)
     lines = [line.rstrip() for line in text.splitlines() if line.strip()]
     got = "\n".join(lines[lines.index(next(l for l in lines if "layer" in l)):]) + "\n"
-    path = SNAPSHOTS / "tui-120x40.txt"
-    if os.environ.get("FPTRACE_UPDATE_SNAPSHOTS"):
-        path.write_text(got, encoding="utf-8")
-    assert got == path.read_text(encoding="utf-8")
+    golden(got)

@@ -1,28 +1,29 @@
-"""The family registry: every architecture fact fptrace uses, one module per family.
+"""The family registry: every architecture fact fptrace uses, one file per family.
 
-A family module (gpt2.py, llama.py, gemma2.py, ...) defines FAMILY = Family(...). The list
-FAMILY_MODULES below names them; they are imported and checked here, at import time, so a family
-cannot be half-added: a module without FAMILY, a missing fact, a model type claimed twice or a
-walkthrough module that does not exist is refused with a message naming what is wrong.
+A family module (gpt2.py, llama.py, gemma2.py, ...) holds the whole family: its facts
+(FAMILY = Family(...)), the tiny random-weight config the tests build of it, and the block
+recomputation `explain` runs (its `block` and `final_norm`, written with the shared operations of
+ops.py). Every module of this package but ops.py and parts.py is a family module; they are found
+by walking the package, imported and checked here, at import time, so a family cannot be
+half-added: a module without FAMILY, a missing fact, a tiny config of another model type, or a
+model type claimed twice is refused with a message naming what is wrong.
 
 Nothing outside this package branches on a family's name: the tracer, explain, shapes and the
-renderers ask the Family (or the ModelParts resolved through it) instead. Adding a family is one
-file here, one name in FAMILY_MODULES and one tiny config in tests/conftest.py (a test fails when
-a registered family has no tiny config).
+renderers ask the Family (or the ModelParts resolved through it) instead. Adding a family is
+adding its file.
 """
 
 from __future__ import annotations
 
 import importlib
-import os
+import pkgutil
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from ..errors import FptraceError
+from fptrace.errors import FptraceError
 
-# The family modules, in the order `fptrace models` and messages list them.
-FAMILY_MODULES = ("gpt2", "llama", "mistral", "qwen2", "qwen3", "phi3", "gpt_neox", "gemma",
-                  "gemma2", "gemma3", "olmo2")
+# modules of this package that are not families: the shared recompute operations, the parts
+NOT_FAMILIES = ("ops", "parts")
 
 # leaf module names inside a block -> what a reader calls them (shape steps); a family adds or
 # overrides entries through Family.labels
@@ -67,7 +68,7 @@ class Family:
     norm_type: str  # one of NORM_TYPES
     mlp_type: str  # one of MLP_TYPES
     positions: str  # one of POSITIONS
-    walkthrough: str | None  # module in fptrace.walkthrough that recomputes one block
+    tiny: dict  # a tiny random-weight config of this family (tests build it), model_type first
     pos_embed: str | None = None  # learned absolute position embedding, if any
     # The module whose output[0] the stream receives from attention / the MLP. The attention
     # and MLP modules themselves unless the family normalises their outputs before adding them
@@ -83,6 +84,11 @@ class Family:
     w_o: tuple[str, ...] = ("o_proj",)  # leaf names of the attention output projection
     labels: dict = field(default_factory=dict)  # leaf name -> shape-step label (over COMMON)
     d_mlp: Callable[[Any], int | None] = _intermediate_size  # the MLP width from the config
+    # explain's recomputation, from the checkpoint's own weights, of one block:
+    # block(x, blk, cfg, layer, steps, model, family) -> the stream leaving the block, and of
+    # the final norm: final_norm(x, norm, cfg, steps); None: explain does not cover the family
+    recompute_block: Callable[..., Any] | None = None
+    recompute_final_norm: Callable[..., Any] | None = None
 
     # ------------------------------------------------------------------ derived facts
     @property
@@ -136,7 +142,7 @@ class Family:
 
 
 _REQUIRED = ("name", "title", "model_types", "blocks", "embed", "final_norm", "lm_head", "attn",
-             "mlp", "norm_type", "mlp_type", "positions")
+             "mlp", "norm_type", "mlp_type", "positions", "tiny")
 
 
 def check_family(module_name: str, module: Any) -> Family:
@@ -154,16 +160,26 @@ def check_family(module_name: str, module: Any) -> Family:
         if value not in allowed:
             raise FamilyDefinitionError(f"{where}: {what} {value!r} is not one of "
                                         + ", ".join(allowed))
-    walkthroughs = os.path.join(os.path.dirname(os.path.dirname(__file__)), "walkthrough")
-    if fam.walkthrough is not None and \
-            not os.path.isfile(os.path.join(walkthroughs, f"{fam.walkthrough}.py")):
-            raise FamilyDefinitionError(f"{where}: walkthrough {fam.walkthrough!r} is not a "
-                                        "module of fptrace.walkthrough")
+    if fam.tiny.get("model_type") not in fam.model_types:
+        raise FamilyDefinitionError(f"{where}: its tiny config has model_type "
+                                    f"{fam.tiny.get('model_type')!r}, not one of the family's "
+                                    + ", ".join(fam.model_types))
+    if (fam.recompute_block is None) != (fam.recompute_final_norm is None):
+        raise FamilyDefinitionError(f"{where}: a block recomputation needs both recompute_block "
+                                    "and recompute_final_norm")
     return fam
 
 
-def load_families(names: tuple[str, ...] = FAMILY_MODULES) -> tuple[Family, ...]:
-    """Import and check every family module; model types must be claimed once."""
+def family_modules() -> tuple[str, ...]:
+    """The names of the family modules: every module of this package but NOT_FAMILIES."""
+    return tuple(sorted(m.name for m in pkgutil.iter_modules(__path__)
+                        if m.name not in NOT_FAMILIES))
+
+
+def load_families(names: tuple[str, ...] | None = None) -> tuple[Family, ...]:
+    """Import and check every family module (or those named); model types must be claimed
+    once."""
+    names = family_modules() if names is None else names
     out: list[Family] = []
     seen: dict[str, str] = {}
     for name in names:
@@ -177,8 +193,6 @@ def load_families(names: tuple[str, ...] = FAMILY_MODULES) -> tuple[Family, ...]
     return tuple(out)
 
 
-FAMILIES: tuple[Family, ...] = load_families()
-_BY_TYPE = {t: f for f in FAMILIES for t in f.model_types}
 
 
 def family_for_config(config: Any) -> Family | None:
@@ -193,8 +207,10 @@ def supported_types() -> list[str]:
 def with_walkthrough() -> str:
     """The families explain covers, with the model types each serves, for messages."""
     return ", ".join(f"{f.name} ({'/'.join(f.model_types)})" if f.model_types != (f.name,)
-                     else f.name for f in FAMILIES if f.walkthrough)
+                     else f.name for f in FAMILIES if f.recompute_block)
 
 
-__all__ = ["Family", "FAMILIES", "FamilyDefinitionError", "family_for_config", "supported_types",
-           "with_walkthrough", "check_family", "load_families", "COMMON_LABELS"]
+# Last, once every name above exists: the family modules import Family (and parts.py imports
+# family_for_config) from this package while it is being initialised.
+FAMILIES: tuple[Family, ...] = load_families()
+_BY_TYPE = {t: f for f in FAMILIES for t in f.model_types}

@@ -1,9 +1,99 @@
-"""Gemma (1): the embedding scaled by √d, RMSNorm with a (1 + w) scale, GeGLU MLP."""
+"""Gemma (1): the embedding scaled by √d, RMSNorm with a (1 + w) scale, GeGLU MLP.
+
+The block recomputation below serves Gemma 2 and Gemma 3 too, reading what differs from their
+family records: the post-norms (the attention and MLP outputs normalised *before* they are added
+to the stream), the attention softcap and the per-head Q/K norm. Every Gemma scales the scores by
+query_pre_attn_scalar^−½ where the config sets it; sliding-window layers and per-layer-type RoPE
+bases come from the config. The embedding's √d scale happens before block 0, so it is already in x.
+"""
+
+from __future__ import annotations
 
 from dataclasses import replace
+from typing import Any
 
-from .llama import FAMILY as LLAMA
+from fptrace.families import Family
+from fptrace.families.llama import FAMILY as LLAMA
+from fptrace.families.ops import (
+    RMS_1W_FORMULA,
+    Steps,
+    apply_rope,
+    causal_attention,
+    gated_mlp,
+    linear,
+    project_qkv,
+    repeat_kv,
+    rms_norm,
+    rope_tables,
+    sliding_window,
+    split_heads,
+)
+from fptrace.families.parts import dims
 
-FAMILY = replace(LLAMA, name="gemma", title="Gemma", model_types=("gemma",),
-                 norm_type="rmsnorm (1 + w)", mlp_type="geglu", embed_scale="sqrt_d",
-                 walkthrough="gemma")
+
+def block(x: Any, blk: Any, cfg: Any, layer: int, s: Steps, model: Any, fam: Family) -> Any:
+    """x: (B, T, C), the residual stream entering block `layer`. Returns the stream leaving it."""
+    B, T, C = x.shape
+    dm = dims(cfg)  # the config's head counts and head width, normalised once
+    nh, nkv, hd = dm.n_heads, dm.n_kv_heads, dm.head_dim
+    eps = cfg.rms_norm_eps
+    attn, mlp = blk.self_attn, blk.mlp
+
+    s.section = "attention"
+    h = rms_norm(x, blk.input_layernorm.weight, eps, one_plus=True)  # (B, T, C)
+    s("input_layernorm (RMSNorm, 1 + γ)", RMS_1W_FORMULA, h)
+    q, k, v = project_qkv(h, attn, nh, nkv, hd, s)  # (B, T, nh*hd), 2 × (B, T, nkv*hd)
+    q, k, v = split_heads(q, k, v, nh, nkv, hd, s)  # (B, nh, T, hd), 2 × (B, nkv, T, hd)
+    if fam.qk_norm == "per_head":  # Gemma 3
+        q = rms_norm(q, attn.q_norm.weight, eps, one_plus=True)  # (B, nh, T, hd)
+        k = rms_norm(k, attn.k_norm.weight, eps, one_plus=True)  # (B, nkv, T, hd)
+        s("q_norm, k_norm (per head, 1 + γ)", f"q = q / √(mean(q²) + ε) · (1 + γ_q) over each "
+          f"head's {hd} values; same for k", q, shown="Q")
+    cos, sin, formula = rope_tables(cfg, T, hd, model, x.device, layer)  # (T, hd) each
+    q = apply_rope(q, cos, sin)  # (B, nh, T, hd)
+    k = apply_rope(k, cos, sin)  # (B, nkv, T, hd)
+    s("RoPE on Q and K", formula, q, note="K is rotated the same way", shown="Q")
+    k, v = repeat_kv(k, v, nh, s)  # (B, nh, T, hd) each
+    scalar = getattr(cfg, "query_pre_attn_scalar", None) or hd
+    y = causal_attention(q, k, v, s, scale=scalar ** -0.5, window=sliding_window(cfg, layer),
+                         softcap=fam.softcap(cfg, "attn"))  # (B, T, nh*hd)
+    attn_out = linear(y, attn.o_proj)  # (B, T, C)
+    s("o_proj (W_O)", "o = y · W_Oᵀ", attn_out, keep=True)
+    if fam.post_norms:  # Gemma 2 and 3
+        attn_out = rms_norm(attn_out, blk.get_submodule(fam.attn_added).weight, eps,
+                            one_plus=True)  # (B, T, C)
+        s(fam.attn_added, "attn_out = o / √(mean(o²) + ε) · (1 + γ)   (what the stream "
+          "receives)", attn_out, keep=True)
+    x = x + attn_out  # (B, T, C)
+    s("residual add", "x = x + attn_out", x)
+
+    s.section = "mlp"
+    pre = "pre_feedforward_layernorm" if fam.post_norms else "post_attention_layernorm"
+    h = rms_norm(x, blk.get_submodule(pre).weight, eps, one_plus=True)  # (B, T, C)
+    s(pre, RMS_1W_FORMULA, h)
+    act = getattr(cfg, "hidden_activation", None) or cfg.hidden_act
+    mlp_out = gated_mlp(h, mlp, s, act=act)  # (B, T, C)
+    if fam.post_norms:
+        mlp_out = rms_norm(mlp_out, blk.get_submodule(fam.mlp_added).weight, eps,
+                           one_plus=True)  # (B, T, C)
+        s(fam.mlp_added, "mlp_out = m / √(mean(m²) + ε) · (1 + γ)   (what the stream "
+          "receives)", mlp_out, keep=True)
+    x = x + mlp_out  # (B, T, C)
+    s("residual add", "x = x + mlp_out", x)
+    return x
+
+
+def final_norm(x: Any, norm: Any, cfg: Any, s: Steps) -> Any:
+    h = rms_norm(x, norm.weight, cfg.rms_norm_eps, one_plus=True)  # (B, T, C)
+    s("norm (final RMSNorm, 1 + γ)", RMS_1W_FORMULA, h)
+    return h
+
+
+FAMILY = replace(
+    LLAMA, name="gemma", title="Gemma", model_types=("gemma",),
+    norm_type="rmsnorm (1 + w)", mlp_type="geglu", embed_scale="sqrt_d",
+    recompute_block=block, recompute_final_norm=final_norm,
+    tiny=dict(model_type="gemma", num_hidden_layers=2, hidden_size=64, intermediate_size=96,
+              num_attention_heads=4, num_key_value_heads=1, head_dim=16, vocab_size=1000,
+              max_position_embeddings=64),
+)

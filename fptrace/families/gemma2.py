@@ -1,10 +1,10 @@
 """Gemma 2: Gemma's block with norms before *and* after each sublayer (the stream receives the
 post-norm outputs), attention-logit and final-logit softcapping, alternating sliding-window
-layers."""
+layers. Recomputed by gemma.py's block, which reads these facts from this record."""
 
 from dataclasses import replace
 
-from .gemma import FAMILY as GEMMA
+from fptrace.families.gemma import FAMILY as GEMMA
 
 FAMILY = replace(
     GEMMA, name="gemma2", title="Gemma 2", model_types=("gemma2",),
@@ -14,4 +14,9 @@ FAMILY = replace(
             "post_attention_layernorm": "norm after attention (what is added)",
             "pre_feedforward_layernorm": "norm before the MLP",
             "post_feedforward_layernorm": "norm after the MLP (what is added)"},
+    # softcaps small enough to bite on random weights; every other layer a 3-token window
+    tiny=dict(model_type="gemma2", num_hidden_layers=3, hidden_size=64, intermediate_size=96,
+              num_attention_heads=4, num_key_value_heads=2, head_dim=16, vocab_size=1000,
+              max_position_embeddings=64, sliding_window=3, query_pre_attn_scalar=24,
+              attn_logit_softcapping=2.0, final_logit_softcapping=3.0),
 )

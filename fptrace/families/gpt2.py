@@ -1,14 +1,78 @@
-"""GPT-2: learned absolute positions, LayerNorm, fused QKV (Conv1D), GELU MLP."""
+"""GPT-2: learned absolute positions, LayerNorm, fused QKV (Conv1D), GELU MLP.
 
-from . import Family
+The block recomputation in the manner of nanoGPT: B batch, T positions, C = n_embd, nh heads of
+hs = C / nh values. GPT-2 stores its linear layers as Conv1D, whose weight is (in, out), so a
+projection is `x @ W + b` with no transpose.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from fptrace.families import Family
+from fptrace.families.ops import LAYERNORM_FORMULA, Steps, causal_attention, gelu, layer_norm
+
+
+def block(x: Any, blk: Any, cfg: Any, layer: int, s: Steps, model: Any, fam: Family) -> Any:
+    """x: (B, T, C), the residual stream entering block `layer`. Returns the stream leaving it."""
+    B, T, C = x.shape
+    nh = cfg.n_head
+    hs = C // nh
+    eps = cfg.layer_norm_epsilon
+    ln_1, attn, ln_2, mlp = blk.ln_1, blk.attn, blk.ln_2, blk.mlp
+
+    s.section = "attention"
+    h = layer_norm(x, ln_1, eps)  # (B, T, C)
+    s("ln_1", LAYERNORM_FORMULA + "   (LayerNorm over C)", h)
+    qkv = h @ attn.c_attn.weight + attn.c_attn.bias  # (B, T, 3C)
+    s("c_attn (fused QKV)", f"qkv = h · W_qkv + b   W_qkv is ({C}, {3 * C})", qkv)
+    q, k, v = qkv.split(C, dim=2)  # 3 × (B, T, C)
+    s("split → Q, K, V", f"q, k, v = qkv[…, 0:{C}], qkv[…, {C}:{2 * C}], qkv[…, {2 * C}:]", q,
+      note="K and V have the same shape", shown="Q")
+    q = q.view(B, T, nh, hs).transpose(1, 2)  # (B, nh, T, hs)
+    k = k.view(B, T, nh, hs).transpose(1, 2)  # (B, nh, T, hs)
+    v = v.view(B, T, nh, hs).transpose(1, 2)  # (B, nh, T, hs)
+    s("heads", f"q → (B, T, {nh}, {hs}) → transpose(1, 2); same for k, v", q)
+    scale = 1.0 / math.sqrt(hs) if cfg.scale_attn_weights else 1.0
+    if cfg.scale_attn_by_inverse_layer_idx:
+        scale /= float(layer + 1)
+    y = causal_attention(q, k, v, s, scale=scale)  # (B, T, C)
+    attn_out = y @ attn.c_proj.weight + attn.c_proj.bias  # (B, T, C)
+    s("c_proj (W_O)", "attn_out = y · W_O + b", attn_out, keep=True)
+    x = x + attn_out  # (B, T, C)
+    s("residual add", "x = x + attn_out", x)
+
+    s.section = "mlp"
+    h = layer_norm(x, ln_2, eps)  # (B, T, C)
+    s("ln_2", LAYERNORM_FORMULA, h)
+    u = h @ mlp.c_fc.weight + mlp.c_fc.bias  # (B, T, 4C)
+    s("c_fc (MLP up)", f"u = h · W_up + b   W_up is ({C}, {u.shape[-1]})", u)
+    a, formula = gelu(u, cfg.activation_function)  # (B, T, 4C)
+    s("GELU", formula, a)
+    mlp_out = a @ mlp.c_proj.weight + mlp.c_proj.bias  # (B, T, C)
+    s("c_proj (MLP down)", "mlp_out = a · W_down + b", mlp_out, keep=True)
+    x = x + mlp_out  # (B, T, C)
+    s("residual add", "x = x + mlp_out", x)
+    return x
+
+
+def final_norm(x: Any, norm: Any, cfg: Any, s: Steps) -> Any:
+    h = layer_norm(x, norm, cfg.layer_norm_epsilon)  # (B, T, C)
+    s("ln_f (final norm)", LAYERNORM_FORMULA, h)
+    return h
+
 
 FAMILY = Family(
     name="gpt2", title="GPT-2", model_types=("gpt2",),
     blocks="transformer.h", embed="transformer.wte", pos_embed="transformer.wpe",
     final_norm="transformer.ln_f", lm_head="lm_head", attn="attn", mlp="mlp",
-    norm_type="layernorm", mlp_type="gelu", positions="learned", walkthrough="gpt2",
+    norm_type="layernorm", mlp_type="gelu", positions="learned",
+    recompute_block=block, recompute_final_norm=final_norm,
     w_o=("c_proj",),
     labels={"ln_1": "norm before attention", "ln_2": "norm before the MLP",
             "c_attn": "fused QKV projection", "c_fc": "MLP up", "c_proj": "MLP down"},
     d_mlp=lambda config: getattr(config, "n_inner", None) or 4 * config.n_embd,
+    tiny=dict(model_type="gpt2", n_layer=3, n_embd=64, n_head=4, vocab_size=1000,
+              n_positions=64),
 )

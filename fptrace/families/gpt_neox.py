@@ -1,17 +1,103 @@
 """GPT-NeoX (Pythia): LayerNorm, per-head fused QKV, partial rotary, parallel residual by
-default (attention and MLP both read the block's input)."""
+default (attention and MLP both read the block's input).
 
-from . import Family
+The block recomputation in the manner of nanoGPT: B batch, T positions, C = hidden_size, nh
+heads of hs values. Three things differ from GPT-2: the fused QKV projection is laid out head by
+head ([q|k|v] for head 0, then head 1, ...), RoPE rotates only the first `rotary_ndims` values of
+each head, and with `use_parallel_residual` attention and the MLP both read the block's input
+and are added together.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fptrace.families import Family
+from fptrace.families.ops import (
+    LAYERNORM_FORMULA,
+    Steps,
+    apply_rope,
+    causal_attention,
+    gelu,
+    layer_norm,
+    linear,
+    rope_tables,
+)
+
+
+def block(x: Any, blk: Any, cfg: Any, layer: int, s: Steps, model: Any, fam: Family) -> Any:
+    """x: (B, T, C), the residual stream entering block `layer`. Returns the stream leaving it."""
+    B, T, C = x.shape
+    nh = cfg.num_attention_heads
+    hs = C // nh
+    eps = cfg.layer_norm_eps
+    params = getattr(cfg, "rope_parameters", None) or {}
+    rot = int(hs * params.get("partial_rotary_factor", getattr(cfg, "rotary_pct", 1.0)))
+    parallel = bool(getattr(cfg, "use_parallel_residual", True))
+    attn, mlp = blk.attention, blk.mlp
+
+    s.section = "attention"
+    h = layer_norm(x, blk.input_layernorm, eps)  # (B, T, C)
+    s("input_layernorm", LAYERNORM_FORMULA, h)
+    qkv = linear(h, attn.query_key_value)  # (B, T, 3C)
+    s("query_key_value (fused)", f"qkv = h · W_qkvᵀ + b   W_qkv is ({3 * C}, {C})", qkv)
+    qkv = qkv.view(B, T, nh, 3 * hs).transpose(1, 2)  # (B, nh, T, 3hs)
+    q, k, v = qkv.chunk(3, dim=-1)  # 3 × (B, nh, T, hs)
+    s("heads, then split", f"qkv → (B, {nh}, T, 3·{hs}); q, k, v = its thirds (per head)", q,
+      note="K and V have the same shape", shown="Q")
+    cos, sin, formula = rope_tables(cfg, T, rot, model, x.device)  # (T, rot) each
+    q = apply_rope(q, cos, sin)  # (B, nh, T, hs)
+    k = apply_rope(k, cos, sin)  # (B, nh, T, hs)
+    s("RoPE on Q and K", f"the first {rot} of {hs} values per head: " + formula, q,
+      note="K is rotated the same way; the other values pass unchanged", shown="Q")
+    y = causal_attention(q, k, v, s)  # (B, T, C)
+    attn_out = linear(y, attn.dense)  # (B, T, C)
+    s("dense (W_O)", "attn_out = y · W_Oᵀ + b", attn_out, keep=True)
+
+    s.section = "mlp"
+    if parallel:
+        h = layer_norm(x, blk.post_attention_layernorm, eps)  # (B, T, C)
+        s("post_attention_layernorm", "h = LayerNorm(x)   (parallel: the block's input, not "
+          "x + attn_out)", h)
+    else:
+        x = x + attn_out  # (B, T, C)
+        s("residual add", "x = x + attn_out", x)
+        h = layer_norm(x, blk.post_attention_layernorm, eps)  # (B, T, C)
+        s("post_attention_layernorm", LAYERNORM_FORMULA, h)
+    u = linear(h, mlp.dense_h_to_4h)  # (B, T, 4C)
+    s("dense_h_to_4h (MLP up)", f"u = h · W_upᵀ + b   W_up is ({u.shape[-1]}, {C})", u)
+    a, formula = gelu(u, cfg.hidden_act)  # (B, T, 4C)
+    s("GELU", formula, a)
+    mlp_out = linear(a, mlp.dense_4h_to_h)  # (B, T, C)
+    s("dense_4h_to_h (MLP down)", "mlp_out = a · W_downᵀ + b", mlp_out, keep=True)
+    if parallel:
+        x = x + attn_out + mlp_out  # (B, T, C)
+        s("residual add", "x = x + attn_out + mlp_out   (parallel residual)", x)
+    else:
+        x = x + mlp_out  # (B, T, C)
+        s("residual add", "x = x + mlp_out", x)
+    return x
+
+
+def final_norm(x: Any, norm: Any, cfg: Any, s: Steps) -> Any:
+    h = layer_norm(x, norm, cfg.layer_norm_eps)  # (B, T, C)
+    s("final_layer_norm", LAYERNORM_FORMULA, h)
+    return h
+
 
 FAMILY = Family(
     name="gpt_neox", title="GPT-NeoX", model_types=("gpt_neox",),
     blocks="gpt_neox.layers", embed="gpt_neox.embed_in",
     final_norm="gpt_neox.final_layer_norm", lm_head="lm_head", attn="attention", mlp="mlp",
-    norm_type="layernorm", mlp_type="gelu", positions="rope", walkthrough="gpt_neox",
+    norm_type="layernorm", mlp_type="gelu", positions="rope",
+    recompute_block=block, recompute_final_norm=final_norm,
     parallel_residual=True, parallel_residual_attr="use_parallel_residual",
     w_o=("dense",),
     labels={"input_layernorm": "norm before attention",
             "post_attention_layernorm": "norm before the MLP",
             "query_key_value": "fused QKV projection", "dense_h_to_4h": "MLP up",
             "dense_4h_to_h": "MLP down"},
+    tiny=dict(model_type="gpt_neox", num_hidden_layers=2, hidden_size=64, intermediate_size=96,
+              num_attention_heads=4, vocab_size=1000, max_position_embeddings=64,
+              rotary_pct=0.25, use_parallel_residual=True),
 )

@@ -1,6 +1,75 @@
-"""Llama (and SmolLM): RMSNorm, RoPE, grouped-query attention, SwiGLU MLP."""
+"""Llama (and SmolLM): RMSNorm, RoPE, grouped-query attention, SwiGLU MLP.
 
-from . import Family
+The block recomputation below is the one Mistral, Qwen2 and Qwen3 use too (their families are
+this record with a few facts changed): straight-line code in the manner of nanoGPT, B batch,
+T positions, C = hidden_size, nh query heads and nkv key/value heads of hd values each.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fptrace.families import Family
+from fptrace.families.ops import (
+    RMS_FORMULA,
+    Steps,
+    apply_rope,
+    causal_attention,
+    gated_mlp,
+    linear,
+    project_qkv,
+    repeat_kv,
+    rms_norm,
+    rope_tables,
+    sliding_window,
+    split_heads,
+)
+from fptrace.families.parts import dims
+
+
+def block(x: Any, blk: Any, cfg: Any, layer: int, s: Steps, model: Any, fam: Family) -> Any:
+    """x: (B, T, C), the residual stream entering block `layer`. Returns the stream leaving it."""
+    B, T, C = x.shape
+    dm = dims(cfg)  # the config's head counts and head width, normalised once
+    nh, nkv, hd = dm.n_heads, dm.n_kv_heads, dm.head_dim
+    eps = cfg.rms_norm_eps
+    attn, mlp = blk.self_attn, blk.mlp
+
+    s.section = "attention"
+    h = rms_norm(x, blk.input_layernorm.weight, eps)  # (B, T, C)
+    s("input_layernorm (RMSNorm)", RMS_FORMULA, h)
+    q, k, v = project_qkv(h, attn, nh, nkv, hd, s)  # (B, T, nh*hd), 2 × (B, T, nkv*hd)
+    q, k, v = split_heads(q, k, v, nh, nkv, hd, s)  # (B, nh, T, hd), 2 × (B, nkv, T, hd)
+    if fam.qk_norm == "per_head":  # Qwen3: an RMSNorm on each head of Q and K
+        q = rms_norm(q, attn.q_norm.weight, eps)  # (B, nh, T, hd)
+        k = rms_norm(k, attn.k_norm.weight, eps)  # (B, nkv, T, hd)
+        s("q_norm, k_norm (RMSNorm per head)", "q = q / √(mean(q²) + ε) · γ_q over each head's "
+          f"{hd} values; same for k with γ_k", q, shown="Q")
+    cos, sin, formula = rope_tables(cfg, T, hd, model, x.device, layer)  # (T, hd) each
+    q = apply_rope(q, cos, sin)  # (B, nh, T, hd)
+    k = apply_rope(k, cos, sin)  # (B, nkv, T, hd)
+    s("RoPE on Q and K", formula, q, note="K is rotated the same way", shown="Q")
+    k, v = repeat_kv(k, v, nh, s)  # (B, nh, T, hd) each
+    y = causal_attention(q, k, v, s, window=sliding_window(cfg, layer))  # (B, T, nh*hd)
+    attn_out = linear(y, attn.o_proj)  # (B, T, C)
+    s("o_proj (W_O)", "attn_out = y · W_Oᵀ", attn_out, keep=True)
+    x = x + attn_out  # (B, T, C)
+    s("residual add", "x = x + attn_out", x)
+
+    s.section = "mlp"
+    h = rms_norm(x, blk.post_attention_layernorm.weight, eps)  # (B, T, C)
+    s("post_attention_layernorm", RMS_FORMULA, h)
+    mlp_out = gated_mlp(h, mlp, s)  # (B, T, C)
+    x = x + mlp_out  # (B, T, C)
+    s("residual add", "x = x + mlp_out", x)
+    return x
+
+
+def final_norm(x: Any, norm: Any, cfg: Any, s: Steps) -> Any:
+    h = rms_norm(x, norm.weight, cfg.rms_norm_eps)  # (B, T, C)
+    s("norm (final RMSNorm)", RMS_FORMULA, h)
+    return h
+
 
 # the names every Llama-like block uses (Mistral, Qwen2/3, Phi-3, Gemma, OLMo 2 share them)
 LLAMA_LABELS = {"input_layernorm": "norm before attention",
@@ -10,6 +79,10 @@ FAMILY = Family(
     name="llama", title="Llama", model_types=("llama",),
     blocks="model.layers", embed="model.embed_tokens", final_norm="model.norm",
     lm_head="lm_head", attn="self_attn", mlp="mlp",
-    norm_type="rmsnorm", mlp_type="swiglu", positions="rope", walkthrough="llama",
+    norm_type="rmsnorm", mlp_type="swiglu", positions="rope",
+    recompute_block=block, recompute_final_norm=final_norm,
     labels=LLAMA_LABELS,
+    tiny=dict(model_type="llama", num_hidden_layers=3, hidden_size=64, intermediate_size=96,
+              num_attention_heads=4, num_key_value_heads=2, vocab_size=1000,
+              max_position_embeddings=64, tie_word_embeddings=False),
 )

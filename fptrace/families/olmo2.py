@@ -1,14 +1,82 @@
 """OLMo 2: norms *after* each sublayer only (no norm before attention or the MLP), and an
-RMSNorm over the whole Q and K projections."""
+RMSNorm over the whole Q and K projections.
+
+What the block recomputation changes from Llama's: the projections read the stream itself; their
+outputs are normalised before the residual add (post_attention_layernorm,
+post_feedforward_layernorm); Q and K are each normalised over the whole projection (all heads at
+once) before RoPE. The final norm is Llama's RMSNorm.
+"""
+
+from __future__ import annotations
 
 from dataclasses import replace
+from typing import Any
 
-from .llama import FAMILY as LLAMA
+from fptrace.families import Family
+from fptrace.families.llama import FAMILY as LLAMA
+from fptrace.families.ops import (
+    Steps,
+    apply_rope,
+    causal_attention,
+    gated_mlp,
+    linear,
+    project_qkv,
+    repeat_kv,
+    rms_norm,
+    rope_tables,
+    sliding_window,
+    split_heads,
+)
+from fptrace.families.parts import dims
+
+
+def block(x: Any, blk: Any, cfg: Any, layer: int, s: Steps, model: Any, fam: Family) -> Any:
+    """x: (B, T, C), the residual stream entering block `layer`. Returns the stream leaving it."""
+    B, T, C = x.shape
+    dm = dims(cfg)  # the config's head counts and head width, normalised once
+    nh, nkv, hd = dm.n_heads, dm.n_kv_heads, dm.head_dim
+    eps = cfg.rms_norm_eps
+    attn, mlp = blk.self_attn, blk.mlp
+
+    s.section = "attention"
+    # no norm before attention: the projections read the stream x itself
+    q, k, v = project_qkv(x, attn, nh, nkv, hd, s, src="x")  # (B,T,nh*hd), 2 × (B,T,nkv*hd)
+    q = rms_norm(q, attn.q_norm.weight, eps)  # (B, T, nh*hd)
+    k = rms_norm(k, attn.k_norm.weight, eps)  # (B, T, nkv*hd)
+    s("q_norm, k_norm (RMSNorm over all heads)", f"q = q / √(mean(q²) + ε) · γ_q over its "
+      f"{nh * hd} values; same for k", q, shown="Q")
+    q, k, v = split_heads(q, k, v, nh, nkv, hd, s)  # (B, nh, T, hd), 2 × (B, nkv, T, hd)
+    cos, sin, formula = rope_tables(cfg, T, hd, model, x.device, layer)  # (T, hd) each
+    q = apply_rope(q, cos, sin)  # (B, nh, T, hd)
+    k = apply_rope(k, cos, sin)  # (B, nkv, T, hd)
+    s("RoPE on Q and K", formula, q, note="K is rotated the same way", shown="Q")
+    k, v = repeat_kv(k, v, nh, s)  # (B, nh, T, hd) each
+    y = causal_attention(q, k, v, s, window=sliding_window(cfg, layer))  # (B, T, nh*hd)
+    o = linear(y, attn.o_proj)  # (B, T, C)
+    s("o_proj (W_O)", "o = y · W_Oᵀ", o, keep=True)
+    attn_out = rms_norm(o, blk.post_attention_layernorm.weight, eps)  # (B, T, C)
+    s("post_attention_layernorm", "attn_out = o / √(mean(o²) + ε) · γ   (what the stream "
+      "receives)", attn_out, keep=True)
+    x = x + attn_out  # (B, T, C)
+    s("residual add", "x = x + attn_out", x)
+
+    s.section = "mlp"
+    m = gated_mlp(x, mlp, s, src="x")  # (B, T, C), no norm before the MLP either
+    mlp_out = rms_norm(m, blk.post_feedforward_layernorm.weight, eps)  # (B, T, C)
+    s("post_feedforward_layernorm", "mlp_out = m / √(mean(m²) + ε) · γ   (what the stream "
+      "receives)", mlp_out, keep=True)
+    x = x + mlp_out  # (B, T, C)
+    s("residual add", "x = x + mlp_out", x)
+    return x
+
 
 FAMILY = replace(
-    LLAMA, name="olmo2", title="OLMo 2", model_types=("olmo2",), walkthrough="olmo2",
+    LLAMA, name="olmo2", title="OLMo 2", model_types=("olmo2",), recompute_block=block,
     attn_added="post_attention_layernorm", mlp_added="post_feedforward_layernorm",
     qk_norm="whole",
     labels={"post_attention_layernorm": "norm after attention (what is added)",
             "post_feedforward_layernorm": "norm after the MLP (what is added)"},
+    tiny=dict(model_type="olmo2", num_hidden_layers=2, hidden_size=64, intermediate_size=96,
+              num_attention_heads=4, num_key_value_heads=2, vocab_size=1000,
+              max_position_embeddings=64, tie_word_embeddings=False),
 )

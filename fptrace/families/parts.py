@@ -6,8 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from ..errors import UnsupportedModel
-from . import Family, family_for_config, supported_types
+from fptrace.errors import UnsupportedModel
+from fptrace.families import Family, family_for_config, supported_types
 
 
 @dataclass(frozen=True)
@@ -150,7 +150,7 @@ def _generic_parts(model: Any) -> ModelParts:
         name=f"generic:{config.model_type}", title=config.model_type,
         model_types=(config.model_type,), blocks=blocks_path, embed="", final_norm=final_name,
         lm_head="", attn=attn_name, mlp=mlp_name, norm_type=norm_type, mlp_type=mlp_type,
-        positions=positions, walkthrough=None)
+        positions=positions, tiny={})
     return ModelParts(
         family=generic, blocks=blocks, attns=attns, mlps=mlps, attn_adds=attns, mlp_adds=mlps,
         final_norm=model.get_submodule(final_name), lm_head=lm_head, embed=embed,

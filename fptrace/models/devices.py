@@ -9,7 +9,7 @@ import shutil
 import tempfile
 from typing import Any, Callable
 
-from ..errors import BadInput
+from fptrace.errors import BadInput
 
 Progress = Callable[[str], None]
 
@@ -188,7 +188,7 @@ def estimate(config: Any, dtype: Any, device: Any, placed: dict | None,
     import torch
     from transformers import AutoModelForCausalLM
 
-    from ..memory import available_bytes, check_fits, human_bytes
+    from fptrace.models.memory import available_bytes, check_fits, human_bytes
 
     try:
         with torch.device("meta"):

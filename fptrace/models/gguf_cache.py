@@ -13,10 +13,10 @@ import tempfile
 import time
 from typing import Any, Callable
 
-from ..errors import ModelLoadError
-from .devices import alias_tied_offload
-from .sources import short_error
-from .tokenizers import HFTokenizer
+from fptrace.errors import ModelLoadError
+from fptrace.models.devices import alias_tied_offload
+from fptrace.models.sources import short_error
+from fptrace.models.tokenizers import HFTokenizer
 
 Progress = Callable[[str], None]
 

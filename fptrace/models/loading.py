@@ -10,16 +10,30 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
-from ..errors import BadInput, ModelLoadError, ModelNotFound
-from ..families.parts import ModelParts, resolve_parts
-from ..results import Token
-from .devices import dispatch, estimate, pick_device, pick_dtype, placed_options, placement
-from .gguf_cache import gguf_model, gguf_tokenizer
-from .registry import DEFAULT_MODEL, KnownModel, ModelSpec, resolve
-from .sources import (check_folder_weights, config_from_dict, ensure_hub_weights, from_pretrained,
-                      hub_file, load_config, needs_remote_code, short_error)
-from .tokenizers import OFFLINE, HFTokenizer, TextTokenizer
-
+from fptrace.core.results import Token
+from fptrace.errors import BadInput, ModelLoadError, ModelNotFound
+from fptrace.families.parts import ModelParts, resolve_parts
+from fptrace.models.devices import (
+    dispatch,
+    estimate,
+    pick_device,
+    pick_dtype,
+    placed_options,
+    placement,
+)
+from fptrace.models.gguf_cache import gguf_model, gguf_tokenizer
+from fptrace.models.registry import DEFAULT_MODEL, KnownModel, ModelSpec, resolve
+from fptrace.models.sources import (
+    check_folder_weights,
+    config_from_dict,
+    ensure_hub_weights,
+    from_pretrained,
+    hub_file,
+    load_config,
+    needs_remote_code,
+    short_error,
+)
+from fptrace.models.tokenizers import OFFLINE, HFTokenizer, TextTokenizer
 
 Progress = Callable[[str], None]
 
@@ -77,7 +91,7 @@ class LoadedModel:
                        ) -> tuple[list[int], int]:
         """(ids, dropped): with truncate, a prompt longer than the context keeps its last
         tokens and `dropped` counts the others; without, it is refused with a clear message."""
-        from .tokenizers import encode_prompt
+        from fptrace.models.tokenizers import encode_prompt
 
         if isinstance(prompt, str):
             if self.tokenizer is None:
@@ -159,7 +173,7 @@ def _random_model(config: Any, seed: int, dtype: Any, device: Any) -> Any:
     import torch
     from transformers import AutoModelForCausalLM
 
-    from ..memory import check_fits
+    from fptrace.models.memory import check_fits
 
     with torch.device("meta"):
         meta = AutoModelForCausalLM.from_config(config)
@@ -181,7 +195,7 @@ def load_model(name: str = DEFAULT_MODEL, *, random_weights: bool = False, seed:
 
     device_map="auto" (with max_memory like "0=70GiB,cpu=200GiB" and an offload_folder) loads
     through Accelerate: blocks spread over GPUs, then CPU RAM, then disk."""
-    from ..distributed import tensor_parallel as tp
+    from fptrace.models import tensor_parallel as tp
 
     spec = resolve(name)
     dev = pick_device(device)

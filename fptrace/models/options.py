@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any, Callable
 
-from .registry import DEFAULT_MODEL
+from fptrace.models.registry import DEFAULT_MODEL
 
 
 @dataclass(frozen=True)
@@ -25,7 +25,7 @@ class LoadOptions:
 
     def load(self, progress: Callable[[str], None] | None = None) -> Any:
         """The LoadedModel these options describe."""
-        from .loading import load_model
+        from fptrace.models.loading import load_model
 
         args = asdict(self)
         name = args.pop("model")

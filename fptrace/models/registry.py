@@ -18,8 +18,8 @@ from dataclasses import dataclass, field
 from importlib import resources
 from typing import Any
 
-from ..errors import ModelNotFound
-from .tokenizers import package_dir
+from fptrace.errors import ModelNotFound
+from fptrace.models.tokenizers import package_dir
 
 DEFAULT_MODEL = "smollm2-135m"
 

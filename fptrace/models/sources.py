@@ -8,11 +8,15 @@ import json
 import os
 from typing import Any
 
-from ..errors import (FptraceError, ModelLoadError, ModelNotFound, UnsafeModel,
-                      UnsupportedModel)
-from .devices import alias_tied_offload
-from .registry import ModelSpec
-
+from fptrace.errors import (
+    FptraceError,
+    ModelLoadError,
+    ModelNotFound,
+    UnsafeModel,
+    UnsupportedModel,
+)
+from fptrace.models.devices import alias_tied_offload
+from fptrace.models.registry import ModelSpec
 
 _PICKLE_PATTERNS = ("*.bin", "*.pt", "*.pth", "*.ckpt", "*.pkl")
 

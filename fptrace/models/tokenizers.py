@@ -15,7 +15,7 @@ import os
 import re
 from typing import Any, Callable, Protocol
 
-from ..errors import BadInput, ModelNotFound
+from fptrace.errors import BadInput, ModelNotFound
 
 
 class TextTokenizer(Protocol):

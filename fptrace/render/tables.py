@@ -8,9 +8,9 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
-from ..results import ModelInfo, ShapeStep, Token, Trace
-from .fit import Col, RowStyle, fit_table
-from .text import bar, norm, num, shape, visible
+from fptrace.core.results import ModelInfo, Token, Trace
+from fptrace.render.fit import Col, RowStyle, fit_table
+from fptrace.render.text import bar, norm, num, visible
 
 
 def header(info: ModelInfo) -> RenderableType:
@@ -54,72 +54,6 @@ def token_table(toks: tuple[Token, ...], title: str = "Tokens",
     rows = [[str(tok.position), str(tok.id), Text(visible(tok.text))] for tok in toks]
     table = fit_table(cols, rows, width, box=box.HEAVY_HEAD, title=title, title_justify="left")
     return table if note is None else Group(table, Text(note, style="dim"))
-
-
-def tokens(trace: Trace, width: int | None = None) -> RenderableType:
-    return token_table(trace.tokens, width=width, note=trace.token_note)
-
-
-POSITION_COLS = (Col("pos", 0, "right"), Col("token", 0), Col("next token", 0),
-                 Col("p(next)", 0, "right"), Col("rank", 1, "right"),
-                 Col("loss\n(nats)", 0, "right"), Col("predicted\ntop-1", 2),
-                 Col("p", 2, "right"))
-
-
-def positions(trace: Trace, width: int | None = None) -> RenderableType:
-    """--all-positions: what the model predicted at every position, and the loss of the
-    prompt (the mean cross-entropy of each position's prediction of the next token)."""
-    rows = [[str(r.position), Text(visible(r.token.text)),
-             Text(visible(r.actual.text)) if r.actual else "—", num(r.actual_prob, 4),
-             "—" if r.actual_rank is None else f"{r.actual_rank:,}", num(r.loss, 2),
-             Text(visible(r.predicted.text)), num(r.predicted.prob, 4)]
-            for r in trace.positions]
-    scored = sum(1 for r in trace.positions if r.loss is not None)
-    caption = None if trace.mean_loss is None else (
-        f"mean loss {trace.mean_loss:.3f} nats over {scored} predictions, perplexity "
-        f"{trace.perplexity:.2f}: the loss training averages; the last position has no next "
-        "token to score")
-    return fit_table(POSITION_COLS, rows, width, title="Predictions at every position (a "
-                     "causal LM scores the next token at each one)", title_justify="left",
-                     caption=caption, caption_justify="left")
-
-
-def _compress(steps: tuple[ShapeStep, ...]) -> list[tuple[str, tuple[int, ...]]]:
-    """Runs of blocks with the same shape become one 'blocks a–b' step."""
-    out: list[tuple[str, tuple[int, ...]]] = []
-    run: list[ShapeStep] = []
-
-    def flush() -> None:
-        if not run:
-            return
-        if len(run) == 1:
-            out.append((run[0].label, run[0].shape))
-        else:
-            first, last = run[0].label.split()[-1], run[-1].label.split()[-1]
-            out.append((f"blocks {first}–{last}, each", run[0].shape))
-        run.clear()
-
-    for s in steps:
-        if s.point == "resid_post" and (not run or run[-1].shape == s.shape):
-            run.append(s)
-            continue
-        flush()
-        if s.point == "resid_post":
-            run.append(s)
-        else:
-            out.append((s.label, s.shape))
-    flush()
-    return out
-
-
-def shape_flow(trace: Trace) -> RenderableType:
-    text = Text()
-    for i, (label, s) in enumerate(_compress(trace.shapes)):
-        if i:
-            text.append("  →  ", style="dim")
-        text.append(label + " ")
-        text.append(shape(s), style="cyan")
-    return Panel(text, title="Shape flow", title_align="left", expand=False)
 
 
 # the columns of the per-layer table, most important first (priority 0: always shown)
@@ -182,28 +116,3 @@ def top_k(trace: Trace, width: int | None = None) -> RenderableType:
                      title=f"Top-{len(trace.top_k)} next tokens", title_justify="left")
 
 
-LEGEND = ("Rows: the embed row is transformers' hidden_states[0]; block k's row is the stream "
-          "after block k, hidden_states[k + 1] (the last entry of hidden_states has the final "
-          "norm applied: see below the table). ‖resid‖: norm of the residual stream at the last position; mean ‖resid‖: its mean "
-          "over positions; ‖attn‖, ‖mlp‖: what attention and the MLP added at the last position; "
-          "‖Δ‖: what the whole block added; cos prev: cosine to the previous row's stream; "
-          "logit lens: final norm + LM head applied to that row's stream; rank of final: where the "
-          "model's final top-1 token ranks in that row's lens; KL: KL(final ‖ lens) and H: the "
-          "lens's entropy, in nats.")
-
-
-def notes(trace: Trace) -> RenderableType:
-    text = Text(LEGEND + "\n", style="dim")
-    if trace.first_nonfinite:
-        text.append(f"NaN/Inf first appears at {trace.first_nonfinite}\n", style="bold red")
-    for n in trace.notes:
-        text.append("• " + n + "\n", style="bold red" if n.startswith("RANDOM") else "dim")
-    return text
-
-
-def trace_view(trace: Trace, width: int | None = 120) -> RenderableType:
-    """Everything `run` prints; width None (--wide) shows every column."""
-    parts = [header(trace.model), tokens(trace, width), shape_flow(trace), layers(trace, width)]
-    if trace.positions:
-        parts.append(positions(trace, width))
-    return Group(*parts, top_k(trace, width), notes(trace))

@@ -1,0 +1,1 @@
+"""The command line: the Typer app and what every command shares."""

@@ -1,0 +1,177 @@
+"""What every command of the command line shares: the `@command` marker that registers it, the
+one-line error handling, loading a model (and starting tensor-parallel ranks), printing views that
+fit the terminal, JSON and figures."""
+
+from __future__ import annotations
+
+import functools
+import os
+import sys
+from typing import Any, Callable
+
+import typer
+from rich.console import Console
+
+from fptrace.cli.options import LoadOptions
+from fptrace.errors import FptraceError
+
+COMMAND_MARK = "__fptrace_command__"
+
+
+def command(order: int, docs: str | None = None) -> Callable[[Callable[..., Any]], Any]:
+    """Mark the function of a command's cli.py as `fptrace <its folder>` (cli/main.py finds it):
+    order places it in `fptrace --help`; docs names its page under docs/ for the epilog. The
+    function is wrapped by `guarded`, so an error is one line and an exit code."""
+
+    def mark(fn: Callable[..., Any]) -> Any:
+        wrapped = guarded(fn)
+        setattr(wrapped, COMMAND_MARK, {"order": order, "typer": (
+            {"epilog": docs_epilog(docs)} if docs else {})})
+        return wrapped
+
+    return mark
+
+
+def docs_epilog(command: str) -> str:
+    """The line every command's --help ends with."""
+    return f"\n\nA worked example and every option explained: docs/{command}.md."
+
+
+def stderr_console() -> Console:
+    return Console(stderr=True, highlight=False)
+
+
+def stdout_console() -> Console:
+    """Tables go to stdout; when it is not a terminal they are laid out 130 columns wide
+    (COLUMNS overrides)."""
+    width = None if sys.stdout.isatty() or os.environ.get("COLUMNS") else 130
+    return Console(highlight=False, width=width)
+
+
+def show(view: Callable[[int | None], Any], wide: bool = False, out: Console | None = None
+         ) -> Console:
+    """Print a view laid out for the terminal's width: view(width) leaves out the columns
+    that do not fit and says so; with --wide, view(None) has every column and the console
+    grows to its natural width."""
+    out = out or stdout_console()
+    if wide:
+        from fptrace.render.fit import natural_width
+
+        rendered = view(None)
+        out.width = natural_width(rendered, out.width)
+    else:
+        rendered = view(out.width)
+    out.print(rendered)
+    return out
+
+
+def fail(message: str, code: int = 2) -> None:
+    """One line on stderr, then exit non-zero."""
+    line = " ".join(str(message).split())
+    stderr_console().print(f"fptrace: error: {line}", markup=False, soft_wrap=True)
+    raise typer.Exit(code)
+
+
+def guarded(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """Turn every error into one line on stderr and a non-zero exit code: never a traceback."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except typer.Exit:
+            raise
+        except FptraceError as e:
+            fail(str(e), e.exit_code)
+        except KeyboardInterrupt:
+            fail("interrupted", 130)
+        except Exception as e:  # a bug of ours: still one line, the traceback on request
+            from fptrace.core.hooks import is_oom
+
+            if is_oom(e):
+                fail("out of memory: try --dtype bfloat16, --device-map auto, a shorter prompt "
+                     f"or a smaller model ({type(e).__name__}: {str(e)[:120]})", 3)
+            if os.environ.get("FPTRACE_DEBUG"):
+                raise
+            fail(f"internal error: {type(e).__name__}: {e} (set FPTRACE_DEBUG=1 for the "
+                 "traceback)", 70)
+
+    return wrapper
+
+
+def quiet_libraries() -> None:
+    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+    import transformers
+
+    transformers.logging.set_verbosity_error()
+    transformers.logging.disable_progress_bar()
+
+
+def load(opts: LoadOptions) -> Any:
+    """The model, or with --tp N outside torchrun: N ranks of this same command started through
+    torch's launcher (after the checks that need no weights), whose exit code ends this one."""
+    quiet_libraries()
+    launch_ranks(opts)
+    err = stderr_console()
+    return opts.load(progress=lambda m: err.print(f"[dim]{m}[/dim]", soft_wrap=True))
+
+
+def load_for(prompt: str, opts: LoadOptions, plot: str | None = None) -> Any:
+    """What a command that traces one prompt does first: check the prompt and the --plot path
+    (before anything is loaded, so a mistake costs nothing), then load the model."""
+    from fptrace.models.tokenizers import check_prompt
+    from fptrace.render.figures import check_path
+
+    check_prompt(prompt)
+    if plot is not None:
+        check_path(plot)
+    return load(opts)
+
+
+def launch_ranks(opts: LoadOptions) -> None:
+    """With --tp N outside torchrun: check the config, run this command as N ranks, and exit
+    with their exit code. Commands that open files call it before opening them."""
+    from fptrace.models import tensor_parallel as tp
+
+    if opts.tp is not None and tp.world_size() == 1:
+        from fptrace.models.registry import resolve
+        from fptrace.models.sources import load_config
+
+        tp.check(load_config(resolve(opts.model)), opts.tp, device_map=opts.device_map,
+                 random_weights=opts.random_weights)
+        n, argv = tp.strip_tp(sys.argv[1:])
+        raise typer.Exit(tp.launch(n or opts.tp, argv))
+
+
+def write_plot(fig: Any, path: str) -> None:
+    from fptrace.render.figures import save
+
+    save(fig, path)
+    stderr_console().print(f"[dim]wrote {path}[/dim]", soft_wrap=True)
+
+
+def output(result: Any, view: Callable[[Any, int | None], Any], *, as_json: bool, wide: bool,
+           plot: str | None = None, figure: Callable[[Any], Any] | None = None) -> None:
+    """A command's result: the figure for --plot, then the JSON (--json) or the view that fits
+    the terminal."""
+    if plot is not None and figure is not None:
+        write_plot(figure(result)[0], plot)
+    if as_json:
+        emit_json(result)
+    else:
+        show(lambda width: view(result, width), wide)
+
+
+def emit_json(result: Any) -> None:
+    from fptrace.render.json import to_json
+
+    sys.stdout.write(to_json(result) + "\n")
+    sys.stdout.flush()
+
+
+def check_match(match: bool, failed: list[str]) -> None:
+    if not match:
+        from fptrace.errors import Mismatch
+
+        raise Mismatch(f"the recomputation does not match the model ({'; '.join(failed)})")

@@ -1,0 +1,80 @@
+"""The Typer app and the entry point.
+
+Commands are found, not listed: every folder of fptrace/commands/ whose cli.py marks a function
+with `@command(...)` (cli/io.py) becomes `fptrace <folder>`, in the order the markers give. The
+command modules keep their heavy imports (torch, transformers, textual) inside the functions, so
+building the app, and `fptrace --help`, imports neither.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import pkgutil
+import sys
+
+import typer
+
+from fptrace.cli.io import COMMAND_MARK, stderr_console
+
+app = typer.Typer(
+    name="fptrace",
+    help="Trace one forward pass of a transformer language model, block by block.",
+    no_args_is_help=True,
+    pretty_exceptions_show_locals=False,
+    rich_markup_mode="rich",
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+
+
+def discover() -> list[tuple[int, str, object]]:
+    """(order, name, function) of every command: the marked function of each
+    fptrace/commands/<name>/cli.py."""
+    import fptrace.commands as pkg
+
+    found = []
+    for info in pkgutil.iter_modules(pkg.__path__):
+        if not info.ispkg:
+            continue
+        module = importlib.import_module(f"{pkg.__name__}.{info.name}.cli")
+        marked = [f for f in vars(module).values() if hasattr(f, COMMAND_MARK)]
+        if len(marked) != 1:
+            raise RuntimeError(f"fptrace/commands/{info.name}/cli.py marks {len(marked)} "
+                               "functions with @command; it must mark exactly one")
+        fn = marked[0]
+        found.append((getattr(fn, COMMAND_MARK)["order"], info.name, fn))
+    return sorted(found, key=lambda t: (t[0], t[1]))
+
+
+for _order, _name, _fn in discover():
+    app.command(name=_name, **getattr(_fn, COMMAND_MARK)["typer"])(_fn)
+
+
+def main(argv: list[str] | None = None) -> None:
+    """The console entry point. Usage errors (a bad option value, a missing argument, an
+    unknown command) get the same single line as every other error, not a multi-line box."""
+    # click's UsageError, whether typer vendors click (0.29+) or uses it (older releases)
+    usage_error = next(c for c in typer.BadParameter.__mro__ if c.__name__ == "UsageError")
+    from fptrace.models.tensor_parallel import rank, world_size
+
+    if world_size() > 1 and rank() != 0:  # under torchrun only rank 0 prints and writes
+        sys.stdout = sys.stderr = open(os.devnull, "w", encoding="utf-8")
+    try:
+        rc = app(args=argv, prog_name="fptrace", standalone_mode=False)
+    except usage_error as e:
+        ctx = getattr(e, "ctx", None)
+        if type(e).__name__ == "NoArgsIsHelpError":  # bare `fptrace`: the help
+            sys.stdout.write(ctx.get_help() + "\n" if ctx else "")
+            sys.exit(0)
+        where = f" (see {ctx.command_path} --help)" if ctx else ""
+        stderr_console().print(f"fptrace: error: {' '.join(e.format_message().split())}{where}",
+                               markup=False, soft_wrap=True)
+        rc = 2
+    except typer.Abort:
+        stderr_console().print("fptrace: error: interrupted", markup=False)
+        rc = 130
+    sys.exit(rc if isinstance(rc, int) else 0)
+
+
+if __name__ == "__main__":
+    main()

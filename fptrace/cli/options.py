@@ -1,0 +1,108 @@
+"""The model-loading options, defined once and attached to every command that loads a model.
+
+`@model_options()` adds --model, --random-weights, --seed, --device, --dtype, --allow-pickle,
+--trust-remote-code (and, with placement=True, --device-map, --max-memory, --offload-folder) to
+a Typer command and hands the command one `LoadOptions` object as its `opts` argument. A new
+loading option is one edit: a field of LoadOptions and a line in OPTIONS.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+from dataclasses import fields
+from typing import Annotated, Any, Callable, Optional
+
+import typer
+
+from fptrace.models.options import LoadOptions
+from fptrace.models.registry import DEFAULT_MODEL, RESOLUTION_HELP
+
+MODEL = "Model"
+OUTPUT = "Output"
+STATS = "Statistics"
+
+# (name, annotation, default); the names are LoadOptions' fields
+OPTIONS: tuple[tuple[str, Any, Any], ...] = (
+    ("model", Annotated[str, typer.Option("--model", "-m", help=RESOLUTION_HELP,
+                                          rich_help_panel=MODEL)], DEFAULT_MODEL),
+    ("random_weights", Annotated[bool, typer.Option(
+        "--random-weights", help="Build the model's config with seeded random weights (no "
+        "weights needed; predictions then mean nothing).", rich_help_panel=MODEL)], False),
+    ("seed", Annotated[int, typer.Option(
+        "--seed", help="Seed for --random-weights, and for the draws of commands that sample.",
+        rich_help_panel=MODEL)], 0),
+    ("device", Annotated[str, typer.Option("--device", help="auto, cpu, cuda, cuda:N or mps.",
+                                           rich_help_panel=MODEL)], "auto"),
+    ("dtype", Annotated[str, typer.Option("--dtype", help="auto, float32, bfloat16 or float16 "
+                                          "(auto: float32 on CPU).", rich_help_panel=MODEL)],
+     "auto"),
+    ("allow_pickle", Annotated[bool, typer.Option(
+        "--allow-pickle", help="Allow pickle (.bin/.pt) weights, which can run code: only for "
+        "sources you trust.", rich_help_panel=MODEL)], False),
+    ("trust_remote_code", Annotated[bool, typer.Option(
+        "--trust-remote-code", help="Allow a model folder's own Python code to run.",
+        rich_help_panel=MODEL)], False),
+)
+PLACEMENT: tuple[tuple[str, Any, Any], ...] = (
+    ("device_map", Annotated[Optional[str], typer.Option(
+        "--device-map", help="auto: load through Accelerate, spreading blocks over the GPUs, "
+        "then CPU RAM, then disk (big models).", rich_help_panel=MODEL)], None),
+    ("max_memory", Annotated[Optional[str], typer.Option(
+        "--max-memory", help="With --device-map: memory per device, e.g. "
+        "0=70GiB,1=70GiB,cpu=200GiB.", rich_help_panel=MODEL)], None),
+    ("offload_folder", Annotated[Optional[str], typer.Option(
+        "--offload-folder", help="With --device-map: where weights that fit nowhere else go "
+        "(default: a temporary folder).", rich_help_panel=MODEL)], None),
+)
+TP: tuple[tuple[str, Any, Any], ...] = (
+    ("tp", Annotated[Optional[int], typer.Option(
+        "--tp", help="Tensor parallelism: shard the model over N processes on this machine "
+        "(torch's launcher; under torchrun, fptrace uses the ranks it is given).",
+        rich_help_panel=MODEL)], None),
+)
+assert {n for n, _, _ in OPTIONS + PLACEMENT + TP} == {f.name for f in fields(LoadOptions)}
+
+PlotOpt = Annotated[Optional[str], typer.Option(
+    "--plot", help="Also write a figure (.png, .svg, .pdf, .jpg or .webp; no display needed).",
+    rich_help_panel=OUTPUT)]
+JsonOpt = Annotated[bool, typer.Option("--json", help="Write the result as one JSON object on "
+                                       "stdout.", rich_help_panel=OUTPUT)]
+WideOpt = Annotated[bool, typer.Option(
+    "--wide", help="Show every column of every table, however wide the terminal (otherwise "
+    "the least important columns that do not fit are left out, and named).",
+    rich_help_panel=OUTPUT)]
+
+
+def model_options(placement: bool = True, tp: bool = False
+                  ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """Attach the loading options to a command whose function takes `opts: LoadOptions`.
+
+    placement: also --device-map, --max-memory and --offload-folder (commands whose work reads
+    weights step by step, like explain, leave them out); tp: also --tp."""
+    chosen = OPTIONS + (PLACEMENT if placement else ()) + (TP if tp else ())
+
+    def attach(fn: Callable[..., Any]) -> Callable[..., Any]:
+        sig = inspect.signature(fn, eval_str=True)
+        own = [p for p in sig.parameters.values() if p.name != "opts"]
+        required = [p for p in own if p.default is inspect.Parameter.empty]
+        optional = [p for p in own if p.default is not inspect.Parameter.empty]
+        added = [inspect.Parameter(name, inspect.Parameter.POSITIONAL_OR_KEYWORD,
+                                   default=default, annotation=annotation)
+                 for name, annotation, default in chosen]
+        names = [name for name, _, _ in chosen]
+
+        @functools.wraps(fn)
+        def command(*args: Any, **kwargs: Any) -> Any:
+            opts = LoadOptions(**{n: kwargs.pop(n) for n in names if n in kwargs})
+            return fn(*args, opts=opts, **kwargs)
+
+        params = required + added + optional
+        command.__signature__ = sig.replace(parameters=params)  # type: ignore[attr-defined]
+        command.__annotations__ = {p.name: p.annotation for p in params}
+        return command
+
+    return attach
+
+
+SAMPLING = "Sampling"

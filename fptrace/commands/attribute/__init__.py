@@ -1,0 +1,1 @@
+"""`fptrace attribute`: direct logit attribution that sums to the model's logit."""

@@ -1,0 +1,1 @@
+"""`fptrace batch`: many prompts to resumable JSON Lines, locally or on Ray."""

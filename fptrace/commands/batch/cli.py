@@ -1,0 +1,86 @@
+"""`fptrace batch`."""
+
+from __future__ import annotations
+
+from typing import Annotated, Optional
+
+import typer
+
+from fptrace.cli.io import command, fail, launch_ranks, load, stderr_console
+from fptrace.cli.options import OUTPUT, STATS, LoadOptions, model_options
+from fptrace.errors import BadInput
+
+
+@command(order=80, docs="batch")
+@model_options(tp=True)
+def batch(
+    inputs: Annotated[list[str], typer.Argument(
+        help=".txt files (one prompt per line), .jsonl files ({\"id\": ..., \"prompt\": ...} "
+        "per line, other fields carried into the record), folders of them, or - for stdin.",
+        show_default=False)],
+    out: Annotated[str, typer.Option("--out", "-o", help="The JSON Lines file to write (or - "
+                                     "for stdout). An existing one is resumed.",
+                                     rich_help_panel=OUTPUT)],
+    opts: LoadOptions,
+    batch_size: Annotated[int, typer.Option("--batch-size", "-b", min=1, help="Prompts per "
+                                            "forward pass (left-padded, with an attention "
+                                            "mask).", rich_help_panel=STATS)] = 8,
+    top_k: Annotated[int, typer.Option("--top-k", "-k", min=1, help="How many next tokens.",
+                                       rich_help_panel=STATS)] = 10,
+    snippet: Annotated[int, typer.Option("--snippet", min=0, help="First values of the last "
+                                         "position kept per layer.",
+                                         rich_help_panel=STATS)] = 4,
+    truncate: Annotated[bool, typer.Option(
+        "--truncate", help="Keep the last tokens of prompts longer than the context window "
+        "(else such a prompt is an error record).", rich_help_panel=STATS)] = False,
+    force: Annotated[bool, typer.Option("--force", help="Start over: empty an existing --out "
+                                        "file of fptrace records instead of resuming it.",
+                                        rich_help_panel=OUTPUT)] = False,
+    ray: Annotated[Optional[str], typer.Option(
+        "--ray", help="Trace on a Ray cluster: auto (the cluster `ray start` or RAY_ADDRESS "
+        "names, else a local one) or its address.", rich_help_panel="Ray")] = None,
+    workers: Annotated[int, typer.Option("--workers", help="With --ray: actors, each loading "
+                                         "the model once.", rich_help_panel="Ray")] = 1,
+    gpus_per_worker: Annotated[Optional[float], typer.Option(
+        "--gpus-per-worker", help="With --ray: GPUs per actor (default 1 when the cluster has "
+        "GPUs, else 0).", rich_help_panel="Ray")] = None,
+) -> None:
+    """Trace many prompts into JSON Lines, one record per prompt; rerun to resume.
+
+    Exit code 0 when every prompt was traced, 1 when some failed (their records carry an
+    `error` field), 130 when interrupted (rerun the same command to resume)."""
+    from fptrace.commands.batch.core import batch_file
+    from fptrace.commands.batch.render import batch_progress
+    from fptrace.models.registry import resolve
+
+    launch_ranks(opts)  # before the output file is opened and locked
+    err = stderr_console()
+    on_ray = None
+    if ray is not None:
+        import dataclasses
+        import functools
+
+        from fptrace.commands.batch.ray import run_on_ray
+
+        if opts.tp is not None:
+            raise BadInput("--ray spreads prompts over workers, --tp one model over processes: "
+                           "use one of them")
+        on_ray = functools.partial(run_on_ray, address=ray, workers=workers,
+                                   gpus_per_worker=gpus_per_worker,
+                                   load={**dataclasses.asdict(opts), "tp": None})
+    summary = batch_file(inputs, out, load=lambda: load(opts),
+                         model_name=resolve(opts.model).name,
+                         random_weights=opts.random_weights, force=force,
+                         batch_size=batch_size, top_k=top_k, snippet=snippet, truncate=truncate,
+                         progress=lambda todo: batch_progress(err, todo), elsewhere=on_ray)
+    where = "stdout" if out == "-" else out
+    rate = summary.tokens / summary.seconds if summary.seconds > 0 else 0.0
+    err.print(f"traced {summary.traced}, failed {summary.failed}, skipped {summary.skipped} "
+              f"(already in {where}), {summary.seconds:.1f} s ({rate:,.0f} tokens/s)"
+              + (f"; {summary.nonfinite} with NaN/Inf" if summary.nonfinite else "")
+              + f" → {where}", markup=False, soft_wrap=True)
+    if summary.interrupted:
+        fail(f"interrupted; {where} holds every record finished so far: run the same command "
+             "again to resume", 130)
+    if summary.failed:
+        raise typer.Exit(1)

@@ -1,0 +1,472 @@
+"""`fptrace batch`: many prompts → one JSON object per prompt (JSON Lines), resumable.
+
+Inputs are read whole before anything runs (prompt sets are small next to a forward pass), so
+every input mistake is known up front: a missing file or a duplicate id stops the batch before
+it starts; a malformed line or bad UTF-8 becomes an error record and the rest still run.
+
+The output file is only ever appended to, one complete line per `write` call, under an
+exclusive lock. A kill can leave at most one partial last line; the next run cuts it off and
+skips every prompt whose id is already in the file.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+import os
+import signal
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterable, Iterator, Sequence
+
+from fptrace.core.results import SCHEMA_VERSION
+from fptrace.errors import BadInput, FptraceError, WriteFailed
+
+SUFFIXES = (".txt", ".jsonl")
+RECORD_START = b'{"kind": '  # every line record_line writes starts so
+
+
+@dataclass(frozen=True)
+class PromptItem:
+    id: str
+    prompt: str | None
+    source: str  # "file:line"
+    extra: dict = field(default_factory=dict)  # fields of a .jsonl object beyond id and prompt
+    error: str | None = None  # an input problem: the item becomes an error record
+
+
+def _lines(data: bytes) -> Iterable[tuple[int, bytes]]:
+    for n, raw in enumerate(data.split(b"\n"), start=1):
+        yield n, raw.rstrip(b"\r")
+
+
+def _parse(data: bytes, name: str, stem: str, as_jsonl: bool) -> list[PromptItem]:
+    items = []
+    for n, raw in _lines(data):
+        where = f"{name}:{n}"
+        if not raw.strip():
+            continue
+        try:
+            line = raw.decode("utf-8")
+        except UnicodeDecodeError as e:
+            items.append(PromptItem(f"{stem}:{n}", None, where,
+                                    error=f"{where}: not valid UTF-8 (byte {e.start})"))
+            continue
+        if not as_jsonl:
+            items.append(PromptItem(f"{stem}:{n}", line, where))
+            continue
+        try:
+            obj = json.loads(line)
+        except json.JSONDecodeError as e:
+            items.append(PromptItem(f"{stem}:{n}", None, where,
+                                    error=f"{where}: malformed JSON ({e.msg}, column {e.colno})"))
+            continue
+        if not isinstance(obj, dict) or not isinstance(obj.get("prompt"), str):
+            items.append(PromptItem(f"{stem}:{n}", None, where,
+                                    error=f'{where}: expected an object with a "prompt" string'))
+            continue
+        pid = obj.get("id", f"{stem}:{n}")
+        if not isinstance(pid, (str, int)) or isinstance(pid, bool):
+            items.append(PromptItem(f"{stem}:{n}", None, where,
+                                    error=f'{where}: "id" must be a string or an integer'))
+            continue
+        extra = {k: v for k, v in obj.items() if k not in ("id", "prompt")}
+        items.append(PromptItem(str(pid), obj["prompt"], where, extra))
+    return items
+
+
+def _files(path: Path) -> list[Path]:
+    if path.is_dir():
+        found = sorted(p for p in path.rglob("*") if p.is_file() and p.suffix in SUFFIXES)
+        if not found:
+            raise BadInput(f"{path} holds no .txt or .jsonl files")
+        return found
+    if not path.exists():
+        raise BadInput(f"no such input file: {path}")
+    if path.suffix not in SUFFIXES:
+        raise BadInput(f"{path}: inputs are .txt (one prompt per line), .jsonl "
+                       '({"id": ..., "prompt": ...} per line), a folder of them, or - for stdin')
+    return [path]
+
+
+def read_inputs(inputs: Sequence[str], stdin: Any = None, exclude: str | None = None
+                ) -> list[PromptItem]:
+    """Every prompt of every input, in order. `-` reads stdin: JSON Lines when its first
+    non-blank line starts with `{`, else one prompt per line. `exclude` (the output file) is
+    skipped when a folder holds it."""
+    skip = Path(exclude).resolve() if exclude and exclude != "-" else None
+    if not inputs:
+        raise BadInput("no inputs: give .txt or .jsonl files, a folder, or - for stdin")
+    items: list[PromptItem] = []
+    for spec in inputs:
+        if spec == "-":
+            data = (stdin or sys.stdin.buffer).read()
+            first = next((raw.strip() for _, raw in _lines(data) if raw.strip()), b"")
+            items += _parse(data, "<stdin>", "stdin", first.startswith(b"{"))
+            continue
+        for f in _files(Path(spec)):
+            if skip is not None and f.resolve() == skip:
+                continue
+            try:
+                data = f.read_bytes()
+            except OSError as e:
+                raise BadInput(f"cannot read {f}: {e.strerror}") from e
+            items += _parse(data, str(f), f.stem, f.suffix == ".jsonl")
+    if not items:
+        raise BadInput("the inputs hold no prompts (blank lines are skipped)")
+    seen: dict[str, str] = {}
+    for it in items:
+        if it.id in seen:
+            raise BadInput(f"duplicate id {it.id!r} at {it.source} (first at {seen[it.id]}); "
+                           "ids must be unique, they are how a batch resumes")
+        seen[it.id] = it.source
+    return items
+
+
+def _is_record(obj: Any) -> bool:
+    return isinstance(obj, dict) and "id" in obj and obj.get("kind") in ("trace", "error") \
+        and "schema_version" in obj
+
+
+class OutFile:
+    """The JSON Lines output: validated, locked, repaired and appended to.
+
+    `open()` refuses a path that is a folder or a file that is not an fptrace batch output;
+    with force=False it keeps the records there (resume), with force=True it empties the file.
+    """
+
+    def __init__(self, path: str, force: bool = False) -> None:
+        self.path = Path(path)
+        self.force = force
+        self.done: set[str] = set()
+        self.written = 0  # complete records in the file
+        self.first: dict | None = None  # the first trace record already in the file
+        self.fd: int | None = None
+
+    def open(self) -> "OutFile":
+        p = self.path
+        if p.is_dir():
+            raise BadInput(f"--out {p} is a folder; give a file path such as {p}/traces.jsonl")
+        if p.exists() and not p.is_file():
+            raise BadInput(f"--out {p} is not a regular file")
+        if not p.parent.exists():
+            raise BadInput(f"--out {p}: the folder {p.parent} does not exist")
+        try:
+            fd = os.open(p, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
+        except OSError as e:
+            raise BadInput(f"cannot open --out {p}: {e.strerror}") from e
+        try:
+            _lock(fd, p)
+            self._check_and_repair(fd)
+        except BaseException:
+            os.close(fd)
+            raise
+        self.fd = fd
+        return self
+
+    def _check_and_repair(self, fd: int) -> None:
+        size = os.fstat(fd).st_size
+        if size == 0:
+            return
+        os.lseek(fd, 0, os.SEEK_SET)
+        data = b""
+        while len(data) < size:
+            chunk = os.read(fd, size - len(data))
+            if not chunk:
+                break
+            data += chunk
+        complete = data[:data.rfind(b"\n") + 1]  # a kill can leave one partial last line
+        records = []
+        for n, raw in _lines(complete):
+            if not raw.strip():
+                continue
+            try:
+                obj = json.loads(raw.decode("utf-8"))
+            except (UnicodeDecodeError, json.JSONDecodeError):
+                obj = None
+            if not _is_record(obj):
+                if n == 1:
+                    raise BadInput(f"--out {self.path} exists and is not fptrace batch output; "
+                                   "refusing to overwrite it: choose another path")
+                raise BadInput(f"--out {self.path} line {n} is not a complete fptrace record; "
+                               "fix or remove that line, or pass --force to start over")
+            records.append(obj)
+        if not records and not data.startswith(RECORD_START):
+            # a single unterminated line: ours only if it starts the way every record does
+            raise BadInput(f"--out {self.path} exists and is not fptrace batch output; "
+                           "refusing to overwrite it: choose another path")
+        if self.force:
+            os.ftruncate(fd, 0)
+            return
+        if len(complete) < len(data):
+            os.ftruncate(fd, len(complete))
+        self.done = {str(r["id"]) for r in records}
+        self.written = len(records)
+        self.first = next((r for r in records if r["kind"] == "trace"), None)
+
+    def check_compatible(self, model_name: str, top_k: int, snippet: int,
+                         random_weights: bool = False) -> None:
+        """A resumed file must hold traces made the same way."""
+        r = self.first
+        if r is None:
+            return
+        if r.get("schema_version") != SCHEMA_VERSION:
+            raise BadInput(f"--out {self.path} was written with schema version "
+                           f"{r.get('schema_version')}, this fptrace writes {SCHEMA_VERSION}; "
+                           "pass --force to start over, or choose another --out")
+        model = r.get("model", {})
+        was = (model.get("name"), len(r.get("top_k", [])),
+               len(r.get("layers", [{}])[0].get("snippet", [])), bool(model.get("random_weights")))
+        if was != (model_name, top_k, snippet, random_weights):
+            raise BadInput(
+                f"--out {self.path} holds traces of model {was[0]}"
+                + (" (random weights)" if was[3] else "") + f" with --top-k {was[1]} "
+                f"--snippet {was[2]}; resume with the same options, pass --force to start over, "
+                "or choose another --out")
+
+    def append(self, lines: list[str]) -> None:
+        """Whole lines, each in one write; then fsync, so a record is either there or not.
+        A failed write (a full disk) is cut back off, so every earlier record stays intact."""
+        assert self.fd is not None
+        start = os.lseek(self.fd, 0, os.SEEK_END)
+        try:
+            for line in lines:
+                data = (line + "\n").encode("utf-8")
+                view = memoryview(data)
+                while view:
+                    n = os.write(self.fd, view)
+                    view = view[n:]
+            os.fsync(self.fd)
+        except OSError as e:
+            try:
+                os.ftruncate(self.fd, start)
+            except OSError:
+                pass
+            raise WriteFailed(
+                f"writing {self.path} failed: {e.strerror or e}; the {self.written} records "
+                "before it are intact: free some space and run the same command again to "
+                "resume") from None
+        self.written += len(lines)
+
+    def close(self) -> None:
+        if self.fd is not None:
+            os.close(self.fd)  # closing releases the lock
+            self.fd = None
+
+
+def _lock(fd: int, path: Path) -> None:
+    try:
+        import fcntl
+    except ImportError:  # Windows: no advisory lock; a second writer is not detected
+        return
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError as e:
+        raise BadInput(f"another fptrace batch is writing {path}; wait for it or choose "
+                       "another --out") from e
+
+
+def record_line(item: PromptItem, result: Any = None, error: str | None = None,
+                error_type: str | None = None) -> str:
+    """One JSON line: a trace with the prompt's id, source and extra fields, or an error."""
+    from fptrace.commands.batch.result import BatchError, BatchHead
+    from fptrace.render.json import to_dict
+
+    if result is not None:
+        data = to_dict(result)
+        head = dataclasses.asdict(BatchHead(id=item.id, source=item.source, extra=item.extra))
+        rec = {"kind": data.pop("kind"), "schema_version": data.pop("schema_version"), **head,
+               **data}
+    else:
+        data = to_dict(BatchError(id=item.id, source=item.source, extra=item.extra,
+                                  prompt=item.prompt, error=error or "",
+                                  error_type=error_type or ""))
+        rec = {"kind": data.pop("kind"), "schema_version": data.pop("schema_version"), **data}
+    line = json.dumps(rec, ensure_ascii=False, allow_nan=False)
+    try:
+        line.encode("utf-8")
+    except UnicodeEncodeError:  # a lone surrogate from a .jsonl "\ud800" escape: keep it escaped
+        line = json.dumps(rec, ensure_ascii=True, allow_nan=False)
+    return line
+
+
+@dataclass
+class Summary:
+    total: int = 0
+    traced: int = 0
+    failed: int = 0
+    skipped: int = 0  # already in the output file
+    nonfinite: int = 0  # traced, but with NaN/Inf somewhere
+    tokens: int = 0
+    seconds: float = 0.0
+    interrupted: bool = False
+
+
+def run_batch(lm: Any, items: list[PromptItem], out: Callable[[list[str]], None],
+              done: set[str], *, batch_size: int = 8, top_k: int = 10, snippet: int = 4,
+              truncate: bool = False,
+              progress: Callable[[int, int], None] | None = None) -> Summary:
+    """Trace every item not in `done`, `batch_size` prompts per forward pass, and hand each
+    group's lines to `out` as soon as they are ready. progress(prompts, tokens) is called after
+    each group. A failing prompt becomes an error record; a failing group is retried one prompt
+    at a time, so one bad prompt never costs the others."""
+    from fptrace.core.trace import run_traces
+    from fptrace.models.tokenizers import check_prompt
+
+    if batch_size < 1:
+        raise BadInput("--batch-size must be at least 1")
+    s = Summary(total=len(items))
+    todo = [it for it in items if it.id not in done]
+    s.skipped = len(items) - len(todo)
+    start = time.perf_counter()
+
+    def fail(it: PromptItem, e: BaseException) -> str:
+        s.failed += 1
+        return record_line(it, error=str(e) if isinstance(e, FptraceError)
+                           else f"{type(e).__name__}: {e}", error_type=type(e).__name__)
+
+    dropped: dict[str, int] = {}  # id -> tokens cut by --truncate
+
+    def traced(group: list[tuple[PromptItem, list[int]]]) -> dict[str, str]:
+        traces = run_traces(lm, [ids for _, ids in group], top_k=top_k, snippet=snippet)
+        lines = {}
+        for (it, ids), t in zip(group, traces):
+            n = dropped[it.id]
+            t = dataclasses.replace(t, prompt=it.prompt, truncated=n, notes=t.notes + (
+                (f"--truncate dropped the first {n} tokens",) if n else ()))
+            s.traced += 1
+            s.tokens += len(ids)
+            s.nonfinite += t.first_nonfinite is not None
+            lines[it.id] = record_line(it, t)
+        return lines
+
+    try:
+        for g in range(0, len(todo), batch_size):
+            chunk = todo[g:g + batch_size]
+            lines: dict[str, str] = {}  # id -> line; written in input order
+            group: list[tuple[PromptItem, list[int]]] = []
+            for it in chunk:
+                if it.error is not None:
+                    s.failed += 1
+                    lines[it.id] = record_line(it, error=it.error, error_type="BadInput")
+                    continue
+                try:
+                    check_prompt(it.prompt or "")
+                    ids, dropped[it.id] = lm.encode_checked(it.prompt, truncate)
+                except FptraceError as e:
+                    lines[it.id] = fail(it, e)
+                    continue
+                group.append((it, ids))
+            if group:
+                try:
+                    lines.update(traced(group))
+                except (FptraceError, RuntimeError, MemoryError) as e:
+                    if len(group) == 1:
+                        lines[group[0][0].id] = fail(group[0][0], e)
+                    else:  # one prompt at a time, so a bad one costs only itself
+                        for one in group:
+                            try:
+                                lines.update(traced([one]))
+                            except (FptraceError, RuntimeError, MemoryError) as e1:
+                                lines[one[0].id] = fail(one[0], e1)
+            out([lines[it.id] for it in chunk])
+            if progress is not None:
+                progress(len(chunk), sum(len(ids) for _, ids in group))
+    except KeyboardInterrupt:
+        s.interrupted = True
+    s.seconds = time.perf_counter() - start
+    return s
+
+
+@contextlib.contextmanager
+def _sigterm_interrupts() -> Iterator[None]:
+    """SIGTERM stops the batch between records, as Ctrl-C does."""
+    def terminate(signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt
+
+    old = signal.signal(signal.SIGTERM, terminate)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, old)
+
+
+def done_ids(path: str) -> set[str]:
+    """The ids already in an output file, read without locking or repairing it (the other
+    ranks of a tensor-parallel batch: rank 0 owns the file)."""
+    try:
+        data = Path(path).read_bytes()
+    except OSError:
+        return set()
+    done = set()
+    for _, raw in _lines(data[:data.rfind(b"\n") + 1]):
+        try:
+            obj = json.loads(raw.decode("utf-8"))
+        except (UnicodeDecodeError, json.JSONDecodeError):
+            continue
+        if _is_record(obj):
+            done.add(str(obj["id"]))
+    return done
+
+
+def batch_file(inputs: Sequence[str], out: str, *, load: Callable[[], Any], model_name: str,
+               random_weights: bool, force: bool = False, batch_size: int = 8,
+               top_k: int = 10, snippet: int = 4, truncate: bool = False,
+               progress: Callable[[int], Any] | None = None,
+               elsewhere: Callable[..., Summary] | None = None) -> Summary:
+    """All of `fptrace batch`: read the inputs; open the output file (locked, checked against
+    these options before anything is loaded, a partial last line repaired; `-` is stdout);
+    load the model only when something is left to do; trace with SIGTERM turned into an
+    interruption between records; close the file whatever happens.
+
+    Under tensor parallelism every rank traces every group (the forward passes are collective)
+    but only rank 0 opens and writes the file; the others read which ids are done once rank 0
+    has opened (and repaired or emptied) it.
+
+    progress(n_to_do) returns a context manager that yields a callback(prompts, tokens).
+    elsewhere: traces the groups somewhere else instead of here (`batch --ray`: ray.run_on_ray
+    with its cluster settings bound); it takes what run_batch takes but the model."""
+    from fptrace.models import tensor_parallel as tp
+
+    ranks, main = tp.world_size(), tp.is_main()
+    items = read_inputs(inputs, exclude=out)
+    sink = None if out == "-" or not main else OutFile(out, force=force).open()
+    try:
+        if sink is not None:
+            sink.check_compatible(model_name, top_k, snippet, random_weights)
+        done = sink.done if sink is not None else set()
+        todo = sum(1 for it in items if it.id not in done)
+        if todo == 0 and items and ranks == 1:
+            return Summary(total=len(items), skipped=len(items))  # nothing to load or run
+        lm = load() if elsewhere is None else None
+        if ranks > 1:
+            import torch.distributed as dist
+
+            dist.barrier()  # rank 0 has opened the file; nothing is appended before all read
+            if not main and out != "-":
+                done = done_ids(out)
+
+        def write(lines: list[str]) -> None:
+            if sink is not None:
+                sink.append(lines)
+            elif lines:
+                sys.stdout.write("".join(line + "\n" for line in lines))
+                sys.stdout.flush()
+
+        bar = progress(todo) if progress is not None else contextlib.nullcontext(None)
+        with _sigterm_interrupts(), bar as tick:
+            if elsewhere is not None:
+                return elsewhere(items, done, write, batch_size=batch_size, top_k=top_k,
+                                 snippet=snippet, truncate=truncate, progress=tick)
+            return run_batch(lm, items, write, done, batch_size=batch_size, top_k=top_k,
+                             snippet=snippet, truncate=truncate, progress=tick)
+    finally:
+        if sink is not None:
+            sink.close()
+
+
+__all__ = ["PromptItem", "read_inputs", "OutFile", "run_batch", "record_line", "Summary",
+           "batch_file"]

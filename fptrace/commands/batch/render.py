@@ -1,0 +1,36 @@
+"""The progress bar of `fptrace batch` (stderr): prompts done, tokens/s and the time left."""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from typing import Callable, Iterator
+
+from rich.console import Console
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
+
+
+@contextlib.contextmanager
+def batch_progress(err: Console, todo: int) -> Iterator[Callable[[int, int], None]]:
+    """A bar over `todo` prompts; yields the callback(prompts, tokens) run_batch calls."""
+    columns = (TextColumn("tracing"), BarColumn(), MofNCompleteColumn(),
+               TextColumn("prompts  {task.fields[tps]:>7,.0f} tokens/s"), TimeElapsedColumn(),
+               TextColumn("ETA"), TimeRemainingColumn())
+    with Progress(*columns, console=err, transient=False) as bar:
+        task = bar.add_task("batch", total=todo, tps=0.0)
+        tokens = 0
+        t0 = time.perf_counter()
+
+        def tick(n_prompts: int, n_tokens: int) -> None:
+            nonlocal tokens
+            tokens += n_tokens
+            bar.update(task, advance=n_prompts, tps=tokens / max(time.perf_counter() - t0, 1e-9))
+
+        yield tick

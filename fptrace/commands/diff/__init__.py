@@ -1,0 +1,1 @@
+"""`fptrace diff`: do two runs compute the same, layer by layer."""

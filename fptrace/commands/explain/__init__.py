@@ -1,0 +1,1 @@
+"""`fptrace explain`: one block recomputed step by step and proven equal to the model."""

@@ -1,0 +1,60 @@
+"""`fptrace explain`."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from fptrace.cli.io import check_match, command, load_for, output
+from fptrace.cli.options import (
+    SAMPLING,
+    STATS,
+    JsonOpt,
+    LoadOptions,
+    PlotOpt,
+    WideOpt,
+    model_options,
+)
+
+
+@command(order=30, docs="explain")
+@model_options(placement=False, tp=True)
+def explain(
+    prompt: Annotated[str, typer.Argument(help="The text whose forward pass is explained.")],
+    opts: LoadOptions,
+    layer: Annotated[int, typer.Option("--layer", "-l", help="The block to recompute "
+                                       "(negative counts from the end).",
+                                       rich_help_panel=STATS)] = 0,
+    head: Annotated[int, typer.Option("--head", help="The attention head whose values and "
+                                      "matrix are shown.", rich_help_panel=STATS)] = 0,
+    temperature: Annotated[float, typer.Option("--temperature", "-t", help="Temperature of the "
+                                               "sampled strategies (0 = greedy).",
+                                               rich_help_panel=SAMPLING)] = 0.8,
+    top_k: Annotated[int, typer.Option("--top-k", "-k", help="k of top-k sampling.",
+                                       rich_help_panel=SAMPLING)] = 10,
+    top_p: Annotated[float, typer.Option("--top-p", "-p", help="p of nucleus (top-p) sampling, "
+                                         "in (0, 1].", rich_help_panel=SAMPLING)] = 0.9,
+    show_rows: Annotated[int, typer.Option("--show", help="Most probable tokens listed in the "
+                                           "sampling table.", rich_help_panel=SAMPLING)] = 8,
+    plot: PlotOpt = None,
+    as_json: JsonOpt = False,
+    wide: WideOpt = False,
+) -> None:
+    """Recompute one block step by step from the model's weights, check it matches the model,
+    then follow the last position to the logits and the sampling choices."""
+    from fptrace.core.sampling import check_options
+
+    check_options(temperature, top_k, top_p)
+    lm = load_for(prompt, opts, plot)
+    from fptrace.commands.explain.core import covered
+    from fptrace.commands.explain.core import explain as run_explain
+
+    covered(lm.parts.family)
+    result = run_explain(lm, prompt, layer=layer, head=head, temperature=temperature,
+                         top_k=top_k, top_p=top_p, seed=opts.seed, show=show_rows,
+                         all_heads=plot is not None)
+    from fptrace.commands.explain.render import attention_figure, explain_view
+
+    output(result, explain_view, as_json=as_json, wide=wide, plot=plot, figure=attention_figure)
+    check_match(result.match, [c.name for c in result.checks if not c.ok])

@@ -1,0 +1,91 @@
+"""`fptrace generate`."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Callable
+
+import typer
+
+from fptrace.cli.io import command, emit_json, load, show, stdout_console
+from fptrace.cli.options import SAMPLING, STATS, JsonOpt, LoadOptions, WideOpt, model_options
+
+
+@command(order=70, docs="generate")
+@model_options(tp=True)
+def generate(
+    prompt: Annotated[str, typer.Argument(help="The text to continue.")],
+    opts: LoadOptions,
+    max_new_tokens: Annotated[int, typer.Option("-n", "--max-new-tokens", help="Tokens to "
+                                                "generate (fewer if an end-of-sequence token "
+                                                "comes first).", rich_help_panel=STATS)] = 12,
+    temperature: Annotated[float, typer.Option("--temperature", "-t", help="0 (the default) is "
+                                               "greedy; above 0 samples.",
+                                               rich_help_panel=SAMPLING)] = 0.0,
+    top_k: Annotated[int, typer.Option("--top-k", "-k", help="Sample among the k most "
+                                       "probable tokens (0: off).",
+                                       rich_help_panel=SAMPLING)] = 0,
+    top_p: Annotated[float, typer.Option("--top-p", "-p", help="Sample from the smallest set "
+                                         "of tokens whose mass reaches p (1: off).",
+                                         rich_help_panel=SAMPLING)] = 1.0,
+    alternatives: Annotated[int, typer.Option("--alternatives", help="Most probable tokens "
+                                              "shown at each step.",
+                                              rich_help_panel=STATS)] = 5,
+    layers: Annotated[bool, typer.Option("--layers", help="Per-layer statistics of every step, "
+                                         "as `run` shows them.", rich_help_panel=STATS)] = False,
+    as_json: JsonOpt = False,
+    wide: WideOpt = False,
+) -> None:
+    """Generate token by token: each step's input, stream and KV-cache shapes, the chosen token
+    and its alternatives, and the time of the prefill and of each decode step."""
+    from fptrace.commands.generate.core import check_new_tokens
+    from fptrace.core.sampling import check_generation
+    from fptrace.models.tokenizers import check_prompt
+
+    check_prompt(prompt)
+    check_new_tokens(max_new_tokens)
+    check_generation(temperature, top_k or None, top_p)  # --top-k 0: off
+    lm = load(opts)
+    from fptrace.commands.generate.core import generate as run_generate
+
+    on_step = None if as_json else _step_printer(lm, prompt, max_new_tokens, layers, wide,
+                                                 sampled=temperature > 0)
+    result = run_generate(lm, prompt, max_new_tokens=max_new_tokens, temperature=temperature,
+                          top_k=top_k or None, top_p=top_p, seed=opts.seed, layers=layers,
+                          alternatives=alternatives, on_step=on_step)
+    if as_json:
+        emit_json(result)
+    else:
+        from fptrace.commands.generate.render import summary
+
+        stdout_console().print(summary(result))
+    bad = next((s for s in result.steps if s.first_nonfinite), None)
+    if bad is not None:
+        from fptrace.errors import NonFiniteValues
+
+        raise NonFiniteValues(f"NaN or Inf appeared at step {bad.index} ({bad.first_nonfinite})")
+
+
+def _step_printer(lm: Any, prompt: str, max_new_tokens: int, layers: bool, wide: bool,
+                  sampled: bool) -> Callable[[Any, str], None]:
+    """Print the header, the prompt's tokens and the step columns; return the callback that
+    prints each step's line as soon as the step exists."""
+    from fptrace.commands.generate.render import step_columns, step_header, step_layers, step_line
+    from fptrace.core.trace import model_info
+    from fptrace.render.tables import header, token_table
+
+    out = stdout_console()
+    width = None if wide else out.width
+    info = model_info(lm)
+    ids = lm.encode(prompt)
+    cols = step_columns(width, len(ids) + max_new_tokens, info.d_model, info.n_kv_heads,
+                        info.head_dim, sampled=sampled)
+    out.print(header(info))
+    out.print(token_table(lm.tokens(ids), title="Prompt tokens", width=width))
+    out.print(step_header(cols), soft_wrap=wide)
+
+    def on_step(step: Any, text: str) -> None:
+        out.print(step_line(step, text, cols), soft_wrap=True)
+        if layers:
+            show(lambda w: step_layers(step, w), wide, out)
+
+    return on_step

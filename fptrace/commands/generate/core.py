@@ -1,0 +1,212 @@
+"""`fptrace generate`: generation as a sequence of forward passes, with the KV cache visible.
+
+The prefill runs the whole prompt once and fills the cache; each decode step then runs one new
+token (input (1, 1)) against the cached keys and values of every earlier position. After every
+step the cache's shape and size are read from the cache object itself, the next token is chosen
+by the pure functions of sampling.py, and the step is handed to `on_step` as soon as it exists,
+so the caller can print the text as it grows.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import inspect
+import time
+from typing import Any, Callable
+
+from fptrace.commands.generate.result import Generation, GenStep
+from fptrace.core import sampling, stats
+from fptrace.core.hooks import Capture, capture_stats, hooked
+from fptrace.core.results import FinalNormStats, TopToken
+from fptrace.core.trace import base_notes, first_nonfinite, layer_stats, model_info, ranked_token
+from fptrace.errors import BadInput
+from fptrace.models.loading import LoadedModel
+
+
+def _eos_ids(lm: LoadedModel) -> set[int]:
+    ids: set[int] = set()
+    for src in (getattr(lm.model, "generation_config", None), lm.config):
+        eos = getattr(src, "eos_token_id", None) if src is not None else None
+        if isinstance(eos, int):
+            ids.add(eos)
+        elif isinstance(eos, (list, tuple)):
+            ids.update(int(e) for e in eos)
+    return ids
+
+
+def _cache_kwarg(model: Any) -> str:
+    """transformers 5 renames `past_key_values` to `cache`; use whichever forward takes."""
+    params = inspect.signature(model.forward).parameters
+    return "cache" if "cache" in params else "past_key_values"
+
+
+def _kv(cache: Any) -> tuple[tuple[int, ...], int, int, tuple[str, ...]]:
+    """One layer's key shape, the number of layers, the bytes of all keys and values, and the
+    shape of every layer's keys as ranges ("layers 0–29: (1, 3, 16, 64)")."""
+    layers = getattr(cache, "layers", None)
+    if layers is None:  # older caches keep key_cache / value_cache lists
+        keys, values = cache.key_cache, cache.value_cache
+    else:
+        keys = [layer.keys for layer in layers]
+        values = [layer.values for layer in layers]
+    total = sum(t.numel() * t.element_size() for t in (*keys, *values) if t is not None)
+    shapes = [tuple(int(d) for d in k.shape) for k in keys]
+    runs: list[list] = []  # [first, last, shape]
+    for i, sh in enumerate(shapes):
+        if runs and runs[-1][2] == sh:
+            runs[-1][1] = i
+        else:
+            runs.append([i, i, sh])
+    layout = tuple((f"layer {a}" if a == b else f"layers {a}–{b}") + ": ("
+                   + ", ".join(str(d) for d in sh) + ")" for a, b, sh in runs)
+    return shapes[0], len(keys), int(total), layout
+
+
+def check_new_tokens(max_new_tokens: int) -> None:
+    if max_new_tokens < 1:
+        raise BadInput(f"-n must be at least 1, not {max_new_tokens}")
+
+
+def check_length(lm: LoadedModel, n_prompt: int, max_new_tokens: int, alternatives: int = 1
+                 ) -> None:
+    check_new_tokens(max_new_tokens)
+    if alternatives < 1:
+        raise BadInput("--alternatives must be at least 1")
+    ctx = getattr(lm.config, "max_position_embeddings", None)
+    if ctx and n_prompt + max_new_tokens > ctx:
+        raise BadInput(f"the prompt is {n_prompt} tokens and -n {max_new_tokens} would reach "
+                       f"position {n_prompt + max_new_tokens - 1}, beyond the context window of "
+                       f"{ctx}; use -n {max(ctx - n_prompt, 0)} or less")
+
+
+def generate(lm: LoadedModel, prompt: Any, *, max_new_tokens: int = 12,
+             temperature: float = 0.0, top_k: int | None = None, top_p: float = 1.0,
+             seed: int = 0, layers: bool = False, alternatives: int = 5, snippet: int = 4,
+             stop_at_eos: bool = True, on_step: Callable[[GenStep, str], None] | None = None,
+             logits_out: list | None = None) -> Generation:
+    """Generate up to `max_new_tokens` tokens, one traced forward pass each.
+
+    on_step(step, text_so_far) is called after every step. `logits_out`, when a list, receives
+    each step's last-position logits (float32, on the CPU), for checks against a full forward.
+    """
+    import torch
+    from transformers import DynamicCache
+
+    sampling.check_generation(temperature, top_k, top_p)
+    ids = lm.encode(prompt)
+    check_length(lm, len(ids), max_new_tokens, alternatives)
+    info = model_info(lm)
+    model = lm.model
+    device = lm.device
+    eos = _eos_ids(lm) if stop_at_eos else set()
+    cache = DynamicCache(config=lm.config)
+    cache_kw = _cache_kwarg(model)
+    cuda = str(device).startswith("cuda")
+
+    seen: dict[str, Any] = {}
+
+    def stream_shape(module: Any, args: tuple, kwargs: dict) -> None:
+        h = args[0] if args else kwargs["hidden_states"]
+        seen["shape"] = tuple(int(d) for d in h.shape)
+
+    steps: list[GenStep] = []
+    generated: list[int] = []
+    stop_reason = "max_new_tokens"
+    next_input = torch.tensor([ids], dtype=torch.long, device=device)  # (1, T)
+    pos = 0
+    with hooked([(lm.parts.blocks[0], "pre", stream_shape, True)]):
+        for index in range(max_new_tokens):
+            t0 = time.perf_counter()
+            cap = Capture(mask=None, home=device)
+            with torch.inference_mode(), (capture_stats(lm.parts, cap) if layers
+                                          else contextlib.nullcontext()):
+                out = model(next_input, use_cache=True, logits_to_keep=1, **{cache_kw: cache})
+                logits = out.logits[0, -1].float()  # (V,)
+                dist = sampling.distribution(logits, temperature, top_k, top_p)
+                # greedy, or one draw per step, each from its own seeded generator
+                choice = int(torch.argmax(dist)) if temperature == 0 else \
+                    sampling.draw(dist, seed * 1_000_003 + index)
+            if cuda:
+                torch.cuda.synchronize(device)
+            seconds = time.perf_counter() - t0
+            if logits_out is not None:
+                logits_out.append(logits.detach().cpu().clone())
+            step = _step(lm, index, next_input, seen.get("shape", ()), pos, cache, logits, dist,
+                         choice, seconds, cap if layers else None, alternatives, snippet)
+            steps.append(step)
+            generated.append(choice)
+            pos += next_input.shape[1]
+            if on_step is not None:
+                on_step(step, _decode(lm, generated))
+            if choice in eos:
+                stop_reason = "eos"
+                break
+            next_input = torch.tensor([[choice]], dtype=torch.long, device=device)  # (1, 1)
+
+    return _generation(lm, prompt, ids, info, steps, generated, stop_reason, temperature,
+                       top_k, top_p, seed, max_new_tokens)
+
+
+def _generation(lm: LoadedModel, prompt: Any, ids: list[int], info: Any, steps: list,
+                generated: list[int], stop_reason: str, temperature: float, top_k: int | None,
+                top_p: float, seed: int, max_new_tokens: int) -> Generation:
+    prefill = steps[0].seconds
+    decode = sum(s.seconds for s in steps[1:])
+    notes = base_notes(lm)
+    if lm.tensor_parallel > 1:
+        notes.append(f"tensor parallel over {lm.tensor_parallel} ranks: the KV-cache shapes and "
+                     f"bytes are rank 0's shard (1/{lm.tensor_parallel} of the key/value heads)")
+    return Generation(
+        prompt=lm.prompt_text(prompt), model=info,
+        tokens=lm.tokens(ids),
+        strategy=sampling.describe(temperature, top_k, top_p), temperature=temperature,
+        top_k=top_k, top_p=top_p, seed=seed, max_new_tokens=max_new_tokens,
+        steps=tuple(steps),
+        generated=lm.tokens(generated, start=len(ids)),
+        text=_decode(lm, generated), stop_reason=stop_reason, prefill_seconds=prefill,
+        decode_seconds=decode,
+        decode_tokens_per_s=(len(steps) - 1) / decode if decode > 0 else None,
+        notes=tuple(notes))
+
+
+def _step(lm: LoadedModel, index: int, next_input: Any, stream_shape: tuple, pos: int,
+          cache: Any, logits: Any, dist: Any, choice: int, seconds: float, cap: Any,
+          alternatives: int, snippet: int) -> GenStep:
+    """One step's result: shapes, the cache as it is now, the choice and its alternatives, and
+    with a Capture (--layers) the per-layer statistics and their decomposition check."""
+    import torch
+
+    kv_shape, kv_layers, kv_bytes, kv_layout = _kv(cache)
+    alt_ids, alt_p, alt_l = stats.top_k(logits, alternatives)
+    layer_rows: tuple = ()
+    final = check = bad = None
+    if cap is not None:
+        rows, checks = layer_stats(lm, cap, snippet=snippet)
+        layer_rows, check = rows[0], checks[0]
+        fv = cap.final_last[0]
+        final = FinalNormStats(norm_last=float(stats.norms(fv)),
+                               snippet=tuple(float(x) for x in fv[:snippet].tolist()))
+        bad = first_nonfinite(layer_rows)
+    if bad is None and not bool(torch.isfinite(logits).all()):
+        bad = "logits"
+    n_in = next_input.shape[1]
+    return GenStep(
+        index=index, phase="prefill" if index == 0 else "decode",
+        input_shape=tuple(int(d) for d in next_input.shape), stream_shape=stream_shape,
+        positions=tuple(range(pos, pos + n_in)), kv_shape=kv_shape, kv_layers=kv_layers,
+        kv_bytes=kv_bytes, kv_layout=kv_layout,
+        token=ranked_token(lm, logits, choice),
+        sample_prob=float(dist[choice]),
+        alternatives=tuple(TopToken(r + 1, i, lm.token_text(i), p, lg)
+                           for r, (i, p, lg) in enumerate(zip(alt_ids, alt_p, alt_l))),
+        seconds=seconds, layers=layer_rows, final_norm=final, first_nonfinite=bad,
+        decomposition=check)
+
+
+def _decode(lm: LoadedModel, ids: list[int]) -> str:
+    if lm.tokenizer is None:
+        return " ".join(f"<{i}>" for i in ids)
+    return lm.tokenizer.decode(ids)
+
+
+__all__ = ["generate", "check_length"]

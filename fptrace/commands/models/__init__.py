@@ -1,0 +1,1 @@
+"""`fptrace models`: the built-in models."""

@@ -1,0 +1,1 @@
+"""`fptrace patch`: causal tracing of where a prediction is carried."""

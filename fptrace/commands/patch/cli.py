@@ -1,0 +1,52 @@
+"""`fptrace patch`."""
+
+from __future__ import annotations
+
+from typing import Annotated, Optional
+
+import typer
+
+from fptrace.cli.io import command, load_for, output
+from fptrace.cli.options import STATS, JsonOpt, LoadOptions, PlotOpt, WideOpt, model_options
+
+
+@command(order=60, docs="patch")
+@model_options()
+def patch(
+    prompt: Annotated[str, typer.Argument(help="The clean prompt.")],
+    opts: LoadOptions,
+    noise: Annotated[Optional[str], typer.Option(
+        "--noise", help="Corrupt by adding Gaussian noise to the embeddings of this subject's "
+        "tokens (e.g. ' France').", rich_help_panel=STATS)] = None,
+    corrupt: Annotated[Optional[str], typer.Option(
+        "--corrupt", help="Corrupt with this prompt instead (same number of tokens).",
+        rich_help_panel=STATS)] = None,
+    what: Annotated[str, typer.Option("--what", help="Restore resid (the block's output), "
+                                      "attn or mlp (what it added).",
+                                      rich_help_panel=STATS)] = "resid",
+    window: Annotated[int, typer.Option("--window", help="With attn/mlp: layers restored "
+                                        "around each row's layer.", rich_help_panel=STATS)] = 1,
+    target: Annotated[Optional[str], typer.Option(
+        "--target", help="The token whose probability is measured (default: the clean top-1).",
+        rich_help_panel=STATS)] = None,
+    noise_scale: Annotated[float, typer.Option(
+        "--noise-scale", help="Noise σ in units of the embedding's standard deviation.",
+        rich_help_panel=STATS)] = 3.0,
+    batch_size: Annotated[int, typer.Option("--batch-size", "-b", help="Patched runs per "
+                                            "forward pass.", rich_help_panel=STATS)] = 32,
+    plot: PlotOpt = None,
+    as_json: JsonOpt = False,
+    wide: WideOpt = False,
+) -> None:
+    """Where is the prediction carried? Causal tracing: corrupt the prompt, then restore one
+    state (layer, position) at a time from the clean run and measure the target's probability."""
+
+    lm = load_for(prompt, opts, plot)
+    from fptrace.commands.patch.core import patch as run_patch
+
+    result = run_patch(lm, prompt, noise=noise, corrupt=corrupt, what=what, window=window,
+                       target=target, noise_scale=noise_scale, seed=opts.seed,
+                       batch_size=batch_size)
+    from fptrace.commands.patch.render import patch_figure, patch_view
+
+    output(result, patch_view, as_json=as_json, wide=wide, plot=plot, figure=patch_figure)

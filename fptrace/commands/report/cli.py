@@ -1,0 +1,54 @@
+"""`fptrace report`."""
+
+from __future__ import annotations
+
+from typing import Annotated, Optional
+
+import typer
+
+from fptrace.cli.io import check_match, command, load, stderr_console
+from fptrace.cli.options import OUTPUT, STATS, LoadOptions, model_options
+
+
+@command(order=90, docs="report")
+@model_options(placement=False)
+def report(
+    prompt: Annotated[str, typer.Argument(help="The text to trace.")],
+    out: Annotated[str, typer.Option("--out", "-o", help="The .html file to write.",
+                                     rich_help_panel=OUTPUT)],
+    opts: LoadOptions,
+    layer: Annotated[int, typer.Option("--layer", "-l", help="The block the walkthrough "
+                                       "recomputes.", rich_help_panel=STATS)] = 0,
+    head: Annotated[int, typer.Option("--head", help="The head whose matrix the walkthrough "
+                                      "shows.", rich_help_panel=STATS)] = 0,
+    noise: Annotated[Optional[str], typer.Option(
+        "--noise", help="Also a causal-tracing section: noise on this subject's embeddings "
+        "(as `fptrace patch --noise`).", rich_help_panel=STATS)] = None,
+) -> None:
+    """One self-contained HTML file: the run tables, the figures, the explain walkthrough of
+    one layer, the attribution of the top-1 (and with --noise, causal tracing) and the JSON
+    trace. It makes no network request and opens offline."""
+    from fptrace.commands.report.core import build_html, check_out, write_report
+    from fptrace.models.tokenizers import check_prompt
+
+    check_prompt(prompt)
+    check_out(out)
+    lm = load(opts)
+    from fptrace.commands.explain.core import covered
+    from fptrace.commands.explain.core import explain as run_explain
+    from fptrace.core.trace import run_trace
+
+    covered(lm.parts.family)
+    from fptrace.commands.attribute.core import attribute as run_attribute
+
+    trace = run_trace(lm, prompt, lens_grid=True)
+    explanation = run_explain(lm, prompt, layer=layer, head=head, all_heads=True)
+    attribution = run_attribute(lm, prompt)
+    patching = None
+    if noise is not None:
+        from fptrace.commands.patch.core import patch as run_patch
+
+        patching = run_patch(lm, prompt, noise=noise, seed=opts.seed)
+    write_report(out, build_html(trace, explanation, attribution, patching))
+    stderr_console().print(f"wrote {out}", markup=False, soft_wrap=True)
+    check_match(explanation.match, [c.name for c in explanation.checks if not c.ok])

@@ -1,0 +1,1 @@
+"""`fptrace run`: one prompt traced through the model, block by block."""

@@ -1,0 +1,55 @@
+"""The command line. Thin: parse options, call one core function, hand the result to a renderer.
+
+Heavy imports (torch, transformers) happen inside the commands, so `fptrace --help` is fast.
+The shared machinery is in cli_common.py, the loading options in cli_options.py, and the
+attribute/diff/patch commands in cli_analysis.py.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from fptrace.cli.io import command, load_for, output
+from fptrace.cli.options import STATS, JsonOpt, LoadOptions, PlotOpt, WideOpt, model_options
+
+
+@command(order=10, docs="run")
+@model_options(tp=True)
+def run(
+    prompt: Annotated[str, typer.Argument(help="The text to trace.")],
+    opts: LoadOptions,
+    top_k: Annotated[int, typer.Option("--top-k", "-k", min=1, help="How many next tokens.",
+                                       rich_help_panel=STATS)] = 10,
+    snippet: Annotated[int, typer.Option("--snippet", min=0, help="First values of the last "
+                                         "position shown per layer.",
+                                         rich_help_panel=STATS)] = 4,
+    all_positions: Annotated[bool, typer.Option(
+        "--all-positions", help="Compute the LM head for every position, not only the last.",
+        rich_help_panel=STATS)] = False,
+    truncate: Annotated[bool, typer.Option(
+        "--truncate", help="Keep the last tokens of a prompt longer than the context window.",
+        rich_help_panel=STATS)] = False,
+    plot: PlotOpt = None,
+    as_json: JsonOpt = False,
+    wide: WideOpt = False,
+) -> None:
+    """Trace PROMPT through the model: tokens, shapes, per-layer residual stream, top-k."""
+
+    lm = load_for(prompt, opts, plot)
+    from fptrace.core.trace import run_trace
+
+    trace = run_trace(lm, prompt, top_k=top_k, snippet=snippet, all_positions=all_positions,
+                      truncate=truncate, lens_grid=plot is not None)
+    from fptrace.commands.run.render import trace_figure, trace_view
+
+    output(trace, trace_view, as_json=as_json, wide=wide, plot=plot, figure=trace_figure)
+    if trace.first_nonfinite:
+        from fptrace.errors import NonFiniteValues
+
+        raise NonFiniteValues(f"NaN or Inf first appeared at {trace.first_nonfinite}")
+
+
+
+

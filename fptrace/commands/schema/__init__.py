@@ -1,0 +1,1 @@
+"""`fptrace schema`: the JSON Schema of every JSON output."""

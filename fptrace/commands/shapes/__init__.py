@@ -1,0 +1,1 @@
+"""`fptrace shapes`: the shape flow, parameters, memory and FLOPs of any config, without weights."""

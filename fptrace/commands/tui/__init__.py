@@ -1,0 +1,1 @@
+"""`fptrace tui`: explore forward passes interactively, the model loaded once."""

@@ -1,0 +1,168 @@
+"""Hooks on every block that capture small per-layer statistics, and always come off.
+
+What is kept per forward is O(layers x batch x d): the last position's vector of each step and
+the mean norm over positions, never the (B, T, d) streams themselves.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterable, Iterator
+
+from fptrace.errors import TraceFailed
+from fptrace.families.parts import ModelParts
+
+
+def first_output(x: Any) -> Any:
+    """A module's main output: the first element of a tuple (attention and blocks return
+    (hidden, weights, ...)), else the output itself."""
+    return x[0] if isinstance(x, (tuple, list)) else x
+
+
+# one registration: (module, "pre" or "post", hook function, with_kwargs)
+Hook = tuple[Any, str, Callable[..., Any], bool]
+
+
+@contextlib.contextmanager
+def hooked(hooks: Iterable[Hook]) -> Iterator[None]:
+    """The one place fptrace attaches hooks: register every (module, "pre"|"post", fn,
+    with_kwargs), yield, and remove every handle whatever happens (an exception while
+    registering included)."""
+    handles = []
+    try:
+        for module, when, fn, with_kwargs in hooks:
+            register = module.register_forward_pre_hook if when == "pre" else \
+                module.register_forward_hook
+            handles.append(register(fn, with_kwargs=with_kwargs))
+        yield
+    finally:
+        for h in handles:
+            h.remove()
+
+
+@dataclass
+class Capture:
+    """Filled in by the hooks during one forward pass (tensors live on the model's device)."""
+
+    mask: Any  # (B, T) bool, or None when no row is padded
+    home: Any = None  # device the statistics are gathered on (blocks may live on several)
+    embed_last: Any = None  # (B, d) float32
+    embed_mean_norm: Any = None  # (B,)
+    embed_max_norm: Any = None  # (B, 2): the largest ‖stream‖ over the positions, and where
+    resid_last: list = field(default_factory=list)  # per block: (B, d) float32
+    resid_mean_norm: list = field(default_factory=list)  # per block: (B,)
+    resid_max_norm: list = field(default_factory=list)  # per block: (B, 2) max and its position
+    # per block: (B, d) float32 of what attention / the MLP added; None if its module never ran
+    attn_last: list = field(default_factory=list)
+    mlp_last: list = field(default_factory=list)
+    final_last: Any = None  # (B, d) float32
+    shapes: dict = field(default_factory=dict)  # label -> shape tuple
+    last_block: int | None = None  # the last block whose forward finished
+    keep_positions: int = 0  # > 0: also keep the last N positions of every stream (row 0)
+    streams: list = field(default_factory=list)  # embed, block 0, ...: (N, d) float32 each
+
+    def take_last(self, h: Any) -> Any:
+        """(B, T, d) -> (B, d) float32 copy of the last position (rows are left-padded, so the
+        last position is every row's last real token). A copy, so the stream is not kept; on
+        the home device, so that blocks spread over devices give one stack."""
+        import torch
+
+        return h[:, -1].to(self.home or h.device, torch.float32, copy=True)
+
+    def take_positions(self, h: Any) -> Any:
+        """(B, T, d) -> (N, d) float32 copy of row 0's last N positions."""
+        import torch
+
+        return h[0, -self.keep_positions:].to(self.home or h.device, torch.float32, copy=True)
+
+    def norm_stats(self, h: Any) -> tuple[Any, Any]:
+        """(B,) mean over the real positions of ‖stream‖, and (B, 2) its largest value with the
+        position (counted from the row's first real token)."""
+        import torch
+
+        norms = torch.linalg.vector_norm(h, dim=-1, dtype=torch.float32)  # (B, T)
+        home = self.home or h.device
+        if self.mask is None:
+            top, where = norms.max(dim=-1)
+            return norms.mean(dim=-1).to(home), torch.stack([top, where.float()], -1).to(home)
+        m = self.mask.to(h.device)
+        zeroed = torch.where(m, norms, torch.zeros_like(norms))
+        top, where = zeroed.max(dim=-1)
+        where = where - (~m).sum(dim=-1)  # left padding: positions from the first real token
+        mean = zeroed.sum(dim=-1) / m.sum(dim=-1).clamp(min=1)
+        return mean.to(home), torch.stack([top, where.float()], -1).to(home)
+
+
+def is_oom(e: BaseException) -> bool:
+    """torch's OutOfMemoryError (CUDA, MPS), a CPU allocation failure, or Python's MemoryError."""
+    return isinstance(e, MemoryError) or type(e).__name__ == "OutOfMemoryError" or (
+        isinstance(e, RuntimeError) and ("out of memory" in str(e).lower()
+                                         or "failed to allocate" in str(e).lower()))
+
+
+@contextlib.contextmanager
+def capture_stats(parts: ModelParts, cap: Capture) -> Iterator[Capture]:
+    """Register the hooks, yield, and remove every handle whatever happens.
+
+    An exception inside the forward is re-raised as TraceFailed naming the last block that ran.
+    """
+    n = len(parts.blocks)
+    cap.resid_last = [None] * n
+    cap.resid_mean_norm = [None] * n
+    cap.resid_max_norm = [None] * n
+    cap.attn_last = [None] * n
+    cap.mlp_last = [None] * n
+    cap.streams = [None] * (n + 1) if cap.keep_positions else []
+
+    def embed_hook(module: Any, args: tuple, kwargs: dict) -> None:
+        h = args[0] if args else kwargs["hidden_states"]
+        cap.embed_last = cap.take_last(h)
+        cap.embed_mean_norm, cap.embed_max_norm = cap.norm_stats(h)
+        if cap.keep_positions:
+            cap.streams[0] = cap.take_positions(h)
+        cap.shapes["embed"] = tuple(h.shape)
+
+    def block_hook(i: int):
+        def hook(module: Any, args: tuple, kwargs: dict, output: Any) -> None:
+            h = first_output(output)
+            cap.resid_last[i] = cap.take_last(h)
+            cap.resid_mean_norm[i], cap.resid_max_norm[i] = cap.norm_stats(h)
+            if cap.keep_positions:
+                cap.streams[i + 1] = cap.take_positions(h)
+            cap.shapes[f"block {i}"] = tuple(h.shape)
+            cap.last_block = i
+        return hook
+
+    def part_hook(store: list, i: int):
+        def hook(module: Any, args: tuple, output: Any) -> None:
+            store[i] = cap.take_last(first_output(output))
+        return hook
+
+    def final_hook(module: Any, args: tuple, output: Any) -> None:
+        h = first_output(output)
+        cap.final_last = cap.take_last(h)
+        cap.shapes["final_norm"] = tuple(h.shape)
+
+    hooks: list[Hook] = [(parts.blocks[0], "pre", embed_hook, True)]
+    for i, block in enumerate(parts.blocks):
+        hooks.append((block, "post", block_hook(i), True))
+        # what the stream receives: the post-norm output where the family has one
+        hooks.append((parts.attn_adds[i], "post", part_hook(cap.attn_last, i), False))
+        hooks.append((parts.mlp_adds[i], "post", part_hook(cap.mlp_last, i), False))
+    hooks.append((parts.final_norm, "post", final_hook, False))
+    with hooked(hooks):
+        try:
+            yield cap
+        except TraceFailed:
+            raise
+        except Exception as e:
+            if is_oom(e):
+                raise  # the caller knows the sizes to name
+            if not isinstance(e, (RuntimeError, ValueError, IndexError, TypeError)):
+                raise
+            where = "the embedding" if cap.last_block is None else f"block {cap.last_block}"
+            nxt = "block 0" if cap.last_block is None else f"block {cap.last_block + 1}"
+            msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+            raise TraceFailed(f"the forward pass failed after {where} (in or after {nxt}): "
+                              f"{type(e).__name__}: {msg}"[:400]) from e

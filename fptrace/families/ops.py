@@ -1,0 +1,262 @@
+"""What the families' block recomputations share, written once: the recorder they write each
+step to, the norms, the projections, rotary position embeddings, grouped-query repetition, the
+attention core and the gated MLP.
+
+Straight-line code in the manner of nanoGPT: B batch, T positions, C = d_model, nh query heads
+and nkv key/value heads of hd values each. Every function takes the recorder `s` where it makes a
+tensor worth showing; each `s(...)` names the tensor, says how it was made and keeps its shape
+and first values. torch is imported inside the functions, so importing a family does not.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+from fptrace.core.results import ExplainStep
+
+
+@dataclass
+class Steps:
+    """The recorder: each call names a tensor, says how it was made, and keeps its shape and a
+    few of its values (never the tensor itself, except the few the checks and the attention
+    tables need)."""
+
+    head: int  # the query head shown
+    kv_head: int  # the key/value head it reads
+    n_heads: int
+    n_kv_heads: int
+    n_preview: int = 4
+    section: str = "attention"
+    items: list = field(default_factory=list)
+    kept: dict = field(default_factory=dict)  # name -> tensor, for checks and tables
+
+    def __call__(self, name: str, formula: str, t: Any, note: str | None = None,
+                 keep: bool = False, shown: str | None = None) -> Any:
+        """shown: which tensor the preview values are of, when a step makes several (Q and K)."""
+        where, values = self._preview(t)
+        if shown:
+            where = f"{shown}, {where}"
+        self.items.append(ExplainStep(
+            index=len(self.items) + 1, section=self.section, name=name, formula=formula,
+            shape=tuple(int(d) for d in t.shape), where=where,
+            preview=tuple(float(v) for v in values), note=note))
+        if keep:
+            self.kept[name] = t.detach()
+        return t
+
+    def _preview(self, t: Any) -> tuple[str, list[float]]:
+        """A few values a reader can follow from step to step: the last position; for a
+        per-head tensor, the chosen head (or the key/value head it reads)."""
+        n = self.n_preview
+        if t.dim() == 4:  # (B, heads, T, X)
+            h = self.head if t.shape[1] == self.n_heads else self.kv_head
+            T = t.shape[2]
+            return f"head {h}, pos {T - 1}", t[0, h, -1, :n].tolist()
+        if t.dim() == 3:  # (B, T, X)
+            return f"pos {t.shape[1] - 1}", t[0, -1, :n].tolist()
+        if t.dim() == 2 and t.shape[0] == t.shape[1] and t.shape[0] > 1:  # a (T, T) mask
+            return f"row {t.shape[0] - 1}", t[-1, :n].tolist()
+        if t.dim() == 2:  # (B, X)
+            return "first values", t[0, :n].tolist()
+        return "first values", t.reshape(-1)[:n].tolist()
+
+
+# ---------------------------------------------------------------- norms and projections
+
+RMS_FORMULA = "h = x / √(mean(x²) + ε) · γ"
+RMS_1W_FORMULA = "h = x / √(mean(x²) + ε) · (1 + γ)"
+LAYERNORM_FORMULA = "h = (x − mean) / √(var + ε) · γ + β"
+
+
+def rms_norm(x: Any, weight: Any, eps: float, one_plus: bool = False) -> Any:
+    """RMSNorm over the last dimension; one_plus: Gemma's scale (1 + γ) instead of γ."""
+    rms = (x.pow(2).mean(dim=-1, keepdim=True) + eps).sqrt()  # (..., 1)
+    return x / rms * ((1.0 + weight) if one_plus else weight)  # (..., C)
+
+
+def layer_norm(x: Any, ln: Any, eps: float) -> Any:
+    mu = x.mean(dim=-1, keepdim=True)  # (B, T, 1)
+    var = x.var(dim=-1, keepdim=True, unbiased=False)  # (B, T, 1)
+    return (x - mu) / (var + eps).sqrt() * ln.weight + ln.bias  # (B, T, C)
+
+
+def linear(x: Any, proj: Any) -> Any:
+    """nn.Linear stores (out, in): x · Wᵀ (+ b where the checkpoint has one)."""
+    y = x @ proj.weight.T  # (B, T, out)
+    return y if proj.bias is None else y + proj.bias
+
+
+def gelu(x: Any, name: str) -> tuple[Any, str]:
+    """The activation a config names: the tanh approximation ("gelu_new", GPT-2's default), the
+    exact erf form, or ReLU; with the formula shown."""
+    import torch
+
+    if name in ("gelu_new", "gelu_pytorch_tanh", "gelu_fast"):
+        y = 0.5 * x * (1.0 + torch.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * x ** 3)))
+        return y, "GELU(u) = ½u(1 + tanh(√(2/π)(u + 0.044715u³)))"
+    if name == "gelu":
+        return 0.5 * x * (1.0 + torch.erf(x / math.sqrt(2.0))), "GELU(u) = ½u(1 + erf(u/√2))"
+    if name == "relu":
+        return torch.relu(x), "ReLU(u) = max(u, 0)"
+    raise ValueError(f"activation {name!r}")
+
+
+def project_qkv(h: Any, attn: Any, nh: int, nkv: int, hd: int, s: Steps, src: str = "h"
+                ) -> tuple[Any, Any, Any]:
+    """q_proj, k_proj, v_proj of h (B, T, C), each recorded: q (B, T, nh*hd), k, v
+    (B, T, nkv*hd)."""
+    C = h.shape[-1]
+    q = linear(h, attn.q_proj)  # (B, T, nh*hd)
+    k = linear(h, attn.k_proj)  # (B, T, nkv*hd)
+    v = linear(h, attn.v_proj)  # (B, T, nkv*hd)
+    bias = " + b" if attn.q_proj.bias is not None else ""
+    s("q_proj", f"q = {src} · W_qᵀ{bias}   W_q is ({nh * hd}, {C})", q)
+    s("k_proj", f"k = {src} · W_kᵀ{bias}   W_k is ({nkv * hd}, {C})", k,
+      note=f"{nkv} key/value heads for {nh} query heads" if nkv != nh else None)
+    s("v_proj", f"v = {src} · W_vᵀ{bias}   W_v is ({nkv * hd}, {C})", v)
+    return q, k, v
+
+
+def split_heads(q: Any, k: Any, v: Any, nh: int, nkv: int, hd: int, s: Steps
+                ) -> tuple[Any, Any, Any]:
+    """(B, T, heads*hd) -> (B, heads, T, hd) for q (nh heads), k and v (nkv heads)."""
+    B, T, _ = q.shape
+    q = q.view(B, T, nh, hd).transpose(1, 2)  # (B, nh, T, hd)
+    k = k.view(B, T, nkv, hd).transpose(1, 2)  # (B, nkv, T, hd)
+    v = v.view(B, T, nkv, hd).transpose(1, 2)  # (B, nkv, T, hd)
+    s("heads", f"q → (B, T, {nh}, {hd}) → transpose(1, 2); k, v → (B, {nkv}, T, {hd})", q,
+      shown="Q")
+    return q, k, v
+
+
+# ---------------------------------------------------------------- rotary position embeddings
+
+def rotate_half(t: Any) -> Any:
+    import torch
+
+    half = t.shape[-1] // 2
+    return torch.cat((-t[..., half:], t[..., :half]), dim=-1)  # (..., hd)
+
+
+def apply_rope(t: Any, cos: Any, sin: Any) -> Any:
+    """Rotate the first cos.shape[-1] values of each head of t (all of them unless the family
+    uses partial rotary); the rest pass unchanged."""
+    import torch
+
+    rot = cos.shape[-1]
+    r = t[..., :rot]  # (B, heads, T, rot)
+    return torch.cat((r * cos + rotate_half(r) * sin, t[..., rot:]), dim=-1)  # (B, heads, T, hd)
+
+
+def rope_tables(cfg: Any, T: int, hd: int, model: Any, device: Any,
+                layer: int | None = None) -> tuple[Any, Any, str]:
+    """cos and sin, (T, hd) each, for positions 0..T-1; plus the formula shown. A config whose
+    RoPE parameters differ by layer type (Gemma 3: local and global bases) gives block
+    `layer` the parameters of its type."""
+    import torch
+
+    params = getattr(cfg, "rope_parameters", None) or {}
+    layer_types = getattr(cfg, "layer_types", None)
+    prefix = ""
+    if layer_types and layer is not None and layer_types[layer] in params:
+        prefix = f"{layer_types[layer]}_"
+        params = params[layer_types[layer]] or {}
+    rope_type = params.get("rope_type", "default")
+    theta = params.get("rope_theta", getattr(cfg, "rope_theta", 10000.0))
+    if rope_type == "default":
+        inv_freq = 1.0 / (theta ** (torch.arange(0, hd, 2, device=device).float() / hd))  # (hd/2,)
+        scaling = 1.0
+        formula = f"θ_i = {theta:g}^(−2i/{hd}); q' = q·cos(pθ) + rotate_half(q)·sin(pθ), same for k"
+    else:  # scaled RoPE (llama3, yarn, ...): the frequencies the model itself computed
+        rotary = next(m for name, m in model.named_modules() if name.endswith("rotary_emb"))
+        inv_freq = getattr(rotary, f"{prefix}inv_freq").float().to(device)  # (hd/2,)
+        scaling = float(getattr(rotary, f"{prefix}attention_scaling"))
+        formula = (f"{rope_type} RoPE, θ_i from the model's rotary buffer; "
+                   "q' = q·cos(pθ) + rotate_half(q)·sin(pθ), same for k")
+    pos = torch.arange(T, device=device).float()  # (T,)
+    angles = pos[:, None] * inv_freq[None, :]  # (T, hd/2)
+    emb = torch.cat((angles, angles), dim=-1)  # (T, hd)
+    return emb.cos() * scaling, emb.sin() * scaling, formula
+
+
+# ---------------------------------------------------------------- attention
+
+def sliding_window(cfg: Any, layer: int) -> int | None:
+    """The attention window of block `layer`, or None: the config's sliding_window, unless its
+    layer_types say this layer attends globally."""
+    window = getattr(cfg, "sliding_window", None)
+    layer_types = getattr(cfg, "layer_types", None)
+    if layer_types and layer_types[layer] != "sliding_attention":
+        return None
+    return window
+
+
+def repeat_kv(k: Any, v: Any, nh: int, s: Steps) -> tuple[Any, Any]:
+    """Grouped-query attention: each of the nkv key/value heads serves nh / nkv query heads.
+    k, v: (B, nkv, T, hd) -> (B, nh, T, hd) each."""
+    nkv = k.shape[1]
+    rep = nh // nkv
+    k = k.repeat_interleave(rep, dim=1)  # (B, nh, T, hd)
+    v = v.repeat_interleave(rep, dim=1)  # (B, nh, T, hd)
+    s("repeat K/V (GQA)", f"each of {nkv} K/V heads serves {rep} query heads" if rep > 1
+      else "one K/V head per query head: nothing to repeat", k, shown="K")
+    return k, v
+
+
+def causal_attention(q: Any, k: Any, v: Any, s: Steps, *, scale: float | None = None,
+                     window: int | None = None, softcap: float | None = None) -> Any:
+    """q, k, v: (B, nh, T, hd), K and V already repeated for grouped-query attention.
+    softcap: Gemma 2's attention-logit cap, cap·tanh(scores / cap), before the mask.
+    Returns y: (B, T, nh*hd), the heads side by side, ready for W_O."""
+    import torch
+
+    B, nh, T, hd = q.shape
+    if scale is None:
+        scale = 1.0 / math.sqrt(hd)
+    att = (q @ k.transpose(-2, -1)) * scale  # (B, nh, T, T)
+    s("scores", f"att = q · kᵀ / √{hd}" if math.isclose(scale, 1.0 / math.sqrt(hd))
+      else f"att = q · kᵀ · {scale:g}", att, keep=True)
+    if softcap:
+        att = torch.tanh(att / softcap) * softcap  # (B, nh, T, T)
+        s("softcap", f"att = {softcap:g} · tanh(att / {softcap:g})   (scores kept within "
+          f"±{softcap:g})", att)
+    i = torch.arange(T, device=q.device)[:, None]  # (T, 1) query positions
+    j = torch.arange(T, device=q.device)[None, :]  # (1, T) key positions
+    hidden = (j > i) | ((i - j >= window) if window else torch.zeros_like(j > i))  # (T, T)
+    mask = torch.zeros(T, T, device=q.device).masked_fill(hidden, float("-inf"))  # (T, T)
+    s("causal mask", "mask[i, j] = −∞ where j > i" + (f" or i − j ≥ {window}" if window else "")
+      + ", else 0", mask)
+    att = att + mask  # (B, nh, T, T)
+    s("scores + mask", "att = att + mask   (position i sees positions 0..i)", att, keep=True)
+    att = torch.exp(att - att.amax(dim=-1, keepdim=True))  # (B, nh, T, T)
+    att = att / att.sum(dim=-1, keepdim=True)  # (B, nh, T, T)
+    s("softmax", "w = exp(att − max) / Σ_j exp(att − max)   (each row sums to 1)", att,
+      keep=True)
+    y = att @ v  # (B, nh, T, hd)
+    s("weights · V", "y = w · v", y)
+    y = y.transpose(1, 2).reshape(B, T, nh * hd)  # (B, T, nh*hd)
+    s("concat heads", f"y → transpose(1, 2) → (B, T, {nh * hd})", y)
+    return y
+
+
+# ---------------------------------------------------------------- MLP
+
+def gated_mlp(h: Any, mlp: Any, s: Steps, act: str = "silu", src: str = "h") -> Any:
+    """down(act(gate(h)) · up(h)): SwiGLU (act "silu") or GeGLU (a GELU name). (B, T, C)."""
+    C = h.shape[-1]
+    gate = linear(h, mlp.gate_proj)  # (B, T, I)
+    up = linear(h, mlp.up_proj)  # (B, T, I)
+    s("gate_proj", f"g = {src} · W_gateᵀ   W_gate is ({gate.shape[-1]}, {C})", gate)
+    s("up_proj", f"u = {src} · W_upᵀ   W_up is ({up.shape[-1]}, {C})", up)
+    if act == "silu":
+        a = gate * gate.sigmoid() * up  # (B, T, I)
+        s("SiLU(gate) · up", "a = g · σ(g) · u   (SwiGLU)", a)
+    else:
+        g, formula = gelu(gate, act)  # (B, T, I)
+        a = g * up  # (B, T, I)
+        s("GELU(gate) · up", "a = GELU(g) · u   (GeGLU)", a, note=f"{formula}, applied to g")
+    m = linear(a, mlp.down_proj)  # (B, T, C)
+    s("down_proj", f"m = a · W_downᵀ   W_down is ({C}, {a.shape[-1]})", m, keep=True)
+    return m
