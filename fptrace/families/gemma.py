@@ -18,6 +18,7 @@ from fptrace.families.ops import (
     RMS_1W_FORMULA,
     Steps,
     apply_rope,
+    attention_scale,
     causal_attention,
     gated_mlp,
     linear,
@@ -54,8 +55,8 @@ def block(x: Any, blk: Any, cfg: Any, layer: int, s: Steps, model: Any, fam: Fam
     k = apply_rope(k, cos, sin)  # (B, nkv, T, hd)
     s("RoPE on Q and K", formula, q, note="K is rotated the same way", shown="Q")
     k, v = repeat_kv(k, v, nh, s)  # (B, nh, T, hd) each
-    scalar = getattr(cfg, "query_pre_attn_scalar", None) or hd
-    y = causal_attention(q, k, v, s, scale=scalar ** -0.5, window=sliding_window(cfg, layer),
+    y = causal_attention(q, k, v, s, scale=attention_scale(cfg, layer, hd),
+                         window=sliding_window(cfg, layer),
                          softcap=fam.softcap(cfg, "attn"))  # (B, T, nh*hd)
     attn_out = linear(y, attn.o_proj)  # (B, T, C)
     s("o_proj (W_O)", "o = y · W_Oᵀ", attn_out, keep=True)

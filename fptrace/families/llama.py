@@ -71,6 +71,11 @@ def final_norm(x: Any, norm: Any, cfg: Any, s: Steps) -> Any:
     return h
 
 
+def qk_weights(attn: Any, nh: int, nkv: int, hd: int) -> tuple[Any, Any, Any, Any]:
+    """W_Q, b_Q, W_K, b_K of q_proj and k_proj (biases: Qwen2; None where there are none)."""
+    return attn.q_proj.weight, attn.q_proj.bias, attn.k_proj.weight, attn.k_proj.bias
+
+
 # the names every Llama-like block uses (Mistral, Qwen2/3, Phi-3, Gemma, OLMo 2 share them)
 LLAMA_LABELS = {"input_layernorm": "norm before attention",
                 "post_attention_layernorm": "norm before the MLP"}
@@ -81,7 +86,7 @@ FAMILY = Family(
     lm_head="lm_head", attn="self_attn", mlp="mlp",
     norm_type="rmsnorm", mlp_type="swiglu", positions="rope",
     recompute_block=block, recompute_final_norm=final_norm,
-    labels=LLAMA_LABELS,
+    labels=LLAMA_LABELS, attn_norm="input_layernorm", qk_weights=qk_weights,
     tiny=dict(model_type="llama", num_hidden_layers=3, hidden_size=64, intermediate_size=96,
               num_attention_heads=4, num_key_value_heads=2, vocab_size=1000,
               max_position_embeddings=64, tie_word_embeddings=False),

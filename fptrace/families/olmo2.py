@@ -73,7 +73,7 @@ def block(x: Any, blk: Any, cfg: Any, layer: int, s: Steps, model: Any, fam: Fam
 FAMILY = replace(
     LLAMA, name="olmo2", title="OLMo 2", model_types=("olmo2",), recompute_block=block,
     attn_added="post_attention_layernorm", mlp_added="post_feedforward_layernorm",
-    qk_norm="whole",
+    qk_norm="whole", attn_norm=None,
     labels={"post_attention_layernorm": "norm after attention (what is added)",
             "post_feedforward_layernorm": "norm after the MLP (what is added)"},
     tiny=dict(model_type="olmo2", num_hidden_layers=2, hidden_size=64, intermediate_size=96,

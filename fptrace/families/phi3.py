@@ -22,6 +22,7 @@ from fptrace.families.ops import (
     repeat_kv,
     rms_norm,
     rope_tables,
+    rotary_dims,
     sliding_window,
 )
 from fptrace.families.parts import dims
@@ -32,8 +33,7 @@ def block(x: Any, blk: Any, cfg: Any, layer: int, s: Steps, model: Any, fam: Fam
     B, T, C = x.shape
     dm = dims(cfg)  # the config's head counts and head width, normalised once
     nh, nkv, hd = dm.n_heads, dm.n_kv_heads, dm.head_dim
-    params = getattr(cfg, "rope_parameters", None) or {}
-    rot = int(hd * params.get("partial_rotary_factor", 1.0))
+    rot = rotary_dims(cfg, hd)
     eps = cfg.rms_norm_eps
     attn, mlp = blk.self_attn, blk.mlp
 
@@ -79,8 +79,16 @@ def block(x: Any, blk: Any, cfg: Any, layer: int, s: Steps, model: Any, fam: Fam
     return x
 
 
+def qk_weights(attn: Any, nh: int, nkv: int, hd: int) -> tuple[Any, Any, Any, Any]:
+    """W_Q and W_K out of the fused qkv_proj ([W_q; W_k; W_v], ((nh + 2·nkv)·hd, C))."""
+    W, b = attn.qkv_proj.weight, attn.qkv_proj.bias
+    q, k = slice(0, nh * hd), slice(nh * hd, (nh + nkv) * hd)
+    return W[q], None if b is None else b[q], W[k], None if b is None else b[k]
+
+
 FAMILY = replace(
     LLAMA, name="phi3", title="Phi-3", model_types=("phi3",), recompute_block=block,
+    qk_weights=qk_weights,
     labels={**LLAMA_LABELS, "qkv_proj": "fused QKV projection",
             "gate_up_proj": "MLP gate+up (fused)"},
     tiny=dict(model_type="phi3", num_hidden_layers=2, hidden_size=64, intermediate_size=96,

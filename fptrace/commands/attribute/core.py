@@ -52,14 +52,15 @@ def frozen_norm(module: Any, x: Any, norm_type: str) -> tuple[bool, Any, Any]:
                            "of this model is not one fptrace can freeze")
 
 
-def _apply(parts: Any, centre: bool, gain: Any) -> Any:
-    """(..., d) parts through a frozen norm, without its bias."""
+def through_frozen(parts: Any, centre: bool, gain: Any) -> Any:
+    """(..., d) parts through a frozen norm (frozen_norm's centre and gain), without its
+    bias."""
     if centre:
         parts = parts - parts.mean(dim=-1, keepdim=True)
     return parts * gain
 
 
-def _w_o(attn: Any, names: tuple[str, ...]) -> tuple[Any, Any]:
+def out_projection(attn: Any, names: tuple[str, ...]) -> tuple[Any, Any]:
     """The attention output projection as (out=d, in=nh·hd) and its bias (or None)."""
     for name in names:
         proj = getattr(attn, name, None)
@@ -87,7 +88,7 @@ def attribute(lm: LoadedModel, prompt: Any, *, target: str | None = None,
     hooks = []
     w_o = []
     for i, attn in enumerate(lm.parts.attns):
-        proj, weights = _w_o(attn, fam.w_o)
+        proj, weights = out_projection(attn, fam.w_o)
         w_o.append(weights)
         hooks.append((proj, "pre", _keep_input(got["y"], i, cap), False))
         if fam.attn_added:
@@ -131,25 +132,25 @@ def _attribution(lm: LoadedModel, info: Any, ids: list[int], cap: Capture, got: 
                                                               else 0))
 
     def value(part: Any) -> Any:  # (..., d) -> (...) logits
-        return _apply(part, centre, gain) @ u
+        return through_frozen(part, centre, gain) @ u
 
     comps = [("embed", None, None, float(value(cap.embed_last[0])))]
     nh, hd = info.n_heads, info.head_dim
     head_grid, notes = [], []
     for layer in range(info.n_layers):
         attn_total = float(value(cap.attn_last[layer][0]))
-        heads = _heads(lm, layer, got["y"][layer], got["o"][layer], w_o[layer], nh, hd, value,
-                       cap.attn_last[layer][0], info.dtype)
+        heads = head_parts(lm, layer, got["y"][layer], got["o"][layer], w_o[layer], nh, hd,
+                           cap.attn_last[layer][0], info.dtype)
         if heads is None:
             comps.append(("attn", layer, None, attn_total))
             notes.append(f"block {layer}: the per-head parts do not add up to the attention "
                          "output; attention shown as one part")
             head_grid.append(())
         else:
-            per_head, bias = heads
+            per_head = value(heads[0])  # (nh,)
             comps += [("attn_head", layer, h, float(c)) for h, c in enumerate(per_head)]
-            if bias is not None:
-                comps.append(("attn_bias", layer, None, bias))
+            if heads[1] is not None:
+                comps.append(("attn_bias", layer, None, float(value(heads[1]))))
             head_grid.append(tuple(float(c) for c in per_head))
         comps.append(("mlp", layer, None, float(value(cap.mlp_last[layer][0]))))
     if norm_bias is not None:
@@ -188,10 +189,11 @@ def _attribution(lm: LoadedModel, info: Any, ids: list[int], cap: Capture, got: 
         head_grid=tuple(head_grid), notes=tuple(notes))
 
 
-def _heads(lm: LoadedModel, layer: int, y: Any, o: Any, w_o: tuple, nh: int, hd: int,
-           value: Any, attn_added: Any, dtype: str) -> tuple[Any, float | None] | None:
-    """Per-head logits of block `layer`'s attention, and its W_O bias's; None when the per-head
-    parts do not add up to what attention added (then they are not shown).
+def head_parts(lm: LoadedModel, layer: int, y: Any, o: Any, w_o: tuple, nh: int, hd: int,
+               attn_added: Any, dtype: str) -> tuple[Any, Any] | None:
+    """What each head of block `layer` wrote to the stream at one position, (nh, d), and the
+    W_O bias (and post-norm bias) (d,) or None; None when the per-head parts do not add up to
+    what attention added (then they are not shown). Computed in the dtype of y and W_O.
 
     y: (nh·hd,) the heads side by side entering W_O; o: (d,) W_O's output (post-norm families);
     attn_added: (d,) what the stream received from attention."""
@@ -206,8 +208,9 @@ def _heads(lm: LoadedModel, layer: int, y: Any, o: Any, w_o: tuple, nh: int, hd:
     fam = lm.parts.family
     if fam.attn_added:  # the post-norm, frozen at its actual input o = Σ parts + b
         centre, gain, nb = frozen_norm(lm.parts.attn_adds[layer], o, fam.norm_type)
-        parts = _apply(parts, centre, gain)
-        bias = None if b is None else _apply(b, centre, gain)
+        gain, nb = gain.to(parts.dtype), None if nb is None else nb.to(parts.dtype)
+        parts = through_frozen(parts, centre, gain)
+        bias = None if b is None else through_frozen(b, centre, gain)
         if nb is not None:
             bias = nb if bias is None else bias + nb
     added = parts.sum(dim=0) + (bias if bias is not None else 0)  # (d,)
@@ -215,6 +218,6 @@ def _heads(lm: LoadedModel, layer: int, y: Any, o: Any, w_o: tuple, nh: int, hd:
     scale = float(attn_added.abs().max())
     if float((added - attn_added).abs().max()) > rtol * max(scale, 1.0):
         return None
-    return value(parts), (None if bias is None else float(value(bias)))
+    return parts, bias
 
 
