@@ -8,7 +8,13 @@ from typing import Any
 from rich.console import Group, RenderableType
 from rich.text import Text
 
-from fptrace.commands.attribute.result import Attribution, Contribution
+from fptrace.commands.attribute.result import (
+    Attribution,
+    Contribution,
+    QKAttribution,
+    QKPart,
+    QKPartSum,
+)
 from fptrace.render.figures import pyplot
 from fptrace.render.fit import Col, fit_table
 from fptrace.render.tables import header
@@ -123,4 +129,138 @@ def attribution_figure(a: Any) -> tuple[Any, dict]:
                                        else f" − {visible(a.versus.text)}")
     fig.suptitle(f"{a.model.name}: direct logit attribution of {target!r}"
                  + ("  (RANDOM WEIGHTS)" if a.model.random_weights else ""))
+    return fig, series
+
+
+# ---------------------------------------------------------------- attribute --qk
+
+def part_name(p: QKPart, token: str | None = None, side: str = "") -> str:
+    """`MLP 20 at ' is'`, `head 11.2 at 'The'`, `embedding of ' France'`, `Q bias`."""
+    at = "" if token is None else f" at {token!r}"
+    if p.component == "embed":
+        return "embedding" + ("" if token is None else f" of {token!r}")
+    if p.component == "pos_embed":
+        return "position embedding" + at
+    if p.component == "attn_head":
+        return f"head {p.layer}.{p.head}{at}"
+    if p.component == "attn_bias":
+        return f"W_O bias {p.layer}{at}"
+    if p.component == "attn":
+        return f"attention {p.layer} (not split){at}"
+    if p.component == "mlp":
+        return f"MLP {p.layer}{at}"
+    if p.component == "bias":
+        return f"{side} bias".strip()
+    if p.component == "rest":
+        return "the other parts"
+    return p.component
+
+
+def _tok(a: QKAttribution, pos: int) -> str:
+    return visible(a.tokens[pos].text)
+
+
+def qk_summary(a: QKAttribution) -> Text:
+    shared = "" if a.model.n_kv_heads == a.model.n_heads else \
+        f" (its keys come from K/V head {a.kv_head})"
+    text = Text(f"Head {a.layer}.{a.head}{shared}: query {a.query} {_tok(a, a.query)!r} → key "
+                f"{a.key} {_tok(a, a.key)!r}", style="bold")
+    text.append(f"\nscore {a.score:+.4f} = the sum of {a.n_terms:,} terms (query parts × key "
+                f"parts, each scale·q·k with scale {a.scale:.4g}); from the whole streams "
+                f"{a.stream_score:+.4f} (difference {a.difference:+.1e})")
+    if a.capped_score is not None:
+        text.append(f"\nattention softcap {a.softcap:g}: before the cap {a.score:+.4f}, after "
+                    f"it {a.capped_score:+.4f} (what the softmax reads)")
+    text.append(f"\nweight {a.weight:.4f} (the model's own; recomputed {a.recomputed_weight:.4f})"
+                f"; the most attended key is {a.most_attended} {_tok(a, a.most_attended)!r}")
+    if a.window:
+        text.append(f"; sliding window of {a.window}")
+    return text
+
+
+TERM_COLS = (Col("#", 0, "right"), Col("query part", 0), Col("key part", 0),
+             Col("term", 0, "right"), Col("", 2), Col("share", 1, "right"))
+
+
+def qk_terms_table(a: QKAttribution, width: int | None) -> RenderableType:
+    top = max((abs(t.value) for t in a.top), default=0.0)
+    q, k = _tok(a, a.query), _tok(a, a.key)
+    rows = [[str(n + 1), part_name(t.query, q, "Q"), part_name(t.key, k, "K"),
+             f"{t.value:+.4f}", Text(bar(abs(t.value), top, 10),
+                                     style="green" if t.value >= 0 else "red"),
+             f"{t.share:+.1%}"] for n, t in enumerate(a.top)]
+    others = a.n_terms - len(a.top)
+    if others:
+        rows.append(["", f"the other {others:,} terms", "", f"{a.rest:+.4f}", "", ""])
+    return fit_table(TERM_COLS, rows, width, sections=(len(a.top),) if others else (),
+                     title=f"The {len(a.top)} largest terms of the score (share: of Σ|terms|; "
+                     "green raises the score, red lowers it)", title_justify="left")
+
+
+SIDE_COLS = (Col("#", 0, "right"), Col("part", 0), Col("score", 0, "right"), Col("", 2))
+
+
+def _side_table(parts: tuple[QKPartSum, ...], n: int, token: str, side: str, title: str,
+                width: int | None) -> RenderableType:
+    shown = sorted(parts, key=lambda p: -abs(p.value))[:n]
+    top = max((abs(p.value) for p in shown), default=0.0)
+    rows = [[str(k + 1), part_name(p.part, token, side), f"{p.value:+.4f}",
+             Text(bar(abs(p.value), top, 10), style="green" if p.value >= 0 else "red")]
+            for k, p in enumerate(shown)]
+    if len(parts) > n:
+        rest = sum(p.value for p in parts) - sum(p.value for p in shown)
+        rows.append(["", f"the other {len(parts) - n} parts", f"{rest:+.4f}", ""])
+    return fit_table(SIDE_COLS, rows, width, sections=(n,) if len(parts) > n else (),
+                     title=title, title_justify="left")
+
+
+def qk_sources(a: QKAttribution, width: int | None) -> RenderableType:
+    q, k = _tok(a, a.query), _tok(a, a.key)
+    n = len(a.top)
+    return Group(
+        _side_table(a.query_parts, n, q, "Q", f"Which parts of the query's stream (position "
+                    f"{a.query} {q!r}) made the score, each summed over the key's parts", width),
+        _side_table(a.key_parts, n, k, "K", f"Which parts of the key's stream (position {a.key} "
+                    f"{k!r}) made the score, each summed over the query's parts", width))
+
+
+def qk_verdict(a: QKAttribution) -> Text:
+    text = Text()
+    for c in a.checks:
+        mark = "✓" if c.ok else "✗"
+        text.append(f"{mark} {c.name}: {c.value:.1e} ({c.tolerance})\n",
+                    style="green" if c.ok else "bold white on red")
+    if not a.ok:
+        text.append("THE SPLIT DOES NOT MATCH THE MODEL: do not trust the numbers above.",
+                    style="bold white on red")
+    return text
+
+
+def qk_view(a: QKAttribution, width: int | None = 120) -> RenderableType:
+    body = qk_sources(a, width) if a.group == "source" else qk_terms_table(a, width)
+    return Group(header(a.model), qk_summary(a), body, bullets(a.notes), qk_verdict(a))
+
+
+def qk_figure(a: Any) -> tuple[Any, dict]:
+    """The grid of terms as a heatmap: query parts (rows) × key parts (columns)."""
+    plt = pyplot()
+    q, k = _tok(a, a.query), _tok(a, a.key)
+    rows = [part_name(p, None, "Q") for p in a.grid_rows]
+    cols = [part_name(p, None, "K") for p in a.grid_columns]
+    series = {"rows": rows, "columns": cols, "grid": [list(r) for r in a.grid]}
+    fig, ax = plt.subplots(figsize=(3 + 1.1 * len(cols), 2 + 0.55 * len(rows)),
+                           constrained_layout=True)
+    lim = max((abs(v) for r in a.grid for v in r), default=0.0) or 1.0
+    im = ax.imshow(series["grid"], cmap="RdBu", vmin=-lim, vmax=lim, aspect="auto")
+    for r, line in enumerate(a.grid):
+        for c, v in enumerate(line):
+            ax.text(c, r, f"{v:+.2f}", ha="center", va="center", fontsize=8)
+    ax.set_xticks(range(len(cols)), cols, rotation=40, ha="right")
+    ax.set_yticks(range(len(rows)), rows)
+    ax.set_xlabel(f"parts of the key's stream (position {a.key} {k!r})")
+    ax.set_ylabel(f"parts of the query's stream (position {a.query} {q!r})")
+    fig.colorbar(im, ax=ax, label="score (blue raises it)")
+    ax.set_title(f"{a.model.name}: head {a.layer}.{a.head}, score {a.score:+.3f} = Σ cells, "
+                 f"weight {a.weight:.3f}" + ("  (RANDOM WEIGHTS)" if a.model.random_weights
+                                             else ""))
     return fig, series
