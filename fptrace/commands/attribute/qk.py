@@ -402,8 +402,10 @@ def _split(lm: LoadedModel, info: Any, ids: list[int], layer: int, head: int, i:
         capped_score=None if not cap else cap * float(torch.tanh(torch.tensor(score / cap))),
         window=window, weight=float(theirs[j]), recomputed_weight=float(ours[j]),
         n_terms=int(flat.numel()), top=top_terms, rest=rest,
-        query_parts=tuple(QKPartSum(p, float(v)) for p, v in zip(q_labels, terms.sum(1))),
-        key_parts=tuple(QKPartSum(p, float(v)) for p, v in zip(k_labels, terms.sum(0))),
+        query_parts=tuple(QKPartSum(p, float(v), float(n)) for p, v, n in
+                          zip(q_labels, terms.sum(1), q_parts.norm(dim=1))),
+        key_parts=tuple(QKPartSum(p, float(v), float(n)) for p, v, n in
+                        zip(k_labels, terms.sum(0), k_parts.norm(dim=1))),
         grid_rows=rows_q, grid_columns=cols_k, grid=grid, checks=tuple(checks),
         ok=all(c.ok for c in checks), group=group, notes=tuple(notes))
 

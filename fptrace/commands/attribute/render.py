@@ -197,7 +197,8 @@ def qk_terms_table(a: QKAttribution, width: int | None) -> RenderableType:
                      "green raises the score, red lowers it)", title_justify="left")
 
 
-SIDE_COLS = (Col("#", 0, "right"), Col("part", 0), Col("score", 0, "right"), Col("", 2))
+SIDE_COLS = (Col("#", 0, "right"), Col("part", 0), Col("score", 0, "right"), Col("", 2),
+             Col("‖part‖", 1, "right"))
 
 
 def _side_table(parts: tuple[QKPartSum, ...], n: int, token: str, side: str, title: str,
@@ -205,11 +206,11 @@ def _side_table(parts: tuple[QKPartSum, ...], n: int, token: str, side: str, tit
     shown = sorted(parts, key=lambda p: -abs(p.value))[:n]
     top = max((abs(p.value) for p in shown), default=0.0)
     rows = [[str(k + 1), part_name(p.part, token, side), f"{p.value:+.4f}",
-             Text(bar(abs(p.value), top, 10), style="green" if p.value >= 0 else "red")]
-            for k, p in enumerate(shown)]
+             Text(bar(abs(p.value), top, 10), style="green" if p.value >= 0 else "red"),
+             f"{p.norm:.3f}"] for k, p in enumerate(shown)]
     if len(parts) > n:
         rest = sum(p.value for p in parts) - sum(p.value for p in shown)
-        rows.append(["", f"the other {len(parts) - n} parts", f"{rest:+.4f}", ""])
+        rows.append(["", f"the other {len(parts) - n} parts", f"{rest:+.4f}", "", ""])
     return fit_table(SIDE_COLS, rows, width, sections=(n,) if len(parts) > n else (),
                      title=title, title_justify="left")
 
@@ -218,10 +219,10 @@ def qk_sources(a: QKAttribution, width: int | None) -> RenderableType:
     q, k = _tok(a, a.query), _tok(a, a.key)
     n = len(a.top)
     return Group(
-        _side_table(a.query_parts, n, q, "Q", f"Which parts of the query's stream (position "
-                    f"{a.query} {q!r}) made the score, each summed over the key's parts", width),
-        _side_table(a.key_parts, n, k, "K", f"Which parts of the key's stream (position {a.key} "
-                    f"{k!r}) made the score, each summed over the query's parts", width))
+        _side_table(a.query_parts, n, q, "Q", f"Query side (position {a.query} {q!r}): each "
+                    "part's terms summed over the key's parts; ‖part‖: its size in q", width),
+        _side_table(a.key_parts, n, k, "K", f"Key side (position {a.key} {k!r}): each part's "
+                    "terms summed over the query's parts; ‖part‖: its size in k", width))
 
 
 def qk_verdict(a: QKAttribution) -> Text:

@@ -110,6 +110,8 @@ class QKPartSum:
     """The part."""
     value: float
     """Its share of the score: Σ over the other side's parts of the terms it is in."""
+    norm: float
+    """‖what this part adds to q (or k)‖: its size, whatever the other side's direction."""
 
 
 @result
