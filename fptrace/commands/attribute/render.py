@@ -134,26 +134,19 @@ def attribution_figure(a: Any) -> tuple[Any, dict]:
 
 # ---------------------------------------------------------------- attribute --qk
 
-def part_name(p: QKPart, token: str | None = None, side: str = "") -> str:
-    """`MLP 20 at ' is'`, `head 11.2 at 'The'`, `embedding of ' France'`, `Q bias`."""
-    at = "" if token is None else f" at {token!r}"
-    if p.component == "embed":
-        return "embedding" + ("" if token is None else f" of {token!r}")
-    if p.component == "pos_embed":
-        return "position embedding" + at
+def part_name(p: QKPart, side: str = "") -> str:
+    """`MLP 20`, `head 11.2`, `embedding`, `Q bias`: a part of the stream at one position (the
+    table's header says which)."""
     if p.component == "attn_head":
-        return f"head {p.layer}.{p.head}{at}"
-    if p.component == "attn_bias":
-        return f"W_O bias {p.layer}{at}"
-    if p.component == "attn":
-        return f"attention {p.layer} (not split){at}"
-    if p.component == "mlp":
-        return f"MLP {p.layer}{at}"
+        return f"head {p.layer}.{p.head}"
     if p.component == "bias":
         return f"{side} bias".strip()
-    if p.component == "rest":
-        return "the other parts"
-    return p.component
+    named = {"embed": "embedding", "pos_embed": "position embedding",
+             "rest": "the other parts"}
+    if p.component in named:
+        return named[p.component]
+    kinds = {"attn_bias": "W_O bias", "attn": "attention (not split)", "mlp": "MLP"}
+    return f"{kinds.get(p.component, p.component)} {p.layer}"
 
 
 def _tok(a: QKAttribution, pos: int) -> str:
@@ -167,7 +160,7 @@ def qk_summary(a: QKAttribution) -> Text:
                 f"{a.key} {_tok(a, a.key)!r}", style="bold")
     text.append(f"\nscore {a.score:+.4f} = the sum of {a.n_terms:,} terms (query parts × key "
                 f"parts, each scale·q·k with scale {a.scale:.4g}); from the whole streams "
-                f"{a.stream_score:+.4f} (difference {a.difference:+.1e})")
+                f"{a.stream_score:+.4f} (difference {a.difference:+.2e})")
     if a.capped_score is not None:
         text.append(f"\nattention softcap {a.softcap:g}: before the cap {a.score:+.4f}, after "
                     f"it {a.capped_score:+.4f} (what the softmax reads)")
@@ -178,34 +171,31 @@ def qk_summary(a: QKAttribution) -> Text:
     return text
 
 
-TERM_COLS = (Col("#", 0, "right"), Col("query part", 0), Col("key part", 0),
-             Col("term", 0, "right"), Col("", 2), Col("share", 1, "right"))
-
-
 def qk_terms_table(a: QKAttribution, width: int | None) -> RenderableType:
     top = max((abs(t.value) for t in a.top), default=0.0)
-    q, k = _tok(a, a.query), _tok(a, a.key)
-    rows = [[str(n + 1), part_name(t.query, q, "Q"), part_name(t.key, k, "K"),
-             f"{t.value:+.4f}", Text(bar(abs(t.value), top, 10),
-                                     style="green" if t.value >= 0 else "red"),
+    cols = (Col("#", 0, "right"), Col(f"query part at {_tok(a, a.query)!r}", 0),
+            Col(f"× key part at {_tok(a, a.key)!r}", 0), Col("term", 0, "right"), Col("", 1),
+            Col("share", 1, "right"))
+    rows = [[str(n + 1), part_name(t.query, "Q"), part_name(t.key, "K"), f"{t.value:+.4f}",
+             Text(bar(abs(t.value), top, 10), style="green" if t.value >= 0 else "red"),
              f"{t.share:+.1%}"] for n, t in enumerate(a.top)]
     others = a.n_terms - len(a.top)
     if others:
         rows.append(["", f"the other {others:,} terms", "", f"{a.rest:+.4f}", "", ""])
-    return fit_table(TERM_COLS, rows, width, sections=(len(a.top),) if others else (),
+    return fit_table(cols, rows, width, sections=(len(a.top),) if others else (),
                      title=f"The {len(a.top)} largest terms of the score (share: of Σ|terms|; "
                      "green raises the score, red lowers it)", title_justify="left")
 
 
-SIDE_COLS = (Col("#", 0, "right"), Col("part", 0), Col("score", 0, "right"), Col("", 2),
+SIDE_COLS = (Col("#", 0, "right"), Col("part", 0), Col("score", 0, "right"), Col("", 1),
              Col("‖part‖", 1, "right"))
 
 
-def _side_table(parts: tuple[QKPartSum, ...], n: int, token: str, side: str, title: str,
+def _side_table(parts: tuple[QKPartSum, ...], n: int, side: str, title: str,
                 width: int | None) -> RenderableType:
     shown = sorted(parts, key=lambda p: -abs(p.value))[:n]
     top = max((abs(p.value) for p in shown), default=0.0)
-    rows = [[str(k + 1), part_name(p.part, token, side), f"{p.value:+.4f}",
+    rows = [[str(k + 1), part_name(p.part, side), f"{p.value:+.4f}",
              Text(bar(abs(p.value), top, 10), style="green" if p.value >= 0 else "red"),
              f"{p.norm:.3f}"] for k, p in enumerate(shown)]
     if len(parts) > n:
@@ -219,9 +209,9 @@ def qk_sources(a: QKAttribution, width: int | None) -> RenderableType:
     q, k = _tok(a, a.query), _tok(a, a.key)
     n = len(a.top)
     return Group(
-        _side_table(a.query_parts, n, q, "Q", f"Query side (position {a.query} {q!r}): each "
+        _side_table(a.query_parts, n, "Q", f"Query side (position {a.query} {q!r}): each "
                     "part's terms summed over the key's parts; ‖part‖: its size in q", width),
-        _side_table(a.key_parts, n, k, "K", f"Key side (position {a.key} {k!r}): each part's "
+        _side_table(a.key_parts, n, "K", f"Key side (position {a.key} {k!r}): each part's "
                     "terms summed over the query's parts; ‖part‖: its size in k", width))
 
 
@@ -229,7 +219,7 @@ def qk_verdict(a: QKAttribution) -> Text:
     text = Text()
     for c in a.checks:
         mark = "✓" if c.ok else "✗"
-        text.append(f"{mark} {c.name}: {c.value:.1e} ({c.tolerance})\n",
+        text.append(f"{mark} {c.name}: {c.value:.2e} ({c.tolerance})\n",
                     style="green" if c.ok else "bold white on red")
     if not a.ok:
         text.append("THE SPLIT DOES NOT MATCH THE MODEL: do not trust the numbers above.",
@@ -246,8 +236,8 @@ def qk_figure(a: Any) -> tuple[Any, dict]:
     """The grid of terms as a heatmap: query parts (rows) × key parts (columns)."""
     plt = pyplot()
     q, k = _tok(a, a.query), _tok(a, a.key)
-    rows = [part_name(p, None, "Q") for p in a.grid_rows]
-    cols = [part_name(p, None, "K") for p in a.grid_columns]
+    rows = [part_name(p, "Q") for p in a.grid_rows]
+    cols = [part_name(p, "K") for p in a.grid_columns]
     series = {"rows": rows, "columns": cols, "grid": [list(r) for r in a.grid]}
     fig, ax = plt.subplots(figsize=(3 + 1.1 * len(cols), 2 + 0.55 * len(rows)),
                            constrained_layout=True)
