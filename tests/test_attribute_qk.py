@@ -254,6 +254,23 @@ def test_cli_json_plot_and_mismatch_exit(tmp_path, monkeypatch):
     assert r.stderr.strip().splitlines()[-1].startswith("fptrace: error: the split does not")
 
 
+def test_report_section(tmp_path):
+    out = tmp_path / "report.html"
+    r = runner.invoke(app, ["report", "The cat sat", "-m", tiny_gpt2(), "--random-weights",
+                            "--out", str(out)])
+    assert r.exit_code == 0, r.stderr
+    html = out.read_text(encoding="utf-8")
+    assert "attends where it does" in html  # default: the head adding most to the top-1
+    r = runner.invoke(app, ["report", "The cat sat", "-m", tiny_gpt2(), "--random-weights",
+                            "--out", str(out), "--qk", "1.0"])
+    assert r.exit_code == 0, r.stderr
+    assert "Why head 1.0 attends where it does" in out.read_text(encoding="utf-8")
+    r = runner.invoke(app, ["report", "The cat sat", "-m", tiny_gpt2(), "--random-weights",
+                            "--out", str(tmp_path / "other.html"), "--qk", "x"])
+    assert r.exit_code == 2 and "--qk takes LAYER.HEAD" in r.stderr
+    assert "loaded" not in r.stderr  # refused before loading
+
+
 @pytest.mark.slow
 def test_bundled_model(smollm):
     prompt = "The capital of France is"

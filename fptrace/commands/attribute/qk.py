@@ -61,6 +61,14 @@ def parse_head(spec: str) -> tuple[int, int]:
                        f"(got {spec!r})") from None
 
 
+def top_head(attribution: Any) -> tuple[int, int] | None:
+    """The (layer, head) whose direct contribution to an Attribution is largest, or None when
+    no block was split per head."""
+    heads = [c for c in attribution.contributions if c.component == "attn_head"]
+    best = max(heads, key=lambda c: abs(c.value), default=None)
+    return None if best is None else (best.layer, best.head)
+
+
 def qk_request(qk: str | None, query: int | None, key: int | None, group: str,
                target: str | None = None, versus: str | None = None
                ) -> tuple[int, int] | None:
