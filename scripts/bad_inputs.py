@@ -94,6 +94,12 @@ def cases(tmp: str, folder: str) -> list[tuple[str, list[str], dict]]:
         ("batch: malformed .jsonl line", ["batch", p("bad.jsonl"), "-o", p("b.jsonl"), *m]),
         ("batch: invalid UTF-8", ["batch", p("latin1.txt"), "-o", p("c.jsonl"), *m]),
         ("report: not an .html path", ["report", "hi", *m, "--out", p("r.txt")]),
+        ("attribute --qk: block out of range", ["attribute", "The cat sat", *m, "--qk", "5.0"]),
+        ("attribute --qk: head out of range", ["attribute", "The cat sat", *m, "--qk", "1.2"]),
+        ("attribute --qk: a key after the query", ["attribute", "The cat sat", *m, "--qk",
+                                                   "1.0", "--query", "1", "--key", "2"]),
+        ("attribute --qk with --versus", ["attribute", "The cat sat", *m, "--qk", "1.0",
+                                          "--versus", " dog"]),
     ]
 
 

@@ -254,6 +254,18 @@ def test_cli_json_plot_and_mismatch_exit(tmp_path, monkeypatch):
     assert r.stderr.strip().splitlines()[-1].startswith("fptrace: error: the split does not")
 
 
+def test_two_passes_when_every_position_would_not_fit(monkeypatch):
+    """Without --key, one pass keeps every position of every earlier block; past a budget a
+    first pass finds the key and a second keeps two positions: the same split."""
+    import fptrace.commands.attribute.qk as mod
+
+    lm = wrap_model(build_tiny("llama"), name="tiny-llama", random_weights=True)
+    one = attribute_qk(lm, IDS, 2, 3)
+    monkeypatch.setattr(mod, "KEEP_BYTES", 0)
+    two = attribute_qk(lm, IDS, 2, 3)
+    assert (two.key, two.score, two.weight, two.top) == (one.key, one.score, one.weight, one.top)
+
+
 def test_report_section(tmp_path):
     out = tmp_path / "report.html"
     r = runner.invoke(app, ["report", "The cat sat", "-m", tiny_gpt2(), "--random-weights",

@@ -31,7 +31,8 @@ HALF_RTOL = 2e-2  # a half-precision model rounds its own stream and logits at t
 def frozen_norm(module: Any, x: Any, norm_type: str) -> tuple[bool, Any, Any]:
     """A norm at its input x (d,), as the linear map it is there: (centre, gain (d,), bias (d,)
     or None), so that norm(x) = (x − mean(x) if centre else x) · gain + bias, and the same map
-    applied to each part of x sums to norm(x)."""
+    applied to each part of x sums to norm(x). For rows x (N, d), each row's own map: gain
+    (N, d)."""
     import torch
 
     x = x.float()
@@ -40,12 +41,12 @@ def frozen_norm(module: Any, x: Any, norm_type: str) -> tuple[bool, Any, Any]:
     w = module.weight.float().to(x.device) if getattr(module, "weight", None) is not None \
         else torch.ones_like(x)
     if norm_type == "layernorm":
-        centred = x - x.mean()
-        scale = torch.rsqrt(centred.pow(2).mean() + eps)
+        centred = x - x.mean(dim=-1, keepdim=True)
+        scale = torch.rsqrt(centred.pow(2).mean(dim=-1, keepdim=True) + eps)
         bias = getattr(module, "bias", None)
         return True, w * scale, None if bias is None else bias.float().to(x.device)
     if norm_type.startswith("rmsnorm"):
-        scale = torch.rsqrt(x.pow(2).mean() + eps)
+        scale = torch.rsqrt(x.pow(2).mean(dim=-1, keepdim=True) + eps)
         gain = (1.0 + w) if "1 + w" in norm_type else w
         return False, gain * scale, None
     raise UnsupportedModel(f"attribution needs to know the final norm; the {norm_type!r} norm "

@@ -46,6 +46,7 @@ from fptrace.families.ops import (
 from fptrace.models.loading import LoadedModel
 
 GROUPS = ("term", "source")
+KEEP_BYTES = 256 * 2**20  # most kept of every earlier block at every position in one pass
 GRID = 8  # rows and columns of the grid (and its heatmap) before the `rest` row and column
 
 
@@ -121,8 +122,12 @@ def attribute_qk(lm: LoadedModel, prompt: Any, layer: int, head: int, *,
     j = None if key is None else _position(key, T, "--key", 0)
     if j is not None:
         _visible(i, j, window, layer)
-    keep = sorted({i, j}) if j is not None else list(range(i + 1))
     with torch.inference_mode():
+        if j is None and _kept_bytes(lm, info, layer, i + 1) > KEEP_BYTES:
+            # the key is not known before block `layer` runs: rather than keep every position
+            # of every earlier block, a first pass (stopped there too) finds it
+            j = int(_forward(lm, ids, layer, head, i, None)["weights"].argmax())
+        keep = sorted({i, j}) if j is not None else list(range(i + 1))
         got = _forward(lm, ids, layer, head, i, keep)
         row = got["weights"]  # (i + 1,) the model's weights of query i over keys 0..i
         most = int(row.argmax())
@@ -148,25 +153,35 @@ def _visible(i: int, j: int, window: int | None, layer: int) -> None:
                        f"query {i} sees keys {i - window + 1}..{i} (key {j} has weight 0)")
 
 
+def _kept_bytes(lm: LoadedModel, info: Any, layer: int, n: int) -> int:
+    """What one pass keeps at n positions: per earlier block the heads entering W_O, what
+    attention and the MLP added (and W_O's output, before a post-norm)."""
+    import torch
+
+    per = info.n_heads * info.head_dim + (3 if lm.parts.family.attn_added else 2) * info.d_model
+    return layer * n * per * torch.empty((), dtype=lm.dtype).element_size()
+
+
 class _Stop(Exception):
     """Raised by the hook on block L's attention: nothing after it changes the score."""
 
 
 def _forward(lm: LoadedModel, ids: list[int], layer: int, head: int, i: int,
-             keep: list[int]) -> dict:
+             keep: list[int] | None) -> dict:
     """One forward pass, eager attention, stopped after block `layer`'s attention: the parts of
-    the stream at the kept positions from every earlier block, the stream entering block
-    `layer` at positions 0..i, and the model's weights of head `head` at query i."""
+    the stream at the kept positions from every earlier block (none when keep is None), the
+    stream entering block `layer` at positions 0..i, and the model's weights of head `head` at
+    query i. Kept in the model's dtype, on the device of the embedding."""
     import torch
 
     parts = lm.parts
     fam = parts.family
     home = lm.device
-    rows = torch.tensor(keep, device=home)
+    rows = torch.tensor(keep or [i], device=home)
     got: dict[str, Any] = {k: [None] * layer for k in ("y", "o", "attn", "mlp")}
 
-    def take(h: Any) -> Any:  # (1, T, X) -> (len(keep), X) float64
-        return h[0].index_select(0, rows.to(h.device)).to(home).double()
+    def take(h: Any) -> Any:  # (1, T, X) -> (len(keep), X), a copy
+        return h[0].index_select(0, rows.to(h.device)).to(home)
 
     def keep_in(store: list, n: int):
         def hook(module: Any, args: tuple) -> None:
@@ -183,7 +198,7 @@ def _forward(lm: LoadedModel, ids: list[int], layer: int, head: int, i: int,
 
     def stream(module: Any, args: tuple, kwargs: dict) -> None:
         h = args[0] if args else kwargs["hidden_states"]
-        got["stream"] = h[0, :i + 1].to(home).double()  # (i + 1, d)
+        got["stream"] = h[0, :i + 1].to(home, torch.float64)  # (i + 1, d)
 
     def weights(module: Any, args: tuple, output: Any) -> None:
         w = output[1] if isinstance(output, (tuple, list)) and len(output) > 1 else None
@@ -192,7 +207,7 @@ def _forward(lm: LoadedModel, ids: list[int], layer: int, head: int, i: int,
 
     hooks = [(parts.blocks[0], "pre", embed, True), (parts.blocks[layer], "pre", stream, True),
              (parts.attns[layer], "post", weights, False)]
-    for n in range(layer):
+    for n in range(layer if keep is not None else 0):
         proj, _ = out_projection(parts.attns[n], fam.w_o)
         hooks.append((proj, "pre", keep_in(got["y"], n), False))
         if fam.attn_added:
@@ -220,9 +235,16 @@ def _stream_parts(lm: LoadedModel, got: dict, layer: int, positions: Sequence[in
     fam = parts.family
     info = model_info(lm)
     nh, hd = info.n_heads, info.head_dim
-    at = {p: keep.index(p) for p in positions}
+    sel = [keep.index(p) for p in positions]
+
+    def rows(t: Any) -> Any:  # the kept rows of these positions, float64
+        return None if t is None else t[sel].double()
+
+    y, o, attn, mlp = ([rows(t) for t in got[k]] for k in ("y", "o", "attn", "mlp"))
+    embed = rows(got["embed"])
+    at = {p: n for n, p in enumerate(positions)}
     labels: list[QKPart] = [QKPart("embed", None, None)]
-    vecs: dict[int, list] = {p: [got["embed"][r]] for p, r in at.items()}
+    vecs: dict[int, list] = {p: [embed[r]] for p, r in at.items()}
     if fam.pos_embed:
         table = lm.model.get_submodule(fam.pos_embed).weight
         labels.append(QKPart("pos_embed", None, None))
@@ -233,13 +255,12 @@ def _stream_parts(lm: LoadedModel, got: dict, layer: int, positions: Sequence[in
     for n in range(layer):
         _, (W, b) = out_projection(parts.attns[n], fam.w_o)
         W, b = W.to(lm.device).double(), None if b is None else b.to(lm.device).double()
-        split = {p: head_parts(lm, n, got["y"][n][r], None if got["o"][n] is None
-                               else got["o"][n][r], (W, b), nh, hd, got["attn"][n][r], dtype)
-                 for p, r in at.items()}
+        split = {p: head_parts(lm, n, y[n][r], None if o[n] is None else o[n][r], (W, b), nh,
+                               hd, attn[n][r], dtype) for p, r in at.items()}
         if any(s is None for s in split.values()):
             labels.append(QKPart("attn", n, None))
             for p, r in at.items():
-                vecs[p].append(got["attn"][n][r])
+                vecs[p].append(attn[n][r])
             notes.append(f"block {n}: the per-head parts do not add up to the attention "
                          "output; its attention is one part")
         else:
@@ -254,7 +275,7 @@ def _stream_parts(lm: LoadedModel, got: dict, layer: int, positions: Sequence[in
                     vecs[p].append(bias)
         labels.append(QKPart("mlp", n, None))
         for p, r in at.items():
-            vecs[p].append(got["mlp"][n][r])
+            vecs[p].append(mlp[n][r])
     return labels, {p: torch.stack(v) for p, v in vecs.items()}, notes
 
 
@@ -295,9 +316,10 @@ class _Side:
         cos, sin, _ = rope_tables(self.cfg, T, rot, self.model, self.W.device, self.layer)
         return cos.double(), sin.double()
 
-    def __call__(self, parts: Any, x: Any, pos: int, rope: tuple | None) -> tuple[Any, Any]:
+    def __call__(self, parts: Any, x: Any, pos: Any, rope: tuple | None) -> tuple[Any, Any]:
         """parts (P, d) of the stream x (d,) at position pos -> their contributions (P, hd) to
-        this side's vector, and the side's constant (hd,) or None."""
+        this side's vector, and the side's constant (hd,) or None. With x (P, d) and pos (P,)
+        each row is frozen at its own stream (`whole`)."""
         const = None
         if self.norm is not None:
             centre, gain, nb = frozen_norm(self.norm, x, self.fam.norm_type)
@@ -309,29 +331,31 @@ class _Side:
         b = None if self.b is None else self.b[self.rows]
         out = parts @ W.T  # (P, hd)
         if const is not None:
-            const = W @ const
+            const = const @ W.T
         if b is not None:
             const = b if const is None else const + b
         if self.qk_norm is not None:
             if self.fam.qk_norm == "whole":  # one RMSNorm over every head's values (OLMo 2)
-                actual = self.W @ x + (0 if self.b is None else self.b)  # (heads·hd,)
-                gain = frozen_norm(self.qk_norm, actual, self.fam.norm_type)[1][self.rows]
+                actual = x @ self.W.T + (0 if self.b is None else self.b)  # (heads·hd,)
+                gain = frozen_norm(self.qk_norm, actual, self.fam.norm_type)[1][..., self.rows]
             else:  # an RMSNorm over each head's values (Qwen3, Gemma 3)
-                actual = W @ x + (0 if b is None else b)  # (hd,)
+                actual = x @ W.T + (0 if b is None else b)  # (hd,)
                 gain = frozen_norm(self.qk_norm, actual, self.fam.norm_type)[1]
             gain = gain.to(self.dtype)
             out = out * gain
             const = None if const is None else const * gain
         if rope is not None:
-            cos, sin = rope[0][pos], rope[1][pos]  # (rot,) each
+            cos, sin = rope[0][pos], rope[1][pos]  # (rot,) or (P, rot) each
             out = apply_rope(out, cos, sin)
-            const = None if const is None else apply_rope(const, cos, sin)
+            if const is not None:  # one constant, rotated at each row's position
+                const = apply_rope(const.expand(*cos.shape[:-1], -1), cos, sin)
         return out, const
 
-    def whole(self, x: Any, pos: int, rope: tuple | None) -> Any:
-        """This side's vector (hd,) of the whole stream x (d,) at pos."""
-        out, const = self(x[None], x, pos, rope)
-        return out[0] + (0 if const is None else const)
+    def whole(self, x: Any, positions: Any, rope: tuple | None) -> Any:
+        """This side's vectors (N, hd) of whole streams x (N, d) at those positions: each
+        frozen at itself, which is the model's own computation."""
+        out, const = self(x, x, positions, rope)
+        return out + (0 if const is None else const)
 
 
 def _split(lm: LoadedModel, info: Any, ids: list[int], layer: int, head: int, i: int, j: int,
@@ -364,8 +388,8 @@ def _split(lm: LoadedModel, info: Any, ids: list[int], layer: int, head: int, i:
     score = float(terms.sum())
 
     # the same operations on the whole streams: the score, and the query's row of weights
-    q = qside.whole(stream[i], i, rope)  # (hd,)
-    keys = torch.stack([kside.whole(stream[p], p, rope) for p in range(i + 1)])  # (i+1, hd)
+    q = qside.whole(stream[i:i + 1], [i], rope)[0]  # (hd,)
+    keys = kside.whole(stream, torch.arange(i + 1, device=stream.device), rope)  # (i + 1, hd)
     row = scale * (keys @ q)  # (i + 1,)
     stream_score = float(row[j])
     bound = max(1.0, scale * float(q.norm() * keys[j].norm()))
