@@ -203,8 +203,9 @@ def head_parts(lm: LoadedModel, layer: int, y: Any, o: Any, w_o: tuple, nh: int,
     W, b = w_o  # (d, nh·hd), (d,) or None
     if y is None or W.shape[1] != nh * hd:
         return None
-    parts = torch.stack([W[:, h * hd:(h + 1) * hd] @ y[h * hd:(h + 1) * hd]
-                         for h in range(nh)])  # (nh, d): what each head writes through W_O
+    d = W.shape[0]
+    parts = torch.einsum("dnh,nh->nd", W.view(d, nh, hd), y.view(nh, hd).to(W.dtype)
+                         )  # (nh, d): what each head writes through its columns of W_O
     bias = b
     fam = lm.parts.family
     if fam.attn_added:  # the post-norm, frozen at its actual input o = Σ parts + b

@@ -237,10 +237,12 @@ def _stream_parts(lm: LoadedModel, got: dict, layer: int, positions: Sequence[in
     nh, hd = info.n_heads, info.head_dim
     sel = [keep.index(p) for p in positions]
 
-    def rows(t: Any) -> Any:  # the kept rows of these positions, float64
-        return None if t is None else t[sel].double()
+    def rows(t: Any, dtype: Any = torch.float64) -> Any:  # the kept rows of these positions
+        return None if t is None else t[sel].to(dtype)
 
-    y, o, attn, mlp = ([rows(t) for t in got[k]] for k in ("y", "o", "attn", "mlp"))
+    # the heads in float32 as attribute splits them (the model's own precision at most)
+    y, o, attn = ([rows(t, torch.float32) for t in got[k]] for k in ("y", "o", "attn"))
+    mlp = [rows(t) for t in got["mlp"]]
     embed = rows(got["embed"])
     at = {p: n for n, p in enumerate(positions)}
     labels: list[QKPart] = [QKPart("embed", None, None)]
@@ -254,13 +256,15 @@ def _stream_parts(lm: LoadedModel, got: dict, layer: int, positions: Sequence[in
     notes = []
     for n in range(layer):
         _, (W, b) = out_projection(parts.attns[n], fam.w_o)
-        W, b = W.to(lm.device).double(), None if b is None else b.to(lm.device).double()
+        W, b = W.to(lm.device), None if b is None else b.to(lm.device)
         split = {p: head_parts(lm, n, y[n][r], None if o[n] is None else o[n][r], (W, b), nh,
                                hd, attn[n][r], dtype) for p, r in at.items()}
+        split = {p: None if v is None else (v[0].double(), None if v[1] is None
+                                            else v[1].double()) for p, v in split.items()}
         if any(s is None for s in split.values()):
             labels.append(QKPart("attn", n, None))
             for p, r in at.items():
-                vecs[p].append(attn[n][r])
+                vecs[p].append(attn[n][r].double())
             notes.append(f"block {n}: the per-head parts do not add up to the attention "
                          "output; its attention is one part")
         else:
@@ -458,20 +462,27 @@ def _sums_to_stream(parts: dict, stream: Any, positions: tuple[int, int], layer:
 def _grid(terms: Any, q_labels: list, k_labels: list) -> tuple[tuple, tuple, tuple]:
     """The terms summed into the GRID query parts × the GRID key parts of largest |value|, and
     a `rest` row and column for the others; the cells sum to the score."""
-    def pick(folded: Any) -> list[int]:
-        n = min(GRID, folded.numel())
-        return sorted(folded.abs().topk(n).indices.tolist())
+    import torch
 
-    qs, ks = pick(terms.sum(1)), pick(terms.sum(0))
-    q_rest = [n for n in range(terms.shape[0]) if n not in qs]
-    k_rest = [n for n in range(terms.shape[1]) if n not in ks]
+    def groups(folded: Any) -> tuple[list[int], Any]:
+        """The parts shown (in stream order) and a (groups, parts) 0/1 matrix: one row per part
+        shown, then one for the others when there are any."""
+        shown = sorted(folded.abs().topk(min(GRID, folded.numel())).indices.tolist())
+        n = folded.numel()
+        member = torch.zeros(len(shown) + (n > len(shown)), n, dtype=terms.dtype,
+                             device=terms.device)
+        if n > len(shown):
+            member[-1] = 1
+        for g, part in enumerate(shown):
+            member[g, part] = 1
+            if n > len(shown):
+                member[-1, part] = 0
+        return shown, member
+
+    qs, rows = groups(terms.sum(1))
+    ks, cols = groups(terms.sum(0))
+    grid = rows @ terms @ cols.T  # (rows, columns)
     rest = QKPart("rest", None, None)
-
-    def cell(rows: list[int], cols: list[int]) -> float:
-        return float(terms[rows][:, cols].sum()) if rows and cols else 0.0
-
-    row_groups = [[n] for n in qs] + ([q_rest] if q_rest else [])
-    col_groups = [[n] for n in ks] + ([k_rest] if k_rest else [])
-    grid = tuple(tuple(cell(r, c) for c in col_groups) for r in row_groups)
-    return (tuple(q_labels[n] for n in qs) + ((rest,) if q_rest else ()),
-            tuple(k_labels[n] for n in ks) + ((rest,) if k_rest else ()), grid)
+    return (tuple(q_labels[n] for n in qs) + ((rest,) if rows.shape[0] > len(qs) else ()),
+            tuple(k_labels[n] for n in ks) + ((rest,) if cols.shape[0] > len(ks) else ()),
+            tuple(tuple(float(v) for v in r) for r in grid.tolist()))

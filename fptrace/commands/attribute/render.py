@@ -227,6 +227,11 @@ def qk_verdict(a: QKAttribution) -> Text:
     return text
 
 
+def qk_pane(a: QKAttribution, width: int | None = 80) -> RenderableType:
+    """The split without the model's header and notes (the TUI's head pane)."""
+    return Group(qk_summary(a), qk_terms_table(a, width), qk_verdict(a))
+
+
 def qk_view(a: QKAttribution, width: int | None = 120) -> RenderableType:
     body = qk_sources(a, width) if a.group == "source" else qk_terms_table(a, width)
     return Group(header(a.model), qk_summary(a), body, bullets(a.notes), qk_verdict(a))
