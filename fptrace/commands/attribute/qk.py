@@ -237,12 +237,10 @@ def _stream_parts(lm: LoadedModel, got: dict, layer: int, positions: Sequence[in
     nh, hd = info.n_heads, info.head_dim
     sel = [keep.index(p) for p in positions]
 
-    def rows(t: Any, dtype: Any = torch.float64) -> Any:  # the kept rows of these positions
-        return None if t is None else t[sel].to(dtype)
+    def rows(t: Any) -> Any:  # the kept rows of these positions, float64
+        return None if t is None else t[sel].double()
 
-    # the heads in float32 as attribute splits them (the model's own precision at most)
-    y, o, attn = ([rows(t, torch.float32) for t in got[k]] for k in ("y", "o", "attn"))
-    mlp = [rows(t) for t in got["mlp"]]
+    y, o, attn, mlp = ([rows(t) for t in got[k]] for k in ("y", "o", "attn", "mlp"))
     embed = rows(got["embed"])
     at = {p: n for n, p in enumerate(positions)}
     labels: list[QKPart] = [QKPart("embed", None, None)]
@@ -255,16 +253,14 @@ def _stream_parts(lm: LoadedModel, got: dict, layer: int, positions: Sequence[in
             vecs[p] = [vecs[p][0] - pe, pe]
     notes = []
     for n in range(layer):
-        _, (W, b) = out_projection(parts.attns[n], fam.w_o)
-        W, b = W.to(lm.device), None if b is None else b.to(lm.device)
+        _, (W, b) = out_projection(parts.attns[n], fam.w_o)  # in float64: only the model's
+        W, b = W.to(lm.device).double(), None if b is None else b.to(lm.device).double()  # own
         split = {p: head_parts(lm, n, y[n][r], None if o[n] is None else o[n][r], (W, b), nh,
-                               hd, attn[n][r], dtype) for p, r in at.items()}
-        split = {p: None if v is None else (v[0].double(), None if v[1] is None
-                                            else v[1].double()) for p, v in split.items()}
+                               hd, attn[n][r], dtype) for p, r in at.items()}  # rounding left
         if any(s is None for s in split.values()):
             labels.append(QKPart("attn", n, None))
             for p, r in at.items():
-                vecs[p].append(attn[n][r].double())
+                vecs[p].append(attn[n][r])
             notes.append(f"block {n}: the per-head parts do not add up to the attention "
                          "output; its attention is one part")
         else:
