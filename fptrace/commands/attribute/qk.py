@@ -364,51 +364,23 @@ def _split(lm: LoadedModel, info: Any, ids: list[int], layer: int, head: int, i:
     import torch
 
     fam = lm.parts.family
-    cfg = lm.config
     rtol = RTOL if info.dtype == "float32" else HALF_RTOL
     kv_head = head // (info.n_heads // info.n_kv_heads)
-    scale = attention_scale(cfg, layer, info.head_dim)
-    cap = fam.softcap(cfg, "attn")
+    scale = attention_scale(lm.config, layer, info.head_dim)
+    cap = fam.softcap(lm.config, "attn")
     labels, parts, notes = _stream_parts(lm, got, layer, sorted({i, j}), keep, info.dtype)
     stream = got["stream"]  # (i + 1, d)
     checks = [_sums_to_stream(parts, stream, (i, j), layer, rtol)]
 
     qside, kside = _Side(lm, layer, "q", head), _Side(lm, layer, "k", kv_head)
     rope = qside.tables(len(ids))
-    q_parts, q_const = qside(parts[i], stream[i], i, rope)  # (P, hd), (hd,) or None
-    k_parts, k_const = kside(parts[j], stream[j], j, rope)
-    q_labels, k_labels = list(labels), list(labels)
-    if q_const is not None:
-        q_parts, q_labels = torch.cat([q_parts, q_const[None]]), q_labels + [QKPart("bias", None,
-                                                                                  None)]
-    if k_const is not None:
-        k_parts, k_labels = torch.cat([k_parts, k_const[None]]), k_labels + [QKPart("bias", None,
-                                                                                  None)]
+    q_parts, q_labels = _with_constant(*qside(parts[i], stream[i], i, rope), labels)  # (Pq, hd)
+    k_parts, k_labels = _with_constant(*kside(parts[j], stream[j], j, rope), labels)  # (Pk, hd)
     terms = scale * (q_parts @ k_parts.T)  # (Pq, Pk)
     score = float(terms.sum())
-
-    # the same operations on the whole streams: the score, and the query's row of weights
-    q = qside.whole(stream[i:i + 1], [i], rope)[0]  # (hd,)
-    keys = kside.whole(stream, torch.arange(i + 1, device=stream.device), rope)  # (i + 1, hd)
-    row = scale * (keys @ q)  # (i + 1,)
-    stream_score = float(row[j])
-    bound = max(1.0, scale * float(q.norm() * keys[j].norm()))
-    checks.append(Check(
-        name="the terms sum to the score computed from the whole streams",
-        value=abs(score - stream_score), tolerance=f"≤ {rtol:g}·max(1, scale·|q|·|k|) = "
-        f"{rtol * bound:.3g}", ok=abs(score - stream_score) <= rtol * bound, target="qk_score"))
-    if cap:
-        row = cap * torch.tanh(row / cap)
-    if window:
-        distance = i - torch.arange(i + 1, device=row.device)  # (i + 1,)
-        row = row.masked_fill(distance >= window, float("-inf"))
-    ours = torch.softmax(row, dim=-1)
-    theirs = got["weights"]
-    gap = float((ours - theirs).abs().max())
-    wtol = 1e-4 if info.dtype == "float32" else HALF_RTOL
-    checks.append(Check(
-        name=f"the weights of query {i} recomputed that way = the model's (max |Δ| over the "
-        "row)", value=gap, tolerance=f"≤ {wtol:g}", ok=gap <= wtol, target="qk_weights"))
+    stream_score, ours, row_checks = _row(qside, kside, stream, i, j, rope, scale, cap, window,
+                                          got["weights"], score, info.dtype)
+    checks += row_checks
 
     notes = base_notes(lm) + notes
     if defaulted:
@@ -417,29 +389,71 @@ def _split(lm: LoadedModel, info: Any, ids: list[int], layer: int, head: int, i:
     if cap:
         notes.append(f"the model soft-caps attention scores at {cap:g}: the terms sum to the "
                      "score before the cap; the softmax reads the capped score")
-    absolute = float(terms.abs().sum()) or 1.0
-    flat = terms.flatten()
-    n_top = min(top, flat.numel())
-    order = flat.abs().topk(n_top).indices.tolist()
+    flat = terms.flatten()  # (Pq·Pk,)
+    absolute = float(flat.abs().sum()) or 1.0
+    order = flat.abs().topk(min(top, flat.numel())).indices.tolist()
     Pk = terms.shape[1]
     top_terms = tuple(QKTerm(query=q_labels[n // Pk], key=k_labels[n % Pk],
                              value=float(flat[n]), share=float(flat[n]) / absolute)
                       for n in order)
-    rest = score - float(flat[order].sum())
     rows_q, cols_k, grid = _grid(terms, q_labels, k_labels)
     return QKAttribution(
         prompt=lm.prompt_text(ids), model=info, tokens=lm.tokens(ids), layer=layer, head=head,
         kv_head=kv_head, query=i, key=j, most_attended=most, scale=scale, score=score,
         stream_score=stream_score, difference=score - stream_score, softcap=cap,
         capped_score=None if not cap else cap * float(torch.tanh(torch.tensor(score / cap))),
-        window=window, weight=float(theirs[j]), recomputed_weight=float(ours[j]),
-        n_terms=int(flat.numel()), top=top_terms, rest=rest,
-        query_parts=tuple(QKPartSum(p, float(v), float(n)) for p, v, n in
-                          zip(q_labels, terms.sum(1), q_parts.norm(dim=1))),
-        key_parts=tuple(QKPartSum(p, float(v), float(n)) for p, v, n in
-                        zip(k_labels, terms.sum(0), k_parts.norm(dim=1))),
+        window=window, weight=float(got["weights"][j]), recomputed_weight=float(ours[j]),
+        n_terms=int(flat.numel()), top=top_terms, rest=score - float(flat[order].sum()),
+        query_parts=_sides(q_labels, terms.sum(1), q_parts),
+        key_parts=_sides(k_labels, terms.sum(0), k_parts),
         grid_rows=rows_q, grid_columns=cols_k, grid=grid, checks=tuple(checks),
         ok=all(c.ok for c in checks), group=group, notes=tuple(notes))
+
+
+def _with_constant(parts: Any, const: Any, labels: list) -> tuple[Any, list]:
+    """A side's parts (P, hd) and labels, with its constant as one more part where it has one."""
+    import torch
+
+    if const is None:
+        return parts, list(labels)
+    return torch.cat([parts, const[None]]), list(labels) + [QKPart("bias", None, None)]
+
+
+def _sides(labels: list, folded: Any, vectors: Any) -> tuple[QKPartSum, ...]:
+    return tuple(QKPartSum(p, float(v), float(n))
+                 for p, v, n in zip(labels, folded, vectors.norm(dim=1)))
+
+
+def _row(qside: _Side, kside: _Side, stream: Any, i: int, j: int, rope: Any, scale: float,
+         cap: float | None, window: int | None, theirs: Any, score: float, dtype: str
+         ) -> tuple[float, Any, list[Check]]:
+    """The same operations on the whole streams: the score of (i, j) (against the sum of the
+    terms) and the query's row of weights (against the model's own): (score, weights (i + 1,),
+    the two checks)."""
+    import torch
+
+    rtol = RTOL if dtype == "float32" else HALF_RTOL
+    q = qside.whole(stream[i:i + 1], [i], rope)[0]  # (hd,)
+    keys = kside.whole(stream, torch.arange(i + 1, device=stream.device), rope)  # (i + 1, hd)
+    row = scale * (keys @ q)  # (i + 1,)
+    stream_score = float(row[j])
+    bound = max(1.0, scale * float(q.norm() * keys[j].norm()))
+    checks = [Check(
+        name="the terms sum to the score computed from the whole streams",
+        value=abs(score - stream_score), tolerance=f"≤ {rtol:g}·max(1, scale·|q|·|k|) = "
+        f"{rtol * bound:.3g}", ok=abs(score - stream_score) <= rtol * bound, target="qk_score")]
+    if cap:
+        row = cap * torch.tanh(row / cap)
+    if window:
+        distance = i - torch.arange(i + 1, device=row.device)  # (i + 1,)
+        row = row.masked_fill(distance >= window, float("-inf"))
+    ours = torch.softmax(row, dim=-1)
+    gap = float((ours - theirs).abs().max())
+    wtol = 1e-4 if dtype == "float32" else HALF_RTOL
+    checks.append(Check(
+        name=f"the weights of query {i} recomputed that way = the model's (max |Δ| over the "
+        "row)", value=gap, tolerance=f"≤ {wtol:g}", ok=gap <= wtol, target="qk_weights"))
+    return stream_score, ours, checks
 
 
 def _sums_to_stream(parts: dict, stream: Any, positions: tuple[int, int], layer: int,
