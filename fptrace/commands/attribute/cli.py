@@ -9,7 +9,6 @@ import typer
 
 from fptrace.cli.io import command, load_for, output
 from fptrace.cli.options import STATS, JsonOpt, LoadOptions, PlotOpt, WideOpt, model_options
-from fptrace.commands.attribute.qk import qk_request
 
 
 @command(order=40, docs="attribute")
@@ -44,6 +43,8 @@ def attribute(
 ) -> None:
     """Which heads and MLPs made this answer: direct logit attribution that sums exactly to the
     model's own logit (exit 5 when it does not). With --qk: why one head attends where it does."""
+
+    from fptrace.commands.attribute.qk import qk_request
 
     head = qk_request(qk, query, key, group, target, versus)
     lm = load_for(prompt, opts, plot)
