@@ -98,6 +98,10 @@ class Token:
     """Token id."""
     text: str
     """The token's text (a byte fragment shows as its escaped bytes)."""
+    template: bool = False
+    """True when the model's chat template added this token (`--chat`, `--messages`): a role
+    header, a turn marker, the system prompt the template supplies; false for the text of a
+    message and for every token of a plain prompt."""
 
 
 @result

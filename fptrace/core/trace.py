@@ -21,6 +21,7 @@ from fptrace.core.results import (
 from fptrace.errors import BadInput
 from fptrace.families.parts import dims
 from fptrace.models.loading import LoadedModel
+from fptrace.models.prompts import Prepared, Prompt
 
 NOTE_RANDOM = "RANDOM WEIGHTS: the predictions and logit-lens tokens of this trace mean nothing"
 NOTE_PRENORM = ("the last block row is the residual stream before the final norm; "
@@ -68,7 +69,7 @@ def _model_info(lm: LoadedModel) -> ModelInfo:
 LENS_GRID_POSITIONS = 64  # the logit-lens grid covers at most the last 64 positions
 
 
-def run_trace(lm: LoadedModel, prompt: str | Sequence[int], *, top_k: int = 10,
+def run_trace(lm: LoadedModel, prompt: Prompt, *, top_k: int = 10,
               snippet: int = 4, all_positions: bool = False, truncate: bool = False,
               logit_lens: bool = True, lens_grid: bool = False) -> Trace:
     """Trace one prompt (text, or a list of token ids). lens_grid: also the logit lens at
@@ -77,7 +78,7 @@ def run_trace(lm: LoadedModel, prompt: str | Sequence[int], *, top_k: int = 10,
                       truncate=truncate, logit_lens=logit_lens, lens_grid=lens_grid)[0]
 
 
-def run_traces(lm: LoadedModel, prompts: Sequence[str | Sequence[int]], *, top_k: int = 10,
+def run_traces(lm: LoadedModel, prompts: Sequence[Prompt], *, top_k: int = 10,
                snippet: int = 4, all_positions: bool = False, truncate: bool = False,
                logit_lens: bool = True, lens_grid: bool = False) -> list[Trace]:
     """Trace several prompts in one forward pass (left-padded, with an attention mask and
@@ -89,10 +90,10 @@ def run_traces(lm: LoadedModel, prompts: Sequence[str | Sequence[int]], *, top_k
         raise BadInput("--top-k must be at least 1")
     if snippet < 0:
         raise BadInput("--snippet must be 0 or more")
-    prepared = [lm.encode_checked(p, truncate) for p in prompts]
+    prepared = [lm.prepare(p, truncate) for p in prompts]
     if lens_grid and len(prepared) != 1:
         raise BadInput("the logit-lens grid is computed for one prompt at a time")
-    input_ids, mask, kwargs = padded_batch(lm, [ids for ids, _ in prepared])
+    input_ids, mask, kwargs = padded_batch(lm, [p.ids for p in prepared])
     B, T = input_ids.shape
     kwargs["logits_to_keep"] = 0 if all_positions else 1
     cap = Capture(mask=mask, home=lm.device,
@@ -112,7 +113,8 @@ def run_traces(lm: LoadedModel, prompts: Sequence[str | Sequence[int]], *, top_k
     per_row, checks = layer_stats(lm, cap, snippet=snippet, logit_lens=logit_lens)
     grid, grid_positions = _lens_grid(lm, cap, T) if lens_grid else ((), ())
     traces = []
-    for b, (ids, dropped) in enumerate(prepared):
+    for b, p in enumerate(prepared):
+        ids, dropped = list(p.ids), p.dropped
         final_vec = cap.final_last[b]
         row_logits = logits[b, -1]
         first_bad = first_nonfinite(per_row[b])
@@ -120,10 +122,10 @@ def run_traces(lm: LoadedModel, prompts: Sequence[str | Sequence[int]], *, top_k
             first_bad = "final_norm"
         top_ids, top_p, top_l = stats.top_k(row_logits, top_k)
         info = model_info(lm)
-        positions, mean_loss = _positions(lm, ids, logits[b, -len(ids):]) if all_positions \
+        positions, mean_loss = _positions(lm, p, logits[b, -len(ids):]) if all_positions \
             else ((), None)
         traces.append(Trace(
-            prompt=lm.prompt_text(prompts[b]), model=info, tokens=lm.tokens(ids),
+            prompt=p.text, model=info, tokens=lm.tokens(p),
             shapes=_shape_steps(cap, len(ids), info.d_model, all_positions,
                                 logits.shape[-1]),
             layers=per_row[b],
@@ -136,7 +138,7 @@ def run_traces(lm: LoadedModel, prompts: Sequence[str | Sequence[int]], *, top_k
             notes=_notes(lm, checks[b], dropped, per_row[b], ids), lens_grid=grid,
             lens_positions=grid_positions, decomposition=checks[b], positions=positions,
             mean_loss=mean_loss, perplexity=None if mean_loss is None else math.exp(mean_loss),
-            token_note=lm.bos_note(ids)))
+            token_note=lm.bos_note(p)))
     return traces
 
 
@@ -196,15 +198,16 @@ def _notes(lm: LoadedModel, check: Decomposition, dropped: int, rows: Sequence[L
     return tuple(notes)
 
 
-def _positions(lm: LoadedModel, ids: Sequence[int], logits: Any
+def _positions(lm: LoadedModel, prepared: Prepared, logits: Any
                ) -> tuple[tuple[PositionStats, ...], float | None]:
     """Every position's prediction (logits: (n, V) for the row's n real positions) and the
     mean cross-entropy of the predictions that have a next token, in nats."""
     import torch
 
+    ids = prepared.ids
     logp = torch.log_softmax(logits.float(), dim=-1)  # (n, V)
     top_lp, top_id = logp.max(dim=-1)
-    toks = lm.tokens(ids)
+    toks = lm.tokens(prepared)
     rows = []
     for i in range(len(ids)):
         nxt = ids[i + 1] if i + 1 < len(ids) else None

@@ -44,6 +44,7 @@ from fptrace.families.ops import (
     sliding_window,
 )
 from fptrace.models.loading import LoadedModel
+from fptrace.models.prompts import Prepared, Prompt
 
 GROUPS = ("term", "source")
 KEEP_BYTES = 256 * 2**20  # most kept of every earlier block at every position in one pass
@@ -87,7 +88,7 @@ def qk_request(qk: str | None, query: int | None, key: int | None, group: str,
     return parse_head(qk)
 
 
-def attribute_qk(lm: LoadedModel, prompt: Any, layer: int, head: int, *,
+def attribute_qk(lm: LoadedModel, prompt: Prompt, layer: int, head: int, *,
                  query: int | None = None, key: int | None = None, top: int = 12,
                  group: str = "term") -> QKAttribution:
     """Split the attention score of head `head` of block `layer` (negative counts from the end)
@@ -115,7 +116,8 @@ def attribute_qk(lm: LoadedModel, prompt: Any, layer: int, head: int, *,
         raise BadInput("--top must be at least 1")
     if group not in GROUPS:
         raise BadInput(f"--group must be one of {', '.join(GROUPS)} (got {group!r})")
-    ids = lm.encode(prompt)
+    prepared = lm.prepare(prompt)
+    ids = list(prepared.ids)
     T = len(ids)
     i = _position(query, T, "--query", T - 1)
     window = sliding_window(lm.config, layer)
@@ -132,8 +134,8 @@ def attribute_qk(lm: LoadedModel, prompt: Any, layer: int, head: int, *,
         row = got["weights"]  # (i + 1,) the model's weights of query i over keys 0..i
         most = int(row.argmax())
         j = most if j is None else j
-        return _split(lm, info, ids, layer, head, i, j, keep, got, window, most, top, group,
-                      defaulted=key is None)
+        return _split(lm, info, prepared, layer, head, i, j, keep, got, window, most, top,
+                      group, defaulted=key is None)
 
 
 def _position(p: int | None, T: int, flag: str, default: int) -> int:
@@ -358,9 +360,9 @@ class _Side:
         return out + (0 if const is None else const)
 
 
-def _split(lm: LoadedModel, info: Any, ids: list[int], layer: int, head: int, i: int, j: int,
-           keep: list[int], got: dict, window: int | None, most: int, top: int, group: str,
-           defaulted: bool) -> QKAttribution:
+def _split(lm: LoadedModel, info: Any, prepared: Prepared, layer: int, head: int, i: int,
+           j: int, keep: list[int], got: dict, window: int | None, most: int, top: int,
+           group: str, defaulted: bool) -> QKAttribution:
     import torch
 
     fam = lm.parts.family
@@ -373,7 +375,7 @@ def _split(lm: LoadedModel, info: Any, ids: list[int], layer: int, head: int, i:
     checks = [_sums_to_stream(parts, stream, (i, j), layer, rtol)]
 
     qside, kside = _Side(lm, layer, "q", head), _Side(lm, layer, "k", kv_head)
-    rope = qside.tables(len(ids))
+    rope = qside.tables(len(prepared.ids))
     q_parts, q_labels = _with_constant(*qside(parts[i], stream[i], i, rope), labels)  # (Pq, hd)
     k_parts, k_labels = _with_constant(*kside(parts[j], stream[j], j, rope), labels)  # (Pk, hd)
     terms = scale * (q_parts @ k_parts.T)  # (Pq, Pk)
@@ -398,7 +400,7 @@ def _split(lm: LoadedModel, info: Any, ids: list[int], layer: int, head: int, i:
                       for n in order)
     rows_q, cols_k, grid = _grid(terms, q_labels, k_labels)
     return QKAttribution(
-        prompt=lm.prompt_text(ids), model=info, tokens=lm.tokens(ids), layer=layer, head=head,
+        prompt=prepared.text, model=info, tokens=lm.tokens(prepared), layer=layer, head=head,
         kv_head=kv_head, query=i, key=j, most_attended=most, scale=scale, score=score,
         stream_score=stream_score, difference=score - stream_score, softcap=cap,
         capped_score=None if not cap else cap * float(torch.tanh(torch.tensor(score / cap))),

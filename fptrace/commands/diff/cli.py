@@ -7,17 +7,28 @@ from typing import Annotated, Optional
 import typer
 
 from fptrace.cli.io import command, load, output
-from fptrace.cli.options import STATS, JsonOpt, LoadOptions, WideOpt, model_options
+from fptrace.cli.options import (
+    STATS,
+    ChatOptions,
+    JsonOpt,
+    LoadOptions,
+    WideOpt,
+    chat_options,
+    model_options,
+)
 from fptrace.errors import BadInput
 
 
 @command(order=50, docs="diff")
+@chat_options()
 @model_options()
 def diff(
-    first: Annotated[str, typer.Argument(help="A prompt, or a trace saved by `run --json`.")],
+    first: Annotated[Optional[str], typer.Argument(
+        help="A prompt, or a trace saved by `run --json` (or --messages FILE).")] = None,
     second: Annotated[Optional[str], typer.Argument(
         help="A second prompt (same model), or a second trace file.")] = None,
     opts: LoadOptions = LoadOptions(),
+    chat: ChatOptions = ChatOptions(),
     model_b: Annotated[Optional[str], typer.Option("--model-b", help="Run the prompt on this "
                                                    "model too.", rich_help_panel="Model")] = None,
     dtype_b: Annotated[Optional[str], typer.Option("--dtype-b", help="... in this dtype.",
@@ -39,7 +50,7 @@ def diff(
     saved traces. Exit 0 within the tolerance, 1 when not, 2 on bad input."""
     from fptrace.commands.diff.core import diff_traces
 
-    a, b, labels, same = _diff_inputs(first, second, opts, model_b, dtype_b, device_b,
+    a, b, labels, same = _diff_inputs(first, second, opts, chat, model_b, dtype_b, device_b,
                                       random_weights_b)
     result = diff_traces(a, b, labels=labels, tolerance=tolerance, same_input=same)
     from fptrace.commands.diff.render import diff_view
@@ -49,15 +60,16 @@ def diff(
         raise typer.Exit(1)
 
 
-def _diff_inputs(first: str, second: str | None, opts: LoadOptions, model_b: str | None,
-                 dtype_b: str | None, device_b: str | None, random_b: bool
+def _diff_inputs(first: str | None, second: str | None, opts: LoadOptions, chat: ChatOptions,
+                 model_b: str | None, dtype_b: str | None, device_b: str | None, random_b: bool
                  ) -> tuple[dict, dict, tuple[str, str], bool]:
     """The two traces to compare (as JSON dicts), their labels, and whether they ran the same
     input."""
     import dataclasses
+    import os
 
+    from fptrace.cli.io import prompt_of
     from fptrace.commands.diff.core import read_trace
-    from fptrace.models.tokenizers import check_prompt
     from fptrace.render.json import to_dict
 
     settings_b = {k: v for k, v in (("model", model_b), ("dtype", dtype_b),
@@ -65,27 +77,30 @@ def _diff_inputs(first: str, second: str | None, opts: LoadOptions, model_b: str
     if random_b:
         settings_b["random_weights"] = True
     files = [p for p in (first, second) if p is not None and p.endswith((".json", ".jsonl"))]
+    for path in files:
+        if not os.path.exists(path):
+            raise BadInput(f"no such file: {path}")
     if files:
         if len(files) != 2 or settings_b:
             raise BadInput("diff takes two trace files, or prompts (not both; the -b options "
                            "go with one prompt)")
         return read_trace(first), read_trace(second), (first, second), False
 
-    def traced(lm_opts: LoadOptions, prompt: str) -> dict:
+    def traced(lm_opts: LoadOptions, prompt: object) -> dict:
         from fptrace.core.trace import run_trace
 
         lm = load(lm_opts)
         return to_dict(run_trace(lm, prompt, snippet=int(lm.config.hidden_size)))
 
-    check_prompt(first)
+    a = prompt_of(first, chat)
     if second is not None:
         if settings_b:
             raise BadInput("give either a second prompt or --model-b/--dtype-b/--device-b/"
                            "--random-weights-b, not both")
-        check_prompt(second)
-        return traced(opts, first), traced(opts, second), ("a", "b"), False
+        b = prompt_of(second, chat)
+        return traced(opts, a), traced(opts, b), ("a", "b"), False
     if not settings_b:
         raise BadInput("diff needs something to compare: a second prompt, two trace files, or "
                        "a -b option (--model-b, --dtype-b, --device-b, --random-weights-b)")
     opts_b = dataclasses.replace(opts, **settings_b)
-    return traced(opts, first), traced(opts_b, first), ("a", "b"), True
+    return traced(opts, a), traced(opts_b, a), ("a", "b"), True

@@ -23,6 +23,7 @@ from fptrace.errors import BadInput, UnsupportedModel
 from fptrace.families import Family, with_walkthrough
 from fptrace.families.ops import Steps
 from fptrace.models.loading import LoadedModel
+from fptrace.models.prompts import Prompt
 from fptrace.models.tensor_parallel import full
 
 # (atol, rtol) of a recomputed tensor against the model's, by its dtype (see _close). The
@@ -108,7 +109,7 @@ def _close(name: str, ours: Any, theirs: Any, tol: tuple[float, float], target: 
                  ok=ok, target=target)
 
 
-def explain(lm: LoadedModel, prompt: Any, *, layer: int = 0, head: int = 0,
+def explain(lm: LoadedModel, prompt: Prompt, *, layer: int = 0, head: int = 0,
             temperature: float = 0.8, top_k: int = 10, top_p: float = 0.9, seed: int = 0,
             show: int = 8, max_matrix: int = 12, all_heads: bool = False) -> Explanation:
     """Walk through block `layer` (negative counts from the end) for head `head`, then the end
@@ -126,7 +127,8 @@ def explain(lm: LoadedModel, prompt: Any, *, layer: int = 0, head: int = 0,
         raise BadInput(f"--head {head} is out of range: {lm.name} has heads 0..{info.n_heads - 1}")
     if show < 1:
         raise BadInput("--show must be at least 1")
-    ids = lm.encode(prompt)
+    prepared = lm.prepare(prompt)
+    ids = list(prepared.ids)
     cfg = lm.config
     input_ids = torch.tensor([ids], dtype=torch.long, device=lm.device)  # (1, T)
     with torch.inference_mode(), _captured(lm, layer) as got:
@@ -155,7 +157,7 @@ def explain(lm: LoadedModel, prompt: Any, *, layer: int = 0, head: int = 0,
         ]
         logits, end_checks = _end_of_pass(lm, fam, got["last_out"].float(), s, model_logits, tol)
         checks += end_checks
-    toks = lm.tokens(ids)
+    toks = lm.tokens(prepared)
     matrices = _matrices(s, toks, head) if len(ids) <= max_matrix else ()
     notes = base_notes(lm) + [f"the end of the pass starts from the model's own output of its "
                               f"last block (block {L - 1}), not from the recomputed block {layer}"]
@@ -163,7 +165,7 @@ def explain(lm: LoadedModel, prompt: Any, *, layer: int = 0, head: int = 0,
         notes.append(f"the attention tables are shown for prompts of at most {max_matrix} "
                      "tokens")
     return Explanation(
-        prompt=lm.prompt_text(prompt), model=info, tokens=toks, layer=layer, head=head,
+        prompt=prepared.text, model=info, tokens=toks, layer=layer, head=head,
         kv_head=kv_head, steps=tuple(s.items), matrices=matrices, checks=tuple(checks),
         sampling=_sampling(lm, logits, temperature, top_k, top_p, seed, show),
         match=all(c.ok for c in checks), notes=tuple(notes),
