@@ -137,6 +137,20 @@ def test_variants_every_block_and_chosen_positions(variant):
         assert_matches(attribute_qk(lm, IDS, layer, nh - 1, query=5, key=4), model, IDS)
 
 
+@pytest.mark.parametrize("family", ["llama", "qwen3", "gemma2"])
+def test_half_precision(family):
+    """A bfloat16 model: the checks hold at half precision's tolerance, the weight shown is the
+    model's own, and the score is the model's within its own rounding."""
+    model = build_tiny(family).to(torch.bfloat16)
+    lm = wrap_model(model, name=f"tiny-{family}", random_weights=True)
+    a = attribute_qk(lm, IDS, 1, 1)
+    scores, weights, size = eager_scores(model, 1, IDS)
+    assert a.ok and a.model.dtype == "bfloat16"
+    assert a.weight == float(weights[1, a.query, a.key])
+    s = float(scores[1, a.query, a.key])
+    assert abs(a.score - s) <= 2e-2 * max(abs(s), float(size[1, a.query, a.key]))
+
+
 def test_softcap_before_and_after():
     model = sharpen(build_tiny("gemma2"), 12.0)
     lm = wrap_model(model, name="tiny-gemma2", random_weights=True)
