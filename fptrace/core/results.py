@@ -22,11 +22,11 @@ def result(cls: type[T]) -> type[T]:
     return dataclass(frozen=True)(cls)
 
 
-SCHEMA_VERSION = "1.2"  # minor: fields or kinds added; major: a field changed or removed
+SCHEMA_VERSION = "1.3"  # minor: fields or kinds added; major: a field changed or removed
 
-# One vocabulary of trace points, shared by hooks, JSON keys and table headers: embed,
-# resid_pre, attn_out, resid_mid, mlp_out, resid_post, final_norm, logits (ShapeStep.point,
-# LayerStats.point).
+# One vocabulary of trace points, shared by hooks, JSON keys and table headers: core/points.py
+# (Point) names them, the stream's and those inside a block (ShapeStep.point, LayerStats.point,
+# ExplainStep.point, diff --deep).
 
 
 @result
@@ -86,6 +86,10 @@ class ModelInfo:
     for registered families)."""
     tensor_parallel: int = 1
     """How many processes the weights are sharded over (`--tp N` or torchrun); 1 in one process."""
+    quantization: str | None = None
+    """`int8` or `int4` when the linear layers' weights were quantized on load (`--quantize`,
+    torchao's weight-only schemes through transformers; embeddings and LM head stay as they
+    are), else null."""
 
 
 @result
@@ -337,6 +341,9 @@ class ExplainStep:
     """A few of the tensor's values."""
     note: str | None
     """A remark on the step, or null."""
+    point: str | None = None
+    """The trace point this step's tensor is (`ln1`, `q`, `attn_weights`, `z`, `mlp_act`, ...: the
+    names `diff --deep` compares), or null for a step in between."""
 
 
 @result

@@ -17,6 +17,7 @@ from fptrace.commands.explain.embedding import embedding
 from fptrace.commands.explain.result import AttentionMatrix, Explanation, Sampling, SamplingRow
 from fptrace.core import sampling
 from fptrace.core.hooks import first_output, hooked
+from fptrace.core.points import Point
 from fptrace.core.results import Check, Token, TopToken
 from fptrace.core.trace import base_notes, model_info
 from fptrace.errors import BadInput, UnsupportedModel
@@ -204,13 +205,15 @@ def _end_of_pass(lm: LoadedModel, fam: Family, x: Any, s: Steps, model_logits: A
     if getattr(head, "bias", None) is not None:
         logits = logits + full(head.bias).float()
     tied = model_info(lm).tied_embeddings
+    cap = lm.parts.final_softcap
     s("lm_head (unembed)", f"logits = h · W_Uᵀ   W_U is {tuple(W_U.shape)}", logits,
       note="tied: W_U is the token embedding matrix" if tied
-      else "untied: W_U is its own matrix, not the token embedding")
-    cap = lm.parts.final_softcap
+      else "untied: W_U is its own matrix, not the token embedding",
+      point=None if cap else Point.logits)
     if cap:
         logits = torch.tanh(logits / cap) * cap  # (B, V)
-        s("final softcap", f"logits = {cap:g} · tanh(logits / {cap:g})", logits)
+        s("final softcap", f"logits = {cap:g} · tanh(logits / {cap:g})", logits,
+          point=Point.logits)
     probs = torch.softmax(logits, dim=-1)  # (B, V)
     s("softmax", "p = exp(logits) / Σ exp(logits)", probs)
     return logits[0], [_close("logits = the model's logits (last position)", logits[0],
