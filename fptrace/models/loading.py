@@ -54,6 +54,7 @@ class LoadedModel:
     source: str
     info: Any = field(default=None, repr=False, compare=False)  # ModelInfo, set by model_info()
     tensor_parallel: int = 1  # ranks the weights are sharded over (torchrun)
+    quantization: str | None = None  # "int8" / "int4": weight-only, quantized on load
 
     @property
     def config(self) -> Any:
@@ -190,18 +191,24 @@ def load_model(name: str = DEFAULT_MODEL, *, random_weights: bool = False, seed:
                device: str = "cpu", dtype: str = "auto", allow_pickle: bool = False,
                trust_remote_code: bool = False, device_map: str | None = None,
                max_memory: str | None = None, offload_folder: str | None = None,
-               progress: Progress = _quiet) -> LoadedModel:
+               quantize: str | None = None, progress: Progress = _quiet) -> LoadedModel:
     """Resolve `name` (see registry.RESOLUTION_HELP) and load it, ready to trace.
 
     device_map="auto" (with max_memory like "0=70GiB,cpu=200GiB" and an offload_folder) loads
-    through Accelerate: blocks spread over GPUs, then CPU RAM, then disk."""
+    through Accelerate: blocks spread over GPUs, then CPU RAM, then disk. quantize="int8" or
+    "int4": the blocks' linear weights quantized on load (models/quantize.py)."""
     from fptrace.models import tensor_parallel as tp
+    from fptrace.models.quantize import quiet_torchao
 
+    quiet_torchao()  # transformers imports torchao, when installed, with every model
     spec = resolve(name)
     dev = pick_device(device)
     dt = pick_dtype(dtype, dev)
     placed = placed_options(device_map, max_memory, offload_folder)
     ranks = tp.world_size()
+    # from_pretrained's arguments beyond the dtype: a device map, a quantization
+    pretrained = {**(placed or {}), **_quantized(quantize, spec, dev, placed, random_weights,
+                                                 ranks)} or None
     if ranks > 1:  # under torchrun: each rank loads its shard of every layer
         tp.check(load_config(spec) if not (spec.kind == "gguf" and spec.path is None)
                  else config_from_dict(spec.known.config), ranks, device_map=device_map,
@@ -220,13 +227,13 @@ def load_model(name: str = DEFAULT_MODEL, *, random_weights: bool = False, seed:
             raise ModelNotFound(_missing_package(spec.known))
         if spec.known is not None:
             estimate(config_from_dict(spec.known.config), dt, dev, placed, progress)
-        model = gguf_model(spec.path, dt, progress, placed)
+        model = gguf_model(spec.path, dt, progress, pretrained)
         source = spec.path
     elif spec.kind == "folder":
         safe = check_folder_weights(spec.path, allow_pickle)
         if not needs_remote_code(os.path.join(spec.path, "config.json"), trust_remote_code):
             estimate(load_config(spec), dt, dev, placed, progress)
-        model = from_pretrained(spec.path, safe, trust_remote_code, dt, placed)
+        model = from_pretrained(spec.path, safe, trust_remote_code, dt, pretrained)
         source = os.path.abspath(spec.path)
     else:
         config_path = hub_file(spec.hub_id, "config.json")
@@ -235,19 +242,34 @@ def load_model(name: str = DEFAULT_MODEL, *, random_weights: bool = False, seed:
         safe = check_folder_weights(folder, allow_pickle)
         if not needs_remote_code(config_path, trust_remote_code):
             estimate(load_config(spec), dt, dev, placed, progress)
-        model = from_pretrained(folder, safe, trust_remote_code, dt, placed)
+        model = from_pretrained(folder, safe, trust_remote_code, dt, pretrained)
         source = f"hub:{spec.hub_id}"
     model.eval()
-    if placed is None:
+    if pretrained is None:
         model.to(dev)
     tokenizer = tokenizer_for(spec, model.config, progress)
     parts = resolve_parts(model)
     lm = LoadedModel(name=spec.name, model=model, tokenizer=tokenizer, parts=parts,
-                     random_weights=random_weights, source=source, tensor_parallel=ranks)
+                     random_weights=random_weights, source=source, tensor_parallel=ranks,
+                     quantization=quantize)
     where = "; ".join(lm.placement) or str(lm.device)
     progress(f"loaded {spec.name} in {time.perf_counter() - t0:.1f} s on {where} "
-             f"({str(dt)[6:]})")
+             f"({str(dt)[6:]}{', ' + quantize + ' weight-only' if quantize else ''})")
     return lm
+
+
+def _quantized(quantize: str | None, spec: ModelSpec, dev: Any, placed: dict | None,
+               random_weights: bool, ranks: int) -> dict:
+    """from_pretrained's arguments that quantize the weights on load (none without quantize),
+    after refusing what this load cannot run."""
+    if quantize is None:
+        return {}
+    from fptrace.models.quantize import check_quantization, quantization_config
+
+    check_quantization(quantize, dev, load_config(spec) if quantize == "int4" and not
+                       random_weights else None, random_weights=random_weights, ranks=ranks)
+    return {"quantization_config": quantization_config(quantize),
+            **({} if placed else {"device_map": str(dev)})}
 
 
 def _missing_package(known: KnownModel | None) -> str:

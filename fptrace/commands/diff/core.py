@@ -59,6 +59,7 @@ def _side(label: str, t: dict) -> DiffSide:
     m = t["model"]
     return DiffSide(label=label, prompt=t["prompt"], model=m["name"], dtype=m["dtype"],
                     device=m["device"], random_weights=m["random_weights"],
+                    quantization=m.get("quantization"),
                     tokens=tuple((tok["id"], tok["text"]) for tok in t["tokens"]))
 
 

@@ -5,15 +5,16 @@ from __future__ import annotations
 from rich.console import Group, RenderableType
 from rich.text import Text
 
-from fptrace.commands.diff.result import DiffSide, TraceDiff
+from fptrace.commands.diff.result import DeepDiff, DiffSide, ErrorShare, TraceDiff
 from fptrace.render.fit import Col, RowStyle, fit_table
 from fptrace.render.text import bullets, norm, num, visible
 
 
 def _side(s: DiffSide) -> Text:
     text = Text(f"{s.label}: ", style="bold")
-    text.append(f"{s.model} ({s.dtype} on {s.device})" + ("  RANDOM WEIGHTS"
-                                                           if s.random_weights else ""))
+    quant = f", {s.quantization} weight-only" if s.quantization else ""
+    text.append(f"{s.model} ({s.dtype}{quant} on {s.device})" + ("  RANDOM WEIGHTS"
+                                                                  if s.random_weights else ""))
     text.append(f"  {s.prompt!r}  [{len(s.tokens)} tokens: "
                 + " ".join(visible(t) for _, t in s.tokens) + "]", style="dim")
     return text
@@ -21,7 +22,36 @@ def _side(s: DiffSide) -> Text:
 
 LAYER_COLS = (Col("layer", 0, "right"), Col("‖a‖", 0, "right"), Col("‖b‖", 0, "right"),
               Col("‖a − b‖ / ‖a‖", 0, "right"), Col("cos", 1, "right"),
-              Col("lens top-1 a", 2), Col("lens top-1 b", 2), Col("", 2))
+              Col("lens top-1 a", 2), Col("lens top-1 b", 2), Col("≠", 2))
+# with --deep: the lens KL, the stream's error channels, the block's worst point
+DEEP_COLS = (Col("lens KL", 0, "right"), Col("worst point", 0), Col("its rel", 0, "right"),
+             Col("channels of ‖a − b‖²", 1))
+
+
+def _rel(x: float | None, tolerance: float, nonfinite: bool = False) -> Text:
+    over = nonfinite or x is None or not x <= tolerance
+    return Text("NaN/Inf" if nonfinite else "—" if x is None else f"{x:.2e}",
+                style="bold red" if over else None)
+
+
+def shares(items: tuple[ErrorShare, ...], least: float = 0.05) -> str:
+    """`407 (62%), 12 (9%)`: the heads or channels carrying at least `least` of the error
+    (all of those with NaN/Inf, which have no share)."""
+    if items and items[0].share is None:
+        return "NaN/Inf: " + ", ".join(str(s.index) for s in items)
+    return ", ".join(f"{s.index} ({s.share:.0%})" for s in items if s.share >= least)
+
+
+def _deep_cells(deep: DeepDiff, layer: int | None) -> list:
+    lens = next((r for r in deep.lens if r.layer == layer), None)
+    blk = next((b for b in deep.blocks if b.layer == layer), None)
+    worst = next((p for p in blk.points if p.point == blk.worst), None) if blk else None
+    if worst is not None and worst.rel == 0:
+        return [num(lens.kl, 5) if lens else "—", "all 0", "", shares(lens.channels)
+                if lens else ""]
+    return [num(lens.kl, 5) if lens else "—", worst.point if worst else "",
+            _rel(worst.rel, deep.tolerance, worst.nonfinite) if worst else "",
+            shares(lens.channels) if lens else ""]
 
 
 def layers_table(d: TraceDiff, width: int | None) -> RenderableType:
@@ -33,9 +63,32 @@ def layers_table(d: TraceDiff, width: int | None) -> RenderableType:
             "embed" if r.layer is None else str(r.layer), norm(r.norm_a), norm(r.norm_b),
             Text(rel, style="bold red" if over else None), num(r.cos, 6),
             Text(visible(r.lens_a or "—")), Text(visible(r.lens_b or "—")),
-            "" if r.lens_same else "≠"], None))
-    return fit_table(LAYER_COLS, rows, width, title="The last position's stream, layer by layer "
+            "" if r.lens_same else "≠"] + (_deep_cells(d.deep, r.layer) if d.deep else []),
+            None))
+    cols = LAYER_COLS + DEEP_COLS if d.deep else LAYER_COLS
+    return fit_table(cols, rows, width, title="The last position's stream, layer by layer "
                      f"(tolerance on ‖a − b‖ / ‖a‖: {d.tolerance_reason})", title_justify="left")
+
+
+POINT_COLS = (Col("point", 0), Col("rel", 0, "right"), Col("max |a − b|", 1, "right"),
+              Col("from", 1), Col("their rel", 0, "right"), Col("carried by", 2),
+              Col("source", 2))
+
+
+def points_table(deep: DeepDiff, layer: int, width: int | None) -> RenderableType:
+    """Every point of one block: its relative difference over all positions, its inputs'."""
+    blk = next(b for b in deep.blocks if b.layer == layer)
+    rows = []
+    for p in blk.points:
+        what = ("heads " if p.heads else "channels ") + shares(p.heads or p.channels) \
+            if (p.heads or p.channels) else ""
+        rows.append([p.point, _rel(p.rel, deep.tolerance, p.nonfinite),
+                     num(p.max_abs, 6) if not p.nonfinite else "—",
+                     ", ".join(p.inputs) or "token ids",
+                     "—" if p.inputs_rel is None else f"{p.inputs_rel:.2e}", what,
+                     "hooked" if p.recorded else "recomputed"])
+    return fit_table(POINT_COLS, rows, width, title=f"Block {layer}, point by point (every "
+                     "position; rel = ‖a − b‖ / ‖a‖)", title_justify="left")
 
 
 TOP_COLS = (Col("token", 0), Col("id", 2, "right"), Col("rank a", 0, "right"),
@@ -56,18 +109,38 @@ def top_table(d: TraceDiff, width: int | None) -> RenderableType:
                      title_justify="left")
 
 
+def deep_verdict(deep: DeepDiff) -> Text | None:
+    if not deep.compared:
+        return None
+    if deep.parted is None:
+        span = f"{deep.layers[0]}–{deep.layers[-1]}" if len(deep.layers) > 1 else \
+            str(deep.layers[0]) if deep.layers else "none"
+        return Text(f"✓ every point of blocks {span} agrees within {deep.tolerance:g}",
+                    style="bold green")
+    return Text(f"✗ the runs part at {deep.parted.sentence}", style="bold red")
+
+
 def verdict(d: TraceDiff) -> Text:
     if d.within:
-        return Text(f"✓ a and b agree within {d.tolerance:g} at every layer", style="bold green")
+        return Text(f"✓ a and b agree within {d.tolerance:g} at every layer"
+                    + (" and every point" if d.deep else ""), style="bold green")
     if not d.comparable:
         return Text("✗ the streams could not be compared at every layer (see the notes)",
                     style="bold yellow")
+    if d.first_over is None:  # the streams agree; a point inside a block does not (--deep)
+        return Text(f"✓ the streams agree within {d.tolerance:g} at every layer",
+                    style="bold green")
     worst = max((r.rel_diff for r in d.layers if r.rel_diff is not None), default=0.0)
     return Text(f"✗ a and b differ: first over {d.tolerance:g} at {d.first_over}; largest "
                 f"relative difference {worst:.2e}", style="bold red")
 
 
 def diff_view(d: TraceDiff, width: int | None = 120) -> RenderableType:
-    notes = bullets(d.notes)
-    return Group(_side(d.a), _side(d.b), layers_table(d, width), top_table(d, width), notes,
-                 verdict(d))
+    notes = bullets(d.notes + (d.deep.notes if d.deep else ()))
+    parts: list[RenderableType] = [_side(d.a), _side(d.b), layers_table(d, width)]
+    if d.deep and d.deep.parted:
+        parts.append(points_table(d.deep, d.deep.parted.layer, width))
+    parts += [top_table(d, width), notes, verdict(d)]
+    if d.deep and not d.within and (line := deep_verdict(d.deep)) is not None:
+        parts.append(line)
+    return Group(*parts)
