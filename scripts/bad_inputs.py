@@ -94,6 +94,12 @@ def cases(tmp: str, folder: str) -> list[tuple[str, list[str], dict]]:
         ("batch: malformed .jsonl line", ["batch", p("bad.jsonl"), "-o", p("b.jsonl"), *m]),
         ("batch: invalid UTF-8", ["batch", p("latin1.txt"), "-o", p("c.jsonl"), *m]),
         ("report: not an .html path", ["report", "hi", *m, "--out", p("r.txt")]),
+        ("diff --deep: --deep-layers out of range", ["diff", "hi", *m, "--model-b", folder,
+                                                     "--deep", "--deep-layers", "2-5"]),
+        ("diff --deep with two prompts", ["diff", "hi", "ho", *m, "--deep"]),
+        ("diff: a quantization that does not exist", ["diff", "hi", *m, "--quantize-b", "int3"]),
+        ("diff: quantizing random weights", ["diff", "hi", *m, "--random-weights",
+                                             "--quantize-b", "int8"]),
     ]
 
 

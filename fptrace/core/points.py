@@ -121,6 +121,9 @@ INPUTS: dict[Point, tuple[Point, ...]] = {
 # a parallel residual (GPT-NeoX): both sublayers read the block's input
 PARALLEL = {Point.ln2: (Point.resid_pre,),
             Point.resid_post: (Point.resid_pre, Point.ln1_post, Point.ln2_post)}
+# an input that is simply not there when a family lacks it (an MLP without a gate); any other
+# absent point stands for its own inputs (no norm before attention: q reads the stream)
+OPTIONAL = (Point.mlp_gate,)
 
 
 def inputs(point: Point, present: Collection[Point], parallel: bool = False
@@ -133,7 +136,7 @@ def inputs(point: Point, present: Collection[Point], parallel: bool = False
     while todo:
         p = todo.pop(0)
         if p not in present:
-            todo += graph[p]
+            todo += () if p in OPTIONAL else graph[p]
         elif p not in out:
             out.append(p)
     return tuple(out)

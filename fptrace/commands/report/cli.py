@@ -24,6 +24,14 @@ def report(
     noise: Annotated[Optional[str], typer.Option(
         "--noise", help="Also a causal-tracing section: noise on this subject's embeddings "
         "(as `fptrace patch --noise`).", rich_help_panel=STATS)] = None,
+    model_b: Annotated[Optional[str], typer.Option(
+        "--model-b", help="Also a `diff --deep` section: the prompt on this model too.",
+        rich_help_panel=STATS)] = None,
+    dtype_b: Annotated[Optional[str], typer.Option(
+        "--dtype-b", help="... or in this dtype.", rich_help_panel=STATS)] = None,
+    quantize_b: Annotated[Optional[str], typer.Option(
+        "--quantize-b", help="... or quantized on load (int8, int4).",
+        rich_help_panel=STATS)] = None,
 ) -> None:
     """One self-contained HTML file: the run tables, the figures, the explain walkthrough of
     one layer, the attribution of the top-1 (and with --noise, causal tracing) and the JSON
@@ -49,6 +57,15 @@ def report(
         from fptrace.commands.patch.core import patch as run_patch
 
         patching = run_patch(lm, prompt, noise=noise, seed=opts.seed)
-    write_report(out, build_html(trace, explanation, attribution, patching))
+    against = None
+    settings_b = {k: v for k, v in (("model", model_b), ("dtype", dtype_b),
+                                    ("quantize", quantize_b)) if v is not None}
+    if settings_b:
+        import dataclasses
+
+        from fptrace.commands.diff.deep import deep_diff
+
+        against = deep_diff(lm, load(dataclasses.replace(opts, **settings_b)), prompt)
+    write_report(out, build_html(trace, explanation, attribution, patching, against))
     stderr_console().print(f"wrote {out}", markup=False, soft_wrap=True)
     check_match(explanation.match, [c.name for c in explanation.checks if not c.ok])
