@@ -67,7 +67,19 @@ def _deep(a, b, *extra, code=1):
     r = runner.invoke(app, ["diff", PROMPT, "-m", str(a), "--model-b", str(b), "--deep",
                             "--json", *extra])
     assert r.exit_code == code, r.stderr + r.stdout
-    return json.loads(r.stdout)
+    return _valid(json.loads(r.stdout))
+
+
+def _valid(d: dict) -> dict:
+    """The JSON follows `fptrace schema` (NaN and Inf written as null and listed)."""
+    import jsonschema
+
+    from fptrace.commands.schema.core import json_schema
+
+    errors = list(jsonschema.Draft202012Validator(json_schema()).iter_errors(d))
+    assert not errors, [f"{list(e.path)}: {e.message[:200]}" for e in errors[:3]]
+    assert d["kind"] == "diff" and d["deep"] is not None
+    return d
 
 
 def _parted(d) -> tuple:
@@ -193,6 +205,8 @@ def test_float16_overflow(tmp_path):
     layer, point, cause, p = _parted(d)
     assert (layer, point, cause) == (1, "mlp_up", "operation"), p["sentence"]
     assert p["nonfinite"] and p["channels"][0]["index"] == 5
+    assert p["rel"] is None and any(path.startswith("deep.parted.rel")
+                                    for path in d["nonfinite"])
     assert "the operation differs" in p["sentence"]
 
 
@@ -352,3 +366,62 @@ def test_quantization_the_device_cannot_run(tmp_path):
     r = runner.invoke(app, ["diff", PROMPT, "-m", tiny_gpt2(), "--random-weights",
                             "--quantize-b", "int8"])
     assert r.exit_code == 2 and "random weights" in r.stderr
+
+
+# ---------------------------------------------------------------- report and figure
+
+def test_report_section_and_its_figure(tmp_path):
+    import math
+
+    from fptrace.commands.diff.deep import deep_diff
+    from fptrace.commands.diff.render import deep_figure
+    from fptrace.models.loading import load_model
+
+    out = tmp_path / "r.html"
+    r = runner.invoke(app, ["report", PROMPT, "-m", tiny_gpt2(), "--random-weights",
+                            "--dtype-b", "bfloat16", "--out", str(out)])
+    assert r.exit_code == 0, r.stderr
+    html = out.read_text(encoding="utf-8")
+    assert "Where two runs part" in html and "every point of every block" in html
+    a, b = (load_model(tiny_gpt2(), random_weights=True, dtype=d) for d in ("float32",
+                                                                            "bfloat16"))
+    d = deep_diff(a, b, PROMPT)
+    _, series = deep_figure(d)
+    assert series["points"] == list(d.deep.points) and series["layers"] == [0, 1]
+    for row, blk in zip(series["rel"], d.deep.blocks):
+        got = {p.point: p.rel for p in blk.points}
+        assert all(math.isclose(x, got[p]) for x, p in zip(row, series["points"]))
+
+
+def test_one_block_at_a_time(tiny):
+    """The runs wait while a block is compared: neither starts the next block before the
+    comparison of this one has returned (so one block's points are held at a time)."""
+    import copy
+    import time
+
+    from fptrace.commands.diff.deep import run_sides
+    from fptrace.core.hooks import hooked
+    from fptrace.models.loading import wrap_model
+
+    if tiny.parts.family.heads is None:
+        pytest.skip("no points inside the blocks")
+    other = wrap_model(copy.deepcopy(tiny.model), name="copy", random_weights=True)
+    events = []
+
+    def started(side, layer):
+        return lambda m, args, kwargs: events.append(("start", side, layer, time.monotonic()))
+
+    def compare(layer, pa, pb):
+        time.sleep(0.05)
+        events.append(("compared", None, layer, time.monotonic()))
+        return layer
+
+    n = len(tiny.parts.blocks)
+    with hooked([(lm.parts.blocks[i], "pre", started(s, i), True)
+                 for s, lm in (("a", tiny), ("b", other)) for i in range(n)]):
+        _, _, done = run_sides(tiny, other, [1, 5, 9, 3, 7, 2], tuple(range(n)), compare)
+    assert done == list(range(n))
+    when = {(kind, side, layer): t for kind, side, layer, t in events}
+    for i in range(n - 1):
+        for side in "ab":
+            assert when[("start", side, i + 1)] > when[("compared", None, i)]

@@ -194,8 +194,7 @@ def deep_figure(d: TraceDiff) -> tuple[Any, dict]:
              for row in grid]
     fig, ax = plt.subplots(figsize=(max(6.0, 0.45 * len(points) + 2),
                                     max(3.0, 0.22 * len(grid) + 2)), constrained_layout=True)
-    cmap = plt.get_cmap("magma_r").copy()
-    cmap.set_bad("black")
+    cmap = plt.get_cmap("magma_r").with_extremes(bad="black")
     im = ax.imshow(shown, cmap=cmap, vmin=-8, vmax=0, aspect="auto", origin="lower",
                    interpolation="nearest")
     ax.set_xticks(range(len(points)), points, rotation=60, ha="right")
