@@ -63,8 +63,8 @@ TP: tuple[tuple[str, Any, Any], ...] = (
 )
 QUANTIZE: tuple[tuple[str, Any, Any], ...] = (
     ("quantize", Annotated[Optional[str], typer.Option(
-        "--quantize", help="int8 or int4: quantize the blocks' linear weights on load (torchao "
-        "weight-only, through transformers; needs pip install \"fptrace[quant]\").",
+        "--quantize", help="int8 or int4: quantize the blocks' linear weights on load (torchao's "
+        "weight-only schemes through transformers; needs torchao 0.15 or later).",
         rich_help_panel=MODEL)], None),
 )
 assert {n for n, _, _ in OPTIONS + PLACEMENT + TP + QUANTIZE} == \

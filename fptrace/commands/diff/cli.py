@@ -28,8 +28,9 @@ def diff(
         "--random-weights-b", help="... with seeded random weights.",
         rich_help_panel="Model")] = False,
     tolerance: Annotated[Optional[float], typer.Option(
-        "--tolerance", help="Largest ‖a − b‖ / ‖a‖ of the last position's stream that counts "
-        "as the same (default: chosen from the two dtypes, and stated).",
+        "--tolerance", help="Largest ‖a − b‖ / ‖a‖ of the last position's stream (with --deep, "
+        "also of each point) that counts as the same (default: chosen from the two dtypes, and "
+        "stated).",
         rich_help_panel=STATS)] = None,
     quantize_b: Annotated[Optional[str], typer.Option(
         "--quantize-b", help="... with its linear weights quantized on load: int8 or int4 "

@@ -281,6 +281,10 @@ def _carriers(p: PointDiff) -> str:
         " carry it"
 
 
+def _to(rel: float) -> str:
+    return "exactly" if rel == 0 else f"to {rel:.1g}"
+
+
 def _sentence(layer: int, p: PointDiff, agree: bool, block_in: float | None) -> str:
     title = Point(p.point).title
     head = f"block {layer}, {title}: " + ("NaN/Inf" if p.nonfinite else f"rel {p.rel:.2g}")
@@ -291,9 +295,9 @@ def _sentence(layer: int, p: PointDiff, agree: bool, block_in: float | None) -> 
         return f"{head}, from the same token ids: the operation differs (the embedding)"
     names = ", ".join(p.inputs)
     if agree:
-        block = f" and block {layer}'s input to {block_in:.1g}" if block_in is not None and \
+        block = f" and block {layer}'s input {_to(block_in)}" if block_in is not None and \
             Point.resid_pre.value not in p.inputs else ""
-        return (f"{head}, while its inputs ({names}) agree to {p.inputs_rel:.1g}{block}: the "
+        return (f"{head}, while its inputs ({names}) agree {_to(p.inputs_rel)}{block}: the "
                 f"operation differs{_carriers(p)}")
     return (f"{head}; its inputs ({names}) already differ by {p.inputs_rel:.2g}: inputs differ, "
             f"the cause is upstream{_carriers(p)}")
