@@ -275,11 +275,12 @@ def test_int8_lens_kl_equals_the_hidden_states(smollm):
     """The per-layer KL of the logit lens, against one computed here from output_hidden_states
     of the float model and of the same checkpoint loaded int8 weight-only."""
     pytest.importorskip("torchao")
+    from fptrace.commands.diff.deep import deep_diff
     from fptrace.models.loading import load_model
 
-    d = _bundled("--quantize-b", "int8", code=1)
-    assert d["b"]["quantization"] == "int8" and d["a"]["quantization"] is None
     q = load_model("smollm2-135m", device="cpu", quantize="int8")
+    d = deep_diff(smollm, q, "The capital of France is")
+    assert d.b.quantization == "int8" and d.a.quantization is None and not d.within
     ids = torch.tensor([smollm.encode("The capital of France is")])
 
     def lens(lm):
@@ -292,12 +293,25 @@ def test_int8_lens_kl_equals_the_hidden_states(smollm):
 
     la, lb = lens(smollm), lens(q)
     want = (la.exp() * (la - lb)).sum(-1)
-    got = torch.tensor([r["kl"] for r in d["deep"]["lens"]], dtype=torch.float64)
+    got = torch.tensor([r.kl for r in d.deep.lens], dtype=torch.float64)
     assert got.shape == want.shape == (31,)
     torch.testing.assert_close(got, want.clamp(min=0), rtol=2e-3, atol=1e-6)
     assert want[-1] > 0  # quantizing changes the prediction's distribution
-    parted = d["deep"]["parted"]
-    assert (parted["layer"], parted["point"], parted["cause"]) == (0, "q", "operation")
+    parted = d.deep.parted
+    assert (parted.layer, parted.point, parted.cause) == (0, "q", "operation")
+
+
+@pytest.mark.parametrize("kind", ["int8", "int4"])
+def test_quantize_b_on_the_command_line(tmp_path, kind):
+    """Side b loaded through transformers' torchao integration: the first quantized matrix
+    (q_proj) is where the runs part, its input exact; the embeddings stay as they are."""
+    pytest.importorskip("torchao")
+    _folder(tmp_path / "a", "llama")
+    d = _deep(tmp_path / "a", tmp_path / "a", "--quantize-b", kind)
+    assert d["b"]["quantization"] == kind and d["a"]["quantization"] is None
+    layer, point, cause, p = _parted(d)
+    assert (layer, point, cause) == (0, "q", "operation"), p["sentence"]
+    assert d["deep"]["blocks"][0]["points"][0]["rel"] == 0.0  # the embedding is not quantized
 
 
 # ---------------------------------------------------------------- bad inputs
