@@ -162,7 +162,8 @@ def _tap_hook(module: Any, tap: Tap, got: dict, key: Any) -> Hook:
 
     if tap.side == "in":
         def pre(m: Any, args: tuple, kwargs: dict) -> None:
-            keep(args[0] if args else kwargs.get("hidden_states", next(iter(kwargs.values()))))
+            keep(args[0] if args else kwargs["hidden_states"] if "hidden_states" in kwargs
+                 else next(iter(kwargs.values())))
         return (module, "pre", pre, True)
 
     def post(m: Any, args: tuple, output: Any) -> None:
@@ -337,7 +338,7 @@ def lens_rows(trace: Any, lens_a: tuple[Any, Any], lens_b: tuple[Any, Any]
 
 # ---------------------------------------------------------------- both sides, in lockstep
 
-def _next(side: _Side, others: Sequence[_Side]) -> tuple:
+def _next(side: _Side) -> tuple:
     """The next message of a side; an error in it is raised here (the sides are stopped by
     the caller)."""
     while True:
@@ -362,14 +363,14 @@ def run_sides(lm_a: LoadedModel, lm_b: LoadedModel, prompt: Any, layers: Sequenc
         for s in sides:
             s.thread.start()
         for layer in layers:
-            msgs = [_next(s, sides) for s in sides]
+            msgs = [_next(s) for s in sides]
             if any(m[0] != "block" or m[1] != layer for m in msgs):
                 raise RuntimeError(f"the two runs did not reach block {layer} together")
             results.append(compare(layer, msgs[0][2], msgs[1][2]))
             del msgs
             for s in sides:
                 s.go.put("next")
-        traces = [_next(s, sides) for s in sides]
+        traces = [_next(s) for s in sides]
         if any(m[0] != "done" for m in traces):
             raise RuntimeError("a run went past the blocks compared")
         return traces[0][1:], traces[1][1:], results
@@ -429,7 +430,10 @@ def deep_diff(lm_a: LoadedModel, lm_b: LoadedModel, prompt: Any, *,
                            None)
         return blk
 
-    (ta, lens_a), (tb, lens_b), blocks = run_sides(lm_a, lm_b, prompt, chosen, compare)
+    # one tokenizer object shared by both (two wraps of one): the runs get the ids, so that it
+    # is not used from two threads at once
+    given = ids_a if lm_a.tokenizer is not None and lm_a.tokenizer is lm_b.tokenizer else prompt
+    (ta, lens_a), (tb, lens_b), blocks = run_sides(lm_a, lm_b, given, chosen, compare)
     base = diff(ta, tb, labels=labels, tolerance=tolerance, same_input=True)
     notes = [why_not + "; compared at the block level only"] if why_not else []
     missing = sorted({p for b in blocks for p in order if p.value not in
