@@ -111,6 +111,11 @@ class LoadedModel:
             if not ids:
                 raise BadInput("no token ids to trace")
             text = self.tokenizer.decode(ids) if self.tokenizer is not None else ""
+        seconds = None
+        if isinstance(prompt, (str, Chat)):  # the tokenizer's time, warm: its first call of a
+            start = time.perf_counter()  # run also pays for its start-up
+            self.tokenizer.encode(text, special=not isinstance(prompt, Chat))
+            seconds = time.perf_counter() - start
         vocab = int(self.config.vocab_size)
         bad = [i for i in ids if not 0 <= i < vocab]
         if bad:
@@ -126,7 +131,7 @@ class LoadedModel:
             ids, template = ids[dropped:], template[dropped:]
         return Prepared(ids=tuple(ids), text=text, template=template, dropped=dropped,
                         chat=isinstance(prompt, Chat),
-                        from_ids=not isinstance(prompt, (str, Chat)))
+                        from_ids=not isinstance(prompt, (str, Chat)), seconds=seconds)
 
     def encode(self, prompt: Prompt, truncate: bool = False) -> list[int]:
         """The token ids of a prompt (see prepare)."""
@@ -162,20 +167,18 @@ class LoadedModel:
     def bos_note(self, prepared: Prepared) -> str | None:
         """Who wrote the first tokens: the chat template, or the tokenizer's begin-of-text token
         (the seeds' Llama adds one, SmolLM2's GGUF does not)."""
+        from fptrace.core.notes import BOS_ADDED, CHAT_TEMPLATE, NO_BOS
+
         ids = prepared.ids
         if prepared.chat:
-            n = sum(prepared.flags())
-            return (f"the model's chat template wrote this prompt: {n} of its {len(ids)} tokens "
-                    "are the template's (marked), the others the messages' text; the next "
-                    "token is the assistant's first")
+            return CHAT_TEMPLATE(template=sum(prepared.flags()), n=len(ids))
         bos = getattr(self.tokenizer, "bos_id", None) if self.tokenizer is not None else None
-        if bos is None:
+        if bos is None or not ids:
             return None
         name = repr(self.token_text(bos))
-        if ids and ids[0] == bos:
-            return f"position 0 is the begin-of-text token {name} (id {bos}), added by the tokenizer"
-        return (f"no begin-of-text token: this tokenizer adds none (its would be {name}, id "
-                f"{bos}), so position 0 is the prompt's first word")
+        if ids[0] == bos:
+            return BOS_ADDED(token=name, id=bos)
+        return NO_BOS(first=repr(self.token_text(ids[0])), token=name, id=bos)
 
     def tokens(self, ids: Sequence[int] | Prepared, start: int = 0) -> tuple[Token, ...]:
         """Token rows (position, id, text) of ids, positions counted from `start`; of a
