@@ -22,6 +22,7 @@ from fptrace.models.devices import (
     placement,
 )
 from fptrace.models.gguf_cache import gguf_model, gguf_tokenizer
+from fptrace.models.prompts import Prepared, Prompt
 from fptrace.models.registry import DEFAULT_MODEL, KnownModel, ModelSpec, resolve
 from fptrace.models.sources import (
     check_folder_weights,
@@ -83,26 +84,39 @@ class LoadedModel:
         return self.parts.lm_head.weight.dtype
 
     # ---------------------------------------------------------------- prompts and tokens
-    def encode(self, prompt: str | Sequence[int], truncate: bool = False) -> list[int]:
-        """The token ids of a prompt (text, or ids given as they are), checked against the
-        vocabulary and the context window; see encode_checked for what --truncate dropped."""
-        return self.encode_checked(prompt, truncate)[0]
-
-    def encode_checked(self, prompt: str | Sequence[int], truncate: bool = False
-                       ) -> tuple[list[int], int]:
-        """(ids, dropped): with truncate, a prompt longer than the context keeps its last
-        tokens and `dropped` counts the others; without, it is refused with a clear message."""
+    def prepare(self, prompt: Prompt, truncate: bool = False) -> Prepared:
+        """A prompt as the model takes it (models/prompts.py): text through the tokenizer, a
+        Chat through the chat template, token ids as they are; checked against the vocabulary
+        and the context window (with truncate, a prompt longer than the context keeps its last
+        tokens; without, it is refused with a clear message)."""
+        from fptrace.models.prompts import Chat, Prepared, content_spans, template_flags
         from fptrace.models.tokenizers import encode_prompt
 
-        if isinstance(prompt, str):
-            if self.tokenizer is None:
-                raise BadInput(f"{self.name} has no tokenizer available offline; "
-                               "pass token ids through the Python API instead")
+        if isinstance(prompt, Prepared):
+            return prompt
+        template: tuple[bool, ...] = ()
+        if isinstance(prompt, (str, Chat)) and self.tokenizer is None:
+            raise BadInput(f"{self.name} has no tokenizer available offline; "
+                           "pass token ids through the Python API instead")
+        if isinstance(prompt, Chat):
+            text = self.tokenizer.render_chat(prompt.as_dicts())
+            ids = self.tokenizer.encode(text, special=False)  # the template wrote its specials
+            spans = self.tokenizer.spans(text, special=False)
+            if spans is not None and len(spans) == len(ids):
+                template = template_flags(spans, content_spans(text, prompt))
+        elif isinstance(prompt, str):
+            text = prompt
             ids = encode_prompt(self.tokenizer, prompt)
         else:
             ids = [int(i) for i in prompt]
             if not ids:
                 raise BadInput("no token ids to trace")
+            text = self.tokenizer.decode(ids) if self.tokenizer is not None else ""
+        seconds = None
+        if isinstance(prompt, (str, Chat)):  # the tokenizer's time, warm: its first call of a
+            start = time.perf_counter()  # run also pays for its start-up
+            self.tokenizer.encode(text, special=not isinstance(prompt, Chat))
+            seconds = time.perf_counter() - start
         vocab = int(self.config.vocab_size)
         bad = [i for i in ids if not 0 <= i < vocab]
         if bad:
@@ -115,34 +129,68 @@ class LoadedModel:
                                f"{ctx}; shorten it or pass --truncate to keep the last {ctx} "
                                "tokens")
             dropped = len(ids) - ctx
-            ids = ids[dropped:]
-        return ids, dropped
+            ids, template = ids[dropped:], template[dropped:]
+        return Prepared(ids=tuple(ids), text=text, template=template, dropped=dropped,
+                        chat=isinstance(prompt, Chat),
+                        from_ids=not isinstance(prompt, (str, Chat)), seconds=seconds)
 
-    def prompt_text(self, prompt: str | Sequence[int]) -> str:
-        """The prompt as text (token ids are decoded)."""
+    def encode(self, prompt: Prompt, truncate: bool = False) -> list[int]:
+        """The token ids of a prompt (see prepare)."""
+        return list(self.prepare(prompt, truncate).ids)
+
+    def encode_checked(self, prompt: Prompt, truncate: bool = False) -> tuple[list[int], int]:
+        """(ids, dropped): what prepare() keeps, and how many tokens --truncate dropped."""
+        p = self.prepare(prompt, truncate)
+        return list(p.ids), p.dropped
+
+    def spans(self, prepared: Prepared) -> list[tuple[int, int]] | None:
+        """Each id's character span in prepared.text, or None when the tokenizer cannot say
+        (no tokenizer, or the ids are not what the text encodes to)."""
+        if self.tokenizer is None:
+            return None
+        special = not prepared.chat  # a chat's specials are in its text
+        spans = self.tokenizer.spans(prepared.text, special)
+        if spans is None or self.tokenizer.encode(prepared.text, special)[prepared.dropped:] \
+                != list(prepared.ids):
+            return None
+        return spans[prepared.dropped:]
+
+    def prompt_text(self, prompt: Prompt) -> str:
+        """The prompt as text: as given, the chat template's rendering, or ids decoded."""
         if isinstance(prompt, str):
             return prompt
-        return self.tokenizer.decode(list(prompt)) if self.tokenizer is not None else ""
+        return self.prepare(prompt).text
 
     def token_text(self, token_id: int) -> str:
         return self.tokenizer.token_text(token_id) if self.tokenizer is not None \
             else f"<{token_id}>"
 
-    def bos_note(self, ids: Sequence[int]) -> str | None:
-        """Whether the ids begin with the tokenizer's begin-of-text token: the seeds' Llama adds
-        one, SmolLM2's GGUF does not."""
+    def bos_note(self, prepared: Prepared) -> str | None:
+        """Who wrote the first tokens: the chat template, or the tokenizer's begin-of-text token
+        (the seeds' Llama adds one, SmolLM2's GGUF does not)."""
+        from fptrace.core.notes import BOS_ADDED, CHAT_TEMPLATE, NO_BOS
+
+        ids = prepared.ids
+        if prepared.chat:
+            return CHAT_TEMPLATE(template=sum(prepared.flags()), n=len(ids))
         bos = getattr(self.tokenizer, "bos_id", None) if self.tokenizer is not None else None
-        if bos is None:
+        if bos is None or not ids:
             return None
         name = repr(self.token_text(bos))
-        if ids and ids[0] == bos:
-            return f"position 0 is the begin-of-text token {name} (id {bos}), added by the tokenizer"
-        return (f"no begin-of-text token: this tokenizer adds none (its would be {name}, id "
-                f"{bos}), so position 0 is the prompt's first word")
+        if ids[0] == bos:
+            return BOS_ADDED(token=name, id=bos)
+        return NO_BOS(first=repr(self.token_text(ids[0])), token=name, id=bos)
 
-    def tokens(self, ids: Sequence[int], start: int = 0) -> tuple[Token, ...]:
-        """Token rows (position, id, text) of ids, positions counted from `start`."""
-        return tuple(Token(start + i, t, self.token_text(t)) for i, t in enumerate(ids))
+    def tokens(self, ids: Sequence[int] | Prepared, start: int = 0) -> tuple[Token, ...]:
+        """Token rows (position, id, text) of ids, positions counted from `start`; of a
+        Prepared prompt, with the tokens its chat template added marked."""
+        from fptrace.models.prompts import Prepared
+
+        flags = ids.flags() if isinstance(ids, Prepared) else ()
+        ids = ids.ids if isinstance(ids, Prepared) else ids
+        return tuple(Token(start + i, t, self.token_text(t),
+                           template=bool(flags[i]) if flags else False)
+                     for i, t in enumerate(ids))
 
 
 def tokenizer_for(spec: ModelSpec, config: Any, progress: Progress) -> TextTokenizer | None:

@@ -7,17 +7,28 @@ from typing import Annotated, Optional
 import typer
 
 from fptrace.cli.io import command, load, output
-from fptrace.cli.options import STATS, JsonOpt, LoadOptions, WideOpt, model_options
+from fptrace.cli.options import (
+    STATS,
+    ChatOptions,
+    JsonOpt,
+    LoadOptions,
+    WideOpt,
+    chat_options,
+    model_options,
+)
 from fptrace.errors import BadInput
 
 
 @command(order=50, docs="diff")
+@chat_options()
 @model_options(quantize=True)
 def diff(
-    first: Annotated[str, typer.Argument(help="A prompt, or a trace saved by `run --json`.")],
+    first: Annotated[Optional[str], typer.Argument(
+        help="A prompt, or a trace saved by `run --json` (or --messages FILE).")] = None,
     second: Annotated[Optional[str], typer.Argument(
         help="A second prompt (same model), or a second trace file.")] = None,
     opts: LoadOptions = LoadOptions(),
+    chat: ChatOptions = ChatOptions(),
     model_b: Annotated[Optional[str], typer.Option("--model-b", help="Run the prompt on this "
                                                    "model too.", rich_help_panel="Model")] = None,
     dtype_b: Annotated[Optional[str], typer.Option("--dtype-b", help="... in this dtype.",
@@ -53,11 +64,11 @@ def diff(
     from fptrace.commands.diff.render import diff_view
 
     if deep or deep_layers is not None:
-        result = _deep(first, second, opts, _settings_b(model_b, dtype_b, device_b,
-                                                        random_weights_b, quantize_b),
+        result = _deep(first, second, opts, chat, _settings_b(model_b, dtype_b, device_b,
+                                                              random_weights_b, quantize_b),
                        deep_layers, tolerance)
     else:
-        a, b, labels, same = _diff_inputs(first, second, opts, model_b, dtype_b, device_b,
+        a, b, labels, same = _diff_inputs(first, second, opts, chat, model_b, dtype_b, device_b,
                                           random_weights_b, quantize_b)
         result = diff_traces(a, b, labels=labels, tolerance=tolerance, same_input=same)
     output(result, diff_view, as_json=as_json, wide=wide)
@@ -76,59 +87,63 @@ def _settings_b(model_b: str | None, dtype_b: str | None, device_b: str | None,
     return settings_b
 
 
-def _deep(first: str, second: str | None, opts: LoadOptions, settings_b: dict,
-          deep_layers: str | None, tolerance: float | None) -> object:
+def _deep(first: str | None, second: str | None, opts: LoadOptions, chat: ChatOptions,
+          settings_b: dict, deep_layers: str | None, tolerance: float | None) -> object:
     """--deep: one prompt on two loaded models (a and the -b options)."""
     import dataclasses
 
+    from fptrace.cli.io import prompt_of
     from fptrace.commands.diff.deep import deep_diff
-    from fptrace.models.tokenizers import check_prompt
 
-    if second is not None or first.endswith((".json", ".jsonl")) or not settings_b:
+    if second is not None or (first or "").endswith((".json", ".jsonl")) or not settings_b:
         raise BadInput("--deep compares one prompt on two models or settings: PROMPT and a -b "
                        "option (--model-b, --dtype-b, --device-b, --quantize-b, "
                        "--random-weights-b); saved traces hold no points inside the blocks")
-    check_prompt(first)
+    prompt = prompt_of(first, chat)
     lm_a = load(opts)
     lm_b = load(dataclasses.replace(opts, **settings_b))
-    return deep_diff(lm_a, lm_b, first, layers=deep_layers, tolerance=tolerance)
+    return deep_diff(lm_a, lm_b, prompt, layers=deep_layers, tolerance=tolerance)
 
 
-def _diff_inputs(first: str, second: str | None, opts: LoadOptions, model_b: str | None,
-                 dtype_b: str | None, device_b: str | None, random_b: bool,
+def _diff_inputs(first: str | None, second: str | None, opts: LoadOptions, chat: ChatOptions,
+                 model_b: str | None, dtype_b: str | None, device_b: str | None, random_b: bool,
                  quantize_b: str | None = None) -> tuple[dict, dict, tuple[str, str], bool]:
     """The two traces to compare (as JSON dicts), their labels, and whether they ran the same
     input."""
     import dataclasses
+    import os
 
+    from fptrace.cli.io import prompt_of
     from fptrace.commands.diff.core import read_trace
-    from fptrace.models.tokenizers import check_prompt
     from fptrace.render.json import to_dict
 
     settings_b = _settings_b(model_b, dtype_b, device_b, random_b, quantize_b)
     files = [p for p in (first, second) if p is not None and p.endswith((".json", ".jsonl"))]
+    for path in files:
+        if not os.path.exists(path):
+            raise BadInput(f"no such file: {path}")
     if files:
         if len(files) != 2 or settings_b:
             raise BadInput("diff takes two trace files, or prompts (not both; the -b options "
                            "go with one prompt)")
         return read_trace(first), read_trace(second), (first, second), False
 
-    def traced(lm_opts: LoadOptions, prompt: str) -> dict:
+    def traced(lm_opts: LoadOptions, prompt: object) -> dict:
         from fptrace.core.trace import run_trace
 
         lm = load(lm_opts)
         return to_dict(run_trace(lm, prompt, snippet=int(lm.config.hidden_size)))
 
-    check_prompt(first)
+    a = prompt_of(first, chat)
     if second is not None:
         if settings_b:
             raise BadInput("give either a second prompt or --model-b/--dtype-b/--device-b/"
                            "--quantize-b/--random-weights-b, not both")
-        check_prompt(second)
-        return traced(opts, first), traced(opts, second), ("a", "b"), False
+        b = prompt_of(second, chat)
+        return traced(opts, a), traced(opts, b), ("a", "b"), False
     if not settings_b:
         raise BadInput("diff needs something to compare: a second prompt, two trace files, or "
                        "a -b option (--model-b, --dtype-b, --device-b, --quantize-b, "
                        "--random-weights-b)")
     opts_b = dataclasses.replace(opts, **settings_b)
-    return traced(opts, first), traced(opts_b, first), ("a", "b"), True
+    return traced(opts, a), traced(opts_b, a), ("a", "b"), True

@@ -6,17 +6,20 @@ from typing import Annotated, Optional
 
 import typer
 
-from fptrace.cli.io import check_match, command, load, stderr_console
-from fptrace.cli.options import OUTPUT, STATS, LoadOptions, model_options
+from fptrace.cli.io import check_match, command, load_for, stderr_console
+from fptrace.cli.options import OUTPUT, STATS, ChatOptions, LoadOptions, chat_options, model_options
 
 
 @command(order=90, docs="report")
+@chat_options()
 @model_options(placement=False)
 def report(
-    prompt: Annotated[str, typer.Argument(help="The text to trace.")],
     out: Annotated[str, typer.Option("--out", "-o", help="The .html file to write.",
                                      rich_help_panel=OUTPUT)],
-    opts: LoadOptions,
+    prompt: Annotated[Optional[str], typer.Argument(
+        help="The text to trace (or --messages FILE).")] = None,
+    opts: LoadOptions = LoadOptions(),
+    chat: ChatOptions = ChatOptions(),
     layer: Annotated[int, typer.Option("--layer", "-l", help="The block the walkthrough "
                                        "recomputes.", rich_help_panel=STATS)] = 0,
     head: Annotated[int, typer.Option("--head", help="The head whose matrix the walkthrough "
@@ -37,11 +40,9 @@ def report(
     one layer, the attribution of the top-1 (and with --noise, causal tracing) and the JSON
     trace. It makes no network request and opens offline."""
     from fptrace.commands.report.core import build_html, check_out, write_report
-    from fptrace.models.tokenizers import check_prompt
 
-    check_prompt(prompt)
     check_out(out)
-    lm = load(opts)
+    lm, prompt = load_for(prompt, opts, chat=chat)
     from fptrace.commands.explain.core import covered
     from fptrace.commands.explain.core import explain as run_explain
     from fptrace.core.trace import run_trace
