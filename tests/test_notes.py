@@ -208,6 +208,25 @@ def _diff_snippet(f):
         _diff(_trace(lm, [5, 6, 7]), _trace(lm, [5, 6, 8]))
 
 
+def _deep(b):
+    import copy
+
+    from fptrace.commands.diff.deep import deep_diff
+
+    a = _llama()
+    other = b or wrap_model(copy.deepcopy(a.model), name="copy", random_weights=True)
+    return deep_diff(a, other, [5, 6, 7]).deep.notes
+
+
+def _diff_deep_block_level(f):
+    return _deep(None), _deep(wrap_model(build_tiny("gpt2"), name="tiny-gpt2",
+                                         random_weights=True))
+
+
+def _diff_deep_missing_points(f):
+    return _deep(None), None
+
+
 def _shapes_beyond_context(f):
     from fptrace.commands.shapes.core import shape_report
 

@@ -171,6 +171,18 @@ DIFF_SNIPPET = note(
     "a trace holds only the first values of the stream, so the relative difference and cosine "
     "are withheld; save traces with `--snippet D` (D = d_model) to compare them")
 
+DEEP_BLOCK_LEVEL = note(
+    "diff_deep_block_level", ("diff", "report"),
+    "with --deep, the two models' blocks have no points to match: models of two families, a "
+    "family with no points recorded, or blocks of other shapes",
+    "{reason}: the points inside the blocks are not compared, only the block level")
+
+DEEP_MISSING = note(
+    "diff_deep_missing_points", ("diff", "report"),
+    "with --deep, a point of the family's blocks did not show in one of the runs (an attention "
+    "module that returns no weights even when eager)",
+    "not compared, as a run did not show them: {points}")
+
 BEYOND_CONTEXT = note(
     "shapes_beyond_context", ("shapes",),
     "the sequence length asked for is beyond the model's context window",

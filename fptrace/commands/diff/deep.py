@@ -33,6 +33,7 @@ from fptrace.commands.diff.result import (
     TraceDiff,
 )
 from fptrace.core.hooks import Hook, hooked
+from fptrace.core.notes import DEEP_BLOCK_LEVEL, DEEP_MISSING
 from fptrace.core.points import BLOCK, Point, inputs
 from fptrace.errors import BadInput
 from fptrace.families import Tap
@@ -71,8 +72,7 @@ def mismatch(a: LoadedModel, b: LoadedModel) -> str | None:
     """Why the points of a and b cannot be compared one for one, or None when they can."""
     fa, fb = a.parts.family, b.parts.family
     if fa.name != fb.name:
-        return (f"a is a {fa.title} model ({fa.name}) and b a {fb.title} one ({fb.name}): --deep "
-                "compares the points inside blocks of one family")
+        return f"a is a {fa.title} model ({fa.name}) and b a {fb.title} one ({fb.name})"
     if fa.heads is None:
         return f"the {fa.name} family has no points recorded inside its blocks"
     da, db = dims(a.config, fa), dims(b.config, fb)
@@ -435,13 +435,11 @@ def deep_diff(lm_a: LoadedModel, lm_b: LoadedModel, prompt: Any, *,
     given = ids_a if lm_a.tokenizer is not None and lm_a.tokenizer is lm_b.tokenizer else prompt
     (ta, lens_a), (tb, lens_b), blocks = run_sides(lm_a, lm_b, given, chosen, compare)
     base = diff(ta, tb, labels=labels, tolerance=tolerance, same_input=True)
-    notes = [why_not + "; compared at the block level only"] if why_not else []
+    notes = [DEEP_BLOCK_LEVEL(reason=why_not)] if why_not else []
     missing = sorted({p for b in blocks for p in order if p.value not in
                       {q.point for q in b.points}}, key=order.index)
     if missing:
-        notes.append("not compared, as a run did not show them: " + ", ".join(
-            p.value for p in missing) + (" (a model whose attention returns no weights even "
-                                         "when eager)" if Point.attn_weights in missing else ""))
+        notes.append(DEEP_MISSING(points=", ".join(p.value for p in missing)))
     parted = parting(blocks, base.tolerance)
     deep = DeepDiff(
         family_a=fam.name, family_b=lm_b.parts.family.name, compared=why_not is None,

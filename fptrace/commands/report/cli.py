@@ -6,7 +6,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from fptrace.cli.io import check_match, command, load_for, stderr_console
+from fptrace.cli.io import check_match, command, load, load_for, stderr_console
 from fptrace.cli.options import OUTPUT, STATS, ChatOptions, LoadOptions, chat_options, model_options
 
 
