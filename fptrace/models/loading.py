@@ -254,14 +254,15 @@ def load_model(name: str = DEFAULT_MODEL, *, random_weights: bool = False, seed:
     dt = pick_dtype(dtype, dev)
     placed = placed_options(device_map, max_memory, offload_folder)
     ranks = tp.world_size()
-    # from_pretrained's arguments beyond the dtype: a device map, a quantization
-    pretrained = {**(placed or {}), **_quantized(quantize, spec, dev, placed, random_weights,
-                                                 ranks)} or None
     if ranks > 1:  # under torchrun: each rank loads its shard of every layer
         tp.check(load_config(spec) if not (spec.kind == "gguf" and spec.path is None)
                  else config_from_dict(spec.known.config), ranks, device_map=device_map,
                  random_weights=random_weights)
         placed = tp.from_pretrained_options(ranks)
+    # from_pretrained's arguments beyond the dtype: a device map or the tensor-parallel
+    # config, a quantization
+    pretrained = {**(placed or {}), **_quantized(quantize, spec, dev, placed, random_weights,
+                                                 ranks)} or None
     t0 = time.perf_counter()
     if random_weights:
         config = load_config(spec) if not (spec.kind == "gguf" and spec.path is None) \
@@ -297,8 +298,11 @@ def load_model(name: str = DEFAULT_MODEL, *, random_weights: bool = False, seed:
         model.to(dev)
     tokenizer = tokenizer_for(spec, model.config, progress)
     parts = resolve_parts(model)
+    sharded = int(getattr(model, "tp_size", None) or 1)  # what transformers did, not asked
+    if sharded != ranks:
+        raise RuntimeError(f"{ranks} ranks, but transformers sharded the weights over {sharded}")
     lm = LoadedModel(name=spec.name, model=model, tokenizer=tokenizer, parts=parts,
-                     random_weights=random_weights, source=source, tensor_parallel=ranks,
+                     random_weights=random_weights, source=source, tensor_parallel=sharded,
                      quantization=quantize)
     where = "; ".join(lm.placement) or str(lm.device)
     progress(f"loaded {spec.name} in {time.perf_counter() - t0:.1f} s on {where} "
