@@ -112,6 +112,12 @@ def cases(tmp: str, folder: str) -> list[tuple[str, list[str], dict]]:
                                                    "1.0", "--query", "1", "--key", "2"]),
         ("attribute --qk with --versus", ["attribute", "The cat sat", *m, "--qk", "1.0",
                                           "--versus", " dog"]),
+        ("diff --deep: --deep-layers out of range", ["diff", "hi", *m, "--model-b", folder,
+                                                     "--deep", "--deep-layers", "2-5"]),
+        ("diff --deep with two prompts", ["diff", "hi", "ho", *m, "--deep"]),
+        ("diff: a quantization that does not exist", ["diff", "hi", *m, "--quantize-b", "int3"]),
+        ("diff: quantizing random weights", ["diff", "hi", *m, "--random-weights",
+                                             "--quantize-b", "int8"]),
     ]
 
 

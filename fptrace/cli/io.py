@@ -100,6 +100,9 @@ def guarded(fn: Callable[..., Any]) -> Callable[..., Any]:
 
 
 def quiet_libraries() -> None:
+    from fptrace.models.quantize import quiet_torchao
+
+    quiet_torchao()
     os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
     os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
     import transformers

@@ -63,7 +63,14 @@ TP: tuple[tuple[str, Any, Any], ...] = (
         "(torch's launcher; under torchrun, fptrace uses the ranks it is given).",
         rich_help_panel=MODEL)], None),
 )
-assert {n for n, _, _ in OPTIONS + PLACEMENT + TP} == {f.name for f in fields(LoadOptions)}
+QUANTIZE: tuple[tuple[str, Any, Any], ...] = (
+    ("quantize", Annotated[Optional[str], typer.Option(
+        "--quantize", help="int8 or int4: quantize the blocks' linear weights on load (torchao's "
+        "weight-only schemes through transformers; needs torchao 0.15 or later).",
+        rich_help_panel=MODEL)], None),
+)
+assert {n for n, _, _ in OPTIONS + PLACEMENT + TP + QUANTIZE} == \
+    {f.name for f in fields(LoadOptions)}
 
 PlotOpt = Annotated[Optional[str], typer.Option(
     "--plot", help="Also write a figure (.png, .svg, .pdf, .jpg or .webp; no display needed).",
@@ -76,14 +83,15 @@ WideOpt = Annotated[bool, typer.Option(
     rich_help_panel=OUTPUT)]
 
 
-def model_options(placement: bool = True, tp: bool = False
+def model_options(placement: bool = True, tp: bool = False, quantize: bool = False
                   ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """Attach the loading options to a command whose function takes `opts: LoadOptions`.
 
     placement: also --device-map, --max-memory and --offload-folder (commands whose work reads
-    weights step by step, like explain, leave them out); tp: also --tp."""
-    return _group(OPTIONS + (PLACEMENT if placement else ()) + (TP if tp else ()), LoadOptions,
-                  "opts")
+    weights step by step, like explain, leave them out); tp: also --tp; quantize: also
+    --quantize (commands that only hook the model's modules)."""
+    return _group(OPTIONS + (PLACEMENT if placement else ()) + (TP if tp else ()) +
+                  (QUANTIZE if quantize else ()), LoadOptions, "opts")
 
 
 CHAT = "Chat"

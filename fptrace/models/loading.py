@@ -55,6 +55,7 @@ class LoadedModel:
     source: str
     info: Any = field(default=None, repr=False, compare=False)  # ModelInfo, set by model_info()
     tensor_parallel: int = 1  # ranks the weights are sharded over (torchrun)
+    quantization: str | None = None  # "int8" / "int4": weight-only, quantized on load
 
     @property
     def config(self) -> Any:
@@ -111,6 +112,11 @@ class LoadedModel:
             if not ids:
                 raise BadInput("no token ids to trace")
             text = self.tokenizer.decode(ids) if self.tokenizer is not None else ""
+        seconds = None
+        if isinstance(prompt, (str, Chat)):  # the tokenizer's time, warm: its first call of a
+            start = time.perf_counter()  # run also pays for its start-up
+            self.tokenizer.encode(text, special=not isinstance(prompt, Chat))
+            seconds = time.perf_counter() - start
         vocab = int(self.config.vocab_size)
         bad = [i for i in ids if not 0 <= i < vocab]
         if bad:
@@ -126,7 +132,7 @@ class LoadedModel:
             ids, template = ids[dropped:], template[dropped:]
         return Prepared(ids=tuple(ids), text=text, template=template, dropped=dropped,
                         chat=isinstance(prompt, Chat),
-                        from_ids=not isinstance(prompt, (str, Chat)))
+                        from_ids=not isinstance(prompt, (str, Chat)), seconds=seconds)
 
     def encode(self, prompt: Prompt, truncate: bool = False) -> list[int]:
         """The token ids of a prompt (see prepare)."""
@@ -162,20 +168,18 @@ class LoadedModel:
     def bos_note(self, prepared: Prepared) -> str | None:
         """Who wrote the first tokens: the chat template, or the tokenizer's begin-of-text token
         (the seeds' Llama adds one, SmolLM2's GGUF does not)."""
+        from fptrace.core.notes import BOS_ADDED, CHAT_TEMPLATE, NO_BOS
+
         ids = prepared.ids
         if prepared.chat:
-            n = sum(prepared.flags())
-            return (f"the model's chat template wrote this prompt: {n} of its {len(ids)} tokens "
-                    "are the template's (marked), the others the messages' text; the next "
-                    "token is the assistant's first")
+            return CHAT_TEMPLATE(template=sum(prepared.flags()), n=len(ids))
         bos = getattr(self.tokenizer, "bos_id", None) if self.tokenizer is not None else None
-        if bos is None:
+        if bos is None or not ids:
             return None
         name = repr(self.token_text(bos))
-        if ids and ids[0] == bos:
-            return f"position 0 is the begin-of-text token {name} (id {bos}), added by the tokenizer"
-        return (f"no begin-of-text token: this tokenizer adds none (its would be {name}, id "
-                f"{bos}), so position 0 is the prompt's first word")
+        if ids[0] == bos:
+            return BOS_ADDED(token=name, id=bos)
+        return NO_BOS(first=repr(self.token_text(ids[0])), token=name, id=bos)
 
     def tokens(self, ids: Sequence[int] | Prepared, start: int = 0) -> tuple[Token, ...]:
         """Token rows (position, id, text) of ids, positions counted from `start`; of a
@@ -235,13 +239,16 @@ def load_model(name: str = DEFAULT_MODEL, *, random_weights: bool = False, seed:
                device: str = "cpu", dtype: str = "auto", allow_pickle: bool = False,
                trust_remote_code: bool = False, device_map: str | None = None,
                max_memory: str | None = None, offload_folder: str | None = None,
-               progress: Progress = _quiet) -> LoadedModel:
+               quantize: str | None = None, progress: Progress = _quiet) -> LoadedModel:
     """Resolve `name` (see registry.RESOLUTION_HELP) and load it, ready to trace.
 
     device_map="auto" (with max_memory like "0=70GiB,cpu=200GiB" and an offload_folder) loads
-    through Accelerate: blocks spread over GPUs, then CPU RAM, then disk."""
+    through Accelerate: blocks spread over GPUs, then CPU RAM, then disk. quantize="int8" or
+    "int4": the blocks' linear weights quantized on load (models/quantize.py)."""
     from fptrace.models import tensor_parallel as tp
+    from fptrace.models.quantize import quiet_torchao
 
+    quiet_torchao()  # transformers imports torchao, when installed, with every model
     spec = resolve(name)
     dev = pick_device(device)
     dt = pick_dtype(dtype, dev)
@@ -252,6 +259,10 @@ def load_model(name: str = DEFAULT_MODEL, *, random_weights: bool = False, seed:
                  else config_from_dict(spec.known.config), ranks, device_map=device_map,
                  random_weights=random_weights)
         placed = tp.from_pretrained_options(ranks)
+    # from_pretrained's arguments beyond the dtype: a device map or the tensor-parallel
+    # config, a quantization
+    pretrained = {**(placed or {}), **_quantized(quantize, spec, dev, placed, random_weights,
+                                                 ranks)} or None
     t0 = time.perf_counter()
     if random_weights:
         config = load_config(spec) if not (spec.kind == "gguf" and spec.path is None) \
@@ -265,13 +276,13 @@ def load_model(name: str = DEFAULT_MODEL, *, random_weights: bool = False, seed:
             raise ModelNotFound(_missing_package(spec.known))
         if spec.known is not None:
             estimate(config_from_dict(spec.known.config), dt, dev, placed, progress)
-        model = gguf_model(spec.path, dt, progress, placed)
+        model = gguf_model(spec.path, dt, progress, pretrained)
         source = spec.path
     elif spec.kind == "folder":
         safe = check_folder_weights(spec.path, allow_pickle)
         if not needs_remote_code(os.path.join(spec.path, "config.json"), trust_remote_code):
             estimate(load_config(spec), dt, dev, placed, progress)
-        model = from_pretrained(spec.path, safe, trust_remote_code, dt, placed)
+        model = from_pretrained(spec.path, safe, trust_remote_code, dt, pretrained)
         source = os.path.abspath(spec.path)
     else:
         config_path = hub_file(spec.hub_id, "config.json")
@@ -280,19 +291,37 @@ def load_model(name: str = DEFAULT_MODEL, *, random_weights: bool = False, seed:
         safe = check_folder_weights(folder, allow_pickle)
         if not needs_remote_code(config_path, trust_remote_code):
             estimate(load_config(spec), dt, dev, placed, progress)
-        model = from_pretrained(folder, safe, trust_remote_code, dt, placed)
+        model = from_pretrained(folder, safe, trust_remote_code, dt, pretrained)
         source = f"hub:{spec.hub_id}"
     model.eval()
-    if placed is None:
+    if pretrained is None:
         model.to(dev)
     tokenizer = tokenizer_for(spec, model.config, progress)
     parts = resolve_parts(model)
+    sharded = int(getattr(model, "tp_size", None) or 1)  # what transformers did, not asked
+    if sharded != ranks:
+        raise RuntimeError(f"{ranks} ranks, but transformers sharded the weights over {sharded}")
     lm = LoadedModel(name=spec.name, model=model, tokenizer=tokenizer, parts=parts,
-                     random_weights=random_weights, source=source, tensor_parallel=ranks)
+                     random_weights=random_weights, source=source, tensor_parallel=sharded,
+                     quantization=quantize)
     where = "; ".join(lm.placement) or str(lm.device)
     progress(f"loaded {spec.name} in {time.perf_counter() - t0:.1f} s on {where} "
-             f"({str(dt)[6:]})")
+             f"({str(dt)[6:]}{', ' + quantize + ' weight-only' if quantize else ''})")
     return lm
+
+
+def _quantized(quantize: str | None, spec: ModelSpec, dev: Any, placed: dict | None,
+               random_weights: bool, ranks: int) -> dict:
+    """from_pretrained's arguments that quantize the weights on load (none without quantize),
+    after refusing what this load cannot run."""
+    if quantize is None:
+        return {}
+    from fptrace.models.quantize import check_quantization, quantization_config
+
+    check_quantization(quantize, dev, load_config(spec) if quantize == "int4" and not
+                       random_weights else None, random_weights=random_weights, ranks=ranks)
+    return {"quantization_config": quantization_config(quantize),
+            **({} if placed else {"device_map": str(dev)})}
 
 
 def _missing_package(known: KnownModel | None) -> str:

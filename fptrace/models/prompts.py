@@ -55,6 +55,7 @@ class Prepared:
     dropped: int = 0  # tokens --truncate removed from the start
     chat: bool = False  # the text is a chat template's rendering
     from_ids: bool = False  # the prompt was given as token ids: `text` is their decoding
+    seconds: float | None = None  # the tokenizer's time on this text, warm; None for ids given
 
     def flags(self) -> tuple[bool, ...]:
         """One template flag per id (all False for a plain prompt)."""

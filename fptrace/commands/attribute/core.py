@@ -20,6 +20,7 @@ from typing import Any
 from fptrace.commands.attribute.result import Attribution, Contribution, LayerAttribution
 from fptrace.core.fragments import token_id
 from fptrace.core.hooks import Capture, capture_stats, first_output, hooked
+from fptrace.core.notes import HEADS_UNSPLIT, SOFTCAP
 from fptrace.core.trace import base_notes, layer_stats, model_info, ranked_token
 from fptrace.errors import BadInput, UnsupportedModel
 from fptrace.models.loading import LoadedModel
@@ -146,8 +147,7 @@ def _attribution(lm: LoadedModel, info: Any, prepared: Prepared, cap: Capture, g
                            cap.attn_last[layer][0], info.dtype)
         if heads is None:
             comps.append(("attn", layer, None, attn_total))
-            notes.append(f"block {layer}: the per-head parts do not add up to the attention "
-                         "output; attention shown as one part")
+            notes.append(HEADS_UNSPLIT(layer=layer))
             head_grid.append(())
         else:
             per_head = value(heads[0])  # (nh,)
@@ -176,8 +176,7 @@ def _attribution(lm: LoadedModel, info: Any, prepared: Prepared, cap: Capture, g
         mlp=sum(c.value for c in contributions if c.layer == l and c.component == "mlp"))
         for l in range(info.n_layers))
     if capped:
-        notes.append(f"the model soft-caps its logits at {lm.parts.final_softcap:g}: the parts "
-                     "sum to the logit before the cap; the capped logit is shown beside it")
+        notes.append(SOFTCAP(cap=lm.parts.final_softcap))
     notes = base_notes(lm) + notes
     top_parts = tuple(sorted(contributions, key=lambda c: -abs(c.value))[:top])
     return Attribution(

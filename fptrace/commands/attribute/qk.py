@@ -33,6 +33,7 @@ from fptrace.commands.attribute.core import (
 )
 from fptrace.commands.attribute.result import QKAttribution, QKPart, QKPartSum, QKTerm
 from fptrace.core.hooks import eager_attention, first_output, hooked
+from fptrace.core.notes import HEADS_UNSPLIT, QK_KEY_DEFAULTED, QK_SOFTCAP
 from fptrace.core.results import Check
 from fptrace.core.trace import base_notes, model_info
 from fptrace.errors import BadInput, UnsupportedModel
@@ -263,8 +264,7 @@ def _stream_parts(lm: LoadedModel, got: dict, layer: int, positions: Sequence[in
             labels.append(QKPart("attn", n, None))
             for p, r in at.items():
                 vecs[p].append(attn[n][r])
-            notes.append(f"block {n}: the per-head parts do not add up to the attention "
-                         "output; its attention is one part")
+            notes.append(HEADS_UNSPLIT(layer=n))
         else:
             labels += [QKPart("attn_head", n, h) for h in range(nh)]
             with_bias = any(s[1] is not None for s in split.values())
@@ -386,11 +386,9 @@ def _split(lm: LoadedModel, info: Any, prepared: Prepared, layer: int, head: int
 
     notes = base_notes(lm) + notes
     if defaulted:
-        notes.append(f"the key is the position query {i} attends to most in this head; "
-                     "--key chooses another")
+        notes.append(QK_KEY_DEFAULTED(query=i))
     if cap:
-        notes.append(f"the model soft-caps attention scores at {cap:g}: the terms sum to the "
-                     "score before the cap; the softmax reads the capped score")
+        notes.append(QK_SOFTCAP(cap=cap))
     flat = terms.flatten()  # (Pq·Pk,)
     absolute = float(flat.abs().sum()) or 1.0
     order = flat.abs().topk(min(top, flat.numel())).indices.tolist()

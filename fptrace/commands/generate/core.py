@@ -17,6 +17,7 @@ from typing import Any, Callable
 from fptrace.commands.generate.result import Generation, GenStep
 from fptrace.core import sampling, stats
 from fptrace.core.hooks import Capture, capture_stats, hooked
+from fptrace.core.notes import TENSOR_PARALLEL_KV
 from fptrace.core.results import FinalNormStats, TopToken
 from fptrace.core.trace import base_notes, first_nonfinite, layer_stats, model_info, ranked_token
 from fptrace.errors import BadInput
@@ -156,8 +157,7 @@ def _generation(lm: LoadedModel, prepared: Prepared, info: Any, steps: list,
     decode = sum(s.seconds for s in steps[1:])
     notes = base_notes(lm)
     if lm.tensor_parallel > 1:
-        notes.append(f"tensor parallel over {lm.tensor_parallel} ranks: the KV-cache shapes and "
-                     f"bytes are rank 0's shard (1/{lm.tensor_parallel} of the key/value heads)")
+        notes.append(TENSOR_PARALLEL_KV(n=lm.tensor_parallel))
     return Generation(
         prompt=prepared.text, model=info,
         tokens=lm.tokens(prepared),

@@ -18,6 +18,7 @@ from typing import Any, Sequence
 from fptrace.commands.patch.result import PatchCell, PatchResult
 from fptrace.core.fragments import subject_positions, token_id
 from fptrace.core.hooks import first_output, hooked
+from fptrace.core.notes import WEAK_CORRUPTION
 from fptrace.core.trace import base_notes, model_info, ranked_token
 from fptrace.errors import BadInput
 from fptrace.models.loading import LoadedModel
@@ -180,9 +181,7 @@ def patch(lm: LoadedModel, prompt: Prompt, *, noise: str | None = None,
                   reverse=True)[:5]
     notes = base_notes(lm)
     if p_clean - p_corrupt < 0.05:
-        notes.append(f"the corruption barely changes the target's probability ({p_clean:.3f} → "
-                     f"{p_corrupt:.3f}): the grid shows little; try a larger --noise-scale or "
-                     "another corruption")
+        notes.append(WEAK_CORRUPTION(clean=p_clean, corrupt=p_corrupt))
     return PatchResult(
         prompt=prepared.text, model=info, tokens=lm.tokens(prepared),
         corrupt_tokens=lm.tokens(corrupt_prepared), corruption="noise" if noise else "prompt",

@@ -6,7 +6,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from fptrace.cli.io import check_match, command, load_for, stderr_console
+from fptrace.cli.io import check_match, command, load, load_for, stderr_console
 from fptrace.cli.options import OUTPUT, STATS, ChatOptions, LoadOptions, chat_options, model_options
 
 
@@ -27,6 +27,14 @@ def report(
     noise: Annotated[Optional[str], typer.Option(
         "--noise", help="Also a causal-tracing section: noise on this subject's embeddings "
         "(as `fptrace patch --noise`).", rich_help_panel=STATS)] = None,
+    model_b: Annotated[Optional[str], typer.Option(
+        "--model-b", help="Also a `diff --deep` section: the prompt on this model too.",
+        rich_help_panel=STATS)] = None,
+    dtype_b: Annotated[Optional[str], typer.Option(
+        "--dtype-b", help="... or in this dtype.", rich_help_panel=STATS)] = None,
+    quantize_b: Annotated[Optional[str], typer.Option(
+        "--quantize-b", help="... or quantized on load (int8, int4).",
+        rich_help_panel=STATS)] = None,
     qk: Annotated[Optional[str], typer.Option(
         "--qk", metavar="LAYER.HEAD", help="The head whose attention score the report splits "
         "(as `fptrace attribute --qk`); default: the head that adds most to the top-1.",
@@ -62,7 +70,16 @@ def report(
         from fptrace.commands.patch.core import patch as run_patch
 
         patching = run_patch(lm, prompt, noise=noise, seed=opts.seed)
-    write_report(out, build_html(trace, explanation, attribution, patching, qk=split))
+    against = None
+    settings_b = {k: v for k, v in (("model", model_b), ("dtype", dtype_b),
+                                    ("quantize", quantize_b)) if v is not None}
+    if settings_b:
+        import dataclasses
+
+        from fptrace.commands.diff.deep import deep_diff
+
+        against = deep_diff(lm, load(dataclasses.replace(opts, **settings_b)), prompt)
+    write_report(out, build_html(trace, explanation, attribution, patching, against, qk=split))
     stderr_console().print(f"wrote {out}", markup=False, soft_wrap=True)
     check_match(explanation.match, [c.name for c in explanation.checks if not c.ok])
     if split is not None:
