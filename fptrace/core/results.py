@@ -22,7 +22,7 @@ def result(cls: type[T]) -> type[T]:
     return dataclass(frozen=True)(cls)
 
 
-SCHEMA_VERSION = "1.2"  # minor: fields or kinds added; major: a field changed or removed
+SCHEMA_VERSION = "1.3"  # minor: fields or kinds added; major: a field changed or removed
 
 # One vocabulary of trace points, shared by hooks, JSON keys and table headers: embed,
 # resid_pre, attn_out, resid_mid, mlp_out, resid_post, final_norm, logits (ShapeStep.point,
@@ -354,7 +354,8 @@ class Check:
     """Whether it does."""
     target: str = ""
     """Which check: `embedding`, `softmax_rows`, `causal_zeros`, `attn_out`, `mlp_out`, `block` (the
-    recomputed block output) or `logits`."""
+    recomputed block output) or `logits` (explain); `steered_stream` or `lens_logits` (steer);
+    `ablated_attention` or `ablated_block` (ablate)."""
     unit: str = "abs"
     """`abs`: the value is a max absolute difference; `count`: it counts elements."""
 
