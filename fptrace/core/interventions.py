@@ -29,13 +29,18 @@ from fptrace.models.loading import LoadedModel
 MODES = ("zero", "mean")
 
 
-@dataclass(frozen=True, order=True)
+@dataclass(frozen=True)
 class Part:
     """A part that can be removed: attention head `head` of block `layer`, or (head None) the
     MLP of block `layer`."""
 
     layer: int
     head: int | None = None
+
+    @property
+    def order(self) -> tuple[int, int, int]:
+        """Stream order: by block, a block's heads before its MLP."""
+        return (self.layer, 1 if self.head is None else 0, self.head or 0)
 
     @property
     def label(self) -> str:

@@ -62,7 +62,7 @@ def ablate(lm: LoadedModel, prompt: Any, *, heads: Sequence[str] = (),
     L, nh = info.n_layers, info.n_heads
     runs: list[tuple[Part, ...]] = [(p,) for p in dict.fromkeys(chosen)]
     if len(runs) > 1:
-        runs.append(tuple(sorted(dict.fromkeys(chosen))))
+        runs.append(tuple(sorted(dict.fromkeys(chosen), key=lambda p: p.order)))
     grid_heads = [(Part(l, h),) for l in range(L) for h in range(nh)] if all_heads else []
     grid_mlps = [(Part(l),) for l in range(L)] if all_mlps else []
     todo = list(dict.fromkeys(runs + grid_heads + grid_mlps))
