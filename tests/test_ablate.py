@@ -250,3 +250,17 @@ def test_bundled_model_all_heads(smollm):
     worst_heads = sorted((v, f"{l}.{h}") for l, row in enumerate(r.head_grid)
                          for h, v in enumerate(row))[:5]
     assert "23.4" in [name for _, name in worst_heads]
+
+
+def test_report_sections(tmp_path):
+    out = tmp_path / "r.html"
+    r = runner.invoke(app, ["report", PROMPT, "-m", tiny_gpt2(), "--random-weights", "-o",
+                            str(out), "--ablate", "--add", " love", "--subtract", " hate",
+                            "--steer-layer", "1"])
+    assert r.exit_code == 0, r.stderr
+    page = out.read_text()
+    assert "a steering vector added to the stream" in page and "one head or MLP removed" in page
+    assert page.count("<img") == 5
+    r = runner.invoke(app, ["report", PROMPT, "-m", tiny_gpt2(), "--random-weights", "-o",
+                            str(out), "--add", " love"])
+    assert r.exit_code == 2 and "--steer-layer" in r.stderr

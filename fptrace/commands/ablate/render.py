@@ -67,7 +67,10 @@ def grid_table(a: Ablation, width: int | None) -> RenderableType:
     cols = [Col("block", 0, "right")] + [Col(f"h{h}", 0, "right") for h in range(n_heads)]
     if a.mlp_column:
         cols.append(Col("MLP", 0, "right"))
-    marked = {r.parts[0] for r in a.largest[:5]}
+    heads = sorted(((abs(v), f"{l}.{h}") for l, row in enumerate(a.head_grid)
+                    for h, v in enumerate(row)), reverse=True)[:5]
+    mlps = sorted(((abs(v), f"mlp {l}") for l, v in enumerate(a.mlp_column)), reverse=True)[:3]
+    marked = {name for _, name in heads + mlps}
     values = [v for row in a.head_grid for v in row] + list(a.mlp_column)
     top = max((abs(v) for v in values), default=0.0)
     rows = []
@@ -81,8 +84,10 @@ def grid_table(a: Ablation, width: int | None) -> RenderableType:
             cells.append(Text(f"{v:+.3f}" + ("★" if mark else " "), style=_shade(v, top, mark)))
         rows.append(cells)
     what = " and MLP" if a.mlp_column and a.head_grid else ("MLP" if a.mlp_column else "")
+    stars = ", ".join(x for x, on in (("the 5 largest heads", a.head_grid),
+                                      ("the 3 largest MLPs", a.mlp_column)) if on)
     title = (f"The target's logit change with one {'head' if a.head_grid else ''}{what} "
-             "removed (★: the 5 largest)")
+             f"removed (★: {stars})")
     return fit_table(cols, rows, width, title=title, title_justify="left")
 
 

@@ -24,6 +24,18 @@ def report(
     noise: Annotated[Optional[str], typer.Option(
         "--noise", help="Also a causal-tracing section: noise on this subject's embeddings "
         "(as `fptrace patch --noise`).", rich_help_panel=STATS)] = None,
+    add: Annotated[Optional[str], typer.Option(
+        "--add", help="Also a steering section: this prompt's stream minus --subtract's, added "
+        "at --steer-layer at strengths 0,1,2,4,8 (as `fptrace steer`).",
+        rich_help_panel=STATS)] = None,
+    subtract: Annotated[Optional[str], typer.Option(
+        "--subtract", help="With --add: the prompt subtracted.", rich_help_panel=STATS)] = None,
+    steer_layer: Annotated[Optional[int], typer.Option(
+        "--steer-layer", help="With --add: the block whose output receives the vector.",
+        rich_help_panel=STATS)] = None,
+    ablate: Annotated[bool, typer.Option(
+        "--ablate", help="Also an ablation section: every head and MLP removed one at a time "
+        "(as `fptrace ablate --all-heads --all-mlps`).", rich_help_panel=STATS)] = False,
 ) -> None:
     """One self-contained HTML file: the run tables, the figures, the explain walkthrough of
     one layer, the attribution of the top-1 (and with --noise, causal tracing) and the JSON
@@ -33,6 +45,10 @@ def report(
 
     check_prompt(prompt)
     check_out(out)
+    if (add is None) != (subtract is None) or (add is not None and steer_layer is None):
+        from fptrace.errors import BadInput
+
+        raise BadInput("the steering section needs --add, --subtract and --steer-layer")
     lm = load(opts)
     from fptrace.commands.explain.core import covered
     from fptrace.commands.explain.core import explain as run_explain
@@ -49,6 +65,17 @@ def report(
         from fptrace.commands.patch.core import patch as run_patch
 
         patching = run_patch(lm, prompt, noise=noise, seed=opts.seed)
-    write_report(out, build_html(trace, explanation, attribution, patching))
+    steering = ablation = None
+    if add is not None or subtract is not None:
+        from fptrace.commands.steer.core import steer as run_steer
+
+        steering = run_steer(lm, prompt, add=add, subtract=subtract, layer=steer_layer,
+                             scales="0,1,2,4,8")
+    if ablate:
+        from fptrace.commands.ablate.core import ablate as run_ablate
+
+        ablation = run_ablate(lm, prompt, all_heads=True, all_mlps=True)
+    write_report(out, build_html(trace, explanation, attribution, patching, steering,
+                                 ablation))
     stderr_console().print(f"wrote {out}", markup=False, soft_wrap=True)
     check_match(explanation.match, [c.name for c in explanation.checks if not c.ok])

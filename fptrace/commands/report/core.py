@@ -60,7 +60,7 @@ def _png(fig: Any) -> str:
 
 
 def build_html(trace: Trace, explanation: Explanation, attribution: Any = None,
-               patching: Any = None) -> str:
+               patching: Any = None, steering: Any = None, ablation: Any = None) -> str:
     from fptrace.commands.attribute.render import attribution_figure, attribution_view
     from fptrace.commands.explain.render import attention_figure, explain_view
     from fptrace.commands.run.render import trace_figure, trace_view
@@ -108,6 +108,22 @@ def build_html(trace: Trace, explanation: Explanation, attribution: Any = None,
             "<h2>Where the prediction is carried: causal tracing</h2>",
             f'<img alt="causal tracing heatmap" src="{_png(patch_figure(patching)[0])}">',
             _terminal(patch_view(patching, 130)),
+        ]
+    if steering is not None:
+        from fptrace.commands.steer.render import steer_figure, steer_view
+
+        body += [
+            "<h2>What if: a steering vector added to the stream</h2>",
+            f'<img alt="steering sweep" src="{_png(steer_figure(steering)[0])}">',
+            _terminal(steer_view(steering, 130)),
+        ]
+    if ablation is not None:
+        from fptrace.commands.ablate.render import ablate_figure, ablate_view
+
+        body += [
+            "<h2>What if: one head or MLP removed</h2>",
+            f'<img alt="ablation grid" src="{_png(ablate_figure(ablation)[0])}">',
+            _terminal(ablate_view(ablation, 130)),
         ]
     return PAGE.format(title=esc(f"fptrace: {trace.prompt[:60]}"), body="\n".join(body))
 

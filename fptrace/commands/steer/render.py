@@ -89,7 +89,7 @@ def kl_table(s: Steering, width: int | None) -> RenderableType:
 def continuation_table(s: Steering, width: int | None) -> RenderableType:
     cols = (Col("scale", 0, "right"), Col(f"greedy continuation, {s.new_tokens} tokens", 0,
                                           wrap=True, min_width=20))
-    rows = [[_scale(r), Text(r.continuation_text or "")] for r in s.rows]
+    rows = [[_scale(r), Text((r.continuation_text or "").replace("\n", "↵"))] for r in s.rows]
     return fit_table(cols, rows, width, title="Side by side", title_justify="left")
 
 
