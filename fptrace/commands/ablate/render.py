@@ -33,7 +33,7 @@ def summary(a: Ablation) -> Text:
     return t
 
 
-RUN_COLS = (Col("removed", 0, wrap=True, min_width=10), Col("logit", 0, "right"),
+RUN_COLS = (Col("removed", 0, wrap=True, min_width=16), Col("logit", 0, "right"),
             Col("total", 0, "right"), Col("direct", 0, "right"), Col("indirect", 1, "right"),
             Col("p", 0, "right"), Col("Δp", 2, "right"), Col("rank", 1, "right"),
             Col("top-1", 1))
@@ -88,7 +88,7 @@ def grid_table(a: Ablation, width: int | None) -> RenderableType:
                                       ("the 3 largest MLPs", a.mlp_column)) if on)
     title = (f"The target's logit change with one {'head' if a.head_grid else ''}{what} "
              f"removed (★: {stars})")
-    return fit_table(cols, rows, width, title=title, title_justify="left")
+    return Group(Text(title), fit_table(cols, rows, width))
 
 
 def ablate_view(a: Ablation, width: int | None = 120) -> RenderableType:

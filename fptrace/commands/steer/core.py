@@ -90,6 +90,11 @@ def steer(lm: LoadedModel, prompt: Any, *, add: str | None = None,
         vec = steering_vector(lm, add=add, subtract=subtract, pairs=pairs, method=method,
                               vector=vector, token=token, layer=layer,
                               mean_positions=mean_positions)
+    d, n = int(lm.config.hidden_size), len(lm.parts.blocks)
+    for k, v in vec.layers.items():
+        if not 0 <= k < n or tuple(v.shape) != (d,):
+            raise BadInput(f"the steering vector for block {k} has shape {tuple(v.shape)}; "
+                           f"{lm.name} has blocks 0 to {n - 1} of width {d}")
     rows_scale = strengths if 0.0 in strengths else (0.0,) + strengths
     clean = rows_scale.index(0.0)
     B = len(rows_scale)

@@ -81,9 +81,9 @@ def kl_table(s: Steering, width: int | None) -> RenderableType:
             cells.append(Text(f"{r.kl[j]:.4f}" + ("★" if first else " "),
                               style="bold" if first else None))
         rows.append(cells)
-    return fit_table(cols, rows, width, title="KL(steered ‖ clean) of the logit lens at the last "
-                     "position after each block, nats (★: its top-1 changes there first)",
-                     title_justify="left")
+    return Group(Text("KL(steered ‖ clean) of the logit lens at the last position after each "
+                      "block, nats (★: where its top-1 first differs from the clean run's)"),
+                 fit_table(cols, rows, width))
 
 
 def continuation_table(s: Steering, width: int | None) -> RenderableType:
