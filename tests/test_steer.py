@@ -327,3 +327,33 @@ def test_bundled_model_love_minus_hate(smollm):
     kl = [row.kl[-1] for row in r.rows]
     assert kl[0] == 0 and 0 < kl[1] < kl[2]
     assert all(not math.isnan(x) for row in r.rows for x in row.kl)
+
+
+def test_a_control_vector_of_several_blocks_steers_each_block(tmp_path):
+    """As llama.cpp: direction.N is added to the output of block N, for every N in the file;
+    --layer keeps one."""
+    import numpy as np
+
+    from fptrace.models.loading import load_model
+
+    lm = load_model(tiny_gpt2(), random_weights=True, device="cpu")
+    g = np.random.default_rng(0)
+    dirs = {k: g.standard_normal(32).astype(np.float32) for k in (0, 1)}
+    path = tmp_path / "two.gguf"
+    _write_gguf(path, "controlvector", {f"direction.{k}": v for k, v in dirs.items()})
+    r = steer(lm, IDS, vector=str(path), scales=[0, 3])
+    assert r.vector.layers == (0, 1) and r.kl_layers == (0, 1) and r.ok
+    handles = [lm.parts.blocks[k].register_forward_hook(
+        lambda m, a, o, v=torch.from_numpy(v): o + 3 * v) for k, v in dirs.items()]
+    try:
+        want = _plain_forward(lm, IDS).logits[0, -1]
+    finally:
+        for h in handles:
+            h.remove()
+    assert r.rows[-1].target.logit == pytest.approx(float(want[r.target.id]), rel=1e-4, abs=1e-5)
+    one = steer(lm, IDS, vector=str(path), layer=1, scales=[3])
+    assert one.vector.layers == (1,)
+    single = tmp_path / "one.gguf"
+    _write_gguf(single, "controlvector", {"direction.1": np.ones(32)})
+    with pytest.raises(BadInput, match="no direction for block 0"):
+        read_vector(lm, str(single), 0)
