@@ -82,6 +82,7 @@ def steer(lm: LoadedModel, prompt: Any, *, add: str | None = None,
     T = len(ids)
     where = parse_positions(positions, T)
     check_continuation(lm, T, new_tokens)
+    given = None if target is None else token_id(lm, target, "--target")
     if isinstance(vector, SteeringVector):
         if any(v is not None for v in (add, subtract, pairs, token)):
             raise BadInput("give one source of the steering vector")
@@ -111,7 +112,7 @@ def steer(lm: LoadedModel, prompt: Any, *, add: str | None = None,
     passes = vec.passes + 1
     cap = out.cap
     stream_norms = {k: float(cap.resid_last[k][clean].norm()) for k in vec.layers}
-    t = int(out.logits[clean].argmax()) if target is None else token_id(lm, target, "--target")
+    t = int(out.logits[clean].argmax()) if given is None else given
     with torch.inference_mode():
         kl, lens_top = _lens(lm, cap, kl_layers, clean)  # (B, nL) each
     checks = _checks(lm, out, vec, rows_scale, clean, where, T)
