@@ -264,3 +264,30 @@ def test_report_sections(tmp_path):
     r = runner.invoke(app, ["report", PROMPT, "-m", tiny_gpt2(), "--random-weights", "-o",
                             str(out), "--add", " love"])
     assert r.exit_code == 2 and "--steer-layer" in r.stderr
+
+
+@pytest.mark.parametrize("style", ["llama3", "gemma"])
+def test_prompts_as_the_model_takes_them(style, tmp_path):
+    """On tokenizers that add a begin-of-text token: the prompt's ids are the tokenizer's own,
+    --target given as text is the one token the tokenizer writes for it, and --chat ablates on
+    the chat template's ids (computed here with the tokenizer, not through fptrace)."""
+    import tokenizer_fixtures
+    from transformers import AutoTokenizer
+
+    from fptrace.models.loading import load_model
+
+    folder = tokenizer_fixtures.BUILDERS[style](tmp_path / style)
+    tok = AutoTokenizer.from_pretrained(folder)
+    lm = load_model(str(folder), device="cpu")
+    (paris,) = tok.encode(" Paris", add_special_tokens=False)
+    a = ablate(lm, PROMPT, heads=["1.0"], target=" Paris")
+    assert [t.id for t in a.tokens] == tok(PROMPT)["input_ids"]
+    assert a.target.id == paris and a.ok
+    r = runner.invoke(app, ["ablate", "--chat", PROMPT, "--head", "1.0", "--mlp", "0",
+                            "-m", str(folder), "--json"])
+    assert r.exit_code == 0, r.stderr
+    data = json.loads(r.stdout)
+    want = tok.apply_chat_template([{"role": "user", "content": PROMPT}],
+                                   add_generation_prompt=True, tokenize=True, return_dict=False)
+    assert [t["id"] for t in data["tokens"]] == want
+    assert any(t["template"] for t in data["tokens"])

@@ -357,3 +357,33 @@ def test_a_control_vector_of_several_blocks_steers_each_block(tmp_path):
     _write_gguf(single, "controlvector", {"direction.1": np.ones(32)})
     with pytest.raises(BadInput, match="no direction for block 0"):
         read_vector(lm, str(single), 0)
+
+
+@pytest.mark.parametrize("style", ["llama3", "gemma"])
+def test_prompts_as_the_model_takes_them(style, tmp_path):
+    """On tokenizers that add a begin-of-text token: the prompt's ids are the tokenizer's own,
+    --target and --token given as text are the one token the tokenizer writes for them, and
+    --chat steers the chat template's ids, the template's tokens marked (all computed here with
+    the tokenizer, not through fptrace)."""
+    import tokenizer_fixtures
+    from transformers import AutoTokenizer
+
+    from fptrace.models.loading import load_model
+
+    folder = tokenizer_fixtures.BUILDERS[style](tmp_path / style)
+    tok = AutoTokenizer.from_pretrained(folder)
+    lm = load_model(str(folder), device="cpu")
+    (paris,) = tok.encode(" Paris", add_special_tokens=False)
+    s = steer(lm, PROMPT, token=" Paris", layer=1, scales="0,1", target=" Paris")
+    assert [t.id for t in s.tokens] == tok(PROMPT)["input_ids"]
+    assert s.target.id == paris and s.ok
+    assert s.vector.norms[0] == pytest.approx(float(lm.model.lm_head.weight[paris].detach().norm()))
+    r = runner.invoke(app, ["steer", "--chat", PROMPT, "--token", " Paris", "--layer", "1",
+                            "--scale", "0,1", "-m", str(folder), "--json"])
+    assert r.exit_code == 0, r.stderr
+    data = json.loads(r.stdout)
+    want = tok.apply_chat_template([{"role": "user", "content": PROMPT}],
+                                   add_generation_prompt=True, tokenize=True, return_dict=False)
+    assert [t["id"] for t in data["tokens"]] == want
+    assert any(t["template"] for t in data["tokens"]) and not all(
+        t["template"] for t in data["tokens"])

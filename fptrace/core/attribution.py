@@ -23,10 +23,12 @@ from typing import Any
 
 from fptrace.core.fragments import token_id
 from fptrace.core.hooks import Capture, capture_stats, first_output, hooked
+from fptrace.core.notes import HEADS_UNSPLIT
 from fptrace.core.trace import layer_stats, model_info
 from fptrace.errors import BadInput, UnsupportedModel
 from fptrace.families.parts import output_projection
 from fptrace.models.loading import LoadedModel
+from fptrace.models.prompts import Prepared, Prompt
 
 RTOL = 1e-4  # float32: |sum − logit| ≤ RTOL · max(1, Σ|parts|)
 HALF_RTOL = 2e-2  # a half-precision model rounds its own stream and logits at this level
@@ -76,6 +78,7 @@ class DirectLogits:
     `final_norm_bias` and `lm_head_bias`."""
 
     lm: LoadedModel
+    prepared: Prepared  # the prompt as the model took it
     ids: list[int]
     logits: Any  # (V,) the model's own last-position logits (after any softcap)
     target: int
@@ -145,7 +148,7 @@ class DirectLogits:
         return writes, bias
 
 
-def direct_logits(lm: LoadedModel, prompt: Any, *, target: str | None = None,
+def direct_logits(lm: LoadedModel, prompt: Prompt, *, target: str | None = None,
                   versus: str | None = None) -> DirectLogits:
     """Run the prompt once and take its last position's stream apart (see the module's text):
     the target is the model's top-1 unless given (one token, or #ID)."""
@@ -153,7 +156,8 @@ def direct_logits(lm: LoadedModel, prompt: Any, *, target: str | None = None,
 
     fam = lm.parts.family
     info = model_info(lm)
-    ids = lm.encode(prompt)
+    prepared = lm.prepare(prompt)
+    ids = list(prepared.ids)
     cap = Capture(mask=None, home=lm.device)
     got: dict[str, Any] = {"y": [None] * info.n_layers, "o": [None] * info.n_layers}
     hooks = []
@@ -171,12 +175,12 @@ def direct_logits(lm: LoadedModel, prompt: Any, *, target: str | None = None,
     _, checks = layer_stats(lm, cap, snippet=0, logit_lens=False)
     if not checks[0].holds:
         raise UnsupportedModel("cannot attribute: " + checks[0].note())
-    t = int(logits.argmax()) if target is None else token_id(lm, target, "--target")
-    v = None if versus is None else token_id(lm, versus, "--versus")
+    t = int(logits.argmax()) if target is None else token_id(lm, target, "--target", prepared)
+    v = None if versus is None else token_id(lm, versus, "--versus", prepared)
     if v == t:
         raise BadInput("--target and --versus are the same token")
     pre_cap = got["pre_cap"]
-    d = DirectLogits(lm=lm, ids=ids, logits=logits, target=t, versus=v, parts=[],
+    d = DirectLogits(lm=lm, prepared=prepared, ids=ids, logits=logits, target=t, versus=v, parts=[],
                      model_logit=float(pre_cap[t] - (pre_cap[v] if v is not None else 0)),
                      rtol=rtol_for(info.dtype), cap=cap, y=got["y"], o=got["o"], w_o=w_o)
     with torch.inference_mode():
@@ -214,8 +218,7 @@ def _take_apart(d: DirectLogits) -> None:
         per_head = _split(d, layer)
         if per_head is None:
             parts.append(("attn", layer, None, float(d.value(cap.attn_last[layer][0]))))
-            d.notes.append(f"block {layer}: the per-head parts do not add up to the attention "
-                           "output; attention shown as one part")
+            d.notes.append(HEADS_UNSPLIT(layer=layer))
         else:
             heads, bias = per_head
             parts += [("attn_head", layer, h, float(c)) for h, c in enumerate(heads)]

@@ -76,9 +76,11 @@ def check_layer(lm: LoadedModel, layer: int | None, what: str = "--layer") -> in
 def steering_vector(lm: LoadedModel, *, add: str | None = None, subtract: str | None = None,
                     pairs: str | Sequence[tuple[str, str]] | None = None, method: str = "mean",
                     vector: str | None = None, token: str | None = None,
-                    layer: int | None = None, mean_positions: bool = False) -> SteeringVector:
+                    layer: int | None = None, mean_positions: bool = False,
+                    prompt: Any = None) -> SteeringVector:
     """The steering vector of exactly one source: add and subtract (two prompts), pairs (a
-    JSON Lines file of {"positive", "negative"}, or a list of pairs), vector (a file) or token."""
+    JSON Lines file of {"positive", "negative"}, or a list of pairs), vector (a file) or token
+    (read as the token it is right after `prompt`, when it is not one token alone)."""
     given = [name for name, v in (("--add/--subtract", add if add is not None else subtract),
                                   ("--pairs", pairs), ("--vector", vector), ("--token", token))
              if v is not None]
@@ -99,7 +101,7 @@ def steering_vector(lm: LoadedModel, *, add: str | None = None, subtract: str | 
         return read_vector(lm, vector, layer)
     layer = check_layer(lm, layer)
     if token is not None:
-        return token_vector(lm, token, layer)
+        return token_vector(lm, token, layer, prompt)
     if add is not None:
         return prompts_vector(lm, add, subtract, layer, mean_positions)
     return pairs_vector(lm, pairs, layer, method, mean_positions)
@@ -178,11 +180,11 @@ def pairs_vector(lm: LoadedModel, pairs: str | Sequence[tuple[str, str]], layer:
                           path=name, passes=-(-2 * len(items) // BATCH))
 
 
-def token_vector(lm: LoadedModel, token: str, layer: int) -> SteeringVector:
+def token_vector(lm: LoadedModel, token: str, layer: int, prompt: Any = None) -> SteeringVector:
     """The LM head's row of one token: adding it raises that token's logit most directly."""
     from fptrace.core.fragments import token_id
 
-    t = token_id(lm, token, "--token")
+    t = token_id(lm, token, "--token", prompt)
     row = lm.parts.lm_head.weight[t].detach().float().cpu().clone()
     return SteeringVector({layer: row}, "token",
                           f"the LM head's row of {lm.token_text(t)!r} (id {t})")

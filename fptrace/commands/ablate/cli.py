@@ -6,17 +6,29 @@ from typing import Annotated, List, Optional
 
 import typer
 
-from fptrace.cli.io import command, load_for, output
-from fptrace.cli.options import STATS, JsonOpt, LoadOptions, PlotOpt, WideOpt, model_options
+from fptrace.cli.io import command, load_for, output, require_checks
+from fptrace.cli.options import (
+    STATS,
+    ChatOptions,
+    JsonOpt,
+    LoadOptions,
+    PlotOpt,
+    WideOpt,
+    chat_options,
+    model_options,
+)
 
 PARTS = "Parts"
 
 
 @command(order=66, docs="ablate")
+@chat_options()
 @model_options()
 def ablate(
-    prompt: Annotated[str, typer.Argument(help="The prompt whose next-token logit is followed.")],
-    opts: LoadOptions,
+    prompt: Annotated[Optional[str], typer.Argument(
+        help="The prompt whose next-token logit is followed (or --messages FILE).")] = None,
+    opts: LoadOptions = LoadOptions(),
+    chat: ChatOptions = ChatOptions(),
     head: Annotated[Optional[List[str]], typer.Option(
         "--head", help="Remove attention head H of block L, as L.H (repeat for several).",
         rich_help_panel=PARTS)] = None,
@@ -48,7 +60,7 @@ def ablate(
 ) -> None:
     """What if a head or an MLP were gone? The target's logit with parts removed (zero or mean),
     the total effect next to the direct effect from attribution; --all-heads as a grid."""
-    lm = load_for(prompt, opts, plot)
+    lm, prompt = load_for(prompt, opts, plot, chat)
     from fptrace.commands.ablate.core import ablate as run_ablate
 
     result = run_ablate(lm, prompt, heads=head or (), mlps=mlp or (), all_heads=all_heads,
@@ -57,9 +69,4 @@ def ablate(
     from fptrace.commands.ablate.render import ablate_figure, ablate_view
 
     output(result, ablate_view, as_json=as_json, wide=wide, plot=plot, figure=ablate_figure)
-    if not result.ok:
-        from fptrace.errors import Mismatch
-
-        bad = [c for c in result.checks if not c.ok]
-        raise Mismatch("the ablated runs do not check out: " + "; ".join(
-            f"{c.name}: {c.value:.2e}, {c.tolerance}" for c in bad))
+    require_checks(result.checks, "the ablation")

@@ -33,15 +33,17 @@ from fptrace.core.interventions import (
     mlp_part,
     run_rows,
 )
+from fptrace.core.notes import ABLATE_MEAN, ABLATE_SOFTCAP, ABLATE_WO_BIAS
 from fptrace.core.results import Check, TopToken
 from fptrace.core.trace import base_notes, model_info, ranked_token
 from fptrace.errors import BadInput
 from fptrace.models.loading import LoadedModel
+from fptrace.models.prompts import Prompt
 
 LOWER = "lower --batch-size"
 
 
-def ablate(lm: LoadedModel, prompt: Any, *, heads: Sequence[str] = (),
+def ablate(lm: LoadedModel, prompt: Prompt, *, heads: Sequence[str] = (),
            mlps: Sequence[int] = (), all_heads: bool = False, all_mlps: bool = False,
            mode: str = "zero", mean_over: str | Sequence[str] | None = None,
            target: str | None = None, batch_size: int = 32, top: int = 10) -> Ablation:
@@ -96,13 +98,13 @@ def ablate(lm: LoadedModel, prompt: Any, *, heads: Sequence[str] = (),
     largest = sorted((done[p] for p in grid_heads + grid_mlps),
                      key=lambda a: -abs(a.logit_change))[:top]
     return Ablation(
-        prompt=lm.prompt_text(prompt), model=info, tokens=lm.tokens(ids), mode=mode,
+        prompt=d.prepared.text, model=info, tokens=lm.tokens(d.prepared), mode=mode,
         mean_over=mean_over if isinstance(mean_over, str) else None,
         mean_positions=None if means is None else means.positions,
         target=ranked_token(lm, d.logits, t), clean_logit=clean_logit,
         runs=tuple(done[p] for p in runs), head_grid=grid, mlp_column=column,
         largest=tuple(largest), checks=tuple(checks), ok=all(c.ok for c in checks),
-        forward_passes=passes, notes=tuple(_notes(lm, d, mode, means)))
+        forward_passes=passes, notes=tuple(_notes(lm, d, mode, means, todo)))
 
 
 def _means(lm: LoadedModel, ids: list[int], mean_over: str | Sequence[str] | None
@@ -227,16 +229,14 @@ def _checks(worst: dict, failed: dict, heads: bool, mlps: bool, rtol: float) -> 
     return out
 
 
-def _notes(lm: LoadedModel, d: DirectLogits, mode: str, means: Means | None) -> list[str]:
+def _notes(lm: LoadedModel, d: DirectLogits, mode: str, means: Means | None,
+           runs: Sequence[tuple[Part, ...]]) -> list[str]:
     notes = base_notes(lm) + list(d.notes)
     if lm.parts.final_softcap is not None:
-        notes.append(f"the model soft-caps its logits at {lm.parts.final_softcap:g}: logits here "
-                     "are the LM head's, before the cap, like attribute's; probabilities are the "
-                     "model's own")
-    if any(b is not None for _, b in d.w_o):
-        notes.append("removing a head leaves the attention output projection's bias, which "
-                     "belongs to no head")
+        notes.append(ABLATE_SOFTCAP(cap=lm.parts.final_softcap))
+    removed = {p.layer for parts in runs for p in parts if p.head is not None}
+    if any(d.w_o[layer][1] is not None for layer in removed):
+        notes.append(ABLATE_WO_BIAS())
     if mode == "mean" and means is not None:
-        notes.append(f"mean ablation: a removed part outputs its mean over {means.positions} "
-                     "positions, the same at every position")
+        notes.append(ABLATE_MEAN(n=means.positions))
     return notes

@@ -8,15 +8,15 @@ check that the parts sum to the model's logit (exit 5 when they do not).
 
 from __future__ import annotations
 
-from typing import Any
-
 from fptrace.commands.attribute.result import Attribution, Contribution, LayerAttribution
 from fptrace.core.attribution import DirectLogits, direct_logits
+from fptrace.core.notes import SOFTCAP
 from fptrace.core.trace import base_notes, model_info, ranked_token
 from fptrace.models.loading import LoadedModel
+from fptrace.models.prompts import Prompt
 
 
-def attribute(lm: LoadedModel, prompt: Any, *, target: str | None = None,
+def attribute(lm: LoadedModel, prompt: Prompt, *, target: str | None = None,
               versus: str | None = None, top: int = 12) -> Attribution:
     """Direct logit attribution of the target token's logit at the last position (default:
     the model's top-1), or of the logit difference target − versus."""
@@ -43,13 +43,12 @@ def attribution(d: DirectLogits, top: int = 12) -> Attribution:
     notes = list(d.notes)
     capped = lm.parts.final_softcap is not None
     if capped:
-        notes.append(f"the model soft-caps its logits at {lm.parts.final_softcap:g}: the parts "
-                     "sum to the logit before the cap; the capped logit is shown beside it")
+        notes.append(SOFTCAP(cap=lm.parts.final_softcap))
     notes = base_notes(lm) + notes
     top_parts = tuple(sorted(contributions, key=lambda c: -abs(c.value))[:top])
     logits = d.logits
     return Attribution(
-        prompt=lm.prompt_text(d.ids), model=info, tokens=lm.tokens(d.ids),
+        prompt=d.prepared.text, model=info, tokens=lm.tokens(d.prepared),
         target=ranked_token(lm, logits, t),
         versus=None if v is None else ranked_token(lm, logits, v),
         model_logit=d.model_logit,

@@ -32,10 +32,36 @@ RECORD_START = b'{"kind": '  # every line record_line writes starts so
 @dataclass(frozen=True)
 class PromptItem:
     id: str
-    prompt: str | None
+    prompt: Any  # the text, or a Chat (a .jsonl line's "messages"); None when unreadable
     source: str  # "file:line"
     extra: dict = field(default_factory=dict)  # fields of a .jsonl object beyond id and prompt
     error: str | None = None  # an input problem: the item becomes an error record
+
+    def checked(self) -> Any:
+        """The prompt, refused (BadInput) where no tokenizer can take it."""
+        from fptrace.models.prompts import Chat
+        from fptrace.models.tokenizers import check_prompt
+
+        if isinstance(self.prompt, Chat):
+            for m in self.prompt.messages:
+                if m.content:
+                    check_prompt(m.content)
+            return self.prompt
+        return check_prompt(self.prompt or "")
+
+
+def prompt_to_json(prompt: Any) -> str:
+    """A prompt (text or Chat) as JSON, to hand it to another process (a Ray worker)."""
+    from fptrace.models.prompts import Chat
+
+    return json.dumps({"messages": prompt.as_dicts()} if isinstance(prompt, Chat) else prompt)
+
+
+def prompt_from_json(text: str) -> Any:
+    from fptrace.models.prompts import parse_messages
+
+    value = json.loads(text)
+    return parse_messages(value["messages"], "messages") if isinstance(value, dict) else value
 
 
 def _lines(data: bytes) -> Iterable[tuple[int, bytes]]:
@@ -64,17 +90,28 @@ def _parse(data: bytes, name: str, stem: str, as_jsonl: bool) -> list[PromptItem
             items.append(PromptItem(f"{stem}:{n}", None, where,
                                     error=f"{where}: malformed JSON ({e.msg}, column {e.colno})"))
             continue
-        if not isinstance(obj, dict) or not isinstance(obj.get("prompt"), str):
-            items.append(PromptItem(f"{stem}:{n}", None, where,
-                                    error=f'{where}: expected an object with a "prompt" string'))
+        if not isinstance(obj, dict) or not (isinstance(obj.get("prompt"), str)
+                                             or "messages" in obj) \
+                or ("prompt" in obj and "messages" in obj):
+            items.append(PromptItem(f"{stem}:{n}", None, where, error=f'{where}: expected an '
+                                    'object with a "prompt" string or a "messages" list'))
             continue
+        prompt: Any = obj.get("prompt")
+        if "messages" in obj:
+            from fptrace.models.prompts import parse_messages
+
+            try:
+                prompt = parse_messages(obj["messages"], f'{where}: "messages"')
+            except BadInput as e:
+                items.append(PromptItem(f"{stem}:{n}", None, where, error=str(e)))
+                continue
         pid = obj.get("id", f"{stem}:{n}")
         if not isinstance(pid, (str, int)) or isinstance(pid, bool):
             items.append(PromptItem(f"{stem}:{n}", None, where,
                                     error=f'{where}: "id" must be a string or an integer'))
             continue
         extra = {k: v for k, v in obj.items() if k not in ("id", "prompt")}
-        items.append(PromptItem(str(pid), obj["prompt"], where, extra))
+        items.append(PromptItem(str(pid), prompt, where, extra))
     return items
 
 
@@ -282,7 +319,8 @@ def record_line(item: PromptItem, result: Any = None, error: str | None = None,
                **data}
     else:
         data = to_dict(BatchError(id=item.id, source=item.source, extra=item.extra,
-                                  prompt=item.prompt, error=error or "",
+                                  prompt=item.prompt if isinstance(item.prompt, str) else None,
+                                  error=error or "",
                                   error_type=error_type or ""))
         rec = {"kind": data.pop("kind"), "schema_version": data.pop("schema_version"), **data}
     line = json.dumps(rec, ensure_ascii=False, allow_nan=False)
@@ -314,7 +352,6 @@ def run_batch(lm: Any, items: list[PromptItem], out: Callable[[list[str]], None]
     each group. A failing prompt becomes an error record; a failing group is retried one prompt
     at a time, so one bad prompt never costs the others."""
     from fptrace.core.trace import run_traces
-    from fptrace.models.tokenizers import check_prompt
 
     if batch_size < 1:
         raise BadInput("--batch-size must be at least 1")
@@ -328,17 +365,12 @@ def run_batch(lm: Any, items: list[PromptItem], out: Callable[[list[str]], None]
         return record_line(it, error=str(e) if isinstance(e, FptraceError)
                            else f"{type(e).__name__}: {e}", error_type=type(e).__name__)
 
-    dropped: dict[str, int] = {}  # id -> tokens cut by --truncate
-
-    def traced(group: list[tuple[PromptItem, list[int]]]) -> dict[str, str]:
-        traces = run_traces(lm, [ids for _, ids in group], top_k=top_k, snippet=snippet)
+    def traced(group: list[tuple[PromptItem, Any]]) -> dict[str, str]:
+        traces = run_traces(lm, [p for _, p in group], top_k=top_k, snippet=snippet)
         lines = {}
-        for (it, ids), t in zip(group, traces):
-            n = dropped[it.id]
-            t = dataclasses.replace(t, prompt=it.prompt, truncated=n, notes=t.notes + (
-                (f"--truncate dropped the first {n} tokens",) if n else ()))
+        for (it, prepared), t in zip(group, traces):
             s.traced += 1
-            s.tokens += len(ids)
+            s.tokens += len(prepared.ids)
             s.nonfinite += t.first_nonfinite is not None
             lines[it.id] = record_line(it, t)
         return lines
@@ -347,19 +379,18 @@ def run_batch(lm: Any, items: list[PromptItem], out: Callable[[list[str]], None]
         for g in range(0, len(todo), batch_size):
             chunk = todo[g:g + batch_size]
             lines: dict[str, str] = {}  # id -> line; written in input order
-            group: list[tuple[PromptItem, list[int]]] = []
+            group: list[tuple[PromptItem, Any]] = []  # with its Prepared prompt
             for it in chunk:
                 if it.error is not None:
                     s.failed += 1
                     lines[it.id] = record_line(it, error=it.error, error_type="BadInput")
                     continue
                 try:
-                    check_prompt(it.prompt or "")
-                    ids, dropped[it.id] = lm.encode_checked(it.prompt, truncate)
+                    prepared = lm.prepare(it.checked(), truncate)
                 except FptraceError as e:
                     lines[it.id] = fail(it, e)
                     continue
-                group.append((it, ids))
+                group.append((it, prepared))
             if group:
                 try:
                     lines.update(traced(group))
@@ -374,7 +405,7 @@ def run_batch(lm: Any, items: list[PromptItem], out: Callable[[list[str]], None]
                                 lines[one[0].id] = fail(one[0], e1)
             out([lines[it.id] for it in chunk])
             if progress is not None:
-                progress(len(chunk), sum(len(ids) for _, ids in group))
+                progress(len(chunk), sum(len(p.ids) for _, p in group))
     except KeyboardInterrupt:
         s.interrupted = True
     s.seconds = time.perf_counter() - start

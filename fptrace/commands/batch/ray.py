@@ -15,7 +15,13 @@ import json
 import os
 from typing import Any, Callable
 
-from fptrace.commands.batch.core import PromptItem, Summary, run_batch
+from fptrace.commands.batch.core import (
+    PromptItem,
+    Summary,
+    prompt_from_json,
+    prompt_to_json,
+    run_batch,
+)
 from fptrace.errors import BadInput, FptraceError
 
 
@@ -29,7 +35,7 @@ class TraceActor:
         self.settings = settings
 
     def __call__(self, batch: dict) -> dict:
-        items = [PromptItem(id=i, source=s, prompt=json.loads(p), extra=json.loads(e),
+        items = [PromptItem(id=i, source=s, prompt=prompt_from_json(p), extra=json.loads(e),
                             error=err or None)
                  for i, s, p, e, err in zip(batch["id"], batch["source"], batch["prompt"],
                                             batch["extra"], batch["error"])]
@@ -107,7 +113,7 @@ def run_on_ray(items: list[PromptItem], done: set[str], write: Callable[[list[st
         gpus_per_worker = 1 if ray.cluster_resources().get("GPU", 0) >= 1 else 0
     ctx = ray.data.DataContext.get_current()
     ctx.execution_options.preserve_order = True  # records come back in input order
-    rows = [{"index": k, "id": it.id, "source": it.source, "prompt": json.dumps(it.prompt),
+    rows = [{"index": k, "id": it.id, "source": it.source, "prompt": prompt_to_json(it.prompt),
              "extra": json.dumps(it.extra), "error": it.error or ""}
             for k, it in enumerate(todo)]
     ds = ray.data.from_items(rows).map_batches(

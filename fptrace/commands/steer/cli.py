@@ -6,19 +6,33 @@ from typing import Annotated, Optional
 
 import typer
 
-from fptrace.cli.io import command, load_for, output, stderr_console
-from fptrace.cli.options import OUTPUT, STATS, JsonOpt, LoadOptions, PlotOpt, WideOpt, model_options
+from fptrace.cli.io import command, load_for, output, require_checks, stderr_console
+from fptrace.cli.options import (
+    OUTPUT,
+    STATS,
+    ChatOptions,
+    JsonOpt,
+    LoadOptions,
+    PlotOpt,
+    WideOpt,
+    chat_options,
+    model_options,
+)
 
 VECTOR = "Steering vector"
 
 
 @command(order=65, docs="steer")
+@chat_options()
 @model_options()
 def steer(
-    prompt: Annotated[str, typer.Argument(help="The prompt to steer.")],
-    opts: LoadOptions,
+    prompt: Annotated[Optional[str], typer.Argument(
+        help="The prompt to steer (or --messages FILE).")] = None,
+    opts: LoadOptions = LoadOptions(),
+    chat: ChatOptions = ChatOptions(),
     add: Annotated[Optional[str], typer.Option(
-        "--add", help="The vector is this prompt's stream after --layer minus --subtract's.",
+        "--add", help="The vector is this text's stream after --layer minus --subtract's (plain "
+        "text: --chat does not template it).",
         rich_help_panel=VECTOR)] = None,
     subtract: Annotated[Optional[str], typer.Option(
         "--subtract", help="The prompt subtracted (with --add).", rich_help_panel=VECTOR)] = None,
@@ -75,25 +89,22 @@ def steer(
         from fptrace.core.vectors import check_vector_path
 
         check_vector_path(save_vector)
-    lm = load_for(prompt, opts, plot)
+    lm, prompt = load_for(prompt, opts, plot, chat)
     from fptrace.commands.steer.core import steer as run_steer
     from fptrace.core.vectors import match_norms, steering_vector, write_vector
 
     vec = steering_vector(lm, add=add, subtract=subtract, pairs=pairs, method=method,
-                          vector=vector, token=token, layer=layer, mean_positions=mean_positions)
+                          vector=vector, token=token, layer=layer, mean_positions=mean_positions,
+                          prompt=prompt)
     if norm_match:
         vec = match_norms(lm, prompt, vec)
     if save_vector is not None:
         write_vector(save_vector, vec, lm)
-        stderr_console().print(f"[dim]wrote {save_vector}[/dim]", soft_wrap=True)
+        stderr_console().print(f"wrote {save_vector}", markup=False, style="dim",
+                               soft_wrap=True)
     result = run_steer(lm, prompt, vector=vec, scales=scale, positions=positions, target=target,
                        top=top, new_tokens=new_tokens)
     from fptrace.commands.steer.render import steer_figure, steer_view
 
     output(result, steer_view, as_json=as_json, wide=wide, plot=plot, figure=steer_figure)
-    if not result.ok:
-        from fptrace.errors import Mismatch
-
-        bad = [c for c in result.checks if not c.ok]
-        raise Mismatch("the steered run does not check out: " + "; ".join(
-            f"{c.name}: {c.value:.2e}, {c.tolerance}" for c in bad))
+    require_checks(result.checks, "the steered run")

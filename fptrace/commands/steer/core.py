@@ -17,6 +17,7 @@ last block is the model's own logits; the command fails (exit 5) when either doe
 from __future__ import annotations
 
 import math
+import os
 from typing import Any, Sequence
 
 from fptrace.commands.steer.result import Steering, SteeringVectorInfo, SteerRow
@@ -31,11 +32,13 @@ from fptrace.core.interventions import (
     run_rows,
     steering_hooks,
 )
+from fptrace.core.notes import STEER_BLOCK0, STEER_GGUF_BLOCKS, STEER_POSITIONS
 from fptrace.core.results import Check, TopToken
 from fptrace.core.trace import base_notes, model_info, ranked_token
 from fptrace.core.vectors import SteeringVector, match_norms, steering_vector
 from fptrace.errors import BadInput
 from fptrace.models.loading import LoadedModel
+from fptrace.models.prompts import Prompt
 
 LOWER = "sweep fewer strengths (--scale) or shorten the prompt"
 
@@ -64,7 +67,7 @@ def parse_scales(scales: str | float | Sequence[float]) -> tuple[float, ...]:
     return tuple(out)
 
 
-def steer(lm: LoadedModel, prompt: Any, *, add: str | None = None,
+def steer(lm: LoadedModel, prompt: Prompt, *, add: str | None = None,
           subtract: str | None = None, pairs: str | Sequence[tuple[str, str]] | None = None,
           method: str = "mean", vector: str | SteeringVector | None = None,
           token: str | None = None, layer: int | None = None,
@@ -78,11 +81,12 @@ def steer(lm: LoadedModel, prompt: Any, *, add: str | None = None,
     strengths = parse_scales(scales)
     if top < 1:
         raise BadInput("--top must be at least 1")
-    ids = lm.encode(prompt)
+    prepared = lm.prepare(prompt)
+    ids = list(prepared.ids)
     T = len(ids)
     where = parse_positions(positions, T)
     check_continuation(lm, T, new_tokens)
-    given = None if target is None else token_id(lm, target, "--target")
+    given = None if target is None else token_id(lm, target, "--target", prepared)
     if isinstance(vector, SteeringVector):
         if any(v is not None for v in (add, subtract, pairs, token)):
             raise BadInput("give one source of the steering vector")
@@ -90,7 +94,7 @@ def steer(lm: LoadedModel, prompt: Any, *, add: str | None = None,
     else:
         vec = steering_vector(lm, add=add, subtract=subtract, pairs=pairs, method=method,
                               vector=vector, token=token, layer=layer,
-                              mean_positions=mean_positions)
+                              mean_positions=mean_positions, prompt=prepared)
     d, n = int(lm.config.hidden_size), len(lm.parts.blocks)
     for k, v in vec.layers.items():
         if not 0 <= k < n or tuple(v.shape) != (d,):
@@ -146,7 +150,7 @@ def steer(lm: LoadedModel, prompt: Any, *, add: str | None = None,
         norm_matched=vec.norm_matched,
         method=vec.method, pairs=vec.pairs, path=vec.path)
     return Steering(
-        prompt=lm.prompt_text(prompt), model=info, tokens=lm.tokens(ids), vector=vinfo,
+        prompt=prepared.text, model=info, tokens=lm.tokens(prepared), vector=vinfo,
         positions=where, target=clean_t, rows=tuple(rows), kl_layers=kl_layers,
         new_tokens=new_tokens, checks=tuple(checks), ok=all(c.ok for c in checks),
         forward_passes=passes, notes=tuple(_notes(lm, vec, where, rows_scale)))
@@ -214,14 +218,10 @@ def _notes(lm: LoadedModel, vec: SteeringVector, where: tuple[int, ...] | None,
            scales: Sequence[float]) -> list[str]:
     notes = base_notes(lm)
     if vec.source == "file" and vec.path and vec.path.lower().endswith(".gguf"):
-        notes.append("a GGUF's direction.N is added to the output of block N, as llama.cpp's "
-                     "loader does (llama.cpp's cvector-generator writes the difference it "
-                     "measured after block N − 1 as direction.N)")
+        notes.append(STEER_GGUF_BLOCKS(file=os.path.basename(vec.path),
+                                       blocks=", ".join(str(k) for k in sorted(vec.layers))))
     if where is not None:
-        notes.append("the vector is added at the prompt positions "
-                     + ", ".join(str(p) for p in where)
-                     + " only (llama.cpp adds it at every position, generated ones included: "
-                     "--positions all)")
+        notes.append(STEER_POSITIONS(positions=", ".join(str(p) for p in where)))
     if 0 in vec.layers:
-        notes.append("llama.cpp never steers block 0's output; this vector cannot be used there")
+        notes.append(STEER_BLOCK0())
     return notes
