@@ -23,6 +23,7 @@ __version__ = "0.1.0"
 if TYPE_CHECKING:
     from fptrace.commands.ablate.core import ablate
     from fptrace.commands.attribute.core import attribute
+    from fptrace.commands.attribute.qk import attribute_qk
     from fptrace.commands.diff.core import diff
     from fptrace.commands.diff.deep import deep_diff
     from fptrace.commands.explain.core import explain

@@ -260,7 +260,12 @@ def test_report_sections(tmp_path):
     assert r.exit_code == 0, r.stderr
     page = out.read_text()
     assert "a steering vector added to the stream" in page and "one head or MLP removed" in page
-    assert page.count("<img") == 5
+    assert 'alt="steering sweep"' in page and 'alt="ablation grid"' in page
+    plain = tmp_path / "plain.html"
+    r = runner.invoke(app, ["report", PROMPT, "-m", tiny_gpt2(), "--random-weights", "-o",
+                            str(plain)])
+    assert r.exit_code == 0, r.stderr
+    assert page.count("<img") == plain.read_text().count("<img") + 2  # the sweep and the grid
     r = runner.invoke(app, ["report", PROMPT, "-m", tiny_gpt2(), "--random-weights", "-o",
                             str(out), "--add", " love"])
     assert r.exit_code == 2 and "--steer-layer" in r.stderr

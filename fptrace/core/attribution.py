@@ -41,7 +41,8 @@ def rtol_for(dtype: str) -> float:
 def frozen_norm(module: Any, x: Any, norm_type: str) -> tuple[bool, Any, Any]:
     """A norm at its input x (d,), as the linear map it is there: (centre, gain (d,), bias (d,)
     or None), so that norm(x) = (x − mean(x) if centre else x) · gain + bias, and the same map
-    applied to each part of x sums to norm(x)."""
+    applied to each part of x sums to norm(x). For rows x (N, d), each row's own map: gain
+    (N, d)."""
     import torch
 
     x = x.float()
@@ -50,20 +51,21 @@ def frozen_norm(module: Any, x: Any, norm_type: str) -> tuple[bool, Any, Any]:
     w = module.weight.float().to(x.device) if getattr(module, "weight", None) is not None \
         else torch.ones_like(x)
     if norm_type == "layernorm":
-        centred = x - x.mean()
-        scale = torch.rsqrt(centred.pow(2).mean() + eps)
+        centred = x - x.mean(dim=-1, keepdim=True)
+        scale = torch.rsqrt(centred.pow(2).mean(dim=-1, keepdim=True) + eps)
         bias = getattr(module, "bias", None)
         return True, w * scale, None if bias is None else bias.float().to(x.device)
     if norm_type.startswith("rmsnorm"):
-        scale = torch.rsqrt(x.pow(2).mean() + eps)
+        scale = torch.rsqrt(x.pow(2).mean(dim=-1, keepdim=True) + eps)
         gain = (1.0 + w) if "1 + w" in norm_type else w
         return False, gain * scale, None
     raise UnsupportedModel(f"attribution needs to know the final norm; the {norm_type!r} norm "
                            "of this model is not one fptrace can freeze")
 
 
-def apply_frozen(parts: Any, centre: bool, gain: Any) -> Any:
-    """(..., d) parts through a frozen norm, without its bias."""
+def through_frozen(parts: Any, centre: bool, gain: Any) -> Any:
+    """(..., d) parts through a frozen norm (frozen_norm's centre and gain), without its
+    bias."""
     if centre:
         parts = parts - parts.mean(dim=-1, keepdim=True)
     return parts * gain
@@ -119,33 +121,61 @@ class DirectLogits:
     def value(self, part: Any) -> Any:
         """(..., d) vectors written into the stream -> (...) logits of the target, through the
         final norm frozen at its actual value (without its bias)."""
-        return apply_frozen(part.float(), self.centre, self.gain) @ self.u
+        return through_frozen(part.float(), self.centre, self.gain) @ self.u
 
     def head_writes(self, layer: int, y: Any) -> tuple[Any, Any] | None:
         """What each head of block `layer` writes into the stream when W_O's input is y
-        (nh·hd,): ((nh, d), the W_O bias as written (d,) or None), through the family's
-        attention post-norm frozen at its actual input in the clean pass; None when W_O is not
-        nh·hd wide."""
+        (nh·hd,), through the attention post-norm frozen at its input in the clean pass: see
+        head_writes below."""
         info = model_info(self.lm)
-        nh, hd = info.n_heads, info.head_dim
-        W, b = self.w_o[layer]  # (d, nh·hd), (d,) or None
-        if y is None or W.shape[1] != nh * hd:
-            return None
-        import torch
+        return head_writes(self.lm, layer, y, self.o[layer], self.w_o[layer], info.n_heads,
+                           info.head_dim)
 
-        y = y.float().to(W.device)
-        writes = torch.stack([W[:, h * hd:(h + 1) * hd] @ y[h * hd:(h + 1) * hd]
-                              for h in range(nh)])  # (nh, d): what each head writes via W_O
-        bias = b
-        fam = self.lm.parts.family
-        if fam.attn_added:  # the post-norm, frozen at its actual input o = Σ writes + b
-            centre, gain, nb = frozen_norm(self.lm.parts.attn_adds[layer], self.o[layer],
-                                           fam.norm_type)
-            writes = apply_frozen(writes, centre, gain)
-            bias = None if b is None else apply_frozen(b, centre, gain)
-            if nb is not None:
-                bias = nb if bias is None else bias + nb
-        return writes, bias
+
+def head_writes(lm: LoadedModel, layer: int, y: Any, o: Any, w_o: tuple, nh: int, hd: int
+                ) -> tuple[Any, Any] | None:
+    """What each head of block `layer` writes into the stream at one position, (nh, d), and the
+    W_O bias (and post-norm bias) as written (d,) or None, computed in W_O's dtype; None when
+    y is missing or W_O is not nh·hd wide.
+
+    y: (nh·hd,) the heads side by side entering W_O; o: (d,) W_O's actual output, at which a
+    family's attention post-norm is frozen (post-norm families); w_o: (W (d, nh·hd), bias)."""
+    import torch
+
+    W, b = w_o  # (d, nh·hd), (d,) or None
+    if y is None or W.shape[1] != nh * hd:
+        return None
+    d = W.shape[0]
+    parts = torch.einsum("dnh,nh->nd", W.view(d, nh, hd), y.view(nh, hd).to(W.device, W.dtype)
+                         )  # (nh, d): what each head writes through its columns of W_O
+    bias = b
+    fam = lm.parts.family
+    if fam.attn_added:  # the post-norm, frozen at its actual input o = Σ parts + b
+        centre, gain, nb = frozen_norm(lm.parts.attn_adds[layer], o, fam.norm_type)
+        gain, nb = gain.to(parts.device, parts.dtype), \
+            None if nb is None else nb.to(parts.device, parts.dtype)
+        parts = through_frozen(parts, centre, gain)
+        bias = None if b is None else through_frozen(b, centre, gain)
+        if nb is not None:
+            bias = nb if bias is None else bias + nb
+    return parts, bias
+
+
+def head_parts(lm: LoadedModel, layer: int, y: Any, o: Any, w_o: tuple, nh: int, hd: int,
+               attn_added: Any, dtype: str) -> tuple[Any, Any] | None:
+    """head_writes, checked: None also when the per-head writes do not add up to what attention
+    added, attn_added (d,) (then they are not shown), within the tolerance of the model's
+    dtype."""
+    got = head_writes(lm, layer, y, o, w_o, nh, hd)
+    if got is None:
+        return None
+    parts, bias = got
+    added = parts.sum(dim=0) + (bias if bias is not None else 0)  # (d,)
+    attn_added = attn_added.to(added.device, added.dtype)
+    scale = float(attn_added.abs().max())
+    if float((added - attn_added).abs().max()) > rtol_for(dtype) * max(scale, 1.0):
+        return None
+    return parts, bias
 
 
 def direct_logits(lm: LoadedModel, prompt: Prompt, *, target: str | None = None,
@@ -236,16 +266,14 @@ def _take_apart(d: DirectLogits) -> None:
 def _split(d: DirectLogits, layer: int) -> tuple[Any, float | None] | None:
     """Per-head logits of block `layer`'s attention, and its W_O bias's; None when the per-head
     writes do not add up to what attention added (then they are not shown)."""
-    got = d.head_writes(layer, d.y[layer])
+    info = model_info(d.lm)
+    got = head_parts(d.lm, layer, d.y[layer], d.o[layer], d.w_o[layer], info.n_heads,
+                     info.head_dim, d.cap.attn_last[layer][0], info.dtype)
     if got is None:
         return None
     writes, bias = got
-    attn_added = d.cap.attn_last[layer][0]  # (d,) what the stream received from attention
-    added = writes.sum(dim=0) + (bias if bias is not None else 0)  # (d,)
-    scale = float(attn_added.abs().max())
-    if float((added - attn_added).abs().max()) > d.rtol * max(scale, 1.0):
-        return None
     return d.value(writes), (None if bias is None else float(d.value(bias)))
 
 
-__all__ = ["direct_logits", "DirectLogits", "frozen_norm"]
+__all__ = ["direct_logits", "DirectLogits", "frozen_norm", "through_frozen", "head_writes",
+           "head_parts", "rtol_for", "RTOL", "HALF_RTOL"]
