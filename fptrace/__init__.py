@@ -21,6 +21,7 @@ __version__ = "0.1.0"
 # as it is, and at run time each name is imported from there on first use (__getattr__), so
 # `import fptrace` (and the command line) stays free of torch.
 if TYPE_CHECKING:
+    from fptrace.commands.ablate.core import ablate
     from fptrace.commands.attribute.core import attribute
     from fptrace.commands.attribute.qk import attribute_qk
     from fptrace.commands.diff.core import diff
@@ -30,6 +31,7 @@ if TYPE_CHECKING:
     from fptrace.commands.generate.core import generate
     from fptrace.commands.patch.core import patch
     from fptrace.commands.shapes.core import shape_report as shapes
+    from fptrace.commands.steer.core import steer
     from fptrace.core.points import Point
     from fptrace.core.results import (
         SCHEMA_VERSION,
@@ -43,6 +45,7 @@ if TYPE_CHECKING:
     )
     from fptrace.core.trace import run_trace as trace
     from fptrace.core.trace import run_traces as trace_many
+    from fptrace.core.vectors import steering_vector
     from fptrace.models.loading import load_model
     from fptrace.render.json import to_json
 

@@ -55,6 +55,16 @@ def cases(tmp: str, folder: str) -> list[tuple[str, list[str], dict]]:
     build_tiny("starcoder2").save_pretrained(p("starcoder2"))
     with open(p("messages.json"), "w") as f:
         f.write('[\n  {"role": "user", "content": "hi"},\n  {"role": "user"}\n]\n')
+    import gguf
+    import numpy as np
+
+    np.save(p("wide.npy"), np.zeros(7, dtype=np.float32))  # tiny-gpt2's d_model is 64
+    w = gguf.GGUFWriter(p("model.gguf"), arch="llama")
+    w.add_tensor("token_embd.weight", np.zeros((4, 4), dtype=np.float32))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
     m = ["-m", folder]
     return [
         ("empty prompt", ["run", "  "]),
@@ -118,6 +128,17 @@ def cases(tmp: str, folder: str) -> list[tuple[str, list[str], dict]]:
         ("diff: a quantization that does not exist", ["diff", "hi", *m, "--quantize-b", "int3"]),
         ("diff: quantizing random weights", ["diff", "hi", *m, "--random-weights",
                                              "--quantize-b", "int8"]),
+        ("steer: a vector of another width", ["steer", "hi", *m, "--vector", p("wide.npy"),
+                                              "--layer", "1"]),
+        ("steer: a GGUF that is not a control vector", ["steer", "hi", *m, "--vector",
+                                                        p("model.gguf")]),
+        ("steer: --layer out of range", ["steer", "hi", *m, "--token", " cat", "--layer", "5"]),
+        ("steer: a strength that is not a number", ["steer", "hi", *m, "--token", " cat",
+                                                    "--layer", "1", "--scale", "0,two"]),
+        ("steer: --add without --subtract", ["steer", "hi", *m, "--add", " love",
+                                             "--layer", "1"]),
+        ("ablate: a head out of range", ["ablate", "hi", *m, "--head", "1.9"]),
+        ("ablate: nothing to remove", ["ablate", "hi", *m]),
     ]
 
 

@@ -128,6 +128,23 @@ def _patch(lm: Any) -> Callable:
     return lambda w: patch_view(r, w)
 
 
+def _steer(lm: Any) -> Callable:
+    from fptrace.commands.steer.core import steer
+    from fptrace.commands.steer.render import steer_view
+
+    r = steer(lm, PROMPT, add=" love", subtract=" hate", layer=1, scales="0,1,2,4",
+              new_tokens=3)
+    return lambda w: steer_view(r, w)
+
+
+def _ablate(lm: Any) -> Callable:
+    from fptrace.commands.ablate.core import ablate
+    from fptrace.commands.ablate.render import ablate_view
+
+    r = ablate(lm, PROMPT, heads=["1.1"], mlps=[0], all_heads=True, all_mlps=True, top=4)
+    return lambda w: ablate_view(r, w)
+
+
 def _models(lm: Any) -> Callable:
     from fptrace.commands.models.core import list_models
     from fptrace.commands.models.render import models_table
@@ -138,7 +155,8 @@ def _models(lm: Any) -> Callable:
 
 VIEWS = {"run": _run, "explain": _explain, "shapes": _shapes, "generate": _generate,
          "attribute": _attribute, "attribute-qk": _attribute_qk, "diff": _diff,
-         "diff-deep": _diff_deep, "patch": _patch, "models": _models}
+         "diff-deep": _diff_deep, "patch": _patch, "models": _models, "steer": _steer,
+         "ablate": _ablate}
 
 
 def views() -> dict[str, Callable]:

@@ -11,8 +11,9 @@ import torch
 from typer.testing import CliRunner
 
 from conftest import build_tiny, tiny_gpt2
-from fptrace.commands.attribute.core import attribute, frozen_norm
 from fptrace.cli.main import app
+from fptrace.commands.attribute.core import attribute
+from fptrace.core.attribution import frozen_norm
 from fptrace.errors import BadInput
 from fptrace.models.loading import wrap_model
 
@@ -113,7 +114,7 @@ def test_cli_json_and_mismatch_exit(monkeypatch):
     assert r.exit_code == 0, r.stderr
     data = json.loads(r.stdout)
     assert data["kind"] == "attribution" and data["ok"] is True
-    import fptrace.commands.attribute.core as mod
+    import fptrace.core.attribution as mod
 
     real = mod.frozen_norm
     monkeypatch.setattr(mod, "frozen_norm", lambda m, x, t: (lambda c, g, b: (c, g * 1.1, b))(

@@ -100,6 +100,26 @@ def test_fuzz_generate(folder, prompt, n, t, k):
 
 
 @FUZZ
+@given(prompt=prompts, token=prompts, layer=st.integers(-2, 3),
+       scale=st.one_of(st.sampled_from(["0,1", "nan", "1e400", "-2", ",", "0,,1"]), prompts),
+       positions=st.one_of(st.sampled_from(["all", "last", "0,-1", "99", "-99"]), prompts),
+       n=st.integers(-1, 3))
+def test_fuzz_steer(folder, prompt, token, layer, scale, positions, n):
+    check(["steer", "-m", folder, "--token", token, "--layer", str(layer), "--scale", scale,
+           "--positions", positions, "-n", str(n), "--json", "--", prompt])
+
+
+@FUZZ
+@given(prompt=prompts, head=st.one_of(st.sampled_from(["0.0", "1.1", "2.0", "0.9", "1.", ".1"]),
+                                      prompts),
+       mlp=st.integers(-2, 3), mode=st.sampled_from(["zero", "mean", "none"]),
+       target=st.one_of(st.none(), prompts))
+def test_fuzz_ablate(folder, prompt, head, mlp, mode, target):
+    check(["ablate", "-m", folder, "--head", head, "--mlp", str(mlp), "--mode", mode, "--json"]
+          + ([] if target is None else ["--target", target]) + ["--", prompt])
+
+
+@FUZZ
 @given(prompt=st.one_of(st.none(), prompts), seq=st.integers(-5, 5000),
        model=st.sampled_from(["gpt2", "llama-3.2-1b", "qwen2.5-0.5b", "mistral-7b", "nope"]))
 def test_fuzz_shapes(prompt, seq, model):

@@ -187,6 +187,53 @@ def _patch_weak_corruption(f):
     return strong.notes, weak.notes
 
 
+def _steer(lm=None, **kw):
+    from fptrace.commands.steer.core import steer
+
+    kw.setdefault("token", "#5")
+    kw.setdefault("layer", 1)
+    return steer(lm or _llama(), [5, 6, 7], scales="0,1", **kw).notes
+
+
+def _steer_gguf_blocks(f):
+    from fptrace.core.vectors import token_vector, write_vector
+
+    lm = _llama()
+    path = str(f.mktemp("vector") / "v.gguf")
+    write_vector(path, token_vector(lm, "#5", 1), lm)
+    return _steer(lm), _steer(lm, token=None, layer=None, vector=path)
+
+
+def _steer_positions(f):
+    return _steer(), _steer(positions="last")
+
+
+def _steer_block0(f):
+    return _steer(), _steer(layer=0)
+
+
+def _ablate(lm=None, **kw):
+    from fptrace.commands.ablate.core import ablate
+
+    kw.setdefault("heads", ["1.0"])
+    return ablate(lm or _llama(), [5, 6, 7], **kw).notes
+
+
+def _ablate_softcap(f):
+    capped = wrap_model(build_tiny("gemma2"), name="tiny-gemma2", random_weights=True)
+    return _ablate(), _ablate(capped)
+
+
+def _ablate_wo_bias(f):
+    """GPT-2's c_proj has a bias: removing only an MLP leaves no head's block behind."""
+    gpt2 = wrap_model(build_tiny("gpt2"), name="tiny-gpt2", random_weights=True)
+    return _ablate(gpt2, heads=(), mlps=[1]), _ablate(gpt2)
+
+
+def _ablate_mean(f):
+    return _ablate(), _ablate(mode="mean")
+
+
 def _diff(a, b, **kw):
     from fptrace.commands.diff.core import diff
 

@@ -136,3 +136,29 @@ def test_snapshot_120x40(golden):
     lines = [line.rstrip() for line in text.splitlines() if line.strip()]
     got = "\n".join(lines[lines.index(next(l for l in lines if "layer" in l)):]) + "\n"
     golden(got)
+
+
+def test_what_if_keys_ablate_and_steer_the_selected_block():
+    lm = _model()
+
+    async def go():
+        app = FptraceApp(lm=lm, prompt="The cat sat on the mat")
+        async with app.run_test(size=(120, 40)) as pilot:
+            await pilot.pause()
+            await pilot.press("down", "down", "a")
+            await pilot.pause()
+            assert app.what_if.kind == "ablation" and app.what_if.ok
+            assert [r.parts for r in app.what_if.runs] == [("1.0",), ("mlp 1",),
+                                                            ("1.0", "mlp 1")]
+            assert app.what_if.target.id == app.trace.top_k[0].id
+            assert "removed head 1.0" in _text(app, "#status")
+            assert app.query_one("TabbedContent").active == "tab-layer"
+            await pilot.press("t", "s")
+            await pilot.pause()
+            assert app.what_if.kind == "steering" and app.what_if.ok
+            assert app.what_if.vector.layers == (1,) and app.what_if.vector.norm_matched
+            assert str(app.trace.top_k[1].id) in app.what_if.vector.description
+            hooks = sum(len(m._forward_hooks) + len(m._forward_pre_hooks)
+                        for m in lm.model.modules())
+            assert hooks == 0
+    asyncio.run(go())

@@ -207,3 +207,14 @@ def check_match(match: bool, failed: list[str]) -> None:
         from fptrace.errors import Mismatch
 
         raise Mismatch(f"the recomputation does not match the model ({'; '.join(failed)})")
+
+
+def require_checks(checks: Any, what: str) -> None:
+    """Exit 5 when any of a result's checks of its own numbers fails: `what` does not check
+    out, each failed check named with its measure and its rule."""
+    bad = [c for c in checks if not c.ok]
+    if bad:
+        from fptrace.errors import Mismatch
+
+        raise Mismatch(f"{what} does not check out: " + "; ".join(
+            f"{c.name}: {c.value:.2e}, {c.tolerance}" for c in bad))

@@ -25,16 +25,22 @@ Hook = tuple[Any, str, Callable[..., Any], bool]
 
 
 @contextlib.contextmanager
-def hooked(hooks: Iterable[Hook]) -> Iterator[None]:
+def hooked(hooks: Iterable[Hook], prepend: bool = False) -> Iterator[None]:
     """The one place fptrace attaches hooks: register every (module, "pre"|"post", fn,
     with_kwargs), yield, and remove every handle whatever happens (an exception while
-    registering included)."""
+    registering included).
+
+    prepend: run these hooks before the module's other hooks. A hook that *changes* an output
+    (steering, ablation) is prepended, so that every other hook sees the changed value:
+    transformers fills `output_hidden_states` from a hook of its own on each block, installed
+    for good by the first forward that asks for hidden states, which runs before any hook
+    appended after it."""
     handles = []
     try:
         for module, when, fn, with_kwargs in hooks:
             register = module.register_forward_pre_hook if when == "pre" else \
                 module.register_forward_hook
-            handles.append(register(fn, with_kwargs=with_kwargs))
+            handles.append(register(fn, with_kwargs=with_kwargs, prepend=prepend))
         yield
     finally:
         for h in handles:

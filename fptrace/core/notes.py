@@ -48,7 +48,7 @@ def note(key: str, commands: tuple[str, ...], when: str, text: str) -> Note:
 TRACING = ("run", "batch", "diff", "report", "tui")
 
 RANDOM = note(
-    "random_weights", TRACING + ("explain", "attribute", "patch", "generate"),
+    "random_weights", TRACING + ("explain", "attribute", "patch", "generate", "steer", "ablate"),
     "the model was built with --random-weights",
     "RANDOM WEIGHTS: the predictions and logit-lens tokens of this trace mean nothing")
 
@@ -122,7 +122,7 @@ MATRIX_LIMIT = note(
     "the attention tables are shown for prompts of at most {n} tokens")
 
 HEADS_UNSPLIT = note(
-    "attribute_heads_unsplit", ("attribute", "report", "tui"),
+    "attribute_heads_unsplit", ("attribute", "ablate", "report", "tui"),
     "at some block, the per-head parts (through W_O) do not add up to the attention output",
     "block {layer}: the per-head parts do not add up to the attention output; attention shown "
     "as one part")
@@ -155,6 +155,43 @@ WEAK_CORRUPTION = note(
     "the corruption lowers the target's probability by less than 0.05",
     "the corruption barely changes the target's probability ({clean:.3f} → {corrupt:.3f}): the "
     "grid shows little; try a larger --noise-scale or another corruption")
+
+STEER_GGUF_BLOCKS = note(
+    "steer_gguf_blocks", ("steer", "report", "tui"),
+    "the steering vector was read from a llama.cpp control-vector .gguf file",
+    "{file}'s direction.N was added to the output of block N ({blocks}), as llama.cpp's loader "
+    "adds it (llama.cpp's cvector-generator writes the difference it measured after block N − 1 "
+    "as direction.N)")
+
+STEER_POSITIONS = note(
+    "steer_positions", ("steer", "report", "tui"),
+    "--positions is not all: the vector is added at some prompt positions only",
+    "the vector was added at the prompt positions {positions} only (llama.cpp adds it at every "
+    "position, generated ones included: --positions all)")
+
+STEER_BLOCK0 = note(
+    "steer_block0", ("steer", "report", "tui"),
+    "the vector steers the output of block 0",
+    "this vector steers block 0's output, which llama.cpp never steers (its loader refuses "
+    "direction.0): it cannot be used there")
+
+ABLATE_SOFTCAP = note(
+    "ablate_softcap", ("ablate", "report", "tui"),
+    "the model soft-caps its final logits (Gemma 2/3)",
+    "the model soft-caps its logits at {cap:g}: the logits here are the LM head's, before the "
+    "cap, like attribute's; the probabilities are the model's own")
+
+ABLATE_WO_BIAS = note(
+    "ablate_wo_bias", ("ablate", "report", "tui"),
+    "a head is removed and the attention output projection has a bias",
+    "the blocks of the removed heads keep their attention output projection's bias, which "
+    "belongs to no head")
+
+ABLATE_MEAN = note(
+    "ablate_mean", ("ablate", "report"),
+    "--mode mean: a removed part's output is replaced by its mean",
+    "mean ablation: each removed part output its mean over {n} positions, the same at every "
+    "position")
 
 DIFF_MODELS = note(
     "diff_models", ("diff",),

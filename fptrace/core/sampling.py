@@ -128,3 +128,16 @@ def strategies(logits: Any, temperature: float, top_k: int, top_p: float
 
 __all__ = ["check_options", "greedy", "with_temperature", "keep_top_k", "keep_top_p", "draw",
            "check_generation", "distribution", "describe", "strategies"]
+
+
+def eos_ids(model: Any) -> set[int]:
+    """The end-of-text token ids of a transformers model (its generation config's and its
+    config's): where generation stops."""
+    ids: set[int] = set()
+    for src in (getattr(model, "generation_config", None), model.config):
+        eos = getattr(src, "eos_token_id", None) if src is not None else None
+        if isinstance(eos, int):
+            ids.add(eos)
+        elif isinstance(eos, (list, tuple)):
+            ids.update(int(e) for e in eos)
+    return ids

@@ -68,6 +68,22 @@ class ModelParts:
         return logits
 
 
+def output_projection(attn: Any, names: tuple[str, ...]) -> tuple[Any, tuple[Any, Any]]:
+    """The attention output projection W_O of one attention module (the first of the family's
+    leaf names it has), and its weights as (W (out=d, in=nh·hd) float32, bias (d,) or None).
+    Its input is the heads side by side, head h in columns h·hd .. (h+1)·hd."""
+    for name in names:
+        proj = getattr(attn, name, None)
+        if proj is not None:
+            w = proj.weight.float()
+            if type(proj).__name__ == "Conv1D":  # GPT-2 stores (in, out)
+                w = w.T
+            bias = getattr(proj, "bias", None)
+            return proj, (w, None if bias is None else bias.float())
+    raise UnsupportedModel("cannot find the attention output projection W_O "
+                           f"({', '.join(names)}) to split attention per head")
+
+
 def _child(block: Any, path: str | None, default: Any) -> Any:
     return default if path is None else block.get_submodule(path)
 
@@ -196,4 +212,4 @@ def _infer_positions(model: Any, config: Any) -> tuple[str, str | None]:
     return "unknown", None
 
 
-__all__ = ["ModelParts", "resolve_parts", "dims", "Dims"]
+__all__ = ["ModelParts", "resolve_parts", "dims", "Dims", "output_projection"]

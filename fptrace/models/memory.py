@@ -60,6 +60,18 @@ def forward_bytes(config: Any, batch: int, seq_len: int, logits_positions: int, 
     return per_block * dtype_bytes + batch * logits_positions * vocab * 4
 
 
+def check_forward_fits(config: Any, device: Any, dtype_bytes: int, batch: int, seq_len: int,
+                       what: str, lower: str, extra_bytes: int = 0) -> None:
+    """Refuse, before it runs, a batched forward whose activations (plus `extra_bytes` the
+    caller keeps) would not fit in 80% of the free memory: `what` names the batch, `lower` what
+    to change ("lower --batch-size")."""
+    need = forward_bytes(config, batch, seq_len, 1, dtype_bytes) + extra_bytes
+    free = available_bytes(device)
+    if free is not None and need > 0.8 * free:
+        raise BadInput(f"{what} needs about {human_bytes(need)} but {human_bytes(free)} is free "
+                       f"on {device}; {lower}")
+
+
 def out_of_memory(config: Any, device: Any, batch: int, seq_len: int, logits_positions: int,
                   dtype_bytes: int) -> str:
     need = forward_bytes(config, batch, seq_len, logits_positions, dtype_bytes)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from rich import box
 from rich.console import Group, RenderableType
 from rich.panel import Panel
@@ -122,3 +124,13 @@ def top_k(trace: Trace, width: int | None = None) -> RenderableType:
                      title=f"Top-{len(trace.top_k)} next tokens", title_justify="left")
 
 
+def check_lines(checks: "tuple[Any, ...]", failed: str) -> RenderableType:
+    """A command's checks of its own numbers, one line each (✓ or ✗, what, measured, rule), and
+    when one fails a last line in red: `failed` says what not to trust."""
+    text = Text()
+    for c in checks:
+        text.append("✓ " if c.ok else "✗ ", style="bold green" if c.ok else "bold red")
+        text.append(f"{c.name}: {c.value:.2e} {c.tolerance}\n", style=None if c.ok else "bold red")
+    if not all(c.ok for c in checks):
+        text.append(failed, style="bold white on red")
+    return text

@@ -23,15 +23,8 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
-from fptrace.commands.attribute.core import (
-    HALF_RTOL,
-    RTOL,
-    frozen_norm,
-    head_parts,
-    out_projection,
-    through_frozen,
-)
 from fptrace.commands.attribute.result import QKAttribution, QKPart, QKPartSum, QKTerm
+from fptrace.core.attribution import HALF_RTOL, RTOL, frozen_norm, head_parts, through_frozen
 from fptrace.core.hooks import eager_attention, first_output, hooked
 from fptrace.core.notes import HEADS_UNSPLIT, QK_KEY_DEFAULTED, QK_SOFTCAP
 from fptrace.core.results import Check
@@ -44,6 +37,7 @@ from fptrace.families.ops import (
     rotary_dims,
     sliding_window,
 )
+from fptrace.families.parts import output_projection
 from fptrace.models.loading import LoadedModel
 from fptrace.models.prompts import Prepared, Prompt
 
@@ -211,7 +205,7 @@ def _forward(lm: LoadedModel, ids: list[int], layer: int, head: int, i: int,
     hooks = [(parts.blocks[0], "pre", embed, True), (parts.blocks[layer], "pre", stream, True),
              (parts.attns[layer], "post", weights, False)]
     for n in range(layer if keep is not None else 0):
-        proj, _ = out_projection(parts.attns[n], fam.w_o)
+        proj, _ = output_projection(parts.attns[n], fam.w_o)
         hooks.append((proj, "pre", keep_in(got["y"], n), False))
         if fam.attn_added:
             hooks.append((parts.attn_adds[n], "pre", keep_in(got["o"], n), False))
@@ -256,7 +250,7 @@ def _stream_parts(lm: LoadedModel, got: dict, layer: int, positions: Sequence[in
             vecs[p] = [vecs[p][0] - pe, pe]
     notes = []
     for n in range(layer):
-        _, (W, b) = out_projection(parts.attns[n], fam.w_o)  # in float64: only the model's
+        _, (W, b) = output_projection(parts.attns[n], fam.w_o)  # in float64: only the model's
         W, b = W.to(lm.device).double(), None if b is None else b.to(lm.device).double()  # own
         split = {p: head_parts(lm, n, y[n][r], None if o[n] is None else o[n][r], (W, b), nh,
                                hd, attn[n][r], dtype) for p, r in at.items()}  # rounding left

@@ -25,17 +25,6 @@ from fptrace.models.loading import LoadedModel
 from fptrace.models.prompts import Prepared, Prompt
 
 
-def _eos_ids(lm: LoadedModel) -> set[int]:
-    ids: set[int] = set()
-    for src in (getattr(lm.model, "generation_config", None), lm.config):
-        eos = getattr(src, "eos_token_id", None) if src is not None else None
-        if isinstance(eos, int):
-            ids.add(eos)
-        elif isinstance(eos, (list, tuple)):
-            ids.update(int(e) for e in eos)
-    return ids
-
-
 def _cache_kwarg(model: Any) -> str:
     """transformers 5 renames `past_key_values` to `cache`; use whichever forward takes."""
     params = inspect.signature(model.forward).parameters
@@ -101,7 +90,7 @@ def generate(lm: LoadedModel, prompt: Prompt, *, max_new_tokens: int = 12,
     info = model_info(lm)
     model = lm.model
     device = lm.device
-    eos = _eos_ids(lm) if stop_at_eos else set()
+    eos = sampling.eos_ids(lm.model) if stop_at_eos else set()
     cache = DynamicCache(config=lm.config)
     cache_kw = _cache_kwarg(model)
     cuda = str(device).startswith("cuda")

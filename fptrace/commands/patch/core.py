@@ -196,14 +196,8 @@ def patch(lm: LoadedModel, prompt: Prompt, *, noise: str | None = None,
 def _check_memory(lm: LoadedModel, batch_size: int, T: int) -> None:
     import torch
 
-    from fptrace.models.memory import available_bytes, forward_bytes, human_bytes
+    from fptrace.models.memory import check_forward_fits
 
-    need = forward_bytes(lm.config, batch_size, T, 1, torch.empty((), dtype=lm.dtype)
-                         .element_size())
-    free = available_bytes(lm.device)
-    if free is not None and need > 0.8 * free:
-        raise BadInput(f"a batch of {batch_size} patched runs of {T} tokens needs about "
-                       f"{human_bytes(need)} but {human_bytes(free)} is free on {lm.device}; "
+    check_forward_fits(lm.config, lm.device, torch.empty((), dtype=lm.dtype).element_size(),
+                       batch_size, T, f"a batch of {batch_size} patched runs of {T} tokens",
                        "lower --batch-size")
-
-

@@ -6,7 +6,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from fptrace.cli.io import check_match, command, load, load_for, stderr_console
+from fptrace.cli.io import check_match, command, load, load_for, require_checks, stderr_console
 from fptrace.cli.options import OUTPUT, STATS, ChatOptions, LoadOptions, chat_options, model_options
 
 
@@ -27,6 +27,18 @@ def report(
     noise: Annotated[Optional[str], typer.Option(
         "--noise", help="Also a causal-tracing section: noise on this subject's embeddings "
         "(as `fptrace patch --noise`).", rich_help_panel=STATS)] = None,
+    add: Annotated[Optional[str], typer.Option(
+        "--add", help="Also a steering section: this prompt's stream minus --subtract's, added "
+        "at --steer-layer at strengths 0,1,2,4,8 (as `fptrace steer`).",
+        rich_help_panel=STATS)] = None,
+    subtract: Annotated[Optional[str], typer.Option(
+        "--subtract", help="With --add: the prompt subtracted.", rich_help_panel=STATS)] = None,
+    steer_layer: Annotated[Optional[int], typer.Option(
+        "--steer-layer", help="With --add: the block whose output receives the vector.",
+        rich_help_panel=STATS)] = None,
+    ablate: Annotated[bool, typer.Option(
+        "--ablate", help="Also an ablation section: every head and MLP removed one at a time "
+        "(as `fptrace ablate --all-heads --all-mlps`).", rich_help_panel=STATS)] = False,
     model_b: Annotated[Optional[str], typer.Option(
         "--model-b", help="Also a `diff --deep` section: the prompt on this model too.",
         rich_help_panel=STATS)] = None,
@@ -46,6 +58,10 @@ def report(
     from fptrace.commands.report.core import build_html, check_out, write_report
 
     check_out(out)
+    if (add is None) != (subtract is None) or (add is not None and steer_layer is None):
+        from fptrace.errors import BadInput
+
+        raise BadInput("the steering section needs --add, --subtract and --steer-layer")
     from fptrace.commands.attribute.qk import qk_request
 
     qk_head = qk_request(qk, None, None, "term")
@@ -70,6 +86,16 @@ def report(
         from fptrace.commands.patch.core import patch as run_patch
 
         patching = run_patch(lm, prompt, noise=noise, seed=opts.seed)
+    steering = ablation = None
+    if add is not None or subtract is not None:
+        from fptrace.commands.steer.core import steer as run_steer
+
+        steering = run_steer(lm, prompt, add=add, subtract=subtract, layer=steer_layer,
+                             scales="0,1,2,4,8")
+    if ablate:
+        from fptrace.commands.ablate.core import ablate as run_ablate
+
+        ablation = run_ablate(lm, prompt, all_heads=True, all_mlps=True)
     against = None
     settings_b = {k: v for k, v in (("model", model_b), ("dtype", dtype_b),
                                     ("quantize", quantize_b)) if v is not None}
@@ -79,8 +105,13 @@ def report(
         from fptrace.commands.diff.deep import deep_diff
 
         against = deep_diff(lm, load(dataclasses.replace(opts, **settings_b)), prompt)
-    write_report(out, build_html(trace, explanation, attribution, patching, against, qk=split))
+    write_report(out, build_html(trace, explanation, attribution, patching, against, qk=split,
+                                 steering=steering, ablation=ablation))
     stderr_console().print(f"wrote {out}", markup=False, soft_wrap=True)
     check_match(explanation.match, [c.name for c in explanation.checks if not c.ok])
     if split is not None:
         check_match(split.ok, [c.name for c in split.checks if not c.ok])
+    if steering is not None:
+        require_checks(steering.checks, "the steered run")
+    if ablation is not None:
+        require_checks(ablation.checks, "the ablation")

@@ -60,7 +60,8 @@ def _png(fig: Any) -> str:
 
 
 def build_html(trace: Trace, explanation: Explanation, attribution: Any = None,
-               patching: Any = None, against: Any = None, qk: Any = None) -> str:
+               patching: Any = None, against: Any = None, qk: Any = None,
+               steering: Any = None, ablation: Any = None) -> str:
     from fptrace.commands.attribute.render import attribution_figure, attribution_view
     from fptrace.commands.explain.render import attention_figure, explain_view
     from fptrace.commands.run.render import trace_figure, trace_view
@@ -128,6 +129,22 @@ def build_html(trace: Trace, explanation: Explanation, attribution: Any = None,
             body.append(f'<img alt="relative difference at every point of every block" '
                         f'src="{_png(deep_figure(against)[0])}">')
         body.append(_terminal(diff_view(against, 130)))
+    if steering is not None:
+        from fptrace.commands.steer.render import steer_figure, steer_view
+
+        body += [
+            "<h2>What if: a steering vector added to the stream</h2>",
+            f'<img alt="steering sweep" src="{_png(steer_figure(steering)[0])}">',
+            _terminal(steer_view(steering, 130)),
+        ]
+    if ablation is not None:
+        from fptrace.commands.ablate.render import ablate_figure, ablate_view
+
+        body += [
+            "<h2>What if: one head or MLP removed</h2>",
+            f'<img alt="ablation grid" src="{_png(ablate_figure(ablation)[0])}">',
+            _terminal(ablate_view(ablation, 130)),
+        ]
     return PAGE.format(title=esc(f"fptrace: {trace.prompt[:60]}"), body="\n".join(body))
 
 

@@ -24,6 +24,8 @@ from fptrace.render.text import norm, num, visible
 HELP = """[b]fptrace tui[/b]: one model, loaded once; any number of prompts.
 [b]/[/b] edit the prompt (Enter traces it, Escape leaves it)   [b]↑ ↓[/b] choose a layer
 [b]h / H[/b] next / previous attention head   [b]t[/b] attribute the next token of the top-k
+[b]a[/b] what if: remove the selected block's head and MLP   [b]s[/b] what if: steer the selected
+block's output toward the attributed token (its LM-head row, norm-matched, × 0, 0.25, 0.5, 1)
 [b]j[/b] export the trace as JSON   [b]r[/b] export the HTML report   [b]p[/b] export a PNG figure
 [b]?[/b] this help   [b]q[/b] quit"""
 
@@ -64,6 +66,8 @@ class FptraceApp(App):
         Binding("h", "head(1)", "Next head"),
         Binding("H", "head(-1)", "Prev head", show=False),
         Binding("t", "next_target", "Target"),
+        Binding("a", "ablate", "Ablate", show=False),
+        Binding("s", "steer", "Steer", show=False),
         Binding("j", "export_json", "JSON"),
         Binding("r", "export_report", "Report"),
         Binding("p", "export_png", "PNG"),
@@ -86,6 +90,8 @@ class FptraceApp(App):
         self.target = 0  # index into the trace's top-k
         self.explanation: Any = None
         self.attribution: Any = None
+        self.what_if: Any = None  # the last ablation or steering result
+        self.layer_text: Any = None  # the layer pane's own text (a what-if is shown under it)
         self.qk: Any = None  # the selected head's score split (attribute --qk)
 
     def compose(self) -> ComposeResult:
@@ -193,6 +199,9 @@ class FptraceApp(App):
         text.append("logit lens top-10\n", style="bold")
         for t in top:
             text.append(f"{t.rank:>3} {visible(t.text):<16} {t.prob:.4f}\n")
+        text.append("a: remove this block's head and MLP   s: steer its output toward the "
+                    "attributed token\n", style="dim")
+        self.layer_text = text
         self.query_one("#pane-layer", Static).update(text)
         self.show_top_k()
         self.refresh_active()
@@ -298,9 +307,50 @@ class FptraceApp(App):
         self.show_attribution()
         self.status(f"attributing {visible(self.trace.top_k[self.target].text)!r}")
 
+    def action_ablate(self) -> None:
+        """What if the selected block's current head and its MLP were gone (zero ablation)."""
+        from fptrace.commands.ablate.core import ablate
+        from fptrace.commands.ablate.render import ablate_view
+
+        if self.trace is None:
+            return
+        block = max(self.layer - 1, 0)
+        self.whatif(lambda: ablate(self.lm, self.traced, heads=[f"{block}.{self.head}"],
+                                   mlps=[block], target=f"#{self.trace.top_k[self.target].id}"),
+                    ablate_view, f"removed head {block}.{self.head} and the MLP of block {block}")
+
+    def action_steer(self) -> None:
+        """What if the selected block's output were pushed toward the attributed token."""
+        from fptrace.commands.steer.core import steer
+        from fptrace.commands.steer.render import steer_view
+
+        if self.trace is None:
+            return
+        block = max(self.layer - 1, 0)
+        token = self.trace.top_k[self.target]
+        self.whatif(lambda: steer(self.lm, self.traced, token=f"#{token.id}", layer=block,
+                                  norm_match=True, scales="0,0.25,0.5,1", new_tokens=4),
+                    steer_view, f"steered block {block} toward {visible(token.text)!r}")
+
+    def whatif(self, compute: Any, view: Any, done: str) -> None:
+        """Run a what-if (ablate or steer) and show its view in the layer pane, under the
+        selected layer (until another layer is selected)."""
+        from rich.console import Group
+
+        pane = self.query_one("#pane-layer", Static)
+        self.query_one(TabbedContent).active = "tab-layer"
+        try:
+            self.what_if = compute()
+        except FptraceError as e:
+            pane.update(Group(self.layer_text, Text(str(e), style="yellow")))
+            return
+        pane.update(Group(self.layer_text, view(self.what_if, 80)))
+        self.status(done)
+
     def action_help(self) -> None:
         self.notify(HELP, timeout=15)
-        self.status("keys: / prompt · ↑↓ layer · h/H head · t target · j/r/p export · q quit")
+        self.status("keys: / prompt · ↑↓ layer · h/H head · t target · a/s what if · j/r/p "
+                    "export · q quit")
 
     def action_export_json(self) -> None:
         from fptrace.atomic import write_text_atomic
@@ -337,7 +387,8 @@ class FptraceApp(App):
             self.status("wrote fptrace-trace.png")
 
     def on_unmount(self) -> None:
-        self.lm = self.trace = self.explanation = self.attribution = self.qk = None  # free it
+        self.lm = self.trace = self.explanation = self.attribution = None  # free the model
+        self.qk = self.what_if = None
 
 
 __all__ = ["FptraceApp", "heatmap"]

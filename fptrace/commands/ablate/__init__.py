@@ -1,0 +1,1 @@
+"""`fptrace ablate`: remove attention heads or MLPs and measure what changes."""

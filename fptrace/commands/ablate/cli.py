@@ -1,0 +1,72 @@
+"""`fptrace ablate`."""
+
+from __future__ import annotations
+
+from typing import Annotated, List, Optional
+
+import typer
+
+from fptrace.cli.io import command, load_for, output, require_checks
+from fptrace.cli.options import (
+    STATS,
+    ChatOptions,
+    JsonOpt,
+    LoadOptions,
+    PlotOpt,
+    WideOpt,
+    chat_options,
+    model_options,
+)
+
+PARTS = "Parts"
+
+
+@command(order=66, docs="ablate")
+@chat_options()
+@model_options()
+def ablate(
+    prompt: Annotated[Optional[str], typer.Argument(
+        help="The prompt whose next-token logit is followed (or --messages FILE).")] = None,
+    opts: LoadOptions = LoadOptions(),
+    chat: ChatOptions = ChatOptions(),
+    head: Annotated[Optional[List[str]], typer.Option(
+        "--head", help="Remove attention head H of block L, as L.H (repeat for several).",
+        rich_help_panel=PARTS)] = None,
+    mlp: Annotated[Optional[List[int]], typer.Option(
+        "--mlp", help="Remove the MLP of block L (repeat for several).",
+        rich_help_panel=PARTS)] = None,
+    all_heads: Annotated[bool, typer.Option(
+        "--all-heads", help="One head at a time, every head: a blocks × heads grid.",
+        rich_help_panel=PARTS)] = False,
+    all_mlps: Annotated[bool, typer.Option(
+        "--all-mlps", help="One MLP at a time, every block.", rich_help_panel=PARTS)] = False,
+    mode: Annotated[str, typer.Option(
+        "--mode", help="zero (a removed part outputs zeros) or mean (its mean over positions).",
+        rich_help_panel=PARTS)] = "zero",
+    mean_over: Annotated[Optional[str], typer.Option(
+        "--mean-over", help="With --mode mean: average over these prompts (a .txt of one a "
+        'line, or .jsonl of {"prompt": ...}) instead of the prompt\'s positions.',
+        rich_help_panel=PARTS)] = None,
+    target: Annotated[Optional[str], typer.Option(
+        "--target", help="The token whose logit is followed (default: the clean top-1).",
+        rich_help_panel=STATS)] = None,
+    top: Annotated[int, typer.Option("--top", help="With a grid: how many of the largest "
+                                     "effects are listed.", rich_help_panel=STATS)] = 10,
+    batch_size: Annotated[int, typer.Option("--batch-size", "-b", help="Ablated runs per "
+                                            "forward pass.", rich_help_panel=STATS)] = 32,
+    plot: PlotOpt = None,
+    as_json: JsonOpt = False,
+    wide: WideOpt = False,
+) -> None:
+    """What if a head or an MLP were gone? The target's logit with parts removed (zero or mean),
+    the total effect next to the direct effect from attribution; --all-heads as a grid."""
+    lm, prompt = load_for(prompt, opts, plot, chat)
+    from fptrace.commands.ablate.core import ablate as run_ablate
+
+    result = run_ablate(lm, prompt, heads=head or (), mlps=mlp or (), all_heads=all_heads,
+                        all_mlps=all_mlps, mode=mode, mean_over=mean_over, target=target,
+                        batch_size=batch_size, top=top)
+    from fptrace.commands.ablate.render import ablate_figure, ablate_view
+
+    output(result, ablate_view, as_json=as_json, wide=wide, plot=plot, figure=ablate_figure)
+    require_checks(result.checks, "the ablation")

@@ -1,0 +1,242 @@
+"""`fptrace ablate`: remove attention heads or MLPs and measure the target's logit.
+
+The total effect of a part is what the target's logit does when the part is removed (its
+output set to zero, or to its mean over positions: core/interventions.py), later blocks free to
+react. Its direct effect is what its write into the stream contributes straight through the
+final norm and the LM head: the part's direct logit attribution (core/attribution.py, what
+`fptrace attribute` shows), with the sign of a removal. The difference is what later blocks did
+with it (compensation, amplification). `--all-heads` and `--all-mlps` remove one part per run,
+every run a row of a batched forward pass.
+
+Every run is checked against the model: at the first block a run changes, what the stream
+received from attention must be the clean attention output with the removed heads' writes
+through W_O swapped for their replacement (the model's own modules, post-norms included,
+applied to it), and what the block added must be its attention and MLP outputs; the command
+fails (exit 5) when either does not hold.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+from fptrace.commands.ablate.result import AblatedRun, Ablation
+from fptrace.core import stats
+from fptrace.core.attribution import DirectLogits, direct_logits
+from fptrace.core.interventions import (
+    MODES,
+    Means,
+    Part,
+    ablation_hooks,
+    check_rows_fit,
+    head_part,
+    mean_outputs,
+    mlp_part,
+    run_rows,
+)
+from fptrace.core.notes import ABLATE_MEAN, ABLATE_SOFTCAP, ABLATE_WO_BIAS
+from fptrace.core.results import Check, TopToken
+from fptrace.core.trace import base_notes, model_info, ranked_token
+from fptrace.errors import BadInput
+from fptrace.models.loading import LoadedModel
+from fptrace.models.prompts import Prompt
+
+LOWER = "lower --batch-size"
+
+
+def ablate(lm: LoadedModel, prompt: Prompt, *, heads: Sequence[str] = (),
+           mlps: Sequence[int] = (), all_heads: bool = False, all_mlps: bool = False,
+           mode: str = "zero", mean_over: str | Sequence[str] | None = None,
+           target: str | None = None, batch_size: int = 32, top: int = 10) -> Ablation:
+    """The target's logit with parts removed: each of `heads` ("L.H") and `mlps` (block
+    indices) alone and all together, and with all_heads / all_mlps one part per run."""
+    if mode not in MODES:
+        raise BadInput(f"--mode {mode!r}: use zero or mean")
+    if mean_over is not None and mode != "mean":
+        raise BadInput("--mean-over goes with --mode mean")
+    if batch_size < 1:
+        raise BadInput("--batch-size must be at least 1")
+    if top < 1:
+        raise BadInput("--top must be at least 1")
+    chosen = [head_part(lm, h) for h in heads] + [mlp_part(lm, m) for m in mlps]
+    if not chosen and not (all_heads or all_mlps):
+        raise BadInput("say what to remove: --head L.H, --mlp L, --all-heads or --all-mlps")
+    info = model_info(lm)
+    L, nh = info.n_layers, info.n_heads
+    runs: list[tuple[Part, ...]] = [(p,) for p in dict.fromkeys(chosen)]
+    if len(runs) > 1:
+        runs.append(tuple(sorted(dict.fromkeys(chosen), key=lambda p: p.order)))
+    grid_heads = [(Part(l, h),) for l in range(L) for h in range(nh)] if all_heads else []
+    grid_mlps = [(Part(l),) for l in range(L)] if all_mlps else []
+    todo = list(dict.fromkeys(runs + grid_heads + grid_mlps))
+
+    d = direct_logits(lm, prompt, target=target)
+    ids, t = d.ids, d.target
+    passes = 1
+    means, prompts_n = None, None
+    if mode == "mean":
+        means, prompts_n = _means(lm, ids, mean_over)
+        passes += prompts_n
+    check_rows_fit(lm, min(batch_size, len(todo)), len(ids),
+                   f"a batch of {min(batch_size, len(todo))} ablated runs of {len(ids)} tokens",
+                   LOWER)
+    done: dict[tuple[Part, ...], AblatedRun] = {}
+    worst = {"attn": 0.0, "attn_bound": 0.0, "block": 0.0, "block_bound": 0.0}
+    failed: dict[str, float] = {}
+    for start in range(0, len(todo), batch_size):
+        chunk = todo[start:start + batch_size]
+        out = run_rows(lm, ids, len(chunk), ablation_hooks(lm, chunk, means), LOWER)
+        passes += 1
+        for r, parts in enumerate(chunk):
+            done[parts] = _run(lm, d, out, r, parts, means)
+            _check(lm, d, out, r, parts, means, worst, failed)
+    clean_logit = d.model_logit
+    checks = _checks(worst, failed, bool(grid_heads or any(p.head is not None for p in chosen)),
+                     bool(grid_mlps or any(p.head is None for p in chosen)), d.rtol)
+    grid = tuple(tuple(done[(Part(l, h),)].logit_change for h in range(nh)) for l in range(L)) \
+        if all_heads else ()
+    column = tuple(done[(Part(l),)].logit_change for l in range(L)) if all_mlps else ()
+    largest = sorted((done[p] for p in grid_heads + grid_mlps),
+                     key=lambda a: -abs(a.logit_change))[:top]
+    return Ablation(
+        prompt=d.prepared.text, model=info, tokens=lm.tokens(d.prepared), mode=mode,
+        mean_over=mean_over if isinstance(mean_over, str) else None,
+        mean_positions=None if means is None else means.positions,
+        target=ranked_token(lm, d.logits, t), clean_logit=clean_logit,
+        runs=tuple(done[p] for p in runs), head_grid=grid, mlp_column=column,
+        largest=tuple(largest), checks=tuple(checks), ok=all(c.ok for c in checks),
+        forward_passes=passes, notes=tuple(_notes(lm, d, mode, means, todo)))
+
+
+def _means(lm: LoadedModel, ids: list[int], mean_over: str | Sequence[str] | None
+           ) -> tuple[Means, int]:
+    """The means mean ablation puts in place, over the prompt or over --mean-over's prompts."""
+    from fptrace.core.prompt_files import read_prompts
+
+    if mean_over is None:
+        prompts = [ids]
+    else:
+        texts = read_prompts(mean_over, "--mean-over") if isinstance(mean_over, str) \
+            else list(mean_over)
+        prompts = [lm.encode(p) for p in texts]
+    return mean_outputs(lm, prompts), len(prompts)
+
+
+def _run(lm: LoadedModel, d: DirectLogits, out: Any, r: int, parts: tuple[Part, ...],
+         means: Means | None) -> AblatedRun:
+    t = d.target
+    logit = float(out.pre_cap[r, t])
+    clean = ranked_token(lm, d.logits, t)
+    logits = out.logits[r]
+    probs = _softmax(logits)
+    prob = float(probs[t])
+    top_id = int(logits.argmax())
+    direct = _direct(d, parts, means)
+    change = logit - d.model_logit
+    return AblatedRun(
+        parts=tuple(p.label for p in parts), logit=logit, prob=prob,
+        rank=stats.rank(logits, t), logit_change=change, prob_change=prob - clean.prob,
+        direct=direct, indirect=None if direct is None else change - direct,
+        top=TopToken(1, top_id, lm.token_text(top_id), float(probs[top_id]),
+                     float(logits[top_id])))
+
+
+def _softmax(logits: Any) -> Any:
+    import torch
+
+    return torch.softmax(logits.float(), -1)
+
+
+def _direct(d: DirectLogits, parts: tuple[Part, ...], means: Means | None) -> float | None:
+    """Minus the parts' direct logit attribution (mean mode: of part minus its mean)."""
+    import torch
+
+    contrib = {(k, l, h): v for k, l, h, v in d.parts}
+    total = 0.0
+    with torch.inference_mode():
+        for p in parts:
+            if p.head is None:
+                value = contrib[("mlp", p.layer, None)]
+                if means is not None:
+                    value -= float(d.value(means.mlps[p.layer].to(d.u.device)))
+            else:
+                key = ("attn_head", p.layer, p.head)
+                if key not in contrib:
+                    return None
+                value = contrib[key]
+                if means is not None:
+                    writes, _ = d.head_writes(p.layer, means.heads[p.layer])
+                    value -= float(d.value(writes[p.head]))
+            total -= value
+    return total
+
+
+def _check(lm: LoadedModel, d: DirectLogits, out: Any, r: int, parts: tuple[Part, ...],
+           means: Means | None, worst: dict, failed: dict) -> None:
+    """At the first block the run changes: the attention output the stream received, and the
+    block's decomposition (what it added = attention + MLP outputs)."""
+    import torch
+
+    fam = lm.parts.family
+    L = min(p.layer for p in parts)
+    heads = [p.head for p in parts if p.layer == L and p.head is not None]
+    cap, clean = out.cap, d.cap
+    dtype = model_info(lm).dtype
+    with torch.inference_mode():
+        if heads:
+            W, _ = d.w_o[L]
+            hd = W.shape[1] // model_info(lm).n_heads
+            y = d.y[L].to(W.device)
+            fill = torch.zeros_like(y) if means is None else means.heads[L].to(W.device)
+            delta = sum(W[:, h * hd:(h + 1) * hd] @ (fill[h * hd:(h + 1) * hd]
+                                                      - y[h * hd:(h + 1) * hd]) for h in heads)
+            if fam.attn_added:  # the model's own post-norm applied to the changed W_O output
+                norm = lm.parts.attn_adds[L]
+                o = (d.o[L].to(W.device) + delta).to(lm.dtype)
+                expected = norm(o[None, None].to(next(norm.parameters()).device))[0, 0].float()
+            else:
+                expected = clean.attn_last[L][0] + delta
+            got = cap.attn_last[L][r]
+            gap = float((got - expected.to(got.device)).abs().max())
+            bound = d.rtol * max(1.0, float(expected.abs().max()))
+            _worst(worst, "attn", gap, bound, failed)
+        pre = clean.embed_last[0] if L == 0 else clean.resid_last[L - 1][0]
+        mismatch, bound = stats.decomposition(pre, cap.resid_last[L][r], cap.attn_last[L][r],
+                                              cap.mlp_last[L][r], dtype)
+        _worst(worst, "block", float(mismatch), float(bound), failed)
+
+
+def _worst(worst: dict, key: str, gap: float, bound: float, failed: dict) -> None:
+    if gap > bound:
+        failed[key] = max(failed.get(key, 0.0), gap)
+    if gap >= worst[key]:
+        worst[key], worst[key + "_bound"] = gap, bound
+
+
+def _checks(worst: dict, failed: dict, heads: bool, mlps: bool, rtol: float) -> list[Check]:
+    out = []
+    if heads:
+        out.append(Check(
+            name="what the stream received from attention = the clean output with the removed "
+            "heads' writes through W_O replaced (largest gap over the runs)",
+            value=failed.get("attn", worst["attn"]),
+            tolerance=f"≤ {rtol:g}·max(1, |expected|) = {worst['attn_bound']:.3g}",
+            ok="attn" not in failed, target="ablated_attention"))
+    out.append(Check(
+        name="what the first changed block added = its attention + MLP outputs (largest gap)",
+        value=failed.get("block", worst["block"]),
+        tolerance=f"≤ {stats.DECOMPOSITION_RTOL:g}·‖Δ‖ + rounding = {worst['block_bound']:.3g}",
+        ok="block" not in failed, target="ablated_block"))
+    return out
+
+
+def _notes(lm: LoadedModel, d: DirectLogits, mode: str, means: Means | None,
+           runs: Sequence[tuple[Part, ...]]) -> list[str]:
+    notes = base_notes(lm) + list(d.notes)
+    if lm.parts.final_softcap is not None:
+        notes.append(ABLATE_SOFTCAP(cap=lm.parts.final_softcap))
+    removed = {p.layer for parts in runs for p in parts if p.head is not None}
+    if any(d.w_o[layer][1] is not None for layer in removed):
+        notes.append(ABLATE_WO_BIAS())
+    if mode == "mean" and means is not None:
+        notes.append(ABLATE_MEAN(n=means.positions))
+    return notes

@@ -1,0 +1,110 @@
+"""`fptrace steer`."""
+
+from __future__ import annotations
+
+from typing import Annotated, Optional
+
+import typer
+
+from fptrace.cli.io import command, load_for, output, require_checks, stderr_console
+from fptrace.cli.options import (
+    OUTPUT,
+    STATS,
+    ChatOptions,
+    JsonOpt,
+    LoadOptions,
+    PlotOpt,
+    WideOpt,
+    chat_options,
+    model_options,
+)
+
+VECTOR = "Steering vector"
+
+
+@command(order=65, docs="steer")
+@chat_options()
+@model_options()
+def steer(
+    prompt: Annotated[Optional[str], typer.Argument(
+        help="The prompt to steer (or --messages FILE).")] = None,
+    opts: LoadOptions = LoadOptions(),
+    chat: ChatOptions = ChatOptions(),
+    add: Annotated[Optional[str], typer.Option(
+        "--add", help="The vector is this text's stream after --layer minus --subtract's (plain "
+        "text: --chat does not template it).",
+        rich_help_panel=VECTOR)] = None,
+    subtract: Annotated[Optional[str], typer.Option(
+        "--subtract", help="The prompt subtracted (with --add).", rich_help_panel=VECTOR)] = None,
+    pairs: Annotated[Optional[str], typer.Option(
+        "--pairs", help='JSON Lines of {"positive": ..., "negative": ...}: the vector is their '
+        "mean difference (--method mean) or its first principal direction (pca).",
+        rich_help_panel=VECTOR)] = None,
+    method: Annotated[str, typer.Option("--method", help="With --pairs: mean or pca.",
+                                        rich_help_panel=VECTOR)] = "mean",
+    vector: Annotated[Optional[str], typer.Option(
+        "--vector", help="A llama.cpp control vector (.gguf, direction.N added to block N's "
+        "output), a .safetensors or a .npy of (d_model,) or (n_layers, d_model).",
+        rich_help_panel=VECTOR)] = None,
+    token: Annotated[Optional[str], typer.Option(
+        "--token", help="The LM head's row of this token (e.g. ' Paris').",
+        rich_help_panel=VECTOR)] = None,
+    layer: Annotated[Optional[int], typer.Option(
+        "--layer", "-l", help="The block whose output receives the vector (and where --add, "
+        "--subtract and --pairs are measured).", rich_help_panel=VECTOR)] = None,
+    mean_positions: Annotated[bool, typer.Option(
+        "--mean-positions", help="Measure --add/--subtract/--pairs as the mean over each "
+        "prompt's positions instead of its last position.", rich_help_panel=VECTOR)] = False,
+    norm_match: Annotated[bool, typer.Option(
+        "--norm-match", help="Scale the vector to the clean stream's norm at that block (last "
+        "position).", rich_help_panel=VECTOR)] = False,
+    save_vector: Annotated[Optional[str], typer.Option(
+        "--save-vector", help="Write the vector: .gguf in llama.cpp's control-vector layout "
+        "(--control-vector-scaled F.gguf:S), .safetensors or .npy.",
+        rich_help_panel=OUTPUT)] = None,
+    scale: Annotated[str, typer.Option(
+        "--scale", help="Strength, or strengths separated by commas (0,1,2,4,8): one batched "
+        "forward pass, a row per strength.", rich_help_panel=STATS)] = "1",
+    positions: Annotated[str, typer.Option(
+        "--positions", help="Where the vector is added: all (every position, generated tokens "
+        "included), last, or prompt positions such as 0,3,-1.", rich_help_panel=STATS)] = "all",
+    target: Annotated[Optional[str], typer.Option(
+        "--target", help="The token whose logit and probability are followed (default: the "
+        "clean top-1).", rich_help_panel=STATS)] = None,
+    new_tokens: Annotated[int, typer.Option(
+        "-n", "--new-tokens", help="Also a greedy continuation of N tokens per strength, "
+        "steered the same way.", rich_help_panel=STATS)] = 0,
+    top: Annotated[int, typer.Option("--top", help="Next tokens listed per strength.",
+                                     rich_help_panel=STATS)] = 5,
+    plot: PlotOpt = None,
+    as_json: JsonOpt = False,
+    wide: WideOpt = False,
+) -> None:
+    """What if the stream had a direction added? Activation steering at a sweep of strengths in
+    one batched forward pass, measured against the clean run block by block."""
+    from fptrace.commands.steer.core import parse_scales
+
+    parse_scales(scale)
+    if save_vector is not None:
+        from fptrace.core.vectors import check_vector_path
+
+        check_vector_path(save_vector)
+    lm, prompt = load_for(prompt, opts, plot, chat)
+    from fptrace.commands.steer.core import steer as run_steer
+    from fptrace.core.vectors import match_norms, steering_vector, write_vector
+
+    vec = steering_vector(lm, add=add, subtract=subtract, pairs=pairs, method=method,
+                          vector=vector, token=token, layer=layer, mean_positions=mean_positions,
+                          prompt=prompt)
+    if norm_match:
+        vec = match_norms(lm, prompt, vec)
+    if save_vector is not None:
+        write_vector(save_vector, vec, lm)
+        stderr_console().print(f"wrote {save_vector}", markup=False, style="dim",
+                               soft_wrap=True)
+    result = run_steer(lm, prompt, vector=vec, scales=scale, positions=positions, target=target,
+                       top=top, new_tokens=new_tokens)
+    from fptrace.commands.steer.render import steer_figure, steer_view
+
+    output(result, steer_view, as_json=as_json, wide=wide, plot=plot, figure=steer_figure)
+    require_checks(result.checks, "the steered run")

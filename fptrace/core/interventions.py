@@ -1,0 +1,297 @@
+"""Changing the forward pass, the one way `steer`, `ablate`, the report and the TUI do it.
+
+- Steering adds a vector to the output of block L: the residual stream after the block's last
+  residual add (for post-norm families, Gemma 2/3 and OLMo 2, after the post-norms: the place
+  the stream is), at every position or at the positions chosen. llama.cpp adds its control
+  vectors at the same place.
+- Ablating an attention head sets its columns of W_O's input (the heads side by side, before
+  the attention output projection) to zero or to their mean: what the head wrote through W_O is
+  gone (or is its mean write); the W_O bias, which belongs to no head, stays.
+- Ablating an MLP sets the output the stream receives from it (the post-norm's, where the
+  family has one) to zero or to its mean.
+
+Every row of a batch gets its own change (a strength per row, a set of removed parts per row),
+so a sweep of strengths or a grid of ablated parts takes one or a few forward passes. The hooks
+are prepended (hooks.hooked(prepend=True)): everything else that reads the forward pass
+(fptrace's statistics, transformers' output_hidden_states) sees the changed values.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+from fptrace.core.hooks import Capture, Hook, capture_stats, first_output, hooked, is_oom
+from fptrace.errors import BadInput
+from fptrace.families.parts import dims, output_projection
+from fptrace.models.loading import LoadedModel
+
+MODES = ("zero", "mean")
+
+
+@dataclass(frozen=True)
+class Part:
+    """A part that can be removed: attention head `head` of block `layer`, or (head None) the
+    MLP of block `layer`."""
+
+    layer: int
+    head: int | None = None
+
+    @property
+    def order(self) -> tuple[int, int, int]:
+        """Stream order: by block, a block's heads before its MLP."""
+        return (self.layer, 1 if self.head is None else 0, self.head or 0)
+
+    @property
+    def label(self) -> str:
+        """`L.H` for a head, `mlp L` for an MLP."""
+        return f"mlp {self.layer}" if self.head is None else f"{self.layer}.{self.head}"
+
+
+def _blocks(lm: LoadedModel) -> int:
+    return len(lm.parts.blocks)
+
+
+def _heads(lm: LoadedModel) -> int:
+    return int(lm.config.num_attention_heads)
+
+
+def head_part(lm: LoadedModel, text: str) -> Part:
+    """`--head L.H` as a Part, checked against the model."""
+    layer, _, head = text.strip().partition(".")
+    if not (layer.strip().lstrip("-").isdigit() and head.strip().lstrip("-").isdigit()):
+        raise BadInput(f"--head {text!r}: give a block and a head as L.H, e.g. --head 23.4")
+    L, H = int(layer), int(head)
+    n, nh = _blocks(lm), _heads(lm)
+    if not 0 <= L < n:
+        raise BadInput(f"--head {text}: {lm.name} has {n} blocks; the block is 0 to {n - 1}")
+    if not 0 <= H < nh:
+        raise BadInput(f"--head {text}: {lm.name} has {nh} heads per block; the head is 0 to "
+                       f"{nh - 1}")
+    return Part(L, H)
+
+
+def mlp_part(lm: LoadedModel, layer: int) -> Part:
+    n = _blocks(lm)
+    if not 0 <= layer < n:
+        raise BadInput(f"--mlp {layer}: {lm.name} has {n} blocks; use 0 to {n - 1}")
+    return Part(layer)
+
+
+def parse_positions(text: str, T: int) -> tuple[int, ...] | None:
+    """`all` (None: every position, the generated ones included), `last`, or positions
+    separated by commas (negative ones count from the end of the prompt)."""
+    text = text.strip().lower()
+    if text == "all":
+        return None
+    if text == "last":
+        return (T - 1,)
+    out = []
+    for item in text.split(","):
+        item = item.strip()
+        if not item.lstrip("-").isdigit():
+            raise BadInput(f"--positions {text!r}: use all, last, or positions such as 0,3,-1")
+        p = int(item)
+        if not -T <= p < T:
+            raise BadInput(f"--positions {text}: the prompt has {T} tokens (positions 0 to "
+                           f"{T - 1}, or -1 to -{T} from the end)")
+        out.append(p % T)
+    return tuple(sorted(set(out)))
+
+
+# ----------------------------------------------------------------------------- steering
+def steering_hooks(lm: LoadedModel, vectors: dict[int, Any], strengths: Sequence[float],
+                   positions: tuple[int, ...] | None) -> list[Hook]:
+    """Hooks that add strengths[r] · vectors[L] to the output of block L in batch row r, at
+    every position (positions None) or at those prompt positions."""
+    import torch
+
+    s = torch.tensor(list(strengths), dtype=torch.float32)[:, None, None]  # (B, 1, 1)
+
+    def add(v: Any) -> Any:
+        def hook(module: Any, args: tuple, output: Any) -> Any:
+            h = first_output(output)  # (B, T, d)
+            delta = (s.to(h.device) * v.to(h.device)).to(h.dtype)  # (B, 1, d)
+            if positions is None:
+                new = h + delta
+            else:
+                new = h.clone()
+                new[:, list(positions)] = h[:, list(positions)] + delta
+            return (new, *output[1:]) if isinstance(output, tuple) else new
+        return hook
+
+    return [(lm.parts.blocks[L], "post", add(v.float()), False) for L, v in vectors.items()]
+
+
+# ----------------------------------------------------------------------------- ablation
+@dataclass
+class Means:
+    """What mean ablation puts in place of a part: its output averaged over positions."""
+
+    heads: list  # per block: (nh·hd,) float32, the mean of W_O's input (every head's output)
+    mlps: list  # per block: (d,) float32, the mean of what the stream received from the MLP
+    positions: int  # how many positions were averaged
+
+
+def mean_outputs(lm: LoadedModel, prompts: Sequence[Sequence[int]]) -> Means:
+    """The mean, over every position of the prompts (token ids, run one at a time), of each
+    block's W_O input and of what each block's MLP added."""
+    import torch
+
+    n = _blocks(lm)
+    sums: dict[str, list] = {"heads": [None] * n, "mlps": [None] * n}
+
+    def keep(store: list, i: int, pre: bool):
+        def hook(module: Any, args: tuple, output: Any = None) -> None:
+            x = (args[0] if pre else first_output(output)).float().sum(dim=(0, 1))
+            store[i] = x if store[i] is None else store[i] + x
+        return hook
+
+    hooks: list[Hook] = []
+    for i, attn in enumerate(lm.parts.attns):
+        proj, _ = output_projection(attn, lm.parts.family.w_o)
+        hooks.append((proj, "pre", keep(sums["heads"], i, True), False))
+        hooks.append((lm.parts.mlp_adds[i], "post", keep(sums["mlps"], i, False), False))
+    count = 0
+    with torch.inference_mode(), hooked(hooks):
+        for ids in prompts:
+            lm.model(torch.tensor([list(ids)], device=lm.device), use_cache=False,
+                     logits_to_keep=1)
+            count += len(ids)
+    return Means(heads=[x / count for x in sums["heads"]],
+                 mlps=[x / count for x in sums["mlps"]], positions=count)
+
+
+def ablation_hooks(lm: LoadedModel, rows: Sequence[Sequence[Part]], means: Means | None
+                   ) -> list[Hook]:
+    """Hooks that remove, in batch row r, every part of rows[r]: zero (means None) or mean."""
+    import torch
+
+    B = len(rows)
+    dm = dims(lm.config, lm.parts.family)
+    hd = dm.head_dim
+    by_layer: dict[int, list[tuple[int, Part]]] = {}
+    for r, parts in enumerate(rows):
+        for p in parts:
+            by_layer.setdefault(p.layer, []).append((r, p))
+    hooks: list[Hook] = []
+    for layer, items in sorted(by_layer.items()):
+        heads = [(r, p.head) for r, p in items if p.head is not None]
+        mlps = sorted({r for r, p in items if p.head is None})
+        if heads:
+            proj, _ = output_projection(lm.parts.attns[layer], lm.parts.family.w_o)
+            width = dm.n_heads * hd
+            keep = torch.ones(B, 1, width, dtype=torch.bool)
+            for r, h in heads:
+                keep[r, 0, h * hd:(h + 1) * hd] = False
+            fill = torch.zeros(B, 1, width)
+            if means is not None:
+                fill[:] = means.heads[layer].cpu()
+            hooks.append((proj, "pre", _replace_input(keep, fill), False))
+        if mlps:
+            keep = torch.ones(B, 1, 1, dtype=torch.bool)
+            keep[mlps] = False
+            fill = torch.zeros(B, 1, dm.d_model)
+            if means is not None:
+                fill[:] = means.mlps[layer].cpu()
+            hooks.append((lm.parts.mlp_adds[layer], "post", _replace_output(keep, fill), False))
+    return hooks
+
+
+def _replace_input(keep: Any, fill: Any) -> Any:
+    import torch
+
+    def hook(module: Any, args: tuple) -> tuple:
+        x = args[0]  # (B, T, nh·hd)
+        return (torch.where(keep.to(x.device), x, fill.to(x.device, x.dtype)), *args[1:])
+    return hook
+
+
+def _replace_output(keep: Any, fill: Any) -> Any:
+    import torch
+
+    def hook(module: Any, args: tuple, output: Any) -> Any:
+        h = first_output(output)  # (B, T, d)
+        new = torch.where(keep.to(h.device), h, fill.to(h.device, h.dtype))
+        return (new, *output[1:]) if isinstance(output, tuple) else new
+    return hook
+
+
+# ----------------------------------------------------------------------------- running
+@dataclass
+class Rows:
+    """One batched forward pass of a prompt, every row changed its own way."""
+
+    logits: Any  # (B, V) float32: the model's last-position logits (after any softcap)
+    pre_cap: Any  # (B, V) float32: the LM head's output, before any final softcap
+    cap: Capture  # per-block statistics of every row (the stream at the last position, ...)
+
+
+def check_rows_fit(lm: LoadedModel, B: int, T: int, what: str, lower: str,
+                   extra_bytes: int = 0) -> None:
+    """Refuse a batch that would not fit in memory, before it runs, saying what to lower."""
+    import torch
+
+    from fptrace.models.memory import check_forward_fits
+
+    check_forward_fits(lm.config, lm.device, torch.empty((), dtype=lm.dtype).element_size(),
+                       B, T, what, lower, extra_bytes)
+
+
+def run_rows(lm: LoadedModel, ids: Sequence[int], B: int, hooks: list[Hook],
+             lower: str) -> Rows:
+    """B copies of the prompt in one forward pass with the intervention hooks (prepended) and
+    fptrace's per-block statistics; running out of memory says what to lower."""
+    import torch
+
+    cap = Capture(mask=None, home=lm.device)
+    got: dict[str, Any] = {}
+
+    def head_output(module: Any, args: tuple, output: Any) -> None:
+        got["pre_cap"] = first_output(output)[:, -1].float()  # (B, V)
+
+    input_ids = torch.tensor([list(ids)] * B, device=lm.device)
+    try:
+        with torch.inference_mode(), hooked(hooks, prepend=True), \
+                hooked([(lm.parts.lm_head, "post", head_output, False)]), \
+                capture_stats(lm.parts, cap):
+            logits = lm.model(input_ids, use_cache=False, logits_to_keep=1).logits[:, -1]
+    except Exception as e:
+        if not is_oom(e):
+            raise
+        from fptrace.errors import OutOfMemory
+        from fptrace.models.memory import out_of_memory
+
+        raise OutOfMemory(out_of_memory(lm.config, lm.device, B, len(ids), 1,
+                                        torch.empty((), dtype=lm.dtype).element_size())
+                          + f"; or {lower}") from None
+    return Rows(logits=logits.float(), pre_cap=got["pre_cap"], cap=cap)
+
+
+def check_continuation(lm: LoadedModel, T: int, n: int) -> None:
+    if n < 0:
+        raise BadInput(f"-n must be 0 or more, not {n}")
+    ctx = getattr(lm.config, "max_position_embeddings", None)
+    if ctx and T + n > ctx:
+        raise BadInput(f"the prompt is {T} tokens and -n {n} would reach position {T + n - 1}, "
+                       f"beyond the context window of {ctx}; use -n {max(ctx - T, 0)} or less")
+
+
+def continue_greedy(lm: LoadedModel, ids: Sequence[int], first: Sequence[int], n: int,
+                    hooks: list[Hook]) -> list[list[int]]:
+    """Greedy continuations of n tokens, one per row, every row changed by the same hooks as
+    the pass that chose `first` (each row's first token): n − 1 more forward passes over the
+    whole sequence (no KV cache, so a hook on every position also changes the new tokens)."""
+    import torch
+
+    rows = [list(ids) + [int(f)] for f in first]
+    with torch.inference_mode(), hooked(hooks, prepend=True):
+        for _ in range(n - 1):
+            x = torch.tensor(rows, device=lm.device)
+            nxt = lm.model(x, use_cache=False, logits_to_keep=1).logits[:, -1].argmax(-1)
+            for row, t in zip(rows, nxt.tolist()):
+                row.append(int(t))
+    return [row[len(ids):] for row in rows]
+
+
+__all__ = ["Part", "steering_hooks", "ablation_hooks", "mean_outputs", "run_rows"]

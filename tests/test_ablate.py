@@ -1,0 +1,298 @@
+"""fptrace ablate: zero-ablating a head equals zeroing that head's columns of the attention output
+projection (done here to a copy of the weights); mean ablation equals putting the mean write
+back by hand; removing every head and the MLP of a block leaves the stream before it (plus the
+W_O bias, which belongs to no head); the batched grid equals one run per part; the direct effect
+is minus attribute's contribution; bad input is refused with what to change."""
+
+from __future__ import annotations
+
+import copy
+import json
+
+import pytest
+import torch
+from typer.testing import CliRunner
+
+from conftest import build_tiny, tiny_gpt2
+from fptrace.cli.main import app
+from fptrace.commands.ablate.core import ablate
+from fptrace.commands.attribute.core import attribute
+from fptrace.core.interventions import Part, ablation_hooks, run_rows
+from fptrace.errors import BadInput
+from fptrace.models.loading import wrap_model
+
+IDS = [5, 17, 42, 7, 9, 311]
+PROMPT = "The cat sat on the mat"
+runner = CliRunner()
+
+
+def _projection(lm, layer):
+    """The attention output projection, by the leaf names the family gives."""
+    attn = lm.parts.attns[layer]
+    return next(getattr(attn, n) for n in lm.parts.family.w_o if hasattr(attn, n))
+
+
+def _head_dim(lm):
+    c = lm.config
+    return getattr(c, "head_dim", None) or c.hidden_size // c.num_attention_heads
+
+
+def _zeroed_copy(lm, layer, head):
+    """A copy of the model whose W_O has the head's input columns zeroed (GPT-2's Conv1D
+    stores (in, out): rows there)."""
+    model = copy.deepcopy(lm.model)
+    wrapped = wrap_model(model, name="copy", random_weights=True)
+    proj = _projection(wrapped, layer)
+    hd = _head_dim(lm)
+    with torch.no_grad():
+        if type(proj).__name__ == "Conv1D":
+            proj.weight[head * hd:(head + 1) * hd, :] = 0
+        else:
+            proj.weight[:, head * hd:(head + 1) * hd] = 0
+    return model
+
+
+def _logits(model, ids=IDS):
+    with torch.no_grad():
+        return model(torch.tensor([ids]), use_cache=False, logits_to_keep=1).logits[0, -1].float()
+
+
+def test_zero_ablating_a_head_equals_zeroing_its_columns(tiny):
+    layer = len(tiny.parts.blocks) - 1
+    nh = int(tiny.config.num_attention_heads)
+    rows = [[Part(layer, h)] for h in range(nh)]
+    out = run_rows(tiny, IDS, nh, ablation_hooks(tiny, rows, None), "")
+    for h in range(nh):
+        want = _logits(_zeroed_copy(tiny, layer, h))
+        torch.testing.assert_close(out.logits[h], want, rtol=1e-4, atol=1e-4)
+    r = ablate(tiny, IDS, heads=[f"{layer}.0"])
+    assert r.ok, r.checks
+    want = _logits(_zeroed_copy(tiny, layer, 0))
+    assert r.runs[0].prob == pytest.approx(float(torch.softmax(want, -1)[r.target.id]),
+                                           rel=1e-4, abs=1e-7)
+
+
+def test_every_head_and_the_mlp_of_a_block_leave_the_stream_before_it(tiny):
+    """With every head and the MLP of block 0 removed, the block adds nothing but the attention
+    output projection's bias (which belongs to no head; through the post-norm where the family
+    has one), at every position."""
+    nh = int(tiny.config.num_attention_heads)
+    row = [Part(0, h) for h in range(nh)] + [Part(0)]
+    from fptrace.core.hooks import hooked
+
+    with torch.no_grad(), hooked(ablation_hooks(tiny, [row], None), prepend=True):
+        hs = tiny.model(torch.tensor([IDS]), use_cache=False, output_hidden_states=True,
+                        logits_to_keep=1).hidden_states
+    added = hs[1] - hs[0]  # (1, T, d)
+    bias = getattr(_projection(tiny, 0), "bias", None)
+    want = torch.zeros_like(added) if bias is None else bias.float().expand_as(added)
+    if tiny.parts.family.attn_added:
+        with torch.no_grad():
+            want = tiny.parts.attn_adds[0](want)
+    torch.testing.assert_close(added, want, rtol=1e-5, atol=1e-5)
+
+
+def test_mean_ablation_puts_the_mean_back(tiny):
+    """Mean-ablating a head equals zeroing its columns and adding its mean write W_O,h · mean(z_h)
+    at every position; mean-ablating an MLP equals replacing its output with its mean."""
+    layer = 0
+    hd = _head_dim(tiny)
+    seen = {}
+    proj = _projection(tiny, layer)
+    handles = [proj.register_forward_pre_hook(lambda m, a: seen.__setitem__("z", a[0].clone())),
+               tiny.parts.mlp_adds[layer].register_forward_hook(
+                   lambda m, a, o: seen.__setitem__("mlp", (o[0] if isinstance(o, tuple)
+                                                            else o).clone()))]
+    try:
+        _logits(tiny.model)
+    finally:
+        for h in handles:
+            h.remove()
+    mean_z = seen["z"][0].mean(0)  # (nh·hd,)
+    model = _zeroed_copy(tiny, layer, 1)
+    W = proj.weight.float()
+    W = W.T if type(proj).__name__ == "Conv1D" else W  # (d, nh·hd)
+    write = W[:, hd:2 * hd] @ mean_z[hd:2 * hd]
+    target = _projection(wrap_model(model, name="c", random_weights=True), layer)
+    h = target.register_forward_hook(lambda m, a, o: o + write.to(o.dtype))
+    try:
+        want_head = _logits(model)
+    finally:
+        h.remove()
+    mean_mlp = seen["mlp"][0].mean(0)
+    mlp_module = tiny.parts.mlp_adds[layer]
+
+    def replace(m, a, o):
+        h = o[0] if isinstance(o, tuple) else o
+        new = mean_mlp.to(h.dtype).expand_as(h).clone()
+        return (new, *o[1:]) if isinstance(o, tuple) else new
+
+    h = mlp_module.register_forward_hook(replace)
+    try:
+        want_mlp = _logits(tiny.model)
+    finally:
+        h.remove()
+    from fptrace.core.interventions import mean_outputs
+
+    means = mean_outputs(tiny, [IDS])
+    out = run_rows(tiny, IDS, 2, ablation_hooks(tiny, [[Part(layer, 1)], [Part(layer)]], means),
+                   "")
+    torch.testing.assert_close(out.logits[0], want_head, rtol=1e-4, atol=1e-4)
+    torch.testing.assert_close(out.logits[1], want_mlp, rtol=1e-4, atol=1e-4)
+    r = ablate(tiny, IDS, heads=[f"{layer}.1"], mlps=[layer], mode="mean")
+    assert r.ok and r.mean_positions == len(IDS)
+
+
+def test_batched_grid_equals_one_by_one(tiny):
+    a = ablate(tiny, IDS, all_heads=True, all_mlps=True, batch_size=64)
+    b = ablate(tiny, IDS, all_heads=True, all_mlps=True, batch_size=1)
+    assert a.ok and b.ok
+    for ra, rb in zip(a.head_grid, b.head_grid):
+        assert ra == pytest.approx(rb, rel=1e-4, abs=1e-5)
+    assert a.mlp_column == pytest.approx(b.mlp_column, rel=1e-4, abs=1e-5)
+    assert a.forward_passes < b.forward_passes
+
+
+def test_direct_effect_is_minus_the_attribution():
+    lm = wrap_model(build_tiny("llama"), name="tiny-llama", random_weights=True)
+    attr = {(c.component, c.layer, c.head): c.value for c in attribute(lm, IDS).contributions}
+    r = ablate(lm, IDS, heads=["1.2"], mlps=[0])
+    head, mlp, both = r.runs
+    assert head.direct == pytest.approx(-attr[("attn_head", 1, 2)], rel=1e-6)
+    assert mlp.direct == pytest.approx(-attr[("mlp", 0, None)], rel=1e-6)
+    assert both.direct == pytest.approx(head.direct + mlp.direct, rel=1e-6)
+    assert both.parts == ("mlp 0", "1.2")
+    for run in r.runs:
+        assert run.indirect == pytest.approx(run.logit_change - run.direct, abs=1e-9)
+    # the last block's MLP: nothing comes after it but the final norm, so removing it is the
+    # final norm and LM head applied to the last stream minus the MLP's output
+    seen = {}
+    hooks = [lm.parts.blocks[-1].register_forward_hook(
+                 lambda m, a, o: seen.__setitem__("x", (o[0] if isinstance(o, tuple) else o))),
+             lm.parts.mlp_adds[-1].register_forward_hook(
+                 lambda m, a, o: seen.__setitem__("mlp", o))]
+    try:
+        _logits(lm.model)
+    finally:
+        for h in hooks:
+            h.remove()
+    last = ablate(lm, IDS, mlps=[len(lm.parts.blocks) - 1]).runs[0]
+    with torch.no_grad():
+        want = lm.parts.lm_head(lm.parts.final_norm(seen["x"] - seen["mlp"]))[0, -1]
+    assert last.logit == pytest.approx(float(want[r.target.id]), rel=1e-4, abs=1e-5)
+
+
+def test_mean_over_a_file_of_the_prompt_is_the_prompt_mean(tmp_path):
+    src = tmp_path / "prompts.txt"
+    src.write_text(PROMPT + "\n")
+    args = [PROMPT, "-m", tiny_gpt2(), "--random-weights", "--mode", "mean", "--all-heads",
+            "--json"]
+    own = runner.invoke(app, ["ablate", *args])
+    over = runner.invoke(app, ["ablate", *args, "--mean-over", str(src)])
+    assert own.exit_code == 0 and over.exit_code == 0, over.stderr
+    a, b = json.loads(own.stdout), json.loads(over.stdout)
+    for ra, rb in zip(a["head_grid"], b["head_grid"]):
+        assert ra == pytest.approx(rb, rel=1e-5, abs=1e-7)
+    assert b["mean_over"] == str(src) and b["mean_positions"] == 6
+
+
+def test_json_validates_and_plot(tmp_path):
+    import jsonschema
+
+    r = runner.invoke(app, ["schema"])
+    validator = jsonschema.Draft202012Validator(json.loads(r.stdout))
+    for extra in (["--head", "1.1", "--mlp", "0"], ["--all-heads", "--all-mlps"]):
+        plot = tmp_path / "ablate.png"
+        r = runner.invoke(app, ["ablate", PROMPT, "-m", tiny_gpt2(), "--random-weights", *extra,
+                                "--json", "--plot", str(plot)])
+        assert r.exit_code == 0, r.stderr
+        data = json.loads(r.stdout)
+        assert not list(validator.iter_errors(data)) and data["kind"] == "ablation"
+        assert plot.stat().st_size > 1000
+        plot.unlink()
+
+
+def test_bad_input(tmp_path):
+    cases = [
+        (["--head", "2.0"], "tiny-gpt2 has 2 blocks"),
+        (["--head", "0.5"], "2 heads per block"),
+        (["--head", "1"], "as L.H"),
+        (["--mlp", "7"], "--mlp 7"),
+        (["--head", "0.0", "--mode", "half"], "--mode 'half'"),
+        (["--head", "0.0", "--mean-over", str(tmp_path / "x.txt")], "goes with --mode mean"),
+        (["--head", "0.0", "--mode", "mean", "--mean-over", str(tmp_path / "x.txt")],
+         "no such file"),
+        ([], "say what to remove"),
+    ]
+    for args, needle in cases:
+        r = runner.invoke(app, ["ablate", PROMPT, "-m", tiny_gpt2(), "--random-weights", *args])
+        assert r.exit_code == 2, (args, r.stdout)
+        line = r.stderr.strip().splitlines()[-1]
+        assert line.startswith("fptrace: error:") and needle in line, (args, line)
+
+
+def test_a_batch_too_big_says_what_to_lower(monkeypatch):
+    import fptrace.models.memory as memory
+
+    lm = wrap_model(build_tiny("llama"), name="tiny-llama", random_weights=True)
+    monkeypatch.setattr(memory, "available_bytes", lambda device: 1000)
+    with pytest.raises(BadInput, match="lower --batch-size"):
+        ablate(lm, IDS, all_heads=True)
+
+
+@pytest.mark.slow
+def test_bundled_model_all_heads(smollm):
+    r = ablate(smollm, "The capital of France is", all_heads=True, all_mlps=True, top=5)
+    assert r.ok and r.target.text == " Paris"
+    assert len(r.head_grid) == 30 and all(len(row) == 9 for row in r.head_grid)
+    assert r.forward_passes == 1 + -(-300 // 32)
+    # attribute's largest head (23.4) is among the heads whose removal costs the most
+    worst_heads = sorted((v, f"{l}.{h}") for l, row in enumerate(r.head_grid)
+                         for h, v in enumerate(row))[:5]
+    assert "23.4" in [name for _, name in worst_heads]
+
+
+def test_report_sections(tmp_path):
+    out = tmp_path / "r.html"
+    r = runner.invoke(app, ["report", PROMPT, "-m", tiny_gpt2(), "--random-weights", "-o",
+                            str(out), "--ablate", "--add", " love", "--subtract", " hate",
+                            "--steer-layer", "1"])
+    assert r.exit_code == 0, r.stderr
+    page = out.read_text()
+    assert "a steering vector added to the stream" in page and "one head or MLP removed" in page
+    assert 'alt="steering sweep"' in page and 'alt="ablation grid"' in page
+    plain = tmp_path / "plain.html"
+    r = runner.invoke(app, ["report", PROMPT, "-m", tiny_gpt2(), "--random-weights", "-o",
+                            str(plain)])
+    assert r.exit_code == 0, r.stderr
+    assert page.count("<img") == plain.read_text().count("<img") + 2  # the sweep and the grid
+    r = runner.invoke(app, ["report", PROMPT, "-m", tiny_gpt2(), "--random-weights", "-o",
+                            str(out), "--add", " love"])
+    assert r.exit_code == 2 and "--steer-layer" in r.stderr
+
+
+@pytest.mark.parametrize("style", ["llama3", "gemma"])
+def test_prompts_as_the_model_takes_them(style, tmp_path):
+    """On tokenizers that add a begin-of-text token: the prompt's ids are the tokenizer's own,
+    --target given as text is the one token the tokenizer writes for it, and --chat ablates on
+    the chat template's ids (computed here with the tokenizer, not through fptrace)."""
+    import tokenizer_fixtures
+    from transformers import AutoTokenizer
+
+    from fptrace.models.loading import load_model
+
+    folder = tokenizer_fixtures.BUILDERS[style](tmp_path / style)
+    tok = AutoTokenizer.from_pretrained(folder)
+    lm = load_model(str(folder), device="cpu")
+    (paris,) = tok.encode(" Paris", add_special_tokens=False)
+    a = ablate(lm, PROMPT, heads=["1.0"], target=" Paris")
+    assert [t.id for t in a.tokens] == tok(PROMPT)["input_ids"]
+    assert a.target.id == paris and a.ok
+    r = runner.invoke(app, ["ablate", "--chat", PROMPT, "--head", "1.0", "--mlp", "0",
+                            "-m", str(folder), "--json"])
+    assert r.exit_code == 0, r.stderr
+    data = json.loads(r.stdout)
+    want = tok.apply_chat_template([{"role": "user", "content": PROMPT}],
+                                   add_generation_prompt=True, tokenize=True, return_dict=False)
+    assert [t["id"] for t in data["tokens"]] == want
+    assert any(t["template"] for t in data["tokens"])
