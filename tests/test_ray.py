@@ -84,7 +84,7 @@ for i in $(seq 1 600); do
   [ -s {out} ] && break
   sleep 0.1
 done
-victim=$(pgrep -f 'TraceActor' | head -n 1)
+victim=$(pgrep -f 'ModelActor' | head -n 1)
 [ -n "$victim" ] && kill -9 "$victim" && echo "killed $victim"
 wait $batch
 echo "rc $?"
