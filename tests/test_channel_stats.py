@@ -340,3 +340,50 @@ def test_importing_the_module_imports_neither_torch_nor_numpy():
     code = ("import sys, fptrace.core.channel_stats; "
             "assert not {'torch', 'numpy'} & set(sys.modules), sorted(sys.modules)")
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+# ---- several prompts per update, tokens, prompt offsets ------------------------------------
+
+def test_several_prompts_in_one_update_equal_one_update_each():
+    rng = np.random.default_rng(9)
+    prompts = make_prompts(rng, 6, 13, quantized=True, lengths=(1, 9))  # ties across prompts
+    tokens = [rng.integers(0, 50, len(pos)) for _, _, pos in prompts]
+    each = ChannelStats(13)
+    for (x, p, pos), tok in zip(prompts, tokens):
+        each.update(x, p, pos, tok)
+    together = ChannelStats(13)
+    order = rng.permutation(sum(len(pos) for _, _, pos in prompts))  # rows in any order
+    x = torch.cat([x for x, _, _ in prompts])[torch.from_numpy(order)]
+    p = np.concatenate([np.full(len(pos), p) for _, p, pos in prompts])[order]
+    pos = np.concatenate([pos for _, _, pos in prompts])[order]
+    together.update(x, p, pos, np.concatenate(tokens)[order])
+    assert_same(together, each)
+    np.testing.assert_array_equal(together.argmax_token, each.argmax_token)
+    assert_matches(together, reference(prompts))
+
+
+def test_the_token_at_each_max_is_kept():
+    x = torch.tensor([[1.0, -9.0], [7.0, 2.0], [-7.0, 3.0]])  # a tie in channel 0: row 1 wins
+    s = ChannelStats(2)
+    s.update(x, 4, [0, 1, 2], tokens=[10, 11, 12])
+    assert s.argmax_token.tolist() == [11, 10]
+    assert s.argmax_position.tolist() == [1, 0]
+    assert ChannelStats(2).argmax_token.tolist() == [-1, -1]
+    t = ChannelStats(2)
+    t.update(x, 4, [0, 1, 2])  # no tokens given: -1
+    assert t.argmax_token.tolist() == [-1, -1]
+    refused(BadInput, s.update, x, 5, [0, 1, 2], [1, 2], match="tokens of shape")
+    refused(BadInput, s.update, x, [5, 5, -1], [0, 1, 2], match="prompt ids")
+
+
+def test_shards_numbered_from_0_merge_with_offsets_into_one_pass():
+    rng = np.random.default_rng(10)
+    prompts = make_prompts(rng, 9, 7, quantized=True, lengths=(1, 6))  # many ties
+    whole = one_pass(prompts, 7)
+    cuts = [0, 2, 3, 7, 9]
+    total = ChannelStats(7)
+    for a, b in zip(cuts, cuts[1:]):  # each shard numbers its prompts from 0
+        shard = one_pass([(x, p - a, pos) for x, p, pos in prompts[a:b]], 7)
+        total.merge_(shard, prompt_offset=a)
+    assert_same(total, whole)
+    assert (whole.absmax == 2.0).sum() > 1

@@ -1,0 +1,268 @@
+"""One forward pass's statistics: hooks on every block feed a fresh ActivationStats with the real
+(unpadded) positions of a group of prompts.
+
+Which linear layer reads which site is found, not listed: a pre-hook on every linear layer of a
+block's attention and MLP (any module whose weight is a matrix) sees its input; the layers of
+one container that receive the very same tensor share a site, the first input of the attention
+being attn_in (q, k, v, or a fused qkv) and the next z (the output projection), the first of
+the MLP mlp_in (gate and up, or c_fc) and the next mlp_act (down). A site's statistics are
+added once, at the end of its block, whatever number of layers read it. The LM head's input is
+checked to be the final norm's output before that site is named after it.
+
+Attention weights come from the model's own eager attention (the pass runs under
+`eager_attention`); massive activations are found in each block's output with the median of
+that prompt's whole hidden state (Sun et al.'s definition). Every pass checks that each site saw
+every real position once.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Any, Iterator
+
+from fptrace.core.activation_stats import FINAL, ActivationStats, MassiveTally
+from fptrace.core.hooks import Hook, first_output, hooked
+from fptrace.core.prompt_groups import Encoded
+from fptrace.errors import Mismatch, NonFiniteValues, UnsupportedModel
+
+CONTAINER_SITES = {"attn": ("attn_in", "z"), "mlp": ("mlp_in", "mlp_act")}
+
+
+@contextlib.contextmanager
+def eager_attention(model: Any, on: bool = True) -> Iterator[None]:
+    """Run the model with transformers' eager attention (which returns the weights), then put
+    back the implementation it had."""
+    before = getattr(model.config, "_attn_implementation", None)
+    switch = on and before != "eager"
+    if switch:
+        model.set_attn_implementation("eager")
+    try:
+        yield
+    finally:
+        if switch:
+            model.set_attn_implementation(before)
+
+
+def _linears(container: Any) -> list[Any]:
+    """The linear layers inside a module: leaves whose weight is a matrix (nn.Linear, GPT-2's
+    Conv1D)."""
+    return [m for m in container.modules() if not any(True for _ in m.children())
+            and getattr(m, "weight", None) is not None and m.weight.dim() == 2]
+
+
+class Collector:
+    """The hooks of one loaded model; run(group) gives the group's statistics."""
+
+    def __init__(self, lm: Any, template: ActivationStats) -> None:
+        self.lm = lm
+        self.template = template
+        self.names = {id(m): n for n, m in lm.model.named_modules()}
+        parts = lm.parts
+        self.linears = [{"attn": _linears(a), "mlp": _linears(m)}
+                        for a, m in zip(parts.attns, parts.mlps)]
+
+    def run(self, group: list[Encoded]) -> ActivationStats:
+        """One forward pass over the group (left-padded); its statistics, prompts numbered 0..
+        in group order."""
+        import numpy as np
+        import torch
+
+        from fptrace.core.trace import padded_batch
+
+        lm, part = self.lm, self.template.empty_like()
+        rows = [e.ids for e in group]
+        part.prompts = [e.item.id for e in group]
+        input_ids, mask, kwargs = padded_batch(lm, rows)
+        kwargs["logits_to_keep"] = 1
+        B, T = input_ids.shape
+        n = np.array([len(r) for r in rows])
+        pass_ = _Pass(self, part, rows, mask, B, T, n)
+        with torch.inference_mode(), hooked(pass_.hooks()):
+            lm.model(input_ids, **kwargs)
+        pass_.check()
+        part.tokens = int(n.sum())
+        if part.sinks:
+            part.sink_queries = int(np.maximum(n - 1, 0).sum())
+            for r in rows:
+                for j, t in enumerate(r[:part.sink_positions]):
+                    part.position_tokens[j][int(t)] += 1
+        return part
+
+
+class _Pass:
+    """The state of one forward pass: what each hook needs, and what it has seen."""
+
+    def __init__(self, c: Collector, part: ActivationStats, rows: list[list[int]], mask: Any,
+                 B: int, T: int, n: Any) -> None:
+        import numpy as np
+        import torch
+
+        self.c, self.part, self.rows, self.mask, self.B, self.T, self.n = c, part, rows, mask, \
+            B, T, n
+        self.offsets = T - n  # (B,) left padding of each row
+        self.N = int(n.sum())
+        # the real rows of a (B, T, d) tensor flattened to (B*T, d), in (prompt, position) order
+        flat = np.concatenate([b * T + self.offsets[b] + np.arange(k) for b, k in enumerate(n)])
+        self.flat = torch.as_tensor(flat, device=c.lm.device)
+        self.prompt_of = np.repeat(np.arange(B), n)
+        self.position_of = np.concatenate([np.arange(k) for k in n])
+        self.token_of = np.concatenate([np.asarray(r, dtype=np.int64) for r in rows])
+        self.seen: dict[str, list] = {}  # container -> [(input tensor, [module names])]
+        self.final: Any = None
+        self.final_fed = False
+        self.weights_seen = [False] * len(c.linears)
+
+    def real(self, x: Any) -> Any:
+        """(B, T, d) -> (N, d): the real positions, in (prompt, position) order."""
+        x = x.reshape(self.B * self.T, x.shape[-1])
+        if self.mask is None:
+            return x
+        if self.flat.device != x.device:  # blocks spread over devices (--device-map)
+            self.flat = self.flat.to(x.device)
+        return x.index_select(0, self.flat)
+
+    def feed(self, layer: int | None, site: str, modules: tuple[str, ...], x: Any) -> None:
+        s = self.part.site(layer, site, modules, int(x.shape[-1]))
+        try:
+            s.stats.update(self.real(x), self.prompt_of, self.position_of, self.token_of)
+        except NonFiniteValues:
+            where = "the final norm" if layer is None else f"block {layer}"
+            raise NonFiniteValues(f"NaN or Inf in the activations ({where}, {site})") from None
+
+    # ---- hooks ------------------------------------------------------------------------------
+
+    def hooks(self) -> list[Hook]:
+        parts = self.c.lm.parts
+        out: list[Hook] = []
+        for i, block in enumerate(parts.blocks):
+            for container, mods in self.c.linears[i].items():
+                out += [(m, "pre", self._linear_hook(container, m), True) for m in mods]
+            if self.part.sinks:
+                out.append((parts.attns[i], "post", self._attention_hook(i), False))
+            out.append((block, "post", self._block_hook(i), False))
+        out.append((parts.final_norm, "post", self._final_hook, False))
+        out.append((parts.lm_head, "pre", self._lm_head_hook, True))
+        return out
+
+    def _linear_hook(self, container: str, module: Any) -> Any:
+        name = self.c.names[id(module)]
+
+        def hook(mod: Any, args: tuple, kwargs: dict) -> None:
+            x = args[0] if args else next(iter(kwargs.values()))
+            seen = self.seen.setdefault(container, [])
+            for t, names in seen:
+                if t is x:
+                    names.append(name)
+                    return
+            sites = CONTAINER_SITES[container]
+            if len(seen) == len(sites):
+                raise UnsupportedModel(
+                    f"{name} reads a third distinct input inside its block's "
+                    f"{'attention' if container == 'attn' else 'MLP'}; fptrace stats knows "
+                    f"two ({', '.join(sites)})")
+            seen.append((x, [name]))
+        return hook
+
+    def _block_hook(self, i: int) -> Any:
+        def hook(mod: Any, args: tuple, output: Any) -> None:
+            for container, seen in self.seen.items():
+                for (x, names), site in zip(seen, CONTAINER_SITES[container]):
+                    self.feed(i, site, tuple(names), x)
+            self.seen = {}
+            h = first_output(output)  # (B, T, d)
+            self.feed(i, "resid_post", (), h)
+            self._massive(i, h)
+        return hook
+
+    def _final_hook(self, mod: Any, args: tuple, output: Any) -> None:
+        self.final = first_output(output)  # (B, T, d)
+
+    def _lm_head_hook(self, mod: Any, args: tuple, kwargs: dict) -> None:
+        import torch
+
+        x = args[0] if args else next(iter(kwargs.values()))  # (B, k, d): the last k positions
+        h = self.final
+        if h is None or x.shape[-1] != h.shape[-1] or \
+                not torch.equal(x, h[:, h.shape[1] - x.shape[1]:]):
+            raise Mismatch("the LM head does not read the final norm's output; fptrace stats "
+                           "cannot name the LM head's input")
+        self.feed(None, FINAL, (self.c.names[id(mod)],), h)
+        self.final_fed = True
+
+    def _attention_hook(self, i: int) -> Any:
+        def hook(mod: Any, args: tuple, output: Any) -> None:
+            w = output[1] if isinstance(output, (tuple, list)) and len(output) > 1 else None
+            if w is None or w.dim() != 4 or w.shape[-1] != self.T:
+                raise UnsupportedModel(f"block {i}'s attention returned no weights under eager "
+                                       "attention; pass --no-sinks")
+            self._sinks(i, w)
+            self.weights_seen[i] = True
+        return hook
+
+    # ---- massive activations and sinks ------------------------------------------------------
+
+    def _massive(self, i: int, h: Any) -> None:
+        """Entries |x| > massive_min and >= massive_ratio x the median |x| of the prompt's
+        hidden state (every real position and channel of this block's output)."""
+
+        a = h.detach().abs().float()  # (B, T, d)
+        if self.mask is not None:
+            m = self.mask[:, :, None]  # (B, T, 1)
+            med = a.masked_fill(~m, float("nan")).reshape(self.B, -1).nanmedian(1).values
+        else:
+            med = a.reshape(self.B, -1).median(1).values  # (B,) the lower median, as Sun et al.
+        p = self.part
+        hit = (a > p.massive_min) & (a >= p.massive_ratio * med[:, None, None])  # (B, T, d)
+        if self.mask is not None:
+            hit &= m
+        where = hit.nonzero()  # (k, 3): row, padded position, channel
+        if where.numel() == 0:
+            return
+        b, t, c = where.unbind(1)
+        values = h[b, t, c].double().tolist()
+        meds = med[b].double().tolist()
+        b, t, c = b.tolist(), t.tolist(), c.tolist()
+        prompts: dict[int, set] = {}
+        for bi, ti, ci, v, md in zip(b, t, c, values, meds):
+            pos = ti - int(self.offsets[bi])
+            tok = self.rows[bi][pos]
+            tally = p.massive.setdefault((i, ci), MassiveTally())
+            if tally.beats(v, bi, pos):
+                tally.value, tally.prompt, tally.position, tally.token = v, bi, pos, tok
+                tally.ratio = abs(v) / md if md > 0 else float("inf")
+            tally.count += 1
+            tally.positions[pos] += 1
+            tally.tokens[tok] += 1
+            prompts.setdefault(ci, set()).add(bi)
+        for ci, bs in prompts.items():
+            p.massive[(i, ci)].prompts += len(bs)
+
+    def _sinks(self, i: int, w: Any) -> None:
+        """w (B, H, T, T) -> per head and position j < sink_positions, the sum over the query
+        positions i > j of w[i, j] (a prompt's own positions: left padding skipped)."""
+        import torch
+
+        P = self.part.sink_positions
+        cs = w.tril(-1).sum(2, dtype=torch.float64)  # (B, H, T): sum over queries i > j
+        dev = cs.device
+        j = torch.arange(P, device=dev)
+        idx = (torch.as_tensor(self.offsets, device=dev)[:, None] + j).clamp(max=self.T - 1)
+        valid = j[None, :] < torch.as_tensor(self.n, device=dev)[:, None]  # (B, P)
+        g = cs.gather(2, idx[:, None, :].expand(-1, cs.shape[1], -1))  # (B, H, P)
+        self.part.sink_sums[i] += (g * valid[:, None, :]).sum(0).cpu().numpy()
+
+    def check(self) -> None:
+        """Every site saw every real position once; the final norm and the attention weights
+        were all there."""
+        bad = [f"{'final' if layer is None else layer}/{s.name}: {s.stats.count}"
+               for layer, s in self.part.all_sites() if s.stats.count != self.N]
+        missing = [i for i, sites in enumerate(self.part.layers)
+                   if not {"attn_in", "mlp_in", "resid_post"} <= set(sites)]
+        if bad or missing or not self.final_fed or \
+                (self.part.sinks and not all(self.weights_seen)):
+            raise Mismatch(f"stats: the hooks did not see every position once ({self.N} "
+                           f"expected; {', '.join(bad[:3]) or 'counts fine'}; blocks without "
+                           f"their sites: {missing[:3]}; final norm seen: {self.final_fed})")
+
+
+__all__ = ["Collector", "eager_attention"]
