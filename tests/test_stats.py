@@ -462,7 +462,7 @@ def test_refusals(tmp_path, gpt2_folder):
     r = invoke("stats", "--merge", a, b)
     assert r.exit_code == 2
     line = r.stderr.strip().splitlines()[-1]
-    assert str(a) in line and str(b) in line and "one model" in line
+    assert str(a) in line and str(b) in line and "model" in line
     newer = json.loads(a.read_text())
     newer["schema_version"] = "1.99"
     (tmp_path / "newer.json").write_text(json.dumps(newer))

@@ -22,7 +22,7 @@ def result(cls: type[T]) -> type[T]:
     return dataclass(frozen=True)(cls)
 
 
-SCHEMA_VERSION = "1.2"  # minor: fields or kinds added; major: a field changed or removed
+SCHEMA_VERSION = "1.3"  # minor: fields or kinds added; major: a field changed or removed
 
 # One vocabulary of trace points, shared by hooks, JSON keys and table headers: embed,
 # resid_pre, attn_out, resid_mid, mlp_out, resid_post, final_norm, logits (ShapeStep.point,

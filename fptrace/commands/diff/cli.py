@@ -27,6 +27,9 @@ def diff(
     random_weights_b: Annotated[bool, typer.Option(
         "--random-weights-b", help="... with seeded random weights.",
         rich_help_panel="Model")] = False,
+    stats: Annotated[bool, typer.Option(
+        "--stats", help="FIRST and SECOND are statistics files (`fptrace stats --out`): compare "
+        "them channel by channel.", rich_help_panel=STATS)] = False,
     tolerance: Annotated[Optional[float], typer.Option(
         "--tolerance", help="Largest ‖a − b‖ / ‖a‖ of the last position's stream that counts "
         "as the same (default: chosen from the two dtypes, and stated).",
@@ -36,7 +39,16 @@ def diff(
 ) -> None:
     """Do two runs compute the same? Two traces side by side, layer by layer: two prompts, one
     prompt under two settings (--model-b, --dtype-b, --device-b, --random-weights-b), or two
-    saved traces. Exit 0 within the tolerance, 1 when not, 2 on bad input."""
+    saved traces. Exit 0 within the tolerance, 1 when not, 2 on bad input. With --stats: two
+    statistics files, the channels that moved most."""
+    if stats:
+        from fptrace.commands.diff.channels import diff_stats
+        from fptrace.commands.diff.render import stats_diff_view
+
+        if second is None:
+            raise BadInput("diff --stats takes two statistics files (fptrace stats --out)")
+        output(diff_stats(first, second), stats_diff_view, as_json=as_json, wide=wide)
+        return
     from fptrace.commands.diff.core import diff_traces
 
     a, b, labels, same = _diff_inputs(first, second, opts, model_b, dtype_b, device_b,

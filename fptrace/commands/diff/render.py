@@ -5,7 +5,7 @@ from __future__ import annotations
 from rich.console import Group, RenderableType
 from rich.text import Text
 
-from fptrace.commands.diff.result import DiffSide, TraceDiff
+from fptrace.commands.diff.result import DiffSide, StatsDiff, TraceDiff
 from fptrace.render.fit import Col, RowStyle, fit_table
 from fptrace.render.text import bullets, norm, num, visible
 
@@ -71,3 +71,25 @@ def diff_view(d: TraceDiff, width: int | None = 120) -> RenderableType:
     notes = bullets(d.notes)
     return Group(_side(d.a), _side(d.b), layers_table(d, width), top_table(d, width), notes,
                  verdict(d))
+
+
+def stats_diff_view(d: StatsDiff, width: int | None = 120) -> RenderableType:
+    """`diff --stats`: the channels that moved most, then each site's median and largest move."""
+    head = Text(f"a: {d.a}  ({d.model_a}, {d.prompts_a} prompts)\nb: {d.b}  ({d.model_b}, "
+                f"{d.prompts_b} prompts)", style="bold")
+    cols = (Col("layer", 0, "right"), Col("site", 0), Col("channel", 0, "right"),
+            Col("|x| max a", 0, "right"), Col("|x| max b", 0, "right"),
+            Col("change", 0, "right"), Col("mean a → b", 1, "right"),
+            Col("std a → b", 2, "right"))
+    rows = [["final" if m.layer is None else str(m.layer), m.site, str(m.channel),
+             norm(m.absmax_a), norm(m.absmax_b), f"{m.change:.1%}",
+             f"{norm(m.mean_a)} → {norm(m.mean_b)}", f"{norm(m.std_a)} → {norm(m.std_b)}"]
+            for m in d.channels]
+    moved = fit_table(cols, rows, width, title="The channels whose |x| max moved most "
+                      "(|b − a| / a)", title_justify="left")
+    site_cols = (Col("layer", 0, "right"), Col("site", 0), Col("median change", 0, "right"),
+                 Col("largest", 0, "right"), Col("channel", 0, "right"))
+    site_rows = [["final" if s.layer is None else str(s.layer), s.site, f"{s.median_change:.1%}",
+                  f"{s.max_change:.1%}", str(s.channel)] for s in d.sites]
+    sites = fit_table(site_cols, site_rows, width, title="Per site", title_justify="left")
+    return Group(head, moved, sites, bullets(d.notes))

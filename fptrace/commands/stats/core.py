@@ -264,10 +264,10 @@ def _previous(out: str | None, resume: bool, force: bool, model_name: str,
     check_target(out, "--out", "stats.json")
     if not os.path.exists(out):
         return None, None
+    doc, stats = read_statistics(out)  # first of all: never touch a file of something else
     if not (resume or force):
         raise BadInput(f"--out {out} exists: pass --resume to continue it, --force to start over, "
                        "or choose another --out")
-    doc, stats = read_statistics(out)  # also refuses a file that is not statistics
     if force:
         return None, None
     was = doc.get("model", {})
