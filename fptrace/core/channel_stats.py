@@ -75,25 +75,31 @@ class ChannelStats:
         """Add N token positions: x (N, d) float tensor; prompt one int id for every row, or N
         of them; positions N ints, distinct within a prompt; tokens (optional) the N token ids,
         kept beside each channel's max."""
-        import numpy as np
-        import torch
+        batch = _of_batch(x, prompt, positions, tokens, self.bins, self.width, self._absmax)
+        if batch is not None:
+            self.merge_(batch)
 
-        pos = _check_positions(positions, x, self.width)
-        prompts = _check_prompts(prompt, len(pos))  # (N,)
-        toks = np.full(len(pos), -1, dtype=np.int64) if tokens is None else \
-            _check_rows(tokens, len(pos), "tokens")
-        if pos.size == 0:
-            return
-        x = x.detach().contiguous()  # (N, d)
-        p, q = prompts[1:], prompts[:-1]
-        if not ((p > q) | ((p == q) & (pos[1:] > pos[:-1]))).all():  # rows in (prompt,
-            order = np.lexsort((pos, prompts))  # position) order: the first is the smallest
-            pos, prompts, toks = pos[order], prompts[order], toks[order]
-            same = (prompts[1:] == prompts[:-1]) & (pos[1:] == pos[:-1])
-            if same.any():
-                raise BadInput(f"channel stats: prompt {prompts[1:][same][0]} repeats a position")
-            x = x[torch.as_tensor(order, device=x.device)]  # (N, d)
-        self.merge_(_batch_stats(x, prompts, pos, toks, self.bins, self._absmax))
+    @classmethod
+    def of_batch(cls, x: Any, prompt: Any, positions: Any, tokens: Any = None,
+                 bins: Sequence[float] = DEFAULT_BINS) -> ChannelStats:
+        """The statistics of one batch on its own (arguments as for update): what update
+        merges in. With columns(), one call can serve several sites side by side."""
+        if not hasattr(x, "shape") or len(x.shape) != 2:
+            shape = tuple(x.shape) if hasattr(x, "shape") else type(x).__name__
+            raise BadInput(f"channel stats: expected an (N, d) tensor, got {shape}")
+        width = _check_width(int(x.shape[1]))
+        batch = _of_batch(x, prompt, positions, tokens, _check_bins(bins), width, None)
+        return batch if batch is not None else cls(width, bins)
+
+    def columns(self, start: int, stop: int) -> ChannelStats:
+        """A copy of channels start..stop-1 (the same count and bins)."""
+        if not 0 <= start < stop <= self.width:
+            raise BadInput(f"channel stats: columns {start}..{stop} of width {self.width}")
+        out = ChannelStats(stop - start, self.bins)
+        out.count = self.count
+        for name in _ARRAYS:
+            setattr(out, name, getattr(self, name)[start:stop].copy())
+        return out
 
     def merge_(self, other: ChannelStats, prompt_offset: int = 0) -> ChannelStats:
         """Fold other into self (Chan's formula, sums, the larger max), other's prompt ids
@@ -248,6 +254,33 @@ class ChannelStats:
 
 
 # ---- one batch ------------------------------------------------------------------------------
+
+def _of_batch(x: Any, prompt: Any, positions: Any, tokens: Any, bins: tuple[float, ...],
+              width: int, floor: Any) -> ChannelStats | None:
+    """Check a batch, put its rows in (prompt, position) order and compute its statistics
+    (None when it has no rows)."""
+    import numpy as np
+    import torch
+
+    pos = _check_positions(positions, x, width)
+    prompts = _check_prompts(prompt, len(pos))  # (N,)
+    toks = np.full(len(pos), -1, dtype=np.int64) if tokens is None else \
+        _check_rows(tokens, len(pos), "tokens")
+    if pos.size == 0:
+        return None
+    x = x.detach().contiguous()  # (N, d)
+    p, q = prompts[1:], prompts[:-1]
+    if not ((p > q) | ((p == q) & (pos[1:] > pos[:-1]))).all():  # rows in (prompt, position)
+        order = np.lexsort((pos, prompts))  # order: the first holding a max is the smallest
+        pos, prompts, toks = pos[order], prompts[order], toks[order]
+        same = (prompts[1:] == prompts[:-1]) & (pos[1:] == pos[:-1])
+        if same.any():
+            raise BadInput(f"channel stats: prompt {prompts[1:][same][0]} repeats a position")
+        x = x[torch.as_tensor(order, device=x.device)]  # (N, d)
+    if floor is None:
+        floor = np.full(width, -1.0)
+    return _batch_stats(x, prompts, pos, toks, bins, floor)
+
 
 def _batch_stats(x: Any, prompts: Any, pos: Any, toks: Any, bins: tuple[float, ...], floor: Any
                  ) -> ChannelStats:

@@ -6,8 +6,13 @@ block's attention and MLP (any module whose weight is a matrix) sees its input; 
 one container that receive the very same tensor share a site, the first input of the attention
 being attn_in (q, k, v, or a fused qkv) and the next z (the output projection), the first of
 the MLP mlp_in (gate and up, or c_fc) and the next mlp_act (down). A site's statistics are
-added once, at the end of its block, whatever number of layers read it. The LM head's input is
-checked to be the final norm's output before that site is named after it.
+added once, whatever number of layers read it. The LM head's input is checked to be the final
+norm's output before that site is named after it.
+
+The sites' real rows are staged and counted together: the staged sites of one width side by side
+in one ChannelStats.of_batch (a few dozen tensor operations for a whole group, not per site),
+then split back into the sites. Staging stops at STAGE_BYTES, so memory stays bounded whatever
+the model and the group.
 
 Attention weights come from the model's own eager attention (the pass runs under
 `eager_attention`); massive activations are found in each block's output with the median of
@@ -26,6 +31,7 @@ from fptrace.core.prompt_groups import Encoded
 from fptrace.errors import Mismatch, NonFiniteValues, UnsupportedModel
 
 CONTAINER_SITES = {"attn": ("attn_in", "z"), "mlp": ("mlp_in", "mlp_act")}
+STAGE_BYTES = 64 * 2**20  # staged activations counted together (see the module's text)
 
 
 @contextlib.contextmanager
@@ -79,6 +85,7 @@ class Collector:
         pass_ = _Pass(self, part, rows, mask, B, T, n)
         with torch.inference_mode(), hooked(pass_.hooks()):
             lm.model(input_ids, **kwargs)
+            pass_.flush()
         pass_.check()
         part.tokens = int(n.sum())
         if part.sinks:
@@ -108,6 +115,8 @@ class _Pass:
         self.position_of = np.concatenate([np.arange(k) for k in n])
         self.token_of = np.concatenate([np.asarray(r, dtype=np.int64) for r in rows])
         self.seen: dict[str, list] = {}  # container -> [(input tensor, [module names])]
+        self.staged: list[tuple[int | None, str, tuple[str, ...], Any]] = []  # (N, d) each
+        self.staged_bytes = 0
         self.final: Any = None
         self.final_fed = False
         self.weights_seen = [False] * len(c.linears)
@@ -122,12 +131,40 @@ class _Pass:
         return x.index_select(0, self.flat)
 
     def feed(self, layer: int | None, site: str, modules: tuple[str, ...], x: Any) -> None:
-        s = self.part.site(layer, site, modules, int(x.shape[-1]))
-        try:
-            s.stats.update(self.real(x), self.prompt_of, self.position_of, self.token_of)
-        except NonFiniteValues:
-            where = "the final norm" if layer is None else f"block {layer}"
-            raise NonFiniteValues(f"NaN or Inf in the activations ({where}, {site})") from None
+        """Stage a site's real rows; count the staged ones once they fill STAGE_BYTES."""
+        rows = self.real(x)
+        self.staged.append((layer, site, modules, rows))
+        self.staged_bytes += rows.numel() * rows.element_size()
+        if self.staged_bytes >= STAGE_BYTES:
+            self.flush()
+
+    def flush(self) -> None:
+        """Count the staged sites: those of one width, dtype and device side by side in one
+        ChannelStats, then each site's columns merged into its statistics."""
+        import torch
+
+        from fptrace.core.channel_stats import ChannelStats
+
+        groups: dict[tuple, list] = {}
+        for entry in self.staged:
+            rows = entry[3]
+            groups.setdefault((rows.shape[1], rows.dtype, rows.device), []).append(entry)
+        self.staged, self.staged_bytes = [], 0
+        for entries in groups.values():
+            x = entries[0][3] if len(entries) == 1 else torch.cat([e[3] for e in entries], 1)
+            try:
+                both = ChannelStats.of_batch(x, self.prompt_of, self.position_of,
+                                             self.token_of, self.part.bins)
+            except NonFiniteValues:
+                layer, site = next((e[0], e[1]) for e in entries
+                                   if not bool(torch.isfinite(e[3]).all()))
+                where = "the final norm" if layer is None else f"block {layer}"
+                raise NonFiniteValues(f"NaN or Inf in the activations ({where}, {site})") \
+                    from None
+            d = x.shape[1] // len(entries)
+            for k, (layer, site, modules, _) in enumerate(entries):
+                s = self.part.site(layer, site, modules, d)
+                s.stats.merge_(both.columns(k * d, (k + 1) * d))
 
     # ---- hooks ------------------------------------------------------------------------------
 

@@ -43,6 +43,11 @@ def _shares(shares: tuple[Share, ...], token: bool) -> str:
                      for s in shares)
 
 
+def section(title: str, body: RenderableType) -> RenderableType:
+    """A bold title line (it wraps at the terminal's width, not the table's), then the body."""
+    return Group(Text(title, style="bold"), body)
+
+
 def summary(r: Stats) -> Text:
     t = Text(f"{r.prompts:,} prompt(s), {r.tokens:,} token positions", style="bold")
     if r.failed:
@@ -54,12 +59,11 @@ def summary(r: Stats) -> Text:
 
 def massive_table(r: Stats, width: int | None) -> RenderableType:
     s = r.settings
-    title = (f"Massive activations: |x| > {value(s.massive_min)} and ≥ {s.massive_ratio:g}× the "
+    title = (f"Massive activations: |x| > {s.massive_min:g} and ≥ {s.massive_ratio:g}× the "
              "median |x| of its hidden state (Sun et al., 2024)")
     if not r.massive:
-        return Group(Text(title, style="bold"),
-                     Text("none: no entry of any block's output meets both thresholds\n",
-                          style="dim"))
+        return section(title, Text("none: no entry of any block's output meets both "
+                                   "thresholds\n", style="dim"))
     cols = (Col("channel", 0, "right"), Col("layers", 0), Col("largest", 0, "right"),
             Col("at layer", 2, "right"), Col("× median", 0, "right"),
             Col("prompts", 1, "right"), Col("positions", 1, wrap=True),
@@ -67,7 +71,7 @@ def massive_table(r: Stats, width: int | None) -> RenderableType:
     rows = [[str(m.channel), layers_text(m.layers), value(m.value), str(m.layer),
              value(m.ratio), f"{m.prompt_share:.0%}", _shares(m.positions, False),
              Text(_shares(m.tokens, True))] for m in r.massive]
-    return fit_table(cols, rows, width, title=title, title_justify="left")
+    return section(title, fit_table(cols, rows, width))
 
 
 def outlier_table(r: Stats, width: int | None) -> RenderableType:
@@ -77,12 +81,12 @@ def outlier_table(r: Stats, width: int | None) -> RenderableType:
              f"{s.outlier_positions:.0%} of the positions of the attention or MLP input, in ≥ "
              f"{s.outlier_layers:.0%} of the layers (≥ {need} of {r.model.n_layers})")
     if not r.outliers:
-        return Group(Text(title, style="bold"), Text("none\n", style="dim"))
+        return section(title, Text("none\n", style="dim"))
     cols = (Col("channel", 0, "right"), Col("layers", 0, "right"), Col("which", 1, wrap=True),
             Col("share ≥ 6", 0, "right"), Col("|x| max", 0, "right"))
     rows = [[str(o.channel), str(len(o.layers)), layers_text(o.layers), f"{o.share:.1%}",
              value(o.absmax)] for o in r.outliers]
-    return fit_table(cols, rows, width, title=title, title_justify="left")
+    return section(title, fit_table(cols, rows, width))
 
 
 def top_table(r: Stats, width: int | None) -> RenderableType:
@@ -102,7 +106,7 @@ def top_table(r: Stats, width: int | None) -> RenderableType:
                      Text(repr(visible(c.text)))]
                     + [f"{o.channel}: {value(o.value)}" for o in cs[1:]]
                     + [""] * (k - len(cs)))
-    return fit_table(cols, rows, width, title=title, title_justify="left")
+    return section(title, fit_table(cols, rows, width))
 
 
 def sink_table(r: Stats, width: int | None) -> RenderableType:
@@ -110,13 +114,12 @@ def sink_table(r: Stats, width: int | None) -> RenderableType:
     title = (f"Attention sinks: heads giving ≥ {s.sink_threshold:.0%} of their attention (from "
              f"the later positions) to one of the first {s.sink_positions} positions")
     if not r.sink_heads:
-        return Group(Text(title, style="bold"),
-                     Text("not tallied (--no-sinks)\n", style="dim"))
+        return section(title, Text("not tallied (--no-sinks)\n", style="dim"))
     sinks = [h for h in r.sink_heads if h.sink]
     n_heads = len(r.sink_heads)
     if not sinks:
         top = max(r.sink_heads, key=lambda h: h.mass)
-        return Group(Text(title, style="bold"), Text(
+        return section(title, Text(
             f"none of the {n_heads} heads; the most concentrated: layer {top.layer} head "
             f"{top.head}, {top.mass:.0%} on position {top.position}\n", style="dim"))
     per_layer = r.model.n_heads
@@ -134,8 +137,8 @@ def sink_table(r: Stats, width: int | None) -> RenderableType:
                      Text(f"{visible(first.text)!r} ({first.token_share:.0%})"),
                      f"{sum(h.mass for h in hs) / len(hs):.0%}",
                      " ".join(f"{h.head}:{h.mass:.2f}" for h in hs)])
-    note = Text(f"{len(sinks)} of {n_heads} heads are sinks", style="dim")
-    return Group(fit_table(cols, rows, width, title=title, title_justify="left"), note)
+    note = Text(f"{len(sinks)} of {n_heads} heads are sinks\n", style="dim")
+    return section(title, Group(fit_table(cols, rows, width), note))
 
 
 def stats_view(r: Stats, width: int | None = 120) -> RenderableType:
