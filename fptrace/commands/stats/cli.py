@@ -108,6 +108,13 @@ def stats(
                   f"{summary.skipped}" + (f" (already in {out})" if out else "")
                   + f", {summary.seconds:.1f} s ({rate:,.0f} tokens/s)"
                   + (f" → {out}" if out else ""), markup=False, soft_wrap=True)
+        failed = result.statistics.failed
+        if len(failed) > 5:
+            err.print(f"{len(failed)} prompts not counted (statistics.failed); the last 5:",
+                      markup=False)
+        for f in failed[-5:]:
+            err.print(f"not counted: {f.id} ({f.source}): {f.error}", markup=False,
+                      soft_wrap=True)
         if summary.interrupted:
             fail("interrupted; " + (f"{out} holds the statistics of every group finished so "
                                     "far: run the same command with --resume to continue"

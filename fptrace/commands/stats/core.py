@@ -179,6 +179,19 @@ def collect_on_ray(items: Sequence[PromptItem], stats: ActivationStats, *, addre
     return s
 
 
+def activation_stats(lm: Any, prompts: Sequence[str], *, batch_size: int = 8,
+                     truncate: bool = False, sinks: bool = True,
+                     sink_threshold: float = SINK_THRESHOLD, top: int = TOP) -> Stats:
+    """The statistics `fptrace stats` computes, of a list of prompts (their ids p:1, p:2, ...;
+    a prompt that cannot be counted is listed in `statistics.failed`)."""
+    from fptrace.core.trace import model_info
+
+    items = [PromptItem(f"p:{i + 1}", p, f"prompts[{i}]") for i, p in enumerate(prompts)]
+    stats = new_statistics(lm, sinks)
+    collect(lm, items, stats, batch_size=batch_size, truncate=truncate)
+    return build(stats, model_info(lm), sink_threshold=sink_threshold, top=top)
+
+
 # ---- the command's work: files in, a statistics file out -------------------------------------
 
 def stats_run(inputs: Sequence[str], *, out: str | None, resume: bool, force: bool,
@@ -357,5 +370,5 @@ def check_scales_path(path: str) -> None:
                        "file *.safetensors")
 
 
-__all__ = ["collect", "collect_on_ray", "count_block", "stats_run", "merge_files", "build",
+__all__ = ["activation_stats", "collect", "collect_on_ray", "count_block", "stats_run", "merge_files", "build",
            "save_scales", "write_stats", "new_statistics", "check_scales_path"]
