@@ -2,8 +2,9 @@
 
 For every site of every layer (the same model, or two versions of one architecture: before and
 after quantization or fine-tuning), each channel's largest |x| in A and in B and how far it
-moved, |absmax_b − absmax_a| / absmax_a; per site the median and largest move, and over all
-sites the channels that moved most. Files of different shapes (layers, sites, widths) are
+moved, |absmax_b − absmax_a| / absmax_a (a channel whose |x| max is below 1 % of its site's
+largest is measured against that 1 %: the moves of near-silent channels are noise); per site
+the median and largest move, and over all sites the channels that moved most. Files of different shapes (layers, sites, widths) are
 refused.
 """
 
@@ -14,6 +15,7 @@ from fptrace.core.activation_stats import read_statistics
 from fptrace.errors import BadInput
 
 SHOWN = 20  # channels listed
+FLOOR = 0.01  # a channel's move is relative to its |x| max, or to 1 % of the site's largest
 
 
 def diff_stats(path_a: str, path_b: str, shown: int = SHOWN) -> StatsDiff:
@@ -31,7 +33,8 @@ def diff_stats(path_a: str, path_b: str, shown: int = SHOWN) -> StatsDiff:
         x, y = sa.stats, sb.stats
         if x.count == 0 or y.count == 0:
             continue
-        change = np.abs(y.absmax - x.absmax) / np.maximum(x.absmax, 1e-30)  # (d,)
+        floor = max(FLOOR * float(x.absmax.max()), 1e-30)  # tiny channels: moves of noise
+        change = np.abs(y.absmax - x.absmax) / np.maximum(x.absmax, floor)  # (d,)
         c = int(change.argmax())
         moves.append(SiteMove(layer=layer, site=sa.name, median_change=float(np.median(change)),
                               max_change=float(change[c]), channel=c))

@@ -7,7 +7,7 @@ from rich.text import Text
 
 from fptrace.commands.diff.result import DiffSide, StatsDiff, TraceDiff
 from fptrace.render.fit import Col, RowStyle, fit_table
-from fptrace.render.text import bullets, norm, num, visible
+from fptrace.render.text import bullets, compact, norm, num, visible
 
 
 def _side(s: DiffSide) -> Text:
@@ -82,11 +82,11 @@ def stats_diff_view(d: StatsDiff, width: int | None = 120) -> RenderableType:
             Col("change", 0, "right"), Col("mean a → b", 1, "right"),
             Col("std a → b", 2, "right"))
     rows = [["final" if m.layer is None else str(m.layer), m.site, str(m.channel),
-             norm(m.absmax_a), norm(m.absmax_b), f"{m.change:.1%}",
-             f"{norm(m.mean_a)} → {norm(m.mean_b)}", f"{norm(m.std_a)} → {norm(m.std_b)}"]
-            for m in d.channels]
-    moved = fit_table(cols, rows, width, title="The channels whose |x| max moved most "
-                      "(|b − a| / a)", title_justify="left")
+             compact(m.absmax_a), compact(m.absmax_b), f"{m.change:.1%}",
+             f"{compact(m.mean_a)} → {compact(m.mean_b)}",
+             f"{compact(m.std_a)} → {compact(m.std_b)}"] for m in d.channels]
+    moved = fit_table(cols, rows, width, title="The channels whose |x| max moved most: |b − a| "
+                      "/ max(a, 1% of the site's largest)", title_justify="left")
     site_cols = (Col("layer", 0, "right"), Col("site", 0), Col("median change", 0, "right"),
                  Col("largest", 0, "right"), Col("channel", 0, "right"))
     site_rows = [["final" if s.layer is None else str(s.layer), s.site, f"{s.median_change:.1%}",

@@ -111,7 +111,8 @@ class ChannelMove:
     absmax_b: float
     """... in the second."""
     change: float
-    """|absmax_b − absmax_a| / absmax_a (how far the channel's scale moved)."""
+    """How far the channel's scale moved: |absmax_b − absmax_a| / absmax_a, the denominator at
+    least 1 % of the site's largest absmax_a."""
     mean_a: float
     """Mean in the first file."""
     mean_b: float
@@ -131,7 +132,7 @@ class SiteMove:
     site: str
     """The site."""
     median_change: float
-    """The median over its channels of |absmax_b − absmax_a| / absmax_a."""
+    """The median over its channels of `change` (see ChannelMove)."""
     max_change: float
     """The largest."""
     channel: int

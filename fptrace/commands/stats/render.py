@@ -15,16 +15,7 @@ from fptrace.commands.stats.result import Share, Stats
 from fptrace.render.figures import pyplot
 from fptrace.render.fit import Col, fit_table
 from fptrace.render.tables import header
-from fptrace.render.text import bullets, visible
-
-
-def value(v: float | None) -> str:
-    """A value in a few characters: thousands separated, 3 significant digits when small."""
-    if v is None or not math.isfinite(v):
-        return "—" if v is None else ("inf" if v > 0 else "-inf" if v < 0 else "nan")
-    a = abs(v)
-    return f"{v:,.0f}" if a >= 1000 else f"{v:.1f}" if a >= 100 else f"{v:.2f}" if a >= 1 \
-        else f"{v:.3g}"
+from fptrace.render.text import bullets, compact, visible
 
 
 def layers_text(layers: tuple[int, ...]) -> str:
@@ -68,8 +59,8 @@ def massive_table(r: Stats, width: int | None) -> RenderableType:
             Col("at layer", 2, "right"), Col("× median", 0, "right"),
             Col("prompts", 1, "right"), Col("positions", 1, wrap=True),
             Col("tokens", 1, wrap=True))
-    rows = [[str(m.channel), layers_text(m.layers), value(m.value), str(m.layer),
-             value(m.ratio), f"{m.prompt_share:.0%}", _shares(m.positions, False),
+    rows = [[str(m.channel), layers_text(m.layers), compact(m.value), str(m.layer),
+             compact(m.ratio), f"{m.prompt_share:.0%}", _shares(m.positions, False),
              Text(_shares(m.tokens, True))] for m in r.massive]
     return section(title, fit_table(cols, rows, width))
 
@@ -85,7 +76,7 @@ def outlier_table(r: Stats, width: int | None) -> RenderableType:
     cols = (Col("channel", 0, "right"), Col("layers", 0, "right"), Col("which", 1, wrap=True),
             Col("share ≥ 6", 0, "right"), Col("|x| max", 0, "right"))
     rows = [[str(o.channel), str(len(o.layers)), layers_text(o.layers), f"{o.share:.1%}",
-             value(o.absmax)] for o in r.outliers]
+             compact(o.absmax)] for o in r.outliers]
     return section(title, fit_table(cols, rows, width))
 
 
@@ -101,10 +92,10 @@ def top_table(r: Stats, width: int | None) -> RenderableType:
     rows = []
     for layer, cs in sorted(by_layer.items()):
         c = cs[0]
-        rows.append([str(layer), str(c.channel), value(c.value),
-                     f"{value(c.mean)} ± {value(c.std)}", Text(c.prompt), str(c.position),
+        rows.append([str(layer), str(c.channel), compact(c.value),
+                     f"{compact(c.mean)} ± {compact(c.std)}", Text(c.prompt), str(c.position),
                      Text(repr(visible(c.text)))]
-                    + [f"{o.channel}: {value(o.value)}" for o in cs[1:]]
+                    + [f"{o.channel}: {compact(o.value)}" for o in cs[1:]]
                     + [""] * (k - len(cs)))
     return section(title, fit_table(cols, rows, width))
 
