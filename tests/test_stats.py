@@ -547,3 +547,21 @@ def test_diff_stats_names_the_channels_that_moved(tmp_path, gpt2_folder):
     assert "moved most" in view
     r = invoke("diff", "--stats", a)
     assert r.exit_code == 2
+
+
+def test_an_activation_changed_in_place_is_refused_not_counted():
+    """A model that scales an input in place after one projection read it: what that layer read
+    is no longer there to count, so the pass fails loudly instead of counting other values."""
+    from conftest import build_tiny
+
+    from fptrace.errors import Mismatch
+    from fptrace.models.loading import wrap_model
+
+    lm = wrap_model(build_tiny("llama"), name="llama", random_weights=True)
+    q = lm.parts.attns[1].q_proj
+    handle = q.register_forward_hook(lambda mod, args, out: args[0].mul_(2.0))
+    try:
+        with pytest.raises(Mismatch, match="block 1's attn_in in place"):
+            count(lm, id_prompts(int(lm.config.vocab_size), lengths=(4,)))
+    finally:
+        handle.remove()

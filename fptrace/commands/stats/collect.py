@@ -83,9 +83,11 @@ class Collector:
         B, T = input_ids.shape
         n = np.array([len(r) for r in rows])
         pass_ = _Pass(self, part, rows, mask, B, T, n)
-        with torch.inference_mode(), hooked(pass_.hooks()):
+        # no_grad, not inference_mode: tensors keep their version counters, so that a staged
+        # activation changed in place before it is counted is caught (see flush)
+        with torch.no_grad(), hooked(pass_.hooks()):
             lm.model(input_ids, **kwargs)
-            pass_.flush()
+            pass_.finish()
         pass_.check()
         part.tokens = int(n.sum())
         if part.sinks:
@@ -114,12 +116,26 @@ class _Pass:
         self.prompt_of = np.repeat(np.arange(B), n)
         self.position_of = np.concatenate([np.arange(k) for k in n])
         self.token_of = np.concatenate([np.asarray(r, dtype=np.int64) for r in rows])
-        self.seen: dict[str, list] = {}  # container -> [(input tensor, [module names])]
-        self.staged: list[tuple[int | None, str, tuple[str, ...], Any]] = []  # (N, d) each
+        # container -> [(input tensor, [module names], its version counter then)]
+        self.seen: dict[str, list] = {}
+        # (layer, site, modules, (N, d) rows, their version counter when staged)
+        self.staged: list[tuple[int | None, str, tuple[str, ...], Any, int]] = []
         self.staged_bytes = 0
         self.final: Any = None
         self.final_fed = False
         self.weights_seen = [False] * len(c.linears)
+        self.sink_columns: list[tuple[int, Any]] = []  # (layer, (B, H, T, P) weights on j < P)
+        if part.sinks:
+            P = part.sink_positions
+            j = np.arange(P)
+            # each row's first P real key positions (clamped: masked below) and which (query i,
+            # key j) pairs count: a real query after the key, i > j, both in the prompt
+            key = np.minimum(self.offsets[:, None] + j, T - 1)  # (B, P)
+            query = np.arange(T)[None, :, None] - self.offsets[:, None, None]  # (B, T, 1) real
+            counts = (query > j) & (j < n[:, None])[:, None, :]  # (B, T, P)
+            dev = c.lm.device
+            self.sink_key = torch.as_tensor(key, device=dev)
+            self.sink_mask = torch.as_tensor(counts, device=dev)
 
     def real(self, x: Any) -> Any:
         """(B, T, d) -> (N, d): the real positions, in (prompt, position) order."""
@@ -132,8 +148,8 @@ class _Pass:
 
     def feed(self, layer: int | None, site: str, modules: tuple[str, ...], x: Any) -> None:
         """Stage a site's real rows; count the staged ones once they fill STAGE_BYTES."""
-        rows = self.real(x)
-        self.staged.append((layer, site, modules, rows))
+        rows = self.real(x)  # (N, d), or a view of x when nothing is padded
+        self.staged.append((layer, site, modules, rows, rows._version))
         self.staged_bytes += rows.numel() * rows.element_size()
         if self.staged_bytes >= STAGE_BYTES:
             self.flush()
@@ -147,9 +163,16 @@ class _Pass:
 
         groups: dict[tuple, list] = {}
         for entry in self.staged:
-            rows = entry[3]
+            layer, site, _, rows, version = entry
+            if rows._version != version:
+                where = "the final norm" if layer is None else f"block {layer}"
+                raise Mismatch(f"the model changed {where}'s {site} in place after its hook saw "
+                               "it: fptrace stats cannot count what the model computed there")
             groups.setdefault((rows.shape[1], rows.dtype, rows.device), []).append(entry)
+        resid = [(e[0], e[3]) for e in self.staged if e[1] == "resid_post"]
         self.staged, self.staged_bytes = [], 0
+        if resid:
+            self._massive(resid)
         for entries in groups.values():
             x = entries[0][3] if len(entries) == 1 else torch.cat([e[3] for e in entries], 1)
             try:
@@ -162,7 +185,7 @@ class _Pass:
                 raise NonFiniteValues(f"NaN or Inf in the activations ({where}, {site})") \
                     from None
             d = x.shape[1] // len(entries)
-            for k, (layer, site, modules, _) in enumerate(entries):
+            for k, (layer, site, modules, _, _) in enumerate(entries):
                 s = self.part.site(layer, site, modules, d)
                 s.stats.merge_(both.columns(k * d, (k + 1) * d))
 
@@ -187,7 +210,7 @@ class _Pass:
         def hook(mod: Any, args: tuple, kwargs: dict) -> None:
             x = args[0] if args else next(iter(kwargs.values()))
             seen = self.seen.setdefault(container, [])
-            for t, names in seen:
+            for t, names, _ in seen:
                 if t is x:
                     names.append(name)
                     return
@@ -197,18 +220,21 @@ class _Pass:
                     f"{name} reads a third distinct input inside its block's "
                     f"{'attention' if container == 'attn' else 'MLP'}; fptrace stats knows "
                     f"two ({', '.join(sites)})")
-            seen.append((x, [name]))
+            seen.append((x, [name], x._version))
         return hook
 
     def _block_hook(self, i: int) -> Any:
         def hook(mod: Any, args: tuple, output: Any) -> None:
             for container, seen in self.seen.items():
-                for (x, names), site in zip(seen, CONTAINER_SITES[container]):
+                for (x, names, version), site in zip(seen, CONTAINER_SITES[container]):
+                    if x._version != version:
+                        raise Mismatch(f"the model changed block {i}'s {site} in place after "
+                                       f"{names[0]} read it: fptrace stats cannot count what "
+                                       "that layer read")
                     self.feed(i, site, tuple(names), x)
             self.seen = {}
             h = first_output(output)  # (B, T, d)
             self.feed(i, "resid_post", (), h)
-            self._massive(i, h)
         return hook
 
     def _final_hook(self, mod: Any, args: tuple, output: Any) -> None:
@@ -232,61 +258,73 @@ class _Pass:
             if w is None or w.dim() != 4 or w.shape[-1] != self.T:
                 raise UnsupportedModel(f"block {i}'s attention returned no weights under eager "
                                        "attention; pass --no-sinks")
-            self._sinks(i, w)
+            P = self.part.sink_positions
+            idx = self.sink_key[:, None, None, :].expand(-1, w.shape[1], self.T, P)
+            self.sink_columns.append((i, w.gather(3, idx)))  # (B, H, T, P)
             self.weights_seen[i] = True
         return hook
 
     # ---- massive activations and sinks ------------------------------------------------------
 
-    def _massive(self, i: int, h: Any) -> None:
+    def _massive(self, resid: list[tuple[int, Any]]) -> None:
         """Entries |x| > massive_min and >= massive_ratio x the median |x| of the prompt's
-        hidden state (every real position and channel of this block's output)."""
-
-        a = h.detach().abs().float()  # (B, T, d)
-        if self.mask is not None:
-            m = self.mask[:, :, None]  # (B, T, 1)
-            med = a.masked_fill(~m, float("nan")).reshape(self.B, -1).nanmedian(1).values
-        else:
-            med = a.reshape(self.B, -1).median(1).values  # (B,) the lower median, as Sun et al.
-        p = self.part
-        hit = (a > p.massive_min) & (a >= p.massive_ratio * med[:, None, None])  # (B, T, d)
-        if self.mask is not None:
-            hit &= m
-        where = hit.nonzero()  # (k, 3): row, padded position, channel
-        if where.numel() == 0:
-            return
-        b, t, c = where.unbind(1)
-        values = h[b, t, c].double().tolist()
-        meds = med[b].double().tolist()
-        b, t, c = b.tolist(), t.tolist(), c.tolist()
-        prompts: dict[int, set] = {}
-        for bi, ti, ci, v, md in zip(b, t, c, values, meds):
-            pos = ti - int(self.offsets[bi])
-            tok = self.rows[bi][pos]
-            tally = p.massive.setdefault((i, ci), MassiveTally())
-            if tally.beats(v, bi, pos):
-                tally.value, tally.prompt, tally.position, tally.token = v, bi, pos, tok
-                tally.ratio = abs(v) / md if md > 0 else float("inf")
-            tally.count += 1
-            tally.positions[pos] += 1
-            tally.tokens[tok] += 1
-            prompts.setdefault(ci, set()).add(bi)
-        for ci, bs in prompts.items():
-            p.massive[(i, ci)].prompts += len(bs)
-
-    def _sinks(self, i: int, w: Any) -> None:
-        """w (B, H, T, T) -> per head and position j < sink_positions, the sum over the query
-        positions i > j of w[i, j] (a prompt's own positions: left padding skipped)."""
+        hidden state (every real position and channel of the block's output), in the staged
+        blocks' outputs at once: the entries above massive_min first (few), then the medians of
+        the (block, prompt) pairs that have one."""
+        import numpy as np
         import torch
 
-        P = self.part.sink_positions
-        cs = w.tril(-1).sum(2, dtype=torch.float64)  # (B, H, T): sum over queries i > j
-        dev = cs.device
-        j = torch.arange(P, device=dev)
-        idx = (torch.as_tensor(self.offsets, device=dev)[:, None] + j).clamp(max=self.T - 1)
-        valid = j[None, :] < torch.as_tensor(self.n, device=dev)[:, None]  # (B, P)
-        g = cs.gather(2, idx[:, None, :].expand(-1, cs.shape[1], -1))  # (B, H, P)
-        self.part.sink_sums[i] += (g * valid[:, None, :]).sum(0).cpu().numpy()
+        p = self.part
+        x = torch.stack([rows for _, rows in resid])  # (L', N, d) real rows
+        a = x.abs()
+        where = (a > p.massive_min).nonzero()  # (k, 3): staged block, row, channel
+        if where.numel() == 0:
+            return
+        layers = [layer for layer, _ in resid]
+        starts = np.concatenate([[0], np.cumsum(self.n)])  # each prompt's rows
+        li, row, ch = (v.cpu().numpy() for v in where.unbind(1))
+        prompt = self.prompt_of[row]
+        med = {}
+        for b in sorted(set(prompt.tolist())):  # the lower median, as Sun et al. (torch.median)
+            ls = sorted(set(li[prompt == b].tolist()))
+            m = a[ls, starts[b]:starts[b + 1]].reshape(len(ls), -1).median(1).values
+            med.update({(l, b): float(v) for l, v in zip(ls, m.double().tolist())})
+        values = x[where.unbind(1)].double().cpu().numpy()
+        meds = np.array([med[(l, b)] for l, b in zip(li.tolist(), prompt.tolist())])
+        keep = np.abs(values) >= p.massive_ratio * meds
+        pos = self.position_of[row]
+        tok = self.token_of[row]
+        seen: dict[tuple[int, int], set] = {}
+        for k in np.flatnonzero(keep).tolist():
+            key = (layers[li[k]], int(ch[k]))
+            v, b, t = float(values[k]), int(prompt[k]), int(pos[k])
+            tally = p.massive.setdefault(key, MassiveTally())
+            if tally.beats(v, b, t):
+                tally.value, tally.prompt, tally.position, tally.token = v, b, t, int(tok[k])
+                tally.ratio = abs(v) / meds[k] if meds[k] > 0 else float("inf")
+            tally.count += 1
+            tally.positions[t] += 1
+            tally.tokens[int(tok[k])] += 1
+            seen.setdefault(key, set()).add(b)
+        for key, bs in seen.items():
+            p.massive[key].prompts += len(bs)
+
+    def finish(self) -> None:
+        """After the forward pass: count what is still staged, and the attention weights."""
+        self.flush()
+        self._sinks()
+
+    def _sinks(self) -> None:
+        """Per layer, head and position j < sink_positions: the sum over the query positions
+        i > j of w[i, j], over the group's prompts (their own positions: padding skipped)."""
+        import torch
+
+        if not self.sink_columns:
+            return
+        layers = [i for i, _ in self.sink_columns]
+        w = torch.stack([c for _, c in self.sink_columns])  # (L, B, H, T, P)
+        sums = (w.double() * self.sink_mask[None, :, None]).sum((1, 3))  # (L, H, P)
+        self.part.sink_sums[layers] += sums.cpu().numpy()
 
     def check(self) -> None:
         """Every site saw every real position once; the final norm and the attention weights
