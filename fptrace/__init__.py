@@ -23,12 +23,14 @@ __version__ = "0.1.0"
 if TYPE_CHECKING:
     from fptrace.commands.attribute.core import attribute
     from fptrace.commands.diff.core import diff
+    from fptrace.commands.diff.deep import deep_diff
     from fptrace.commands.explain.core import explain
     from fptrace.commands.explain.result import Explanation
     from fptrace.commands.generate.core import generate
     from fptrace.commands.patch.core import patch
     from fptrace.commands.shapes.core import shape_report as shapes
     from fptrace.commands.stats.core import activation_stats as stats
+    from fptrace.core.points import Point
     from fptrace.core.results import (
         SCHEMA_VERSION,
         FinalNormStats,

@@ -53,6 +53,8 @@ def cases(tmp: str, folder: str) -> list[tuple[str, list[str], dict]]:
     from conftest import build_tiny
 
     build_tiny("starcoder2").save_pretrained(p("starcoder2"))
+    with open(p("messages.json"), "w") as f:
+        f.write('[\n  {"role": "user", "content": "hi"},\n  {"role": "user"}\n]\n')
     m = ["-m", folder]
     stats_files(tmp, folder)
     return [
@@ -103,6 +105,22 @@ def cases(tmp: str, folder: str) -> list[tuple[str, list[str], dict]]:
         ("stats: --out is someone else's file", ["stats", p("prompts.txt"), *m, "--out",
                                                  p("notes.json"), "--force"]),
         ("stats: a prompt longer than the context", ["stats", p("long.txt"), *m]),
+        ("--chat on a model without a chat template", ["run", "--chat", "hi", *m]),
+        ("--chat and --messages together", ["run", "--chat", "--messages",
+                                            p("messages.json"), *m]),
+        ("a messages file with a message lacking its content", ["run", "--messages",
+                                                               p("messages.json"), *m]),
+        ("a missing messages file", ["run", "--messages", p("nope.json"), *m]),
+        ("--target of two tokens", ["attribute", "The cat sat", *m, "--target", " catsat"]),
+        ("--noise not in the prompt", ["patch", "The cat sat", *m, "--noise", " dog"]),
+        ("--noise occurring twice", ["patch", "the cat and the cat", *m, "--noise", " cat"]),
+        ("diff: a trace file that does not exist", ["diff", p("nope.json"), p("other.json")]),
+        ("diff --deep: --deep-layers out of range", ["diff", "hi", *m, "--model-b", folder,
+                                                     "--deep", "--deep-layers", "2-5"]),
+        ("diff --deep with two prompts", ["diff", "hi", "ho", *m, "--deep"]),
+        ("diff: a quantization that does not exist", ["diff", "hi", *m, "--quantize-b", "int3"]),
+        ("diff: quantizing random weights", ["diff", "hi", *m, "--random-weights",
+                                             "--quantize-b", "int8"]),
     ]
 
 

@@ -28,7 +28,7 @@ FILES = ("README.md", "docs/*.md")
 WIDTH = "100"
 
 _MASKS = (
-    (re.compile(r"\d[\d,]*(\.\d+)? ?(ms|s)\b"), "<time>"),
+    (re.compile(r"\d[\d,]*(\.\d+)? ?(ms|s|µs)\b"), "<time>"),
     (re.compile(r"\d[\d,]*(\.\d+)? (tokens|prompts)/s"), r"<rate> \2/s"),
     (re.compile(r"\d+(\.\d+)? ([KMGT]i)?B free"), "<mem> free"),
     (re.compile(r"\S*site-packages/"), "<site-packages>/"),

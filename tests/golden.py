@@ -33,8 +33,8 @@ def _run(lm: Any) -> Callable:
     from fptrace.commands.run.render import trace_view
     from fptrace.core.trace import run_trace
 
-    trace = run_trace(lm, PROMPT, top_k=5)
-    return lambda w: trace_view(trace, w)
+    trace = dataclasses.replace(run_trace(lm, PROMPT, top_k=5), tokenize_seconds=50e-6)
+    return lambda w: trace_view(trace, w)  # the tokenizer's time masked: 50 µs
 
 
 def _explain(lm: Any) -> Callable:
@@ -96,6 +96,19 @@ def _diff(lm: Any) -> Callable:
     return lambda w: diff_view(d, w)
 
 
+def _diff_deep(lm: Any) -> Callable:
+    import torch
+
+    from fptrace.commands.diff.deep import deep_diff
+    from fptrace.commands.diff.render import diff_view
+
+    b = _model()
+    with torch.no_grad():  # one neuron of block 1's MLP reads its input twice as strongly
+        b.model.transformer.h[1].mlp.c_fc.weight[:, 3] *= 2
+    d = deep_diff(lm, b, PROMPT)
+    return lambda w: diff_view(d, w)
+
+
 def _patch(lm: Any) -> Callable:
     from fptrace.commands.patch.core import patch
     from fptrace.commands.patch.render import patch_view
@@ -127,8 +140,8 @@ def _stats(lm: Any) -> Callable:
 
 
 VIEWS = {"run": _run, "explain": _explain, "shapes": _shapes, "generate": _generate,
-         "attribute": _attribute, "diff": _diff, "patch": _patch, "models": _models,
-         "stats": _stats}
+         "attribute": _attribute, "diff": _diff, "diff-deep": _diff_deep, "patch": _patch,
+         "models": _models, "stats": _stats}
 
 
 def views() -> dict[str, Callable]:

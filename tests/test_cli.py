@@ -184,7 +184,7 @@ def test_folder_without_config(tmp_path):
 
 @pytest.mark.parametrize("args,needle", [
     (["run", "hi", "--top-k", "0"], "--top-k"), (["run", "hi", "--top-k", "x"], "--top-k"),
-    (["run"], "Missing argument"), (["nosuch"], "No such command")])
+    (["run"], "give a PROMPT"), (["batch"], "Missing argument"), (["nosuch"], "No such command")])
 def test_usage_errors_are_one_line_too(args, needle):
     """Through the real entry point: click's usage errors become one `fptrace: error:` line."""
     p = subprocess.run([sys.executable, "-m", "fptrace", *args], capture_output=True, text=True)

@@ -10,7 +10,7 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
-from conftest import TINY_CONFIGS, build_tiny, make_gpt2_folder
+from conftest import TINY_CONFIGS, build_tiny, make_gpt2_folder, tiny_gpt2
 from fptrace.cli.main import app
 from fptrace.errors import BadInput
 from fptrace.commands.generate.core import generate
@@ -173,3 +173,34 @@ def test_cli_bad_input(folder, args, needle):
     assert r.exit_code == 2
     line = r.stderr.strip().splitlines()[-1]
     assert line.startswith("fptrace: error:") and needle in line
+
+
+def test_sampled_steps_label_each_probability():
+    """Sampling: the chosen token's p under the model and under the sampling distribution
+    stand side by side, each labelled, and the alternatives say they are the model's; the
+    numbers are the model's softmax and the sampling distribution's (recomputed here)."""
+    import io
+
+    from rich.console import Console
+
+    from fptrace.commands.generate.render import step_columns, step_header, step_line
+    from fptrace.models.loading import load_model
+
+    lm = load_model(tiny_gpt2(), random_weights=True, device="cpu")
+    g = generate(lm, "The cat sat", max_new_tokens=2, temperature=0.7, top_k=5, seed=1)
+    cols = step_columns(None, 10, g.model.d_model, g.model.n_kv_heads, g.model.head_dim,
+                        sampled=True)
+    out = Console(file=io.StringIO(), width=250, color_system=None)
+    out.print(step_header(cols))
+    out.print(step_line(g.steps[0], "", cols))
+    text = out.file.getvalue()
+    assert "p model" in text and "p sampled" in text and "alternatives (p model)" in text
+    s = g.steps[0]
+    with torch.inference_mode():
+        logits = lm.model(torch.tensor([lm.encode("The cat sat")])).logits[0, -1].float()
+    assert s.token.prob == pytest.approx(float(torch.softmax(logits, -1)[s.token.id]), rel=1e-5)
+    tempered = torch.softmax(logits / 0.7, -1)
+    top = tempered.topk(5)
+    kept = torch.zeros_like(tempered).scatter(0, top.indices, top.values)
+    assert s.sample_prob == pytest.approx(float(kept[s.token.id] / kept.sum()), rel=1e-4)
+    assert f"{s.token.prob:.2f}" in text and f"{s.sample_prob:.2f}" in text

@@ -41,9 +41,12 @@ def test_per_position_losses_are_cross_entropy(name):
 def test_bundled_losses_from_the_issue(smollm):
     t = run_trace(smollm, "The capital of France is", all_positions=True)
     assert [round(r.loss, 2) for r in t.positions[:-1]] == [11.54, 0.34, 2.44, 0.45]
-    assert t.token_note.startswith("no begin-of-text token")
-    assert any("attention sink" in n and "position 0" in n for n in t.notes)
-    assert any("tied to the embedding" in n for n in t.notes)
+    assert t.token_note.startswith("position 0 is the prompt's first word 'The': no "
+                                   "begin-of-text token")
+    assert any("massive activation" in n and "position 0" in n for n in t.notes)
+    assert not any("attention sink" in n for n in t.notes)  # no attention weight was measured
+    assert any(n.startswith("at the last position, the embedding row's logit-lens top-1 is the "
+                            "input token itself (' is'") for n in t.notes)
 
 
 @pytest.mark.parametrize("name", ["gpt2", "gemma", "llama"])

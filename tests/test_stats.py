@@ -47,7 +47,7 @@ def count(lm, prompts: list[list[int]], batch_size: int = 1, sinks: bool = True
     collector = Collector(lm, stats)
     with eager_attention(lm.model, sinks):
         for g in range(0, len(prompts), batch_size):
-            group = [Encoded(PromptItem(f"p{g + k}", None, "test"), ids, 0)
+            group = [Encoded(PromptItem(f"p{g + k}", None, "test"), lm.prepare(ids))
                      for k, ids in enumerate(prompts[g:g + batch_size])]
             stats.merge_(collector.run(group))
     return stats

@@ -12,8 +12,8 @@ from typing import Any, Callable
 import typer
 from rich.console import Console
 
-from fptrace.cli.options import LoadOptions
-from fptrace.errors import FptraceError
+from fptrace.cli.options import ChatOptions, LoadOptions
+from fptrace.errors import BadInput, FptraceError
 
 COMMAND_MARK = "__fptrace_command__"
 
@@ -100,6 +100,9 @@ def guarded(fn: Callable[..., Any]) -> Callable[..., Any]:
 
 
 def quiet_libraries() -> None:
+    from fptrace.models.quantize import quiet_torchao
+
+    quiet_torchao()
     os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
     os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
     import transformers
@@ -117,16 +120,45 @@ def load(opts: LoadOptions) -> Any:
     return opts.load(progress=lambda m: err.print(f"[dim]{m}[/dim]", soft_wrap=True))
 
 
-def load_for(prompt: str, opts: LoadOptions, plot: str | None = None) -> Any:
-    """What a command that traces one prompt does first: check the prompt and the --plot path
-    (before anything is loaded, so a mistake costs nothing), then load the model."""
+def prompt_of(prompt: str | None, chat: ChatOptions | None = None) -> Any:
+    """What is traced: PROMPT as text, or with --chat/--system/--messages a conversation for the
+    model's chat template (models/prompts.py's Chat); checked before anything is loaded."""
+    from fptrace.models.prompts import Chat, read_messages
     from fptrace.models.tokenizers import check_prompt
+
+    chat = chat or ChatOptions()
+    if chat.messages is not None:
+        if chat.chat or chat.system is not None:
+            raise BadInput("--messages holds the whole conversation: give it without --chat "
+                           "and --system")
+        if prompt is not None:
+            raise BadInput("give PROMPT or --messages FILE, not both")
+        conversation = read_messages(chat.messages)
+        for m in conversation.messages:
+            if m.content:
+                check_prompt(m.content)
+        return conversation
+    if prompt is None:
+        raise BadInput("give a PROMPT to trace (or a conversation with --messages FILE)")
+    check_prompt(prompt)
+    if chat.system is not None:
+        check_prompt(chat.system)
+    if chat.chat or chat.system is not None:
+        return Chat.of(prompt, chat.system)
+    return prompt
+
+
+def load_for(prompt: str | None, opts: LoadOptions, plot: str | None = None,
+             chat: ChatOptions | None = None) -> tuple[Any, Any]:
+    """What a command that traces one prompt does first: check the prompt (and turn it into a
+    conversation with --chat/--messages) and the --plot path, before anything is loaded, so a
+    mistake costs nothing; then load the model. Returns (model, what to trace)."""
     from fptrace.render.figures import check_path
 
-    check_prompt(prompt)
+    traced = prompt_of(prompt, chat)
     if plot is not None:
         check_path(plot)
-    return load(opts)
+    return load(opts), traced
 
 
 def launch_ranks(opts: LoadOptions) -> None:

@@ -1,16 +1,18 @@
-"""The model-loading options, defined once and attached to every command that loads a model.
+"""The options several commands share, each group defined once and attached to every command
+that takes it.
 
 `@model_options()` adds --model, --random-weights, --seed, --device, --dtype, --allow-pickle,
 --trust-remote-code (and, with placement=True, --device-map, --max-memory, --offload-folder) to
 a Typer command and hands the command one `LoadOptions` object as its `opts` argument. A new
-loading option is one edit: a field of LoadOptions and a line in OPTIONS.
+loading option is one edit: a field of LoadOptions and a line in OPTIONS. `@chat_options()`
+adds --chat, --system and --messages the same way, as one `ChatOptions` (`chat`).
 """
 
 from __future__ import annotations
 
 import functools
 import inspect
-from dataclasses import fields
+from dataclasses import dataclass, fields
 from typing import Annotated, Any, Callable, Optional
 
 import typer
@@ -61,7 +63,14 @@ TP: tuple[tuple[str, Any, Any], ...] = (
         "(torch's launcher; under torchrun, fptrace uses the ranks it is given).",
         rich_help_panel=MODEL)], None),
 )
-assert {n for n, _, _ in OPTIONS + PLACEMENT + TP} == {f.name for f in fields(LoadOptions)}
+QUANTIZE: tuple[tuple[str, Any, Any], ...] = (
+    ("quantize", Annotated[Optional[str], typer.Option(
+        "--quantize", help="int8 or int4: quantize the blocks' linear weights on load (torchao's "
+        "weight-only schemes through transformers; needs torchao 0.15 or later).",
+        rich_help_panel=MODEL)], None),
+)
+assert {n for n, _, _ in OPTIONS + PLACEMENT + TP + QUANTIZE} == \
+    {f.name for f in fields(LoadOptions)}
 
 PlotOpt = Annotated[Optional[str], typer.Option(
     "--plot", help="Also write a figure (.png, .svg, .pdf, .jpg or .webp; no display needed).",
@@ -74,17 +83,58 @@ WideOpt = Annotated[bool, typer.Option(
     rich_help_panel=OUTPUT)]
 
 
-def model_options(placement: bool = True, tp: bool = False
+def model_options(placement: bool = True, tp: bool = False, quantize: bool = False
                   ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """Attach the loading options to a command whose function takes `opts: LoadOptions`.
 
     placement: also --device-map, --max-memory and --offload-folder (commands whose work reads
-    weights step by step, like explain, leave them out); tp: also --tp."""
-    chosen = OPTIONS + (PLACEMENT if placement else ()) + (TP if tp else ())
+    weights step by step, like explain, leave them out); tp: also --tp; quantize: also
+    --quantize (commands that only hook the model's modules)."""
+    return _group(OPTIONS + (PLACEMENT if placement else ()) + (TP if tp else ()) +
+                  (QUANTIZE if quantize else ()), LoadOptions, "opts")
+
+
+CHAT = "Chat"
+
+
+@dataclass(frozen=True)
+class ChatOptions:
+    """How the prompt is handed to the model: as plain text, or through its chat template."""
+
+    chat: bool = False  # PROMPT is the user's message
+    system: str | None = None  # a system message before it (implies --chat)
+    messages: str | None = None  # a JSON file with the whole conversation, instead of PROMPT
+
+
+CHAT_OPTIONS: tuple[tuple[str, Any, Any], ...] = (
+    ("chat", Annotated[bool, typer.Option(
+        "--chat", help="PROMPT is a user's message: apply the model's chat template (with the "
+        "assistant's turn opened) and trace that.", rich_help_panel=CHAT)], False),
+    ("system", Annotated[Optional[str], typer.Option(
+        "--system", help="A system message before the user's (implies --chat).",
+        rich_help_panel=CHAT)], None),
+    ("messages", Annotated[Optional[str], typer.Option(
+        "--messages", help="A JSON file holding a whole conversation, "
+        '[{"role": "user", "content": "..."}, ...], traced through the chat template instead '
+        "of PROMPT.", rich_help_panel=CHAT)], None),
+)
+assert {n for n, _, _ in CHAT_OPTIONS} == {f.name for f in fields(ChatOptions)}
+
+
+def chat_options() -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """Attach --chat, --system and --messages to a command whose function takes
+    `chat: ChatOptions` (cli.io.load_for turns them and PROMPT into what is traced)."""
+    return _group(CHAT_OPTIONS, ChatOptions, "chat")
+
+
+def _group(chosen: tuple[tuple[str, Any, Any], ...], cls: type, param: str
+           ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """Replace the command's `param` argument by the options of `chosen` (Typer sees them),
+    and hand the command one `cls` object built from their values."""
 
     def attach(fn: Callable[..., Any]) -> Callable[..., Any]:
         sig = inspect.signature(fn, eval_str=True)
-        own = [p for p in sig.parameters.values() if p.name != "opts"]
+        own = [p for p in sig.parameters.values() if p.name != param]
         required = [p for p in own if p.default is inspect.Parameter.empty]
         optional = [p for p in own if p.default is not inspect.Parameter.empty]
         added = [inspect.Parameter(name, inspect.Parameter.POSITIONAL_OR_KEYWORD,
@@ -94,8 +144,8 @@ def model_options(placement: bool = True, tp: bool = False
 
         @functools.wraps(fn)
         def command(*args: Any, **kwargs: Any) -> Any:
-            opts = LoadOptions(**{n: kwargs.pop(n) for n in names if n in kwargs})
-            return fn(*args, opts=opts, **kwargs)
+            group = cls(**{n: kwargs.pop(n) for n in names if n in kwargs})
+            return fn(*args, **{param: group}, **kwargs)
 
         params = required + added + optional
         command.__signature__ = sig.replace(parameters=params)  # type: ignore[attr-defined]

@@ -49,10 +49,12 @@ class Capture:
     home: Any = None  # device the statistics are gathered on (blocks may live on several)
     embed_last: Any = None  # (B, d) float32
     embed_mean_norm: Any = None  # (B,)
-    embed_max_norm: Any = None  # (B, 2): the largest ‖stream‖ over the positions, and where
+    # (B, 4): the largest ‖stream‖ over the positions, where, and at that position the channel
+    # of the largest |value| and its value (a massive activation shows there)
+    embed_max_norm: Any = None
     resid_last: list = field(default_factory=list)  # per block: (B, d) float32
     resid_mean_norm: list = field(default_factory=list)  # per block: (B,)
-    resid_max_norm: list = field(default_factory=list)  # per block: (B, 2) max and its position
+    resid_max_norm: list = field(default_factory=list)  # per block: (B, 4) as embed_max_norm
     # per block: (B, d) float32 of what attention / the MLP added; None if its module never ran
     attn_last: list = field(default_factory=list)
     mlp_last: list = field(default_factory=list)
@@ -77,21 +79,27 @@ class Capture:
         return h[0, -self.keep_positions:].to(self.home or h.device, torch.float32, copy=True)
 
     def norm_stats(self, h: Any) -> tuple[Any, Any]:
-        """(B,) mean over the real positions of ‖stream‖, and (B, 2) its largest value with the
-        position (counted from the row's first real token)."""
+        """(B,) mean over the real positions of ‖stream‖, and (B, 4): its largest value, the
+        position (counted from the row's first real token), and at that position the channel
+        of the largest |value| and that value."""
         import torch
 
         norms = torch.linalg.vector_norm(h, dim=-1, dtype=torch.float32)  # (B, T)
         home = self.home or h.device
         if self.mask is None:
-            top, where = norms.max(dim=-1)
-            return norms.mean(dim=-1).to(home), torch.stack([top, where.float()], -1).to(home)
-        m = self.mask.to(h.device)
-        zeroed = torch.where(m, norms, torch.zeros_like(norms))
-        top, where = zeroed.max(dim=-1)
-        where = where - (~m).sum(dim=-1)  # left padding: positions from the first real token
-        mean = zeroed.sum(dim=-1) / m.sum(dim=-1).clamp(min=1)
-        return mean.to(home), torch.stack([top, where.float()], -1).to(home)
+            top, where = norms.max(dim=-1)  # (B,), (B,)
+            mean, first = norms.mean(dim=-1), where
+        else:
+            m = self.mask.to(h.device)
+            zeroed = torch.where(m, norms, torch.zeros_like(norms))
+            top, first = zeroed.max(dim=-1)
+            where = first - (~m).sum(dim=-1)  # left padding: positions from the first real token
+            mean = zeroed.sum(dim=-1) / m.sum(dim=-1).clamp(min=1)
+        rows = h[torch.arange(h.shape[0], device=h.device), first].float()  # (B, d)
+        channel = rows.abs().argmax(dim=-1)  # (B,)
+        value = rows.gather(-1, channel[:, None])[:, 0]  # (B,)
+        return mean.to(home), torch.stack([top, where.float(), channel.float(), value],
+                                          -1).to(home)
 
 
 def is_oom(e: BaseException) -> bool:

@@ -1,6 +1,6 @@
 """The prompts of the commands that read many (batch, stats): .txt files (one prompt a line),
-.jsonl files ({"id": ..., "prompt": ...} a line, other fields carried along), folders of them,
-or stdin.
+.jsonl files ({"id": ..., "prompt": ...} a line, or {"id": ..., "messages": [...]} for the
+model's chat template; other fields carried along), folders of them, or stdin.
 
 Inputs are read whole before anything runs (prompt sets are small next to a forward pass), so
 every input mistake is known up front: a missing file or a duplicate id stops the command before
@@ -24,10 +24,36 @@ SUFFIXES = (".txt", ".jsonl")
 @dataclass(frozen=True)
 class PromptItem:
     id: str
-    prompt: str | None
+    prompt: Any  # the text, or a Chat (a .jsonl line's "messages"); None when unreadable
     source: str  # "file:line"
     extra: dict = field(default_factory=dict)  # fields of a .jsonl object beyond id and prompt
     error: str | None = None  # an input problem: the item becomes an error record
+
+    def checked(self) -> Any:
+        """The prompt, refused (BadInput) where no tokenizer can take it."""
+        from fptrace.models.prompts import Chat
+        from fptrace.models.tokenizers import check_prompt
+
+        if isinstance(self.prompt, Chat):
+            for m in self.prompt.messages:
+                if m.content:
+                    check_prompt(m.content)
+            return self.prompt
+        return check_prompt(self.prompt or "")
+
+
+def prompt_to_json(prompt: Any) -> str:
+    """A prompt (text or Chat) as JSON, to hand it to another process (a Ray worker)."""
+    from fptrace.models.prompts import Chat
+
+    return json.dumps({"messages": prompt.as_dicts()} if isinstance(prompt, Chat) else prompt)
+
+
+def prompt_from_json(text: str) -> Any:
+    from fptrace.models.prompts import parse_messages
+
+    value = json.loads(text)
+    return parse_messages(value["messages"], "messages") if isinstance(value, dict) else value
 
 
 def numbered_lines(data: bytes) -> Iterable[tuple[int, bytes]]:
@@ -57,17 +83,28 @@ def _parse(data: bytes, name: str, stem: str, as_jsonl: bool) -> list[PromptItem
             items.append(PromptItem(f"{stem}:{n}", None, where,
                                     error=f"{where}: malformed JSON ({e.msg}, column {e.colno})"))
             continue
-        if not isinstance(obj, dict) or not isinstance(obj.get("prompt"), str):
-            items.append(PromptItem(f"{stem}:{n}", None, where,
-                                    error=f'{where}: expected an object with a "prompt" string'))
+        if not isinstance(obj, dict) or not (isinstance(obj.get("prompt"), str)
+                                             or "messages" in obj) \
+                or ("prompt" in obj and "messages" in obj):
+            items.append(PromptItem(f"{stem}:{n}", None, where, error=f'{where}: expected an '
+                                    'object with a "prompt" string or a "messages" list'))
             continue
+        prompt: Any = obj.get("prompt")
+        if "messages" in obj:
+            from fptrace.models.prompts import parse_messages
+
+            try:
+                prompt = parse_messages(obj["messages"], f'{where}: "messages"')
+            except BadInput as e:
+                items.append(PromptItem(f"{stem}:{n}", None, where, error=str(e)))
+                continue
         pid = obj.get("id", f"{stem}:{n}")
         if not isinstance(pid, (str, int)) or isinstance(pid, bool):
             items.append(PromptItem(f"{stem}:{n}", None, where,
                                     error=f'{where}: "id" must be a string or an integer'))
             continue
         extra = {k: v for k, v in obj.items() if k not in ("id", "prompt")}
-        items.append(PromptItem(str(pid), obj["prompt"], where, extra))
+        items.append(PromptItem(str(pid), prompt, where, extra))
     return items
 
 
@@ -119,4 +156,5 @@ def read_inputs(inputs: Sequence[str], stdin: Any = None, exclude: str | None = 
     return items
 
 
-__all__ = ["PromptItem", "read_inputs", "numbered_lines", "SUFFIXES"]
+__all__ = ["PromptItem", "read_inputs", "numbered_lines", "prompt_to_json", "prompt_from_json",
+           "SUFFIXES"]

@@ -1,7 +1,7 @@
 """Many prompts, a group at a time: the loop `batch` and `stats` share.
 
 The prompts still to do go through the model `batch_size` at a time (one padded forward pass
-per group). A prompt that cannot be read or encoded (bad UTF-8, longer than the context without
+per group). A prompt that cannot be read or prepared (bad UTF-8, longer than the context without
 --truncate) fails alone, before the pass; a group whose pass fails is run again one prompt at a
 time, so one bad prompt never costs the others. Ctrl-C, and SIGTERM inside
 `sigterm_interrupts()`, stop the loop between groups: what was handed on stays handed on.
@@ -33,11 +33,15 @@ class Summary:
 
 @dataclass(frozen=True)
 class Encoded:
-    """A prompt ready for the model: its item, token ids and how many --truncate dropped."""
+    """A prompt ready for the model: its item and its Prepared prompt (models/prompts.py: the
+    ids, the text they spell, what --truncate dropped)."""
 
     item: PromptItem
-    ids: list[int]
-    dropped: int
+    prepared: Any
+
+    @property
+    def ids(self) -> tuple[int, ...]:
+        return self.prepared.ids
 
 
 @dataclass(frozen=True)
@@ -55,12 +59,10 @@ def failure(item: PromptItem, e: BaseException) -> Failure:
 
 
 def encode(lm: Any, item: PromptItem, truncate: bool) -> Encoded:
-    """The item's token ids, or an FptraceError saying why it cannot be run."""
-    from fptrace.models.tokenizers import check_prompt
-
-    check_prompt(item.prompt or "")
-    ids, dropped = lm.encode_checked(item.prompt, truncate)
-    return Encoded(item, ids, dropped)
+    """The item's prompt as the model takes it (text through the tokenizer, a conversation
+    through the chat template: LoadedModel.prepare), or an FptraceError saying why it cannot be
+    run."""
+    return Encoded(item, lm.prepare(item.checked(), truncate))
 
 
 def run_groups(lm: Any, items: Sequence[PromptItem], work: Callable[[list[Encoded]], Any],

@@ -24,9 +24,9 @@ def result(cls: type[T]) -> type[T]:
 
 SCHEMA_VERSION = "1.3"  # minor: fields or kinds added; major: a field changed or removed
 
-# One vocabulary of trace points, shared by hooks, JSON keys and table headers: embed,
-# resid_pre, attn_out, resid_mid, mlp_out, resid_post, final_norm, logits (ShapeStep.point,
-# LayerStats.point).
+# One vocabulary of trace points, shared by hooks, JSON keys and table headers: core/points.py
+# (Point) names them, the stream's and those inside a block (ShapeStep.point, LayerStats.point,
+# ExplainStep.point, diff --deep).
 
 
 @result
@@ -86,6 +86,10 @@ class ModelInfo:
     for registered families)."""
     tensor_parallel: int = 1
     """How many processes the weights are sharded over (`--tp N` or torchrun); 1 in one process."""
+    quantization: str | None = None
+    """`int8` or `int4` when the linear layers' weights were quantized on load (`--quantize`,
+    torchao's weight-only schemes through transformers; embeddings and LM head stay as they
+    are), else null."""
 
 
 @result
@@ -98,6 +102,10 @@ class Token:
     """Token id."""
     text: str
     """The token's text (a byte fragment shows as its escaped bytes)."""
+    template: bool = False
+    """True when the model's chat template added this token (`--chat`, `--messages`): a role
+    header, a turn marker, the system prompt the template supplies; false for the text of a
+    message and for every token of a plain prompt."""
 
 
 @result
@@ -132,8 +140,7 @@ class TopToken:
 @result
 class LayerStats:
     """The residual stream after the embedding (layer null) or after one block, at the last position
-    unless noted.
-        The residual stream after one step: the embedding (layer None) or block `layer`."""
+    unless noted."""
 
     layer: int | None
     """Block index, or null for the embedding. The embedding row is transformers'
@@ -178,18 +185,21 @@ class LayerStats:
     resid_norm_max: float | None = None
     """The largest ‖stream‖ over the prompt's positions."""
     resid_norm_max_position: int | None = None
-    """The position where it is (a position far above the others is an attention sink, usually
-    position 0)."""
+    """The position where it is (a position far above the others carries a massive activation,
+    usually position 0)."""
+    resid_max_channel: int | None = None
+    """At the position of the largest ‖resid‖: the channel with the largest |value| (where a
+    massive activation sits)."""
+    resid_max_value: float | None = None
+    """That channel's value there (signed)."""
 
 
 @result
 class Decomposition:
-    """The check, run on every trace, that what attention and the MLP added equals what the block added
-    (attn + mlp = Δ at the last position). Where a block fails it, its `attn_norm_last` and
-    `mlp_norm_last` are null rather than wrong.
-        The check, on every trace, that what attention and the MLP added is what the block     added: ‖Δ
-    − (attn + mlp)‖ at the last position of every block, against a tolerance that     allows for the
-    dtype's rounding of the residual adds."""
+    """The check, run on every trace, that what attention and the MLP added equals what the block
+    added: ‖Δ − (attn + mlp)‖ at the last position of every block, against a tolerance that
+    allows for the dtype's rounding of the residual adds. Where a block fails it, its
+    `attn_norm_last` and `mlp_norm_last` are null rather than wrong."""
 
     holds: bool
     """True when every block passes: all `attn_norm_last`/`mlp_norm_last` are shown."""
@@ -217,16 +227,15 @@ class Decomposition:
         measured = "" if self.max_mismatch is None else (
             f"; the largest mismatch is {self.max_mismatch:.1%} of ‖Δ‖, at block "
             f"{self.worst_block}")
-        return (f"‖attn‖ and ‖mlp‖ withheld for {blocks}: what the attention and MLP modules "
-                f"output does not add up to what the block added to the stream{measured}; "
-                "the other columns are exact")
+        from fptrace.core.notes import WITHHELD
+
+        return WITHHELD(blocks=blocks, measured=measured)
 
 
 @result
 class PositionStats:
-    """The model's prediction at one position (`--all-positions`).
-        The model's prediction at one position (with --all-positions): what it scored for the     token
-    that actually comes next, and its own top-1."""
+    """The model's prediction at one position (`--all-positions`): what it scored for the token that
+    actually comes next, and its own top-1."""
 
     position: int
     """The position."""
@@ -256,8 +265,7 @@ class FinalNormStats:
 
 @result
 class LensCell:
-    """The logit lens at one layer and position: top-1 of final norm + LM head.
-        Logit lens at one (layer, position): the top-1 token of final norm + LM head."""
+    """The logit lens at one layer and position: top-1 of final norm + LM head."""
 
     id: int
     """Token id."""
@@ -312,14 +320,17 @@ class Trace:
     token_note: str | None = None
     """Whether position 0 is a begin-of-text token the tokenizer added, or null when the tokenizer
     has none."""
+    tokenize_seconds: float | None = None
+    """How long the tokenizer takes to turn the prompt's text into these ids, on the CPU, before
+    the model runs: timed on a second (warm) call, since a tokenizer's first call also pays for
+    its start-up (null when token ids were given)."""
     kind: str = "trace"
     schema_version: str = SCHEMA_VERSION
 
 
 @result
 class ExplainStep:
-    """One step of the walkthrough.
-        One line of the walkthrough: a named tensor, how it was computed, and a few values."""
+    """One step of the walkthrough: a named tensor, how it was computed, and a few values."""
 
     index: int
     """Step number, from 1."""
@@ -337,12 +348,14 @@ class ExplainStep:
     """A few of the tensor's values."""
     note: str | None
     """A remark on the step, or null."""
+    point: str | None = None
+    """The trace point this step's tensor is (`ln1`, `q`, `attn_weights`, `z`, `mlp_act`, ...: the
+    names `diff --deep` compares), or null for a step in between."""
 
 
 @result
 class Check:
-    """A fact the walkthrough checks about its own numbers.
-        A fact the walkthrough asserts about its own numbers."""
+    """A fact the walkthrough checks about its own numbers."""
 
     name: str
     """What is checked."""

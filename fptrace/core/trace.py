@@ -7,6 +7,7 @@ from typing import Any, Sequence
 
 from fptrace.core import stats
 from fptrace.core.hooks import Capture, capture_stats, is_oom
+from fptrace.core.notes import MASSIVE, RANDOM, TIED_LENS_GRID, TIED_LENS_LAST, TRUNCATED
 from fptrace.core.results import (
     Decomposition,
     FinalNormStats,
@@ -21,15 +22,12 @@ from fptrace.core.results import (
 from fptrace.errors import BadInput
 from fptrace.families.parts import dims
 from fptrace.models.loading import LoadedModel
-
-NOTE_RANDOM = "RANDOM WEIGHTS: the predictions and logit-lens tokens of this trace mean nothing"
-NOTE_PRENORM = ("the last block row is the residual stream before the final norm; "
-                "transformers' last hidden_states entry is the final-norm output, shown apart")
+from fptrace.models.prompts import Prepared, Prompt
 
 
 def base_notes(lm: LoadedModel) -> list[str]:
     """The notes every result about a loaded model starts with."""
-    return [NOTE_RANDOM] if lm.random_weights else []
+    return [RANDOM()] if lm.random_weights else []
 
 
 def model_info(lm: LoadedModel) -> ModelInfo:
@@ -62,13 +60,14 @@ def _model_info(lm: LoadedModel) -> ModelInfo:
         random_weights=lm.random_weights, placement=lm.placement,
         inferred=lm.parts.known, unknown=lm.parts.unknown,
         tensor_parallel=lm.tensor_parallel,
+        quantization=lm.quantization,
     )
 
 
 LENS_GRID_POSITIONS = 64  # the logit-lens grid covers at most the last 64 positions
 
 
-def run_trace(lm: LoadedModel, prompt: str | Sequence[int], *, top_k: int = 10,
+def run_trace(lm: LoadedModel, prompt: Prompt, *, top_k: int = 10,
               snippet: int = 4, all_positions: bool = False, truncate: bool = False,
               logit_lens: bool = True, lens_grid: bool = False) -> Trace:
     """Trace one prompt (text, or a list of token ids). lens_grid: also the logit lens at
@@ -77,7 +76,7 @@ def run_trace(lm: LoadedModel, prompt: str | Sequence[int], *, top_k: int = 10,
                       truncate=truncate, logit_lens=logit_lens, lens_grid=lens_grid)[0]
 
 
-def run_traces(lm: LoadedModel, prompts: Sequence[str | Sequence[int]], *, top_k: int = 10,
+def run_traces(lm: LoadedModel, prompts: Sequence[Prompt], *, top_k: int = 10,
                snippet: int = 4, all_positions: bool = False, truncate: bool = False,
                logit_lens: bool = True, lens_grid: bool = False) -> list[Trace]:
     """Trace several prompts in one forward pass (left-padded, with an attention mask and
@@ -89,10 +88,10 @@ def run_traces(lm: LoadedModel, prompts: Sequence[str | Sequence[int]], *, top_k
         raise BadInput("--top-k must be at least 1")
     if snippet < 0:
         raise BadInput("--snippet must be 0 or more")
-    prepared = [lm.encode_checked(p, truncate) for p in prompts]
+    prepared = [lm.prepare(p, truncate) for p in prompts]
     if lens_grid and len(prepared) != 1:
         raise BadInput("the logit-lens grid is computed for one prompt at a time")
-    input_ids, mask, kwargs = padded_batch(lm, [ids for ids, _ in prepared])
+    input_ids, mask, kwargs = padded_batch(lm, [p.ids for p in prepared])
     B, T = input_ids.shape
     kwargs["logits_to_keep"] = 0 if all_positions else 1
     cap = Capture(mask=mask, home=lm.device,
@@ -112,7 +111,8 @@ def run_traces(lm: LoadedModel, prompts: Sequence[str | Sequence[int]], *, top_k
     per_row, checks = layer_stats(lm, cap, snippet=snippet, logit_lens=logit_lens)
     grid, grid_positions = _lens_grid(lm, cap, T) if lens_grid else ((), ())
     traces = []
-    for b, (ids, dropped) in enumerate(prepared):
+    for b, p in enumerate(prepared):
+        ids, dropped = list(p.ids), p.dropped
         final_vec = cap.final_last[b]
         row_logits = logits[b, -1]
         first_bad = first_nonfinite(per_row[b])
@@ -120,10 +120,10 @@ def run_traces(lm: LoadedModel, prompts: Sequence[str | Sequence[int]], *, top_k
             first_bad = "final_norm"
         top_ids, top_p, top_l = stats.top_k(row_logits, top_k)
         info = model_info(lm)
-        positions, mean_loss = _positions(lm, ids, logits[b, -len(ids):]) if all_positions \
+        positions, mean_loss = _positions(lm, p, logits[b, -len(ids):]) if all_positions \
             else ((), None)
         traces.append(Trace(
-            prompt=lm.prompt_text(prompts[b]), model=info, tokens=lm.tokens(ids),
+            prompt=p.text, model=info, tokens=lm.tokens(p),
             shapes=_shape_steps(cap, len(ids), info.d_model, all_positions,
                                 logits.shape[-1]),
             layers=per_row[b],
@@ -133,10 +133,11 @@ def run_traces(lm: LoadedModel, prompts: Sequence[str | Sequence[int]], *, top_k
             top_k=tuple(TopToken(r + 1, i, lm.token_text(i), p, lg)
                         for r, (i, p, lg) in enumerate(zip(top_ids, top_p, top_l))),
             all_positions=all_positions, truncated=dropped, first_nonfinite=first_bad,
-            notes=_notes(lm, checks[b], dropped, per_row[b], ids), lens_grid=grid,
+            notes=_notes(lm, checks[b], dropped, per_row[b], ids, grid, grid_positions),
+            lens_grid=grid,
             lens_positions=grid_positions, decomposition=checks[b], positions=positions,
             mean_loss=mean_loss, perplexity=None if mean_loss is None else math.exp(mean_loss),
-            token_note=lm.bos_note(ids)))
+            token_note=lm.bos_note(p), tokenize_seconds=p.seconds))
     return traces
 
 
@@ -174,37 +175,41 @@ def _shape_steps(cap: Capture, n: int, d: int, all_positions: bool, vocab: int
 
 
 def _notes(lm: LoadedModel, check: Decomposition, dropped: int, rows: Sequence[LayerStats],
-           ids: Sequence[int]) -> tuple[str, ...]:
-    notes = base_notes(lm) + [NOTE_PRENORM]
+           ids: Sequence[int], grid: tuple = (), grid_positions: tuple = ()) -> tuple[str, ...]:
+    """What this run's numbers say in words (core/notes.py has every note and its condition)."""
+    notes = base_notes(lm)
     if (withheld := check.note()) is not None:
         notes.insert(0, withheld)
     if dropped:
-        notes.append(f"--truncate dropped the first {dropped} tokens")
-    if model_info(lm).tied_embeddings and rows and rows[0].lens_id == ids[-1]:
-        notes.append("the embedding row's logit lens names the input token itself: the LM head is "
-                     "tied to the embedding (W_U = W_E), so a token's own embedding scores its "
-                     "own row highest; that row says nothing about the next token")
-    sink = next((r for r in rows if r.resid_norm_max is not None and len(ids) > 1
-                 and r.resid_norm_max > 10 * max(r.resid_norm_last, 1e-12)), None)
-    if sink is not None:
-        pos = sink.resid_norm_max_position
-        where = "the embedding" if sink.layer is None else f"block {sink.layer}"
-        notes.append(f"from {where} on, position {pos} ({lm.token_text(ids[pos])!r}) has a far "
-                     f"larger ‖resid‖ than the others ({sink.resid_norm_max:,.0f} there, against "
-                     f"{sink.resid_norm_last:,.1f} at the last position): an attention sink, "
-                     "typical of the first token; it is what lifts the mean ‖resid‖ column")
+        notes.append(TRUNCATED(n=dropped))
+    if model_info(lm).tied_embeddings and rows:
+        if grid:  # the lens at every position: count where the embedding row names its input
+            same = sum(cell.id == ids[p] for cell, p in zip(grid[0], grid_positions))
+            if same:
+                notes.append(TIED_LENS_GRID(k=same, n=len(grid_positions)))
+        elif rows[0].lens_id == ids[-1]:
+            notes.append(TIED_LENS_LAST(token=repr(rows[0].lens_text), p=rows[0].lens_prob))
+    big = next((r for r in rows if r.resid_norm_max is not None and len(ids) > 1
+                and r.resid_norm_max > 10 * max(r.resid_norm_last, 1e-12)), None)
+    if big is not None:
+        pos = big.resid_norm_max_position
+        notes.append(MASSIVE(
+            where="the embedding" if big.layer is None else f"block {big.layer}", position=pos,
+            token=repr(lm.token_text(ids[pos])), norm=big.resid_norm_max,
+            last=big.resid_norm_last, channel=big.resid_max_channel, value=big.resid_max_value))
     return tuple(notes)
 
 
-def _positions(lm: LoadedModel, ids: Sequence[int], logits: Any
+def _positions(lm: LoadedModel, prepared: Prepared, logits: Any
                ) -> tuple[tuple[PositionStats, ...], float | None]:
     """Every position's prediction (logits: (n, V) for the row's n real positions) and the
     mean cross-entropy of the predictions that have a next token, in nats."""
     import torch
 
+    ids = prepared.ids
     logp = torch.log_softmax(logits.float(), dim=-1)  # (n, V)
     top_lp, top_id = logp.max(dim=-1)
-    toks = lm.tokens(ids)
+    toks = lm.tokens(prepared)
     rows = []
     for i in range(len(ids)):
         nxt = ids[i + 1] if i + 1 < len(ids) else None
@@ -242,7 +247,7 @@ def layer_stats(lm: LoadedModel, cap: Capture, *, snippet: int = 4, logit_lens: 
     L = len(lm.parts.blocks)
     streams = torch.stack([cap.embed_last, *cap.resid_last])  # (L+1, B, d) float32
     mean_norms = torch.stack([cap.embed_mean_norm, *cap.resid_mean_norm])  # (L+1, B)
-    max_norms = torch.stack([cap.embed_max_norm, *cap.resid_max_norm])  # (L+1, B, 2)
+    max_norms = torch.stack([cap.embed_max_norm, *cap.resid_max_norm])  # (L+1, B, 4)
     B = streams.shape[1]
     lens_ids = lens_probs = metrics = None
     if logit_lens:
@@ -286,6 +291,8 @@ def layer_stats(lm: LoadedModel, cap: Capture, *, snippet: int = 4, logit_lens: 
                 lens_kl=None if metrics is None else float(metrics[2][k, b]),
                 resid_norm_max=float(max_norms[k, b, 0]),
                 resid_norm_max_position=int(max_norms[k, b, 1]),
+                resid_max_channel=int(max_norms[k, b, 2]),
+                resid_max_value=float(max_norms[k, b, 3]),
                 finite=bool(finite_layer[k, b]),
             ))
         rows.append(tuple(layers))

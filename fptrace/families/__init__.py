@@ -20,6 +20,7 @@ import pkgutil
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+from fptrace.core.points import BLOCK, Point
 from fptrace.errors import FptraceError
 
 # modules of this package that are not families: the shared recompute operations, the parts
@@ -47,6 +48,19 @@ class FamilyDefinitionError(FptraceError, ImportError):
 
 def _intermediate_size(config: Any) -> int | None:
     return getattr(config, "intermediate_size", None)
+
+
+@dataclass(frozen=True)
+class Tap:
+    """Where a block shows one of its points (core/points.py): the output ("out") or the input
+    ("in") of a module, by its path from the block ("" is the block itself); item: which element
+    of a tuple output; part (i, n): the i-th of n equal slices of the last dimension (a fused
+    projection's output)."""
+
+    module: str
+    side: str = "out"
+    item: int = 0
+    part: tuple[int, int] | None = None
 
 
 @dataclass(frozen=True)
@@ -89,12 +103,34 @@ class Family:
     # the final norm: final_norm(x, norm, cfg, steps); None: explain does not cover the family
     recompute_block: Callable[..., Any] | None = None
     recompute_final_norm: Callable[..., Any] | None = None
+    # The points a block's modules show (diff --deep records them there): Point -> Tap. The
+    # block's input and output, the attention weights (the attention module's second output
+    # under eager attention) and the post-norms are added by block_taps().
+    taps: dict = field(default_factory=dict)
+    # q, k and v after their norms and RoPE show in no module: heads(*outputs of head_taps,
+    # attn, cfg, layer, steps, model, family) recomputes them from the projections' outputs,
+    # with the config's own RoPE; explain's block runs the same function.
+    head_taps: tuple[str, ...] = ()
+    heads: Callable[..., Any] | None = None
 
     # ------------------------------------------------------------------ derived facts
     @property
     def post_norms(self) -> bool:
         """Sublayer outputs are normalised before the residual add."""
         return self.attn_added is not None or self.mlp_added is not None
+
+    def block_taps(self, parallel: bool) -> dict[Point, Tap]:
+        """Every point of one block a module shows, in the order of core/points.BLOCK; a
+        parallel residual has no resid_mid (the MLP side reads the block's input)."""
+        taps = {Point.resid_pre: Tap("", "in"), Point.attn_weights: Tap(self.attn, item=1),
+                Point.resid_post: Tap(""), **self.taps}
+        if self.attn_added:
+            taps[Point.ln1_post] = Tap(self.attn_added)
+        if self.mlp_added:
+            taps[Point.ln2_post] = Tap(self.mlp_added)
+        if parallel:
+            taps.pop(Point.resid_mid, None)
+        return {p: taps[p] for p in BLOCK if p in taps}
 
     def label(self, leaf: str, in_attn: bool) -> str | None:
         if leaf in self.w_o and in_attn:
@@ -167,6 +203,13 @@ def check_family(module_name: str, module: Any) -> Family:
     if (fam.recompute_block is None) != (fam.recompute_final_norm is None):
         raise FamilyDefinitionError(f"{where}: a block recomputation needs both recompute_block "
                                     "and recompute_final_norm")
+    if bool(fam.heads) != bool(fam.head_taps):
+        raise FamilyDefinitionError(f"{where}: heads and head_taps go together")
+    bad = [k for k, t in fam.taps.items() if not isinstance(k, Point) or not isinstance(t, Tap)
+           or t.side not in ("in", "out")]
+    if bad:
+        raise FamilyDefinitionError(f"{where}: taps must map a Point to a Tap (side 'in' or "
+                                    f"'out'): {bad[0]!r}")
     return fam
 
 

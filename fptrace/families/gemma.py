@@ -12,21 +12,20 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
+from fptrace.core.points import Point
 from fptrace.families import Family
 from fptrace.families.llama import FAMILY as LLAMA
+from fptrace.families.llama import heads
 from fptrace.families.ops import (
     RMS_1W_FORMULA,
     Steps,
-    apply_rope,
     causal_attention,
     gated_mlp,
     linear,
     project_qkv,
     repeat_kv,
     rms_norm,
-    rope_tables,
     sliding_window,
-    split_heads,
 )
 from fptrace.families.parts import dims
 
@@ -41,51 +40,43 @@ def block(x: Any, blk: Any, cfg: Any, layer: int, s: Steps, model: Any, fam: Fam
 
     s.section = "attention"
     h = rms_norm(x, blk.input_layernorm.weight, eps, one_plus=True)  # (B, T, C)
-    s("input_layernorm (RMSNorm, 1 + γ)", RMS_1W_FORMULA, h)
+    s("input_layernorm (RMSNorm, 1 + γ)", RMS_1W_FORMULA, h, point=Point.ln1)
     q, k, v = project_qkv(h, attn, nh, nkv, hd, s)  # (B, T, nh*hd), 2 × (B, T, nkv*hd)
-    q, k, v = split_heads(q, k, v, nh, nkv, hd, s)  # (B, nh, T, hd), 2 × (B, nkv, T, hd)
-    if fam.qk_norm == "per_head":  # Gemma 3
-        q = rms_norm(q, attn.q_norm.weight, eps, one_plus=True)  # (B, nh, T, hd)
-        k = rms_norm(k, attn.k_norm.weight, eps, one_plus=True)  # (B, nkv, T, hd)
-        s("q_norm, k_norm (per head, 1 + γ)", f"q = q / √(mean(q²) + ε) · (1 + γ_q) over each "
-          f"head's {hd} values; same for k", q, shown="Q")
-    cos, sin, formula = rope_tables(cfg, T, hd, model, x.device, layer)  # (T, hd) each
-    q = apply_rope(q, cos, sin)  # (B, nh, T, hd)
-    k = apply_rope(k, cos, sin)  # (B, nkv, T, hd)
-    s("RoPE on Q and K", formula, q, note="K is rotated the same way", shown="Q")
+    # split, the per-head (1 + γ) Q/K norm of Gemma 3, RoPE with the layer type's base
+    q, k, v = heads(q, k, v, attn, cfg, layer, s, model, fam)  # (B,nh,T,hd), 2 × (B,nkv,T,hd)
     k, v = repeat_kv(k, v, nh, s)  # (B, nh, T, hd) each
     scalar = getattr(cfg, "query_pre_attn_scalar", None) or hd
     y = causal_attention(q, k, v, s, scale=scalar ** -0.5, window=sliding_window(cfg, layer),
                          softcap=fam.softcap(cfg, "attn"))  # (B, T, nh*hd)
     attn_out = linear(y, attn.o_proj)  # (B, T, C)
-    s("o_proj (W_O)", "o = y · W_Oᵀ", attn_out, keep=True)
+    s("o_proj (W_O)", "o = y · W_Oᵀ", attn_out, keep=True, point=Point.attn_out)
     if fam.post_norms:  # Gemma 2 and 3
         attn_out = rms_norm(attn_out, blk.get_submodule(fam.attn_added).weight, eps,
                             one_plus=True)  # (B, T, C)
         s(fam.attn_added, "attn_out = o / √(mean(o²) + ε) · (1 + γ)   (what the stream "
-          "receives)", attn_out, keep=True)
+          "receives)", attn_out, keep=True, point=Point.ln1_post)
     x = x + attn_out  # (B, T, C)
-    s("residual add", "x = x + attn_out", x)
+    s("residual add", "x = x + attn_out", x, point=Point.resid_mid)
 
     s.section = "mlp"
     pre = "pre_feedforward_layernorm" if fam.post_norms else "post_attention_layernorm"
     h = rms_norm(x, blk.get_submodule(pre).weight, eps, one_plus=True)  # (B, T, C)
-    s(pre, RMS_1W_FORMULA, h)
+    s(pre, RMS_1W_FORMULA, h, point=Point.ln2)
     act = getattr(cfg, "hidden_activation", None) or cfg.hidden_act
     mlp_out = gated_mlp(h, mlp, s, act=act)  # (B, T, C)
     if fam.post_norms:
         mlp_out = rms_norm(mlp_out, blk.get_submodule(fam.mlp_added).weight, eps,
                            one_plus=True)  # (B, T, C)
         s(fam.mlp_added, "mlp_out = m / √(mean(m²) + ε) · (1 + γ)   (what the stream "
-          "receives)", mlp_out, keep=True)
+          "receives)", mlp_out, keep=True, point=Point.ln2_post)
     x = x + mlp_out  # (B, T, C)
-    s("residual add", "x = x + mlp_out", x)
+    s("residual add", "x = x + mlp_out", x, point=Point.resid_post)
     return x
 
 
 def final_norm(x: Any, norm: Any, cfg: Any, s: Steps) -> Any:
     h = rms_norm(x, norm.weight, cfg.rms_norm_eps, one_plus=True)  # (B, T, C)
-    s("norm (final RMSNorm, 1 + γ)", RMS_1W_FORMULA, h)
+    s("norm (final RMSNorm, 1 + γ)", RMS_1W_FORMULA, h, point=Point.final_norm)
     return h
 
 

@@ -4,7 +4,10 @@ layers. Recomputed by gemma.py's block, which reads these facts from this record
 
 from dataclasses import replace
 
+from fptrace.core.points import Point
+from fptrace.families import Tap
 from fptrace.families.gemma import FAMILY as GEMMA
+from fptrace.families.llama import LLAMA_TAPS
 
 FAMILY = replace(
     GEMMA, name="gemma2", title="Gemma 2", model_types=("gemma2",),
@@ -14,6 +17,8 @@ FAMILY = replace(
             "post_attention_layernorm": "norm after attention (what is added)",
             "pre_feedforward_layernorm": "norm before the MLP",
             "post_feedforward_layernorm": "norm after the MLP (what is added)"},
+    taps={**LLAMA_TAPS, Point.resid_mid: Tap("pre_feedforward_layernorm", "in"),
+          Point.ln2: Tap("pre_feedforward_layernorm")},
     # softcaps small enough to bite on random weights; every other layer a 3-token window
     tiny=dict(model_type="gemma2", num_hidden_layers=3, hidden_size=64, intermediate_size=96,
               num_attention_heads=4, num_key_value_heads=2, head_dim=16, vocab_size=1000,

@@ -10,56 +10,68 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from fptrace.families import Family
+from fptrace.core.points import Point
+from fptrace.families import Family, Tap
 from fptrace.families.ops import LAYERNORM_FORMULA, Steps, causal_attention, gelu, layer_norm
 
 
-def block(x: Any, blk: Any, cfg: Any, layer: int, s: Steps, model: Any, fam: Family) -> Any:
-    """x: (B, T, C), the residual stream entering block `layer`. Returns the stream leaving it."""
-    B, T, C = x.shape
+def heads(qkv: Any, attn: Any, cfg: Any, layer: int, s: Steps, model: Any, fam: Family
+          ) -> tuple[Any, Any, Any]:
+    """qkv (B, T, 3C), c_attn's output -> q, k, v (B, nh, T, hs) each (no RoPE: GPT-2's
+    positions were added to the embedding)."""
+    B, T, C3 = qkv.shape
+    C = C3 // 3
     nh = cfg.n_head
     hs = C // nh
-    eps = cfg.layer_norm_epsilon
-    ln_1, attn, ln_2, mlp = blk.ln_1, blk.attn, blk.ln_2, blk.mlp
-
-    s.section = "attention"
-    h = layer_norm(x, ln_1, eps)  # (B, T, C)
-    s("ln_1", LAYERNORM_FORMULA + "   (LayerNorm over C)", h)
-    qkv = h @ attn.c_attn.weight + attn.c_attn.bias  # (B, T, 3C)
-    s("c_attn (fused QKV)", f"qkv = h · W_qkv + b   W_qkv is ({C}, {3 * C})", qkv)
     q, k, v = qkv.split(C, dim=2)  # 3 × (B, T, C)
     s("split → Q, K, V", f"q, k, v = qkv[…, 0:{C}], qkv[…, {C}:{2 * C}], qkv[…, {2 * C}:]", q,
       note="K and V have the same shape", shown="Q")
     q = q.view(B, T, nh, hs).transpose(1, 2)  # (B, nh, T, hs)
     k = k.view(B, T, nh, hs).transpose(1, 2)  # (B, nh, T, hs)
     v = v.view(B, T, nh, hs).transpose(1, 2)  # (B, nh, T, hs)
-    s("heads", f"q → (B, T, {nh}, {hs}) → transpose(1, 2); same for k, v", q)
+    s("heads", f"q → (B, T, {nh}, {hs}) → transpose(1, 2); same for k, v", q, point=Point.q)
+    return q, k, v
+
+
+def block(x: Any, blk: Any, cfg: Any, layer: int, s: Steps, model: Any, fam: Family) -> Any:
+    """x: (B, T, C), the residual stream entering block `layer`. Returns the stream leaving it."""
+    B, T, C = x.shape
+    hs = C // cfg.n_head
+    eps = cfg.layer_norm_epsilon
+    ln_1, attn, ln_2, mlp = blk.ln_1, blk.attn, blk.ln_2, blk.mlp
+
+    s.section = "attention"
+    h = layer_norm(x, ln_1, eps)  # (B, T, C)
+    s("ln_1", LAYERNORM_FORMULA + "   (LayerNorm over C)", h, point=Point.ln1)
+    qkv = h @ attn.c_attn.weight + attn.c_attn.bias  # (B, T, 3C)
+    s("c_attn (fused QKV)", f"qkv = h · W_qkv + b   W_qkv is ({C}, {3 * C})", qkv)
+    q, k, v = heads(qkv, attn, cfg, layer, s, model, fam)  # 3 × (B, nh, T, hs)
     scale = 1.0 / math.sqrt(hs) if cfg.scale_attn_weights else 1.0
     if cfg.scale_attn_by_inverse_layer_idx:
         scale /= float(layer + 1)
     y = causal_attention(q, k, v, s, scale=scale)  # (B, T, C)
     attn_out = y @ attn.c_proj.weight + attn.c_proj.bias  # (B, T, C)
-    s("c_proj (W_O)", "attn_out = y · W_O + b", attn_out, keep=True)
+    s("c_proj (W_O)", "attn_out = y · W_O + b", attn_out, keep=True, point=Point.attn_out)
     x = x + attn_out  # (B, T, C)
-    s("residual add", "x = x + attn_out", x)
+    s("residual add", "x = x + attn_out", x, point=Point.resid_mid)
 
     s.section = "mlp"
     h = layer_norm(x, ln_2, eps)  # (B, T, C)
-    s("ln_2", LAYERNORM_FORMULA, h)
+    s("ln_2", LAYERNORM_FORMULA, h, point=Point.ln2)
     u = h @ mlp.c_fc.weight + mlp.c_fc.bias  # (B, T, 4C)
-    s("c_fc (MLP up)", f"u = h · W_up + b   W_up is ({C}, {u.shape[-1]})", u)
+    s("c_fc (MLP up)", f"u = h · W_up + b   W_up is ({C}, {u.shape[-1]})", u, point=Point.mlp_up)
     a, formula = gelu(u, cfg.activation_function)  # (B, T, 4C)
-    s("GELU", formula, a)
+    s("GELU", formula, a, point=Point.mlp_act)
     mlp_out = a @ mlp.c_proj.weight + mlp.c_proj.bias  # (B, T, C)
-    s("c_proj (MLP down)", "mlp_out = a · W_down + b", mlp_out, keep=True)
+    s("c_proj (MLP down)", "mlp_out = a · W_down + b", mlp_out, keep=True, point=Point.mlp_out)
     x = x + mlp_out  # (B, T, C)
-    s("residual add", "x = x + mlp_out", x)
+    s("residual add", "x = x + mlp_out", x, point=Point.resid_post)
     return x
 
 
 def final_norm(x: Any, norm: Any, cfg: Any, s: Steps) -> Any:
     h = layer_norm(x, norm, cfg.layer_norm_epsilon)  # (B, T, C)
-    s("ln_f (final norm)", LAYERNORM_FORMULA, h)
+    s("ln_f (final norm)", LAYERNORM_FORMULA, h, point=Point.final_norm)
     return h
 
 
@@ -72,6 +84,11 @@ FAMILY = Family(
     w_o=("c_proj",),
     labels={"ln_1": "norm before attention", "ln_2": "norm before the MLP",
             "c_attn": "fused QKV projection", "c_fc": "MLP up", "c_proj": "MLP down"},
+    taps={Point.ln1: Tap("ln_1"), Point.z: Tap("attn.c_proj", "in"),
+          Point.attn_out: Tap("attn.c_proj"), Point.resid_mid: Tap("ln_2", "in"),
+          Point.ln2: Tap("ln_2"), Point.mlp_up: Tap("mlp.c_fc"),
+          Point.mlp_act: Tap("mlp.c_proj", "in"), Point.mlp_out: Tap("mlp.c_proj")},
+    head_taps=("attn.c_attn",), heads=heads,
     d_mlp=lambda config: getattr(config, "n_inner", None) or 4 * config.n_embd,
     tiny=dict(model_type="gpt2", n_layer=3, n_embd=64, n_head=4, vocab_size=1000,
               n_positions=64),

@@ -12,7 +12,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from fptrace.families import Family
+from fptrace.core.points import Point
+from fptrace.families import Family, Tap
 from fptrace.families.ops import (
     LAYERNORM_FORMULA,
     Steps,
@@ -25,63 +26,76 @@ from fptrace.families.ops import (
 )
 
 
+def heads(qkv: Any, attn: Any, cfg: Any, layer: int, s: Steps, model: Any, fam: Family
+          ) -> tuple[Any, Any, Any]:
+    """qkv (B, T, 3C), query_key_value's output laid out head by head -> q, k, v (B, nh, T, hs),
+    q and k rotated on the first rotary_ndims values of each head."""
+    B, T, C3 = qkv.shape
+    nh = cfg.num_attention_heads
+    hs = C3 // 3 // nh
+    params = getattr(cfg, "rope_parameters", None) or {}
+    rot = int(hs * params.get("partial_rotary_factor", getattr(cfg, "rotary_pct", 1.0)))
+    qkv = qkv.view(B, T, nh, 3 * hs).transpose(1, 2)  # (B, nh, T, 3hs)
+    q, k, v = qkv.chunk(3, dim=-1)  # 3 × (B, nh, T, hs)
+    s("heads, then split", f"qkv → (B, {nh}, T, 3·{hs}); q, k, v = its thirds (per head)", q,
+      note="K and V have the same shape", shown="Q")
+    cos, sin, formula = rope_tables(cfg, T, rot, model, q.device)  # (T, rot) each
+    q = apply_rope(q, cos, sin)  # (B, nh, T, hs)
+    k = apply_rope(k, cos, sin)  # (B, nh, T, hs)
+    s("RoPE on Q and K", f"the first {rot} of {hs} values per head: " + formula, q,
+      note="K is rotated the same way; the other values pass unchanged", shown="Q",
+      point=Point.q)
+    return q, k, v
+
+
 def block(x: Any, blk: Any, cfg: Any, layer: int, s: Steps, model: Any, fam: Family) -> Any:
     """x: (B, T, C), the residual stream entering block `layer`. Returns the stream leaving it."""
     B, T, C = x.shape
-    nh = cfg.num_attention_heads
-    hs = C // nh
     eps = cfg.layer_norm_eps
-    params = getattr(cfg, "rope_parameters", None) or {}
-    rot = int(hs * params.get("partial_rotary_factor", getattr(cfg, "rotary_pct", 1.0)))
     parallel = bool(getattr(cfg, "use_parallel_residual", True))
     attn, mlp = blk.attention, blk.mlp
 
     s.section = "attention"
     h = layer_norm(x, blk.input_layernorm, eps)  # (B, T, C)
-    s("input_layernorm", LAYERNORM_FORMULA, h)
+    s("input_layernorm", LAYERNORM_FORMULA, h, point=Point.ln1)
     qkv = linear(h, attn.query_key_value)  # (B, T, 3C)
     s("query_key_value (fused)", f"qkv = h · W_qkvᵀ + b   W_qkv is ({3 * C}, {C})", qkv)
-    qkv = qkv.view(B, T, nh, 3 * hs).transpose(1, 2)  # (B, nh, T, 3hs)
-    q, k, v = qkv.chunk(3, dim=-1)  # 3 × (B, nh, T, hs)
-    s("heads, then split", f"qkv → (B, {nh}, T, 3·{hs}); q, k, v = its thirds (per head)", q,
-      note="K and V have the same shape", shown="Q")
-    cos, sin, formula = rope_tables(cfg, T, rot, model, x.device)  # (T, rot) each
-    q = apply_rope(q, cos, sin)  # (B, nh, T, hs)
-    k = apply_rope(k, cos, sin)  # (B, nh, T, hs)
-    s("RoPE on Q and K", f"the first {rot} of {hs} values per head: " + formula, q,
-      note="K is rotated the same way; the other values pass unchanged", shown="Q")
+    q, k, v = heads(qkv, attn, cfg, layer, s, model, fam)  # 3 × (B, nh, T, hs)
     y = causal_attention(q, k, v, s)  # (B, T, C)
     attn_out = linear(y, attn.dense)  # (B, T, C)
-    s("dense (W_O)", "attn_out = y · W_Oᵀ + b", attn_out, keep=True)
+    s("dense (W_O)", "attn_out = y · W_Oᵀ + b", attn_out, keep=True, point=Point.attn_out)
 
     s.section = "mlp"
     if parallel:
         h = layer_norm(x, blk.post_attention_layernorm, eps)  # (B, T, C)
         s("post_attention_layernorm", "h = LayerNorm(x)   (parallel: the block's input, not "
-          "x + attn_out)", h)
+          "x + attn_out)", h, point=Point.ln2)
     else:
         x = x + attn_out  # (B, T, C)
-        s("residual add", "x = x + attn_out", x)
+        s("residual add", "x = x + attn_out", x, point=Point.resid_mid)
         h = layer_norm(x, blk.post_attention_layernorm, eps)  # (B, T, C)
-        s("post_attention_layernorm", LAYERNORM_FORMULA, h)
+        s("post_attention_layernorm", LAYERNORM_FORMULA, h, point=Point.ln2)
     u = linear(h, mlp.dense_h_to_4h)  # (B, T, 4C)
-    s("dense_h_to_4h (MLP up)", f"u = h · W_upᵀ + b   W_up is ({u.shape[-1]}, {C})", u)
+    s("dense_h_to_4h (MLP up)", f"u = h · W_upᵀ + b   W_up is ({u.shape[-1]}, {C})", u,
+      point=Point.mlp_up)
     a, formula = gelu(u, cfg.hidden_act)  # (B, T, 4C)
-    s("GELU", formula, a)
+    s("GELU", formula, a, point=Point.mlp_act)
     mlp_out = linear(a, mlp.dense_4h_to_h)  # (B, T, C)
-    s("dense_4h_to_h (MLP down)", "mlp_out = a · W_downᵀ + b", mlp_out, keep=True)
+    s("dense_4h_to_h (MLP down)", "mlp_out = a · W_downᵀ + b", mlp_out, keep=True,
+      point=Point.mlp_out)
     if parallel:
         x = x + attn_out + mlp_out  # (B, T, C)
-        s("residual add", "x = x + attn_out + mlp_out   (parallel residual)", x)
+        s("residual add", "x = x + attn_out + mlp_out   (parallel residual)", x,
+          point=Point.resid_post)
     else:
         x = x + mlp_out  # (B, T, C)
-        s("residual add", "x = x + mlp_out", x)
+        s("residual add", "x = x + mlp_out", x, point=Point.resid_post)
     return x
 
 
 def final_norm(x: Any, norm: Any, cfg: Any, s: Steps) -> Any:
     h = layer_norm(x, norm, cfg.layer_norm_eps)  # (B, T, C)
-    s("final_layer_norm", LAYERNORM_FORMULA, h)
+    s("final_layer_norm", LAYERNORM_FORMULA, h, point=Point.final_norm)
     return h
 
 
@@ -97,6 +111,12 @@ FAMILY = Family(
             "post_attention_layernorm": "norm before the MLP",
             "query_key_value": "fused QKV projection", "dense_h_to_4h": "MLP up",
             "dense_4h_to_h": "MLP down"},
+    taps={Point.ln1: Tap("input_layernorm"), Point.z: Tap("attention.dense", "in"),
+          Point.attn_out: Tap("attention.dense"),
+          Point.resid_mid: Tap("post_attention_layernorm", "in"),
+          Point.ln2: Tap("post_attention_layernorm"), Point.mlp_up: Tap("mlp.dense_h_to_4h"),
+          Point.mlp_act: Tap("mlp.dense_4h_to_h", "in"), Point.mlp_out: Tap("mlp.dense_4h_to_h")},
+    head_taps=("attention.query_key_value",), heads=heads,
     tiny=dict(model_type="gpt_neox", num_hidden_layers=2, hidden_size=64, intermediate_size=96,
               num_attention_heads=4, vocab_size=1000, max_position_embeddings=64,
               rotary_pct=0.25, use_parallel_residual=True),

@@ -2,14 +2,17 @@
 
 The block recomputation below is the one Mistral, Qwen2 and Qwen3 use too (their families are
 this record with a few facts changed): straight-line code in the manner of nanoGPT, B batch,
-T positions, C = hidden_size, nh query heads and nkv key/value heads of hd values each.
+T positions, C = hidden_size, nh query heads and nkv key/value heads of hd values each. `heads`,
+from the projections' outputs to the heads attention reads, serves every Llama-like family
+(Gemma, OLMo 2, Phi-3 too), and `diff --deep` runs it on each side's own projections.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from fptrace.families import Family
+from fptrace.core.points import Point
+from fptrace.families import Family, Tap
 from fptrace.families.ops import (
     RMS_FORMULA,
     Steps,
@@ -27,6 +30,42 @@ from fptrace.families.ops import (
 from fptrace.families.parts import dims
 
 
+def heads(q: Any, k: Any, v: Any, attn: Any, cfg: Any, layer: int, s: Steps, model: Any,
+          fam: Family) -> tuple[Any, Any, Any]:
+    """q (B, T, nh*hd), k and v (B, T, nkv*hd), the projections' outputs -> the heads attention
+    reads: q (B, nh, T, hd), k and v (B, nkv, T, hd), q and k normalised where the family says
+    (over the whole projection, OLMo 2; per head, Qwen3 and Gemma 3) and rotated (the first
+    partial_rotary_factor of each head's values, Phi-3)."""
+    B, T, _ = q.shape
+    dm = dims(cfg)  # the config's head counts and head width, normalised once
+    nh, nkv, hd = dm.n_heads, dm.n_kv_heads, dm.head_dim
+    eps = cfg.rms_norm_eps
+    one_plus = fam.norm_type == "rmsnorm (1 + w)"
+    if fam.qk_norm == "whole":  # OLMo 2: one RMSNorm over all heads of Q, one of K
+        q = rms_norm(q, attn.q_norm.weight, eps)  # (B, T, nh*hd)
+        k = rms_norm(k, attn.k_norm.weight, eps)  # (B, T, nkv*hd)
+        s("q_norm, k_norm (RMSNorm over all heads)", f"q = q / √(mean(q²) + ε) · γ_q over its "
+          f"{nh * hd} values; same for k", q, shown="Q")
+    q, k, v = split_heads(q, k, v, nh, nkv, hd, s)  # (B, nh, T, hd), 2 × (B, nkv, T, hd)
+    if fam.qk_norm == "per_head":  # Qwen3, Gemma 3: an RMSNorm on each head of Q and K
+        q = rms_norm(q, attn.q_norm.weight, eps, one_plus)  # (B, nh, T, hd)
+        k = rms_norm(k, attn.k_norm.weight, eps, one_plus)  # (B, nkv, T, hd)
+        if one_plus:
+            s("q_norm, k_norm (per head, 1 + γ)", f"q = q / √(mean(q²) + ε) · (1 + γ_q) over "
+              f"each head's {hd} values; same for k", q, shown="Q")
+        else:
+            s("q_norm, k_norm (RMSNorm per head)", "q = q / √(mean(q²) + ε) · γ_q over each "
+              f"head's {hd} values; same for k with γ_k", q, shown="Q")
+    params = getattr(cfg, "rope_parameters", None) or {}
+    rot = int(hd * params.get("partial_rotary_factor", 1.0))
+    cos, sin, formula = rope_tables(cfg, T, rot, model, q.device, layer)  # (T, rot) each
+    q = apply_rope(q, cos, sin)  # (B, nh, T, hd)
+    k = apply_rope(k, cos, sin)  # (B, nkv, T, hd)
+    s("RoPE on Q and K", (f"the first {rot} of {hd} values per head: " if rot < hd else "")
+      + formula, q, note="K is rotated the same way", shown="Q", point=Point.q)
+    return q, k, v
+
+
 def block(x: Any, blk: Any, cfg: Any, layer: int, s: Steps, model: Any, fam: Family) -> Any:
     """x: (B, T, C), the residual stream entering block `layer`. Returns the stream leaving it."""
     B, T, C = x.shape
@@ -37,37 +76,28 @@ def block(x: Any, blk: Any, cfg: Any, layer: int, s: Steps, model: Any, fam: Fam
 
     s.section = "attention"
     h = rms_norm(x, blk.input_layernorm.weight, eps)  # (B, T, C)
-    s("input_layernorm (RMSNorm)", RMS_FORMULA, h)
+    s("input_layernorm (RMSNorm)", RMS_FORMULA, h, point=Point.ln1)
     q, k, v = project_qkv(h, attn, nh, nkv, hd, s)  # (B, T, nh*hd), 2 × (B, T, nkv*hd)
-    q, k, v = split_heads(q, k, v, nh, nkv, hd, s)  # (B, nh, T, hd), 2 × (B, nkv, T, hd)
-    if fam.qk_norm == "per_head":  # Qwen3: an RMSNorm on each head of Q and K
-        q = rms_norm(q, attn.q_norm.weight, eps)  # (B, nh, T, hd)
-        k = rms_norm(k, attn.k_norm.weight, eps)  # (B, nkv, T, hd)
-        s("q_norm, k_norm (RMSNorm per head)", "q = q / √(mean(q²) + ε) · γ_q over each head's "
-          f"{hd} values; same for k with γ_k", q, shown="Q")
-    cos, sin, formula = rope_tables(cfg, T, hd, model, x.device, layer)  # (T, hd) each
-    q = apply_rope(q, cos, sin)  # (B, nh, T, hd)
-    k = apply_rope(k, cos, sin)  # (B, nkv, T, hd)
-    s("RoPE on Q and K", formula, q, note="K is rotated the same way", shown="Q")
+    q, k, v = heads(q, k, v, attn, cfg, layer, s, model, fam)  # (B,nh,T,hd), 2 × (B,nkv,T,hd)
     k, v = repeat_kv(k, v, nh, s)  # (B, nh, T, hd) each
     y = causal_attention(q, k, v, s, window=sliding_window(cfg, layer))  # (B, T, nh*hd)
     attn_out = linear(y, attn.o_proj)  # (B, T, C)
-    s("o_proj (W_O)", "attn_out = y · W_Oᵀ", attn_out, keep=True)
+    s("o_proj (W_O)", "attn_out = y · W_Oᵀ", attn_out, keep=True, point=Point.attn_out)
     x = x + attn_out  # (B, T, C)
-    s("residual add", "x = x + attn_out", x)
+    s("residual add", "x = x + attn_out", x, point=Point.resid_mid)
 
     s.section = "mlp"
     h = rms_norm(x, blk.post_attention_layernorm.weight, eps)  # (B, T, C)
-    s("post_attention_layernorm", RMS_FORMULA, h)
+    s("post_attention_layernorm", RMS_FORMULA, h, point=Point.ln2)
     mlp_out = gated_mlp(h, mlp, s)  # (B, T, C)
     x = x + mlp_out  # (B, T, C)
-    s("residual add", "x = x + mlp_out", x)
+    s("residual add", "x = x + mlp_out", x, point=Point.resid_post)
     return x
 
 
 def final_norm(x: Any, norm: Any, cfg: Any, s: Steps) -> Any:
     h = rms_norm(x, norm.weight, cfg.rms_norm_eps)  # (B, T, C)
-    s("norm (final RMSNorm)", RMS_FORMULA, h)
+    s("norm (final RMSNorm)", RMS_FORMULA, h, point=Point.final_norm)
     return h
 
 
@@ -75,13 +105,24 @@ def final_norm(x: Any, norm: Any, cfg: Any, s: Steps) -> Any:
 LLAMA_LABELS = {"input_layernorm": "norm before attention",
                 "post_attention_layernorm": "norm before the MLP"}
 
+# where a Llama-like block shows its points (the post-norms come from attn_added/mlp_added)
+LLAMA_TAPS = {
+    Point.ln1: Tap("input_layernorm"),
+    Point.z: Tap("self_attn.o_proj", "in"), Point.attn_out: Tap("self_attn.o_proj"),
+    Point.resid_mid: Tap("post_attention_layernorm", "in"),
+    Point.ln2: Tap("post_attention_layernorm"),
+    Point.mlp_gate: Tap("mlp.gate_proj"), Point.mlp_up: Tap("mlp.up_proj"),
+    Point.mlp_act: Tap("mlp.down_proj", "in"), Point.mlp_out: Tap("mlp.down_proj"),
+}
+
 FAMILY = Family(
     name="llama", title="Llama", model_types=("llama",),
     blocks="model.layers", embed="model.embed_tokens", final_norm="model.norm",
     lm_head="lm_head", attn="self_attn", mlp="mlp",
     norm_type="rmsnorm", mlp_type="swiglu", positions="rope",
     recompute_block=block, recompute_final_norm=final_norm,
-    labels=LLAMA_LABELS,
+    labels=LLAMA_LABELS, taps=LLAMA_TAPS,
+    head_taps=("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj"), heads=heads,
     tiny=dict(model_type="llama", num_hidden_layers=3, hidden_size=64, intermediate_size=96,
               num_attention_heads=4, num_key_value_heads=2, vocab_size=1000,
               max_position_embeddings=64, tie_word_embeddings=False),

@@ -12,20 +12,19 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-from fptrace.families import Family
+from fptrace.core.points import Point
+from fptrace.families import Family, Tap
 from fptrace.families.llama import FAMILY as LLAMA
+from fptrace.families.llama import LLAMA_TAPS, heads
 from fptrace.families.ops import (
     Steps,
-    apply_rope,
     causal_attention,
     gated_mlp,
     linear,
     project_qkv,
     repeat_kv,
     rms_norm,
-    rope_tables,
     sliding_window,
-    split_heads,
 )
 from fptrace.families.parts import dims
 
@@ -41,32 +40,25 @@ def block(x: Any, blk: Any, cfg: Any, layer: int, s: Steps, model: Any, fam: Fam
     s.section = "attention"
     # no norm before attention: the projections read the stream x itself
     q, k, v = project_qkv(x, attn, nh, nkv, hd, s, src="x")  # (B,T,nh*hd), 2 × (B,T,nkv*hd)
-    q = rms_norm(q, attn.q_norm.weight, eps)  # (B, T, nh*hd)
-    k = rms_norm(k, attn.k_norm.weight, eps)  # (B, T, nkv*hd)
-    s("q_norm, k_norm (RMSNorm over all heads)", f"q = q / √(mean(q²) + ε) · γ_q over its "
-      f"{nh * hd} values; same for k", q, shown="Q")
-    q, k, v = split_heads(q, k, v, nh, nkv, hd, s)  # (B, nh, T, hd), 2 × (B, nkv, T, hd)
-    cos, sin, formula = rope_tables(cfg, T, hd, model, x.device, layer)  # (T, hd) each
-    q = apply_rope(q, cos, sin)  # (B, nh, T, hd)
-    k = apply_rope(k, cos, sin)  # (B, nkv, T, hd)
-    s("RoPE on Q and K", formula, q, note="K is rotated the same way", shown="Q")
+    # the Q/K norms over the whole projections, the split, RoPE
+    q, k, v = heads(q, k, v, attn, cfg, layer, s, model, fam)  # (B,nh,T,hd), 2 × (B,nkv,T,hd)
     k, v = repeat_kv(k, v, nh, s)  # (B, nh, T, hd) each
     y = causal_attention(q, k, v, s, window=sliding_window(cfg, layer))  # (B, T, nh*hd)
     o = linear(y, attn.o_proj)  # (B, T, C)
-    s("o_proj (W_O)", "o = y · W_Oᵀ", o, keep=True)
+    s("o_proj (W_O)", "o = y · W_Oᵀ", o, keep=True, point=Point.attn_out)
     attn_out = rms_norm(o, blk.post_attention_layernorm.weight, eps)  # (B, T, C)
     s("post_attention_layernorm", "attn_out = o / √(mean(o²) + ε) · γ   (what the stream "
-      "receives)", attn_out, keep=True)
+      "receives)", attn_out, keep=True, point=Point.ln1_post)
     x = x + attn_out  # (B, T, C)
-    s("residual add", "x = x + attn_out", x)
+    s("residual add", "x = x + attn_out", x, point=Point.resid_mid)
 
     s.section = "mlp"
     m = gated_mlp(x, mlp, s, src="x")  # (B, T, C), no norm before the MLP either
     mlp_out = rms_norm(m, blk.post_feedforward_layernorm.weight, eps)  # (B, T, C)
     s("post_feedforward_layernorm", "mlp_out = m / √(mean(m²) + ε) · γ   (what the stream "
-      "receives)", mlp_out, keep=True)
+      "receives)", mlp_out, keep=True, point=Point.ln2_post)
     x = x + mlp_out  # (B, T, C)
-    s("residual add", "x = x + mlp_out", x)
+    s("residual add", "x = x + mlp_out", x, point=Point.resid_post)
     return x
 
 
@@ -74,6 +66,9 @@ FAMILY = replace(
     LLAMA, name="olmo2", title="OLMo 2", model_types=("olmo2",), recompute_block=block,
     attn_added="post_attention_layernorm", mlp_added="post_feedforward_layernorm",
     qk_norm="whole",
+    # no norm before attention or the MLP: the projections read the stream itself
+    taps={p: t for p, t in LLAMA_TAPS.items() if p not in (Point.ln1, Point.ln2, Point.resid_mid)}
+    | {Point.resid_mid: Tap("mlp", "in")},
     labels={"post_attention_layernorm": "norm after attention (what is added)",
             "post_feedforward_layernorm": "norm after the MLP (what is added)"},
     tiny=dict(model_type="olmo2", num_hidden_layers=2, hidden_size=64, intermediate_size=96,

@@ -5,7 +5,8 @@ attention core and the gated MLP.
 Straight-line code in the manner of nanoGPT: B batch, T positions, C = d_model, nh query heads
 and nkv key/value heads of hd values each. Every function takes the recorder `s` where it makes a
 tensor worth showing; each `s(...)` names the tensor, says how it was made and keeps its shape
-and first values. torch is imported inside the functions, so importing a family does not.
+and first values; a step whose tensor is a point of the vocabulary (core/points.py) says which.
+torch is imported inside the functions, so importing a family does not.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
+from fptrace.core.points import Point
 from fptrace.core.results import ExplainStep
 
 
@@ -31,17 +33,23 @@ class Steps:
     section: str = "attention"
     items: list = field(default_factory=list)
     kept: dict = field(default_factory=dict)  # name -> tensor, for checks and tables
+    quiet: bool = False  # record nothing (diff --deep runs a family's ops for their results)
 
     def __call__(self, name: str, formula: str, t: Any, note: str | None = None,
-                 keep: bool = False, shown: str | None = None) -> Any:
-        """shown: which tensor the preview values are of, when a step makes several (Q and K)."""
+                 keep: bool = False, shown: str | None = None, point: Point | None = None
+                 ) -> Any:
+        """shown: which tensor the preview values are of, when a step makes several (Q and K);
+        point: the trace point the tensor is, where it is one."""
+        if self.quiet:
+            return t
         where, values = self._preview(t)
         if shown:
             where = f"{shown}, {where}"
         self.items.append(ExplainStep(
             index=len(self.items) + 1, section=self.section, name=name, formula=formula,
             shape=tuple(int(d) for d in t.shape), where=where,
-            preview=tuple(float(v) for v in values), note=note))
+            preview=tuple(float(v) for v in values), note=note,
+            point=None if point is None else point.value))
         if keep:
             self.kept[name] = t.detach()
         return t
@@ -115,7 +123,7 @@ def project_qkv(h: Any, attn: Any, nh: int, nkv: int, hd: int, s: Steps, src: st
     s("q_proj", f"q = {src} · W_qᵀ{bias}   W_q is ({nh * hd}, {C})", q)
     s("k_proj", f"k = {src} · W_kᵀ{bias}   W_k is ({nkv * hd}, {C})", k,
       note=f"{nkv} key/value heads for {nh} query heads" if nkv != nh else None)
-    s("v_proj", f"v = {src} · W_vᵀ{bias}   W_v is ({nkv * hd}, {C})", v)
+    s("v_proj", f"v = {src} · W_vᵀ{bias}   W_v is ({nkv * hd}, {C})", v, point=Point.v)
     return q, k, v
 
 
@@ -233,11 +241,11 @@ def causal_attention(q: Any, k: Any, v: Any, s: Steps, *, scale: float | None = 
     att = torch.exp(att - att.amax(dim=-1, keepdim=True))  # (B, nh, T, T)
     att = att / att.sum(dim=-1, keepdim=True)  # (B, nh, T, T)
     s("softmax", "w = exp(att − max) / Σ_j exp(att − max)   (each row sums to 1)", att,
-      keep=True)
+      keep=True, point=Point.attn_weights)
     y = att @ v  # (B, nh, T, hd)
     s("weights · V", "y = w · v", y)
     y = y.transpose(1, 2).reshape(B, T, nh * hd)  # (B, T, nh*hd)
-    s("concat heads", f"y → transpose(1, 2) → (B, T, {nh * hd})", y)
+    s("concat heads", f"y → transpose(1, 2) → (B, T, {nh * hd})", y, point=Point.z)
     return y
 
 
@@ -248,15 +256,18 @@ def gated_mlp(h: Any, mlp: Any, s: Steps, act: str = "silu", src: str = "h") -> 
     C = h.shape[-1]
     gate = linear(h, mlp.gate_proj)  # (B, T, I)
     up = linear(h, mlp.up_proj)  # (B, T, I)
-    s("gate_proj", f"g = {src} · W_gateᵀ   W_gate is ({gate.shape[-1]}, {C})", gate)
-    s("up_proj", f"u = {src} · W_upᵀ   W_up is ({up.shape[-1]}, {C})", up)
+    s("gate_proj", f"g = {src} · W_gateᵀ   W_gate is ({gate.shape[-1]}, {C})", gate,
+      point=Point.mlp_gate)
+    s("up_proj", f"u = {src} · W_upᵀ   W_up is ({up.shape[-1]}, {C})", up, point=Point.mlp_up)
     if act == "silu":
         a = gate * gate.sigmoid() * up  # (B, T, I)
-        s("SiLU(gate) · up", "a = g · σ(g) · u   (SwiGLU)", a)
+        s("SiLU(gate) · up", "a = g · σ(g) · u   (SwiGLU)", a, point=Point.mlp_act)
     else:
         g, formula = gelu(gate, act)  # (B, T, I)
         a = g * up  # (B, T, I)
-        s("GELU(gate) · up", "a = GELU(g) · u   (GeGLU)", a, note=f"{formula}, applied to g")
+        s("GELU(gate) · up", "a = GELU(g) · u   (GeGLU)", a, note=f"{formula}, applied to g",
+          point=Point.mlp_act)
     m = linear(a, mlp.down_proj)  # (B, T, C)
-    s("down_proj", f"m = a · W_downᵀ   W_down is ({C}, {a.shape[-1]})", m, keep=True)
+    s("down_proj", f"m = a · W_downᵀ   W_down is ({C}, {a.shape[-1]})", m, keep=True,
+      point=Point.mlp_out)
     return m

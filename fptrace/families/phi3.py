@@ -10,72 +10,72 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-from fptrace.families import Family
+from fptrace.core.points import Point
+from fptrace.families import Family, Tap
 from fptrace.families.llama import FAMILY as LLAMA
-from fptrace.families.llama import LLAMA_LABELS
+from fptrace.families.llama import LLAMA_LABELS, LLAMA_TAPS
+from fptrace.families.llama import heads as llama_heads
 from fptrace.families.ops import (
     RMS_FORMULA,
     Steps,
-    apply_rope,
     causal_attention,
     linear,
     repeat_kv,
     rms_norm,
-    rope_tables,
     sliding_window,
 )
 from fptrace.families.parts import dims
 
 
-def block(x: Any, blk: Any, cfg: Any, layer: int, s: Steps, model: Any, fam: Family) -> Any:
-    """x: (B, T, C), the residual stream entering block `layer`. Returns the stream leaving it."""
-    B, T, C = x.shape
+def heads(qkv: Any, attn: Any, cfg: Any, layer: int, s: Steps, model: Any, fam: Family
+          ) -> tuple[Any, Any, Any]:
+    """qkv (B, T, (nh + 2·nkv)·hd), the fused projection's output -> q (B, nh, T, hd), k and v
+    (B, nkv, T, hd): split, then Llama's heads (RoPE on the first partial_rotary_factor of each
+    head's values)."""
     dm = dims(cfg)  # the config's head counts and head width, normalised once
     nh, nkv, hd = dm.n_heads, dm.n_kv_heads, dm.head_dim
-    params = getattr(cfg, "rope_parameters", None) or {}
-    rot = int(hd * params.get("partial_rotary_factor", 1.0))
-    eps = cfg.rms_norm_eps
-    attn, mlp = blk.self_attn, blk.mlp
-
-    s.section = "attention"
-    h = rms_norm(x, blk.input_layernorm.weight, eps)  # (B, T, C)
-    s("input_layernorm (RMSNorm)", RMS_FORMULA, h)
-    qkv = linear(h, attn.qkv_proj)  # (B, T, (nh + 2·nkv)·hd)
-    s("qkv_proj (fused)", f"qkv = h · W_qkvᵀ   W_qkv is ({qkv.shape[-1]}, {C})", qkv)
     q = qkv[..., : nh * hd]  # (B, T, nh*hd)
     k = qkv[..., nh * hd: (nh + nkv) * hd]  # (B, T, nkv*hd)
     v = qkv[..., (nh + nkv) * hd:]  # (B, T, nkv*hd)
     s("split → Q, K, V", f"q, k, v = qkv[…, :{nh * hd}], qkv[…, {nh * hd}:{(nh + nkv) * hd}], "
       f"qkv[…, {(nh + nkv) * hd}:]", q, shown="Q")
-    q = q.view(B, T, nh, hd).transpose(1, 2)  # (B, nh, T, hd)
-    k = k.view(B, T, nkv, hd).transpose(1, 2)  # (B, nkv, T, hd)
-    v = v.view(B, T, nkv, hd).transpose(1, 2)  # (B, nkv, T, hd)
-    s("heads", f"q → (B, T, {nh}, {hd}) → transpose(1, 2); k, v → (B, {nkv}, T, {hd})", q,
-      shown="Q")
-    cos, sin, formula = rope_tables(cfg, T, rot, model, x.device)  # (T, rot) each
-    q = apply_rope(q, cos, sin)  # (B, nh, T, hd)
-    k = apply_rope(k, cos, sin)  # (B, nkv, T, hd)
-    s("RoPE on Q and K", (f"the first {rot} of {hd} values per head: " if rot < hd else "")
-      + formula, q, note="K is rotated the same way", shown="Q")
+    return llama_heads(q, k, v, attn, cfg, layer, s, model, fam)
+
+
+def block(x: Any, blk: Any, cfg: Any, layer: int, s: Steps, model: Any, fam: Family) -> Any:
+    """x: (B, T, C), the residual stream entering block `layer`. Returns the stream leaving it."""
+    B, T, C = x.shape
+    nh = dims(cfg).n_heads
+    eps = cfg.rms_norm_eps
+    attn, mlp = blk.self_attn, blk.mlp
+
+    s.section = "attention"
+    h = rms_norm(x, blk.input_layernorm.weight, eps)  # (B, T, C)
+    s("input_layernorm (RMSNorm)", RMS_FORMULA, h, point=Point.ln1)
+    qkv = linear(h, attn.qkv_proj)  # (B, T, (nh + 2·nkv)·hd)
+    s("qkv_proj (fused)", f"qkv = h · W_qkvᵀ   W_qkv is ({qkv.shape[-1]}, {C})", qkv)
+    q, k, v = heads(qkv, attn, cfg, layer, s, model, fam)  # (B,nh,T,hd), 2 × (B,nkv,T,hd)
     k, v = repeat_kv(k, v, nh, s)  # (B, nh, T, hd) each
     y = causal_attention(q, k, v, s, window=sliding_window(cfg, layer))  # (B, T, nh*hd)
     attn_out = linear(y, attn.o_proj)  # (B, T, C)
-    s("o_proj (W_O)", "attn_out = y · W_Oᵀ", attn_out, keep=True)
+    s("o_proj (W_O)", "attn_out = y · W_Oᵀ", attn_out, keep=True, point=Point.attn_out)
     x = x + attn_out  # (B, T, C)
-    s("residual add", "x = x + attn_out", x)
+    s("residual add", "x = x + attn_out", x, point=Point.resid_mid)
 
     s.section = "mlp"
     h = rms_norm(x, blk.post_attention_layernorm.weight, eps)  # (B, T, C)
-    s("post_attention_layernorm", RMS_FORMULA, h)
+    s("post_attention_layernorm", RMS_FORMULA, h, point=Point.ln2)
     gu = linear(h, mlp.gate_up_proj)  # (B, T, 2I)
     s("gate_up_proj (fused)", f"gu = h · W_gate_upᵀ   W_gate_up is ({gu.shape[-1]}, {C})", gu)
     gate, up = gu.chunk(2, dim=-1)  # 2 × (B, T, I)
     a = up * (gate * gate.sigmoid())  # (B, T, I)
-    s("SiLU(gate) · up", "g, u = gu's halves; a = u · g · σ(g)   (SwiGLU)", a)
+    s("SiLU(gate) · up", "g, u = gu's halves; a = u · g · σ(g)   (SwiGLU)", a,
+      point=Point.mlp_act)
     mlp_out = linear(a, mlp.down_proj)  # (B, T, C)
-    s("down_proj", f"mlp_out = a · W_downᵀ   W_down is ({C}, {a.shape[-1]})", mlp_out, keep=True)
+    s("down_proj", f"mlp_out = a · W_downᵀ   W_down is ({C}, {a.shape[-1]})", mlp_out, keep=True,
+      point=Point.mlp_out)
     x = x + mlp_out  # (B, T, C)
-    s("residual add", "x = x + mlp_out", x)
+    s("residual add", "x = x + mlp_out", x, point=Point.resid_post)
     return x
 
 
@@ -83,6 +83,9 @@ FAMILY = replace(
     LLAMA, name="phi3", title="Phi-3", model_types=("phi3",), recompute_block=block,
     labels={**LLAMA_LABELS, "qkv_proj": "fused QKV projection",
             "gate_up_proj": "MLP gate+up (fused)"},
+    taps={**LLAMA_TAPS, Point.mlp_gate: Tap("mlp.gate_up_proj", part=(0, 2)),
+          Point.mlp_up: Tap("mlp.gate_up_proj", part=(1, 2))},
+    head_taps=("self_attn.qkv_proj",), heads=heads,
     tiny=dict(model_type="phi3", num_hidden_layers=2, hidden_size=64, intermediate_size=96,
               num_attention_heads=4, num_key_value_heads=4, vocab_size=1000,
               max_position_embeddings=64, pad_token_id=0),

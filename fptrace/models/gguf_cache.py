@@ -129,8 +129,9 @@ def gguf_tokenizer(path: str, progress: Progress) -> HFTokenizer:
 
 
 def gguf_model(path: str, dtype: Any, progress: Progress, placed: dict | None = None) -> Any:
-    """The dequantized model, from the cache when it holds it. `placed`: from_pretrained
-    arguments of a device map (then the model is always read from the cache entry)."""
+    """The dequantized model, from the cache when it holds it. `placed`: more from_pretrained
+    arguments, a device map or a quantization (then the model is always read from the cache
+    entry)."""
     import torch
     from transformers import AutoModelForCausalLM
 

@@ -22,6 +22,7 @@ from fptrace.models.devices import (
     placement,
 )
 from fptrace.models.gguf_cache import gguf_model, gguf_tokenizer
+from fptrace.models.prompts import Prepared, Prompt
 from fptrace.models.registry import DEFAULT_MODEL, KnownModel, ModelSpec, resolve
 from fptrace.models.sources import (
     check_folder_weights,
@@ -54,6 +55,7 @@ class LoadedModel:
     source: str
     info: Any = field(default=None, repr=False, compare=False)  # ModelInfo, set by model_info()
     tensor_parallel: int = 1  # ranks the weights are sharded over (torchrun)
+    quantization: str | None = None  # "int8" / "int4": weight-only, quantized on load
 
     @property
     def config(self) -> Any:
@@ -82,26 +84,39 @@ class LoadedModel:
         return self.parts.lm_head.weight.dtype
 
     # ---------------------------------------------------------------- prompts and tokens
-    def encode(self, prompt: str | Sequence[int], truncate: bool = False) -> list[int]:
-        """The token ids of a prompt (text, or ids given as they are), checked against the
-        vocabulary and the context window; see encode_checked for what --truncate dropped."""
-        return self.encode_checked(prompt, truncate)[0]
-
-    def encode_checked(self, prompt: str | Sequence[int], truncate: bool = False
-                       ) -> tuple[list[int], int]:
-        """(ids, dropped): with truncate, a prompt longer than the context keeps its last
-        tokens and `dropped` counts the others; without, it is refused with a clear message."""
+    def prepare(self, prompt: Prompt, truncate: bool = False) -> Prepared:
+        """A prompt as the model takes it (models/prompts.py): text through the tokenizer, a
+        Chat through the chat template, token ids as they are; checked against the vocabulary
+        and the context window (with truncate, a prompt longer than the context keeps its last
+        tokens; without, it is refused with a clear message)."""
+        from fptrace.models.prompts import Chat, Prepared, content_spans, template_flags
         from fptrace.models.tokenizers import encode_prompt
 
-        if isinstance(prompt, str):
-            if self.tokenizer is None:
-                raise BadInput(f"{self.name} has no tokenizer available offline; "
-                               "pass token ids through the Python API instead")
+        if isinstance(prompt, Prepared):
+            return prompt
+        template: tuple[bool, ...] = ()
+        if isinstance(prompt, (str, Chat)) and self.tokenizer is None:
+            raise BadInput(f"{self.name} has no tokenizer available offline; "
+                           "pass token ids through the Python API instead")
+        if isinstance(prompt, Chat):
+            text = self.tokenizer.render_chat(prompt.as_dicts())
+            ids = self.tokenizer.encode(text, special=False)  # the template wrote its specials
+            spans = self.tokenizer.spans(text, special=False)
+            if spans is not None and len(spans) == len(ids):
+                template = template_flags(spans, content_spans(text, prompt))
+        elif isinstance(prompt, str):
+            text = prompt
             ids = encode_prompt(self.tokenizer, prompt)
         else:
             ids = [int(i) for i in prompt]
             if not ids:
                 raise BadInput("no token ids to trace")
+            text = self.tokenizer.decode(ids) if self.tokenizer is not None else ""
+        seconds = None
+        if isinstance(prompt, (str, Chat)):  # the tokenizer's time, warm: its first call of a
+            start = time.perf_counter()  # run also pays for its start-up
+            self.tokenizer.encode(text, special=not isinstance(prompt, Chat))
+            seconds = time.perf_counter() - start
         vocab = int(self.config.vocab_size)
         bad = [i for i in ids if not 0 <= i < vocab]
         if bad:
@@ -114,34 +129,68 @@ class LoadedModel:
                                f"{ctx}; shorten it or pass --truncate to keep the last {ctx} "
                                "tokens")
             dropped = len(ids) - ctx
-            ids = ids[dropped:]
-        return ids, dropped
+            ids, template = ids[dropped:], template[dropped:]
+        return Prepared(ids=tuple(ids), text=text, template=template, dropped=dropped,
+                        chat=isinstance(prompt, Chat),
+                        from_ids=not isinstance(prompt, (str, Chat)), seconds=seconds)
 
-    def prompt_text(self, prompt: str | Sequence[int]) -> str:
-        """The prompt as text (token ids are decoded)."""
+    def encode(self, prompt: Prompt, truncate: bool = False) -> list[int]:
+        """The token ids of a prompt (see prepare)."""
+        return list(self.prepare(prompt, truncate).ids)
+
+    def encode_checked(self, prompt: Prompt, truncate: bool = False) -> tuple[list[int], int]:
+        """(ids, dropped): what prepare() keeps, and how many tokens --truncate dropped."""
+        p = self.prepare(prompt, truncate)
+        return list(p.ids), p.dropped
+
+    def spans(self, prepared: Prepared) -> list[tuple[int, int]] | None:
+        """Each id's character span in prepared.text, or None when the tokenizer cannot say
+        (no tokenizer, or the ids are not what the text encodes to)."""
+        if self.tokenizer is None:
+            return None
+        special = not prepared.chat  # a chat's specials are in its text
+        spans = self.tokenizer.spans(prepared.text, special)
+        if spans is None or self.tokenizer.encode(prepared.text, special)[prepared.dropped:] \
+                != list(prepared.ids):
+            return None
+        return spans[prepared.dropped:]
+
+    def prompt_text(self, prompt: Prompt) -> str:
+        """The prompt as text: as given, the chat template's rendering, or ids decoded."""
         if isinstance(prompt, str):
             return prompt
-        return self.tokenizer.decode(list(prompt)) if self.tokenizer is not None else ""
+        return self.prepare(prompt).text
 
     def token_text(self, token_id: int) -> str:
         return self.tokenizer.token_text(token_id) if self.tokenizer is not None \
             else f"<{token_id}>"
 
-    def bos_note(self, ids: Sequence[int]) -> str | None:
-        """Whether the ids begin with the tokenizer's begin-of-text token: the seeds' Llama adds
-        one, SmolLM2's GGUF does not."""
+    def bos_note(self, prepared: Prepared) -> str | None:
+        """Who wrote the first tokens: the chat template, or the tokenizer's begin-of-text token
+        (the seeds' Llama adds one, SmolLM2's GGUF does not)."""
+        from fptrace.core.notes import BOS_ADDED, CHAT_TEMPLATE, NO_BOS
+
+        ids = prepared.ids
+        if prepared.chat:
+            return CHAT_TEMPLATE(template=sum(prepared.flags()), n=len(ids))
         bos = getattr(self.tokenizer, "bos_id", None) if self.tokenizer is not None else None
-        if bos is None:
+        if bos is None or not ids:
             return None
         name = repr(self.token_text(bos))
-        if ids and ids[0] == bos:
-            return f"position 0 is the begin-of-text token {name} (id {bos}), added by the tokenizer"
-        return (f"no begin-of-text token: this tokenizer adds none (its would be {name}, id "
-                f"{bos}), so position 0 is the prompt's first word")
+        if ids[0] == bos:
+            return BOS_ADDED(token=name, id=bos)
+        return NO_BOS(first=repr(self.token_text(ids[0])), token=name, id=bos)
 
-    def tokens(self, ids: Sequence[int], start: int = 0) -> tuple[Token, ...]:
-        """Token rows (position, id, text) of ids, positions counted from `start`."""
-        return tuple(Token(start + i, t, self.token_text(t)) for i, t in enumerate(ids))
+    def tokens(self, ids: Sequence[int] | Prepared, start: int = 0) -> tuple[Token, ...]:
+        """Token rows (position, id, text) of ids, positions counted from `start`; of a
+        Prepared prompt, with the tokens its chat template added marked."""
+        from fptrace.models.prompts import Prepared
+
+        flags = ids.flags() if isinstance(ids, Prepared) else ()
+        ids = ids.ids if isinstance(ids, Prepared) else ids
+        return tuple(Token(start + i, t, self.token_text(t),
+                           template=bool(flags[i]) if flags else False)
+                     for i, t in enumerate(ids))
 
 
 def tokenizer_for(spec: ModelSpec, config: Any, progress: Progress) -> TextTokenizer | None:
@@ -190,13 +239,16 @@ def load_model(name: str = DEFAULT_MODEL, *, random_weights: bool = False, seed:
                device: str = "cpu", dtype: str = "auto", allow_pickle: bool = False,
                trust_remote_code: bool = False, device_map: str | None = None,
                max_memory: str | None = None, offload_folder: str | None = None,
-               progress: Progress = _quiet) -> LoadedModel:
+               quantize: str | None = None, progress: Progress = _quiet) -> LoadedModel:
     """Resolve `name` (see registry.RESOLUTION_HELP) and load it, ready to trace.
 
     device_map="auto" (with max_memory like "0=70GiB,cpu=200GiB" and an offload_folder) loads
-    through Accelerate: blocks spread over GPUs, then CPU RAM, then disk."""
+    through Accelerate: blocks spread over GPUs, then CPU RAM, then disk. quantize="int8" or
+    "int4": the blocks' linear weights quantized on load (models/quantize.py)."""
     from fptrace.models import tensor_parallel as tp
+    from fptrace.models.quantize import quiet_torchao
 
+    quiet_torchao()  # transformers imports torchao, when installed, with every model
     spec = resolve(name)
     dev = pick_device(device)
     dt = pick_dtype(dtype, dev)
@@ -207,6 +259,10 @@ def load_model(name: str = DEFAULT_MODEL, *, random_weights: bool = False, seed:
                  else config_from_dict(spec.known.config), ranks, device_map=device_map,
                  random_weights=random_weights)
         placed = tp.from_pretrained_options(ranks)
+    # from_pretrained's arguments beyond the dtype: a device map or the tensor-parallel
+    # config, a quantization
+    pretrained = {**(placed or {}), **_quantized(quantize, spec, dev, placed, random_weights,
+                                                 ranks)} or None
     t0 = time.perf_counter()
     if random_weights:
         config = load_config(spec) if not (spec.kind == "gguf" and spec.path is None) \
@@ -220,13 +276,13 @@ def load_model(name: str = DEFAULT_MODEL, *, random_weights: bool = False, seed:
             raise ModelNotFound(_missing_package(spec.known))
         if spec.known is not None:
             estimate(config_from_dict(spec.known.config), dt, dev, placed, progress)
-        model = gguf_model(spec.path, dt, progress, placed)
+        model = gguf_model(spec.path, dt, progress, pretrained)
         source = spec.path
     elif spec.kind == "folder":
         safe = check_folder_weights(spec.path, allow_pickle)
         if not needs_remote_code(os.path.join(spec.path, "config.json"), trust_remote_code):
             estimate(load_config(spec), dt, dev, placed, progress)
-        model = from_pretrained(spec.path, safe, trust_remote_code, dt, placed)
+        model = from_pretrained(spec.path, safe, trust_remote_code, dt, pretrained)
         source = os.path.abspath(spec.path)
     else:
         config_path = hub_file(spec.hub_id, "config.json")
@@ -235,19 +291,37 @@ def load_model(name: str = DEFAULT_MODEL, *, random_weights: bool = False, seed:
         safe = check_folder_weights(folder, allow_pickle)
         if not needs_remote_code(config_path, trust_remote_code):
             estimate(load_config(spec), dt, dev, placed, progress)
-        model = from_pretrained(folder, safe, trust_remote_code, dt, placed)
+        model = from_pretrained(folder, safe, trust_remote_code, dt, pretrained)
         source = f"hub:{spec.hub_id}"
     model.eval()
-    if placed is None:
+    if pretrained is None:
         model.to(dev)
     tokenizer = tokenizer_for(spec, model.config, progress)
     parts = resolve_parts(model)
+    sharded = int(getattr(model, "tp_size", None) or 1)  # what transformers did, not asked
+    if sharded != ranks:
+        raise RuntimeError(f"{ranks} ranks, but transformers sharded the weights over {sharded}")
     lm = LoadedModel(name=spec.name, model=model, tokenizer=tokenizer, parts=parts,
-                     random_weights=random_weights, source=source, tensor_parallel=ranks)
+                     random_weights=random_weights, source=source, tensor_parallel=sharded,
+                     quantization=quantize)
     where = "; ".join(lm.placement) or str(lm.device)
     progress(f"loaded {spec.name} in {time.perf_counter() - t0:.1f} s on {where} "
-             f"({str(dt)[6:]})")
+             f"({str(dt)[6:]}{', ' + quantize + ' weight-only' if quantize else ''})")
     return lm
+
+
+def _quantized(quantize: str | None, spec: ModelSpec, dev: Any, placed: dict | None,
+               random_weights: bool, ranks: int) -> dict:
+    """from_pretrained's arguments that quantize the weights on load (none without quantize),
+    after refusing what this load cannot run."""
+    if quantize is None:
+        return {}
+    from fptrace.models.quantize import check_quantization, quantization_config
+
+    check_quantization(quantize, dev, load_config(spec) if quantize == "int4" and not
+                       random_weights else None, random_weights=random_weights, ranks=ranks)
+    return {"quantization_config": quantization_config(quantize),
+            **({} if placed else {"device_map": str(dev)})}
 
 
 def _missing_package(known: KnownModel | None) -> str:

@@ -22,6 +22,7 @@ class LoadOptions:
     max_memory: str | None = None  # "0=70GiB,cpu=200GiB"
     offload_folder: str | None = None
     tp: int | None = None  # --tp N: shard over N processes on this machine (torch's launcher)
+    quantize: str | None = None  # "int8" / "int4": torchao weight-only, on load
 
     def load(self, progress: Callable[[str], None] | None = None) -> Any:
         """The LoadedModel these options describe."""

@@ -23,11 +23,63 @@ class TextTokenizer(Protocol):
     bos_id: int | None
     eos_id: int | None
 
-    def encode(self, text: str) -> list[int]: ...
+    def encode(self, text: str, special: bool = True) -> list[int]:
+        """The ids of a text; special=False: without the begin-of-text (or other) tokens the
+        tokenizer adds to a whole prompt, as a fragment of one."""
+        ...
 
     def decode(self, ids: list[int]) -> str: ...
 
     def token_text(self, token_id: int) -> str: ...
+
+    def spans(self, text: str, special: bool = True) -> list[tuple[int, int]] | None:
+        """Each token's (start, end) character span in text, as encode(text, special) splits
+        it (an added token that spells no character has an empty span); None when the
+        tokenizer cannot say."""
+        ...
+
+    def chat_template(self) -> str | None: ...
+
+    def render_chat(self, messages: list[dict[str, str]]) -> str:
+        """The text the chat template makes of a conversation, with the assistant's turn
+        opened (add_generation_prompt)."""
+        ...
+
+
+def decoded_spans(tok: TextTokenizer, text: str, special: bool) -> list[tuple[int, int]] | None:
+    """Spans from decoding the ids one more at a time, for tokenizers that keep no offsets:
+    valid when the fragment's ids decode back to the text (byte-level BPE); the tokens added
+    for a whole prompt (a begin-of-text id) get empty spans."""
+    plain = tok.encode(text, special=False)
+    if tok.decode(plain) != text:
+        return None
+    spans, end = [], 0
+    for k in range(len(plain)):
+        new = len(tok.decode(plain[:k + 1]))
+        spans.append((min(end, new), new))
+        end = new
+    ids = tok.encode(text, special) if special else plain
+    extra = len(ids) - len(plain)
+    if extra < 0 or ids[extra:] != plain:
+        return None
+    return [(0, 0)] * extra + spans
+
+
+def no_chat_template(name: str) -> BadInput:
+    return BadInput(f"the tokenizer of this model ({name}) has no chat template: trace plain "
+                    "text instead of --chat/--system/--messages")
+
+
+class NoChatTemplate:
+    """What tokenizers without a chat template answer."""
+
+    name: str
+
+    def chat_template(self) -> str | None:
+        return None
+
+    def render_chat(self, messages: list[dict[str, str]]) -> str:
+        raise no_chat_template(self.name)
 
 
 def package_dir(package: str) -> str | None:
@@ -69,10 +121,10 @@ def _fragment_text(decoded: str, piece: str | None) -> str:
     """A token that is part of a multi-byte character decodes to U+FFFD; show its bytes."""
     if "\ufffd" not in decoded or piece is None:
         return decoded
+    if re.fullmatch(r"<0x[0-9A-Fa-f]{2}>", piece):  # SentencePiece byte fallback (checked
+        return "\\x" + piece[3:-1].lower()  # first: the piece is valid byte-level text too)
     raw = byte_level_bytes(piece)
     if raw is None:
-        if piece.startswith("<0x") and piece.endswith(">"):  # SentencePiece byte fallback
-            return "\\x" + piece[3:-1].lower()
         return decoded
     return raw.decode("utf-8", errors="backslashreplace")
 
@@ -87,8 +139,35 @@ class HFTokenizer:
         self.eos_id = tok.eos_token_id
         self.pad_id = tok.pad_token_id
 
-    def encode(self, text: str) -> list[int]:
-        return list(self._tok(text, add_special_tokens=True)["input_ids"])
+    def encode(self, text: str, special: bool = True) -> list[int]:
+        return list(self._tok(text, add_special_tokens=special)["input_ids"])
+
+    def spans(self, text: str, special: bool = True) -> list[tuple[int, int]] | None:
+        if not getattr(self._tok, "is_fast", False):
+            return decoded_spans(self, text, special)
+        got = self._tok(text, add_special_tokens=special, return_offsets_mapping=True)
+        return [(int(a), int(b)) for a, b in got["offset_mapping"]]
+
+    def chat_template(self) -> str | None:
+        template = getattr(self._tok, "chat_template", None)
+        return template if isinstance(template, str) and template.strip() else None
+
+    def render_chat(self, messages: list[dict[str, str]]) -> str:
+        if self.chat_template() is None:
+            raise no_chat_template(self.name)
+        try:
+            return self._tok.apply_chat_template(messages, tokenize=False,
+                                                 add_generation_prompt=True)
+        except Exception as e:  # the template's own refusal (e.g. a role it does not know)
+            first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+            raise BadInput(f"the chat template of {self.name} refuses these messages: "
+                           f"{first}") from None
+
+    def chat_ids(self, messages: list[dict[str, str]]) -> list[int]:
+        """transformers' own tokenization of the conversation (what the tests compare with)."""
+        got = self._tok.apply_chat_template(messages, tokenize=True, add_generation_prompt=True,
+                                            return_dict=True)
+        return list(got["input_ids"])
 
     def decode(self, ids: list[int]) -> str:
         return self._tok.decode(ids)
@@ -101,7 +180,7 @@ class HFTokenizer:
         self._tok.save_pretrained(folder)
 
 
-class RawTokenizer:
+class RawTokenizer(NoChatTemplate):
     """A `tokenizers.Tokenizer` (GPT-2 BPE from data files)."""
 
     def __init__(self, tok: Any, name: str, bos_id: int | None, eos_id: int | None):
@@ -111,8 +190,12 @@ class RawTokenizer:
         self.eos_id = eos_id
         self.pad_id = eos_id
 
-    def encode(self, text: str) -> list[int]:
-        return list(self._tok.encode(text).ids)
+    def encode(self, text: str, special: bool = True) -> list[int]:
+        return list(self._tok.encode(text, add_special_tokens=special).ids)
+
+    def spans(self, text: str, special: bool = True) -> list[tuple[int, int]] | None:
+        return [(int(a), int(b)) for a, b in
+                self._tok.encode(text, add_special_tokens=special).offsets]
 
     def decode(self, ids: list[int]) -> str:
         return self._tok.decode(ids)
@@ -121,7 +204,7 @@ class RawTokenizer:
         return _fragment_text(self._tok.decode([token_id]), self._tok.id_to_token(token_id))
 
 
-class QuicktokTokenizer:
+class QuicktokTokenizer(NoChatTemplate):
     """A quicktok encoding (Llama 3, Qwen) with the model's begin-of-text id prepended."""
 
     def __init__(self, enc: Any, name: str, bos_id: int | None, eos_id: int | None,
@@ -133,9 +216,14 @@ class QuicktokTokenizer:
         self.pad_id = eos_id
         self._prepend = prepend_bos
 
-    def encode(self, text: str) -> list[int]:
+    def encode(self, text: str, special: bool = True) -> list[int]:
         ids = list(self._enc.encode(text))
-        return [self.bos_id, *ids] if self._prepend and self.bos_id is not None else ids
+        if special and self._prepend and self.bos_id is not None:
+            return [self.bos_id, *ids]
+        return ids
+
+    def spans(self, text: str, special: bool = True) -> list[tuple[int, int]] | None:
+        return decoded_spans(self, text, special)
 
     def decode(self, ids: list[int]) -> str:
         return self._enc.decode(list(ids))

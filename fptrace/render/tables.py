@@ -49,9 +49,15 @@ def header(info: ModelInfo) -> RenderableType:
 
 def token_table(toks: tuple[Token, ...], title: str = "Tokens",
                 width: int | None = None, note: str | None = None) -> RenderableType:
-    """Position, id and text (whitespace made visible) of each token; a long text wraps."""
+    """Position, id and text (whitespace made visible) of each token; a long text wraps. The
+    tokens a chat template added are dimmed and marked in a column of their own."""
     cols = (Col("pos", 0, "right"), Col("id", 0, "right"), Col("text", 0, wrap=True))
-    rows = [[str(tok.position), str(tok.id), Text(visible(tok.text))] for tok in toks]
+    marked = any(tok.template for tok in toks)
+    if marked:
+        cols += (Col("from", 0),)
+    rows = [RowStyle([str(tok.position), str(tok.id), Text(visible(tok.text))]
+                     + ([("template" if tok.template else "message")] if marked else []),
+                     "dim" if tok.template else None) for tok in toks]
     table = fit_table(cols, rows, width, box=box.HEAVY_HEAD, title=title, title_justify="left")
     return table if note is None else Group(table, Text(note, style="dim"))
 

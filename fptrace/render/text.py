@@ -72,3 +72,12 @@ def compact(x: float | None) -> str:
     a = abs(x)
     return f"{x:,.0f}" if a >= 1000 else f"{x:.1f}" if a >= 100 else f"{x:.2f}" if a >= 1 \
         else f"{x:.3g}"
+
+
+def duration(seconds: float) -> str:
+    """A short time as people write it: 85 µs, 1.2 ms, 3.4 s."""
+    if seconds < 1e-3:
+        return f"{seconds * 1e6:.0f} µs"
+    if seconds < 1:
+        return f"{seconds * 1e3:.1f} ms"
+    return f"{seconds:.1f} s"

@@ -1,5 +1,4 @@
-"""The commands that answer "why": attribute (which heads and MLPs), diff (do two runs compute
-the same), patch (where the prediction is carried). Registered on the app of cli_common."""
+"""`fptrace attribute`: the Typer command."""
 
 from __future__ import annotations
 
@@ -8,14 +7,26 @@ from typing import Annotated, Optional
 import typer
 
 from fptrace.cli.io import command, load_for, output
-from fptrace.cli.options import STATS, JsonOpt, LoadOptions, PlotOpt, WideOpt, model_options
+from fptrace.cli.options import (
+    STATS,
+    ChatOptions,
+    JsonOpt,
+    LoadOptions,
+    PlotOpt,
+    WideOpt,
+    chat_options,
+    model_options,
+)
 
 
 @command(order=40, docs="attribute")
+@chat_options()
 @model_options()
 def attribute(
-    prompt: Annotated[str, typer.Argument(help="The text whose next-token logit is attributed.")],
-    opts: LoadOptions,
+    prompt: Annotated[Optional[str], typer.Argument(
+        help="The text whose next-token logit is attributed (or --messages FILE).")] = None,
+    opts: LoadOptions = LoadOptions(),
+    chat: ChatOptions = ChatOptions(),
     target: Annotated[Optional[str], typer.Option(
         "--target", help="The token whose logit is attributed (one token, e.g. ' Paris', or "
         "#ID); default: the model's top-1.", rich_help_panel=STATS)] = None,
@@ -31,7 +42,7 @@ def attribute(
     """Which heads and MLPs made this answer: direct logit attribution that sums exactly to the
     model's own logit (exit 5 when it does not)."""
 
-    lm = load_for(prompt, opts, plot)
+    lm, prompt = load_for(prompt, opts, plot, chat)
     from fptrace.commands.attribute.core import attribute as run_attribute
 
     result = run_attribute(lm, prompt, target=target, versus=versus, top=top)

@@ -20,9 +20,11 @@ from typing import Any
 from fptrace.commands.attribute.result import Attribution, Contribution, LayerAttribution
 from fptrace.core.fragments import token_id
 from fptrace.core.hooks import Capture, capture_stats, first_output, hooked
+from fptrace.core.notes import HEADS_UNSPLIT, SOFTCAP
 from fptrace.core.trace import base_notes, layer_stats, model_info, ranked_token
 from fptrace.errors import BadInput, UnsupportedModel
 from fptrace.models.loading import LoadedModel
+from fptrace.models.prompts import Prepared, Prompt
 
 RTOL = 1e-4  # float32: |sum − logit| ≤ RTOL · max(1, Σ|parts|)
 HALF_RTOL = 2e-2  # a half-precision model rounds its own stream and logits at this level
@@ -73,7 +75,7 @@ def _w_o(attn: Any, names: tuple[str, ...]) -> tuple[Any, Any]:
                            f"({', '.join(names)}) to split attention per head")
 
 
-def attribute(lm: LoadedModel, prompt: Any, *, target: str | None = None,
+def attribute(lm: LoadedModel, prompt: Prompt, *, target: str | None = None,
               versus: str | None = None, top: int = 12) -> Attribution:
     """Direct logit attribution of the target token's logit at the last position (default:
     the model's top-1), or of the logit difference target − versus."""
@@ -81,7 +83,8 @@ def attribute(lm: LoadedModel, prompt: Any, *, target: str | None = None,
 
     fam = lm.parts.family
     info = model_info(lm)
-    ids = lm.encode(prompt)
+    prepared = lm.prepare(prompt)
+    ids = list(prepared.ids)
     cap = Capture(mask=None, home=lm.device)
     got: dict[str, Any] = {"y": [None] * info.n_layers, "o": [None] * info.n_layers}
     hooks = []
@@ -99,12 +102,12 @@ def attribute(lm: LoadedModel, prompt: Any, *, target: str | None = None,
     _, checks = layer_stats(lm, cap, snippet=0, logit_lens=False)
     if not checks[0].holds:
         raise UnsupportedModel("cannot attribute: " + checks[0].note())
-    t = int(logits.argmax()) if target is None else token_id(lm, target, "--target")
-    v = None if versus is None else token_id(lm, versus, "--versus")
+    t = int(logits.argmax()) if target is None else token_id(lm, target, "--target", prepared)
+    v = None if versus is None else token_id(lm, versus, "--versus", prepared)
     if v == t:
         raise BadInput("--target and --versus are the same token")
     with torch.inference_mode():
-        return _attribution(lm, info, ids, cap, got, w_o, logits, t, v, top)
+        return _attribution(lm, info, prepared, cap, got, w_o, logits, t, v, top)
 
 
 def _keep_input(store: list, i: int, cap: Capture) -> Any:
@@ -119,7 +122,7 @@ def _keep_output(store: dict, key: str, cap: Capture) -> Any:
     return hook
 
 
-def _attribution(lm: LoadedModel, info: Any, ids: list[int], cap: Capture, got: dict,
+def _attribution(lm: LoadedModel, info: Any, prepared: Prepared, cap: Capture, got: dict,
                  w_o: list, logits: Any, t: int, v: int | None, top: int) -> Attribution:
     fam = lm.parts.family
     x = cap.resid_last[-1][0]  # (d,) the stream entering the final norm
@@ -142,8 +145,7 @@ def _attribution(lm: LoadedModel, info: Any, ids: list[int], cap: Capture, got: 
                        cap.attn_last[layer][0], info.dtype)
         if heads is None:
             comps.append(("attn", layer, None, attn_total))
-            notes.append(f"block {layer}: the per-head parts do not add up to the attention "
-                         "output; attention shown as one part")
+            notes.append(HEADS_UNSPLIT(layer=layer))
             head_grid.append(())
         else:
             per_head, bias = heads
@@ -172,12 +174,11 @@ def _attribution(lm: LoadedModel, info: Any, ids: list[int], cap: Capture, got: 
         mlp=sum(c.value for c in contributions if c.layer == l and c.component == "mlp"))
         for l in range(info.n_layers))
     if capped:
-        notes.append(f"the model soft-caps its logits at {lm.parts.final_softcap:g}: the parts "
-                     "sum to the logit before the cap; the capped logit is shown beside it")
+        notes.append(SOFTCAP(cap=lm.parts.final_softcap))
     notes = base_notes(lm) + notes
     top_parts = tuple(sorted(contributions, key=lambda c: -abs(c.value))[:top])
     return Attribution(
-        prompt=lm.prompt_text(ids), model=info, tokens=lm.tokens(ids),
+        prompt=prepared.text, model=info, tokens=lm.tokens(prepared),
         target=ranked_token(lm, logits, t),
         versus=None if v is None else ranked_token(lm, logits, v),
         model_logit=model_logit,

@@ -7,8 +7,7 @@ from fptrace.core.results import SCHEMA_VERSION, ModelInfo, Token, TopToken, res
 
 @result
 class Contribution:
-    """One part of the last position's stream, in logits of the target.
-        One part of the last position's stream, in logits of the target (or of the difference     target
+    """One part of the last position's stream, in logits of the target (or of the difference target
     − versus)."""
 
     component: str

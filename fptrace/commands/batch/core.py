@@ -184,7 +184,8 @@ def record_line(item: PromptItem, result: Any = None, error: str | None = None,
                **data}
     else:
         data = to_dict(BatchError(id=item.id, source=item.source, extra=item.extra,
-                                  prompt=item.prompt, error=error or "",
+                                  prompt=item.prompt if isinstance(item.prompt, str) else None,
+                                  error=error or "",
                                   error_type=error_type or ""))
         rec = {"kind": data.pop("kind"), "schema_version": data.pop("schema_version"), **data}
     line = json.dumps(rec, ensure_ascii=False, allow_nan=False)
@@ -210,12 +211,9 @@ def run_batch(lm: Any, items: list[PromptItem], out: Callable[[list[str]], None]
     s.skipped = len(items) - len(todo)
 
     def traced(group: list[Encoded]) -> dict[str, str]:
-        traces = run_traces(lm, [e.ids for e in group], top_k=top_k, snippet=snippet)
+        traces = run_traces(lm, [e.prepared for e in group], top_k=top_k, snippet=snippet)
         lines = {}
         for e, t in zip(group, traces):
-            n = e.dropped
-            t = dataclasses.replace(t, prompt=e.item.prompt, truncated=n, notes=t.notes + (
-                (f"--truncate dropped the first {n} tokens",) if n else ()))
             s.nonfinite += t.first_nonfinite is not None
             lines[e.item.id] = record_line(e.item, t)
         return lines

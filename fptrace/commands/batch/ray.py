@@ -13,13 +13,13 @@ import json
 from typing import Callable
 
 from fptrace.commands.batch.core import run_batch
-from fptrace.core.inputs import PromptItem
+from fptrace.core.inputs import PromptItem, prompt_from_json, prompt_to_json
 from fptrace.core.prompt_groups import Summary
 
 
 def trace_block(lm: object, block: dict, *, top_k: int, snippet: int, truncate: bool) -> dict:
     """On an actor: trace one group of rows (see run_on_ray) into its lines."""
-    items = [PromptItem(id=i, source=s, prompt=json.loads(p), extra=json.loads(e),
+    items = [PromptItem(id=i, source=s, prompt=prompt_from_json(p), extra=json.loads(e),
                         error=err or None)
              for i, s, p, e, err in zip(block["id"], block["source"], block["prompt"],
                                         block["extra"], block["error"])]
@@ -43,7 +43,7 @@ def run_on_ray(items: list[PromptItem], done: set[str], write: Callable[[list[st
 
     todo = [it for it in items if it.id not in done]
     s = Summary(total=len(items), skipped=len(items) - len(todo))
-    rows = [{"id": it.id, "source": it.source, "prompt": json.dumps(it.prompt),
+    rows = [{"id": it.id, "source": it.source, "prompt": prompt_to_json(it.prompt),
              "extra": json.dumps(it.extra), "error": it.error or ""} for it in todo]
     start = time.perf_counter()
     written = 0

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from fptrace.commands.diff.result import ChannelMove, SiteMove, StatsDiff
 from fptrace.core.activation_stats import read_statistics
+from fptrace.core.notes import STATS_DIFF_PROMPTS
 from fptrace.errors import BadInput
 
 SHOWN = 20  # channels listed
@@ -46,8 +47,7 @@ def diff_stats(path_a: str, path_b: str, shown: int = SHOWN) -> StatsDiff:
                 mean_b=float(mean_b[k]), std_a=float(std_a[k]), std_b=float(std_b[k])))
     candidates.sort(key=lambda m: -m.change)
     same = a.prompts == b.prompts
-    notes = [] if same else ["the two files count different prompts: the moves mix what the "
-                             "models do differently with what the prompts do"]
+    notes = [] if same else [STATS_DIFF_PROMPTS()]
     return StatsDiff(a=path_a, b=path_b, model_a=str(doc_a.get("model", {}).get("name")),
                      model_b=str(doc_b.get("model", {}).get("name")),
                      prompts_a=len(a.prompts), prompts_b=len(b.prompts), same_prompts=same,

@@ -7,17 +7,28 @@ from typing import Annotated, Optional
 import typer
 
 from fptrace.cli.io import command, load, output
-from fptrace.cli.options import STATS, JsonOpt, LoadOptions, WideOpt, model_options
+from fptrace.cli.options import (
+    STATS,
+    ChatOptions,
+    JsonOpt,
+    LoadOptions,
+    WideOpt,
+    chat_options,
+    model_options,
+)
 from fptrace.errors import BadInput
 
 
 @command(order=50, docs="diff")
-@model_options()
+@chat_options()
+@model_options(quantize=True)
 def diff(
-    first: Annotated[str, typer.Argument(help="A prompt, or a trace saved by `run --json`.")],
+    first: Annotated[Optional[str], typer.Argument(
+        help="A prompt, or a trace saved by `run --json` (or --messages FILE).")] = None,
     second: Annotated[Optional[str], typer.Argument(
         help="A second prompt (same model), or a second trace file.")] = None,
     opts: LoadOptions = LoadOptions(),
+    chat: ChatOptions = ChatOptions(),
     model_b: Annotated[Optional[str], typer.Option("--model-b", help="Run the prompt on this "
                                                    "model too.", rich_help_panel="Model")] = None,
     dtype_b: Annotated[Optional[str], typer.Option("--dtype-b", help="... in this dtype.",
@@ -31,16 +42,29 @@ def diff(
         "--stats", help="FIRST and SECOND are statistics files (`fptrace stats --out`): compare "
         "them channel by channel.", rich_help_panel=STATS)] = False,
     tolerance: Annotated[Optional[float], typer.Option(
-        "--tolerance", help="Largest ‖a − b‖ / ‖a‖ of the last position's stream that counts "
-        "as the same (default: chosen from the two dtypes, and stated).",
+        "--tolerance", help="Largest ‖a − b‖ / ‖a‖ of the last position's stream (with --deep, "
+        "also of each point) that counts as the same (default: chosen from the two dtypes, and "
+        "stated).",
+        rich_help_panel=STATS)] = None,
+    quantize_b: Annotated[Optional[str], typer.Option(
+        "--quantize-b", help="... with its linear weights quantized on load: int8 or int4 "
+        "(torchao weight-only).", rich_help_panel="Model")] = None,
+    deep: Annotated[bool, typer.Option(
+        "--deep", help="Also compare, inside every block, the points explain names (norms, q, "
+        "k, v after RoPE, attention weights, z, the MLP's gate, up, activation, outputs) and "
+        "name the first operation where the runs part.", rich_help_panel=STATS)] = False,
+    deep_layers: Annotated[Optional[str], typer.Option(
+        "--deep-layers", help="With --deep: only these blocks, e.g. 3-5 or 0,4,8-9.",
         rich_help_panel=STATS)] = None,
     as_json: JsonOpt = False,
     wide: WideOpt = False,
 ) -> None:
     """Do two runs compute the same? Two traces side by side, layer by layer: two prompts, one
-    prompt under two settings (--model-b, --dtype-b, --device-b, --random-weights-b), or two
-    saved traces. Exit 0 within the tolerance, 1 when not, 2 on bad input. With --stats: two
-    statistics files, the channels that moved most."""
+    prompt under two settings (--model-b, --dtype-b, --device-b, --quantize-b,
+    --random-weights-b), or two saved traces; with --deep, inside the blocks too, down to the
+    first operation where they part; with --stats, two statistics files (`fptrace stats
+    --out`), the channels that moved most. Exit 0 within the tolerance, 1 when not, 2 on bad
+    input."""
     if stats:
         from fptrace.commands.diff.channels import diff_stats
         from fptrace.commands.diff.render import stats_diff_view
@@ -50,54 +74,89 @@ def diff(
         output(diff_stats(first, second), stats_diff_view, as_json=as_json, wide=wide)
         return
     from fptrace.commands.diff.core import diff_traces
-
-    a, b, labels, same = _diff_inputs(first, second, opts, model_b, dtype_b, device_b,
-                                      random_weights_b)
-    result = diff_traces(a, b, labels=labels, tolerance=tolerance, same_input=same)
     from fptrace.commands.diff.render import diff_view
 
+    if deep or deep_layers is not None:
+        result = _deep(first, second, opts, chat, _settings_b(model_b, dtype_b, device_b,
+                                                              random_weights_b, quantize_b),
+                       deep_layers, tolerance)
+    else:
+        a, b, labels, same = _diff_inputs(first, second, opts, chat, model_b, dtype_b, device_b,
+                                          random_weights_b, quantize_b)
+        result = diff_traces(a, b, labels=labels, tolerance=tolerance, same_input=same)
     output(result, diff_view, as_json=as_json, wide=wide)
     if not result.within:
         raise typer.Exit(1)
 
 
-def _diff_inputs(first: str, second: str | None, opts: LoadOptions, model_b: str | None,
-                 dtype_b: str | None, device_b: str | None, random_b: bool
-                 ) -> tuple[dict, dict, tuple[str, str], bool]:
+def _settings_b(model_b: str | None, dtype_b: str | None, device_b: str | None,
+                random_b: bool, quantize_b: str | None) -> dict:
+    """The -b options: what side b changes of the loading options."""
+    settings_b = {k: v for k, v in (("model", model_b), ("dtype", dtype_b),
+                                    ("device", device_b), ("quantize", quantize_b))
+                  if v is not None}
+    if random_b:
+        settings_b["random_weights"] = True
+    return settings_b
+
+
+def _deep(first: str | None, second: str | None, opts: LoadOptions, chat: ChatOptions,
+          settings_b: dict, deep_layers: str | None, tolerance: float | None) -> object:
+    """--deep: one prompt on two loaded models (a and the -b options)."""
+    import dataclasses
+
+    from fptrace.cli.io import prompt_of
+    from fptrace.commands.diff.deep import deep_diff
+
+    if second is not None or (first or "").endswith((".json", ".jsonl")) or not settings_b:
+        raise BadInput("--deep compares one prompt on two models or settings: PROMPT and a -b "
+                       "option (--model-b, --dtype-b, --device-b, --quantize-b, "
+                       "--random-weights-b); saved traces hold no points inside the blocks")
+    prompt = prompt_of(first, chat)
+    lm_a = load(opts)
+    lm_b = load(dataclasses.replace(opts, **settings_b))
+    return deep_diff(lm_a, lm_b, prompt, layers=deep_layers, tolerance=tolerance)
+
+
+def _diff_inputs(first: str | None, second: str | None, opts: LoadOptions, chat: ChatOptions,
+                 model_b: str | None, dtype_b: str | None, device_b: str | None, random_b: bool,
+                 quantize_b: str | None = None) -> tuple[dict, dict, tuple[str, str], bool]:
     """The two traces to compare (as JSON dicts), their labels, and whether they ran the same
     input."""
     import dataclasses
+    import os
 
+    from fptrace.cli.io import prompt_of
     from fptrace.commands.diff.core import read_trace
-    from fptrace.models.tokenizers import check_prompt
     from fptrace.render.json import to_dict
 
-    settings_b = {k: v for k, v in (("model", model_b), ("dtype", dtype_b),
-                                    ("device", device_b)) if v is not None}
-    if random_b:
-        settings_b["random_weights"] = True
+    settings_b = _settings_b(model_b, dtype_b, device_b, random_b, quantize_b)
     files = [p for p in (first, second) if p is not None and p.endswith((".json", ".jsonl"))]
+    for path in files:
+        if not os.path.exists(path):
+            raise BadInput(f"no such file: {path}")
     if files:
         if len(files) != 2 or settings_b:
             raise BadInput("diff takes two trace files, or prompts (not both; the -b options "
                            "go with one prompt)")
         return read_trace(first), read_trace(second), (first, second), False
 
-    def traced(lm_opts: LoadOptions, prompt: str) -> dict:
+    def traced(lm_opts: LoadOptions, prompt: object) -> dict:
         from fptrace.core.trace import run_trace
 
         lm = load(lm_opts)
         return to_dict(run_trace(lm, prompt, snippet=int(lm.config.hidden_size)))
 
-    check_prompt(first)
+    a = prompt_of(first, chat)
     if second is not None:
         if settings_b:
             raise BadInput("give either a second prompt or --model-b/--dtype-b/--device-b/"
-                           "--random-weights-b, not both")
-        check_prompt(second)
-        return traced(opts, first), traced(opts, second), ("a", "b"), False
+                           "--quantize-b/--random-weights-b, not both")
+        b = prompt_of(second, chat)
+        return traced(opts, a), traced(opts, b), ("a", "b"), False
     if not settings_b:
         raise BadInput("diff needs something to compare: a second prompt, two trace files, or "
-                       "a -b option (--model-b, --dtype-b, --device-b, --random-weights-b)")
+                       "a -b option (--model-b, --dtype-b, --device-b, --quantize-b, "
+                       "--random-weights-b)")
     opts_b = dataclasses.replace(opts, **settings_b)
-    return traced(opts, first), traced(opts_b, first), ("a", "b"), True
+    return traced(opts, a), traced(opts_b, a), ("a", "b"), True

@@ -14,6 +14,7 @@ import json
 import math
 
 from fptrace.commands.diff.result import DiffSide, LayerDiff, TokenDiff, TraceDiff
+from fptrace.core import notes as notes_
 from fptrace.core.results import Trace
 from fptrace.errors import BadInput
 
@@ -59,6 +60,7 @@ def _side(label: str, t: dict) -> DiffSide:
     m = t["model"]
     return DiffSide(label=label, prompt=t["prompt"], model=m["name"], dtype=m["dtype"],
                     device=m["device"], random_weights=m["random_weights"],
+                    quantization=m.get("quantization"),
                     tokens=tuple((tok["id"], tok["text"]) for tok in t["tokens"]))
 
 
@@ -102,19 +104,18 @@ def diff_traces(a: dict, b: dict, *, labels: tuple[str, str] = ("a", "b"),
                        "compared position for position")
     ma, mb = a["model"], b["model"]
     if (ma["name"], ma["source"]) != (mb["name"], mb["source"]):
-        notes.append(f"different models: {ma['name']} ({ma['source']}) and {mb['name']} "
-                     f"({mb['source']})")
+        notes.append(notes_.DIFF_MODELS(a=ma["name"], source_a=ma["source"], b=mb["name"],
+                                        source_b=mb["source"]))
     if side_a.random_weights or side_b.random_weights:
-        notes.append("RANDOM WEIGHTS in " + " and ".join(
-            s.label for s in (side_a, side_b) if s.random_weights))
+        notes.append(notes_.DIFF_RANDOM(which=" and ".join(
+            s.label for s in (side_a, side_b) if s.random_weights)))
     da, db = a["model"]["d_model"], b["model"]["d_model"]
     la, lb = a["layers"], b["layers"]
     if len(la) != len(lb):
-        notes.append(f"{labels[0]} has {len(la) - 1} blocks and {labels[1]} {len(lb) - 1}: the "
-                     "rows are compared up to the shorter")
+        notes.append(notes_.DIFF_BLOCKS(a=labels[0], la=len(la) - 1, b=labels[1],
+                                        lb=len(lb) - 1))
     if da != db:
-        notes.append(f"the streams have different widths ({da} and {db}): no difference or "
-                     "cosine")
+        notes.append(notes_.DIFF_WIDTHS(da=da, db=db))
     rows = []
     withheld = False
     for ra, rb in zip(la, lb):
@@ -125,9 +126,7 @@ def diff_traces(a: dict, b: dict, *, labels: tuple[str, str] = ("a", "b"),
                               lens_a=ra.get("lens_text"), lens_b=rb.get("lens_text"),
                               lens_same=ra.get("lens_id") == rb.get("lens_id")))
     if withheld:
-        notes.append("a trace holds only the first values of the stream, so the relative "
-                     "difference and cosine are withheld; save traces with `--snippet D` "
-                     "(D = d_model) to compare them")
+        notes.append(notes_.DIFF_SNIPPET())
     if tolerance is None:
         tolerance, reason = default_tolerance(a["model"]["dtype"], b["model"]["dtype"])
     else:

@@ -2,18 +2,22 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+from typing import Any
+
 from rich.console import Group, RenderableType
 from rich.text import Text
 
-from fptrace.commands.diff.result import DiffSide, StatsDiff, TraceDiff
+from fptrace.commands.diff.result import DeepDiff, DiffSide, ErrorShare, StatsDiff, TraceDiff
 from fptrace.render.fit import Col, RowStyle, fit_table
 from fptrace.render.text import bullets, compact, norm, num, visible
 
 
 def _side(s: DiffSide) -> Text:
     text = Text(f"{s.label}: ", style="bold")
-    text.append(f"{s.model} ({s.dtype} on {s.device})" + ("  RANDOM WEIGHTS"
-                                                           if s.random_weights else ""))
+    quant = f", {s.quantization} weight-only" if s.quantization else ""
+    text.append(f"{s.model} ({s.dtype}{quant} on {s.device})" + ("  RANDOM WEIGHTS"
+                                                                  if s.random_weights else ""))
     text.append(f"  {s.prompt!r}  [{len(s.tokens)} tokens: "
                 + " ".join(visible(t) for _, t in s.tokens) + "]", style="dim")
     return text
@@ -21,7 +25,45 @@ def _side(s: DiffSide) -> Text:
 
 LAYER_COLS = (Col("layer", 0, "right"), Col("‖a‖", 0, "right"), Col("‖b‖", 0, "right"),
               Col("‖a − b‖ / ‖a‖", 0, "right"), Col("cos", 1, "right"),
-              Col("lens top-1 a", 2), Col("lens top-1 b", 2), Col("", 2))
+              Col("lens top-1 a", 2), Col("lens top-1 b", 2), Col("≠", 2))
+# with --deep: the lens KL, the stream's error channels, the block's worst point
+DEEP_COLS = (Col("lens KL", 0, "right"), Col("worst point", 0), Col("its rel", 0, "right"),
+             Col("top-5 error channels", 1))
+
+
+def _rel(x: float | None, tolerance: float, nonfinite: bool = False) -> Text:
+    over = nonfinite or x is None or not x <= tolerance
+    return Text("NaN/Inf" if nonfinite else "—" if x is None else f"{x:.2e}",
+                style="bold red" if over else None)
+
+
+def shares(items: tuple[ErrorShare, ...], least: float = 0.05) -> str:
+    """`407 (62%), 12 (9%)`: the heads or channels carrying at least `least` of the error
+    (all of those with NaN/Inf, which have no share)."""
+    if items and items[0].share is None:
+        return "NaN/Inf: " + ", ".join(str(s.index) for s in items)
+    return ", ".join(f"{s.index} ({s.share:.0%})" for s in items if s.share >= least)
+
+
+def _top(items: tuple[ErrorShare, ...]) -> str:
+    """`507:13% 17:6% ...`: channels and their share of ‖a − b‖²."""
+    if items and items[0].share is None:
+        return "NaN/Inf: " + " ".join(str(s.index) for s in items)
+    return " ".join(f"{s.index}:{s.share:.0%}" for s in items)
+
+
+def _deep_cells(deep: DeepDiff, layer: int | None) -> list:
+    lens = next((r for r in deep.lens if r.layer == layer), None)
+    blk = next((b for b in deep.blocks if b.layer == layer), None)
+    worst = next((p for p in blk.points if p.point == blk.worst), None) if blk else None
+    kl = "—" if lens is None or lens.kl is None else \
+        "0" if lens.kl == 0 else f"{lens.kl:.2e}"
+    if worst is not None and worst.rel == 0:
+        point, rel = "all 0", ""
+    else:
+        point = worst.point if worst else ""
+        rel = _rel(worst.rel, deep.tolerance, worst.nonfinite) if worst else ""
+    return [kl, point, rel, _top(lens.channels) if lens else ""]
 
 
 def layers_table(d: TraceDiff, width: int | None) -> RenderableType:
@@ -33,9 +75,35 @@ def layers_table(d: TraceDiff, width: int | None) -> RenderableType:
             "embed" if r.layer is None else str(r.layer), norm(r.norm_a), norm(r.norm_b),
             Text(rel, style="bold red" if over else None), num(r.cos, 6),
             Text(visible(r.lens_a or "—")), Text(visible(r.lens_b or "—")),
-            "" if r.lens_same else "≠"], None))
-    return fit_table(LAYER_COLS, rows, width, title="The last position's stream, layer by layer "
+            "" if r.lens_same else "≠"] + (_deep_cells(d.deep, r.layer) if d.deep else []),
+            None))
+    cols = LAYER_COLS
+    if d.deep:  # the points' columns come before the norms, the cosine and the lens tokens
+        cols = tuple(replace(c, priority=c.priority + (2 if c.priority else 0) + (
+            2 if c.header in ("‖a‖", "‖b‖") else 0)) for c in LAYER_COLS) + DEEP_COLS
+    return fit_table(cols, rows, width, title="The last position's stream, layer by layer "
                      f"(tolerance on ‖a − b‖ / ‖a‖: {d.tolerance_reason})", title_justify="left")
+
+
+POINT_COLS = (Col("point", 0), Col("rel", 0, "right"), Col("max |a − b|", 1, "right"),
+              Col("from", 1), Col("their rel", 0, "right"), Col("carried by", 2),
+              Col("source", 2))
+
+
+def points_table(deep: DeepDiff, layer: int, width: int | None) -> RenderableType:
+    """Every point of one block: its relative difference over all positions, its inputs'."""
+    blk = next(b for b in deep.blocks if b.layer == layer)
+    rows = []
+    for p in blk.points:
+        what = ("heads " if p.heads else "channels ") + shares(p.heads or p.channels) \
+            if (p.heads or p.channels) else ""
+        rows.append([p.point, _rel(p.rel, deep.tolerance, p.nonfinite),
+                     num(p.max_abs, 6) if not p.nonfinite else "—",
+                     ", ".join(p.inputs) or "token ids",
+                     "—" if p.inputs_rel is None else f"{p.inputs_rel:.2e}", what,
+                     "hooked" if p.recorded else "recomputed"])
+    return fit_table(POINT_COLS, rows, width, title=f"Block {layer}, point by point (every "
+                     "position; rel = ‖a − b‖ / ‖a‖)", title_justify="left")
 
 
 TOP_COLS = (Col("token", 0), Col("id", 2, "right"), Col("rank a", 0, "right"),
@@ -56,21 +124,90 @@ def top_table(d: TraceDiff, width: int | None) -> RenderableType:
                      title_justify="left")
 
 
+def _blocks(deep: DeepDiff) -> str:
+    """`blocks 3–5`, `block 7`, `blocks 0, 4, 8–9`: the blocks compared point by point."""
+    runs: list[list[int]] = []
+    for b in deep.layers:
+        if runs and runs[-1][-1] == b - 1:
+            runs[-1].append(b)
+        else:
+            runs.append([b])
+    text = ", ".join(f"{r[0]}–{r[-1]}" if len(r) > 1 else str(r[0]) for r in runs)
+    return ("block " if len(deep.layers) == 1 else "blocks ") + text
+
+
+def deep_verdict(deep: DeepDiff) -> Text | None:
+    if not deep.compared:
+        return None
+    if deep.parted is None:
+        return Text(f"✓ every point of {_blocks(deep)} agrees within {deep.tolerance:g}",
+                    style="bold green")
+    return Text(f"✗ the runs part at {deep.parted.sentence}", style="bold red")
+
+
 def verdict(d: TraceDiff) -> Text:
     if d.within:
-        return Text(f"✓ a and b agree within {d.tolerance:g} at every layer", style="bold green")
+        points = f" and every point of {_blocks(d.deep)}" if d.deep and d.deep.compared else ""
+        return Text(f"✓ a and b agree within {d.tolerance:g} at every layer{points}",
+                    style="bold green")
     if not d.comparable:
         return Text("✗ the streams could not be compared at every layer (see the notes)",
                     style="bold yellow")
+    if d.first_over is None:  # the streams agree; a point inside a block does not (--deep)
+        return Text(f"✓ the streams agree within {d.tolerance:g} at every layer",
+                    style="bold green")
     worst = max((r.rel_diff for r in d.layers if r.rel_diff is not None), default=0.0)
     return Text(f"✗ a and b differ: first over {d.tolerance:g} at {d.first_over}; largest "
                 f"relative difference {worst:.2e}", style="bold red")
 
 
 def diff_view(d: TraceDiff, width: int | None = 120) -> RenderableType:
-    notes = bullets(d.notes)
-    return Group(_side(d.a), _side(d.b), layers_table(d, width), top_table(d, width), notes,
-                 verdict(d))
+    notes = bullets(d.notes + (d.deep.notes if d.deep else ()))
+    parts: list[RenderableType] = [_side(d.a), _side(d.b), layers_table(d, width)]
+    if d.deep and d.deep.parted:
+        parts.append(points_table(d.deep, d.deep.parted.layer, width))
+    parts += [top_table(d, width), notes, verdict(d)]
+    if d.deep and not d.within and (line := deep_verdict(d.deep)) is not None:
+        parts.append(line)
+    return Group(*parts)
+
+
+def deep_figure(d: TraceDiff) -> tuple[Any, dict]:
+    """diff --deep as a heatmap: blocks × points, log10 of the relative difference (NaN/Inf in
+    black), the point where the runs part circled."""
+    import math
+
+    from fptrace.render.figures import pyplot
+
+    plt = pyplot()
+    deep = d.deep
+    points = list(deep.points)
+    grid = []
+    for blk in deep.blocks:
+        rels = {p.point: p for p in blk.points}
+        grid.append([math.inf if p in rels and rels[p].nonfinite else
+                     (rels[p].rel if p in rels and rels[p].rel is not None else math.nan)
+                     for p in points])
+    series = {"points": points, "layers": list(deep.layers), "rel": grid,
+              "tolerance": deep.tolerance}
+    shown = [[math.log10(max(x, 1e-12)) if math.isfinite(x) else math.nan for x in row]
+             for row in grid]
+    fig, ax = plt.subplots(figsize=(max(6.0, 0.45 * len(points) + 2),
+                                    max(3.0, 0.22 * len(grid) + 2)), constrained_layout=True)
+    cmap = plt.get_cmap("magma_r").with_extremes(bad="black")
+    im = ax.imshow(shown, cmap=cmap, vmin=-8, vmax=0, aspect="auto", origin="lower",
+                   interpolation="nearest")
+    ax.set_xticks(range(len(points)), points, rotation=60, ha="right")
+    ax.set_yticks(range(len(grid)), [str(b) for b in deep.layers])
+    ax.set_ylabel("block")
+    if deep.parted is not None:
+        x, y = points.index(deep.parted.point), list(deep.layers).index(deep.parted.layer)
+        ax.plot([x], [y], marker="o", markersize=14, markerfacecolor="none",
+                markeredgecolor="#00a0ff", markeredgewidth=2)
+    ax.set_title(f"log10 ‖a − b‖ / ‖a‖ at each point (tolerance {deep.tolerance:g}; black: "
+                 "NaN/Inf)")
+    fig.colorbar(im, ax=ax)
+    return fig, series
 
 
 def stats_diff_view(d: StatsDiff, width: int | None = 120) -> RenderableType:

@@ -21,6 +21,8 @@ class DiffSide:
     """Its device."""
     random_weights: bool
     """Whether its weights were random."""
+    quantization: str | None
+    """`int8` or `int4` when its weights were quantized on load, else null."""
     tokens: tuple[tuple[int, str], ...]
     """The (id, text) of each token."""
 
@@ -67,6 +69,136 @@ class TokenDiff:
 
 
 @result
+class ErrorShare:
+    """A head or channel and its share of the error ‖a − b‖² at a point."""
+
+    index: int
+    """The head (query heads, or key/value heads for k and v) or the channel (last dimension)."""
+    share: float | None
+    """Its part of ‖a − b‖², from 0 to 1; null where a value is NaN or infinite (then the heads
+    or channels listed are those holding such values, most first)."""
+
+
+@result
+class PointDiff:
+    """One point inside one block (core/points.py), both runs compared over every position."""
+
+    point: str
+    """The point's name: ln1, q, k, v, attn_weights, z, attn_out, ln1_post, resid_mid, ln2,
+    mlp_gate, mlp_up, mlp_act, mlp_out, ln2_post, resid_pre (the block's input) or resid_post
+    (its output)."""
+    recorded: bool
+    """True when it is a module's own input or output, hooked; false for q, k and v, recomputed
+    from the projections' hooked outputs with each side's own config (their norms and RoPE)."""
+    shape: tuple[int, ...]
+    """Its shape in a."""
+    rel: float | None
+    """‖a − b‖ / ‖a‖ over the whole tensor; null (listed in `nonfinite`) where a value is NaN or
+    infinite in either run."""
+    max_abs: float | None
+    """The largest |a − b|."""
+    nonfinite: bool
+    """Either run has a NaN or infinite value here."""
+    inputs: tuple[str, ...]
+    """The points it is computed from (empty for block 0's input: the token ids)."""
+    inputs_rel: float | None
+    """The largest `rel` of those inputs (0 when there are none; null when they were not
+    compared: the input of the first block compared, past block 0)."""
+    heads: tuple[ErrorShare, ...]
+    """For q, k, v, attn_weights and z: the heads carrying most of the error (at most 5)."""
+    channels: tuple[ErrorShare, ...]
+    """For the other points: the channels carrying most of the error (at most 5)."""
+
+
+@result
+class BlockDiff:
+    """One block compared point by point."""
+
+    layer: int
+    """The block."""
+    points: tuple[PointDiff, ...]
+    """Its points, in the order the data flows."""
+    worst: str | None
+    """The point with the largest relative difference (a non-finite one first)."""
+    worst_rel: float | None
+    """Its relative difference."""
+
+
+@result
+class LensDiff:
+    """One row of the stream at the last position: what the logit lens and the channels say."""
+
+    layer: int | None
+    """The block, or null for the embedding."""
+    kl: float | None
+    """KL(a ‖ b) of the two logit-lens distributions: each run's own final norm and LM head
+    applied to its own stream (the last block's row is the models' own final logits)."""
+    channels: tuple[ErrorShare, ...]
+    """The 5 channels of the stream carrying most of ‖a − b‖² at the last position."""
+
+
+@result
+class Parting:
+    """Where the two runs part: the first point over the tolerance, in block order and the order
+    the data flows."""
+
+    layer: int
+    """The block."""
+    point: str
+    """The point."""
+    rel: float | None
+    """Its relative difference (null when a value is NaN or infinite)."""
+    nonfinite: bool
+    """A run has NaN or infinite values there (an overflow, say)."""
+    cause: str
+    """`operation` when its inputs agree (within the tolerance, and the difference grows more
+    than tenfold across it): the operation itself differs; `upstream` when the inputs already
+    differ and the operation carries it on."""
+    inputs: tuple[str, ...]
+    """The points it is computed from."""
+    inputs_rel: float | None
+    """The largest relative difference among them (null when not compared)."""
+    block_input_rel: float | None
+    """The relative difference of the block's input (resid_pre)."""
+    heads: tuple[ErrorShare, ...]
+    """The heads carrying the error (per-head points)."""
+    channels: tuple[ErrorShare, ...]
+    """The channels carrying the error (other points)."""
+    sentence: str
+    """The verdict in one sentence."""
+
+
+@result
+class DeepDiff:
+    """`diff --deep`: inside every block, the points explain names, compared."""
+
+    family_a: str
+    """The family of a's model."""
+    family_b: str
+    """The family of b's model."""
+    compared: bool
+    """Whether the points were compared: the same family, block count and head layout on both
+    sides (else only the block level, and a note says why)."""
+    layers: tuple[int, ...]
+    """The blocks compared point by point (`--deep-layers`, else all)."""
+    points: tuple[str, ...]
+    """The points of this family's blocks, in the order the data flows."""
+    recomputed: tuple[str, ...]
+    """The points no module shows, recomputed from each side's own hooked projections and
+    config: q, k, v; every other point is a module's own input or output."""
+    tolerance: float
+    """The largest relative difference of a point that counts as the same (the diff's)."""
+    blocks: tuple[BlockDiff, ...]
+    """One per block compared."""
+    lens: tuple[LensDiff, ...]
+    """The embedding, then one row per block: the logit lens KL and the error's channels."""
+    parted: Parting | None
+    """The first point over the tolerance, or null when every point agrees."""
+    notes: tuple[str, ...]
+    """What a reader should know with these numbers."""
+
+
+@result
 class TraceDiff:
     """`fptrace diff --json`: two traces compared layer by layer."""
 
@@ -87,11 +219,14 @@ class TraceDiff:
     """Every row has a relative difference (both traces hold the whole stream and have the same
     width and number of blocks)."""
     within: bool
-    """Comparable and within the tolerance at every row: `fptrace diff` exits 0, else 1."""
+    """Comparable and within the tolerance at every row (and, with `--deep`, at every point):
+    `fptrace diff` exits 0, else 1."""
     top_k: tuple[TokenDiff, ...]
     """The tokens of both top-k lists, with ranks and probabilities in each."""
     notes: tuple[str, ...]
     """Sentences a reader should see with the numbers (random weights, truncation, ...)."""
+    deep: DeepDiff | None = None
+    """With `--deep`: the points inside the blocks compared; null otherwise."""
     kind: str = "diff"
     schema_version: str = SCHEMA_VERSION
 

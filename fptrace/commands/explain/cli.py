@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Optional
 
 import typer
 
@@ -10,19 +10,24 @@ from fptrace.cli.io import check_match, command, load_for, output
 from fptrace.cli.options import (
     SAMPLING,
     STATS,
+    ChatOptions,
     JsonOpt,
     LoadOptions,
     PlotOpt,
     WideOpt,
+    chat_options,
     model_options,
 )
 
 
 @command(order=30, docs="explain")
+@chat_options()
 @model_options(placement=False, tp=True)
 def explain(
-    prompt: Annotated[str, typer.Argument(help="The text whose forward pass is explained.")],
-    opts: LoadOptions,
+    prompt: Annotated[Optional[str], typer.Argument(
+        help="The text whose forward pass is explained (or --messages FILE).")] = None,
+    opts: LoadOptions = LoadOptions(),
+    chat: ChatOptions = ChatOptions(),
     layer: Annotated[int, typer.Option("--layer", "-l", help="The block to recompute "
                                        "(negative counts from the end).",
                                        rich_help_panel=STATS)] = 0,
@@ -46,7 +51,7 @@ def explain(
     from fptrace.core.sampling import check_options
 
     check_options(temperature, top_k, top_p)
-    lm = load_for(prompt, opts, plot)
+    lm, prompt = load_for(prompt, opts, plot, chat)
     from fptrace.commands.explain.core import covered
     from fptrace.commands.explain.core import explain as run_explain
 

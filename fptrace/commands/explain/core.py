@@ -17,12 +17,15 @@ from fptrace.commands.explain.embedding import embedding
 from fptrace.commands.explain.result import AttentionMatrix, Explanation, Sampling, SamplingRow
 from fptrace.core import sampling
 from fptrace.core.hooks import first_output, hooked
+from fptrace.core.notes import END_OF_PASS, MATRIX_LIMIT
+from fptrace.core.points import Point
 from fptrace.core.results import Check, Token, TopToken
 from fptrace.core.trace import base_notes, model_info
 from fptrace.errors import BadInput, UnsupportedModel
 from fptrace.families import Family, with_walkthrough
 from fptrace.families.ops import Steps
 from fptrace.models.loading import LoadedModel
+from fptrace.models.prompts import Prompt
 from fptrace.models.tensor_parallel import full
 
 # (atol, rtol) of a recomputed tensor against the model's, by its dtype (see _close). The
@@ -58,7 +61,12 @@ def _captured(lm: LoadedModel, layer: int) -> Iterator[dict]:
     def embed_out(module: Any, args: tuple, kwargs: dict) -> None:
         got["embed_out"] = (args[0] if args else kwargs["hidden_states"]).detach().clone()
 
+    def mlp_in(module: Any, args: tuple, kwargs: dict) -> None:
+        got["mlp_in"] = (args[0] if args else next(iter(kwargs.values()))).detach().clone()
+
     with hooked([(parts.blocks[0], "pre", embed_out, True),
+                 (parts.mlps[layer], "pre", mlp_in, True),
+                 (parts.mlps[layer], "post", keep("mlp_module_out"), False),
                  (parts.blocks[layer], "pre", pre, True),
                  (parts.blocks[layer], "post", keep("block_out"), False),
                  (parts.attn_adds[layer], "post", keep("attn_out"), False),
@@ -108,7 +116,7 @@ def _close(name: str, ours: Any, theirs: Any, tol: tuple[float, float], target: 
                  ok=ok, target=target)
 
 
-def explain(lm: LoadedModel, prompt: Any, *, layer: int = 0, head: int = 0,
+def explain(lm: LoadedModel, prompt: Prompt, *, layer: int = 0, head: int = 0,
             temperature: float = 0.8, top_k: int = 10, top_p: float = 0.9, seed: int = 0,
             show: int = 8, max_matrix: int = 12, all_heads: bool = False) -> Explanation:
     """Walk through block `layer` (negative counts from the end) for head `head`, then the end
@@ -126,7 +134,8 @@ def explain(lm: LoadedModel, prompt: Any, *, layer: int = 0, head: int = 0,
         raise BadInput(f"--head {head} is out of range: {lm.name} has heads 0..{info.n_heads - 1}")
     if show < 1:
         raise BadInput("--show must be at least 1")
-    ids = lm.encode(prompt)
+    prepared = lm.prepare(prompt)
+    ids = list(prepared.ids)
     cfg = lm.config
     input_ids = torch.tensor([ids], dtype=torch.long, device=lm.device)  # (1, T)
     with torch.inference_mode(), _captured(lm, layer) as got:
@@ -155,19 +164,39 @@ def explain(lm: LoadedModel, prompt: Any, *, layer: int = 0, head: int = 0,
         ]
         logits, end_checks = _end_of_pass(lm, fam, got["last_out"].float(), s, model_logits, tol)
         checks += end_checks
-    toks = lm.tokens(ids)
+        checks.append(_per_position(lm, layer, got, tol))
+    toks = lm.tokens(prepared)
     matrices = _matrices(s, toks, head) if len(ids) <= max_matrix else ()
-    notes = base_notes(lm) + [f"the end of the pass starts from the model's own output of its "
-                              f"last block (block {L - 1}), not from the recomputed block {layer}"]
+    notes = base_notes(lm)
+    if layer != L - 1:
+        notes.append(END_OF_PASS(last=L - 1, layer=layer))
     if len(ids) > max_matrix:
-        notes.append(f"the attention tables are shown for prompts of at most {max_matrix} "
-                     "tokens")
+        notes.append(MATRIX_LIMIT(n=max_matrix))
     return Explanation(
-        prompt=lm.prompt_text(prompt), model=info, tokens=toks, layer=layer, head=head,
+        prompt=prepared.text, model=info, tokens=toks, layer=layer, head=head,
         kv_head=kv_head, steps=tuple(s.items), matrices=matrices, checks=tuple(checks),
         sampling=_sampling(lm, logits, temperature, top_k, top_p, seed, show),
         match=all(c.ok for c in checks), notes=tuple(notes),
         head_weights=_all_heads(s, toks) if all_heads else (), embedding=embedding_rows)
+
+
+def _per_position(lm: LoadedModel, layer: int, got: dict, tol: tuple[float, float]) -> Check:
+    """Attention is the only step that mixes positions: the model's own MLP (of this block) and
+    final norm, run on the first and the last position alone, give those positions' rows of
+    their run on the whole prompt."""
+    import torch
+
+    x, y = got["mlp_in"], got["mlp_module_out"]  # (1, T, C) each
+    z = got["last_out"]  # (1, T, C): the final norm's input
+    ours, theirs = [], []
+    with torch.inference_mode():
+        whole_norm = lm.parts.final_norm(z)  # (1, T, C)
+        for k in sorted({0, x.shape[1] - 1}):
+            ours += [first_output(lm.parts.mlps[layer](x[:, k:k + 1])).float(),
+                     lm.parts.final_norm(z[:, k:k + 1]).float()]  # (1, 1, C) each
+            theirs += [y[:, k:k + 1], whole_norm[:, k:k + 1]]
+    return _close("MLP and final norm per position: run alone = its row", torch.cat(ours, 1),
+                  torch.cat(theirs, 1), tol, "per_position")
 
 
 def _last_named(s: Steps, section: str) -> str:
@@ -204,13 +233,15 @@ def _end_of_pass(lm: LoadedModel, fam: Family, x: Any, s: Steps, model_logits: A
     if getattr(head, "bias", None) is not None:
         logits = logits + full(head.bias).float()
     tied = model_info(lm).tied_embeddings
+    cap = lm.parts.final_softcap
     s("lm_head (unembed)", f"logits = h · W_Uᵀ   W_U is {tuple(W_U.shape)}", logits,
       note="tied: W_U is the token embedding matrix" if tied
-      else "untied: W_U is its own matrix, not the token embedding")
-    cap = lm.parts.final_softcap
+      else "untied: W_U is its own matrix, not the token embedding",
+      point=None if cap else Point.logits)
     if cap:
         logits = torch.tanh(logits / cap) * cap  # (B, V)
-        s("final softcap", f"logits = {cap:g} · tanh(logits / {cap:g})", logits)
+        s("final softcap", f"logits = {cap:g} · tanh(logits / {cap:g})", logits,
+          point=Point.logits)
     probs = torch.softmax(logits, dim=-1)  # (B, V)
     s("softmax", "p = exp(logits) / Σ exp(logits)", probs)
     return logits[0], [_close("logits = the model's logits (last position)", logits[0],

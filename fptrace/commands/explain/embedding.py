@@ -10,6 +10,7 @@ from typing import Any, Sequence
 import torch
 
 from fptrace.commands.explain.result import EmbeddingRow
+from fptrace.core.points import Point
 from fptrace.families.ops import Steps
 from fptrace.models.tensor_parallel import full
 
@@ -42,7 +43,7 @@ def embedding(lm: Any, ids: Sequence[int], s: Steps, n: int = 4) -> tuple[Any, t
     p = getattr(lm.config, "embd_pdrop", None)
     s("dropout", (f"identity in eval mode (training zeroes a fraction {p:g} of these values and "
                   f"scales the rest by 1/(1 − {p:g}))") if p else
-      "identity in eval mode (no dropout in inference)", x)
+      "identity in eval mode (no dropout in inference)", x, point=Point.embed)
     rows = tuple(EmbeddingRow(
         position=t, id=int(ids[t]), text=lm.token_text(int(ids[t])),
         token_row=tuple(float(v) for v in tok[0, t, :n].tolist()),

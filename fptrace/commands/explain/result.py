@@ -15,8 +15,7 @@ from fptrace.core.results import (
 
 @result
 class AttentionMatrix:
-    """One head's (T, T) matrix; rows are query positions, columns key positions.
-        A (T, T) matrix of one head, rows = query positions, columns = key positions."""
+    """One head's (T, T) matrix; rows are query positions, columns key positions."""
 
     name: str
     """`scores + mask` (−∞ above the diagonal, written as null) or `weights`."""
@@ -66,8 +65,7 @@ class Sampling:
 
 @result
 class EmbeddingRow:
-    """The embedding lookup of one token.
-        The embedding lookup of one token: the first values of each part and of the sum."""
+    """The embedding lookup of one token: the first values of each part and of the sum."""
 
     position: int
     """The token's position."""

@@ -2,19 +2,31 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Callable
+from typing import Annotated, Any, Callable, Optional
 
 import typer
 
-from fptrace.cli.io import command, emit_json, load, show, stdout_console
-from fptrace.cli.options import SAMPLING, STATS, JsonOpt, LoadOptions, WideOpt, model_options
+from fptrace.cli.io import command, emit_json, load_for, show, stdout_console
+from fptrace.cli.options import (
+    SAMPLING,
+    STATS,
+    ChatOptions,
+    JsonOpt,
+    LoadOptions,
+    WideOpt,
+    chat_options,
+    model_options,
+)
 
 
 @command(order=70, docs="generate")
+@chat_options()
 @model_options(tp=True)
 def generate(
-    prompt: Annotated[str, typer.Argument(help="The text to continue.")],
-    opts: LoadOptions,
+    prompt: Annotated[Optional[str], typer.Argument(
+        help="The text to continue (or --messages FILE).")] = None,
+    opts: LoadOptions = LoadOptions(),
+    chat: ChatOptions = ChatOptions(),
     max_new_tokens: Annotated[int, typer.Option("-n", "--max-new-tokens", help="Tokens to "
                                                 "generate (fewer if an end-of-sequence token "
                                                 "comes first).", rich_help_panel=STATS)] = 12,
@@ -39,12 +51,10 @@ def generate(
     and its alternatives, and the time of the prefill and of each decode step."""
     from fptrace.commands.generate.core import check_new_tokens
     from fptrace.core.sampling import check_generation
-    from fptrace.models.tokenizers import check_prompt
 
-    check_prompt(prompt)
     check_new_tokens(max_new_tokens)
     check_generation(temperature, top_k or None, top_p)  # --top-k 0: off
-    lm = load(opts)
+    lm, prompt = load_for(prompt, opts, chat=chat)
     from fptrace.commands.generate.core import generate as run_generate
 
     on_step = None if as_json else _step_printer(lm, prompt, max_new_tokens, layers, wide,
@@ -65,7 +75,7 @@ def generate(
         raise NonFiniteValues(f"NaN or Inf appeared at step {bad.index} ({bad.first_nonfinite})")
 
 
-def _step_printer(lm: Any, prompt: str, max_new_tokens: int, layers: bool, wide: bool,
+def _step_printer(lm: Any, prompt: Any, max_new_tokens: int, layers: bool, wide: bool,
                   sampled: bool) -> Callable[[Any, str], None]:
     """Print the header, the prompt's tokens and the step columns; return the callback that
     prints each step's line as soon as the step exists."""
@@ -76,11 +86,12 @@ def _step_printer(lm: Any, prompt: str, max_new_tokens: int, layers: bool, wide:
     out = stdout_console()
     width = None if wide else out.width
     info = model_info(lm)
-    ids = lm.encode(prompt)
+    prepared = lm.prepare(prompt)
+    ids = prepared.ids
     cols = step_columns(width, len(ids) + max_new_tokens, info.d_model, info.n_kv_heads,
                         info.head_dim, sampled=sampled)
     out.print(header(info))
-    out.print(token_table(lm.tokens(ids), title="Prompt tokens", width=width))
+    out.print(token_table(lm.tokens(prepared), title="Prompt tokens", width=width))
     out.print(step_header(cols), soft_wrap=wide)
 
     def on_step(step: Any, text: str) -> None:

@@ -17,10 +17,12 @@ from typing import Any, Callable
 from fptrace.commands.generate.result import Generation, GenStep
 from fptrace.core import sampling, stats
 from fptrace.core.hooks import Capture, capture_stats, hooked
+from fptrace.core.notes import TENSOR_PARALLEL_KV
 from fptrace.core.results import FinalNormStats, TopToken
 from fptrace.core.trace import base_notes, first_nonfinite, layer_stats, model_info, ranked_token
 from fptrace.errors import BadInput
 from fptrace.models.loading import LoadedModel
+from fptrace.models.prompts import Prepared, Prompt
 
 
 def _eos_ids(lm: LoadedModel) -> set[int]:
@@ -79,7 +81,7 @@ def check_length(lm: LoadedModel, n_prompt: int, max_new_tokens: int, alternativ
                        f"{ctx}; use -n {max(ctx - n_prompt, 0)} or less")
 
 
-def generate(lm: LoadedModel, prompt: Any, *, max_new_tokens: int = 12,
+def generate(lm: LoadedModel, prompt: Prompt, *, max_new_tokens: int = 12,
              temperature: float = 0.0, top_k: int | None = None, top_p: float = 1.0,
              seed: int = 0, layers: bool = False, alternatives: int = 5, snippet: int = 4,
              stop_at_eos: bool = True, on_step: Callable[[GenStep, str], None] | None = None,
@@ -93,7 +95,8 @@ def generate(lm: LoadedModel, prompt: Any, *, max_new_tokens: int = 12,
     from transformers import DynamicCache
 
     sampling.check_generation(temperature, top_k, top_p)
-    ids = lm.encode(prompt)
+    prepared = lm.prepare(prompt)
+    ids = list(prepared.ids)
     check_length(lm, len(ids), max_new_tokens, alternatives)
     info = model_info(lm)
     model = lm.model
@@ -143,26 +146,25 @@ def generate(lm: LoadedModel, prompt: Any, *, max_new_tokens: int = 12,
                 break
             next_input = torch.tensor([[choice]], dtype=torch.long, device=device)  # (1, 1)
 
-    return _generation(lm, prompt, ids, info, steps, generated, stop_reason, temperature,
+    return _generation(lm, prepared, info, steps, generated, stop_reason, temperature,
                        top_k, top_p, seed, max_new_tokens)
 
 
-def _generation(lm: LoadedModel, prompt: Any, ids: list[int], info: Any, steps: list,
+def _generation(lm: LoadedModel, prepared: Prepared, info: Any, steps: list,
                 generated: list[int], stop_reason: str, temperature: float, top_k: int | None,
                 top_p: float, seed: int, max_new_tokens: int) -> Generation:
     prefill = steps[0].seconds
     decode = sum(s.seconds for s in steps[1:])
     notes = base_notes(lm)
     if lm.tensor_parallel > 1:
-        notes.append(f"tensor parallel over {lm.tensor_parallel} ranks: the KV-cache shapes and "
-                     f"bytes are rank 0's shard (1/{lm.tensor_parallel} of the key/value heads)")
+        notes.append(TENSOR_PARALLEL_KV(n=lm.tensor_parallel))
     return Generation(
-        prompt=lm.prompt_text(prompt), model=info,
-        tokens=lm.tokens(ids),
+        prompt=prepared.text, model=info,
+        tokens=lm.tokens(prepared),
         strategy=sampling.describe(temperature, top_k, top_p), temperature=temperature,
         top_k=top_k, top_p=top_p, seed=seed, max_new_tokens=max_new_tokens,
         steps=tuple(steps),
-        generated=lm.tokens(generated, start=len(ids)),
+        generated=lm.tokens(generated, start=len(prepared.ids)),
         text=_decode(lm, generated), stop_reason=stop_reason, prefill_seconds=prefill,
         decode_seconds=decode,
         decode_tokens_per_s=(len(steps) - 1) / decode if decode > 0 else None,

@@ -32,7 +32,8 @@ class StepColumns:
     cols: tuple[StepCol, ...]
     left_out: tuple[str, ...]
     width: int | None
-    sampled: bool  # the p column is the sampling distribution's (temperature, top-k, top-p)
+    sampled: bool  # sampling: the chosen token's p under the model and under the sampling
+    # distribution (temperature, top-k, top-p) side by side, each labelled
 
 
 def step_columns(width: int | None, max_positions: int, d_model: int, n_kv_heads: int,
@@ -47,8 +48,9 @@ def step_columns(width: int | None, max_positions: int, d_model: int, n_kv_heads
                 "left", 4),
         StepCol("KV total", 10, "right", 2),
         StepCol("token", 12, "left", 0),
-        StepCol("p sampled" if sampled else "p", 9 if sampled else 4, "right", 0),
-        StepCol("alternatives (p)", 26, "left", 5),
+        *((StepCol("p model", 7, "right", 0), StepCol("p sampled", 9, "right", 0)) if sampled
+          else (StepCol("p", 4, "right", 0),)),
+        StepCol("alternatives (p model)" if sampled else "alternatives (p)", 26, "left", 5),
         StepCol("ms", 7, "right", 1),
     )
     keep = list(every)
@@ -87,12 +89,13 @@ def step_line(step: GenStep, text_so_far: str, cols: StepColumns) -> Text:
         if len(alts) + len(item) + 1 > 26:
             break
         alts = f"{alts} {item}" if alts else item
-    p = f"{step.sample_prob:.2f}" if cols.sampled else f"{step.token.prob:.2f}"
     values = {"step": str(step.index), "phase": step.phase,
               "input": shape(step.input_shape), "stream": shape(step.stream_shape),
               "KV per layer": shape(step.kv_shape), "KV total": human_bytes(step.kv_bytes),
-              "token": visible(step.token.text), "p": p, "p sampled": p,
-              "alternatives (p)": alts, "ms": f"{step.seconds * 1000:.1f}"}
+              "token": visible(step.token.text), "p": f"{step.token.prob:.2f}",
+              "p model": f"{step.token.prob:.2f}", "p sampled": f"{step.sample_prob:.2f}",
+              "alternatives (p)": alts, "alternatives (p model)": alts,
+              "ms": f"{step.seconds * 1000:.1f}"}
     line = Text(_cells(cols, values))
     shown = visible(text_so_far)
     tail = max(12, (cols.width or 10_000) - len(line) - 3)

@@ -42,9 +42,12 @@ class GenStep:
     """The chosen token; its `prob` and `rank` are under the model's own distribution (temperature
     1)."""
     sample_prob: float
-    """The chosen token's probability under the sampling distribution."""
+    """The chosen token's probability under the sampling distribution (the model's after
+    temperature, top-k and top-p, as `Generation.strategy` says; 1 when greedy), the one it
+    was drawn from."""
     alternatives: tuple[TopToken, ...]
-    """The model's most probable tokens at this step (`--alternatives`)."""
+    """The model's most probable tokens at this step (`--alternatives`), each `prob` under the
+    model's own distribution (temperature 1), like `token.prob`."""
     seconds: float
     """Wall time of the step: forward pass and choice."""
     layers: tuple[LayerStats, ...]

@@ -7,17 +7,33 @@ from typing import Annotated, Optional
 import typer
 
 from fptrace.cli.io import command, load_for, output
-from fptrace.cli.options import STATS, JsonOpt, LoadOptions, PlotOpt, WideOpt, model_options
+from fptrace.cli.options import (
+    STATS,
+    ChatOptions,
+    JsonOpt,
+    LoadOptions,
+    PlotOpt,
+    WideOpt,
+    chat_options,
+    model_options,
+)
 
 
 @command(order=60, docs="patch")
+@chat_options()
 @model_options()
 def patch(
-    prompt: Annotated[str, typer.Argument(help="The clean prompt.")],
-    opts: LoadOptions,
+    prompt: Annotated[Optional[str], typer.Argument(
+        help="The clean prompt (or --messages FILE).")] = None,
+    opts: LoadOptions = LoadOptions(),
+    chat: ChatOptions = ChatOptions(),
     noise: Annotated[Optional[str], typer.Option(
         "--noise", help="Corrupt by adding Gaussian noise to the embeddings of this subject's "
-        "tokens (e.g. ' France').", rich_help_panel=STATS)] = None,
+        "tokens (e.g. ' France'): the tokens whose characters overlap it.",
+        rich_help_panel=STATS)] = None,
+    noise_occurrence: Annotated[Optional[int], typer.Option(
+        "--noise-occurrence", min=1, help="Which occurrence of the subject, when the prompt "
+        "holds it more than once (1 = the first).", rich_help_panel=STATS)] = None,
     corrupt: Annotated[Optional[str], typer.Option(
         "--corrupt", help="Corrupt with this prompt instead (same number of tokens).",
         rich_help_panel=STATS)] = None,
@@ -41,12 +57,15 @@ def patch(
     """Where is the prediction carried? Causal tracing: corrupt the prompt, then restore one
     state (layer, position) at a time from the clean run and measure the target's probability."""
 
-    lm = load_for(prompt, opts, plot)
+    from fptrace.cli.io import prompt_of
+
+    corrupted = None if corrupt is None else prompt_of(corrupt, None if chat.messages else chat)
+    lm, prompt = load_for(prompt, opts, plot, chat)
     from fptrace.commands.patch.core import patch as run_patch
 
-    result = run_patch(lm, prompt, noise=noise, corrupt=corrupt, what=what, window=window,
+    result = run_patch(lm, prompt, noise=noise, corrupt=corrupted, what=what, window=window,
                        target=target, noise_scale=noise_scale, seed=opts.seed,
-                       batch_size=batch_size)
+                       batch_size=batch_size, noise_occurrence=noise_occurrence)
     from fptrace.commands.patch.render import patch_figure, patch_view
 
     output(result, patch_view, as_json=as_json, wide=wide, plot=plot, figure=patch_figure)

@@ -18,9 +18,11 @@ from typing import Any, Sequence
 from fptrace.commands.patch.result import PatchCell, PatchResult
 from fptrace.core.fragments import subject_positions, token_id
 from fptrace.core.hooks import first_output, hooked
+from fptrace.core.notes import WEAK_CORRUPTION
 from fptrace.core.trace import base_notes, model_info, ranked_token
 from fptrace.errors import BadInput
 from fptrace.models.loading import LoadedModel
+from fptrace.models.prompts import Prompt
 
 WHAT = ("resid", "attn", "mlp")
 
@@ -121,10 +123,10 @@ class Patcher:
         return torch.softmax(logits, dim=-1)[:, target].tolist()
 
 
-def patch(lm: LoadedModel, prompt: str | Sequence[int], *, noise: str | None = None,
-          corrupt: str | Sequence[int] | None = None, what: str = "resid", window: int = 1,
+def patch(lm: LoadedModel, prompt: Prompt, *, noise: str | None = None,
+          corrupt: Prompt | None = None, what: str = "resid", window: int = 1,
           target: str | None = None, noise_scale: float = 3.0, seed: int = 0,
-          batch_size: int = 32) -> PatchResult:
+          batch_size: int = 32, noise_occurrence: int | None = None) -> PatchResult:
     """The layers × positions grid of the target's probability with one state restored."""
     import torch
 
@@ -144,19 +146,22 @@ def patch(lm: LoadedModel, prompt: str | Sequence[int], *, noise: str | None = N
         raise BadInput(f"--window {window}: {lm.name} has {L} blocks; use 1 to {L}")
     if what == "resid" and window != 1:
         raise BadInput("--window goes with --what attn or mlp (resid restores one block output)")
-    ids = lm.encode(prompt)
+    prepared = lm.prepare(prompt)
+    ids = list(prepared.ids)
     T = len(ids)
     noise_t, subject, std = None, (), None
     if noise is not None:
-        subject = tuple(subject_positions(lm, ids, noise))
+        subject = tuple(subject_positions(lm, prepared, noise, noise_occurrence))
         std = noise_scale * embedding_std(lm)
         g = torch.Generator().manual_seed(seed)
         noise_t = torch.zeros(T, info.d_model)
         noise_t[list(subject)] = torch.randn(len(subject), info.d_model, generator=g) * std
         noise_t = noise_t.to(lm.device)
+        corrupt_prepared = prepared
         corrupt_ids = ids
     else:
-        corrupt_ids = lm.encode(corrupt)
+        corrupt_prepared = lm.prepare(corrupt)
+        corrupt_ids = list(corrupt_prepared.ids)
         if len(corrupt_ids) != T:
             raise BadInput(
                 f"the prompts have different lengths: clean {T} tokens "
@@ -165,7 +170,7 @@ def patch(lm: LoadedModel, prompt: str | Sequence[int], *, noise: str | None = N
                 "same positions in both")
     _check_memory(lm, batch_size, T)
     p = Patcher(lm, ids, corrupt_ids, what, noise_t)
-    t = int(p.clean_logits.argmax()) if target is None else token_id(lm, target, "--target")
+    t = int(p.clean_logits.argmax()) if target is None else token_id(lm, target, "--target", prepared)
     target_token = ranked_token(lm, p.clean_logits, t)
     p_clean = target_token.prob
     p_corrupt = p.probs([[]], t, 1)[0]
@@ -176,12 +181,10 @@ def patch(lm: LoadedModel, prompt: str | Sequence[int], *, noise: str | None = N
                   reverse=True)[:5]
     notes = base_notes(lm)
     if p_clean - p_corrupt < 0.05:
-        notes.append(f"the corruption barely changes the target's probability ({p_clean:.3f} → "
-                     f"{p_corrupt:.3f}): the grid shows little; try a larger --noise-scale or "
-                     "another corruption")
+        notes.append(WEAK_CORRUPTION(clean=p_clean, corrupt=p_corrupt))
     return PatchResult(
-        prompt=lm.prompt_text(prompt), model=info, tokens=lm.tokens(ids),
-        corrupt_tokens=lm.tokens(corrupt_ids), corruption="noise" if noise else "prompt",
+        prompt=prepared.text, model=info, tokens=lm.tokens(prepared),
+        corrupt_tokens=lm.tokens(corrupt_prepared), corruption="noise" if noise else "prompt",
         subject=noise, subject_positions=subject, noise_std=std, noise_scale=noise_scale,
         seed=seed, what=what, window=window,
         target=target_token,

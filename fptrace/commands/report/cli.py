@@ -6,17 +6,20 @@ from typing import Annotated, Optional
 
 import typer
 
-from fptrace.cli.io import check_match, command, load, stderr_console
-from fptrace.cli.options import OUTPUT, STATS, LoadOptions, model_options
+from fptrace.cli.io import check_match, command, load, load_for, stderr_console
+from fptrace.cli.options import OUTPUT, STATS, ChatOptions, LoadOptions, chat_options, model_options
 
 
 @command(order=90, docs="report")
+@chat_options()
 @model_options(placement=False)
 def report(
-    prompt: Annotated[str, typer.Argument(help="The text to trace.")],
     out: Annotated[str, typer.Option("--out", "-o", help="The .html file to write.",
                                      rich_help_panel=OUTPUT)],
-    opts: LoadOptions,
+    prompt: Annotated[Optional[str], typer.Argument(
+        help="The text to trace (or --messages FILE).")] = None,
+    opts: LoadOptions = LoadOptions(),
+    chat: ChatOptions = ChatOptions(),
     layer: Annotated[int, typer.Option("--layer", "-l", help="The block the walkthrough "
                                        "recomputes.", rich_help_panel=STATS)] = 0,
     head: Annotated[int, typer.Option("--head", help="The head whose matrix the walkthrough "
@@ -24,16 +27,22 @@ def report(
     noise: Annotated[Optional[str], typer.Option(
         "--noise", help="Also a causal-tracing section: noise on this subject's embeddings "
         "(as `fptrace patch --noise`).", rich_help_panel=STATS)] = None,
+    model_b: Annotated[Optional[str], typer.Option(
+        "--model-b", help="Also a `diff --deep` section: the prompt on this model too.",
+        rich_help_panel=STATS)] = None,
+    dtype_b: Annotated[Optional[str], typer.Option(
+        "--dtype-b", help="... or in this dtype.", rich_help_panel=STATS)] = None,
+    quantize_b: Annotated[Optional[str], typer.Option(
+        "--quantize-b", help="... or quantized on load (int8, int4).",
+        rich_help_panel=STATS)] = None,
 ) -> None:
     """One self-contained HTML file: the run tables, the figures, the explain walkthrough of
     one layer, the attribution of the top-1 (and with --noise, causal tracing) and the JSON
     trace. It makes no network request and opens offline."""
     from fptrace.commands.report.core import build_html, check_out, write_report
-    from fptrace.models.tokenizers import check_prompt
 
-    check_prompt(prompt)
     check_out(out)
-    lm = load(opts)
+    lm, prompt = load_for(prompt, opts, chat=chat)
     from fptrace.commands.explain.core import covered
     from fptrace.commands.explain.core import explain as run_explain
     from fptrace.core.trace import run_trace
@@ -49,6 +58,15 @@ def report(
         from fptrace.commands.patch.core import patch as run_patch
 
         patching = run_patch(lm, prompt, noise=noise, seed=opts.seed)
-    write_report(out, build_html(trace, explanation, attribution, patching))
+    against = None
+    settings_b = {k: v for k, v in (("model", model_b), ("dtype", dtype_b),
+                                    ("quantize", quantize_b)) if v is not None}
+    if settings_b:
+        import dataclasses
+
+        from fptrace.commands.diff.deep import deep_diff
+
+        against = deep_diff(lm, load(dataclasses.replace(opts, **settings_b)), prompt)
+    write_report(out, build_html(trace, explanation, attribution, patching, against))
     stderr_console().print(f"wrote {out}", markup=False, soft_wrap=True)
     check_match(explanation.match, [c.name for c in explanation.checks if not c.ok])

@@ -60,7 +60,7 @@ def _png(fig: Any) -> str:
 
 
 def build_html(trace: Trace, explanation: Explanation, attribution: Any = None,
-               patching: Any = None) -> str:
+               patching: Any = None, against: Any = None) -> str:
     from fptrace.commands.attribute.render import attribution_figure, attribution_view
     from fptrace.commands.explain.render import attention_figure, explain_view
     from fptrace.commands.run.render import trace_figure, trace_view
@@ -109,6 +109,16 @@ def build_html(trace: Trace, explanation: Explanation, attribution: Any = None,
             f'<img alt="causal tracing heatmap" src="{_png(patch_figure(patching)[0])}">',
             _terminal(patch_view(patching, 130)),
         ]
+    if against is not None:
+        from fptrace.commands.diff.render import deep_figure, diff_view
+
+        side = (f"{against.b.model} ({against.b.dtype}" + (f", {against.b.quantization} "
+                "weight-only" if against.b.quantization else "") + ")")
+        body += [f"<h2>Where two runs part: against {esc(side)}, point by point</h2>"]
+        if against.deep.blocks:
+            body.append(f'<img alt="relative difference at every point of every block" '
+                        f'src="{_png(deep_figure(against)[0])}">')
+        body.append(_terminal(diff_view(against, 130)))
     return PAGE.format(title=esc(f"fptrace: {trace.prompt[:60]}"), body="\n".join(body))
 
 

@@ -1,25 +1,32 @@
-"""The command line. Thin: parse options, call one core function, hand the result to a renderer.
-
-Heavy imports (torch, transformers) happen inside the commands, so `fptrace --help` is fast.
-The shared machinery is in cli_common.py, the loading options in cli_options.py, and the
-attribute/diff/patch commands in cli_analysis.py.
-"""
+"""`fptrace run`: the Typer command."""
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Optional
 
 import typer
 
 from fptrace.cli.io import command, load_for, output
-from fptrace.cli.options import STATS, JsonOpt, LoadOptions, PlotOpt, WideOpt, model_options
+from fptrace.cli.options import (
+    STATS,
+    ChatOptions,
+    JsonOpt,
+    LoadOptions,
+    PlotOpt,
+    WideOpt,
+    chat_options,
+    model_options,
+)
 
 
 @command(order=10, docs="run")
+@chat_options()
 @model_options(tp=True)
 def run(
-    prompt: Annotated[str, typer.Argument(help="The text to trace.")],
-    opts: LoadOptions,
+    prompt: Annotated[Optional[str], typer.Argument(
+        help="The text to trace (or --messages FILE).")] = None,
+    opts: LoadOptions = LoadOptions(),
+    chat: ChatOptions = ChatOptions(),
     top_k: Annotated[int, typer.Option("--top-k", "-k", min=1, help="How many next tokens.",
                                        rich_help_panel=STATS)] = 10,
     snippet: Annotated[int, typer.Option("--snippet", min=0, help="First values of the last "
@@ -36,8 +43,7 @@ def run(
     wide: WideOpt = False,
 ) -> None:
     """Trace PROMPT through the model: tokens, shapes, per-layer residual stream, top-k."""
-
-    lm = load_for(prompt, opts, plot)
+    lm, prompt = load_for(prompt, opts, plot, chat)
     from fptrace.core.trace import run_trace
 
     trace = run_trace(lm, prompt, top_k=top_k, snippet=snippet, all_positions=all_positions,

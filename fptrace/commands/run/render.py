@@ -8,11 +8,12 @@ from rich.console import Group, RenderableType
 from rich.panel import Panel
 from rich.text import Text
 
+from fptrace.core.notes import TOKENIZED
 from fptrace.core.results import ShapeStep, Trace
 from fptrace.render.figures import nan_if_none, pyplot
 from fptrace.render.fit import Col, fit_table
 from fptrace.render.tables import header, layers, token_table, top_k
-from fptrace.render.text import num, shape, visible
+from fptrace.render.text import duration, num, shape, visible
 
 
 def _lens_metrics(ax: Any, x: list, rows: Any, series: dict) -> None:
@@ -105,7 +106,10 @@ def trace_figure(trace: Trace) -> tuple[Any, dict]:
 
 
 def tokens(trace: Trace, width: int | None = None) -> RenderableType:
-    return token_table(trace.tokens, width=width, note=trace.token_note)
+    said = [trace.token_note] if trace.token_note else []
+    if trace.tokenize_seconds is not None:
+        said.append(TOKENIZED(time=duration(trace.tokenize_seconds)))
+    return token_table(trace.tokens, width=width, note="\n".join(said) or None)
 
 
 def positions(trace: Trace, width: int | None = None) -> RenderableType:

@@ -13,6 +13,7 @@ from typing import Any
 
 from fptrace.commands.shapes.result import CostReport, GpuPlan, ParamGroup, ShapeReport
 from fptrace.core.hooks import hooked
+from fptrace.core.notes import BEYOND_CONTEXT
 from fptrace.core.results import ShapeStep, Token
 from fptrace.errors import BadInput
 from fptrace.families.parts import dims, resolve_parts
@@ -205,7 +206,7 @@ def shape_report(name: str, prompt: str | None = None, seq_len: int | None = Non
     ctx = getattr(config, "max_position_embeddings", None)
     notes = []
     if ctx and seq_len > ctx:
-        msg = f"sequence length {seq_len} is beyond the context window of {spec.name} ({ctx})"
+        msg = BEYOND_CONTEXT(n=seq_len, model=spec.name, ctx=ctx)
         notes.append(msg)
         if warn:
             warn(msg)

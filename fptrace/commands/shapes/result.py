@@ -54,10 +54,8 @@ class CostReport:
 
 @result
 class GpuPlan:
-    """`shapes --gpu-memory`: how many GPUs of that memory the weights and the KV cache need, and the
-    smallest valid tensor-parallel size.
-        How many GPUs of a given memory the weights and the KV cache need, and the smallest
-    tensor-parallel size that splits the model that far."""
+    """`shapes --gpu-memory`: how many GPUs of that memory the weights and the KV cache need, and
+    the smallest tensor-parallel size that splits the model that far."""
 
     gpu_memory_bytes: int
     """Memory of one GPU (`--gpu-memory`)."""

@@ -34,7 +34,7 @@ from fptrace.commands.stats.findings import (
 )
 from fptrace.commands.stats.result import Stats, StatsSettings
 from fptrace.core.activation_stats import ActivationStats, FailedPrompt, read_statistics
-from fptrace.core.inputs import PromptItem, read_inputs
+from fptrace.core.inputs import PromptItem, prompt_from_json, prompt_to_json, read_inputs
 from fptrace.core.prompt_groups import Failure, Summary, run_groups, sigterm_interrupts
 from fptrace.core.results import ModelInfo
 from fptrace.errors import BadInput
@@ -52,19 +52,18 @@ def new_statistics(lm: Any, sinks: bool = True) -> ActivationStats:
 def build(stats: ActivationStats, model: ModelInfo, *, sink_threshold: float = SINK_THRESHOLD,
           top: int = TOP) -> Stats:
     """The result: the findings drawn from the statistics, and the statistics."""
-    from fptrace.core.trace import NOTE_RANDOM
+    from fptrace.core.notes import STATS_EAGER, STATS_FAILED, STATS_RANDOM
 
     settings = StatsSettings(
         massive_min=stats.massive_min, massive_ratio=stats.massive_ratio,
         outlier_min=OUTLIER_MIN, outlier_positions=OUTLIER_POSITIONS,
         outlier_layers=OUTLIER_LAYERS, sink_threshold=sink_threshold,
         sink_positions=stats.sink_positions, top=top)
-    notes = [NOTE_RANDOM] if model.random_weights else []
+    notes = [STATS_RANDOM()] if model.random_weights else []
     if stats.failed:
-        notes.append(f"{len(stats.failed)} prompt(s) not counted: statistics.failed says why")
+        notes.append(STATS_FAILED(n=len(stats.failed)))
     if stats.sinks:
-        notes.append("attention weights are the model's own, from transformers' eager attention "
-                     "(the pass ran with it)")
+        notes.append(STATS_EAGER())
     return Stats(model=model, settings=settings, prompts=len(stats.prompts),
                  failed=len(stats.failed), tokens=stats.tokens,
                  massive=massive_activations(stats), outliers=outlier_dimensions(stats),
@@ -124,7 +123,7 @@ def count_block(lm: Any, block: dict, *, batch_size: int, truncate: bool, sinks:
     from fptrace.core.trace import model_info
     from fptrace.render.json import to_dict
 
-    items = [PromptItem(id=i, source=s, prompt=json.loads(p), error=err or None)
+    items = [PromptItem(id=i, source=s, prompt=prompt_from_json(p), error=err or None)
              for i, s, p, err in zip(block["id"], block["source"], block["prompt"],
                                      block["error"])]
     stats = new_statistics(lm, sinks)
@@ -150,7 +149,7 @@ def collect_on_ray(items: Sequence[PromptItem], stats: ActivationStats, *, addre
     done = stats.done_ids()
     todo = [it for it in items if it.id not in done]
     s = Summary(total=len(items), skipped=len(items) - len(todo))
-    rows = [{"id": it.id, "source": it.source, "prompt": json.dumps(it.prompt),
+    rows = [{"id": it.id, "source": it.source, "prompt": prompt_to_json(it.prompt),
              "error": it.error or ""} for it in todo]
     shard = max(batch_size, -(-len(todo) // (4 * max(workers, 1))))  # ~4 shards per worker
     start = time.perf_counter()

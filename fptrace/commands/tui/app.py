@@ -70,10 +70,15 @@ class FptraceApp(App):
         Binding("q", "quit", "Quit"),
     ]
 
-    def __init__(self, lm: Any = None, prompt: str | None = None, load: Any = None) -> None:
+    def __init__(self, lm: Any = None, prompt: str | None = None, load: Any = None,
+                 chat: Any = None) -> None:
+        """chat: None for plain text; else the messages before the user's (a Chat whose last
+        message the prompt box supplies: `--chat`, `--system`, `--messages`)."""
         super().__init__()
         self.lm, self.load_options = lm, load
         self.first_prompt = prompt
+        self.chat = chat
+        self.traced: Any = None  # the Prepared prompt of the trace shown
         self.trace: Any = None
         self.layer = 0  # the selected row: 0 = embedding, k + 1 = block k
         self.head = 0
@@ -134,12 +139,18 @@ class FptraceApp(App):
 
     def trace_prompt(self, prompt: str) -> None:
         from fptrace.core.trace import run_trace
+        from fptrace.models.prompts import Chat, Message
 
         if self.lm is None:
             self.status("the model is not loaded")
             return
         try:
-            self.trace = run_trace(self.lm, prompt, snippet=self.lm.config.hidden_size)
+            if not prompt.strip():
+                raise FptraceError("the prompt is empty: give some text to trace")
+            value = prompt if self.chat is None else \
+                Chat(self.chat.messages + (Message("user", prompt),))
+            self.traced = self.lm.prepare(value)
+            self.trace = run_trace(self.lm, self.traced, snippet=self.lm.config.hidden_size)
         except FptraceError as e:
             self.status(str(e))
             return
@@ -202,7 +213,7 @@ class FptraceApp(App):
         block = max(self.layer - 1, 0)
         if self.explanation is None or self.explanation.layer != block or \
                 self.explanation.head != self.head:
-            self.explanation = explain(self.lm, self.trace.prompt, layer=block, head=self.head,
+            self.explanation = explain(self.lm, self.traced, layer=block, head=self.head,
                                        all_heads=True, max_matrix=24)
         return self.explanation
 
@@ -236,7 +247,7 @@ class FptraceApp(App):
 
         target = self.trace.top_k[self.target]
         try:
-            self.attribution = attribute(self.lm, self.trace.prompt, target=f"#{target.id}",
+            self.attribution = attribute(self.lm, self.traced, target=f"#{target.id}",
                                          top=10)
         except FptraceError as e:
             self.query_one("#pane-attribution", Static).update(Text(str(e), style="yellow"))
@@ -293,9 +304,9 @@ class FptraceApp(App):
         if self.trace is None:
             return
         try:
-            trace = run_trace(self.lm, self.trace.prompt, lens_grid=True)
+            trace = run_trace(self.lm, self.traced, lens_grid=True)
             write_report("fptrace-report.html", build_html(
-                trace, self._explained(), self.attribution or attribute(self.lm, trace.prompt)))
+                trace, self._explained(), self.attribution or attribute(self.lm, self.traced)))
         except FptraceError as e:
             self.status(str(e))
             return
@@ -307,7 +318,7 @@ class FptraceApp(App):
         from fptrace.render.figures import save
 
         if self.trace is not None:
-            save(trace_figure(run_trace(self.lm, self.trace.prompt, lens_grid=True))[0],
+            save(trace_figure(run_trace(self.lm, self.traced, lens_grid=True))[0],
                  "fptrace-trace.png")
             self.status("wrote fptrace-trace.png")
 

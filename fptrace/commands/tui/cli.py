@@ -7,18 +7,32 @@ from typing import Annotated, Optional
 import typer
 
 from fptrace.cli.io import command, quiet_libraries
-from fptrace.cli.options import LoadOptions, model_options
+from fptrace.cli.options import ChatOptions, LoadOptions, chat_options, model_options
 
 
 @command(order=100)
+@chat_options()
 @model_options(placement=False)
 def tui(
     prompt: Annotated[Optional[str], typer.Argument(help="A first prompt to trace.")] = None,
     opts: LoadOptions = LoadOptions(),
+    chat: ChatOptions = ChatOptions(),
 ) -> None:
     """Explore forward passes interactively in the terminal, with the model loaded once:
-    edit the prompt, move through the layers, switch heads, attribute, export."""
+    edit the prompt, move through the layers, switch heads, attribute, export. With --chat
+    (--system, --messages) the prompt box holds the user's message."""
     quiet_libraries()
+    from fptrace.cli.io import prompt_of
     from fptrace.commands.tui.app import FptraceApp
+    from fptrace.models.prompts import Chat
 
-    FptraceApp(prompt=prompt, load=opts).run()
+    before = None
+    if chat.messages is not None or chat.chat or chat.system is not None:
+        conversation = prompt_of(prompt if chat.messages is None else None, chat) \
+            if prompt is not None or chat.messages is not None else Chat.of("", chat.system)
+        last = conversation.messages[-1]
+        if last.role == "user":
+            before, prompt = Chat(conversation.messages[:-1]), last.content or prompt
+        else:
+            before = conversation
+    FptraceApp(prompt=prompt, load=opts, chat=before).run()

@@ -1,0 +1,90 @@
+"""Weight-only quantization on load, through transformers' own integration: `TorchAoConfig` with
+torchao's weight-only schemes, which run on CPU and CUDA.
+
+- int8: `Int8WeightOnlyConfig`, one scale per output row;
+- int4: `IntxWeightOnlyConfig(weight_dtype=torch.int4, granularity=PerGroup(32))`, one scale per
+  group of 32 weights of a row (torchao's CPU-capable int4; its `Int4WeightOnlyConfig` needs
+  CUDA kernels).
+
+The linear layers of the blocks are quantized; transformers leaves the embeddings and the LM head
+as they are. Activations keep the model's dtype: each layer dequantizes its weights as it runs.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from fptrace.errors import BadInput
+
+QUANTIZATIONS = ("int8", "int4")
+INT4_GROUP = 32
+INSTALL = 'pip install "torchao>=0.15" (or pip install "fptrace[quant]")'
+
+
+def quiet_torchao() -> None:
+    """torchao logs, on import, the CUDA extensions it cannot load on a CPU machine, and torch's
+    pytree complains about its enums; neither matters to fptrace. transformers imports torchao
+    whenever it is installed, so this runs before any model is loaded."""
+    for name in ("torchao", "torch.utils._pytree"):
+        logging.getLogger(name).setLevel(logging.ERROR)
+
+
+def check_quantization(kind: str, device: Any, config: Any = None, *,
+                       random_weights: bool = False, ranks: int = 1) -> None:
+    """Refuse, before anything is read, a quantization this load cannot run: an unknown scheme,
+    random weights (built in memory, not loaded), tensor parallelism, a device other than CPU or
+    CUDA, or (int4) a linear layer whose width is not a multiple of the group size."""
+    if kind not in QUANTIZATIONS:
+        raise BadInput(f"quantization {kind!r}: choose int8 or int4 (torchao weight-only)")
+    if random_weights:
+        raise BadInput(f"{kind} quantization applies to weights loaded from a checkpoint; random "
+                       "weights are built in memory (drop --random-weights or the quantization)")
+    if ranks > 1:
+        raise BadInput(f"{kind} quantization and tensor parallelism do not go together here; "
+                       "quantize in one process")
+    dev = getattr(device, "type", str(device))
+    if dev not in ("cpu", "cuda"):
+        raise BadInput(f"torchao's weight-only {kind} runs on CPU and CUDA, not on {dev}; pass "
+                       "--device cpu")
+    if kind == "int4" and config is not None:
+        from fptrace.families.parts import dims
+
+        dm = dims(config)
+        widths = {"d_model": dm.d_model, "heads × head_dim": dm.n_heads * dm.head_dim,
+                  "d_mlp": dm.d_mlp or INT4_GROUP}
+        bad = {k: w for k, w in widths.items() if w % INT4_GROUP}
+        if bad:
+            name, width = next(iter(bad.items()))
+            raise BadInput(f"int4 quantizes each row in groups of {INT4_GROUP} weights, and this "
+                           f"model has a linear layer {width} wide ({name}); use int8")
+
+
+def quantization_config(kind: str) -> Any:
+    """The TorchAoConfig of a scheme, or BadInput with the one line that installs torchao."""
+    quiet_torchao()
+    try:
+        import torch
+        from torchao.quantization import Int8WeightOnlyConfig, IntxWeightOnlyConfig, PerGroup
+        from transformers import TorchAoConfig
+    except ImportError:
+        raise BadInput(f"{kind} quantization needs torchao, which is not installed: "
+                       f"{INSTALL}") from None
+    if kind == "int8":
+        scheme = Int8WeightOnlyConfig()
+    else:
+        scheme = IntxWeightOnlyConfig(weight_dtype=torch.int4, granularity=PerGroup(INT4_GROUP))
+    try:
+        return TorchAoConfig(scheme)
+    except (ValueError, ImportError) as e:  # e.g. a torchao too old for this transformers
+        raise BadInput(f"{kind} quantization: {str(e).splitlines()[0][:200]}; {INSTALL}") \
+            from None
+
+
+def describe(kind: str | None) -> str | None:
+    """How a quantized model is named in headers: `int8 weight-only`."""
+    return None if kind is None else f"{kind} weight-only"
+
+
+__all__ = ["QUANTIZATIONS", "check_quantization", "quantization_config", "quiet_torchao",
+           "describe", "INSTALL"]
