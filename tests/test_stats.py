@@ -547,6 +547,10 @@ def test_diff_stats_names_the_channels_that_moved(tmp_path, gpt2_folder):
     assert "moved most" in view
     r = invoke("diff", "--stats", a)
     assert r.exit_code == 2
+    r = invoke("diff", "--stats", a, b, "--deep")
+    assert r.exit_code == 2 and "--deep" in r.stderr
+    r = invoke("diff", "--stats", a, tmp_path / "nope.json")
+    assert r.exit_code == 2 and f"no such file: {tmp_path / 'nope.json'}" in r.stderr
 
 
 def test_an_activation_changed_in_place_is_refused_not_counted():

@@ -453,7 +453,7 @@ def read_document(path: str) -> dict:
         with open(path, encoding="utf-8") as f:
             doc = json.load(f)
     except FileNotFoundError:
-        raise BadInput(f"no such statistics file: {path}") from None
+        raise BadInput(f"no such file: {path}") from None
     except OSError as e:
         raise BadInput(f"cannot read {path}: {e.strerror}") from None
     except (UnicodeDecodeError, json.JSONDecodeError) as e:

@@ -69,8 +69,12 @@ def diff(
         from fptrace.commands.diff.channels import diff_stats
         from fptrace.commands.diff.render import stats_diff_view
 
-        if second is None:
+        if first is None or second is None:
             raise BadInput("diff --stats takes two statistics files (fptrace stats --out)")
+        if deep or deep_layers is not None or _settings_b(model_b, dtype_b, device_b,
+                                                          random_weights_b, quantize_b):
+            raise BadInput("diff --stats compares two statistics files; --deep and the -b "
+                           "options compare runs of a prompt")
         output(diff_stats(first, second), stats_diff_view, as_json=as_json, wide=wide)
         return
     from fptrace.commands.diff.core import diff_traces
