@@ -452,6 +452,36 @@ def test_prompts_longer_than_the_context_are_listed(tmp_path, gpt2_folder):
     assert r.exit_code == 0 and json.loads(r.stdout)["prompts"] == 3
 
 
+def test_prompts_go_in_as_the_model_takes_them(tmp_path):
+    """A .jsonl line with "messages" goes through the model's chat template, a text line gets
+    the tokenizer's begin-of-text token: the statistics are those of the ids transformers'
+    tokenizer gives for them."""
+    import tokenizer_fixtures
+    from transformers import AutoTokenizer
+
+    from fptrace.commands.stats.core import collect
+    from fptrace.core.inputs import read_inputs
+    from fptrace.models.loading import load_model
+
+    folder = tokenizer_fixtures.BUILDERS["llama3"](tmp_path / "llama3")
+    lm = load_model(str(folder), device="cpu")
+    messages = [{"role": "user", "content": "The cat sat"}]
+    src = tmp_path / "in.jsonl"
+    src.write_text(json.dumps({"id": "chat", "messages": messages}) + "\n"
+                   + json.dumps({"id": "text", "prompt": "The cat sat"}) + "\n")
+    got = new_statistics(lm)
+    s = collect(lm, read_inputs([str(src)]), got, batch_size=2)
+    assert (s.traced, s.failed) == (2, 0)
+    tok = AutoTokenizer.from_pretrained(folder)
+    ids = [list(tok.apply_chat_template(messages, add_generation_prompt=True, tokenize=True,
+                                        return_dict=True)["input_ids"]),
+           tok("The cat sat")["input_ids"]]
+    assert ids[1][0] == tok.bos_token_id and len(ids[0]) > len(ids[1])
+    want = count(lm, ids, batch_size=2)
+    want.prompts = ["chat", "text"]
+    assert_same_stats(got, want)
+
+
 def test_refusals(tmp_path, gpt2_folder):
     src = tmp_path / "p.txt"
     src.write_text("The cat sat\n")
