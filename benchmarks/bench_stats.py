@@ -14,7 +14,8 @@ Method (figures in benchmarks/README.md):
   statistics file, and reports its peak RSS (VmHWM) and the RSS after loading. The statistics
   kept do not grow with N, so neither should the peak.
 
-Usage: python benchmarks/bench_stats.py [--repeats 3] [--json out.json]
+Usage: python benchmarks/bench_stats.py [--repeats 3] [--threads T] [--counts N ...]
+                                       [--json out.json]
        python benchmarks/bench_stats.py --worker mem N
 """
 
@@ -76,7 +77,11 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--json")
     ap.add_argument("--worker", nargs=2)
-    ap.add_argument("--counts", type=int, nargs="+", default=[100, 1000])
+    ap.add_argument("--counts", type=int, nargs="*", default=[100, 1000],
+                    help="prompt counts of the memory runs (none: skip them)")
+    ap.add_argument("--threads", type=int, default=0,
+                    help="torch's intra-op threads (0: one per core); 1 keeps the figures "
+                    "steady on a shared machine")
     args = ap.parse_args()
     if args.worker:
         mem_worker(int(args.worker[1]))
@@ -89,7 +94,7 @@ def main() -> None:
     from fptrace.core.inputs import PromptItem
     from fptrace.models.loading import load_model
 
-    torch.set_num_threads(os.cpu_count() or 1)
+    torch.set_num_threads(args.threads or os.cpu_count() or 1)
     lm = load_model("smollm2-135m", device="cpu")
     tmp = tempfile.mkdtemp(prefix="fptrace-bench-")
     sets = {"short": prompts(), "long": long_prompts()}
