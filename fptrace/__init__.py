@@ -22,6 +22,7 @@ __version__ = "0.1.0"
 # `import fptrace` (and the command line) stays free of torch.
 if TYPE_CHECKING:
     from fptrace.commands.attribute.core import attribute
+    from fptrace.commands.attribute.qk import attribute_qk
     from fptrace.commands.diff.core import diff
     from fptrace.commands.diff.deep import deep_diff
     from fptrace.commands.explain.core import explain

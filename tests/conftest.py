@@ -81,12 +81,13 @@ def registered(model_type: str):
     return next((f for f in FAMILIES if model_type in f.model_types), None)
 
 
-def build_tiny(family: str, seed: int = 0):
+def build_tiny(family: str, seed: int = 0, **overrides):
+    """A family's tiny config (overrides: config values changed, e.g. a variant's option)."""
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM
 
     cfg = dict(TINY_CONFIGS.get(family) or next(  # a family's name, or a model type
-        c for c in TINY_CONFIGS.values() if c["model_type"] == family))
+        c for c in TINY_CONFIGS.values() if c["model_type"] == family), **overrides)
     config = AutoConfig.for_model(cfg.pop("model_type"), **cfg)
     torch.manual_seed(seed)
     model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)

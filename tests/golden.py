@@ -87,6 +87,17 @@ def _attribute(lm: Any) -> Callable:
     return lambda w: attribution_view(a, w)
 
 
+def _attribute_qk(lm: Any) -> Callable:
+    from rich.console import Group
+
+    from fptrace.commands.attribute.qk import attribute_qk
+    from fptrace.commands.attribute.render import qk_view
+
+    a = attribute_qk(lm, PROMPT, 1, 1, top=6)
+    b = attribute_qk(lm, PROMPT, 1, 0, key=2, top=4, group="source")
+    return lambda w: Group(qk_view(a, w), qk_view(b, w))
+
+
 def _diff(lm: Any) -> Callable:
     from fptrace.commands.diff.core import diff
     from fptrace.commands.diff.render import diff_view
@@ -140,8 +151,8 @@ def _stats(lm: Any) -> Callable:
 
 
 VIEWS = {"run": _run, "explain": _explain, "shapes": _shapes, "generate": _generate,
-         "attribute": _attribute, "diff": _diff, "diff-deep": _diff_deep, "patch": _patch,
-         "models": _models, "stats": _stats}
+         "attribute": _attribute, "attribute-qk": _attribute_qk, "diff": _diff,
+         "diff-deep": _diff_deep, "patch": _patch, "models": _models, "stats": _stats}
 
 
 def views() -> dict[str, Callable]:

@@ -148,6 +148,22 @@ def _attribute_softcap(f):
     return attribute(_llama(), [5, 6, 7]).notes, attribute(capped, [5, 6, 7]).notes
 
 
+def _qk(lm, **kw):
+    from fptrace.commands.attribute.qk import attribute_qk
+
+    return attribute_qk(lm, [5, 6, 7, 8], 1, 0, **kw).notes
+
+
+def _attribute_qk_key_defaulted(f):
+    lm = _llama()
+    return _qk(lm, key=1), _qk(lm)
+
+
+def _attribute_qk_softcap(f):
+    capped = wrap_model(build_tiny("gemma2"), name="tiny-gemma2", random_weights=True)
+    return _qk(_llama(), key=1), _qk(capped, key=1)
+
+
 def _generate_tensor_parallel(f):
     from fptrace.commands.generate.core import generate
 

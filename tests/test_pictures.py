@@ -151,7 +151,7 @@ def test_report_opens_offline_in_chromium(folder, tmp_path):
     assert not failed and not errors
     assert [c for c in console if c[0] == "error"] == []
     assert all(u.startswith(("file:", "data:")) for u in requests), requests
-    assert n_images == 4  # trace, attention, attribution and causal-tracing figures decoded
+    assert n_images == 5  # trace, attention, attribution, QK split, causal tracing decoded
     image_ok(shot, 1000, 600)
     from fptrace.models.loading import load_model
     from fptrace.core.trace import run_trace

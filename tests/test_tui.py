@@ -61,6 +61,7 @@ def test_table_equals_run_trace_and_keys_work():
             await pilot.press("h")
             await pilot.pause()
             assert app.head == 1 and _text(app, "#pane-heads") != before
+            assert (app.qk.layer, app.qk.head, app.qk.query) == (1, 1, 5) and app.qk.ok
             await pilot.press("t")
             await pilot.pause()
             assert app.attribution.target.id == want.top_k[1].id and app.attribution.ok

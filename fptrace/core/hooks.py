@@ -41,6 +41,22 @@ def hooked(hooks: Iterable[Hook]) -> Iterator[None]:
             h.remove()
 
 
+@contextlib.contextmanager
+def eager_attention(model: Any) -> Iterator[None]:
+    """Run the model with transformers' eager attention inside the block, so that each
+    attention module returns its weights (B, nh, T, T) as output[1]; the implementation it had
+    (sdpa, flash, ...) is set back whatever happens."""
+    impl = getattr(model.config, "_attn_implementation", None)
+    if impl in (None, "eager"):
+        yield
+        return
+    model.set_attn_implementation("eager")
+    try:
+        yield
+    finally:
+        model.set_attn_implementation(impl)
+
+
 @dataclass
 class Capture:
     """Filled in by the hooks during one forward pass (tensors live on the model's device)."""

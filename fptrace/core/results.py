@@ -367,7 +367,9 @@ class Check:
     """Whether it does."""
     target: str = ""
     """Which check: `embedding`, `softmax_rows`, `causal_zeros`, `attn_out`, `mlp_out`, `block` (the
-    recomputed block output) or `logits`."""
+    recomputed block output) or `logits`; for `attribute --qk`: `qk_stream` (the parts sum to the
+    streams), `qk_score` (the terms sum to the score from the streams) or `qk_weights` (the
+    recomputed weights equal the model's)."""
     unit: str = "abs"
     """`abs`: the value is a max absolute difference; `count`: it counts elements."""
 

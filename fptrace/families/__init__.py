@@ -96,6 +96,12 @@ class Family:
     parallel_residual: bool = False  # attn and MLP both read resid_pre (GPT-NeoX)
     parallel_residual_attr: str | None = None  # config attribute that overrides the default
     w_o: tuple[str, ...] = ("o_proj",)  # leaf names of the attention output projection
+    # The norm in front of attention, from one block (None: the projections read the stream
+    # itself, OLMo 2), and the reader of its query and key projections:
+    # qk_weights(attn, nh, nkv, hd) -> (W_Q (nh·hd, d), b_Q or None, W_K (nkv·hd, d), b_K or None)
+    # as nn.Linear stores them. Without a reader, `attribute --qk` does not cover the family.
+    attn_norm: str | None = None
+    qk_weights: Callable[..., Any] | None = None
     labels: dict = field(default_factory=dict)  # leaf name -> shape-step label (over COMMON)
     d_mlp: Callable[[Any], int | None] = _intermediate_size  # the MLP width from the config
     # explain's recomputation, from the checkpoint's own weights, of one block:

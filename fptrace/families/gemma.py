@@ -19,6 +19,7 @@ from fptrace.families.llama import heads
 from fptrace.families.ops import (
     RMS_1W_FORMULA,
     Steps,
+    attention_scale,
     causal_attention,
     gated_mlp,
     linear,
@@ -45,8 +46,8 @@ def block(x: Any, blk: Any, cfg: Any, layer: int, s: Steps, model: Any, fam: Fam
     # split, the per-head (1 + γ) Q/K norm of Gemma 3, RoPE with the layer type's base
     q, k, v = heads(q, k, v, attn, cfg, layer, s, model, fam)  # (B,nh,T,hd), 2 × (B,nkv,T,hd)
     k, v = repeat_kv(k, v, nh, s)  # (B, nh, T, hd) each
-    scalar = getattr(cfg, "query_pre_attn_scalar", None) or hd
-    y = causal_attention(q, k, v, s, scale=scalar ** -0.5, window=sliding_window(cfg, layer),
+    y = causal_attention(q, k, v, s, scale=attention_scale(cfg, layer, hd),
+                         window=sliding_window(cfg, layer),
                          softcap=fam.softcap(cfg, "attn"))  # (B, T, nh*hd)
     attn_out = linear(y, attn.o_proj)  # (B, T, C)
     s("o_proj (W_O)", "o = y · W_Oᵀ", attn_out, keep=True, point=Point.attn_out)

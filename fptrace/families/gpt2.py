@@ -7,12 +7,18 @@ projection is `x @ W + b` with no transpose.
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 from fptrace.core.points import Point
 from fptrace.families import Family, Tap
-from fptrace.families.ops import LAYERNORM_FORMULA, Steps, causal_attention, gelu, layer_norm
+from fptrace.families.ops import (
+    LAYERNORM_FORMULA,
+    Steps,
+    attention_scale,
+    causal_attention,
+    gelu,
+    layer_norm,
+)
 
 
 def heads(qkv: Any, attn: Any, cfg: Any, layer: int, s: Steps, model: Any, fam: Family
@@ -46,10 +52,7 @@ def block(x: Any, blk: Any, cfg: Any, layer: int, s: Steps, model: Any, fam: Fam
     qkv = h @ attn.c_attn.weight + attn.c_attn.bias  # (B, T, 3C)
     s("c_attn (fused QKV)", f"qkv = h · W_qkv + b   W_qkv is ({C}, {3 * C})", qkv)
     q, k, v = heads(qkv, attn, cfg, layer, s, model, fam)  # 3 × (B, nh, T, hs)
-    scale = 1.0 / math.sqrt(hs) if cfg.scale_attn_weights else 1.0
-    if cfg.scale_attn_by_inverse_layer_idx:
-        scale /= float(layer + 1)
-    y = causal_attention(q, k, v, s, scale=scale)  # (B, T, C)
+    y = causal_attention(q, k, v, s, scale=attention_scale(cfg, layer, hs))  # (B, T, C)
     attn_out = y @ attn.c_proj.weight + attn.c_proj.bias  # (B, T, C)
     s("c_proj (W_O)", "attn_out = y · W_O + b", attn_out, keep=True, point=Point.attn_out)
     x = x + attn_out  # (B, T, C)
@@ -69,6 +72,14 @@ def block(x: Any, blk: Any, cfg: Any, layer: int, s: Steps, model: Any, fam: Fam
     return x
 
 
+def qk_weights(attn: Any, nh: int, nkv: int, hd: int) -> tuple[Any, Any, Any, Any]:
+    """W_Q, b_Q, W_K, b_K out of the fused c_attn, a Conv1D whose (C, 3C) weight holds
+    [W_q | W_k | W_v]: transposed to (out, in) as nn.Linear stores them."""
+    W, b = attn.c_attn.weight, attn.c_attn.bias  # (C, 3C), (3C,)
+    C = nh * hd
+    return W[:, :C].T, b[:C], W[:, C:2 * C].T, b[C:2 * C]
+
+
 def final_norm(x: Any, norm: Any, cfg: Any, s: Steps) -> Any:
     h = layer_norm(x, norm, cfg.layer_norm_epsilon)  # (B, T, C)
     s("ln_f (final norm)", LAYERNORM_FORMULA, h, point=Point.final_norm)
@@ -81,7 +92,7 @@ FAMILY = Family(
     final_norm="transformer.ln_f", lm_head="lm_head", attn="attn", mlp="mlp",
     norm_type="layernorm", mlp_type="gelu", positions="learned",
     recompute_block=block, recompute_final_norm=final_norm,
-    w_o=("c_proj",),
+    w_o=("c_proj",), attn_norm="ln_1", qk_weights=qk_weights,
     labels={"ln_1": "norm before attention", "ln_2": "norm before the MLP",
             "c_attn": "fused QKV projection", "c_fc": "MLP up", "c_proj": "MLP down"},
     taps={Point.ln1: Tap("ln_1"), Point.z: Tap("attn.c_proj", "in"),

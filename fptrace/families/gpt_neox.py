@@ -23,6 +23,7 @@ from fptrace.families.ops import (
     layer_norm,
     linear,
     rope_tables,
+    rotary_dims,
 )
 
 
@@ -33,8 +34,7 @@ def heads(qkv: Any, attn: Any, cfg: Any, layer: int, s: Steps, model: Any, fam: 
     B, T, C3 = qkv.shape
     nh = cfg.num_attention_heads
     hs = C3 // 3 // nh
-    params = getattr(cfg, "rope_parameters", None) or {}
-    rot = int(hs * params.get("partial_rotary_factor", getattr(cfg, "rotary_pct", 1.0)))
+    rot = rotary_dims(cfg, hs)
     qkv = qkv.view(B, T, nh, 3 * hs).transpose(1, 2)  # (B, nh, T, 3hs)
     q, k, v = qkv.chunk(3, dim=-1)  # 3 × (B, nh, T, hs)
     s("heads, then split", f"qkv → (B, {nh}, T, 3·{hs}); q, k, v = its thirds (per head)", q,
@@ -93,6 +93,16 @@ def block(x: Any, blk: Any, cfg: Any, layer: int, s: Steps, model: Any, fam: Fam
     return x
 
 
+def qk_weights(attn: Any, nh: int, nkv: int, hd: int) -> tuple[Any, Any, Any, Any]:
+    """W_Q, b_Q, W_K, b_K out of the fused query_key_value, laid out head by head:
+    ([q|k|v] of head 0, then head 1, ...), (3C, C)."""
+    W, b = attn.query_key_value.weight, attn.query_key_value.bias  # (3C, C), (3C,)
+    W = W.view(nh, 3, hd, -1)  # (nh, q/k/v, hd, C)
+    b = b.view(nh, 3, hd) if b is not None else None  # (nh, q/k/v, hd)
+    return (W[:, 0].reshape(nh * hd, -1), None if b is None else b[:, 0].reshape(-1),
+            W[:, 1].reshape(nh * hd, -1), None if b is None else b[:, 1].reshape(-1))
+
+
 def final_norm(x: Any, norm: Any, cfg: Any, s: Steps) -> Any:
     h = layer_norm(x, norm, cfg.layer_norm_eps)  # (B, T, C)
     s("final_layer_norm", LAYERNORM_FORMULA, h, point=Point.final_norm)
@@ -106,7 +116,7 @@ FAMILY = Family(
     norm_type="layernorm", mlp_type="gelu", positions="rope",
     recompute_block=block, recompute_final_norm=final_norm,
     parallel_residual=True, parallel_residual_attr="use_parallel_residual",
-    w_o=("dense",),
+    w_o=("dense",), attn_norm="input_layernorm", qk_weights=qk_weights,
     labels={"input_layernorm": "norm before attention",
             "post_attention_layernorm": "norm before the MLP",
             "query_key_value": "fused QKV projection", "dense_h_to_4h": "MLP up",

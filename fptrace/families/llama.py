@@ -24,6 +24,7 @@ from fptrace.families.ops import (
     repeat_kv,
     rms_norm,
     rope_tables,
+    rotary_dims,
     sliding_window,
     split_heads,
 )
@@ -56,8 +57,7 @@ def heads(q: Any, k: Any, v: Any, attn: Any, cfg: Any, layer: int, s: Steps, mod
         else:
             s("q_norm, k_norm (RMSNorm per head)", "q = q / √(mean(q²) + ε) · γ_q over each "
               f"head's {hd} values; same for k with γ_k", q, shown="Q")
-    params = getattr(cfg, "rope_parameters", None) or {}
-    rot = int(hd * params.get("partial_rotary_factor", 1.0))
+    rot = rotary_dims(cfg, hd)
     cos, sin, formula = rope_tables(cfg, T, rot, model, q.device, layer)  # (T, rot) each
     q = apply_rope(q, cos, sin)  # (B, nh, T, hd)
     k = apply_rope(k, cos, sin)  # (B, nkv, T, hd)
@@ -101,6 +101,11 @@ def final_norm(x: Any, norm: Any, cfg: Any, s: Steps) -> Any:
     return h
 
 
+def qk_weights(attn: Any, nh: int, nkv: int, hd: int) -> tuple[Any, Any, Any, Any]:
+    """W_Q, b_Q, W_K, b_K of q_proj and k_proj (biases: Qwen2; None where there are none)."""
+    return attn.q_proj.weight, attn.q_proj.bias, attn.k_proj.weight, attn.k_proj.bias
+
+
 # the names every Llama-like block uses (Mistral, Qwen2/3, Phi-3, Gemma, OLMo 2 share them)
 LLAMA_LABELS = {"input_layernorm": "norm before attention",
                 "post_attention_layernorm": "norm before the MLP"}
@@ -121,7 +126,7 @@ FAMILY = Family(
     lm_head="lm_head", attn="self_attn", mlp="mlp",
     norm_type="rmsnorm", mlp_type="swiglu", positions="rope",
     recompute_block=block, recompute_final_norm=final_norm,
-    labels=LLAMA_LABELS, taps=LLAMA_TAPS,
+    labels=LLAMA_LABELS, attn_norm="input_layernorm", qk_weights=qk_weights, taps=LLAMA_TAPS,
     head_taps=("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj"), heads=heads,
     tiny=dict(model_type="llama", num_hidden_layers=3, hidden_size=64, intermediate_size=96,
               num_attention_heads=4, num_key_value_heads=2, vocab_size=1000,

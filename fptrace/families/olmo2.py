@@ -65,7 +65,7 @@ def block(x: Any, blk: Any, cfg: Any, layer: int, s: Steps, model: Any, fam: Fam
 FAMILY = replace(
     LLAMA, name="olmo2", title="OLMo 2", model_types=("olmo2",), recompute_block=block,
     attn_added="post_attention_layernorm", mlp_added="post_feedforward_layernorm",
-    qk_norm="whole",
+    qk_norm="whole", attn_norm=None,
     # no norm before attention or the MLP: the projections read the stream itself
     taps={p: t for p, t in LLAMA_TAPS.items() if p not in (Point.ln1, Point.ln2, Point.resid_mid)}
     | {Point.resid_mid: Tap("mlp", "in")},

@@ -158,6 +158,13 @@ def apply_rope(t: Any, cos: Any, sin: Any) -> Any:
     return torch.cat((r * cos + rotate_half(r) * sin, t[..., rot:]), dim=-1)  # (B, heads, T, hd)
 
 
+def rotary_dims(cfg: Any, hd: int) -> int:
+    """How many values of each head RoPE rotates: all hd, unless the config sets a partial
+    rotary factor (Phi-3's partial_rotary_factor, GPT-NeoX's rotary_pct)."""
+    params = getattr(cfg, "rope_parameters", None) or {}
+    return int(hd * params.get("partial_rotary_factor", getattr(cfg, "rotary_pct", 1.0)))
+
+
 def rope_tables(cfg: Any, T: int, hd: int, model: Any, device: Any,
                 layer: int | None = None) -> tuple[Any, Any, str]:
     """cos and sin, (T, hd) each, for positions 0..T-1; plus the formula shown. A config whose
@@ -199,6 +206,18 @@ def sliding_window(cfg: Any, layer: int) -> int | None:
     if layer_types and layer_types[layer] != "sliding_attention":
         return None
     return window
+
+
+def attention_scale(cfg: Any, layer: int, hd: int) -> float:
+    """The factor q · k is multiplied by in block `layer`: 1/√hd, or query_pre_attn_scalar^−½
+    where the config sets it (Gemma); none when scale_attn_weights is off, and divided by
+    layer + 1 with scale_attn_by_inverse_layer_idx (GPT-2's options)."""
+    scale = (getattr(cfg, "query_pre_attn_scalar", None) or hd) ** -0.5
+    if not getattr(cfg, "scale_attn_weights", True):
+        scale = 1.0
+    if getattr(cfg, "scale_attn_by_inverse_layer_idx", False):
+        scale /= float(layer + 1)
+    return scale
 
 
 def repeat_kv(k: Any, v: Any, nh: int, s: Steps) -> tuple[Any, Any]:

@@ -79,8 +79,16 @@ def block(x: Any, blk: Any, cfg: Any, layer: int, s: Steps, model: Any, fam: Fam
     return x
 
 
+def qk_weights(attn: Any, nh: int, nkv: int, hd: int) -> tuple[Any, Any, Any, Any]:
+    """W_Q and W_K out of the fused qkv_proj ([W_q; W_k; W_v], ((nh + 2·nkv)·hd, C))."""
+    W, b = attn.qkv_proj.weight, attn.qkv_proj.bias
+    q, k = slice(0, nh * hd), slice(nh * hd, (nh + nkv) * hd)
+    return W[q], None if b is None else b[q], W[k], None if b is None else b[k]
+
+
 FAMILY = replace(
     LLAMA, name="phi3", title="Phi-3", model_types=("phi3",), recompute_block=block,
+    qk_weights=qk_weights,
     labels={**LLAMA_LABELS, "qkv_proj": "fused QKV projection",
             "gate_up_proj": "MLP gate+up (fused)"},
     taps={**LLAMA_TAPS, Point.mlp_gate: Tap("mlp.gate_up_proj", part=(0, 2)),

@@ -33,7 +33,8 @@ HALF_RTOL = 2e-2  # a half-precision model rounds its own stream and logits at t
 def frozen_norm(module: Any, x: Any, norm_type: str) -> tuple[bool, Any, Any]:
     """A norm at its input x (d,), as the linear map it is there: (centre, gain (d,), bias (d,)
     or None), so that norm(x) = (x − mean(x) if centre else x) · gain + bias, and the same map
-    applied to each part of x sums to norm(x)."""
+    applied to each part of x sums to norm(x). For rows x (N, d), each row's own map: gain
+    (N, d)."""
     import torch
 
     x = x.float()
@@ -42,26 +43,27 @@ def frozen_norm(module: Any, x: Any, norm_type: str) -> tuple[bool, Any, Any]:
     w = module.weight.float().to(x.device) if getattr(module, "weight", None) is not None \
         else torch.ones_like(x)
     if norm_type == "layernorm":
-        centred = x - x.mean()
-        scale = torch.rsqrt(centred.pow(2).mean() + eps)
+        centred = x - x.mean(dim=-1, keepdim=True)
+        scale = torch.rsqrt(centred.pow(2).mean(dim=-1, keepdim=True) + eps)
         bias = getattr(module, "bias", None)
         return True, w * scale, None if bias is None else bias.float().to(x.device)
     if norm_type.startswith("rmsnorm"):
-        scale = torch.rsqrt(x.pow(2).mean() + eps)
+        scale = torch.rsqrt(x.pow(2).mean(dim=-1, keepdim=True) + eps)
         gain = (1.0 + w) if "1 + w" in norm_type else w
         return False, gain * scale, None
     raise UnsupportedModel(f"attribution needs to know the final norm; the {norm_type!r} norm "
                            "of this model is not one fptrace can freeze")
 
 
-def _apply(parts: Any, centre: bool, gain: Any) -> Any:
-    """(..., d) parts through a frozen norm, without its bias."""
+def through_frozen(parts: Any, centre: bool, gain: Any) -> Any:
+    """(..., d) parts through a frozen norm (frozen_norm's centre and gain), without its
+    bias."""
     if centre:
         parts = parts - parts.mean(dim=-1, keepdim=True)
     return parts * gain
 
 
-def _w_o(attn: Any, names: tuple[str, ...]) -> tuple[Any, Any]:
+def out_projection(attn: Any, names: tuple[str, ...]) -> tuple[Any, Any]:
     """The attention output projection as (out=d, in=nh·hd) and its bias (or None)."""
     for name in names:
         proj = getattr(attn, name, None)
@@ -90,7 +92,7 @@ def attribute(lm: LoadedModel, prompt: Prompt, *, target: str | None = None,
     hooks = []
     w_o = []
     for i, attn in enumerate(lm.parts.attns):
-        proj, weights = _w_o(attn, fam.w_o)
+        proj, weights = out_projection(attn, fam.w_o)
         w_o.append(weights)
         hooks.append((proj, "pre", _keep_input(got["y"], i, cap), False))
         if fam.attn_added:
@@ -134,24 +136,24 @@ def _attribution(lm: LoadedModel, info: Any, prepared: Prepared, cap: Capture, g
                                                               else 0))
 
     def value(part: Any) -> Any:  # (..., d) -> (...) logits
-        return _apply(part, centre, gain) @ u
+        return through_frozen(part, centre, gain) @ u
 
     comps = [("embed", None, None, float(value(cap.embed_last[0])))]
     nh, hd = info.n_heads, info.head_dim
     head_grid, notes = [], []
     for layer in range(info.n_layers):
         attn_total = float(value(cap.attn_last[layer][0]))
-        heads = _heads(lm, layer, got["y"][layer], got["o"][layer], w_o[layer], nh, hd, value,
-                       cap.attn_last[layer][0], info.dtype)
+        heads = head_parts(lm, layer, got["y"][layer], got["o"][layer], w_o[layer], nh, hd,
+                           cap.attn_last[layer][0], info.dtype)
         if heads is None:
             comps.append(("attn", layer, None, attn_total))
             notes.append(HEADS_UNSPLIT(layer=layer))
             head_grid.append(())
         else:
-            per_head, bias = heads
+            per_head = value(heads[0])  # (nh,)
             comps += [("attn_head", layer, h, float(c)) for h, c in enumerate(per_head)]
-            if bias is not None:
-                comps.append(("attn_bias", layer, None, bias))
+            if heads[1] is not None:
+                comps.append(("attn_bias", layer, None, float(value(heads[1]))))
             head_grid.append(tuple(float(c) for c in per_head))
         comps.append(("mlp", layer, None, float(value(cap.mlp_last[layer][0]))))
     if norm_bias is not None:
@@ -189,10 +191,11 @@ def _attribution(lm: LoadedModel, info: Any, prepared: Prepared, cap: Capture, g
         head_grid=tuple(head_grid), notes=tuple(notes))
 
 
-def _heads(lm: LoadedModel, layer: int, y: Any, o: Any, w_o: tuple, nh: int, hd: int,
-           value: Any, attn_added: Any, dtype: str) -> tuple[Any, float | None] | None:
-    """Per-head logits of block `layer`'s attention, and its W_O bias's; None when the per-head
-    parts do not add up to what attention added (then they are not shown).
+def head_parts(lm: LoadedModel, layer: int, y: Any, o: Any, w_o: tuple, nh: int, hd: int,
+               attn_added: Any, dtype: str) -> tuple[Any, Any] | None:
+    """What each head of block `layer` wrote to the stream at one position, (nh, d), and the
+    W_O bias (and post-norm bias) (d,) or None; None when the per-head parts do not add up to
+    what attention added (then they are not shown). Computed in the dtype of y and W_O.
 
     y: (nh·hd,) the heads side by side entering W_O; o: (d,) W_O's output (post-norm families);
     attn_added: (d,) what the stream received from attention."""
@@ -201,14 +204,16 @@ def _heads(lm: LoadedModel, layer: int, y: Any, o: Any, w_o: tuple, nh: int, hd:
     W, b = w_o  # (d, nh·hd), (d,) or None
     if y is None or W.shape[1] != nh * hd:
         return None
-    parts = torch.stack([W[:, h * hd:(h + 1) * hd] @ y[h * hd:(h + 1) * hd]
-                         for h in range(nh)])  # (nh, d): what each head writes through W_O
+    d = W.shape[0]
+    parts = torch.einsum("dnh,nh->nd", W.view(d, nh, hd), y.view(nh, hd).to(W.dtype)
+                         )  # (nh, d): what each head writes through its columns of W_O
     bias = b
     fam = lm.parts.family
     if fam.attn_added:  # the post-norm, frozen at its actual input o = Σ parts + b
         centre, gain, nb = frozen_norm(lm.parts.attn_adds[layer], o, fam.norm_type)
-        parts = _apply(parts, centre, gain)
-        bias = None if b is None else _apply(b, centre, gain)
+        gain, nb = gain.to(parts.dtype), None if nb is None else nb.to(parts.dtype)
+        parts = through_frozen(parts, centre, gain)
+        bias = None if b is None else through_frozen(b, centre, gain)
         if nb is not None:
             bias = nb if bias is None else bias + nb
     added = parts.sum(dim=0) + (bias if bias is not None else 0)  # (d,)
@@ -216,6 +221,6 @@ def _heads(lm: LoadedModel, layer: int, y: Any, o: Any, w_o: tuple, nh: int, hd:
     scale = float(attn_added.abs().max())
     if float((added - attn_added).abs().max()) > rtol * max(scale, 1.0):
         return None
-    return value(parts), (None if bias is None else float(value(bias)))
+    return parts, bias
 
 

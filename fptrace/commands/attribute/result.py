@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from fptrace.core.results import SCHEMA_VERSION, ModelInfo, Token, TopToken, result
+from fptrace.core.results import SCHEMA_VERSION, Check, ModelInfo, Token, TopToken, result
 
 
 @result
@@ -82,3 +82,123 @@ class Attribution:
     schema_version: str = SCHEMA_VERSION
 
 
+
+
+@result
+class QKPart:
+    """One part of the residual stream at the query's or the key's position (what block `layer`
+    reads there)."""
+
+    component: str
+    """`embed` (the token embedding, scaled where the family scales it), `pos_embed` (the learned
+    position embedding), `attn_head`, `attn_bias` (a block's W_O bias, through its post-norm where
+    it has one), `attn` (a block whose heads could not be split exactly), `mlp`, `bias` (the
+    constant of this side: the norm's bias through W_Q or W_K, plus the projection's bias), or
+    `rest` (in the grid: every part not shown)."""
+    layer: int | None
+    """The block that wrote it, or null."""
+    head: int | None
+    """The attention head, or null."""
+
+
+@result
+class QKPartSum:
+    """One part of one side, with every term it is in summed over the other side's parts."""
+
+    part: QKPart
+    """The part."""
+    value: float
+    """Its share of the score: Σ over the other side's parts of the terms it is in."""
+    norm: float
+    """‖what this part adds to q (or k)‖: its size, whatever the other side's direction."""
+
+
+@result
+class QKTerm:
+    """One term of the score: a part of the query's stream × a part of the key's stream."""
+
+    query: QKPart
+    """The part of the query position's stream."""
+    key: QKPart
+    """The part of the key position's stream."""
+    value: float
+    """scale · q(query part) · k(key part): through the frozen norms, the projections, the q/k
+    norms and the rotary rotation of each position."""
+    share: float
+    """value / the sum of |value| over every term."""
+
+
+@result
+class QKAttribution:
+    """`fptrace attribute --qk L.H --json`: one attention score of one head split exactly into
+    query-part × key-part terms, and the weight the softmax made of it."""
+
+    prompt: str
+    """The prompt as given."""
+    model: ModelInfo
+    """The model that was run."""
+    tokens: tuple[Token, ...]
+    """The prompt's tokens."""
+    layer: int
+    """The block of the head."""
+    head: int
+    """The query head."""
+    kv_head: int
+    """The key/value head it reads (grouped-query attention shares one among several heads)."""
+    query: int
+    """The query position (default: the last)."""
+    key: int
+    """The key position (default: the position the query attends to most in this head)."""
+    most_attended: int
+    """The key position with the largest weight in the query's row."""
+    scale: float
+    """The factor q · k is multiplied by: 1/√head_dim, query_pre_attn_scalar^−½ (Gemma), or
+    GPT-2's options (no scaling, ÷ (layer + 1))."""
+    score: float
+    """The sum of every term: the score before the softmax, the mask and any softcap."""
+    stream_score: float
+    """The same score computed from the whole streams the model had at the two positions (not
+    from their parts)."""
+    difference: float
+    """score − stream_score."""
+    softcap: float | None
+    """The attention-logit softcap of this model, or null."""
+    capped_score: float | None
+    """With a softcap: softcap · tanh(score / softcap), what the softmax reads; else null."""
+    window: int | None
+    """The sliding window of this block (the query sees keys query − window + 1 .. query), or
+    null."""
+    weight: float
+    """The model's own attention weight of the query on the key in this head (its eager
+    attention, after the softmax)."""
+    recomputed_weight: float
+    """The weight recomputed from the streams through the same operations as the split."""
+    n_terms: int
+    """How many terms the score has: query parts × key parts."""
+    top: tuple[QKTerm, ...]
+    """The `--top` terms of largest absolute value."""
+    rest: float
+    """The sum of every other term: score = Σ top + rest."""
+    query_parts: tuple[QKPartSum, ...]
+    """Every part of the query's stream, in stream order, each summed over the key's parts."""
+    key_parts: tuple[QKPartSum, ...]
+    """Every part of the key's stream, in stream order, each summed over the query's parts."""
+    grid_rows: tuple[QKPart, ...]
+    """The rows of `grid`: the query parts of largest |value|, then `rest` (the others)."""
+    grid_columns: tuple[QKPart, ...]
+    """The columns of `grid`: the key parts of largest |value|, then `rest`."""
+    grid: tuple[tuple[float, ...], ...]
+    """Terms summed into rows × columns (what --plot draws); the cells sum to the score."""
+    checks: tuple[Check, ...]
+    """What the command checked against the model on this run: the parts sum to the streams,
+    the terms to the score computed from the streams, the recomputed weights equal the
+    model's."""
+    ok: bool
+    """Whether every check holds; `fptrace attribute --qk` exits with 5 when not."""
+    group: str
+    """What the terminal view lists: `term` (query part × key part) or `source` (each side's
+    parts summed over the other side)."""
+    notes: tuple[str, ...]
+    """Sentences a reader should see with the numbers."""
+    kind: str = "qk_attribution"
+    schema_version: str = SCHEMA_VERSION

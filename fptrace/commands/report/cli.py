@@ -35,13 +35,20 @@ def report(
     quantize_b: Annotated[Optional[str], typer.Option(
         "--quantize-b", help="... or quantized on load (int8, int4).",
         rich_help_panel=STATS)] = None,
+    qk: Annotated[Optional[str], typer.Option(
+        "--qk", metavar="LAYER.HEAD", help="The head whose attention score the report splits "
+        "(as `fptrace attribute --qk`); default: the head that adds most to the top-1.",
+        rich_help_panel=STATS)] = None,
 ) -> None:
     """One self-contained HTML file: the run tables, the figures, the explain walkthrough of
-    one layer, the attribution of the top-1 (and with --noise, causal tracing) and the JSON
-    trace. It makes no network request and opens offline."""
+    one layer, the attribution of the top-1, why one head attends where it does (and with
+    --noise, causal tracing) and the JSON trace. It makes no network request and opens offline."""
     from fptrace.commands.report.core import build_html, check_out, write_report
 
     check_out(out)
+    from fptrace.commands.attribute.qk import qk_request
+
+    qk_head = qk_request(qk, None, None, "term")
     lm, prompt = load_for(prompt, opts, chat=chat)
     from fptrace.commands.explain.core import covered
     from fptrace.commands.explain.core import explain as run_explain
@@ -53,6 +60,11 @@ def report(
     trace = run_trace(lm, prompt, lens_grid=True)
     explanation = run_explain(lm, prompt, layer=layer, head=head, all_heads=True)
     attribution = run_attribute(lm, prompt)
+    from fptrace.commands.attribute.qk import attribute_qk, top_head
+
+    qk_head = qk_head or top_head(attribution)
+    split = None if qk_head is None or lm.parts.family.qk_weights is None else \
+        attribute_qk(lm, prompt, *qk_head, top=10)
     patching = None
     if noise is not None:
         from fptrace.commands.patch.core import patch as run_patch
@@ -67,6 +79,8 @@ def report(
         from fptrace.commands.diff.deep import deep_diff
 
         against = deep_diff(lm, load(dataclasses.replace(opts, **settings_b)), prompt)
-    write_report(out, build_html(trace, explanation, attribution, patching, against))
+    write_report(out, build_html(trace, explanation, attribution, patching, against, qk=split))
     stderr_console().print(f"wrote {out}", markup=False, soft_wrap=True)
     check_match(explanation.match, [c.name for c in explanation.checks if not c.ok])
+    if split is not None:
+        check_match(split.ok, [c.name for c in split.checks if not c.ok])

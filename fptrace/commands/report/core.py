@@ -60,7 +60,7 @@ def _png(fig: Any) -> str:
 
 
 def build_html(trace: Trace, explanation: Explanation, attribution: Any = None,
-               patching: Any = None, against: Any = None) -> str:
+               patching: Any = None, against: Any = None, qk: Any = None) -> str:
     from fptrace.commands.attribute.render import attribution_figure, attribution_view
     from fptrace.commands.explain.render import attention_figure, explain_view
     from fptrace.commands.run.render import trace_figure, trace_view
@@ -100,6 +100,15 @@ def build_html(trace: Trace, explanation: Explanation, attribution: Any = None,
             f'<img alt="attribution per block and per head" '
             f'src="{_png(attribution_figure(attribution)[0])}">',
             _terminal(attribution_view(attribution, 130)),
+        ]
+    if qk is not None:
+        from fptrace.commands.attribute.render import qk_figure, qk_view
+
+        body += [
+            f"<h2>Why head {qk.layer}.{qk.head} attends where it does: its score, part by "
+            "part</h2>",
+            f'<img alt="query parts × key parts of the score" src="{_png(qk_figure(qk)[0])}">',
+            _terminal(qk_view(qk, 130)),
         ]
     if patching is not None:
         from fptrace.commands.patch.render import patch_figure, patch_view

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 from textual import work
@@ -85,6 +86,7 @@ class FptraceApp(App):
         self.target = 0  # index into the trace's top-k
         self.explanation: Any = None
         self.attribution: Any = None
+        self.qk: Any = None  # the selected head's score split (attribute --qk)
 
     def compose(self) -> ComposeResult:
         yield Input(placeholder="a prompt; Enter traces it", id="prompt")
@@ -229,12 +231,24 @@ class FptraceApp(App):
             pane.update(Text(str(err), style="yellow"))
             return
         m = next(m for m in e.head_weights if m.head == self.head)
-        from rich.console import Group
-
         note = "" if self.layer else " (the embedding row: block 0's heads)"
         heads.update(Group(Text(f"block {e.layer}{note}; h / H: another head", style="bold"),
-                           heatmap(m)))
+                           heatmap(m), self._qk_split(e.layer)))
         pane.update(explain_view(e, 80))
+
+    def _qk_split(self, block: int) -> Any:
+        """Why the selected head attends where it does (attribute --qk): the last position on
+        its most attended key."""
+        from fptrace.commands.attribute.qk import attribute_qk
+        from fptrace.commands.attribute.render import qk_pane
+
+        try:
+            self.qk = attribute_qk(self.lm, self.traced, block, self.head, top=6)
+        except FptraceError as err:
+            self.qk = None
+            return Text(str(err), style="yellow")
+        return Group(Text("\nWhy it attends there: its score, part by part", style="bold"),
+                     qk_pane(self.qk, 60))
 
     def show_top_k(self) -> None:
         from fptrace.render.tables import top_k
@@ -323,7 +337,7 @@ class FptraceApp(App):
             self.status("wrote fptrace-trace.png")
 
     def on_unmount(self) -> None:
-        self.lm = self.trace = self.explanation = self.attribution = None  # free the model
+        self.lm = self.trace = self.explanation = self.attribution = self.qk = None  # free it
 
 
 __all__ = ["FptraceApp", "heatmap"]
