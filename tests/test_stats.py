@@ -6,6 +6,7 @@ SmoothQuant scales, diff --stats and the refusals."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 from collections import Counter
@@ -21,9 +22,10 @@ from typer.testing import CliRunner
 
 from conftest import make_gpt2_folder, make_llama_folder, tiny_gpt2
 from fptrace.cli.main import app
-from fptrace.commands.stats.collect import Collector, eager_attention
+from fptrace.commands.stats.collect import Collector
 from fptrace.commands.stats.core import new_statistics
 from fptrace.core.activation_stats import BINS, ActivationStats
+from fptrace.core.hooks import eager_attention
 from fptrace.core.inputs import PromptItem
 from fptrace.core.prompt_groups import Encoded
 
@@ -45,7 +47,7 @@ def count(lm, prompts: list[list[int]], batch_size: int = 1, sinks: bool = True
     """fptrace's statistics of token-id prompts, group by group as `collect` merges them."""
     stats = new_statistics(lm, sinks)
     collector = Collector(lm, stats)
-    with eager_attention(lm.model, sinks):
+    with eager_attention(lm.model) if sinks else contextlib.nullcontext():
         for g in range(0, len(prompts), batch_size):
             group = [Encoded(PromptItem(f"p{g + k}", None, "test"), lm.prepare(ids))
                      for k, ids in enumerate(prompts[g:g + batch_size])]

@@ -15,15 +15,14 @@ then split back into the sites. Staging stops at STAGE_BYTES, so memory stays bo
 the model and the group.
 
 Attention weights come from the model's own eager attention (the pass runs under
-`eager_attention`); massive activations are found in each block's output with the median of
-that prompt's whole hidden state (Sun et al.'s definition). Every pass checks that each site saw
-every real position once.
+core/hooks.py's `eager_attention`); massive activations are found in each block's output with
+the median of that prompt's whole hidden state (Sun et al.'s definition). Every pass checks that
+each site saw every real position once.
 """
 
 from __future__ import annotations
 
-import contextlib
-from typing import Any, Iterator
+from typing import Any
 
 from fptrace.core.activation_stats import FINAL, ActivationStats, MassiveTally
 from fptrace.core.hooks import Hook, first_output, hooked
@@ -32,21 +31,6 @@ from fptrace.errors import Mismatch, NonFiniteValues, UnsupportedModel
 
 CONTAINER_SITES = {"attn": ("attn_in", "z"), "mlp": ("mlp_in", "mlp_act")}
 STAGE_BYTES = 64 * 2**20  # staged activations counted together (see the module's text)
-
-
-@contextlib.contextmanager
-def eager_attention(model: Any, on: bool = True) -> Iterator[None]:
-    """Run the model with transformers' eager attention (which returns the weights), then put
-    back the implementation it had."""
-    before = getattr(model.config, "_attn_implementation", None)
-    switch = on and before != "eager"
-    if switch:
-        model.set_attn_implementation("eager")
-    try:
-        yield
-    finally:
-        if switch:
-            model.set_attn_implementation(before)
 
 
 def _linears(container: Any) -> list[Any]:
@@ -340,4 +324,4 @@ class _Pass:
                            f"their sites: {missing[:3]}; final norm seen: {self.final_fed})")
 
 
-__all__ = ["Collector", "eager_attention"]
+__all__ = ["Collector"]

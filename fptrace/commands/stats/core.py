@@ -90,7 +90,10 @@ def collect(lm: Any, items: Sequence[PromptItem], stats: ActivationStats, *,
             after_group: Callable[[ActivationStats], None] | None = None) -> Summary:
     """Count every item not yet in stats, here: each group's statistics merged into stats in
     input order (after_group(stats) after each); a failing prompt listed in stats.failed."""
-    from fptrace.commands.stats.collect import Collector, eager_attention
+    import contextlib
+
+    from fptrace.commands.stats.collect import Collector
+    from fptrace.core.hooks import eager_attention
 
     done = stats.done_ids()
     todo = [it for it in items if it.id not in done]
@@ -107,7 +110,7 @@ def collect(lm: Any, items: Sequence[PromptItem], stats: ActivationStats, *,
         if after_group is not None:
             after_group(stats)
 
-    with eager_attention(lm.model, stats.sinks):
+    with eager_attention(lm.model) if stats.sinks else contextlib.nullcontext():
         run_groups(lm, todo, collector.run, emit, summary=s, batch_size=batch_size,
                    truncate=truncate, progress=progress)
     stats.name_tokens(lm.token_text)
