@@ -45,9 +45,10 @@ def main() -> None:
 
     import torch
 
-    from fptrace.commands.batch.core import OutFile, PromptItem, run_batch
-    from fptrace.models.loading import load_model
+    from fptrace.commands.batch.core import OutFile, run_batch
+    from fptrace.core.inputs import PromptItem
     from fptrace.core.trace import run_trace
+    from fptrace.models.loading import load_model
 
     torch.set_num_threads(os.cpu_count() or 1)
     lm = load_model("smollm2-135m", device="cpu")

@@ -31,6 +31,7 @@ if TYPE_CHECKING:
     from fptrace.commands.generate.core import generate
     from fptrace.commands.patch.core import patch
     from fptrace.commands.shapes.core import shape_report as shapes
+    from fptrace.commands.stats.core import activation_stats as stats
     from fptrace.commands.steer.core import steer
     from fptrace.core.points import Point
     from fptrace.core.results import (

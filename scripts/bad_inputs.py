@@ -66,6 +66,7 @@ def cases(tmp: str, folder: str) -> list[tuple[str, list[str], dict]]:
     w.write_tensors_to_file()
     w.close()
     m = ["-m", folder]
+    stats_files(tmp, folder)
     return [
         ("empty prompt", ["run", "  "]),
         # bytes that are not UTF-8 reach Python as lone surrogates (surrogateescape)
@@ -106,6 +107,14 @@ def cases(tmp: str, folder: str) -> list[tuple[str, list[str], dict]]:
         ("batch: malformed .jsonl line", ["batch", p("bad.jsonl"), "-o", p("b.jsonl"), *m]),
         ("batch: invalid UTF-8", ["batch", p("latin1.txt"), "-o", p("c.jsonl"), *m]),
         ("report: not an .html path", ["report", "hi", *m, "--out", p("r.txt")]),
+        ("stats: --merge of two models' statistics", ["stats", "--merge", p("s.json"),
+                                                      p("s3.json")]),
+        ("stats: a statistics file of a newer fptrace", ["stats", "--merge", p("newer.json")]),
+        ("stats: --out exists, without --resume", ["stats", p("prompts.txt"), *m, "--out",
+                                                   p("s.json")]),
+        ("stats: --out is someone else's file", ["stats", p("prompts.txt"), *m, "--out",
+                                                 p("notes.json"), "--force"]),
+        ("stats: a prompt longer than the context", ["stats", p("long.txt"), *m]),
         ("--chat on a model without a chat template", ["run", "--chat", "hi", *m]),
         ("--chat and --messages together", ["run", "--chat", "--messages",
                                             p("messages.json"), *m]),
@@ -140,6 +149,28 @@ def cases(tmp: str, folder: str) -> list[tuple[str, list[str], dict]]:
         ("ablate: a head out of range", ["ablate", "hi", *m, "--head", "1.9"]),
         ("ablate: nothing to remove", ["ablate", "hi", *m]),
     ]
+
+
+def stats_files(tmp: str, folder: str) -> None:
+    """Two statistics files of two models, one claiming a newer schema, a prompt too long."""
+    from pathlib import Path
+
+    from conftest import make_gpt2_folder
+
+    p = lambda *a: os.path.join(tmp, *a)  # noqa: E731
+    other = str(make_gpt2_folder(Path(p("three")), n_layer=3)[0])
+    for model, out in ((folder, "s.json"), (other, "s3.json")):
+        subprocess.run([sys.executable, "-m", "fptrace", "stats", p("prompts.txt"), "-m", model,
+                        "--out", p(out)], capture_output=True, check=True, cwd=ROOT)
+    with open(p("s.json"), encoding="utf-8") as f:
+        doc = json.load(f)
+    doc["schema_version"] = "9.0"
+    with open(p("newer.json"), "w", encoding="utf-8") as f:
+        json.dump(doc, f)
+    with open(p("notes.json"), "w") as f:
+        f.write('{"my": "notes"}\n')
+    with open(p("long.txt"), "w") as f:
+        f.write("The cat sat\n" + "word " * 100 + "\n")
 
 
 def main() -> None:

@@ -153,10 +153,24 @@ def _models(lm: Any) -> Callable:
     return lambda w: models_table(rows, w)
 
 
+def _stats(lm: Any) -> Callable:
+    from fptrace.commands.stats.core import build, collect, new_statistics
+    from fptrace.commands.stats.render import stats_view
+    from fptrace.core.inputs import PromptItem
+    from fptrace.core.trace import model_info
+
+    items = [PromptItem(f"p:{i + 1}", p, f"p.txt:{i + 1}")
+             for i, p in enumerate([PROMPT, "The dog ran", "A cat", "On the mat the cat sat"])]
+    stats = new_statistics(lm)
+    collect(lm, items, stats, batch_size=2)
+    r = build(stats, model_info(lm), sink_threshold=0.2)
+    return lambda w: stats_view(r, w)
+
+
 VIEWS = {"run": _run, "explain": _explain, "shapes": _shapes, "generate": _generate,
          "attribute": _attribute, "attribute-qk": _attribute_qk, "diff": _diff,
          "diff-deep": _diff_deep, "patch": _patch, "models": _models, "steer": _steer,
-         "ablate": _ablate}
+         "ablate": _ablate, "stats": _stats}
 
 
 def views() -> dict[str, Callable]:

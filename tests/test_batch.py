@@ -14,7 +14,8 @@ import pytest
 from typer.testing import CliRunner
 
 from conftest import make_gpt2_folder
-from fptrace.commands.batch.core import OutFile, PromptItem, read_inputs, record_line
+from fptrace.commands.batch.core import OutFile, record_line
+from fptrace.core.inputs import PromptItem, read_inputs
 from fptrace.cli.main import app
 from fptrace.errors import BadInput
 

@@ -296,6 +296,39 @@ def _shapes_beyond_context(f):
     return shape_report("gpt2", seq_len=8).notes, shape_report("gpt2", seq_len=2000).notes
 
 
+def _stats(lm, prompts=(PROMPT, "The dog ran"), **kw):
+    from fptrace.commands.stats.core import activation_stats
+
+    return activation_stats(lm, list(prompts), **kw)
+
+
+def _stats_random_weights(f):
+    gpt2 = _gpt2()
+    trained = load_model(tiny_gpt2(), device="cpu")  # its weights as saved: not random
+    return _stats(trained).notes, _stats(gpt2).notes
+
+
+def _stats_failed(f):
+    lm = _gpt2()
+    return _stats(lm).notes, _stats(lm, (PROMPT, "word " * 40)).notes  # 32 positions at most
+
+
+def _stats_eager_attention(f):
+    lm = _gpt2()
+    return _stats(lm, sinks=False).notes, _stats(lm).notes
+
+
+def _diff_stats_prompts(f):
+    from fptrace.commands.diff.channels import diff_stats
+    from fptrace.commands.stats.core import write_stats
+
+    lm, tmp = _gpt2(), f.mktemp("stats")
+    write_stats(str(tmp / "a.json"), _stats(lm))
+    write_stats(str(tmp / "b.json"), _stats(lm, (PROMPT,)))
+    a, b = str(tmp / "a.json"), str(tmp / "b.json")
+    return diff_stats(a, a).notes, diff_stats(a, b).notes
+
+
 CASES = {name[1:]: fn for name, fn in globals().items()
          if name.startswith("_") and name[1:] in NOTES}
 

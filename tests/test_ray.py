@@ -11,6 +11,7 @@ import shutil
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 
 from conftest import make_llama_folder
@@ -84,7 +85,7 @@ for i in $(seq 1 600); do
   [ -s {out} ] && break
   sleep 0.1
 done
-victim=$(pgrep -f 'TraceActor' | head -n 1)
+victim=$(pgrep -f 'ModelActor' | head -n 1)
 [ -n "$victim" ] && kill -9 "$victim" && echo "killed $victim"
 wait $batch
 echo "rc $?"
@@ -109,3 +110,31 @@ def test_ray_missing_or_unreachable(setup):
                       f"-m {model} --ray 127.0.0.1:1")
     assert r.returncode == 2
     assert r.stderr.strip().splitlines()[-1].startswith("fptrace: error: --ray 127.0.0.1:1")
+
+
+def test_stats_on_ray_equals_local(setup):
+    """stats --ray: shards counted by two actors and merged in input order give, statistic for
+    statistic, what the local pass gives (one prompt per forward pass: the same arithmetic)."""
+    tmp, model, prompts = setup
+    py = sys.executable
+    local, on_ray = tmp / "stats-local.json", tmp / "stats-ray.json"
+    r = subprocess.run([py, "-m", "fptrace", "stats", prompts, "--out", str(local), "-m", model,
+                        "-b", "1"], capture_output=True, text=True, timeout=240)
+    assert r.returncode == 0, r.stderr[-1500:]
+    r = _in_namespace(f"{py} -m fptrace stats {prompts} --out {on_ray} -m {model} -b 1 "
+                      "--ray auto --workers 2 --json")
+    assert r.returncode == 0, (r.stdout + r.stderr)[-3000:]
+    assert json.loads(r.stdout)["kind"] == "stats"  # stdout holds the result, nothing of Ray's
+    a = json.loads(local.read_text())
+    b = json.loads(on_ray.read_text())
+    assert a["statistics"]["prompts"] == b["statistics"]["prompts"]
+    for la, lb in zip(a["statistics"]["layers"], b["statistics"]["layers"]):
+        for sa, sb in zip(la["sites"], lb["sites"]):
+            ca, cb = sa["channels"], sb["channels"]
+            for key in ("count", "absmax", "absmax_value", "argmax_prompt", "argmax_position",
+                        "argmax_token", "hist"):
+                assert ca[key] == cb[key], (la["layer"], sa["site"], key)
+            assert ca["mean"] == pytest.approx(cb["mean"], rel=1e-9, abs=1e-12)
+            assert ca["m2"] == pytest.approx(cb["m2"], rel=1e-9, abs=1e-12)
+        np.testing.assert_allclose(la["sink_sums"], lb["sink_sums"], rtol=1e-12)  # (heads, P)
+    assert a["sink_heads"] == b["sink_heads"] and a["massive"] == b["massive"]

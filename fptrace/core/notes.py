@@ -236,6 +236,30 @@ BEYOND_CONTEXT = note(
     "the sequence length asked for is beyond the model's context window",
     "sequence length {n} is beyond the context window of {model} ({ctx})")
 
+STATS_RANDOM = note(
+    "stats_random_weights", ("stats",),
+    "the statistics were counted on a model built with --random-weights",
+    "RANDOM WEIGHTS: these statistics were counted on randomly initialized weights, not on the "
+    "trained model's")
+
+STATS_FAILED = note(
+    "stats_failed", ("stats",),
+    "some prompts could not be counted (longer than the context without --truncate, unreadable, "
+    "NaN/Inf in the pass)",
+    "{n} prompt(s) not counted: statistics.failed says why")
+
+STATS_EAGER = note(
+    "stats_eager_attention", ("stats",),
+    "the attention sinks were tallied (--sinks, the default)",
+    "attention weights are the model's own, from transformers' eager attention (the pass ran "
+    "with it)")
+
+STATS_DIFF_PROMPTS = note(
+    "diff_stats_prompts", ("diff",),
+    "with --stats, the two statistics files count different prompt ids",
+    "the two files count different prompts: the moves mix what the models do differently with "
+    "what the prompts do")
+
 
 def markdown() -> str:
     """docs/notes.md: every note, with the commands that print it and its condition."""

@@ -64,6 +64,16 @@ def norm(x: float | None) -> str:
     return f"{x:.2f}" if a < 100 else f"{x:.1f}" if a < 10_000 else f"{x:.0f}"
 
 
+def compact(x: float | None) -> str:
+    """A value of any size in a few characters: thousands separated from 1,000, one decimal from
+    100, two from 1, three significant digits below."""
+    if x is None or not math.isfinite(x):
+        return num(x)
+    a = abs(x)
+    return f"{x:,.0f}" if a >= 1000 else f"{x:.1f}" if a >= 100 else f"{x:.2f}" if a >= 1 \
+        else f"{x:.3g}"
+
+
 def duration(seconds: float) -> str:
     """A short time as people write it: 85 µs, 1.2 ms, 3.4 s."""
     if seconds < 1e-3:

@@ -50,8 +50,8 @@ def batch(
     Exit code 0 when every prompt was traced, 1 when some failed (their records carry an
     `error` field), 130 when interrupted (rerun the same command to resume)."""
     from fptrace.commands.batch.core import batch_file
-    from fptrace.commands.batch.render import batch_progress
     from fptrace.models.registry import resolve
+    from fptrace.render.progress import prompts_progress
 
     launch_ranks(opts)  # before the output file is opened and locked
     err = stderr_console()
@@ -72,7 +72,7 @@ def batch(
                          model_name=resolve(opts.model).name,
                          random_weights=opts.random_weights, force=force,
                          batch_size=batch_size, top_k=top_k, snippet=snippet, truncate=truncate,
-                         progress=lambda todo: batch_progress(err, todo), elsewhere=on_ray)
+                         progress=lambda todo: prompts_progress(err, todo), elsewhere=on_ray)
     where = "stdout" if out == "-" else out
     rate = summary.tokens / summary.seconds if summary.seconds > 0 else 0.0
     err.print(f"traced {summary.traced}, failed {summary.failed}, skipped {summary.skipped} "

@@ -1,8 +1,9 @@
 """`fptrace batch`: many prompts → one JSON object per prompt (JSON Lines), resumable.
 
-Inputs are read whole before anything runs (prompt sets are small next to a forward pass), so
-every input mistake is known up front: a missing file or a duplicate id stops the batch before
-it starts; a malformed line or bad UTF-8 becomes an error record and the rest still run.
+The inputs (core/inputs.py) are read whole before anything runs, so every input mistake is known
+up front: a missing file or a duplicate id stops the batch before it starts; a malformed line or
+bad UTF-8 becomes an error record and the rest still run. The prompts go through the model a
+group at a time (core/prompt_groups.py), a failing prompt becoming an error record.
 
 The output file is only ever appended to, one complete line per `write` call, under an
 exclusive lock. A kill can leave at most one partial last line; the next run cuts it off and
@@ -15,152 +16,16 @@ import contextlib
 import dataclasses
 import json
 import os
-import signal
 import sys
-import time
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterable, Iterator, Sequence
+from typing import Any, Callable, Sequence
 
+from fptrace.core.inputs import PromptItem, numbered_lines, read_inputs
+from fptrace.core.prompt_groups import Encoded, Failure, Summary, run_groups, sigterm_interrupts
 from fptrace.core.results import SCHEMA_VERSION
-from fptrace.errors import BadInput, FptraceError, WriteFailed
+from fptrace.errors import BadInput, WriteFailed
 
-SUFFIXES = (".txt", ".jsonl")
 RECORD_START = b'{"kind": '  # every line record_line writes starts so
-
-
-@dataclass(frozen=True)
-class PromptItem:
-    id: str
-    prompt: Any  # the text, or a Chat (a .jsonl line's "messages"); None when unreadable
-    source: str  # "file:line"
-    extra: dict = field(default_factory=dict)  # fields of a .jsonl object beyond id and prompt
-    error: str | None = None  # an input problem: the item becomes an error record
-
-    def checked(self) -> Any:
-        """The prompt, refused (BadInput) where no tokenizer can take it."""
-        from fptrace.models.prompts import Chat
-        from fptrace.models.tokenizers import check_prompt
-
-        if isinstance(self.prompt, Chat):
-            for m in self.prompt.messages:
-                if m.content:
-                    check_prompt(m.content)
-            return self.prompt
-        return check_prompt(self.prompt or "")
-
-
-def prompt_to_json(prompt: Any) -> str:
-    """A prompt (text or Chat) as JSON, to hand it to another process (a Ray worker)."""
-    from fptrace.models.prompts import Chat
-
-    return json.dumps({"messages": prompt.as_dicts()} if isinstance(prompt, Chat) else prompt)
-
-
-def prompt_from_json(text: str) -> Any:
-    from fptrace.models.prompts import parse_messages
-
-    value = json.loads(text)
-    return parse_messages(value["messages"], "messages") if isinstance(value, dict) else value
-
-
-def _lines(data: bytes) -> Iterable[tuple[int, bytes]]:
-    for n, raw in enumerate(data.split(b"\n"), start=1):
-        yield n, raw.rstrip(b"\r")
-
-
-def _parse(data: bytes, name: str, stem: str, as_jsonl: bool) -> list[PromptItem]:
-    items = []
-    for n, raw in _lines(data):
-        where = f"{name}:{n}"
-        if not raw.strip():
-            continue
-        try:
-            line = raw.decode("utf-8")
-        except UnicodeDecodeError as e:
-            items.append(PromptItem(f"{stem}:{n}", None, where,
-                                    error=f"{where}: not valid UTF-8 (byte {e.start})"))
-            continue
-        if not as_jsonl:
-            items.append(PromptItem(f"{stem}:{n}", line, where))
-            continue
-        try:
-            obj = json.loads(line)
-        except json.JSONDecodeError as e:
-            items.append(PromptItem(f"{stem}:{n}", None, where,
-                                    error=f"{where}: malformed JSON ({e.msg}, column {e.colno})"))
-            continue
-        if not isinstance(obj, dict) or not (isinstance(obj.get("prompt"), str)
-                                             or "messages" in obj) \
-                or ("prompt" in obj and "messages" in obj):
-            items.append(PromptItem(f"{stem}:{n}", None, where, error=f'{where}: expected an '
-                                    'object with a "prompt" string or a "messages" list'))
-            continue
-        prompt: Any = obj.get("prompt")
-        if "messages" in obj:
-            from fptrace.models.prompts import parse_messages
-
-            try:
-                prompt = parse_messages(obj["messages"], f'{where}: "messages"')
-            except BadInput as e:
-                items.append(PromptItem(f"{stem}:{n}", None, where, error=str(e)))
-                continue
-        pid = obj.get("id", f"{stem}:{n}")
-        if not isinstance(pid, (str, int)) or isinstance(pid, bool):
-            items.append(PromptItem(f"{stem}:{n}", None, where,
-                                    error=f'{where}: "id" must be a string or an integer'))
-            continue
-        extra = {k: v for k, v in obj.items() if k not in ("id", "prompt")}
-        items.append(PromptItem(str(pid), prompt, where, extra))
-    return items
-
-
-def _files(path: Path) -> list[Path]:
-    if path.is_dir():
-        found = sorted(p for p in path.rglob("*") if p.is_file() and p.suffix in SUFFIXES)
-        if not found:
-            raise BadInput(f"{path} holds no .txt or .jsonl files")
-        return found
-    if not path.exists():
-        raise BadInput(f"no such input file: {path}")
-    if path.suffix not in SUFFIXES:
-        raise BadInput(f"{path}: inputs are .txt (one prompt per line), .jsonl "
-                       '({"id": ..., "prompt": ...} per line), a folder of them, or - for stdin')
-    return [path]
-
-
-def read_inputs(inputs: Sequence[str], stdin: Any = None, exclude: str | None = None
-                ) -> list[PromptItem]:
-    """Every prompt of every input, in order. `-` reads stdin: JSON Lines when its first
-    non-blank line starts with `{`, else one prompt per line. `exclude` (the output file) is
-    skipped when a folder holds it."""
-    skip = Path(exclude).resolve() if exclude and exclude != "-" else None
-    if not inputs:
-        raise BadInput("no inputs: give .txt or .jsonl files, a folder, or - for stdin")
-    items: list[PromptItem] = []
-    for spec in inputs:
-        if spec == "-":
-            data = (stdin or sys.stdin.buffer).read()
-            first = next((raw.strip() for _, raw in _lines(data) if raw.strip()), b"")
-            items += _parse(data, "<stdin>", "stdin", first.startswith(b"{"))
-            continue
-        for f in _files(Path(spec)):
-            if skip is not None and f.resolve() == skip:
-                continue
-            try:
-                data = f.read_bytes()
-            except OSError as e:
-                raise BadInput(f"cannot read {f}: {e.strerror}") from e
-            items += _parse(data, str(f), f.stem, f.suffix == ".jsonl")
-    if not items:
-        raise BadInput("the inputs hold no prompts (blank lines are skipped)")
-    seen: dict[str, str] = {}
-    for it in items:
-        if it.id in seen:
-            raise BadInput(f"duplicate id {it.id!r} at {it.source} (first at {seen[it.id]}); "
-                           "ids must be unique, they are how a batch resumes")
-        seen[it.id] = it.source
-    return items
 
 
 def _is_record(obj: Any) -> bool:
@@ -217,7 +82,7 @@ class OutFile:
             data += chunk
         complete = data[:data.rfind(b"\n") + 1]  # a kill can leave one partial last line
         records = []
-        for n, raw in _lines(complete):
+        for n, raw in numbered_lines(complete):
             if not raw.strip():
                 continue
             try:
@@ -331,18 +196,6 @@ def record_line(item: PromptItem, result: Any = None, error: str | None = None,
     return line
 
 
-@dataclass
-class Summary:
-    total: int = 0
-    traced: int = 0
-    failed: int = 0
-    skipped: int = 0  # already in the output file
-    nonfinite: int = 0  # traced, but with NaN/Inf somewhere
-    tokens: int = 0
-    seconds: float = 0.0
-    interrupted: bool = False
-
-
 def run_batch(lm: Any, items: list[PromptItem], out: Callable[[list[str]], None],
               done: set[str], *, batch_size: int = 8, top_k: int = 10, snippet: int = 4,
               truncate: bool = False,
@@ -350,79 +203,31 @@ def run_batch(lm: Any, items: list[PromptItem], out: Callable[[list[str]], None]
     """Trace every item not in `done`, `batch_size` prompts per forward pass, and hand each
     group's lines to `out` as soon as they are ready. progress(prompts, tokens) is called after
     each group. A failing prompt becomes an error record; a failing group is retried one prompt
-    at a time, so one bad prompt never costs the others."""
+    at a time, so one bad prompt never costs the others (core/prompt_groups.py)."""
     from fptrace.core.trace import run_traces
 
-    if batch_size < 1:
-        raise BadInput("--batch-size must be at least 1")
     s = Summary(total=len(items))
     todo = [it for it in items if it.id not in done]
     s.skipped = len(items) - len(todo)
-    start = time.perf_counter()
 
-    def fail(it: PromptItem, e: BaseException) -> str:
-        s.failed += 1
-        return record_line(it, error=str(e) if isinstance(e, FptraceError)
-                           else f"{type(e).__name__}: {e}", error_type=type(e).__name__)
-
-    def traced(group: list[tuple[PromptItem, Any]]) -> dict[str, str]:
-        traces = run_traces(lm, [p for _, p in group], top_k=top_k, snippet=snippet)
+    def traced(group: list[Encoded]) -> dict[str, str]:
+        traces = run_traces(lm, [e.prepared for e in group], top_k=top_k, snippet=snippet)
         lines = {}
-        for (it, prepared), t in zip(group, traces):
-            s.traced += 1
-            s.tokens += len(prepared.ids)
+        for e, t in zip(group, traces):
             s.nonfinite += t.first_nonfinite is not None
-            lines[it.id] = record_line(it, t)
+            lines[e.item.id] = record_line(e.item, t)
         return lines
 
-    try:
-        for g in range(0, len(todo), batch_size):
-            chunk = todo[g:g + batch_size]
-            lines: dict[str, str] = {}  # id -> line; written in input order
-            group: list[tuple[PromptItem, Any]] = []  # with its Prepared prompt
-            for it in chunk:
-                if it.error is not None:
-                    s.failed += 1
-                    lines[it.id] = record_line(it, error=it.error, error_type="BadInput")
-                    continue
-                try:
-                    prepared = lm.prepare(it.checked(), truncate)
-                except FptraceError as e:
-                    lines[it.id] = fail(it, e)
-                    continue
-                group.append((it, prepared))
-            if group:
-                try:
-                    lines.update(traced(group))
-                except (FptraceError, RuntimeError, MemoryError) as e:
-                    if len(group) == 1:
-                        lines[group[0][0].id] = fail(group[0][0], e)
-                    else:  # one prompt at a time, so a bad one costs only itself
-                        for one in group:
-                            try:
-                                lines.update(traced([one]))
-                            except (FptraceError, RuntimeError, MemoryError) as e1:
-                                lines[one[0].id] = fail(one[0], e1)
-            out([lines[it.id] for it in chunk])
-            if progress is not None:
-                progress(len(chunk), sum(len(p.ids) for _, p in group))
-    except KeyboardInterrupt:
-        s.interrupted = True
-    s.seconds = time.perf_counter() - start
-    return s
+    def emit(chunk: list[PromptItem], results: list[dict[str, str]],
+             failures: dict[str, Failure]) -> None:
+        lines = {i: record_line(f.item, error=f.error, error_type=f.error_type)
+                 for i, f in failures.items()}
+        for r in results:
+            lines.update(r)
+        out([lines[it.id] for it in chunk])  # in input order
 
-
-@contextlib.contextmanager
-def _sigterm_interrupts() -> Iterator[None]:
-    """SIGTERM stops the batch between records, as Ctrl-C does."""
-    def terminate(signum: int, frame: Any) -> None:
-        raise KeyboardInterrupt
-
-    old = signal.signal(signal.SIGTERM, terminate)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, old)
+    return run_groups(lm, todo, traced, emit, summary=s, batch_size=batch_size,
+                      truncate=truncate, progress=progress)
 
 
 def done_ids(path: str) -> set[str]:
@@ -433,7 +238,7 @@ def done_ids(path: str) -> set[str]:
     except OSError:
         return set()
     done = set()
-    for _, raw in _lines(data[:data.rfind(b"\n") + 1]):
+    for _, raw in numbered_lines(data[:data.rfind(b"\n") + 1]):
         try:
             obj = json.loads(raw.decode("utf-8"))
         except (UnicodeDecodeError, json.JSONDecodeError):
@@ -488,7 +293,7 @@ def batch_file(inputs: Sequence[str], out: str, *, load: Callable[[], Any], mode
                 sys.stdout.flush()
 
         bar = progress(todo) if progress is not None else contextlib.nullcontext(None)
-        with _sigterm_interrupts(), bar as tick:
+        with sigterm_interrupts(), bar as tick:
             if elsewhere is not None:
                 return elsewhere(items, done, write, batch_size=batch_size, top_k=top_k,
                                  snippet=snippet, truncate=truncate, progress=tick)
@@ -499,5 +304,4 @@ def batch_file(inputs: Sequence[str], out: str, *, load: Callable[[], Any], mode
             sink.close()
 
 
-__all__ = ["PromptItem", "read_inputs", "OutFile", "run_batch", "record_line", "Summary",
-           "batch_file"]
+__all__ = ["OutFile", "run_batch", "record_line", "batch_file"]

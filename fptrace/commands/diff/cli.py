@@ -38,6 +38,9 @@ def diff(
     random_weights_b: Annotated[bool, typer.Option(
         "--random-weights-b", help="... with seeded random weights.",
         rich_help_panel="Model")] = False,
+    stats: Annotated[bool, typer.Option(
+        "--stats", help="FIRST and SECOND are statistics files (`fptrace stats --out`): compare "
+        "them channel by channel.", rich_help_panel=STATS)] = False,
     tolerance: Annotated[Optional[float], typer.Option(
         "--tolerance", help="Largest ‖a − b‖ / ‖a‖ of the last position's stream (with --deep, "
         "also of each point) that counts as the same (default: chosen from the two dtypes, and "
@@ -59,7 +62,21 @@ def diff(
     """Do two runs compute the same? Two traces side by side, layer by layer: two prompts, one
     prompt under two settings (--model-b, --dtype-b, --device-b, --quantize-b,
     --random-weights-b), or two saved traces; with --deep, inside the blocks too, down to the
-    first operation where they part. Exit 0 within the tolerance, 1 when not, 2 on bad input."""
+    first operation where they part; with --stats, two statistics files (`fptrace stats
+    --out`), the channels that moved most. Exit 0 within the tolerance, 1 when not, 2 on bad
+    input."""
+    if stats:
+        from fptrace.commands.diff.channels import diff_stats
+        from fptrace.commands.diff.render import stats_diff_view
+
+        if first is None or second is None:
+            raise BadInput("diff --stats takes two statistics files (fptrace stats --out)")
+        if deep or deep_layers is not None or _settings_b(model_b, dtype_b, device_b,
+                                                          random_weights_b, quantize_b):
+            raise BadInput("diff --stats compares two statistics files; --deep and the -b "
+                           "options compare runs of a prompt")
+        output(diff_stats(first, second), stats_diff_view, as_json=as_json, wide=wide)
+        return
     from fptrace.commands.diff.core import diff_traces
     from fptrace.commands.diff.render import diff_view
 

@@ -8,9 +8,9 @@ from typing import Any
 from rich.console import Group, RenderableType
 from rich.text import Text
 
-from fptrace.commands.diff.result import DeepDiff, DiffSide, ErrorShare, TraceDiff
+from fptrace.commands.diff.result import DeepDiff, DiffSide, ErrorShare, StatsDiff, TraceDiff
 from fptrace.render.fit import Col, RowStyle, fit_table
-from fptrace.render.text import bullets, norm, num, visible
+from fptrace.render.text import bullets, compact, norm, num, visible
 
 
 def _side(s: DiffSide) -> Text:
@@ -208,3 +208,25 @@ def deep_figure(d: TraceDiff) -> tuple[Any, dict]:
                  "NaN/Inf)")
     fig.colorbar(im, ax=ax)
     return fig, series
+
+
+def stats_diff_view(d: StatsDiff, width: int | None = 120) -> RenderableType:
+    """`diff --stats`: the channels that moved most, then each site's median and largest move."""
+    head = Text(f"a: {d.a}  ({d.model_a}, {d.prompts_a} prompts)\nb: {d.b}  ({d.model_b}, "
+                f"{d.prompts_b} prompts)", style="bold")
+    cols = (Col("layer", 0, "right"), Col("site", 0), Col("channel", 0, "right"),
+            Col("|x| max a", 0, "right"), Col("|x| max b", 0, "right"),
+            Col("change", 0, "right"), Col("mean a → b", 1, "right"),
+            Col("std a → b", 2, "right"))
+    rows = [["final" if m.layer is None else str(m.layer), m.site, str(m.channel),
+             compact(m.absmax_a), compact(m.absmax_b), f"{m.change:.1%}",
+             f"{compact(m.mean_a)} → {compact(m.mean_b)}",
+             f"{compact(m.std_a)} → {compact(m.std_b)}"] for m in d.channels]
+    moved = fit_table(cols, rows, width, title="The channels whose |x| max moved most: |b − a| "
+                      "/ max(a, 1% of the site's largest)", title_justify="left")
+    site_cols = (Col("layer", 0, "right"), Col("site", 0), Col("median change", 0, "right"),
+                 Col("largest", 0, "right"), Col("channel", 0, "right"))
+    site_rows = [["final" if s.layer is None else str(s.layer), s.site, f"{s.median_change:.1%}",
+                  f"{s.max_change:.1%}", str(s.channel)] for s in d.sites]
+    sites = fit_table(site_cols, site_rows, width, title="Per site", title_justify="left")
+    return Group(head, moved, sites, bullets(d.notes))

@@ -229,3 +229,75 @@ class TraceDiff:
     """With `--deep`: the points inside the blocks compared; null otherwise."""
     kind: str = "diff"
     schema_version: str = SCHEMA_VERSION
+
+
+@result
+class ChannelMove:
+    """One channel of one site, in two statistics files."""
+
+    layer: int | None
+    """The block (null for the final norm's output)."""
+    site: str
+    """attn_in, z, mlp_in, mlp_act, resid_post or final_norm (see docs/stats.md)."""
+    channel: int
+    """The channel."""
+    absmax_a: float
+    """Largest |x| in the first file."""
+    absmax_b: float
+    """... in the second."""
+    change: float
+    """How far the channel's scale moved: |absmax_b − absmax_a| / absmax_a, the denominator at
+    least 1 % of the site's largest absmax_a."""
+    mean_a: float
+    """Mean in the first file."""
+    mean_b: float
+    """... in the second."""
+    std_a: float
+    """Population standard deviation in the first file."""
+    std_b: float
+    """... in the second."""
+
+
+@result
+class SiteMove:
+    """How far one site's channel scales moved."""
+
+    layer: int | None
+    """The block (null for the final norm's output)."""
+    site: str
+    """The site."""
+    median_change: float
+    """The median over its channels of `change` (see ChannelMove)."""
+    max_change: float
+    """The largest."""
+    channel: int
+    """The channel that moved most."""
+
+
+@result
+class StatsDiff:
+    """`fptrace diff --stats A.json B.json --json`: two statistics files (`fptrace stats --out`)
+    compared channel by channel."""
+
+    a: str
+    """The first file."""
+    b: str
+    """The second file."""
+    model_a: str
+    """The model of the first ..."""
+    model_b: str
+    """... and of the second."""
+    prompts_a: int
+    """Prompts counted in the first ..."""
+    prompts_b: int
+    """... and in the second."""
+    same_prompts: bool
+    """Whether both count the same prompt ids (else the prompts differ as well as the models)."""
+    sites: tuple[SiteMove, ...]
+    """Every site, layer by layer."""
+    channels: tuple[ChannelMove, ...]
+    """The channels that moved most, over every site (largest change first)."""
+    notes: tuple[str, ...]
+    """What to know when reading the numbers."""
+    kind: str = "stats_diff"
+    schema_version: str = SCHEMA_VERSION

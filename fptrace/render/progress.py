@@ -1,4 +1,5 @@
-"""The progress bar of `fptrace batch` (stderr): prompts done, tokens/s and the time left."""
+"""The progress bar of the commands over many prompts (batch, stats), on stderr: prompts done,
+tokens/s and the time left."""
 
 from __future__ import annotations
 
@@ -18,9 +19,10 @@ from rich.progress import (
 
 
 @contextlib.contextmanager
-def batch_progress(err: Console, todo: int) -> Iterator[Callable[[int, int], None]]:
-    """A bar over `todo` prompts; yields the callback(prompts, tokens) run_batch calls."""
-    columns = (TextColumn("tracing"), BarColumn(), MofNCompleteColumn(),
+def prompts_progress(err: Console, todo: int, verb: str = "tracing"
+                     ) -> Iterator[Callable[[int, int], None]]:
+    """A bar over `todo` prompts; yields the callback(prompts, tokens) the loop calls."""
+    columns = (TextColumn(verb), BarColumn(), MofNCompleteColumn(),
                TextColumn("prompts  {task.fields[tps]:>7,.0f} tokens/s"), TimeElapsedColumn(),
                TextColumn("ETA"), TimeRemainingColumn())
     with Progress(*columns, console=err, transient=False) as bar:

@@ -1,0 +1,1 @@
+"""`fptrace stats`: per-channel activation statistics over many prompts."""

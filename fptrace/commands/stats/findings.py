@@ -1,0 +1,136 @@
+"""What the statistics show: massive activations (Sun et al., 2024), LLM.int8() outlier
+dimensions (Dettmers et al., 2022), each layer's top channels and the attention-sink heads, drawn
+from an ActivationStats with the thresholds of StatsSettings. Pure functions of the statistics:
+merged or resumed statistics give the findings one pass gives."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+from fptrace.commands.stats.result import (
+    MassiveActivation,
+    OutlierDimension,
+    Share,
+    SinkHead,
+    TopChannel,
+)
+from fptrace.core.activation_stats import ActivationStats
+
+OUTLIER_MIN = 6.0  # LLM.int8(): magnitude >= 6 ...
+OUTLIER_POSITIONS = 0.06  # ... at >= 6 % of the positions (sequence dimensions) ...
+OUTLIER_LAYERS = 0.25  # ... in >= 25 % of the layers
+OUTLIER_SITES = ("attn_in", "mlp_in")  # where LLM.int8() looked: the attention and FFN inputs
+SINK_THRESHOLD = 0.3
+SHOWN = 3  # positions and tokens listed per massive channel
+
+
+def _text(stats: ActivationStats, token: int) -> str:
+    return stats.token_texts.get(token, f"<{token}>") if token >= 0 else ""
+
+
+def _shares(c: Counter, total: int, stats: ActivationStats | None) -> tuple[Share, ...]:
+    top = sorted(c.items(), key=lambda kv: (-kv[1], kv[0]))[:SHOWN]
+    return tuple(Share(value=int(k), text=_text(stats, k) if stats is not None else "",
+                       count=int(n), share=n / total if total else 0.0) for k, n in top)
+
+
+def massive_activations(stats: ActivationStats) -> tuple[MassiveActivation, ...]:
+    """The tallies of every (layer, channel), one entry per channel, largest first."""
+    by_channel: dict[int, list] = {}
+    for (layer, channel), t in stats.massive.items():
+        by_channel.setdefault(channel, []).append((layer, t))
+    n_prompts = max(len(stats.prompts), 1)
+    out = []
+    for channel, tallies in by_channel.items():
+        layer, top = min(tallies, key=lambda lt: (-abs(lt[1].value), lt[1].prompt,
+                                                  lt[1].position, lt[0]))
+        positions: Counter = Counter()
+        tokens: Counter = Counter()
+        for _, t in tallies:
+            positions.update(t.positions)
+            tokens.update(t.tokens)
+        count = sum(t.count for _, t in tallies)
+        out.append(MassiveActivation(
+            channel=channel, layers=tuple(sorted(l for l, _ in tallies)), value=top.value,
+            layer=layer, ratio=top.ratio if top.ratio != float("inf") else None,
+            prompt=stats.prompts[top.prompt], position=top.position, count=count,
+            prompt_share=max(t.prompts for _, t in tallies) / n_prompts,
+            positions=_shares(positions, count, None), tokens=_shares(tokens, count, stats)))
+    return tuple(sorted(out, key=lambda m: (-abs(m.value), m.channel)))
+
+
+def outlier_dimensions(stats: ActivationStats) -> tuple[OutlierDimension, ...]:
+    """Dimensions with |x| >= 6 at >= 6 % of the positions of the attention or MLP input in
+    >= 25 % of the layers. The share is exact: 6 is an edge of the histograms."""
+    import numpy as np
+
+    edge = stats.bins.index(OUTLIER_MIN)  # bins from this one on hold |x| >= 6
+    affected: dict[int, list[int]] = {}
+    share: dict[int, float] = {}
+    absmax: dict[int, float] = {}
+    for layer, sites in enumerate(stats.layers):
+        hit = None
+        for name in OUTLIER_SITES:
+            s = sites.get(name)
+            if s is None or s.stats.count == 0:
+                continue
+            frac = s.stats.hist[:, edge:].sum(1) / s.stats.count  # (d,)
+            ok = frac >= OUTLIER_POSITIONS
+            for c in np.flatnonzero(ok).tolist():
+                share[c] = max(share.get(c, 0.0), float(frac[c]))
+                absmax[c] = max(absmax.get(c, 0.0), float(s.stats.absmax[c]))
+            hit = ok if hit is None or len(hit) != len(ok) else hit | ok
+        if hit is not None:
+            for c in np.flatnonzero(hit).tolist():
+                affected.setdefault(c, []).append(layer)
+    need = OUTLIER_LAYERS * stats.n_layers
+    out = [OutlierDimension(channel=c, layers=tuple(ls), share=share[c], absmax=absmax[c])
+           for c, ls in affected.items() if len(ls) >= need]
+    return tuple(sorted(out, key=lambda o: (-len(o.layers), -o.absmax, o.channel)))
+
+
+def top_channels(stats: ActivationStats, k: int) -> tuple[TopChannel, ...]:
+    """Per layer, the k channels of the residual stream with the largest |x|."""
+    import numpy as np
+
+    out = []
+    for layer, sites in enumerate(stats.layers):
+        s = sites.get("resid_post")
+        if s is None or s.stats.count == 0:
+            continue
+        st = s.stats
+        absmax, value, std, mean = st.absmax, st.absmax_value, st.std, st.mean
+        prompt, position, token = st.argmax_prompt, st.argmax_position, st.argmax_token
+        order = np.lexsort((np.arange(len(absmax)), -absmax))[:k]  # largest, then lowest index
+        for rank, c in enumerate(order.tolist(), start=1):
+            out.append(TopChannel(
+                layer=layer, rank=rank, channel=c, value=float(value[c]), mean=float(mean[c]),
+                std=float(std[c]), prompt=stats.prompts[int(prompt[c])],
+                position=int(position[c]), token=int(token[c]),
+                text=_text(stats, int(token[c]))))
+    return tuple(out)
+
+
+def sink_heads(stats: ActivationStats, threshold: float) -> tuple[SinkHead, ...]:
+    """Every head's most-attended position among the first sink_positions, with the share of
+    its attention that lands there and the token found there most often."""
+    if not stats.sinks or stats.sink_queries == 0:
+        return ()
+    mass = stats.sink_sums / stats.sink_queries  # (L, H, P)
+    out = []
+    for layer in range(mass.shape[0]):
+        for head in range(mass.shape[1]):
+            row = mass[layer, head]
+            j = int(row.argmax())
+            tokens = stats.position_tokens[j]
+            token, n = min(tokens.items(), key=lambda kv: (-kv[1], kv[0])) if tokens \
+                else (-1, 0)
+            out.append(SinkHead(layer=layer, head=head, position=j, mass=float(row[j]),
+                                token=int(token), text=_text(stats, int(token)),
+                                token_share=n / max(sum(tokens.values()), 1),
+                                sink=bool(row[j] >= threshold)))
+    return tuple(out)
+
+
+__all__ = ["massive_activations", "outlier_dimensions", "top_channels", "sink_heads",
+           "OUTLIER_MIN", "OUTLIER_POSITIONS", "OUTLIER_LAYERS", "SINK_THRESHOLD"]
