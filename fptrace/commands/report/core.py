@@ -59,6 +59,13 @@ def _png(fig: Any) -> str:
     return "data:image/png;base64," + base64.b64encode(buf.getvalue()).decode("ascii")
 
 
+def _section(title: str, alt: str, fig: Any, view: Any) -> list[str]:
+    """One section of the page: its heading, its figure (none: no image) and its terminal view."""
+    return [f"<h2>{title}</h2>",
+            *([f'<img alt="{alt}" src="{_png(fig)}">'] if fig is not None else []),
+            _terminal(view)]
+
+
 def build_html(trace: Trace, explanation: Explanation, attribution: Any = None,
                patching: Any = None, against: Any = None, qk: Any = None,
                steering: Any = None, ablation: Any = None) -> str:
@@ -96,55 +103,40 @@ def build_html(trace: Trace, explanation: Explanation, attribution: Any = None,
         _terminal(explain_view(explanation)),
     ]
     if attribution is not None:
-        body += [
-            "<h2>Where the answer comes from: direct logit attribution</h2>",
-            f'<img alt="attribution per block and per head" '
-            f'src="{_png(attribution_figure(attribution)[0])}">',
-            _terminal(attribution_view(attribution, 130)),
-        ]
+        body += _section("Where the answer comes from: direct logit attribution",
+                         "attribution per block and per head",
+                         attribution_figure(attribution)[0], attribution_view(attribution, 130))
     if qk is not None:
         from fptrace.commands.attribute.render import qk_figure, qk_view
 
-        body += [
-            f"<h2>Why head {qk.layer}.{qk.head} attends where it does: its score, part by "
-            "part</h2>",
-            f'<img alt="query parts × key parts of the score" src="{_png(qk_figure(qk)[0])}">',
-            _terminal(qk_view(qk, 130)),
-        ]
+        body += _section(f"Why head {qk.layer}.{qk.head} attends where it does: its score, part "
+                         "by part", "query parts × key parts of the score", qk_figure(qk)[0],
+                         qk_view(qk, 130))
     if patching is not None:
         from fptrace.commands.patch.render import patch_figure, patch_view
 
-        body += [
-            "<h2>Where the prediction is carried: causal tracing</h2>",
-            f'<img alt="causal tracing heatmap" src="{_png(patch_figure(patching)[0])}">',
-            _terminal(patch_view(patching, 130)),
-        ]
+        body += _section("Where the prediction is carried: causal tracing",
+                         "causal tracing heatmap", patch_figure(patching)[0],
+                         patch_view(patching, 130))
     if against is not None:
         from fptrace.commands.diff.render import deep_figure, diff_view
 
         side = (f"{against.b.model} ({against.b.dtype}" + (f", {against.b.quantization} "
                 "weight-only" if against.b.quantization else "") + ")")
-        body += [f"<h2>Where two runs part: against {esc(side)}, point by point</h2>"]
-        if against.deep.blocks:
-            body.append(f'<img alt="relative difference at every point of every block" '
-                        f'src="{_png(deep_figure(against)[0])}">')
-        body.append(_terminal(diff_view(against, 130)))
+        body += _section(f"Where two runs part: against {esc(side)}, point by point",
+                         "relative difference at every point of every block",
+                         deep_figure(against)[0] if against.deep.blocks else None,
+                         diff_view(against, 130))
     if steering is not None:
         from fptrace.commands.steer.render import steer_figure, steer_view
 
-        body += [
-            "<h2>What if: a steering vector added to the stream</h2>",
-            f'<img alt="steering sweep" src="{_png(steer_figure(steering)[0])}">',
-            _terminal(steer_view(steering, 130)),
-        ]
+        body += _section("What if: a steering vector added to the stream", "steering sweep",
+                         steer_figure(steering)[0], steer_view(steering, 130))
     if ablation is not None:
         from fptrace.commands.ablate.render import ablate_figure, ablate_view
 
-        body += [
-            "<h2>What if: one head or MLP removed</h2>",
-            f'<img alt="ablation grid" src="{_png(ablate_figure(ablation)[0])}">',
-            _terminal(ablate_view(ablation, 130)),
-        ]
+        body += _section("What if: one head or MLP removed", "ablation grid",
+                         ablate_figure(ablation)[0], ablate_view(ablation, 130))
     return PAGE.format(title=esc(f"fptrace: {trace.prompt[:60]}"), body="\n".join(body))
 
 
