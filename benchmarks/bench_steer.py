@@ -28,7 +28,7 @@ def main() -> None:
     args = ap.parse_args()
 
     from fptrace.commands.steer.core import steer
-    from fptrace.core.vectors import steering_vector
+    from fptrace.commands.steer.vectors import steering_vector
     from fptrace.models.loading import load_model
 
     lm = load_model("smollm2-135m", device="cpu")

@@ -33,8 +33,8 @@ if TYPE_CHECKING:
     from fptrace.commands.shapes.core import shape_report as shapes
     from fptrace.commands.stats.core import activation_stats as stats
     from fptrace.commands.steer.core import steer
-    from fptrace.core.points import Point
-    from fptrace.core.results import (
+    from fptrace.points import Point
+    from fptrace.results import (
         SCHEMA_VERSION,
         FinalNormStats,
         LayerStats,
@@ -46,7 +46,7 @@ if TYPE_CHECKING:
     )
     from fptrace.core.trace import run_trace as trace
     from fptrace.core.trace import run_traces as trace_many
-    from fptrace.core.vectors import steering_vector
+    from fptrace.commands.steer.vectors import steering_vector
     from fptrace.models.loading import load_model
     from fptrace.render.json import to_json
 

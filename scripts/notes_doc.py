@@ -1,4 +1,4 @@
-"""Write docs/notes.md from fptrace/core/notes.py (the one place every note is written).
+"""Write docs/notes.md from fptrace/notes.py (the one place every note is written).
 
 Usage: python scripts/notes_doc.py
 """
@@ -11,7 +11,7 @@ import sys
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
-from fptrace.core.notes import markdown  # noqa: E402
+from fptrace.notes import markdown  # noqa: E402
 
 if __name__ == "__main__":
     path = os.path.join(ROOT, "docs", "notes.md")

@@ -4,7 +4,7 @@ private name imported from another module, and the public API real.
     cli.main ──► commands/<name>/ ──► core/ · models/ · families/ · render/ ──► leaves
                       │  (and cli.io, cli.options: what every command shares)
 
-- leaves (errors.py, atomic.py, core/results.py, core/notes.py, core/points.py) import only
+- leaves (errors.py, atomic.py, results.py, notes.py, points.py) import only
   each other;
 - render/ imports only render/ and the leaves: it never touches the engine;
 - families/ imports only families/ and the leaves;
@@ -24,8 +24,8 @@ import ast
 from pathlib import Path
 
 PKG = Path(__file__).resolve().parent.parent / "fptrace"
-LEAVES = {"fptrace.errors", "fptrace.atomic", "fptrace.core.results", "fptrace.core.notes",
-          "fptrace.core.points"}
+LEAVES = {"fptrace.errors", "fptrace.atomic", "fptrace.results", "fptrace.notes",
+          "fptrace.points"}
 COMPOSERS = {"report", "tui", "schema"}
 
 

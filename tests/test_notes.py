@@ -1,4 +1,4 @@
-"""What fptrace says in words is measured like its numbers: every note of core/notes.py has a
+"""What fptrace says in words is measured like its numbers: every note of notes.py has a
 run here where its condition does not hold and the note is absent (and, where cheap, one where
 it holds and the note is there); docs/notes.md is the registry's current rendering; no note is
 written outside the registry; on the bundled model, no sentence of `run` is contradicted by the
@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from conftest import build_tiny, tiny_gpt2
-from fptrace.core.notes import NOTES, markdown
+from fptrace.notes import NOTES, markdown
 from fptrace.models.loading import load_model, wrap_model
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -196,7 +196,7 @@ def _steer(lm=None, **kw):
 
 
 def _steer_gguf_blocks(f):
-    from fptrace.core.vectors import token_vector, write_vector
+    from fptrace.commands.steer.vectors import token_vector, write_vector
 
     lm = _llama()
     path = str(f.mktemp("vector") / "v.gguf")
@@ -364,7 +364,7 @@ def test_no_note_is_written_outside_the_registry():
                 arg = node.args[-1]
                 if isinstance(arg, (ast.Constant, ast.JoinedStr, ast.BinOp)):
                     bad.append(f"{path.relative_to(ROOT)}:{node.lineno}")
-    assert not bad, "notes written as literals (add them to fptrace/core/notes.py):\n" + \
+    assert not bad, "notes written as literals (add them to fptrace/notes.py):\n" + \
         "\n".join(bad)
 
 

@@ -18,7 +18,7 @@ from conftest import tiny_gpt2
 from fptrace.cli.main import app
 from fptrace.commands.steer.core import steer
 from fptrace.core.interventions import run_rows, steering_hooks
-from fptrace.core.vectors import SteeringVector, pairs_vector, read_vector, token_vector
+from fptrace.commands.steer.vectors import SteeringVector, pairs_vector, read_vector, token_vector
 from fptrace.errors import BadInput
 
 IDS = [5, 17, 42, 7, 9, 311]

@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable
 
 from fptrace.core.channel_stats import ChannelStats
-from fptrace.core.results import SCHEMA_VERSION, result
+from fptrace.results import SCHEMA_VERSION, result
 from fptrace.errors import BadInput
 
 SITES = ("attn_in", "z", "mlp_in", "mlp_act", "resid_post")  # a layer's sites, in this order

@@ -23,7 +23,7 @@ from typing import Any
 
 from fptrace.core.fragments import token_id
 from fptrace.core.hooks import Capture, capture_stats, first_output, hooked
-from fptrace.core.notes import HEADS_UNSPLIT
+from fptrace.notes import HEADS_UNSPLIT
 from fptrace.core.trace import layer_stats, model_info
 from fptrace.errors import BadInput, UnsupportedModel
 from fptrace.families.parts import output_projection

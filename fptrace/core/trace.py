@@ -7,8 +7,8 @@ from typing import Any, Sequence
 
 from fptrace.core import stats
 from fptrace.core.hooks import Capture, capture_stats, is_oom
-from fptrace.core.notes import MASSIVE, RANDOM, TIED_LENS_GRID, TIED_LENS_LAST, TRUNCATED
-from fptrace.core.results import (
+from fptrace.notes import MASSIVE, RANDOM, TIED_LENS_GRID, TIED_LENS_LAST, TRUNCATED
+from fptrace.results import (
     Decomposition,
     FinalNormStats,
     LayerStats,
@@ -176,7 +176,7 @@ def _shape_steps(cap: Capture, n: int, d: int, all_positions: bool, vocab: int
 
 def _notes(lm: LoadedModel, check: Decomposition, dropped: int, rows: Sequence[LayerStats],
            ids: Sequence[int], grid: tuple = (), grid_positions: tuple = ()) -> tuple[str, ...]:
-    """What this run's numbers say in words (core/notes.py has every note and its condition)."""
+    """What this run's numbers say in words (notes.py has every note and its condition)."""
     notes = base_notes(lm)
     if (withheld := check.note()) is not None:
         notes.insert(0, withheld)

@@ -20,7 +20,7 @@ import pkgutil
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from fptrace.core.points import BLOCK, Point
+from fptrace.points import BLOCK, Point
 from fptrace.errors import FptraceError
 
 # modules of this package that are not families: the shared recompute operations, the parts
@@ -52,7 +52,7 @@ def _intermediate_size(config: Any) -> int | None:
 
 @dataclass(frozen=True)
 class Tap:
-    """Where a block shows one of its points (core/points.py): the output ("out") or the input
+    """Where a block shows one of its points (points.py): the output ("out") or the input
     ("in") of a module, by its path from the block ("" is the block itself); item: which element
     of a tuple output; part (i, n): the i-th of n equal slices of the last dimension (a fused
     projection's output)."""
@@ -126,7 +126,7 @@ class Family:
         return self.attn_added is not None or self.mlp_added is not None
 
     def block_taps(self, parallel: bool) -> dict[Point, Tap]:
-        """Every point of one block a module shows, in the order of core/points.BLOCK; a
+        """Every point of one block a module shows, in the order of points.BLOCK; a
         parallel residual has no resid_mid (the MLP side reads the block's input)."""
         taps = {Point.resid_pre: Tap("", "in"), Point.attn_weights: Tap(self.attn, item=1),
                 Point.resid_post: Tap(""), **self.taps}

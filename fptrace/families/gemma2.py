@@ -4,7 +4,7 @@ layers. Recomputed by gemma.py's block, which reads these facts from this record
 
 from dataclasses import replace
 
-from fptrace.core.points import Point
+from fptrace.points import Point
 from fptrace.families import Tap
 from fptrace.families.gemma import FAMILY as GEMMA
 from fptrace.families.llama import LLAMA_TAPS

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from fptrace.core.points import Point
+from fptrace.points import Point
 from fptrace.families import Family, Tap
 from fptrace.families.ops import (
     LAYERNORM_FORMULA,

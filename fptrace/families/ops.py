@@ -5,7 +5,7 @@ attention core and the gated MLP.
 Straight-line code in the manner of nanoGPT: B batch, T positions, C = d_model, nh query heads
 and nkv key/value heads of hd values each. Every function takes the recorder `s` where it makes a
 tensor worth showing; each `s(...)` names the tensor, says how it was made and keeps its shape
-and first values; a step whose tensor is a point of the vocabulary (core/points.py) says which.
+and first values; a step whose tensor is a point of the vocabulary (points.py) says which.
 torch is imported inside the functions, so importing a family does not.
 """
 
@@ -15,8 +15,8 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from fptrace.core.points import Point
-from fptrace.core.results import ExplainStep
+from fptrace.points import Point
+from fptrace.results import ExplainStep
 
 
 @dataclass

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-from fptrace.core.points import Point
+from fptrace.points import Point
 from fptrace.families import Family, Tap
 from fptrace.families.llama import FAMILY as LLAMA
 from fptrace.families.llama import LLAMA_LABELS, LLAMA_TAPS

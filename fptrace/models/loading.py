@@ -10,7 +10,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
-from fptrace.core.results import Token
+from fptrace.results import Token
 from fptrace.errors import BadInput, ModelLoadError, ModelNotFound
 from fptrace.families.parts import ModelParts, resolve_parts
 from fptrace.models.devices import (
@@ -168,7 +168,7 @@ class LoadedModel:
     def bos_note(self, prepared: Prepared) -> str | None:
         """Who wrote the first tokens: the chat template, or the tokenizer's begin-of-text token
         (the seeds' Llama adds one, SmolLM2's GGUF does not)."""
-        from fptrace.core.notes import BOS_ADDED, CHAT_TEMPLATE, NO_BOS
+        from fptrace.notes import BOS_ADDED, CHAT_TEMPLATE, NO_BOS
 
         ids = prepared.ids
         if prepared.chat:

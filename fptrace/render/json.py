@@ -12,7 +12,7 @@ import json
 import math
 from typing import Any
 
-from fptrace.core.results import SCHEMA_VERSION
+from fptrace.results import SCHEMA_VERSION
 
 
 def _plain(obj: Any, path: str, bad: list[str]) -> Any:

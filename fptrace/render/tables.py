@@ -10,7 +10,7 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
-from fptrace.core.results import ModelInfo, Token, Trace
+from fptrace.results import ModelInfo, Token, Trace
 from fptrace.render.fit import Col, RowStyle, fit_table
 from fptrace.render.text import bar, norm, num, visible
 

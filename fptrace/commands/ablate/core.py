@@ -33,8 +33,8 @@ from fptrace.core.interventions import (
     mlp_part,
     run_rows,
 )
-from fptrace.core.notes import ABLATE_MEAN, ABLATE_SOFTCAP, ABLATE_WO_BIAS
-from fptrace.core.results import Check, TopToken
+from fptrace.notes import ABLATE_MEAN, ABLATE_SOFTCAP, ABLATE_WO_BIAS
+from fptrace.results import Check, TopToken
 from fptrace.core.trace import base_notes, model_info, ranked_token
 from fptrace.errors import BadInput
 from fptrace.models.loading import LoadedModel

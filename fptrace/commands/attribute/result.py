@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from fptrace.core.results import SCHEMA_VERSION, Check, ModelInfo, Token, TopToken, result
+from fptrace.results import SCHEMA_VERSION, Check, ModelInfo, Token, TopToken, result
 
 
 @result

@@ -22,7 +22,7 @@ from typing import Any, Callable, Sequence
 
 from fptrace.core.inputs import PromptItem, numbered_lines, read_inputs
 from fptrace.core.prompt_groups import Encoded, Failure, Summary, run_groups, sigterm_interrupts
-from fptrace.core.results import SCHEMA_VERSION
+from fptrace.results import SCHEMA_VERSION
 from fptrace.errors import BadInput, WriteFailed
 
 RECORD_START = b'{"kind": '  # every line record_line writes starts so

@@ -4,7 +4,7 @@ error line."""
 
 from __future__ import annotations
 
-from fptrace.core.results import SCHEMA_VERSION, result
+from fptrace.results import SCHEMA_VERSION, result
 
 
 @result

@@ -14,8 +14,8 @@ import json
 import math
 
 from fptrace.commands.diff.result import DiffSide, LayerDiff, TokenDiff, TraceDiff
-from fptrace.core import notes as notes_
-from fptrace.core.results import Trace
+from fptrace import notes as notes_
+from fptrace.results import Trace
 from fptrace.errors import BadInput
 
 # The default tolerance on the relative difference of the last position's stream, by the

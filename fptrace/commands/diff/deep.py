@@ -1,6 +1,6 @@
 """`fptrace diff --deep`: where, inside the blocks, two runs of one prompt part.
 
-Each run records, in every block compared, the points of the vocabulary (core/points.py) where
+Each run records, in every block compared, the points of the vocabulary (points.py) where
 its own modules show them: the block's input and output, the norms' outputs, W_O's input (z) and
 output, the attention weights (the attention module's own, under eager attention), the
 post-norms, the MLP's gate, up, activation (W_down's input) and output. q, k and v after their
@@ -33,8 +33,8 @@ from fptrace.commands.diff.result import (
     TraceDiff,
 )
 from fptrace.core.hooks import Hook, hooked
-from fptrace.core.notes import DEEP_BLOCK_LEVEL, DEEP_MISSING
-from fptrace.core.points import BLOCK, Point, inputs
+from fptrace.notes import DEEP_BLOCK_LEVEL, DEEP_MISSING
+from fptrace.points import BLOCK, Point, inputs
 from fptrace.errors import BadInput
 from fptrace.families import Tap
 from fptrace.families.ops import Steps

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from fptrace.core.results import SCHEMA_VERSION, result
+from fptrace.results import SCHEMA_VERSION, result
 
 
 @result
@@ -81,7 +81,7 @@ class ErrorShare:
 
 @result
 class PointDiff:
-    """One point inside one block (core/points.py), both runs compared over every position."""
+    """One point inside one block (points.py), both runs compared over every position."""
 
     point: str
     """The point's name: ln1, q, k, v, attn_weights, z, attn_out, ln1_post, resid_mid, ln2,

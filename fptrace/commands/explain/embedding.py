@@ -10,7 +10,7 @@ from typing import Any, Sequence
 import torch
 
 from fptrace.commands.explain.result import EmbeddingRow
-from fptrace.core.points import Point
+from fptrace.points import Point
 from fptrace.families.ops import Steps
 from fptrace.models.tensor_parallel import full
 

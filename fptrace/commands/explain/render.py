@@ -10,7 +10,7 @@ from rich.rule import Rule
 from rich.text import Text
 
 from fptrace.commands.explain.result import AttentionMatrix, Explanation
-from fptrace.core.results import Check, ExplainStep
+from fptrace.results import Check, ExplainStep
 from fptrace.errors import BadInput
 from fptrace.render.figures import pyplot
 from fptrace.render.fit import Col, fit_table

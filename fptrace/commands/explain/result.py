@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from fptrace.core.results import (
+from fptrace.results import (
     SCHEMA_VERSION,
     Check,
     ExplainStep,

@@ -11,7 +11,7 @@ import os
 from typing import Any
 
 from fptrace.commands.explain.result import Explanation
-from fptrace.core.results import Trace
+from fptrace.results import Trace
 from fptrace.errors import BadInput
 
 PAGE = """<!DOCTYPE html>

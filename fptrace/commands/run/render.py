@@ -8,8 +8,8 @@ from rich.console import Group, RenderableType
 from rich.panel import Panel
 from rich.text import Text
 
-from fptrace.core.notes import TOKENIZED
-from fptrace.core.results import ShapeStep, Trace
+from fptrace.notes import TOKENIZED
+from fptrace.results import ShapeStep, Trace
 from fptrace.render.figures import nan_if_none, pyplot
 from fptrace.render.fit import Col, fit_table
 from fptrace.render.tables import header, layers, token_table, top_k

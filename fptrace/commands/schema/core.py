@@ -2,7 +2,7 @@
 rendering (docs/schema.md), both generated from the result types themselves.
 
 The top-level kinds are found, not listed: every result type with a `kind` field in
-core/results.py and in each commands/<name>/result.py. pydantic reads each type's fields, their
+results.py and in each commands/<name>/result.py. pydantic reads each type's fields, their
 type hints and the docstring under each field (the `@result` decorator asks for that); this
 module then states what the JSON writer guarantees (render/json.py): every field is always
 written (required, nothing else allowed), a float that is NaN or infinite is written as null,
@@ -17,7 +17,7 @@ import json
 import pkgutil
 from typing import Any
 
-from fptrace.core.results import SCHEMA_VERSION
+from fptrace.results import SCHEMA_VERSION
 
 # the fields every top-level kind has, described once
 COMMON = {
@@ -30,10 +30,10 @@ COMMON = {
 
 
 def result_modules() -> list[Any]:
-    """core/results.py and every commands/<name>/result.py."""
+    """results.py and every commands/<name>/result.py."""
     import fptrace.commands as commands
 
-    names = ["fptrace.core.results"] + [
+    names = ["fptrace.results"] + [
         f"fptrace.commands.{m.name}.result" for m in pkgutil.iter_modules(commands.__path__)
         if m.ispkg and importlib.util.find_spec(f"fptrace.commands.{m.name}.result")]
     return [importlib.import_module(n) for n in names]

@@ -36,7 +36,7 @@ from fptrace.commands.stats.result import Stats, StatsSettings
 from fptrace.core.activation_stats import ActivationStats, FailedPrompt, read_statistics
 from fptrace.core.inputs import PromptItem, prompt_from_json, prompt_to_json, read_inputs
 from fptrace.core.prompt_groups import Failure, Summary, run_groups, sigterm_interrupts
-from fptrace.core.results import ModelInfo
+from fptrace.results import ModelInfo
 from fptrace.errors import BadInput
 
 TOP = 3
@@ -52,7 +52,7 @@ def new_statistics(lm: Any, sinks: bool = True) -> ActivationStats:
 def build(stats: ActivationStats, model: ModelInfo, *, sink_threshold: float = SINK_THRESHOLD,
           top: int = TOP) -> Stats:
     """The result: the findings drawn from the statistics, and the statistics."""
-    from fptrace.core.notes import STATS_EAGER, STATS_FAILED, STATS_RANDOM
+    from fptrace.notes import STATS_EAGER, STATS_FAILED, STATS_RANDOM
 
     settings = StatsSettings(
         massive_min=stats.massive_min, massive_ratio=stats.massive_ratio,

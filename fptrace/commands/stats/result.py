@@ -4,7 +4,7 @@ the terminal shows) and every statistic behind them (what `--out` keeps and `--m
 from __future__ import annotations
 
 from fptrace.core.activation_stats import Statistics
-from fptrace.core.results import SCHEMA_VERSION, ModelInfo, result
+from fptrace.results import SCHEMA_VERSION, ModelInfo, result
 
 
 @result

@@ -86,12 +86,12 @@ def steer(
 
     parse_scales(scale)
     if save_vector is not None:
-        from fptrace.core.vectors import check_vector_path
+        from fptrace.commands.steer.vectors import check_vector_path
 
         check_vector_path(save_vector)
     lm, prompt = load_for(prompt, opts, plot, chat)
     from fptrace.commands.steer.core import steer as run_steer
-    from fptrace.core.vectors import match_norms, steering_vector, write_vector
+    from fptrace.commands.steer.vectors import match_norms, steering_vector, write_vector
 
     vec = steering_vector(lm, add=add, subtract=subtract, pairs=pairs, method=method,
                           vector=vector, token=token, layer=layer, mean_positions=mean_positions,

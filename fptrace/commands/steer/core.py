@@ -1,6 +1,6 @@
 """`fptrace steer`: activation steering, measured layer by layer against the clean run.
 
-A steering vector (core/vectors.py: two prompts, contrastive pairs, a file, a token) is added to
+A steering vector (commands/steer/vectors.py: two prompts, contrastive pairs, a file, a token) is added to
 the output of one block (or several, from a file) at a sweep of strengths. Every strength is a
 row of ONE batched forward pass, the clean run (strength 0) among them, so each row is compared
 with a clean reference computed in the same pass. Per row: the new top-k, the target's logit
@@ -32,10 +32,10 @@ from fptrace.core.interventions import (
     run_rows,
     steering_hooks,
 )
-from fptrace.core.notes import STEER_BLOCK0, STEER_GGUF_BLOCKS, STEER_POSITIONS
-from fptrace.core.results import Check, TopToken
+from fptrace.notes import STEER_BLOCK0, STEER_GGUF_BLOCKS, STEER_POSITIONS
+from fptrace.results import Check, TopToken
 from fptrace.core.trace import base_notes, model_info, ranked_token
-from fptrace.core.vectors import SteeringVector, match_norms, steering_vector
+from fptrace.commands.steer.vectors import SteeringVector, match_norms, steering_vector
 from fptrace.errors import BadInput
 from fptrace.models.loading import LoadedModel
 from fptrace.models.prompts import Prompt

@@ -5,7 +5,7 @@ JSON schema read them; none of them holds a torch tensor. Each field is document
 docstring right under it: that text is the field's description in `fptrace schema` and
 docs/schema.md (commands/schema reads it through pydantic), so it is written for the reader of
 the JSON output. A result type that a command prints as JSON has a `kind` field; the schema
-finds those types in core/results.py and in every commands/<name>/result.py.
+finds those types in results.py and in every commands/<name>/result.py.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ def result(cls: type[T]) -> type[T]:
 
 SCHEMA_VERSION = "1.3"  # minor: fields or kinds added; major: a field changed or removed
 
-# One vocabulary of trace points, shared by hooks, JSON keys and table headers: core/points.py
+# One vocabulary of trace points, shared by hooks, JSON keys and table headers: points.py
 # (Point) names them, the stream's and those inside a block (ShapeStep.point, LayerStats.point,
 # ExplainStep.point, diff --deep).
 
@@ -227,7 +227,7 @@ class Decomposition:
         measured = "" if self.max_mismatch is None else (
             f"; the largest mismatch is {self.max_mismatch:.1%} of ‖Δ‖, at block "
             f"{self.worst_block}")
-        from fptrace.core.notes import WITHHELD
+        from fptrace.notes import WITHHELD
 
         return WITHHELD(blocks=blocks, measured=measured)
 
