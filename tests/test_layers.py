@@ -24,7 +24,7 @@ import ast
 from pathlib import Path
 
 PKG = Path(__file__).resolve().parent.parent / "fptrace"
-LEAVES = {"fptrace.errors", "fptrace.atomic", "fptrace.results", "fptrace.notes",
+LEAVES = {"fptrace.errors", "fptrace.atomic", "fptrace.results", "fptrace.notes", "fptrace.numbers",
           "fptrace.points"}
 COMPOSERS = {"report", "tui", "schema"}
 
