@@ -184,7 +184,7 @@ def test_key_value_heads_repeated_in_the_wrong_order(tmp_path):
 def test_float16_overflow(tmp_path):
     """One activation pushed past float16's largest value (65504): block 1's up projection of
     the last position is set to 70000 in the checkpoint; float32 holds it, float16 cannot."""
-    from fptrace.core.hooks import hooked
+    from fptrace.core.hooks import Hook, hooked
 
     model = _folder(tmp_path / "a", "llama")
     ids = torch.tensor([[464, 3797, 3332, 319, 262, 2603]])  # "The cat sat on the mat"
@@ -193,7 +193,7 @@ def test_float16_overflow(tmp_path):
     def keep(module, args):
         got["h"] = args[0][0, -1]
 
-    with torch.no_grad(), hooked([(model.model.layers[1].mlp.up_proj, "pre", keep, False)]):
+    with torch.no_grad(), hooked([Hook.before(model.model.layers[1].mlp.up_proj, keep)]):
         model(ids)
     h = got["h"]  # (C,): what the up projection reads at the last position
 
@@ -414,7 +414,7 @@ def test_one_block_at_a_time(tiny):
     import time
 
     from fptrace.commands.diff.deep import run_sides
-    from fptrace.core.hooks import hooked
+    from fptrace.core.hooks import Hook, hooked
     from fptrace.models.loading import wrap_model
 
     if tiny.parts.family.heads is None:
@@ -431,7 +431,7 @@ def test_one_block_at_a_time(tiny):
         return layer
 
     n = len(tiny.parts.blocks)
-    with hooked([(lm.parts.blocks[i], "pre", started(s, i), True)
+    with hooked([Hook.before(lm.parts.blocks[i], started(s, i), kwargs=True)
                  for s, lm in (("a", tiny), ("b", other)) for i in range(n)]):
         _, _, done = run_sides(tiny, other, [1, 5, 9, 3, 7, 2], tuple(range(n)), compare)
     assert done == list(range(n))

@@ -183,8 +183,10 @@ def test_incomplete_family_module_is_refused():
 
     with pytest.raises(FamilyDefinitionError, match="incomplete: no final_norm"):
         check_family("broken", types.SimpleNamespace(FAMILY=replace(base, final_norm="")))
-    with pytest.raises(FamilyDefinitionError, match="norm_type 'batchnorm'"):
-        check_family("broken", types.SimpleNamespace(FAMILY=replace(base, norm_type="batchnorm")))
+    with pytest.raises(ValueError, match="'batchnorm' is not a valid NormKind"):
+        replace(base, norm_type="batchnorm")  # a kind is a member of its enum, or no Family
+    with pytest.raises(FamilyDefinitionError, match="norm_type is 'unknown'"):
+        check_family("broken", types.SimpleNamespace(FAMILY=replace(base, norm_type="unknown")))
     with pytest.raises(FamilyDefinitionError, match="tiny config has model_type 'gpt2'"):
         check_family("broken", types.SimpleNamespace(FAMILY=replace(
             FAMILIES[-1], tiny=dict(FAMILIES[-1].tiny, model_type="gpt2"))))

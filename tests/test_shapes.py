@@ -128,3 +128,9 @@ def test_every_family_shapes(tmp_path, name):
     assert r.steps[-1].shape == (1, 1, config.vocab_size)
     if getattr(config, "final_logit_softcapping", None):
         assert any("final logits soft-capped" in d for d in r.differences)
+    # a gated MLP (SwiGLU and GeGLU alike: gemma's GELU gate was once missed) shows its product
+    from fptrace.families.parts import resolve_parts
+
+    mlp = resolve_parts(model).mlps[0]
+    gated = any(hasattr(mlp, n) for n in ("gate_proj", "gate_up_proj"))
+    assert any(l.startswith("act(gate) · up") for l in labels) == gated, (name, labels)

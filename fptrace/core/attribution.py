@@ -22,10 +22,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from fptrace.core.fragments import token_id
-from fptrace.core.hooks import Capture, capture_stats, first_output, hooked
+from fptrace.core.hooks import Capture, Hook, capture_stats, first_output, hooked
 from fptrace.notes import HEADS_UNSPLIT
 from fptrace.core.trace import layer_stats, model_info
 from fptrace.errors import BadInput, UnsupportedModel
+from fptrace.families.kinds import NormKind
 from fptrace.families.parts import output_projection
 from fptrace.models.loading import LoadedModel
 from fptrace.models.prompts import Prepared, Prompt
@@ -38,7 +39,7 @@ def rtol_for(dtype: str) -> float:
     return RTOL if dtype == "float32" else HALF_RTOL
 
 
-def frozen_norm(module: Any, x: Any, norm_type: str) -> tuple[bool, Any, Any]:
+def frozen_norm(module: Any, x: Any, norm_type: NormKind) -> tuple[bool, Any, Any]:
     """A norm at its input x (d,), as the linear map it is there: (centre, gain (d,), bias (d,)
     or None), so that norm(x) = (x − mean(x) if centre else x) · gain + bias, and the same map
     applied to each part of x sums to norm(x). For rows x (N, d), each row's own map: gain
@@ -50,16 +51,16 @@ def frozen_norm(module: Any, x: Any, norm_type: str) -> tuple[bool, Any, Any]:
     eps = getattr(module, "eps", 1e-5) if eps is None else eps
     w = module.weight.float().to(x.device) if getattr(module, "weight", None) is not None \
         else torch.ones_like(x)
-    if norm_type == "layernorm":
+    if norm_type is NormKind.layernorm:
         centred = x - x.mean(dim=-1, keepdim=True)
         scale = torch.rsqrt(centred.pow(2).mean(dim=-1, keepdim=True) + eps)
         bias = getattr(module, "bias", None)
         return True, w * scale, None if bias is None else bias.float().to(x.device)
-    if norm_type.startswith("rmsnorm"):
+    if norm_type.is_rms:
         scale = torch.rsqrt(x.pow(2).mean(dim=-1, keepdim=True) + eps)
-        gain = (1.0 + w) if "1 + w" in norm_type else w
+        gain = (1.0 + w) if norm_type.one_plus else w
         return False, gain * scale, None
-    raise UnsupportedModel(f"attribution needs to know the final norm; the {norm_type!r} norm "
+    raise UnsupportedModel(f"attribution needs to know the final norm; the {norm_type.value!r} norm "
                            "of this model is not one fptrace can freeze")
 
 
@@ -195,10 +196,10 @@ def direct_logits(lm: LoadedModel, prompt: Prompt, *, target: str | None = None,
     for i, attn in enumerate(lm.parts.attns):
         proj, weights = output_projection(attn, fam.w_o)
         w_o.append(weights)
-        hooks.append((proj, "pre", _keep_input(got["y"], i, cap), False))
+        hooks.append(Hook.before(proj, _keep_input(got["y"], i, cap)))
         if fam.attn_added:
-            hooks.append((lm.parts.attn_adds[i], "pre", _keep_input(got["o"], i, cap), False))
-    hooks.append((lm.parts.lm_head, "post", _keep_output(got, "pre_cap", cap), False))
+            hooks.append(Hook.before(lm.parts.attn_adds[i], _keep_input(got["o"], i, cap)))
+    hooks.append(Hook.after(lm.parts.lm_head, _keep_output(got, "pre_cap", cap)))
     with torch.inference_mode(), hooked(hooks), capture_stats(lm.parts, cap):
         logits = lm.model(torch.tensor([ids], device=lm.device), use_cache=False,
                           logits_to_keep=1).logits[0, -1].float()  # (V,)

@@ -20,15 +20,31 @@ def first_output(x: Any) -> Any:
     return x[0] if isinstance(x, (tuple, list)) else x
 
 
-# one registration: (module, "pre" or "post", hook function, with_kwargs)
-Hook = tuple[Any, str, Callable[..., Any], bool]
+@dataclass(frozen=True)
+class Hook:
+    """One registration on a module: fn runs before it (pre: fn(module, args) sees the inputs,
+    and may return new ones) or after it (fn(module, args, output) sees the output, and may
+    return a new one); with kwargs, the keyword arguments are passed too (fn(module, args,
+    kwargs[, output]))."""
+
+    module: Any  # a torch.nn.Module
+    fn: Callable[..., Any]
+    pre: bool = False
+    kwargs: bool = False
+
+    @classmethod
+    def before(cls, module: Any, fn: Callable[..., Any], kwargs: bool = False) -> Hook:
+        return cls(module, fn, pre=True, kwargs=kwargs)
+
+    @classmethod
+    def after(cls, module: Any, fn: Callable[..., Any], kwargs: bool = False) -> Hook:
+        return cls(module, fn, pre=False, kwargs=kwargs)
 
 
 @contextlib.contextmanager
 def hooked(hooks: Iterable[Hook], prepend: bool = False) -> Iterator[None]:
-    """The one place fptrace attaches hooks: register every (module, "pre"|"post", fn,
-    with_kwargs), yield, and remove every handle whatever happens (an exception while
-    registering included).
+    """The one place fptrace attaches hooks: register every Hook, yield, and remove every
+    handle whatever happens (an exception while registering included).
 
     prepend: run these hooks before the module's other hooks. A hook that *changes* an output
     (steering, ablation) is prepended, so that every other hook sees the changed value:
@@ -37,10 +53,10 @@ def hooked(hooks: Iterable[Hook], prepend: bool = False) -> Iterator[None]:
     appended after it."""
     handles = []
     try:
-        for module, when, fn, with_kwargs in hooks:
-            register = module.register_forward_pre_hook if when == "pre" else \
-                module.register_forward_hook
-            handles.append(register(fn, with_kwargs=with_kwargs, prepend=prepend))
+        for hook in hooks:
+            register = hook.module.register_forward_pre_hook if hook.pre else \
+                hook.module.register_forward_hook
+            handles.append(register(hook.fn, with_kwargs=hook.kwargs, prepend=prepend))
         yield
     finally:
         for h in handles:
@@ -174,13 +190,13 @@ def capture_stats(parts: ModelParts, cap: Capture) -> Iterator[Capture]:
         cap.final_last = cap.take_last(h)
         cap.shapes["final_norm"] = tuple(h.shape)
 
-    hooks: list[Hook] = [(parts.blocks[0], "pre", embed_hook, True)]
+    hooks: list[Hook] = [Hook.before(parts.blocks[0], embed_hook, kwargs=True)]
     for i, block in enumerate(parts.blocks):
-        hooks.append((block, "post", block_hook(i), True))
+        hooks.append(Hook.after(block, block_hook(i), kwargs=True))
         # what the stream receives: the post-norm output where the family has one
-        hooks.append((parts.attn_adds[i], "post", part_hook(cap.attn_last, i), False))
-        hooks.append((parts.mlp_adds[i], "post", part_hook(cap.mlp_last, i), False))
-    hooks.append((parts.final_norm, "post", final_hook, False))
+        hooks.append(Hook.after(parts.attn_adds[i], part_hook(cap.attn_last, i)))
+        hooks.append(Hook.after(parts.mlp_adds[i], part_hook(cap.mlp_last, i)))
+    hooks.append(Hook.after(parts.final_norm, final_hook))
     with hooked(hooks):
         try:
             yield cap

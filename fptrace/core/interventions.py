@@ -120,7 +120,7 @@ def steering_hooks(lm: LoadedModel, vectors: dict[int, Any], strengths: Sequence
             return (new, *output[1:]) if isinstance(output, tuple) else new
         return hook
 
-    return [(lm.parts.blocks[L], "post", add(v.float()), False) for L, v in vectors.items()]
+    return [Hook.after(lm.parts.blocks[L], add(v.float())) for L, v in vectors.items()]
 
 
 # ----------------------------------------------------------------------------- ablation
@@ -150,8 +150,8 @@ def mean_outputs(lm: LoadedModel, prompts: Sequence[Sequence[int]]) -> Means:
     hooks: list[Hook] = []
     for i, attn in enumerate(lm.parts.attns):
         proj, _ = output_projection(attn, lm.parts.family.w_o)
-        hooks.append((proj, "pre", keep(sums["heads"], i, True), False))
-        hooks.append((lm.parts.mlp_adds[i], "post", keep(sums["mlps"], i, False), False))
+        hooks.append(Hook.before(proj, keep(sums["heads"], i, True)))
+        hooks.append(Hook.after(lm.parts.mlp_adds[i], keep(sums["mlps"], i, False)))
     count = 0
     with torch.inference_mode(), hooked(hooks):
         for ids in prompts:
@@ -187,14 +187,14 @@ def ablation_hooks(lm: LoadedModel, rows: Sequence[Sequence[Part]], means: Means
             fill = torch.zeros(B, 1, width)
             if means is not None:
                 fill[:] = means.heads[layer].cpu()
-            hooks.append((proj, "pre", _replace_input(keep, fill), False))
+            hooks.append(Hook.before(proj, _replace_input(keep, fill)))
         if mlps:
             keep = torch.ones(B, 1, 1, dtype=torch.bool)
             keep[mlps] = False
             fill = torch.zeros(B, 1, dm.d_model)
             if means is not None:
                 fill[:] = means.mlps[layer].cpu()
-            hooks.append((lm.parts.mlp_adds[layer], "post", _replace_output(keep, fill), False))
+            hooks.append(Hook.after(lm.parts.mlp_adds[layer], _replace_output(keep, fill)))
     return hooks
 
 
@@ -253,7 +253,7 @@ def run_rows(lm: LoadedModel, ids: Sequence[int], B: int, hooks: list[Hook],
     input_ids = torch.tensor([list(ids)] * B, device=lm.device)
     try:
         with torch.inference_mode(), hooked(hooks, prepend=True), \
-                hooked([(lm.parts.lm_head, "post", head_output, False)]), \
+                hooked([Hook.after(lm.parts.lm_head, head_output)]), \
                 capture_stats(lm.parts, cap):
             logits = lm.model(input_ids, use_cache=False, logits_to_keep=1).logits[:, -1]
     except Exception as e:

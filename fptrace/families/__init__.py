@@ -20,11 +20,13 @@ import pkgutil
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from fptrace.points import BLOCK, Point
 from fptrace.errors import FptraceError
+from fptrace.families.kinds import EmbedScale, MlpKind, NormKind, PositionKind, QkNorm
+from fptrace.points import BLOCK, Point
 
-# modules of this package that are not families: the shared recompute operations, the parts
-NOT_FAMILIES = ("ops", "parts")
+# modules of this package that are not families: the shared recompute operations, the parts,
+# the kinds
+NOT_FAMILIES = ("ops", "parts", "kinds")
 
 # leaf module names inside a block -> what a reader calls them (shape steps); a family adds or
 # overrides entries through Family.labels
@@ -36,9 +38,6 @@ COMMON_LABELS = {
     "act_fn": "activation", "act": "activation", "activation_fn": "activation",
 }
 
-NORM_TYPES = ("layernorm", "rmsnorm", "rmsnorm (1 + w)")
-MLP_TYPES = ("gelu", "swiglu", "geglu")
-POSITIONS = ("learned", "rope")
 
 
 class FamilyDefinitionError(FptraceError, ImportError):
@@ -79,9 +78,9 @@ class Family:
     lm_head: str
     attn: str  # the attention module (its weights: W_Q, W_K, W_V, W_O)
     mlp: str  # the MLP module
-    norm_type: str  # one of NORM_TYPES
-    mlp_type: str  # one of MLP_TYPES
-    positions: str  # one of POSITIONS
+    norm_type: NormKind
+    mlp_type: MlpKind
+    positions: PositionKind
     tiny: dict  # a tiny random-weight config of this family (tests build it), model_type first
     pos_embed: str | None = None  # learned absolute position embedding, if any
     # The module whose output[0] the stream receives from attention / the MLP. The attention
@@ -89,8 +88,8 @@ class Family:
     # (Gemma 2/3, OLMo 2: the post-norms).
     attn_added: str | None = None
     mlp_added: str | None = None
-    embed_scale: str | None = None  # "sqrt_d": the embedding is multiplied by √d_model (Gemma)
-    qk_norm: str | None = None  # "per_head" (Qwen3, Gemma 3) or "whole" (OLMo 2) RMSNorm on Q, K
+    embed_scale: EmbedScale | None = None  # the embedding is multiplied by √d_model (Gemma)
+    qk_norm: QkNorm | None = None  # RMSNorm on Q and K: per head (Qwen3, Gemma 3) or whole (OLMo 2)
     attn_softcap_attr: str | None = None  # config attribute: cap·tanh(scores / cap)
     final_softcap_attr: str | None = None  # config attribute: cap·tanh(logits / cap)
     parallel_residual: bool = False  # attn and MLP both read resid_pre (GPT-NeoX)
@@ -118,6 +117,16 @@ class Family:
     # with the config's own RoPE; explain's block runs the same function.
     head_taps: tuple[str, ...] = ()
     heads: Callable[..., Any] | None = None
+
+    def __post_init__(self) -> None:
+        """The kinds as enums, from their words too (a family file may write either); a word
+        that is no kind raises ValueError naming it."""
+        for name, kind in (("norm_type", NormKind), ("mlp_type", MlpKind),
+                           ("positions", PositionKind), ("qk_norm", QkNorm),
+                           ("embed_scale", EmbedScale)):
+            value = getattr(self, name)
+            if value is not None and not isinstance(value, kind):
+                object.__setattr__(self, name, kind(value))
 
     # ------------------------------------------------------------------ derived facts
     @property
@@ -157,23 +166,24 @@ class Family:
     def differences(self, n_heads: int, n_kv_heads: int, config: Any) -> list[str]:
         """How this family differs from GPT-2's block, fact by fact (empty for GPT-2)."""
         out = []
-        if self.positions == "rope":
+        if self.positions is PositionKind.rope:
             out.append("no position embedding: RoPE rotates Q and K inside attention")
-        if self.norm_type.startswith("rmsnorm"):
+        if self.norm_type.is_rms:
             out.append("RMSNorm instead of LayerNorm (no mean subtraction, no bias)"
-                       + ("; the scale is (1 + w)" if "1 + w" in self.norm_type else ""))
-        if self.mlp_type == "swiglu":
+                       + ("; the scale is (1 + w)" if self.norm_type.one_plus else ""))
+        if self.mlp_type is MlpKind.swiglu:
             out.append("SwiGLU MLP: down(SiLU(gate(x)) · up(x)), three matrices instead of two")
-        if self.mlp_type == "geglu":
+        if self.mlp_type is MlpKind.geglu:
             out.append("GeGLU MLP: down(GELU(gate(x)) · up(x)), three matrices instead of two")
         if n_kv_heads != n_heads:
             out.append(f"grouped-query attention: {n_kv_heads} K/V heads shared by {n_heads} "
                        f"query heads ({n_heads // n_kv_heads} each), repeated to match Q")
-        if self.embed_scale == "sqrt_d":
+        if self.embed_scale is EmbedScale.sqrt_d:
             out.append("the token embedding is multiplied by √d_model")
         if self.qk_norm:
             out.append("RMSNorm on Q and K before RoPE"
-                       + (" (per head)" if self.qk_norm == "per_head" else " (whole projection)"))
+                       + (" (per head)" if self.qk_norm is QkNorm.per_head
+                          else " (whole projection)"))
         if self.post_norms:
             out.append("attention and MLP outputs are normalised before the residual add")
         if self.softcap(config, "attn"):
@@ -189,19 +199,19 @@ _REQUIRED = ("name", "title", "model_types", "blocks", "embed", "final_norm", "l
 
 def check_family(module_name: str, module: Any) -> Family:
     """The FAMILY of a family module, or FamilyDefinitionError naming what is missing."""
-    fam = getattr(module, "FAMILY", None)
     where = f"family module fptrace.families.{module_name}"
+    fam = getattr(module, "FAMILY", None)
     if not isinstance(fam, Family):
         raise FamilyDefinitionError(f"{where} defines no FAMILY = Family(...)")
     missing = [f for f in _REQUIRED if not getattr(fam, f)]
     if missing:
         raise FamilyDefinitionError(f"{where} is incomplete: no {', '.join(missing)}")
-    for value, allowed, what in ((fam.norm_type, NORM_TYPES, "norm_type"),
-                                 (fam.mlp_type, MLP_TYPES, "mlp_type"),
-                                 (fam.positions, POSITIONS, "positions")):
-        if value not in allowed:
-            raise FamilyDefinitionError(f"{where}: {what} {value!r} is not one of "
-                                        + ", ".join(allowed))
+    for value, what in ((fam.norm_type, "norm_type"), (fam.mlp_type, "mlp_type"),
+                        (fam.positions, "positions")):
+        if value.value == "unknown":  # only the generic family of an unregistered model type
+            known = ", ".join(k.value for k in type(value) if k.value != "unknown")
+            raise FamilyDefinitionError(f"{where}: {what} is 'unknown'; a registered family "
+                                        f"states it ({known})")
     if fam.tiny.get("model_type") not in fam.model_types:
         raise FamilyDefinitionError(f"{where}: its tiny config has model_type "
                                     f"{fam.tiny.get('model_type')!r}, not one of the family's "
@@ -232,7 +242,11 @@ def load_families(names: tuple[str, ...] | None = None) -> tuple[Family, ...]:
     out: list[Family] = []
     seen: dict[str, str] = {}
     for name in names:
-        fam = check_family(name, importlib.import_module(f"{__name__}.{name}"))
+        try:
+            module = importlib.import_module(f"{__name__}.{name}")
+        except ValueError as e:  # a kind that is no member of its enum (Family.__post_init__)
+            raise FamilyDefinitionError(f"family module fptrace.families.{name}: {e}") from None
+        fam = check_family(name, module)
         for t in fam.model_types:
             if t in seen:
                 raise FamilyDefinitionError(f"model type {t!r} is claimed by both the "

@@ -14,6 +14,7 @@ from typing import Any
 
 from fptrace.points import Point
 from fptrace.families import Family
+from fptrace.families.kinds import EmbedScale, MlpKind, NormKind
 from fptrace.families.llama import FAMILY as LLAMA
 from fptrace.families.llama import heads
 from fptrace.families.ops import (
@@ -83,7 +84,7 @@ def final_norm(x: Any, norm: Any, cfg: Any, s: Steps) -> Any:
 
 FAMILY = replace(
     LLAMA, name="gemma", title="Gemma", model_types=("gemma",),
-    norm_type="rmsnorm (1 + w)", mlp_type="geglu", embed_scale="sqrt_d",
+    norm_type=NormKind.rmsnorm_one_plus, mlp_type=MlpKind.geglu, embed_scale=EmbedScale.sqrt_d,
     recompute_block=block, recompute_final_norm=final_norm,
     tiny=dict(model_type="gemma", num_hidden_layers=2, hidden_size=64, intermediate_size=96,
               num_attention_heads=4, num_key_value_heads=1, head_dim=16, vocab_size=1000,

@@ -4,9 +4,10 @@ bases for local (sliding-window) and global layers. Recomputed by gemma.py's blo
 from dataclasses import replace
 
 from fptrace.families.gemma2 import FAMILY as GEMMA2
+from fptrace.families.kinds import QkNorm
 
 FAMILY = replace(
-    GEMMA2, name="gemma3", title="Gemma 3", model_types=("gemma3_text",), qk_norm="per_head",
+    GEMMA2, name="gemma3", title="Gemma 3", model_types=("gemma3_text",), qk_norm=QkNorm.per_head,
     tiny=dict(model_type="gemma3_text", num_hidden_layers=3, hidden_size=64,
               intermediate_size=96, num_attention_heads=4, num_key_value_heads=2, head_dim=16,
               vocab_size=1000, max_position_embeddings=64, sliding_window=3,

@@ -11,6 +11,7 @@ from typing import Any
 
 from fptrace.points import Point
 from fptrace.families import Family, Tap
+from fptrace.families.kinds import MlpKind, NormKind, PositionKind
 from fptrace.families.ops import (
     LAYERNORM_FORMULA,
     Steps,
@@ -90,7 +91,7 @@ FAMILY = Family(
     name="gpt2", title="GPT-2", model_types=("gpt2",),
     blocks="transformer.h", embed="transformer.wte", pos_embed="transformer.wpe",
     final_norm="transformer.ln_f", lm_head="lm_head", attn="attn", mlp="mlp",
-    norm_type="layernorm", mlp_type="gelu", positions="learned",
+    norm_type=NormKind.layernorm, mlp_type=MlpKind.gelu, positions=PositionKind.learned,
     recompute_block=block, recompute_final_norm=final_norm,
     w_o=("c_proj",), attn_norm="ln_1", qk_weights=qk_weights,
     labels={"ln_1": "norm before attention", "ln_2": "norm before the MLP",

@@ -14,6 +14,7 @@ from typing import Any
 
 from fptrace.points import Point
 from fptrace.families import Family, Tap
+from fptrace.families.kinds import MlpKind, NormKind, PositionKind
 from fptrace.families.ops import (
     LAYERNORM_FORMULA,
     Steps,
@@ -113,7 +114,7 @@ FAMILY = Family(
     name="gpt_neox", title="GPT-NeoX", model_types=("gpt_neox",),
     blocks="gpt_neox.layers", embed="gpt_neox.embed_in",
     final_norm="gpt_neox.final_layer_norm", lm_head="lm_head", attn="attention", mlp="mlp",
-    norm_type="layernorm", mlp_type="gelu", positions="rope",
+    norm_type=NormKind.layernorm, mlp_type=MlpKind.gelu, positions=PositionKind.rope,
     recompute_block=block, recompute_final_norm=final_norm,
     parallel_residual=True, parallel_residual_attr="use_parallel_residual",
     w_o=("dense",), attn_norm="input_layernorm", qk_weights=qk_weights,

@@ -13,6 +13,7 @@ from typing import Any
 
 from fptrace.points import Point
 from fptrace.families import Family, Tap
+from fptrace.families.kinds import MlpKind, NormKind, PositionKind, QkNorm
 from fptrace.families.ops import (
     RMS_FORMULA,
     Steps,
@@ -41,14 +42,14 @@ def heads(q: Any, k: Any, v: Any, attn: Any, cfg: Any, layer: int, s: Steps, mod
     dm = dims(cfg)  # the config's head counts and head width, normalised once
     nh, nkv, hd = dm.n_heads, dm.n_kv_heads, dm.head_dim
     eps = cfg.rms_norm_eps
-    one_plus = fam.norm_type == "rmsnorm (1 + w)"
-    if fam.qk_norm == "whole":  # OLMo 2: one RMSNorm over all heads of Q, one of K
+    one_plus = fam.norm_type.one_plus
+    if fam.qk_norm is QkNorm.whole:  # OLMo 2: one RMSNorm over all heads of Q, one of K
         q = rms_norm(q, attn.q_norm.weight, eps)  # (B, T, nh*hd)
         k = rms_norm(k, attn.k_norm.weight, eps)  # (B, T, nkv*hd)
         s("q_norm, k_norm (RMSNorm over all heads)", f"q = q / √(mean(q²) + ε) · γ_q over its "
           f"{nh * hd} values; same for k", q, shown="Q")
     q, k, v = split_heads(q, k, v, nh, nkv, hd, s)  # (B, nh, T, hd), 2 × (B, nkv, T, hd)
-    if fam.qk_norm == "per_head":  # Qwen3, Gemma 3: an RMSNorm on each head of Q and K
+    if fam.qk_norm is QkNorm.per_head:  # Qwen3, Gemma 3: an RMSNorm on each head of Q and K
         q = rms_norm(q, attn.q_norm.weight, eps, one_plus)  # (B, nh, T, hd)
         k = rms_norm(k, attn.k_norm.weight, eps, one_plus)  # (B, nkv, T, hd)
         if one_plus:
@@ -124,7 +125,7 @@ FAMILY = Family(
     name="llama", title="Llama", model_types=("llama",),
     blocks="model.layers", embed="model.embed_tokens", final_norm="model.norm",
     lm_head="lm_head", attn="self_attn", mlp="mlp",
-    norm_type="rmsnorm", mlp_type="swiglu", positions="rope",
+    norm_type=NormKind.rmsnorm, mlp_type=MlpKind.swiglu, positions=PositionKind.rope,
     recompute_block=block, recompute_final_norm=final_norm,
     labels=LLAMA_LABELS, attn_norm="input_layernorm", qk_weights=qk_weights, taps=LLAMA_TAPS,
     head_taps=("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj"), heads=heads,

@@ -14,6 +14,7 @@ from typing import Any
 
 from fptrace.points import Point
 from fptrace.families import Family, Tap
+from fptrace.families.kinds import QkNorm
 from fptrace.families.llama import FAMILY as LLAMA
 from fptrace.families.llama import LLAMA_TAPS, heads
 from fptrace.families.ops import (
@@ -65,7 +66,7 @@ def block(x: Any, blk: Any, cfg: Any, layer: int, s: Steps, model: Any, fam: Fam
 FAMILY = replace(
     LLAMA, name="olmo2", title="OLMo 2", model_types=("olmo2",), recompute_block=block,
     attn_added="post_attention_layernorm", mlp_added="post_feedforward_layernorm",
-    qk_norm="whole", attn_norm=None,
+    qk_norm=QkNorm.whole, attn_norm=None,
     # no norm before attention or the MLP: the projections read the stream itself
     taps={p: t for p, t in LLAMA_TAPS.items() if p not in (Point.ln1, Point.ln2, Point.resid_mid)}
     | {Point.resid_mid: Tap("mlp", "in")},

@@ -25,11 +25,12 @@ from typing import Any, Sequence
 
 from fptrace.commands.attribute.result import QKAttribution, QKPart, QKPartSum, QKTerm
 from fptrace.core.attribution import HALF_RTOL, RTOL, frozen_norm, head_parts, through_frozen
-from fptrace.core.hooks import eager_attention, first_output, hooked
+from fptrace.core.hooks import Hook, eager_attention, first_output, hooked
 from fptrace.notes import HEADS_UNSPLIT, QK_KEY_DEFAULTED, QK_SOFTCAP
 from fptrace.results import Check
 from fptrace.core.trace import base_notes, model_info
 from fptrace.errors import BadInput, UnsupportedModel
+from fptrace.families.kinds import PositionKind, QkNorm
 from fptrace.families.ops import (
     apply_rope,
     attention_scale,
@@ -202,15 +203,15 @@ def _forward(lm: LoadedModel, ids: list[int], layer: int, head: int, i: int,
         got["weights"] = None if w is None else w[0, head, i, :i + 1].to(home).double()
         raise _Stop
 
-    hooks = [(parts.blocks[0], "pre", embed, True), (parts.blocks[layer], "pre", stream, True),
-             (parts.attns[layer], "post", weights, False)]
+    hooks = [Hook.before(parts.blocks[0], embed, kwargs=True), Hook.before(parts.blocks[layer], stream, kwargs=True),
+             Hook.after(parts.attns[layer], weights)]
     for n in range(layer if keep is not None else 0):
         proj, _ = output_projection(parts.attns[n], fam.w_o)
-        hooks.append((proj, "pre", keep_in(got["y"], n), False))
+        hooks.append(Hook.before(proj, keep_in(got["y"], n)))
         if fam.attn_added:
-            hooks.append((parts.attn_adds[n], "pre", keep_in(got["o"], n), False))
-        hooks.append((parts.attn_adds[n], "post", keep_out(got["attn"], n), False))
-        hooks.append((parts.mlp_adds[n], "post", keep_out(got["mlp"], n), False))
+            hooks.append(Hook.before(parts.attn_adds[n], keep_in(got["o"], n)))
+        hooks.append(Hook.after(parts.attn_adds[n], keep_out(got["attn"], n)))
+        hooks.append(Hook.after(parts.mlp_adds[n], keep_out(got["mlp"], n)))
     try:
         with eager_attention(lm.model), hooked(hooks):
             lm.model(torch.tensor([ids], device=home), use_cache=False, logits_to_keep=1)
@@ -296,7 +297,7 @@ class _Side:
         self.rows = slice(head * hd, (head + 1) * hd)
         self.qk_norm = getattr(attn, f"{which}_norm", None) if fam.qk_norm else None
         # every head's rows only where one norm spans them all (OLMo 2); else this head's
-        whole = self.qk_norm is not None and fam.qk_norm == "whole"
+        whole = self.qk_norm is not None and fam.qk_norm is QkNorm.whole
         if not whole:
             W, b = W[self.rows], None if b is None else b[self.rows]
             self.rows = slice(0, hd)
@@ -306,7 +307,7 @@ class _Side:
         self.dtype = torch.float64
 
     def tables(self, T: int) -> tuple[Any, Any] | None:
-        if self.fam.positions != "rope":
+        if self.fam.positions is not PositionKind.rope:
             return None
         rot = rotary_dims(self.cfg, self.hd)
         cos, sin, _ = rope_tables(self.cfg, T, rot, self.model, self.W.device, self.layer)
@@ -331,7 +332,7 @@ class _Side:
         if b is not None:
             const = b if const is None else const + b
         if self.qk_norm is not None:
-            if self.fam.qk_norm == "whole":  # one RMSNorm over every head's values (OLMo 2)
+            if self.fam.qk_norm is QkNorm.whole:  # one RMSNorm over every head's values (OLMo 2)
                 actual = x @ self.W.T + (0 if self.b is None else self.b)  # (heads·hd,)
                 gain = frozen_norm(self.qk_norm, actual, self.fam.norm_type)[1][..., self.rows]
             else:  # an RMSNorm over each head's values (Qwen3, Gemma 3)

@@ -125,7 +125,7 @@ class _Side:
                 hooks.append(_tap_hook(module, tap, got, point))
             for i, path in enumerate(fam.head_taps):
                 hooks.append(_tap_hook(blk.get_submodule(path), Tap(path), got, ("proj", i)))
-            hooks.append((blk, "post", self._handover(layer, blk, got), False))
+            hooks.append(Hook.after(blk, self._handover(layer, blk, got)))
         return hooks
 
     def _handover(self, layer: int, blk: Any, got: dict):
@@ -164,14 +164,14 @@ def _tap_hook(module: Any, tap: Tap, got: dict, key: Any) -> Hook:
         def pre(m: Any, args: tuple, kwargs: dict) -> None:
             keep(args[0] if args else kwargs["hidden_states"] if "hidden_states" in kwargs
                  else next(iter(kwargs.values())))
-        return (module, "pre", pre, True)
+        return Hook.before(module, pre, kwargs=True)
 
     def post(m: Any, args: tuple, output: Any) -> None:
         x = output[tap.item] if isinstance(output, (tuple, list)) else \
             (output if tap.item == 0 else None)
         if x is not None:  # the attention weights: None unless the attention is eager
             keep(x)
-    return (module, "post", post, False)
+    return Hook.after(module, post)
 
 
 # ---------------------------------------------------------------- the comparison

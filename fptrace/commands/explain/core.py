@@ -16,7 +16,7 @@ from typing import Any, Iterator
 from fptrace.commands.explain.embedding import embedding
 from fptrace.commands.explain.result import AttentionMatrix, Explanation, Sampling, SamplingRow
 from fptrace.core import sampling
-from fptrace.core.hooks import first_output, hooked
+from fptrace.core.hooks import Hook, first_output, hooked
 from fptrace.notes import END_OF_PASS, MATRIX_LIMIT
 from fptrace.points import Point
 from fptrace.results import Check, Token, TopToken
@@ -64,14 +64,14 @@ def _captured(lm: LoadedModel, layer: int) -> Iterator[dict]:
     def mlp_in(module: Any, args: tuple, kwargs: dict) -> None:
         got["mlp_in"] = (args[0] if args else next(iter(kwargs.values()))).detach().clone()
 
-    with hooked([(parts.blocks[0], "pre", embed_out, True),
-                 (parts.mlps[layer], "pre", mlp_in, True),
-                 (parts.mlps[layer], "post", keep("mlp_module_out"), False),
-                 (parts.blocks[layer], "pre", pre, True),
-                 (parts.blocks[layer], "post", keep("block_out"), False),
-                 (parts.attn_adds[layer], "post", keep("attn_out"), False),
-                 (parts.mlp_adds[layer], "post", keep("mlp_out"), False),
-                 (parts.blocks[-1], "post", keep("last_out"), False)]):
+    with hooked([Hook.before(parts.blocks[0], embed_out, kwargs=True),
+                 Hook.before(parts.mlps[layer], mlp_in, kwargs=True),
+                 Hook.after(parts.mlps[layer], keep("mlp_module_out")),
+                 Hook.before(parts.blocks[layer], pre, kwargs=True),
+                 Hook.after(parts.blocks[layer], keep("block_out")),
+                 Hook.after(parts.attn_adds[layer], keep("attn_out")),
+                 Hook.after(parts.mlp_adds[layer], keep("mlp_out")),
+                 Hook.after(parts.blocks[-1], keep("last_out"))]):
         yield got
 
 

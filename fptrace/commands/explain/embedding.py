@@ -11,6 +11,7 @@ import torch
 
 from fptrace.commands.explain.result import EmbeddingRow
 from fptrace.points import Point
+from fptrace.families.kinds import EmbedScale
 from fptrace.families.ops import Steps
 from fptrace.models.tensor_parallel import full
 
@@ -36,7 +37,7 @@ def embedding(lm: Any, ids: Sequence[int], s: Steps, n: int = 4) -> tuple[Any, t
         x = x + pos  # (1, T, C)
         s("sum", "x = e + p", x)
     scale = None
-    if fam.embed_scale == "sqrt_d":
+    if fam.embed_scale is EmbedScale.sqrt_d:
         scale = math.sqrt(C)
         x = x * torch.tensor(scale, dtype=lm.parts.embed.weight.dtype).float()  # (1, T, C)
         s("scale by √d", f"x = e · √{C} = e · {scale:.4g}", x)

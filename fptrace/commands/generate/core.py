@@ -16,7 +16,7 @@ from typing import Any, Callable
 
 from fptrace.commands.generate.result import Generation, GenStep
 from fptrace.core import sampling, stats
-from fptrace.core.hooks import Capture, capture_stats, hooked
+from fptrace.core.hooks import Capture, Hook, capture_stats, hooked
 from fptrace.notes import TENSOR_PARALLEL_KV
 from fptrace.results import FinalNormStats, TopToken
 from fptrace.core.trace import base_notes, first_nonfinite, layer_stats, model_info, ranked_token
@@ -106,7 +106,7 @@ def generate(lm: LoadedModel, prompt: Prompt, *, max_new_tokens: int = 12,
     stop_reason = "max_new_tokens"
     next_input = torch.tensor([ids], dtype=torch.long, device=device)  # (1, T)
     pos = 0
-    with hooked([(lm.parts.blocks[0], "pre", stream_shape, True)]):
+    with hooked([Hook.before(lm.parts.blocks[0], stream_shape, kwargs=True)]):
         for index in range(max_new_tokens):
             t0 = time.perf_counter()
             cap = Capture(mask=None, home=device)

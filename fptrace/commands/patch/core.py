@@ -17,10 +17,11 @@ from typing import Any, Sequence
 
 from fptrace.commands.patch.result import PatchCell, PatchResult
 from fptrace.core.fragments import subject_positions, token_id
-from fptrace.core.hooks import first_output, hooked
+from fptrace.core.hooks import Hook, first_output, hooked
 from fptrace.notes import WEAK_CORRUPTION
 from fptrace.core.trace import base_notes, model_info, ranked_token
 from fptrace.errors import BadInput
+from fptrace.families.kinds import EmbedScale
 from fptrace.models.loading import LoadedModel
 from fptrace.models.prompts import Prompt
 
@@ -33,7 +34,7 @@ def embedding_std(lm: LoadedModel) -> float:
     import math
 
     std = float(lm.parts.embed.weight.detach().float().std())
-    if lm.parts.family.embed_scale == "sqrt_d":
+    if lm.parts.family.embed_scale is EmbedScale.sqrt_d:
         std *= math.sqrt(int(lm.config.hidden_size))
     return std
 
@@ -72,7 +73,7 @@ class Patcher:
                 clean[i] = first_output(output)[0].detach().clone()  # (T, d)
             return hook
 
-        with torch.inference_mode(), hooked([(m, "post", keep(i), False)
+        with torch.inference_mode(), hooked([Hook.after(m, keep(i))
                                              for i, m in enumerate(self.modules)]):
             self.clean_logits = lm.model(torch.tensor([clean_ids], device=lm.device),
                                          use_cache=False, logits_to_keep=1).logits[0, -1].float()
@@ -109,14 +110,14 @@ class Patcher:
                 return (h, *output[1:]) if isinstance(output, tuple) else h
             return hook
 
-        hooks = [(m, "post", restore(i), False) for i, m in enumerate(self.modules)]
+        hooks = [Hook.after(m, restore(i)) for i, m in enumerate(self.modules)]
         if self.noise is not None:
             noise = self.noise
 
             def corrupt(module: Any, args: tuple, output: Any) -> Any:
                 return output + noise.to(output.dtype)  # (B, T, d) + (T, d)
 
-            hooks.insert(0, (lm.parts.embed, "post", corrupt, False))
+            hooks.insert(0, Hook.after(lm.parts.embed, corrupt))
         ids = torch.tensor([self.corrupt_ids] * B, device=lm.device)
         with torch.inference_mode(), hooked(hooks):
             logits = lm.model(ids, use_cache=False, logits_to_keep=1).logits[:, -1].float()

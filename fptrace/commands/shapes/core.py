@@ -12,10 +12,11 @@ import time
 from typing import Any
 
 from fptrace.commands.shapes.result import CostReport, GpuPlan, ParamGroup, ShapeReport
-from fptrace.core.hooks import hooked
+from fptrace.core.hooks import Hook, hooked
 from fptrace.notes import BEYOND_CONTEXT
 from fptrace.results import ShapeStep, Token
 from fptrace.errors import BadInput
+from fptrace.families.kinds import PositionKind
 from fptrace.families.parts import dims, resolve_parts
 
 BYTES = {"float32": 4, "bfloat16": 2, "float16": 2, "int8": 1, "4-bit": 0.5}
@@ -78,14 +79,13 @@ def _record_block(model: Any, parts: Any, input_ids: Any) -> _Recorder:
             rec.top[key] = _shape(output)
         return hook
 
-    hooks = [(parts.embed, "post", keep("embed"), False),
-             (parts.final_norm, "post", keep("final_norm"), False),
-             (parts.blocks[-1], "post", keep("last_block"), False)]
+    hooks = [Hook.after(parts.embed, keep("embed")),
+             Hook.after(parts.final_norm, keep("final_norm")),
+             Hook.after(parts.blocks[-1], keep("last_block"))]
     if parts.family.pos_embed:
-        hooks.append((model.get_submodule(parts.family.pos_embed), "post", keep("pos_embed"),
-                      False))
+        hooks.append(Hook.after(model.get_submodule(parts.family.pos_embed), keep("pos_embed")))
     for module in block.modules():
-        hooks += [(module, "pre", pre, False), (module, "post", post, False)]
+        hooks += [Hook.before(module, pre), Hook.after(module, post)]
     # an explicit all-ones mask keeps transformers from inspecting values (meta has none)
     mask = torch.ones(input_ids.shape, dtype=torch.long, device="meta")
     # the mode sees every tensor op of the forward; only those inside block 0 are recorded
@@ -165,7 +165,7 @@ def _block_steps(rec: _Recorder, cfg: dict, fam: Any) -> list[ShapeStep]:
             elif op in ("reshape", "view") and len(shape) == 3 and shape[-1] == h * hd \
                     and "weights·V" in seen:
                 add("block", "heads concatenated", shape)
-        elif where == mlp_name and cfg["swiglu"]:
+        elif where == mlp_name and cfg["gated"]:
             if op in ("mul", "__mul__") and len(shape) == 3 and shape[-1] == cfg["d_mlp"]:
                 add("block", "act(gate) · up", shape)
         elif where == "":
@@ -221,7 +221,7 @@ def shape_report(name: str, prompt: str | None = None, seq_len: int | None = Non
     ids = torch.zeros((batch, seq_len), dtype=torch.long, device="meta")
     rec = _record_block(model, parts, ids)
     cfg = dict(B=batch, T=seq_len, d=d, h=h, kv=kv, hd=hd, d_mlp=dm.d_mlp,
-               rope=fam.positions == "rope", swiglu=fam.mlp_type == "swiglu")
+               rope=fam.positions is PositionKind.rope, gated=fam.mlp_type.gated)
     steps = _flow(rec, cfg, fam, batch, seq_len, L, V, d)
     n_hidden = L + 1
 
@@ -233,8 +233,8 @@ def shape_report(name: str, prompt: str | None = None, seq_len: int | None = Non
         model=spec.name, family=fam.name, source=spec.known.source if spec.known else
         (spec.path or spec.hub_id or ""),
         n_layers=L, d_model=d, n_heads=h, n_kv_heads=kv, head_dim=hd, d_mlp=dm.d_mlp,
-        vocab_size=V, context_length=ctx, norm_type=fam.norm_type, mlp_type=fam.mlp_type,
-        positions=fam.positions, tied_embeddings=tied, batch=batch, seq_len=seq_len,
+        vocab_size=V, context_length=ctx, norm_type=fam.norm_type.value,
+        mlp_type=fam.mlp_type.value, positions=fam.positions.value, tied_embeddings=tied, batch=batch, seq_len=seq_len,
         tokens=tokens, tokenizer=tokenizer_name, steps=tuple(steps),
         hidden_states=(n_hidden, (batch, seq_len, d)),
         params=tuple(groups), n_params=total, cost=cost, dtype=dtype,

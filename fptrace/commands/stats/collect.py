@@ -180,12 +180,12 @@ class _Pass:
         out: list[Hook] = []
         for i, block in enumerate(parts.blocks):
             for container, mods in self.c.linears[i].items():
-                out += [(m, "pre", self._linear_hook(container, m), True) for m in mods]
+                out += [Hook.before(m, self._linear_hook(container, m), kwargs=True) for m in mods]
             if self.part.sinks:
-                out.append((parts.attns[i], "post", self._attention_hook(i), False))
-            out.append((block, "post", self._block_hook(i), False))
-        out.append((parts.final_norm, "post", self._final_hook, False))
-        out.append((parts.lm_head, "pre", self._lm_head_hook, True))
+                out.append(Hook.after(parts.attns[i], self._attention_hook(i)))
+            out.append(Hook.after(block, self._block_hook(i)))
+        out.append(Hook.after(parts.final_norm, self._final_hook))
+        out.append(Hook.before(parts.lm_head, self._lm_head_hook, kwargs=True))
         return out
 
     def _linear_hook(self, container: str, module: Any) -> Any:

@@ -114,7 +114,7 @@ def block_outputs(lm: LoadedModel, prompts: Sequence[Any], layers: Sequence[int]
     left-padded, BATCH at a time."""
     import torch
 
-    from fptrace.core.hooks import first_output, hooked
+    from fptrace.core.hooks import Hook, first_output, hooked
     from fptrace.core.trace import padded_batch
 
     rows = [lm.encode(p) for p in prompts]
@@ -130,7 +130,7 @@ def block_outputs(lm: LoadedModel, prompts: Sequence[Any], layers: Sequence[int]
                               if mean_positions else h[:, -1])  # left-padded: the last is real
             return hook
 
-        with torch.inference_mode(), hooked([(lm.parts.blocks[k], "post", keep(k), False)
+        with torch.inference_mode(), hooked([Hook.after(lm.parts.blocks[k], keep(k))
                                              for k in layers]):
             lm.model(input_ids, logits_to_keep=1, **kwargs)
     return {k: torch.cat(v) for k, v in out.items()}
