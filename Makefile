@@ -1,7 +1,8 @@
 # Two commands for a fresh machine:
 #   make demo   installs everything into .venv and traces the bundled model
-#   make test   installs everything (Debian's chromium too, for the report's browser test)
-#               and runs the test suite: exactly what CI runs
+#   make test   installs everything (Debian's chromium too, for the report's browser test),
+#               checks ruff and mypy against their baseline and runs the test suite: exactly
+#               what CI runs
 PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
@@ -10,7 +11,7 @@ BIN    := $(VENV)/bin
 TORCH  ?= torch==2.13.0
 PROMPT ?= The capital of France is
 
-.PHONY: install demo test bench clean-cache
+.PHONY: install demo test lint bench clean-cache
 
 install: $(VENV)/.installed
 
@@ -26,9 +27,13 @@ $(VENV)/.installed: pyproject.toml Makefile
 demo: install
 	$(BIN)/fptrace run "$(PROMPT)"
 
-test: install
+test: install lint
 	bash scripts/install_browser.sh
 	$(BIN)/python -m pytest -q
+
+# ruff and mypy on fptrace/: a count above .ci/lint-baseline.json fails (the baseline only shrinks)
+lint: install
+	$(BIN)/python scripts/lint.py
 
 bench: install
 	$(BIN)/python benchmarks/bench_run.py

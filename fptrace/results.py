@@ -13,9 +13,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TypeVar
 
+from typing_extensions import dataclass_transform
+
 T = TypeVar("T")
 
 
+@dataclass_transform(frozen_default=True)  # type checkers read @result as @dataclass(frozen=True)
 def result(cls: type[T]) -> type[T]:
     """A frozen dataclass whose field docstrings describe its JSON (see the module's text)."""
     cls.__pydantic_config__ = {"use_attribute_docstrings": True}  # type: ignore[attr-defined]
