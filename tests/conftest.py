@@ -171,9 +171,12 @@ def tiny(request):
 
 @pytest.fixture(scope="session")
 def cache_dir(tmp_path_factory):
-    """An isolated weights cache for the whole test session."""
+    """An isolated weights cache for the whole test session (for each pytest-xdist worker: a
+    copy of the bundled model's entry, dequantized once, by the first worker that needs it)."""
     path = tmp_path_factory.mktemp("fptrace-cache")
     old = os.environ.get("FPTRACE_CACHE_DIR")
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        _seed_from_shared_cache(tmp_path_factory.getbasetemp().parent, path)
     os.environ["FPTRACE_CACHE_DIR"] = str(path)
     yield path
     if old is None:
@@ -187,3 +190,29 @@ def smollm(cache_dir):
     from fptrace.models.loading import load_model
 
     return load_model("smollm2-135m", device="cpu")
+
+
+def _seed_from_shared_cache(root, path) -> None:
+    """Dequantize the bundled GGUF once for all workers (under a file lock) and copy the entry
+    into this worker's own cache: a copy, not a link, since tests corrupt their cache on
+    purpose."""
+    import shutil
+
+    from filelock import FileLock
+
+    shared = root / "fptrace-cache-shared"
+    with FileLock(str(root / "fptrace-cache-shared.lock")):
+        if not (root / "fptrace-cache-shared.done").exists():
+            old = os.environ.get("FPTRACE_CACHE_DIR")
+            os.environ["FPTRACE_CACHE_DIR"] = str(shared)
+            try:
+                from fptrace.models.loading import load_model
+
+                load_model("smollm2-135m", device="cpu")
+            finally:
+                if old is None:
+                    os.environ.pop("FPTRACE_CACHE_DIR", None)
+                else:
+                    os.environ["FPTRACE_CACHE_DIR"] = old
+            (root / "fptrace-cache-shared.done").touch()
+    shutil.copytree(shared, path, dirs_exist_ok=True)
