@@ -149,9 +149,10 @@ def _attribute_softcap(f):
 
 
 def _qk(lm, **kw):
+    from fptrace.addresses import Head
     from fptrace.commands.attribute.qk import attribute_qk
 
-    return attribute_qk(lm, [5, 6, 7, 8], 1, 0, **kw).notes
+    return attribute_qk(lm, [5, 6, 7, 8], Head(1, 0), **kw).notes
 
 
 def _attribute_qk_key_defaulted(f):
@@ -205,7 +206,7 @@ def _steer_gguf_blocks(f):
 
 
 def _steer_positions(f):
-    return _steer(), _steer(positions="last")
+    return _steer(), _steer(positions=[-1])
 
 
 def _steer_block0(f):

@@ -80,7 +80,7 @@ def report(
 
     qk_head = qk_head or top_head(attribution)
     split = None if qk_head is None or lm.parts.family.qk_weights is None else \
-        attribute_qk(lm, prompt, *qk_head, top=10)
+        attribute_qk(lm, prompt, qk_head, top=10)
     patching = None
     if noise is not None:
         from fptrace.commands.patch.core import patch as run_patch

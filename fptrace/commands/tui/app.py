@@ -248,11 +248,12 @@ class FptraceApp(App):
     def _qk_split(self, block: int) -> Any:
         """Why the selected head attends where it does (attribute --qk): the last position on
         its most attended key."""
+        from fptrace.addresses import Head
         from fptrace.commands.attribute.qk import attribute_qk
         from fptrace.commands.attribute.render import qk_pane
 
         try:
-            self.qk = attribute_qk(self.lm, self.traced, block, self.head, top=6)
+            self.qk = attribute_qk(self.lm, self.traced, Head(block, self.head), top=6)
         except FptraceError as err:
             self.qk = None
             return Text(str(err), style="yellow")
