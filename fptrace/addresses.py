@@ -182,6 +182,25 @@ class Position:
         return f"Position({self.index})"
 
 
+@dataclass(frozen=True)
+class Index:
+    """A number within a block: head `index` of the block a command already names (explain's
+    `--head 4` beside `--layer 23`); negative counts from the end. Printed `4`."""
+
+    index: int
+    origin: str | None = field(default=None, compare=False, repr=False)
+    """Where the value was typed (`--head 4`); None when built in Python."""
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "index", _index(self.index, "Index", "index"))
+
+    def __str__(self) -> str:
+        return str(self.index)
+
+    def __repr__(self) -> str:
+        return f"Index({self.index})"
+
+
 Item = Union[int, tuple[int, int]]
 
 
@@ -325,6 +344,13 @@ def parse_position(text: str, what: str) -> Position:
     return Position(_int(s, _label(text, what), "position", forms), origin=f"{what} {s}")
 
 
+def parse_index(text: str, what: str, noun: str) -> Index:
+    """`4`, `-1` (the last): a `noun` ("head") within a block named by another option."""
+    forms = f"give a {noun} as 4 or -1 (the last)"
+    s = _text(text, what, forms)
+    return Index(_int(s, _label(text, what), noun, forms), origin=f"{what} {s}")
+
+
 def parse_site(text: str, what: str) -> Site:
     """`blocks.23.resid_pre`, `blocks.23.attn.q`, `blocks.23.mlp.act`, with `hook_` allowed
     before the last name (`blocks.23.hook_resid_post`, `blocks.23.attn.hook_q`)."""
@@ -463,6 +489,14 @@ def resolve_position(value: Position | int, T: int, what: str) -> int:
     return _within(value.index, T, label, "the prompt", "position", "token")
 
 
+def resolve_index(value: Index | int, n: int, what: str, whose: str, noun: str) -> int:
+    """An index (or an int) among n `noun`s of `whose` ("each block of tiny-gpt2"), from 0."""
+    label = _named(value, what)
+    if not isinstance(value, Index):
+        value = Index(_index(value, label, noun))
+    return _within(value.index, n, label, whose, noun)
+
+
 def many(value: object, kind: type, what: str) -> list:
     """An API parameter that takes several values of a kind (`heads=[Head(1, 2)]`): a list, a
     tuple or another iterable of them, never a string (whose characters would be taken one by
@@ -505,7 +539,8 @@ def resolve_selection(value: Selection | Sequence[int] | None, n: int, what: str
     return tuple(sorted(out))
 
 
-__all__ = ["Block", "Head", "Expert", "Site", "Position", "Selection", "ALL", "Place", "Sizes",
-           "parse", "parse_block", "parse_head", "parse_expert", "parse_site", "parse_position",
-           "parse_selection", "resolve_block", "resolve_head", "resolve_expert", "resolve_site",
-           "resolve_position", "resolve_selection", "many", "site_name"]
+__all__ = ["Block", "Head", "Expert", "Site", "Position", "Index", "Selection", "ALL", "Place",
+           "Sizes", "parse", "parse_block", "parse_head", "parse_expert", "parse_site",
+           "parse_position", "parse_index", "parse_selection", "resolve_block", "resolve_head",
+           "resolve_expert", "resolve_site", "resolve_position", "resolve_index",
+           "resolve_selection", "many", "site_name"]

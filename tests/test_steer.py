@@ -287,7 +287,17 @@ def test_bad_input(tmp_path):
     _write_gguf(model, "llama", {"token_embd.weight": np.ones((4, 32))})
     far = tmp_path / "far.gguf"
     _write_gguf(far, "controlvector", {"direction.7": np.ones(32)})
+    odd = tmp_path / "odd.gguf"
+    _write_gguf(odd, "controlvector", {"direction.²": np.ones(32)})
+    from safetensors.numpy import save_file
+
+    odd_st = tmp_path / "odd.safetensors"
+    save_file({"direction.1": np.ones(32, dtype=np.float32),
+               "direction.٣": np.ones(32, dtype=np.float32)}, str(odd_st))
     cases = [
+        (["--vector", str(odd)], "the block of the tensor 'direction.²', '²': not a whole number"),
+        (["--vector", str(odd_st)], "the block of the tensor 'direction.٣', '٣': not a whole"),
+        (["--token", "#²", "-l", "1"], "--token '#²' is 2 tokens"),
         (["--vector", str(wide), "-l", "0"], "has 64 values but tiny-gpt2's d_model is 32"),
         (["--vector", str(model)], "is not a control vector"),
         (["--vector", str(far)], "direction for block 7"),

@@ -55,10 +55,11 @@ def attribute(
     """Which heads and MLPs made this answer: direct logit attribution that sums exactly to the
     model's own logit (exit 5 when it does not). With --qk: why one head attends where it does."""
 
-    from fptrace.addresses import parse_position
+    from fptrace.addresses import parse_head, parse_position
     from fptrace.commands.attribute.qk import qk_request
 
-    head = qk_request(qk, query, key, group, target, versus)
+    head = None if qk is None else parse_head(qk, "--qk")
+    qk_request(head, query, key, group, target, versus)
     i = None if query is None else parse_position(query, "--query")
     j = None if key is None else parse_position(key, "--key")
     lm, prompt = load_for(prompt, opts, plot, chat)

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
-from fptrace.addresses import Head, Position, parse_head, resolve_head, resolve_position
+from fptrace.addresses import Head, Position, resolve_head, resolve_position
 from fptrace.commands.attribute.result import QKAttribution, QKPart, QKPartSum, QKTerm
 from fptrace.core.attribution import HALF_RTOL, RTOL, frozen_norm, head_parts, through_frozen
 from fptrace.core.hooks import eager_attention, first_output, hooked
@@ -55,10 +55,10 @@ def top_head(attribution: Any) -> Head | None:
     return None if best is None else Head(best.layer, best.head)
 
 
-def qk_request(qk: str | None, query: object, key: object, group: str,
-               target: str | None = None, versus: str | None = None) -> Head | None:
-    """The head of --qk (parsed: `23.4`, `L23H4`), None without it; BadInput for options that
-    do not go together (checked before the model loads)."""
+def qk_request(qk: Head | None, query: object, key: object, group: str,
+               target: str | None = None, versus: str | None = None) -> None:
+    """BadInput for options that do not go with --qk (or that need it), checked before the
+    model loads."""
     if qk is None:
         if query is not None or key is not None or group != "term":
             raise BadInput("--query, --key and --group go with --qk LAYER.HEAD")
@@ -68,7 +68,7 @@ def qk_request(qk: str | None, query: object, key: object, group: str,
                        "to attribute: use one or the other")
     if group not in GROUPS:
         raise BadInput(f"--group must be one of {', '.join(GROUPS)} (got {group!r})")
-    return parse_head(qk, "--qk")
+    return None
 
 
 def attribute_qk(lm: LoadedModel, prompt: Prompt, head: Head, *,

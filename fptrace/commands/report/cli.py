@@ -62,9 +62,9 @@ def report(
         from fptrace.errors import BadInput
 
         raise BadInput("the steering section needs --add, --subtract and --steer-layer")
-    from fptrace.commands.attribute.qk import qk_request
+    from fptrace.addresses import parse_head
 
-    qk_head = qk_request(qk, None, None, "term")
+    qk_head = None if qk is None else parse_head(qk, "--qk")
     lm, prompt = load_for(prompt, opts, chat=chat)
     from fptrace.commands.explain.core import covered
     from fptrace.commands.explain.core import explain as run_explain

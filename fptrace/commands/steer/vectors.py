@@ -67,7 +67,7 @@ def match_norms(lm: LoadedModel, prompt: Any, vec: SteeringVector) -> SteeringVe
     return replace(vec, layers=layers, passes=vec.passes + 1, norm_matched=True)
 
 
-def check_layer(lm: LoadedModel, layer: int | Block | None) -> int:
+def steered_block(lm: LoadedModel, layer: int | Block | None) -> int:
     """The block whose output receives the vector (`layer=`, `--layer` on the command line),
     checked against the model; negative counts from the end."""
     n = len(lm.parts.blocks)
@@ -103,7 +103,7 @@ def steering_vector(lm: LoadedModel, *, add: str | None = None, subtract: str | 
         raise BadInput("--mean-positions goes with --add/--subtract or --pairs")
     if vector is not None:
         return read_vector(lm, vector, layer)
-    layer = check_layer(lm, layer)
+    layer = steered_block(lm, layer)
     if token is not None:
         return token_vector(lm, token, layer, prompt)
     if add is not None:
@@ -216,7 +216,7 @@ def read_vector(lm: LoadedModel, path: str, layer: int | Block | None = None
     if not os.path.isfile(path):
         raise BadInput(f"--vector {path}: no such file")
     if layer is not None:
-        layer = check_layer(lm, layer)
+        layer = steered_block(lm, layer)
     suffix = os.path.splitext(path)[1].lower()
     if suffix == ".gguf":
         layers = _read_gguf(path)
