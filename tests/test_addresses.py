@@ -301,3 +301,27 @@ def test_sizes_are_the_models_own():
     assert (s.model, s.blocks, s.heads, s.experts) == (
         "tiny-gpt2", lm.model.config.n_layer, lm.model.config.n_head, None)
     assert len(lm.model.transformer.h) == s.blocks
+
+
+def test_the_table_of_docs_addresses_is_what_the_parser_does():
+    """Every row of docs/addresses.md's "What you type" table: the text parses to the value the
+    row names, and the value prints as the row says (where it gives a form)."""
+    import re
+    from pathlib import Path
+
+    doc = (Path(__file__).resolve().parent.parent / "docs" / "addresses.md").read_text(
+        encoding="utf-8")
+    table = doc.split("## What you type", 1)[1].split("\n\n", 2)[1]
+    parsers = {"block": parse_block, "head": parse_head, "expert": parse_expert,
+               "site": parse_site, "position": parse_position, "selection": parse_selection}
+    rows = [r for r in table.splitlines() if r.startswith("| ") and "`" in r]
+    assert len(rows) >= 20
+    for row in rows:
+        kind, typed, value, printed = (c.strip() for c in row.strip("|").split("|"))
+        text, want = typed.strip("`"), value.strip("`")
+        got = parsers[kind](text, "--x")
+        assert repr(got) == want, row
+        shown = re.match(r"`([^`]+)`", printed)
+        if shown:
+            assert str(got) == shown.group(1), row
+            assert parsers[kind](str(got), "--x") == got

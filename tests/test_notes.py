@@ -214,9 +214,10 @@ def _steer_block0(f):
 
 
 def _ablate(lm=None, **kw):
+    from fptrace.addresses import Head
     from fptrace.commands.ablate.core import ablate
 
-    kw.setdefault("heads", ["1.0"])
+    kw.setdefault("heads", [Head(1, 0)])
     return ablate(lm or _llama(), [5, 6, 7], **kw).notes
 
 
