@@ -34,8 +34,8 @@ from __future__ import annotations
 
 import operator
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Sequence, Union
 
 from fptrace.errors import BadInput
 from fptrace.numbers import parse_int
@@ -201,7 +201,7 @@ class Index:
         return f"Index({self.index})"
 
 
-Item = Union[int, tuple[int, int]]
+Item = int | tuple[int, int]
 
 
 @dataclass(frozen=True)
@@ -240,7 +240,7 @@ class Selection:
 
 
 ALL = Selection(None)
-Place = Union[Block, Head, Expert, Site]
+Place = Block | Head | Expert | Site
 
 
 # ----------------------------------------------------------------------------- parsing
@@ -501,7 +501,7 @@ def many(value: object, kind: type, what: str) -> list:
     """An API parameter that takes several values of a kind (`heads=[Head(1, 2)]`): a list, a
     tuple or another iterable of them, never a string (whose characters would be taken one by
     one)."""
-    if isinstance(value, (str, bytes)) or isinstance(value, (Block, Head, Expert, Site)) or \
+    if isinstance(value, (str, bytes, Block, Head, Expert, Site)) or \
             not hasattr(value, "__iter__"):
         raise BadInput(f"{what}={value!r}: give a list of {kind.__name__} values, e.g. "
                        f"{what}=[{EXAMPLES[kind]}]")
@@ -539,8 +539,8 @@ def resolve_selection(value: Selection | Sequence[int] | None, n: int, what: str
     return tuple(sorted(out))
 
 
-__all__ = ["Block", "Head", "Expert", "Site", "Position", "Index", "Selection", "ALL", "Place",
-           "Sizes", "parse", "parse_block", "parse_head", "parse_expert", "parse_site",
-           "parse_position", "parse_index", "parse_selection", "resolve_block", "resolve_head",
-           "resolve_expert", "resolve_site", "resolve_position", "resolve_index",
-           "resolve_selection", "many", "site_name"]
+__all__ = ["ALL", "Block", "Expert", "Head", "Index", "Place", "Position", "Selection", "Site",
+           "Sizes", "many", "parse", "parse_block", "parse_expert", "parse_head", "parse_index",
+           "parse_position", "parse_selection", "parse_site", "resolve_block", "resolve_expert",
+           "resolve_head", "resolve_index", "resolve_position", "resolve_selection",
+           "resolve_site", "site_name"]

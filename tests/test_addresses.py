@@ -130,7 +130,8 @@ def test_every_point_of_a_block_has_one_site_name():
     assert len(set(names)) == len(BLOCK)
     for p in BLOCK:
         assert parse_site(f"blocks.7.{site_name(p)}", "--site").point is p
-        assert parse_site(f"blocks.7.{'.'.join(site_name(p).split('.')[:-1] + ['hook_' + site_name(p).split('.')[-1]])}", "--site").point is p  # noqa: E501
+        group, dot, last = site_name(p).rpartition(".")
+        assert parse_site(f"blocks.7.{group}{dot}hook_{last}", "--site").point is p
 
 
 # ---------------------------------------------------------------- strict
@@ -293,6 +294,7 @@ def test_a_huge_range_is_checked_before_it_is_expanded():
 def test_sizes_are_the_models_own():
     """`sizes(lm)`, what every command resolves against, is what the model's config says."""
     from conftest import tiny_gpt2
+
     from fptrace.core.trace import sizes
     from fptrace.models.loading import load_model
 
