@@ -38,7 +38,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from fptrace.errors import BadInput
-from fptrace.numbers import parse_int
+from fptrace.numbers import is_int, parse_int
 from fptrace.points import BLOCK, Point
 
 MAX_DIGITS = 9  # no model has a billion blocks, heads, experts or positions
@@ -250,12 +250,12 @@ def _label(text: str, what: str) -> str:
 
 def _int(piece: str, label: str, part: str, forms: str) -> int:
     """One number of an address, in ASCII digits (an optional minus sign), through parse_int."""
-    if len(piece.lstrip("+-")) > MAX_DIGITS:
-        raise BadInput(f"{label}: the {part} {piece!r} is too large (at most {MAX_DIGITS} "
-                       f"digits)")
     if piece.startswith("+") or piece != piece.strip():
         raise BadInput(f"{label}: the {part} {piece!r} is not a whole number (ASCII digits "
                        f"0-9, - to count from the end); {forms}")
+    if is_int(piece) and len(piece.lstrip("-")) > MAX_DIGITS:
+        raise BadInput(f"{label}: the {part} {piece!r} is too large (at most {MAX_DIGITS} "
+                       f"digits)")
     try:
         return parse_int(piece, f"{label}: the {part}")
     except BadInput as e:

@@ -183,6 +183,15 @@ def test_bad_sites_say_what_is_meant(text, hint):
     assert hint in str(e.value)
 
 
+def test_a_long_number_is_too_large_and_long_text_is_not_a_number():
+    with pytest.raises(BadInput, match=r"^--layer '1234567890': the block '1234567890' is too "
+                       r"large \(at most 9 digits\)$"):
+        parse_block("1234567890", "--layer")
+    assert parse_block("-999999999", "--layer") == Block(-999999999)
+    with pytest.raises(BadInput, match=r"the block '²²²²²²²²²²²²': not a whole number"):
+        parse_block("²" * 12, "--layer")
+
+
 def test_unicode_digits_are_refused_and_the_message_names_them():
     for text in ("1.²", "L1H٣", "１.0"):
         with pytest.raises(BadInput, match="not a whole number \\(ASCII digits 0-9\\)"):
