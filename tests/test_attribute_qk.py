@@ -271,6 +271,26 @@ def test_cli_bad_inputs(args, message):
     assert line.startswith("fptrace: error: ") and message in line, line
 
 
+HOSTILE = ["²", "٣", "１", "-", "1.", ".1", "1.2.3", "99999999999999999999", "", "1 2", "+1"]
+
+
+@pytest.mark.parametrize("command, option", [("attribute", "--qk"), ("report", "--qk"),
+                                             ("attribute", "--query"), ("attribute", "--key")])
+@pytest.mark.parametrize("value", HOSTILE)
+def test_hostile_addresses_get_one_line_before_loading(tmp_path, command, option, value):
+    """Every bad place is refused by the one address parser: exit 2, one line naming the option
+    and the value, before any model loads."""
+    args = ["--qk", "1.0"] + ([option, value] if option != "--qk" else [])
+    if option == "--qk":
+        args = ["--qk", value]
+    if command == "report":
+        args += ["--out", str(tmp_path / "r.html")]
+    r = runner.invoke(app, [command, "The cat sat", "-m", tiny_gpt2(), "--random-weights", *args])
+    assert r.exit_code == 2, (option, value, r.stdout, r.stderr)
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"fptrace: error: {option} {value!r}"), lines
+
+
 def test_cli_short_forms_name_one_head_and_print_it_resolved():
     """`--qk -1.-1`, `L1H1` and `l1h1` are head 1 of block 1 of the 2-block, 2-head model: the
     same split, and the JSON and the header say 1 and 1 (never `1.-1`)."""

@@ -245,6 +245,18 @@ def test_cli_bad_sampling_options(args, needle):
     assert "loaded" not in r.stderr  # refused before loading
 
 
+HOSTILE = ["²", "٣", "１", "-", "1.", ".1", "1.2.3", "99999999999999999999", "", "1 2", "+1"]
+
+
+@pytest.mark.parametrize("option", ["--layer", "--head"])
+@pytest.mark.parametrize("value", HOSTILE + ["1.0", "L1H0"])
+def test_hostile_addresses_get_one_line_before_loading(option, value):
+    r = _cli("The cat sat", "--model", tiny_gpt2(), "--random-weights", option, value)
+    assert r.exit_code == 2, (option, value, r.stdout, r.stderr)
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"fptrace: error: {option} {value!r}"), lines
+
+
 @pytest.mark.parametrize("args,needle", [  # the tiny GPT-2: 2 blocks, 2 heads
     (["--layer", "2"], "--layer 2: tiny-gpt2 has 2 blocks; the block is 0 to 1"),
     (["--head", "2"], "--head 2: each block of tiny-gpt2 has 2 heads; the head is 0 to 1"),
