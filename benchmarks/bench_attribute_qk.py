@@ -24,6 +24,7 @@ def main() -> None:
 
     import torch
 
+    from fptrace.addresses import Head
     from fptrace.commands.attribute.core import attribute
     from fptrace.commands.attribute.qk import attribute_qk
     from fptrace.models.loading import load_model
@@ -39,7 +40,7 @@ def main() -> None:
         runs = {"attribute": lambda: attribute(lm, prompt)}
         for layer, head in heads:
             runs[f"qk {layer}.{head}"] = lambda layer=layer, head=head: attribute_qk(
-                lm, prompt, layer, head)
+                lm, prompt, Head(layer, head))
         times: dict[str, list[float]] = {name: [] for name in runs}
         for fn in runs.values():
             fn()

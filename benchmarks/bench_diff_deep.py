@@ -7,7 +7,7 @@ warm-up of each, in a rotating order, `--rounds` times:
   on a, then on b (with the whole stream kept, `snippet=d`), both as JSON dicts, `diff_traces`;
 - deep: `deep_diff` (both passes side by side in lockstep, every block's points compared, the
   logit-lens KL and the error's channels of every layer), the same block-level table included;
-- deep 3 blocks: `deep_diff(..., layers="0-2")`.
+- deep 3 blocks: `deep_diff(..., layers=[0, 1, 2])`.
 Medians; the ratio is against plain in the same process. The peak of Python-visible tensor
 memory is not measured here (one block's points: a few hundred KiB at this prompt length).
 
@@ -59,7 +59,7 @@ def main() -> None:
         diff_traces(ta, tb, same_input=True)
 
     modes = {"plain": plain, "deep": lambda: deep_diff(a, b, prompt),
-             "deep 3 blocks": lambda: deep_diff(a, b, prompt, layers="0-2")}
+             "deep 3 blocks": lambda: deep_diff(a, b, prompt, layers=[0, 1, 2])}
     for fn in modes.values():  # warm-up
         fn()
     times: dict[str, list[float]] = {m: [] for m in modes}

@@ -21,6 +21,12 @@ __version__ = "0.1.0"
 # as it is, and at run time each name is imported from there on first use (__getattr__), so
 # `import fptrace` (and the command line) stays free of torch.
 if TYPE_CHECKING:
+    from fptrace.addresses import Block
+    from fptrace.addresses import Expert
+    from fptrace.addresses import Head
+    from fptrace.addresses import Position
+    from fptrace.addresses import Selection
+    from fptrace.addresses import Site
     from fptrace.commands.ablate.core import ablate
     from fptrace.commands.attribute.core import attribute
     from fptrace.commands.attribute.qk import attribute_qk

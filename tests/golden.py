@@ -90,11 +90,12 @@ def _attribute(lm: Any) -> Callable:
 def _attribute_qk(lm: Any) -> Callable:
     from rich.console import Group
 
+    from fptrace.addresses import Head
     from fptrace.commands.attribute.qk import attribute_qk
     from fptrace.commands.attribute.render import qk_view
 
-    a = attribute_qk(lm, PROMPT, 1, 1, top=6)
-    b = attribute_qk(lm, PROMPT, 1, 0, key=2, top=4, group="source")
+    a = attribute_qk(lm, PROMPT, Head(1, 1), top=6)
+    b = attribute_qk(lm, PROMPT, Head(1, 0), key=2, top=4, group="source")
     return lambda w: Group(qk_view(a, w), qk_view(b, w))
 
 
@@ -138,10 +139,11 @@ def _steer(lm: Any) -> Callable:
 
 
 def _ablate(lm: Any) -> Callable:
+    from fptrace.addresses import Head
     from fptrace.commands.ablate.core import ablate
     from fptrace.commands.ablate.render import ablate_view
 
-    r = ablate(lm, PROMPT, heads=["1.1"], mlps=[0], all_heads=True, all_mlps=True, top=4)
+    r = ablate(lm, PROMPT, heads=[Head(1, 1)], mlps=[0], all_heads=True, all_mlps=True, top=4)
     return lambda w: ablate_view(r, w)
 
 

@@ -14,6 +14,7 @@ import torch
 from typer.testing import CliRunner
 
 from conftest import build_tiny, tiny_gpt2
+from fptrace.addresses import Head
 from fptrace.cli.main import app
 from fptrace.commands.ablate.core import ablate
 from fptrace.commands.attribute.core import attribute
@@ -65,7 +66,7 @@ def test_zero_ablating_a_head_equals_zeroing_its_columns(tiny):
     for h in range(nh):
         want = _logits(_zeroed_copy(tiny, layer, h))
         torch.testing.assert_close(out.logits[h], want, rtol=1e-4, atol=1e-4)
-    r = ablate(tiny, IDS, heads=[f"{layer}.0"])
+    r = ablate(tiny, IDS, heads=[Head(layer, 0)])
     assert r.ok, r.checks
     want = _logits(_zeroed_copy(tiny, layer, 0))
     assert r.runs[0].prob == pytest.approx(float(torch.softmax(want, -1)[r.target.id]),
@@ -139,7 +140,7 @@ def test_mean_ablation_puts_the_mean_back(tiny):
                    "")
     torch.testing.assert_close(out.logits[0], want_head, rtol=1e-4, atol=1e-4)
     torch.testing.assert_close(out.logits[1], want_mlp, rtol=1e-4, atol=1e-4)
-    r = ablate(tiny, IDS, heads=[f"{layer}.1"], mlps=[layer], mode="mean")
+    r = ablate(tiny, IDS, heads=[Head(layer, 1)], mlps=[layer], mode="mean")
     assert r.ok and r.mean_positions == len(IDS)
 
 
@@ -156,7 +157,7 @@ def test_batched_grid_equals_one_by_one(tiny):
 def test_direct_effect_is_minus_the_attribution():
     lm = wrap_model(build_tiny("llama"), name="tiny-llama", random_weights=True)
     attr = {(c.component, c.layer, c.head): c.value for c in attribute(lm, IDS).contributions}
-    r = ablate(lm, IDS, heads=["1.2"], mlps=[0])
+    r = ablate(lm, IDS, heads=[Head(1, 2)], mlps=[0])
     head, mlp, both = r.runs
     assert head.direct == pytest.approx(-attr[("attn_head", 1, 2)], rel=1e-6)
     assert mlp.direct == pytest.approx(-attr[("mlp", 0, None)], rel=1e-6)
@@ -214,10 +215,11 @@ def test_json_validates_and_plot(tmp_path):
 
 def test_bad_input(tmp_path):
     cases = [
-        (["--head", "2.0"], "tiny-gpt2 has 2 blocks"),
-        (["--head", "0.5"], "2 heads per block"),
-        (["--head", "1"], "as L.H"),
-        (["--mlp", "7"], "--mlp 7"),
+        (["--head", "2.0"], "--head 2.0: tiny-gpt2 has 2 blocks; the block is 0 to 1"),
+        (["--head", "0.5"], "--head 0.5: each block of tiny-gpt2 has 2 heads; the head is 0 to 1"),
+        (["--head", "L0H-3"], "--head L0H-3: each block of tiny-gpt2 has 2 heads"),
+        (["--head", "1"], "--head '1': a block alone; give a block and a head as 23.4 or L23H4"),
+        (["--mlp", "7"], "--mlp 7: tiny-gpt2 has 2 blocks; the block is 0 to 1"),
         (["--head", "0.0", "--mode", "half"], "--mode 'half'"),
         (["--head", "0.0", "--mean-over", str(tmp_path / "x.txt")], "goes with --mode mean"),
         (["--head", "0.0", "--mode", "mean", "--mean-over", str(tmp_path / "x.txt")],
@@ -229,6 +231,53 @@ def test_bad_input(tmp_path):
         assert r.exit_code == 2, (args, r.stdout)
         line = r.stderr.strip().splitlines()[-1]
         assert line.startswith("fptrace: error:") and needle in line, (args, line)
+
+
+HOSTILE = ["²", "٣", "１", "-", "1.", ".1", "1.2.3", "99999999999999999999", "", "1 2", "+1"]
+
+
+@pytest.mark.parametrize("option", ["--head", "--mlp"])
+@pytest.mark.parametrize("value", HOSTILE + ["1.²", "².1", "L1H²", "23:4"])
+def test_hostile_addresses_get_one_line_before_loading(option, value):
+    """Every bad place is refused by the one address parser: exit 2, one line that names the
+    option and the value, before any model loads (issue 32: `--head 1.²` was exit 70)."""
+    if option == "--mlp" and value in ("L1H²",):
+        value = "L1²"
+    r = runner.invoke(app, ["ablate", PROMPT, "-m", tiny_gpt2(), "--random-weights", option,
+                            value])
+    assert r.exit_code == 2, (option, value, r.stdout, r.stderr)
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"fptrace: error: {option} {value!r}"), lines
+
+
+def test_negative_addresses_count_from_the_end_and_print_resolved():
+    """`Head(-1, -1)` is the last head of the last block: the same logits as that head zeroed
+    in a copy of the weights, and the run is labelled with the resolved address."""
+    lm = wrap_model(build_tiny("llama"), name="tiny-llama", random_weights=True)
+    L, nh = len(lm.parts.blocks), int(lm.config.num_attention_heads)
+    r = ablate(lm, IDS, heads=[Head(-1, -1)], mlps=[-1])
+    assert r.ok, r.checks
+    head, mlp, both = r.runs
+    assert head.parts == (f"{L - 1}.{nh - 1}",) and mlp.parts == (f"mlp {L - 1}",)
+    want = _logits(_zeroed_copy(lm, L - 1, nh - 1))
+    assert head.prob == pytest.approx(float(torch.softmax(want, -1)[r.target.id]), rel=1e-4,
+                                      abs=1e-7)
+
+
+def test_the_api_takes_typed_values_and_names_its_parameters():
+    lm = wrap_model(build_tiny("llama"), name="tiny-llama", random_weights=True)
+    L = len(lm.parts.blocks)
+    with pytest.raises(BadInput, match=r"^heads='1.2': give a list of Head values"):
+        ablate(lm, IDS, heads="1.2")
+    with pytest.raises(BadInput, match=r"^heads='1.2': give a Head \(fptrace.Head\(23, 4\)\)"):
+        ablate(lm, IDS, heads=["1.2"])
+    with pytest.raises(BadInput, match=rf"^heads=Head\(9, 0\): tiny-llama has {L} blocks; the "
+                       rf"block is 0 to {L - 1} \(or -1 to -{L} from the end\)$"):
+        ablate(lm, IDS, heads=[Head(9, 0)])
+    with pytest.raises(BadInput, match=rf"^mlps=9: tiny-llama has {L} blocks"):
+        ablate(lm, IDS, mlps=[9])
+    with pytest.raises(BadInput, match=r"^mlps='1': the block must be an int"):
+        ablate(lm, IDS, mlps=["1"])
 
 
 def test_a_batch_too_big_says_what_to_lower(monkeypatch):
@@ -285,7 +334,7 @@ def test_prompts_as_the_model_takes_them(style, tmp_path):
     tok = AutoTokenizer.from_pretrained(folder)
     lm = load_model(str(folder), device="cpu")
     (paris,) = tok.encode(" Paris", add_special_tokens=False)
-    a = ablate(lm, PROMPT, heads=["1.0"], target=" Paris")
+    a = ablate(lm, PROMPT, heads=[Head(1, 0)], target=" Paris")
     assert [t.id for t in a.tokens] == tok(PROMPT)["input_ids"]
     assert a.target.id == paris and a.ok
     r = runner.invoke(app, ["ablate", "--chat", PROMPT, "--head", "1.0", "--mlp", "0",

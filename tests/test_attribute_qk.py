@@ -14,6 +14,7 @@ import torch
 from typer.testing import CliRunner
 
 from conftest import build_tiny, tiny_gpt2
+from fptrace.addresses import Head
 from fptrace.cli.main import app
 from fptrace.commands.attribute.qk import attribute_qk
 from fptrace.errors import BadInput, UnsupportedModel
@@ -95,11 +96,11 @@ def test_terms_sum_to_the_models_score(tiny):
     heads read the last K/V head), the default query and key."""
     if tiny.parts.family.qk_weights is None:  # the generic fallback: refused, not guessed
         with pytest.raises(UnsupportedModel, match="--qk needs"):
-            attribute_qk(tiny, IDS, 0, 0)
+            attribute_qk(tiny, IDS, Head(0, 0))
         return
     nh, L = tiny.config.num_attention_heads, tiny.config.num_hidden_layers
     for layer in (0, L - 1):
-        a = attribute_qk(tiny, IDS, layer, nh - 1)
+        a = attribute_qk(tiny, IDS, Head(layer, nh - 1))
         assert (a.query, a.kv_head) == (len(IDS) - 1, (nh - 1) // (nh // a.model.n_kv_heads))
         _, weights, _ = eager_scores(tiny.model, layer, IDS)
         assert a.key == a.most_attended == int(weights[nh - 1, -1].argmax())
@@ -133,8 +134,8 @@ def test_variants_every_block_and_chosen_positions(variant):
     nh = model.config.num_attention_heads
     for layer in range(model.config.num_hidden_layers):
         for head in (0, nh - 1):
-            assert_matches(attribute_qk(lm, IDS, layer, head), model, IDS)
-        assert_matches(attribute_qk(lm, IDS, layer, nh - 1, query=5, key=4), model, IDS)
+            assert_matches(attribute_qk(lm, IDS, Head(layer, head)), model, IDS)
+        assert_matches(attribute_qk(lm, IDS, Head(layer, nh - 1), query=5, key=4), model, IDS)
 
 
 @pytest.mark.parametrize("family", ["llama", "qwen3", "gemma2"])
@@ -143,7 +144,7 @@ def test_half_precision(family):
     model's own, and the score is the model's within its own rounding."""
     model = build_tiny(family).to(torch.bfloat16)
     lm = wrap_model(model, name=f"tiny-{family}", random_weights=True)
-    a = attribute_qk(lm, IDS, 1, 1)
+    a = attribute_qk(lm, IDS, Head(1, 1))
     scores, weights, size = eager_scores(model, 1, IDS)
     assert a.ok and a.model.dtype == "bfloat16"
     assert a.weight == float(weights[1, a.query, a.key])
@@ -158,7 +159,7 @@ def test_softcap_before_and_after():
     found = False
     for head in range(model.config.num_attention_heads):
         for key in range(len(IDS)):
-            a = attribute_qk(lm, IDS, 1, head, key=key)
+            a = attribute_qk(lm, IDS, Head(1, head), key=key)
             assert a.softcap == cap
             assert a.capped_score == pytest.approx(cap * torch.tanh(torch.tensor(a.score / cap))
                                                    .item(), rel=1e-9)
@@ -174,14 +175,14 @@ def test_sliding_window():
     window = model.config.sliding_window
     layer = model.config.layer_types.index("sliding_attention")
     i = len(IDS) - 1
-    a = attribute_qk(lm, IDS, layer, 0, key=i - window + 1)
+    a = attribute_qk(lm, IDS, Head(layer, 0), key=i - window + 1)
     assert a.window == window
     assert_matches(a, model, IDS)
     assert i - a.most_attended < window
     with pytest.raises(BadInput, match=rf"outside block {layer}'s sliding window of {window}"):
-        attribute_qk(lm, IDS, layer, 0, key=i - window)
+        attribute_qk(lm, IDS, Head(layer, 0), key=i - window)
     full = model.config.layer_types.index("full_attention")
-    assert_matches(attribute_qk(lm, IDS, full, 0, key=0), model, IDS)
+    assert_matches(attribute_qk(lm, IDS, Head(full, 0), key=0), model, IDS)
 
 
 def _all_terms(a):
@@ -201,10 +202,10 @@ def test_changing_one_token_changes_only_what_depends_on_it(family):
     fam = lm.parts.family
     i, j = len(IDS) - 1, len(IDS) - 3  # inside Gemma 2's 3-token window
     for changed, same in ((j, "query"), (i, "key")):
-        before = attribute_qk(lm, IDS, 0, 1, query=i, key=j, top=1000)
+        before = attribute_qk(lm, IDS, Head(0, 1), query=i, key=j, top=1000)
         ids = list(IDS)
         ids[changed] = 500  # a token that is nowhere else in the prompt
-        after = attribute_qk(lm, ids, 0, 1, query=i, key=j, top=1000)
+        after = attribute_qk(lm, ids, Head(0, 1), query=i, key=j, top=1000)
         assert before.n_terms == len(before.top)  # every term is listed
         kept = before.query_parts if same == "query" else before.key_parts
         now = after.query_parts if same == "query" else after.key_parts
@@ -221,27 +222,45 @@ def test_changing_one_token_changes_only_what_depends_on_it(family):
 def test_bad_inputs():
     model = build_tiny("gemma2")
     lm = wrap_model(model, name="tiny-gemma2", random_weights=True)
-    with pytest.raises(BadInput, match="block 3 is out of range: .* blocks 0..2"):
-        attribute_qk(lm, IDS, 3, 0)
-    with pytest.raises(BadInput, match="head 4 is out of range: .* heads 0..3"):
-        attribute_qk(lm, IDS, 0, 4)
+    # the API's errors name its parameters (head=, query=, key=), not the command line's flags
+    with pytest.raises(BadInput, match=r"^head=Head\(3, 0\): tiny-gemma2 has 3 blocks; the "
+                       "block is 0 to 2"):
+        attribute_qk(lm, IDS, Head(3, 0))
+    with pytest.raises(BadInput, match=r"^head=Head\(0, 4\): each block of tiny-gemma2 has 4 "
+                       "heads; the head is 0 to 3"):
+        attribute_qk(lm, IDS, Head(0, 4))
+    with pytest.raises(BadInput, match=r"^head='1.0': give a Head"):
+        attribute_qk(lm, IDS, "1.0")
     with pytest.raises(BadInput, match="key 6 comes after query 5: the causal mask hides it"):
-        attribute_qk(lm, IDS, 1, 0, query=5, key=6)
-    with pytest.raises(BadInput, match="--key 8 is out of range: the prompt has positions 0..7"):
-        attribute_qk(lm, IDS, 1, 0, key=8)
-    with pytest.raises(BadInput, match="--query -9 is out of range"):
-        attribute_qk(lm, IDS, 1, 0, query=-9)
-    a = attribute_qk(lm, IDS, -1, 0, query=-2, key=-3)  # counted from the end
+        attribute_qk(lm, IDS, Head(1, 0), query=5, key=6)
+    with pytest.raises(BadInput, match="^key=8: the prompt has 8 tokens; the position is 0 to 7"):
+        attribute_qk(lm, IDS, Head(1, 0), key=8)
+    with pytest.raises(BadInput, match="^query=-9: the prompt has 8 tokens"):
+        attribute_qk(lm, IDS, Head(1, 0), query=-9)
+    a = attribute_qk(lm, IDS, Head(-1, 0), query=-2, key=-3)  # counted from the end
     assert (a.layer, a.query, a.key) == (2, 6, 5)
 
 
 @pytest.mark.parametrize("args, message", [
     (["--qk", "1.1", "--versus", " dog"], "--qk splits an attention score"),
-    (["--qk", "1"], "--qk takes LAYER.HEAD"),
-    (["--qk", "one.two"], "--qk takes LAYER.HEAD"),
+    (["--qk", "1"], "--qk '1': a block alone; give a block and a head as 23.4 or L23H4"),
+    (["--qk", "one.two"], "--qk 'one.two': the block 'one': not a whole number"),
+    (["--qk", "1.²"], "--qk '1.²': the head '²': not a whole number (ASCII digits 0-9)"),
+    (["--qk", "1."], "--qk '1.': the head '': not a whole number"),
+    (["--qk", ".1"], "--qk '.1': the block '': not a whole number"),
+    (["--qk", "1.2.3"], "--qk '1.2.3': the head '2.3'"),
+    (["--qk", "-"], "--qk '-': not a place"),
+    (["--qk", ""], "--qk '': empty"),
+    (["--qk", "99999999999999999999.0"], "the block '99999999999999999999' is too large"),
+    (["--qk", "L1E0"], "--qk 'L1E0': an expert, not a head"),
+    (["--qk", "1.0", "--query", "²"], "--query '²': the position '²': not a whole number"),
+    (["--qk", "1.0", "--key", "1."], "--key '1.': the position '1.'"),
+    (["--qk", "1.0", "--key", "9"], "--key 9: the prompt has 3 tokens; the position is 0 to 2"),
+    (["--qk", "-1.-3"], "--qk -1.-3: each block of tiny-gpt2 has 2 heads; the head is 0 to 1"),
     (["--key", "1"], "--query, --key and --group go with --qk"),
     (["--qk", "1.0", "--group", "heads"], "--group must be one of term, source"),
-    (["--qk", "2.0"], "block 2 is out of range"),
+    (["--qk", "2.0"], "--qk 2.0: tiny-gpt2 has 2 blocks; the block is 0 to 1"),
+    (["--qk", "L2H0"], "--qk L2H0: tiny-gpt2 has 2 blocks; the block is 0 to 1"),
     (["--qk", "1.0", "--query", "1", "--key", "2"], "key 2 comes after query 1"),
 ])
 def test_cli_bad_inputs(args, message):
@@ -250,6 +269,43 @@ def test_cli_bad_inputs(args, message):
     assert r.exit_code == 2, r.stdout
     line = r.stderr.strip().splitlines()[-1]
     assert line.startswith("fptrace: error: ") and message in line, line
+
+
+HOSTILE = ["²", "٣", "１", "-", "1.", ".1", "1.2.3", "99999999999999999999", "", "1 2", "+1"]
+
+
+@pytest.mark.parametrize("command, option", [("attribute", "--qk"), ("report", "--qk"),
+                                             ("attribute", "--query"), ("attribute", "--key")])
+@pytest.mark.parametrize("value", HOSTILE)
+def test_hostile_addresses_get_one_line_before_loading(tmp_path, command, option, value):
+    """Every bad place is refused by the one address parser: exit 2, one line naming the option
+    and the value, before any model loads."""
+    args = ["--qk", "1.0"] + ([option, value] if option != "--qk" else [])
+    if option == "--qk":
+        args = ["--qk", value]
+    if command == "report":
+        args += ["--out", str(tmp_path / "r.html")]
+    r = runner.invoke(app, [command, "The cat sat", "-m", tiny_gpt2(), "--random-weights", *args])
+    assert r.exit_code == 2, (option, value, r.stdout, r.stderr)
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"fptrace: error: {option} {value!r}"), lines
+
+
+def test_cli_short_forms_name_one_head_and_print_it_resolved():
+    """`--qk -1.-1`, `L1H1` and `l1h1` are head 1 of block 1 of the 2-block, 2-head model: the
+    same split, and the JSON and the header say 1 and 1 (never `1.-1`)."""
+    seen = []
+    for form in ("1.1", "-1.-1", "L1H1", "l1h1", "L-1H1"):
+        r = runner.invoke(app, ["attribute", "The cat sat", "-m", tiny_gpt2(), "--random-weights",
+                                "--qk", form, "--json"])
+        assert r.exit_code == 0, (form, r.stderr)
+        data = json.loads(r.stdout)
+        assert (data["layer"], data["head"]) == (1, 1), form
+        seen.append(data["score"])
+    assert len(set(seen)) == 1
+    r = runner.invoke(app, ["attribute", "The cat sat", "-m", tiny_gpt2(), "--random-weights",
+                            "--qk", "-1.-1"])
+    assert r.exit_code == 0 and "Head 1.1: query 2" in r.stdout, r.stdout
 
 
 def test_cli_json_plot_and_mismatch_exit(tmp_path, monkeypatch):
@@ -282,9 +338,9 @@ def test_two_passes_when_every_position_would_not_fit(monkeypatch):
     import fptrace.commands.attribute.qk as mod
 
     lm = wrap_model(build_tiny("llama"), name="tiny-llama", random_weights=True)
-    one = attribute_qk(lm, IDS, 2, 3)
+    one = attribute_qk(lm, IDS, Head(2, 3))
     monkeypatch.setattr(mod, "KEEP_BYTES", 0)
-    two = attribute_qk(lm, IDS, 2, 3)
+    two = attribute_qk(lm, IDS, Head(2, 3))
     assert (two.key, two.score, two.weight, two.top) == (one.key, one.score, one.weight, one.top)
 
 
@@ -300,8 +356,8 @@ def test_report_section(tmp_path):
     assert r.exit_code == 0, r.stderr
     assert "Why head 1.0 attends where it does" in out.read_text(encoding="utf-8")
     r = runner.invoke(app, ["report", "The cat sat", "-m", tiny_gpt2(), "--random-weights",
-                            "--out", str(tmp_path / "other.html"), "--qk", "x"])
-    assert r.exit_code == 2 and "--qk takes LAYER.HEAD" in r.stderr
+                            "--out", str(tmp_path / "other.html"), "--qk", "1.²"])
+    assert r.exit_code == 2 and "--qk '1.²': the head '²': not a whole number" in r.stderr
     assert "loaded" not in r.stderr  # refused before loading
 
 
@@ -310,6 +366,6 @@ def test_bundled_model(smollm):
     prompt = "The capital of France is"
     ids = smollm.encode(prompt)
     for layer, head, key in ((20, 4, None), (20, 4, 3), (0, 0, None), (29, 8, 1)):
-        a = attribute_qk(smollm, prompt, layer, head, key=key)
+        a = attribute_qk(smollm, prompt, Head(layer, head), key=key)
         assert_matches(a, smollm.model, ids)
     assert a.kv_head == 2  # 9 query heads share 3 K/V heads

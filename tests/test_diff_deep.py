@@ -16,6 +16,7 @@ from typer.testing import CliRunner
 
 from conftest import TINY_CONFIGS, tiny_gpt2
 from fptrace.cli.main import app
+from fptrace.errors import BadInput
 
 runner = CliRunner()
 PROMPT = "The cat sat on the mat"
@@ -324,11 +325,39 @@ def test_deep_layers_limit_the_work(tmp_path):
     layer, point, cause, p = _parted(d)
     assert (layer, point, cause) == (1, "resid_pre", "upstream")
     assert "compare from block 0" in p["sentence"]
+    # -1 is the last block, printed resolved; the Python API takes the list of blocks
+    n = len(model.model.layers)
+    d = _deep(tmp_path / "a", b, "--deep-layers", "0,-1")
+    assert d["deep"]["layers"] == [0, n - 1]
+    from fptrace.commands.diff.deep import deep_diff
+    from fptrace.models.loading import load_model
+
+    a, bb = load_model(str(tmp_path / "a"), device="cpu"), load_model(b, device="cpu")
+    assert deep_diff(a, bb, PROMPT, layers=[-1]).deep.layers == (n - 1,)
+    with pytest.raises(BadInput, match=r"^layers='1-2': give a non-empty list of ints"):
+        deep_diff(a, bb, PROMPT, layers="1-2")
+    with pytest.raises(BadInput, match=rf"^layers=\[0, {n}\]: a has {n} blocks; the block is "
+                       rf"0 to {n - 1}"):
+        deep_diff(a, bb, PROMPT, layers=[0, n])
+
+
+@pytest.mark.parametrize("value", ["1-0", "²", "٣", "-", "1.", ".1", "1.2.3",
+                                   "99999999999999999999", "", "0,,1", "all,1", "1-"])
+def test_bad_deep_layers_are_refused_before_loading(value):
+    """`--deep-layers 1-0` (a reversed range) and other bad selections: one line naming the
+    value, exit 2, and no model loaded (issue 32: it said "out of range" after loading both)."""
+    r = runner.invoke(app, ["diff", PROMPT, "-m", tiny_gpt2(), "--model-b", tiny_gpt2(),
+                            "--deep", "--deep-layers", value])
+    assert r.exit_code == 2, r.stderr
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"fptrace: error: --deep-layers {value!r}"), \
+        lines
 
 
 @pytest.mark.parametrize("args,needle", [
-    (["--deep-layers", "5"], "out of range"),
-    (["--deep-layers", "x"], "--deep-layers"),
+    (["--deep-layers", "5"], "--deep-layers 5: tiny-gpt2 has 2 blocks; the block is 0 to 1"),
+    (["--deep-layers", "0--3"], "--deep-layers 0--3: tiny-gpt2 has 2 blocks"),
+    (["--deep-layers", "x"], "--deep-layers 'x': the number 'x': not a whole number"),
     (["--quantize-b", "int3"], "int8 or int4"),
 ])
 def test_bad_deep_options(args, needle):

@@ -130,12 +130,17 @@ def test_a_wrong_recomputation_is_caught(monkeypatch):
 
 def test_bad_layer_and_head():
     lm = wrap_model(build_tiny("gpt2"), name="tiny-gpt2", random_weights=True)
-    with pytest.raises(BadInput, match="--layer 3 is out of range.*0..2"):
+    # the API's errors name its parameters
+    with pytest.raises(BadInput, match="^layer=3: tiny-gpt2 has 3 blocks; the block is 0 to 2"):
         explain(lm, IDS, layer=3)
-    with pytest.raises(BadInput, match="--layer"):
+    with pytest.raises(BadInput, match="^layer=-4: tiny-gpt2 has 3 blocks"):
         explain(lm, IDS, layer=-4)
-    with pytest.raises(BadInput, match="--head 4 is out of range.*0..3"):
+    with pytest.raises(BadInput, match="^head=4: each block of tiny-gpt2 has 4 heads; the head "
+                       "is 0 to 3"):
         explain(lm, IDS, head=4)
+    with pytest.raises(BadInput, match="^layer='1': the block must be an int"):
+        explain(lm, IDS, layer="1")
+    assert explain(lm, IDS, layer=-1, head=-1).layer == 2
     with pytest.raises(BadInput, match="--top-p"):
         explain(lm, IDS, top_p=1.2)
     with pytest.raises(BadInput, match="--temperature"):
@@ -240,8 +245,28 @@ def test_cli_bad_sampling_options(args, needle):
     assert "loaded" not in r.stderr  # refused before loading
 
 
-@pytest.mark.parametrize("args,needle", [(["--layer", "2"], "0..1"),  # the tiny GPT-2:
-                                         (["--head", "2"], "0..1")])  # 2 blocks, 2 heads
+HOSTILE = ["²", "٣", "１", "-", "1.", ".1", "1.2.3", "99999999999999999999", "", "1 2", "+1"]
+
+
+@pytest.mark.parametrize("option", ["--layer", "--head"])
+@pytest.mark.parametrize("value", HOSTILE + ["1.0", "L1H0"])
+def test_hostile_addresses_get_one_line_before_loading(option, value):
+    r = _cli("The cat sat", "--model", tiny_gpt2(), "--random-weights", option, value)
+    assert r.exit_code == 2, (option, value, r.stdout, r.stderr)
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"fptrace: error: {option} {value!r}"), lines
+
+
+@pytest.mark.parametrize("args,needle", [  # the tiny GPT-2: 2 blocks, 2 heads
+    (["--layer", "2"], "--layer 2: tiny-gpt2 has 2 blocks; the block is 0 to 1"),
+    (["--head", "2"], "--head 2: each block of tiny-gpt2 has 2 heads; the head is 0 to 1"),
+    (["--layer", "²"], "--layer '²': the block '²': not a whole number"),
+    (["--layer", "1."], "--layer '1.': the block '1.'"),
+    (["--head", "٣"], "--head '٣': the head '٣': not a whole number"),
+    (["--head", "1.2"], "--head '1.2': the head '1.2'"),
+    (["--head", ""], "--head '': empty"),
+    (["--layer", "99999999999999999999"], "is too large"),
+])
 def test_cli_bad_layer_head(args, needle):
     r = _cli("The cat sat", "--model", tiny_gpt2(), "--random-weights", *args)
     assert r.exit_code == 2

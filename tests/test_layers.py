@@ -4,8 +4,8 @@ private name imported from another module, and the public API real.
     cli.main ──► commands/<name>/ ──► core/ · models/ · families/ · render/ ──► leaves
                       │  (and cli.io, cli.options: what every command shares)
 
-- leaves (errors.py, atomic.py, results.py, notes.py, points.py) import only
-  each other;
+- leaves (errors.py, atomic.py, results.py, notes.py, numbers.py, points.py, addresses.py)
+  import only each other;
 - render/ imports only render/ and the leaves: it never touches the engine;
 - families/ imports only families/ and the leaves;
 - models/ imports models/, families/ and the leaves;
@@ -25,7 +25,7 @@ from pathlib import Path
 
 PKG = Path(__file__).resolve().parent.parent / "fptrace"
 LEAVES = {"fptrace.errors", "fptrace.atomic", "fptrace.results", "fptrace.notes", "fptrace.numbers",
-          "fptrace.points"}
+          "fptrace.points", "fptrace.addresses"}
 COMPOSERS = {"report", "tui", "schema"}
 
 
@@ -193,3 +193,84 @@ def test_the_public_api_has_real_signatures():
     code = "import sys, fptrace; print('torch' in sys.modules, 'fptrace.core.trace' in sys.modules)"
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert done.stdout.split() == ["False", "False"], done.stdout + done.stderr
+
+
+# the options that name a place in the model: read as text by fptrace.addresses, never by Click's
+# int() (which takes '٣' for 3) nor by a parser of their own
+PLACE_OPTIONS = {"--head", "--mlp", "--layer", "--positions", "--qk", "--deep-layers", "--query",
+                 "--key", "--steer-layer", "--expert", "--experts", "--site", "--block"}
+# (command, option) still typed int, with the reason
+INT_PLACES = {
+    ("report", "--layer"): "the report's walkthrough block: resolved by explain's core, which "
+                           "names its parameter; moves with the report's per-command options",
+    ("report", "--head"): "likewise, the walkthrough's head",
+    ("report", "--steer-layer"): "likewise, resolved by steer's core",
+}
+PLACE_PARSER = r"(parse|read|check)_(heads?|layers?|blocks?|positions?|experts?|sites?|places?|qk)"
+
+
+def _options(tree: ast.AST):
+    """(flag, annotation text, line) of every `Annotated[T, typer.Option("--flag", ...)]`."""
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Subscript) and getattr(node.value, "id", None) == "Annotated" \
+                and isinstance(node.slice, ast.Tuple) and len(node.slice.elts) >= 2:
+            call = node.slice.elts[1]
+            if isinstance(call, ast.Call) and getattr(call.func, "attr", None) == "Option":
+                for arg in call.args:
+                    if isinstance(arg, ast.Constant) and isinstance(arg.value, str):
+                        yield arg.value, ast.unparse(node.slice.elts[0]), node.lineno
+
+
+def test_only_addresses_parses_a_place():
+    """One parser for a place in the model (fptrace/addresses.py): no `isdigit`-style test of
+    text anywhere (`'²'.isdigit()` is True, then `int('²')` raises), no function of another
+    module that parses a place, and every place option of every command typed as text and read
+    through fptrace.addresses in its cli.py."""
+    import re
+
+    wrong = []
+    for path in sorted(PKG.rglob("*.py")):
+        rel = path.relative_to(PKG.parent).as_posix()
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Call) and getattr(node.func, "attr", None) in (
+                    "isdigit", "isdecimal", "isnumeric"):
+                wrong.append(f"{rel}:{node.lineno} calls .{node.func.attr}() (use "
+                             "fptrace.numbers or fptrace.addresses)")
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and \
+                    rel != "fptrace/addresses.py" and re.fullmatch(PLACE_PARSER, node.name):
+                wrong.append(f"{rel}:{node.lineno} defines {node.name}, a place parser of its "
+                             "own (use fptrace.addresses)")
+        if path.name == "cli.py" and path.parent.parent.name == "commands":
+            command = path.parent.name
+            places = [(flag, ann, line) for flag, ann, line in _options(tree)
+                      if flag in PLACE_OPTIONS and (command, flag) not in INT_PLACES]
+            for flag, ann, line in places:
+                if ann not in ("str", "Optional[str]", "List[str]", "Optional[List[str]]"):
+                    wrong.append(f"{rel}:{line} {flag} is typed {ann}, not text read by "
+                                 "fptrace.addresses")
+            if places and "fptrace.addresses" not in {t for t, _, _ in _imports(path)}:
+                wrong.append(f"{rel} takes {', '.join(f for f, _, _ in places)} without "
+                             "fptrace.addresses")
+    assert not wrong, "\n".join(wrong)
+
+
+def test_the_place_check_catches_a_parser_of_its_own(tmp_path):
+    """The check above is not vacuous: it sees the options it guards, and the shapes it
+    refuses are found in a module written that way."""
+    import re
+
+    seen = {flag for path in PKG.glob("commands/*/cli.py")
+            for flag, _, _ in _options(ast.parse(path.read_text(encoding="utf-8")))}
+    assert {"--head", "--mlp", "--layer", "--positions", "--qk", "--deep-layers", "--query",
+            "--key"} <= seen
+    bad = ast.parse('def parse_head(spec):\n    layer, _, head = spec.partition(".")\n'
+                    '    return int(layer) if layer.isdigit() else None\n'
+                    'x: Annotated[int, typer.Option("--head")] = 0\n')
+    assert any(getattr(n.func, "attr", None) == "isdigit" for n in ast.walk(bad)
+               if isinstance(n, ast.Call))
+    assert any(re.fullmatch(PLACE_PARSER, n.name) for n in ast.walk(bad)
+               if isinstance(n, ast.FunctionDef))
+    assert list(_options(bad)) == [("--head", "int", 4)]
+    assert set(INT_PLACES) <= {(p.parent.name, f) for p in PKG.glob("commands/*/cli.py")
+                               for f, _, _ in _options(ast.parse(p.read_text(encoding="utf-8")))}

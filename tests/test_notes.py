@@ -149,9 +149,10 @@ def _attribute_softcap(f):
 
 
 def _qk(lm, **kw):
+    from fptrace.addresses import Head
     from fptrace.commands.attribute.qk import attribute_qk
 
-    return attribute_qk(lm, [5, 6, 7, 8], 1, 0, **kw).notes
+    return attribute_qk(lm, [5, 6, 7, 8], Head(1, 0), **kw).notes
 
 
 def _attribute_qk_key_defaulted(f):
@@ -205,7 +206,7 @@ def _steer_gguf_blocks(f):
 
 
 def _steer_positions(f):
-    return _steer(), _steer(positions="last")
+    return _steer(), _steer(positions=[-1])
 
 
 def _steer_block0(f):
@@ -213,9 +214,10 @@ def _steer_block0(f):
 
 
 def _ablate(lm=None, **kw):
+    from fptrace.addresses import Head
     from fptrace.commands.ablate.core import ablate
 
-    kw.setdefault("heads", ["1.0"])
+    kw.setdefault("heads", [Head(1, 0)])
     return ablate(lm or _llama(), [5, 6, 7], **kw).notes
 
 

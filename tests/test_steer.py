@@ -150,7 +150,7 @@ def test_positions_last_and_continuations():
     lm = load_model(tiny_gpt2(), random_weights=True, device="cpu")
     vec = _vector(lm, 1)
     v = vec.layers[1]
-    r = steer(lm, IDS, vector=vec, scales=[8], positions="last", new_tokens=4)
+    r = steer(lm, IDS, vector=vec, scales=[8], positions=[-1], new_tokens=4)
     assert r.positions == (len(IDS) - 1,)
     got = _plain_forward(lm, IDS, 1, 8 * v, positions=[len(IDS) - 1]).logits[0, -1]
     assert r.rows[-1].top[0].id == int(got.argmax())
@@ -287,16 +287,33 @@ def test_bad_input(tmp_path):
     _write_gguf(model, "llama", {"token_embd.weight": np.ones((4, 32))})
     far = tmp_path / "far.gguf"
     _write_gguf(far, "controlvector", {"direction.7": np.ones(32)})
+    odd = tmp_path / "odd.gguf"
+    _write_gguf(odd, "controlvector", {"direction.²": np.ones(32)})
+    from safetensors.numpy import save_file
+
+    odd_st = tmp_path / "odd.safetensors"
+    save_file({"direction.1": np.ones(32, dtype=np.float32),
+               "direction.٣": np.ones(32, dtype=np.float32)}, str(odd_st))
     cases = [
+        (["--vector", str(odd)], "the block of the tensor 'direction.²', '²': not a whole number"),
+        (["--vector", str(odd_st)], "the block of the tensor 'direction.٣', '٣': not a whole"),
+        (["--token", "#²", "-l", "1"], "--token '#²' is 2 tokens"),
         (["--vector", str(wide), "-l", "0"], "has 64 values but tiny-gpt2's d_model is 32"),
         (["--vector", str(model)], "is not a control vector"),
         (["--vector", str(far)], "direction for block 7"),
-        (["--add", " a", "--subtract", " b", "-l", "2"], "--layer 2: tiny-gpt2 has 2 blocks"),
+        (["--add", " a", "--subtract", " b", "-l", "2"], "--layer 2: tiny-gpt2 has 2 blocks; "
+         "the block is 0 to 1"),
+        (["--token", " a"], "--layer: say which block's output receives the vector"),
         (["--add", " a", "--subtract", " b", "-l", "0", "--scale", "1,x"], "'x' is not a number"),
         (["--add", " love", "-l", "0"], "--add and --subtract go together"),
         (["--token", " a", "--add", " b", "--subtract", " c", "-l", "0"], "give one source"),
         (["-l", "0"], "give one source"),
-        (["--token", " a", "-l", "0", "--positions", "9"], "the prompt has 6 tokens"),
+        (["--token", " a", "-l", "0", "--positions", "9"], "--positions 9: the prompt has 6 "
+         "tokens; the position is 0 to 5 (or -1 to -6 from the end)"),
+        (["--token", " a", "-l", "0", "--positions", "0,-7"], "--positions 0,-7: the prompt has "
+         "6 tokens"),
+        (["--token", " a", "-l", "0", "--positions", "3--5"], "--positions 3--5: the range 3--5 "
+         "is 3-1, which is reversed"),
         (["--token", " a", "-l", "0", "--method", "pca"], "--method goes with --pairs"),
         (["--token", " a", "--save-vector", str(tmp_path / "v.txt"), "-l", "0"], ".gguf"),
         (["--token", " a", "--save-vector", str(tmp_path / "v.gguf"), "-l", "0"], "block 0"),
@@ -307,6 +324,46 @@ def test_bad_input(tmp_path):
         assert r.exit_code == 2, (args, r.stdout)
         line = r.stderr.strip().splitlines()[-1]
         assert line.startswith("fptrace: error:") and needle in line, (args, line)
+
+
+HOSTILE = ["²", "٣", "１", "-", "1.", ".1", "1.2.3", "99999999999999999999", "", "1 2", "+1"]
+
+
+@pytest.mark.parametrize("option", ["--layer", "--positions"])
+@pytest.mark.parametrize("value", HOSTILE + ["3-1", "0,,1", "0-", "all,1"])
+def test_hostile_addresses_get_one_line_before_loading(option, value):
+    """Every bad place is refused by the one address parser: exit 2, one line that names the
+    option and the value, before any model loads (issue 32: `--positions ²` was exit 70)."""
+    args = ["--token", " cat", "--layer", "1", "--positions", "all"]
+    args[args.index(option) + 1] = value
+    r = runner.invoke(app, ["steer", "The cat sat", "-m", tiny_gpt2(), "--random-weights", *args])
+    assert r.exit_code == 2, (option, value, r.stdout, r.stderr)
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"fptrace: error: {option} {value!r}"), lines
+
+
+def test_positions_and_layer_addresses():
+    """`--positions 0-2,-1` is positions 0, 1, 2 and the last; `--layer -1` the last block:
+    the same run as a plain forward hook of this test at those places."""
+    from fptrace.addresses import Block, parse_selection
+    from fptrace.models.loading import load_model
+
+    lm = load_model(tiny_gpt2(), random_weights=True, device="cpu")
+    vec = _vector(lm, 1)
+    where = parse_selection("0-2,-1", "--positions")
+    r = steer(lm, IDS, vector=vec, scales=[8], positions=where)
+    assert r.positions == (0, 1, 2, len(IDS) - 1)
+    got = _plain_forward(lm, IDS, 1, 8 * vec.layers[1], positions=[0, 1, 2, len(IDS) - 1])
+    torch.testing.assert_close(r.rows[-1].top[0].logit, float(got.logits[0, -1].max()),
+                               rtol=1e-4, atol=1e-4)
+    last = steer(lm, IDS, token="#5", layer=Block(-1), scales=[4])
+    assert last.vector.layers == (1,)
+    with pytest.raises(BadInput, match=r"^positions=\[9\]: the prompt has 6 tokens"):
+        steer(lm, IDS, vector=vec, positions=[9])
+    with pytest.raises(BadInput, match=r"^positions='last': give a non-empty list of ints"):
+        steer(lm, IDS, vector=vec, positions="last")
+    with pytest.raises(BadInput, match=r"^layer=5: tiny-gpt2 has 2 blocks"):
+        steer(lm, IDS, token="#5", layer=5)
 
 
 def test_a_sweep_too_big_says_what_to_lower(monkeypatch):

@@ -21,9 +21,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Sequence
 
+from fptrace.addresses import Block, Head, many, resolve_block, resolve_head
 from fptrace.core.hooks import Capture, Hook, capture_stats, first_output, hooked, is_oom
 from fptrace.errors import BadInput
 from fptrace.families.parts import dims, output_projection
+from fptrace.core.trace import sizes
 from fptrace.models.loading import LoadedModel
 
 MODES = ("zero", "mean")
@@ -45,58 +47,21 @@ class Part:
     @property
     def label(self) -> str:
         """`L.H` for a head, `mlp L` for an MLP."""
-        return f"mlp {self.layer}" if self.head is None else f"{self.layer}.{self.head}"
+        return f"mlp {self.layer}" if self.head is None else str(Head(self.layer, self.head))
 
 
 def _blocks(lm: LoadedModel) -> int:
     return len(lm.parts.blocks)
 
 
-def _heads(lm: LoadedModel) -> int:
-    return int(lm.config.num_attention_heads)
-
-
-def head_part(lm: LoadedModel, text: str) -> Part:
-    """`--head L.H` as a Part, checked against the model."""
-    layer, _, head = text.strip().partition(".")
-    if not (layer.strip().lstrip("-").isdigit() and head.strip().lstrip("-").isdigit()):
-        raise BadInput(f"--head {text!r}: give a block and a head as L.H, e.g. --head 23.4")
-    L, H = int(layer), int(head)
-    n, nh = _blocks(lm), _heads(lm)
-    if not 0 <= L < n:
-        raise BadInput(f"--head {text}: {lm.name} has {n} blocks; the block is 0 to {n - 1}")
-    if not 0 <= H < nh:
-        raise BadInput(f"--head {text}: {lm.name} has {nh} heads per block; the head is 0 to "
-                       f"{nh - 1}")
-    return Part(L, H)
-
-
-def mlp_part(lm: LoadedModel, layer: int) -> Part:
-    n = _blocks(lm)
-    if not 0 <= layer < n:
-        raise BadInput(f"--mlp {layer}: {lm.name} has {n} blocks; use 0 to {n - 1}")
-    return Part(layer)
-
-
-def parse_positions(text: str, T: int) -> tuple[int, ...] | None:
-    """`all` (None: every position, the generated ones included), `last`, or positions
-    separated by commas (negative ones count from the end of the prompt)."""
-    text = text.strip().lower()
-    if text == "all":
-        return None
-    if text == "last":
-        return (T - 1,)
-    out = []
-    for item in text.split(","):
-        item = item.strip()
-        if not item.lstrip("-").isdigit():
-            raise BadInput(f"--positions {text!r}: use all, last, or positions such as 0,3,-1")
-        p = int(item)
-        if not -T <= p < T:
-            raise BadInput(f"--positions {text}: the prompt has {T} tokens (positions 0 to "
-                           f"{T - 1}, or -1 to -{T} from the end)")
-        out.append(p % T)
-    return tuple(sorted(set(out)))
+def parts_of(lm: LoadedModel, heads: Sequence[Head], mlps: Sequence[int | Block]
+             ) -> list[Part]:
+    """The parts named by the API's `heads=` (Head values) and `mlps=` (blocks), checked
+    against the model (negative blocks and heads count from the end)."""
+    sz = sizes(lm)
+    chosen = [resolve_head(h, sz, "heads") for h in many(heads, Head, "heads")]
+    blocks = [resolve_block(m, sz, "mlps") for m in many(mlps, Block, "mlps")]
+    return [Part(h.layer, h.head) for h in chosen] + [Part(b.layer) for b in blocks]
 
 
 # ----------------------------------------------------------------------------- steering
@@ -294,4 +259,4 @@ def continue_greedy(lm: LoadedModel, ids: Sequence[int], first: Sequence[int], n
     return [row[len(ids):] for row in rows]
 
 
-__all__ = ["Part", "steering_hooks", "ablation_hooks", "mean_outputs", "run_rows"]
+__all__ = ["Part", "parts_of", "steering_hooks", "ablation_hooks", "mean_outputs", "run_rows"]

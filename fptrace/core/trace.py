@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from typing import Any, Sequence
 
+from fptrace.addresses import Sizes
 from fptrace.core import stats
 from fptrace.core.hooks import Capture, capture_stats, is_oom
 from fptrace.notes import MASSIVE, RANDOM, TIED_LENS_GRID, TIED_LENS_LAST, TRUNCATED
@@ -39,6 +40,16 @@ def model_info(lm: LoadedModel) -> ModelInfo:
         return cached
     lm.info = _model_info(lm)
     return lm.info
+
+
+def sizes(lm: LoadedModel) -> Sizes:
+    """What addresses (fptrace.addresses) are resolved against: the model's blocks, heads per
+    block and, for a mixture of experts, experts per block."""
+    experts = next((getattr(lm.config, k) for k in ("num_local_experts", "num_experts",
+                                                     "n_routed_experts")
+                    if isinstance(getattr(lm.config, k, None), int)), None)
+    return Sizes(model=lm.name, blocks=len(lm.parts.blocks),
+                 heads=dims(lm.config, lm.parts.family).n_heads, experts=experts)
 
 
 def _model_info(lm: LoadedModel) -> ModelInfo:
@@ -371,4 +382,4 @@ def _logit_lens(lm: LoadedModel, streams: Any, metrics: bool = True
     return idx.cpu(), top_p.cpu(), (rank.cpu(), entropy.cpu(), kl.clamp(min=0).cpu())
 
 
-__all__ = ["run_trace", "run_traces", "model_info"]
+__all__ = ["run_trace", "run_traces", "model_info", "sizes"]

@@ -10,6 +10,7 @@ import tempfile
 from typing import Any, Callable
 
 from fptrace.errors import BadInput
+from fptrace.numbers import is_int, parse_int
 
 Progress = Callable[[str], None]
 
@@ -25,8 +26,9 @@ def placement(model: Any, blocks_path: str) -> tuple[str, ...]:
     rows: list[list] = []  # [first, last, device]
     others: dict[str, list[str]] = {}
     for name, dev in dm.items():
-        if name.startswith(prefix) and name[len(prefix):].split(".")[0].isdigit():
-            i = int(name[len(prefix):].split(".")[0])
+        block = _BLOCK.match(name[len(prefix):]) if name.startswith(prefix) else None
+        if block is not None:
+            i = int(block.group(1))
             if rows and rows[-1][2] == where(dev) and rows[-1][1] == i - 1:
                 rows[-1][1] = i
             elif not (rows and rows[-1][1] >= i):
@@ -38,7 +40,8 @@ def placement(model: Any, blocks_path: str) -> tuple[str, ...]:
     return tuple(out)
 
 
-_MEM = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMGT]i?B|B)?\s*$", re.IGNORECASE)
+_BLOCK = re.compile(r"([0-9]+)(?:\.|$)")  # a device map's name under the blocks: "3.mlp"
+_MEM = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*([KMGT]i?B|B)?\s*$", re.IGNORECASE)
 
 
 _UNITS = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
@@ -65,15 +68,16 @@ def parse_max_memory(text: str | None) -> dict | None:
             raise BadInput(f"--max-memory {text!r}: expected DEVICE=SIZE pairs separated by commas, "
                            "e.g. 0=70GiB,1=70GiB,cpu=200GiB (sizes in B, KB, MB, GB, KiB, MiB, "
                            "GiB, ...)")
-        if key.isdigit():
-            out[int(key)] = value.replace(" ", "")
+        if is_int(key):
+            key = parse_int(key, f"--max-memory {text!r}: the GPU number", low=0)
+            out[key] = value.replace(" ", "")
         elif key in ("cpu", "mps", "disk"):
             out[key] = value.replace(" ", "")
         else:
             raise BadInput(f"--max-memory: unknown device {key!r}; use GPU numbers (0, 1, ...), "
                            "cpu or mps")
         if _MEM.match(value).group(2) is None:
-            out[int(key) if key.isdigit() else key] = int(float(value))
+            out[key] = int(float(value))
     return out
 
 

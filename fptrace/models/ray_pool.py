@@ -15,6 +15,7 @@ import os
 from typing import Any, Callable, Iterator
 
 from fptrace.errors import BadInput, FptraceError
+from fptrace.numbers import is_int
 
 
 class WorkerFailed(FptraceError):
@@ -72,7 +73,7 @@ def _reachable(address: str) -> None:
     import socket
 
     host, _, port = address.split("://", 1)[-1].rpartition(":")
-    if not host or not port.isdigit():
+    if not host or not is_int(port) or int(port) < 0:
         return
     try:
         socket.create_connection((host, int(port)), timeout=3).close()

@@ -30,11 +30,11 @@ def ablate(
     opts: LoadOptions = LoadOptions(),
     chat: ChatOptions = ChatOptions(),
     head: Annotated[Optional[List[str]], typer.Option(
-        "--head", help="Remove attention head H of block L, as L.H (repeat for several).",
-        rich_help_panel=PARTS)] = None,
-    mlp: Annotated[Optional[List[int]], typer.Option(
-        "--mlp", help="Remove the MLP of block L (repeat for several).",
-        rich_help_panel=PARTS)] = None,
+        "--head", metavar="L.H", help="Remove attention head H of block L, as L.H (23.4, or L23H4; "
+        "-1 counts from the end; repeat for several).", rich_help_panel=PARTS)] = None,
+    mlp: Annotated[Optional[List[str]], typer.Option(
+        "--mlp", metavar="L", help="Remove the MLP of block L (-1: the last; repeat for "
+        "several).", rich_help_panel=PARTS)] = None,
     all_heads: Annotated[bool, typer.Option(
         "--all-heads", help="One head at a time, every head: a blocks × heads grid.",
         rich_help_panel=PARTS)] = False,
@@ -60,10 +60,14 @@ def ablate(
 ) -> None:
     """What if a head or an MLP were gone? The target's logit with parts removed (zero or mean),
     the total effect next to the direct effect from attribution; --all-heads as a grid."""
+    from fptrace.addresses import parse_block, parse_head
+
+    heads = [parse_head(h, "--head") for h in head or ()]
+    mlps = [parse_block(m, "--mlp") for m in mlp or ()]
     lm, prompt = load_for(prompt, opts, plot, chat)
     from fptrace.commands.ablate.core import ablate as run_ablate
 
-    result = run_ablate(lm, prompt, heads=head or (), mlps=mlp or (), all_heads=all_heads,
+    result = run_ablate(lm, prompt, heads=heads, mlps=mlps, all_heads=all_heads,
                         all_mlps=all_mlps, mode=mode, mean_over=mean_over, target=target,
                         batch_size=batch_size, top=top)
     from fptrace.commands.ablate.render import ablate_figure, ablate_view

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
+from fptrace.addresses import Block, Head
 from fptrace.commands.ablate.result import AblatedRun, Ablation
 from fptrace.core import stats
 from fptrace.core.attribution import DirectLogits, direct_logits
@@ -28,9 +29,8 @@ from fptrace.core.interventions import (
     Part,
     ablation_hooks,
     check_rows_fit,
-    head_part,
     mean_outputs,
-    mlp_part,
+    parts_of,
     run_rows,
 )
 from fptrace.notes import ABLATE_MEAN, ABLATE_SOFTCAP, ABLATE_WO_BIAS
@@ -43,12 +43,13 @@ from fptrace.models.prompts import Prompt
 LOWER = "lower --batch-size"
 
 
-def ablate(lm: LoadedModel, prompt: Prompt, *, heads: Sequence[str] = (),
-           mlps: Sequence[int] = (), all_heads: bool = False, all_mlps: bool = False,
+def ablate(lm: LoadedModel, prompt: Prompt, *, heads: Sequence[Head] = (),
+           mlps: Sequence[int | Block] = (), all_heads: bool = False, all_mlps: bool = False,
            mode: str = "zero", mean_over: str | Sequence[str] | None = None,
            target: str | None = None, batch_size: int = 32, top: int = 10) -> Ablation:
-    """The target's logit with parts removed: each of `heads` ("L.H") and `mlps` (block
-    indices) alone and all together, and with all_heads / all_mlps one part per run."""
+    """The target's logit with parts removed: each of `heads` (`Head(layer, head)` values) and
+    `mlps` (block indices) alone and all together, and with all_heads / all_mlps one part per
+    run. Negative blocks and heads count from the end."""
     if mode not in MODES:
         raise BadInput(f"--mode {mode!r}: use zero or mean")
     if mean_over is not None and mode != "mean":
@@ -57,7 +58,7 @@ def ablate(lm: LoadedModel, prompt: Prompt, *, heads: Sequence[str] = (),
         raise BadInput("--batch-size must be at least 1")
     if top < 1:
         raise BadInput("--top must be at least 1")
-    chosen = [head_part(lm, h) for h in heads] + [mlp_part(lm, m) for m in mlps]
+    chosen = parts_of(lm, heads, mlps)
     if not chosen and not (all_heads or all_mlps):
         raise BadInput("say what to remove: --head L.H, --mlp L, --all-heads or --all-mlps")
     info = model_info(lm)

@@ -8,6 +8,7 @@ from typing import Any
 from rich.console import Group, RenderableType
 from rich.text import Text
 
+from fptrace.addresses import Head
 from fptrace.commands.ablate.result import AblatedRun, Ablation
 from fptrace.render.figures import pyplot
 from fptrace.render.fit import Col, fit_table
@@ -67,7 +68,7 @@ def grid_table(a: Ablation, width: int | None) -> RenderableType:
     cols = [Col("block", 0, "right")] + [Col(f"h{h}", 0, "right") for h in range(n_heads)]
     if a.mlp_column:
         cols.append(Col("MLP", 0, "right"))
-    heads = sorted(((abs(v), f"{l}.{h}") for l, row in enumerate(a.head_grid)
+    heads = sorted(((abs(v), str(Head(l, h))) for l, row in enumerate(a.head_grid)
                     for h, v in enumerate(row)), reverse=True)[:5]
     mlps = sorted(((abs(v), f"mlp {l}") for l, v in enumerate(a.mlp_column)), reverse=True)[:3]
     marked = {name for _, name in heads + mlps}
@@ -76,7 +77,7 @@ def grid_table(a: Ablation, width: int | None) -> RenderableType:
     rows = []
     for l in range(max(len(a.head_grid), len(a.mlp_column))):
         cells: list[Any] = [str(l)]
-        items = [(f"{l}.{h}", v) for h, v in enumerate(a.head_grid[l])] if a.head_grid else []
+        items = [(str(Head(l, h)), v) for h, v in enumerate(a.head_grid[l])] if a.head_grid else []
         if a.mlp_column:
             items.append((f"mlp {l}", a.mlp_column[l]))
         for label, v in items:

@@ -37,14 +37,14 @@ def attribute(
                                      "contributions are listed.", rich_help_panel=STATS)] = 12,
     qk: Annotated[Optional[str], typer.Option(
         "--qk", metavar="LAYER.HEAD", help="Instead: why head HEAD of block LAYER attends where "
-        "it does: its score split into query-part × key-part terms that sum to the model's "
-        "score.", rich_help_panel=STATS)] = None,
-    query: Annotated[Optional[int], typer.Option(
-        "--query", help="With --qk: the query position (default: the last).",
-        rich_help_panel=STATS)] = None,
-    key: Annotated[Optional[int], typer.Option(
-        "--key", help="With --qk: the key position (default: the one the query attends to "
-        "most).", rich_help_panel=STATS)] = None,
+        "it does (23.4 or L23H4): its score split into query-part × key-part terms that sum to "
+        "the model's score.", rich_help_panel=STATS)] = None,
+    query: Annotated[Optional[str], typer.Option(
+        "--query", metavar="POSITION", help="With --qk: the query position (default: the last; "
+        "-1 counts from the end).", rich_help_panel=STATS)] = None,
+    key: Annotated[Optional[str], typer.Option(
+        "--key", metavar="POSITION", help="With --qk: the key position (default: the one the "
+        "query attends to most).", rich_help_panel=STATS)] = None,
     group: Annotated[str, typer.Option(
         "--group", help="With --qk: list terms (query part × key part), or sources (each "
         "side's parts summed over the other side).", rich_help_panel=STATS)] = "term",
@@ -55,12 +55,16 @@ def attribute(
     """Which heads and MLPs made this answer: direct logit attribution that sums exactly to the
     model's own logit (exit 5 when it does not). With --qk: why one head attends where it does."""
 
+    from fptrace.addresses import parse_head, parse_position
     from fptrace.commands.attribute.qk import qk_request
 
-    head = qk_request(qk, query, key, group, target, versus)
+    head = None if qk is None else parse_head(qk, "--qk")
+    qk_request(head, query, key, group, target, versus)
+    i = None if query is None else parse_position(query, "--query")
+    j = None if key is None else parse_position(key, "--key")
     lm, prompt = load_for(prompt, opts, plot, chat)
     if head is not None:
-        return attribute_qk_cli(lm, prompt, head, query, key, group, top, plot, as_json, wide)
+        return attribute_qk_cli(lm, prompt, head, i, j, group, top, plot, as_json, wide)
     from fptrace.commands.attribute.core import attribute as run_attribute
 
     result = run_attribute(lm, prompt, target=target, versus=versus, top=top)
@@ -77,15 +81,14 @@ def attribute(
 
 
 
-def attribute_qk_cli(lm: Any, prompt: str, head: tuple[int, int], query: int | None,
-                     key: int | None, group: str, top: int, plot: str | None, as_json: bool,
-                     wide: bool) -> None:
+def attribute_qk_cli(lm: Any, prompt: str, head: Any, query: Any, key: Any, group: str,
+                     top: int, plot: str | None, as_json: bool, wide: bool) -> None:
     """`attribute --qk`: the split of one attention score, printed; exit 5 when it does not
     match the model."""
     from fptrace.commands.attribute.qk import attribute_qk
     from fptrace.commands.attribute.render import qk_figure, qk_view
 
-    result = attribute_qk(lm, prompt, *head, query=query, key=key, top=top, group=group)
+    result = attribute_qk(lm, prompt, head, query=query, key=key, top=top, group=group)
     output(result, qk_view, as_json=as_json, wide=wide, plot=plot, figure=qk_figure)
     if not result.ok:
         from fptrace.errors import Mismatch

@@ -23,12 +23,13 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
+from fptrace.addresses import Head, Position, resolve_head, resolve_position
 from fptrace.commands.attribute.result import QKAttribution, QKPart, QKPartSum, QKTerm
 from fptrace.core.attribution import HALF_RTOL, RTOL, frozen_norm, head_parts, through_frozen
 from fptrace.core.hooks import Hook, eager_attention, first_output, hooked
 from fptrace.notes import HEADS_UNSPLIT, QK_KEY_DEFAULTED, QK_SOFTCAP
 from fptrace.results import Check
-from fptrace.core.trace import base_notes, model_info
+from fptrace.core.trace import base_notes, model_info, sizes
 from fptrace.errors import BadInput, UnsupportedModel
 from fptrace.families.kinds import PositionKind, QkNorm
 from fptrace.families.ops import (
@@ -47,31 +48,18 @@ KEEP_BYTES = 256 * 2**20  # most kept of every earlier block at every position i
 GRID = 8  # rows and columns of the grid (and its heatmap) before the `rest` row and column
 
 
-def parse_head(spec: str) -> tuple[int, int]:
-    """`23.4` -> (23, 4): a block and a head, as --qk takes them."""
-    layer, dot, head = spec.strip().partition(".")
-    try:
-        if not dot:
-            raise ValueError
-        return int(layer), int(head)
-    except ValueError:
-        raise BadInput(f"--qk takes LAYER.HEAD, e.g. --qk 3.1 for head 1 of block 3 "
-                       f"(got {spec!r})") from None
-
-
-def top_head(attribution: Any) -> tuple[int, int] | None:
-    """The (layer, head) whose direct contribution to an Attribution is largest, or None when
-    no block was split per head."""
+def top_head(attribution: Any) -> Head | None:
+    """The head whose direct contribution to an Attribution is largest, or None when no block
+    was split per head."""
     heads = [c for c in attribution.contributions if c.component == "attn_head"]
     best = max(heads, key=lambda c: abs(c.value), default=None)
-    return None if best is None else (best.layer, best.head)
+    return None if best is None else Head(best.layer, best.head)
 
 
-def qk_request(qk: str | None, query: int | None, key: int | None, group: str,
-               target: str | None = None, versus: str | None = None
-               ) -> tuple[int, int] | None:
-    """The (layer, head) of --qk, None without it; BadInput for options that do not go
-    together (checked before the model loads)."""
+def qk_request(qk: Head | None, query: object, key: object, group: str,
+               target: str | None = None, versus: str | None = None) -> None:
+    """BadInput for options that do not go with --qk (or that need it), checked before the
+    model loads."""
     if qk is None:
         if query is not None or key is not None or group != "term":
             raise BadInput("--query, --key and --group go with --qk LAYER.HEAD")
@@ -81,15 +69,16 @@ def qk_request(qk: str | None, query: int | None, key: int | None, group: str,
                        "to attribute: use one or the other")
     if group not in GROUPS:
         raise BadInput(f"--group must be one of {', '.join(GROUPS)} (got {group!r})")
-    return parse_head(qk)
+    return None
 
 
-def attribute_qk(lm: LoadedModel, prompt: Prompt, layer: int, head: int, *,
-                 query: int | None = None, key: int | None = None, top: int = 12,
-                 group: str = "term") -> QKAttribution:
-    """Split the attention score of head `head` of block `layer` (negative counts from the end)
-    at query position `query` (default: the last) on key position `key` (default: the position
-    it attends to most) into query-part × key-part terms that sum to the model's score."""
+def attribute_qk(lm: LoadedModel, prompt: Prompt, head: Head, *,
+                 query: int | Position | None = None, key: int | Position | None = None,
+                 top: int = 12, group: str = "term") -> QKAttribution:
+    """Split the attention score of `head` (`Head(layer, head)`; negative numbers count from
+    the end) at query position `query` (default: the last) on key position `key` (default: the
+    position it attends to most) into query-part × key-part terms that sum to the model's
+    score."""
     import torch
 
     fam = lm.parts.family
@@ -100,14 +89,8 @@ def attribute_qk(lm: LoadedModel, prompt: Prompt, layer: int, head: int, *,
         raise UnsupportedModel("attribute --qk does not run on tensor-parallel ranks yet; "
                                "load the model on one device (or with --device-map)")
     info = model_info(lm)
-    L, nh = info.n_layers, info.n_heads
-    if not -L <= layer < L:
-        raise BadInput(f"--qk {layer}.{head}: block {layer} is out of range: {lm.name} has "
-                       f"blocks 0..{L - 1}")
-    layer %= L
-    if not 0 <= head < nh:
-        raise BadInput(f"--qk {layer}.{head}: head {head} is out of range: {lm.name} has heads "
-                       f"0..{nh - 1}")
+    chosen = resolve_head(head, sizes(lm), "head")
+    layer, h = chosen.layer, chosen.head
     if top < 1:
         raise BadInput("--top must be at least 1")
     if group not in GROUPS:
@@ -115,31 +98,23 @@ def attribute_qk(lm: LoadedModel, prompt: Prompt, layer: int, head: int, *,
     prepared = lm.prepare(prompt)
     ids = list(prepared.ids)
     T = len(ids)
-    i = _position(query, T, "--query", T - 1)
+    i = T - 1 if query is None else resolve_position(query, T, "query")
     window = sliding_window(lm.config, layer)
-    j = None if key is None else _position(key, T, "--key", 0)
+    j = None if key is None else resolve_position(key, T, "key")
     if j is not None:
         _visible(i, j, window, layer)
     with torch.inference_mode():
         if j is None and _kept_bytes(lm, info, layer, i + 1) > KEEP_BYTES:
             # the key is not known before block `layer` runs: rather than keep every position
             # of every earlier block, a first pass (stopped there too) finds it
-            j = int(_forward(lm, ids, layer, head, i, None)["weights"].argmax())
+            j = int(_forward(lm, ids, layer, h, i, None)["weights"].argmax())
         keep = sorted({i, j}) if j is not None else list(range(i + 1))
-        got = _forward(lm, ids, layer, head, i, keep)
+        got = _forward(lm, ids, layer, h, i, keep)
         row = got["weights"]  # (i + 1,) the model's weights of query i over keys 0..i
         most = int(row.argmax())
         j = most if j is None else j
-        return _split(lm, info, prepared, layer, head, i, j, keep, got, window, most, top,
+        return _split(lm, info, prepared, layer, h, i, j, keep, got, window, most, top,
                       group, defaulted=key is None)
-
-
-def _position(p: int | None, T: int, flag: str, default: int) -> int:
-    if p is None:
-        return default
-    if not -T <= p < T:
-        raise BadInput(f"{flag} {p} is out of range: the prompt has positions 0..{T - 1}")
-    return p % T
 
 
 def _visible(i: int, j: int, window: int | None, layer: int) -> None:

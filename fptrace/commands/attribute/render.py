@@ -8,6 +8,7 @@ from typing import Any
 from rich.console import Group, RenderableType
 from rich.text import Text
 
+from fptrace.addresses import Head
 from fptrace.commands.attribute.result import (
     Attribution,
     Contribution,
@@ -138,7 +139,7 @@ def part_name(p: QKPart, side: str = "") -> str:
     """`MLP 20`, `head 11.2`, `embedding`, `Q bias`: a part of the stream at one position (the
     table's header says which)."""
     if p.component == "attn_head":
-        return f"head {p.layer}.{p.head}"
+        return f"head {Head(p.layer, p.head)}"
     if p.component == "bias":
         return f"{side} bias".strip()
     named = {"embed": "embedding", "pos_embed": "position embedding",
@@ -156,7 +157,7 @@ def _tok(a: QKAttribution, pos: int) -> str:
 def qk_summary(a: QKAttribution) -> Text:
     shared = "" if a.model.n_kv_heads == a.model.n_heads else \
         f" (its keys come from K/V head {a.kv_head})"
-    text = Text(f"Head {a.layer}.{a.head}{shared}: query {a.query} {_tok(a, a.query)!r} → key "
+    text = Text(f"Head {Head(a.layer, a.head)}{shared}: query {a.query} {_tok(a, a.query)!r} → key "
                 f"{a.key} {_tok(a, a.key)!r}", style="bold")
     text.append(f"\nscore {a.score:+.4f} = the sum of {a.n_terms:,} terms (query parts × key "
                 f"parts, each scale·q·k with scale {a.scale:.4g}); from the whole streams "
@@ -256,7 +257,7 @@ def qk_figure(a: Any) -> tuple[Any, dict]:
     ax.set_xlabel(f"parts of the key's stream (position {a.key} {k!r})")
     ax.set_ylabel(f"parts of the query's stream (position {a.query} {q!r})")
     fig.colorbar(im, ax=ax, label="score (blue raises it)")
-    ax.set_title(f"{a.model.name}: head {a.layer}.{a.head}, score {a.score:+.3f} = Σ cells, "
+    ax.set_title(f"{a.model.name}: head {Head(a.layer, a.head)}, score {a.score:+.3f} = Σ cells, "
                  f"weight {a.weight:.3f}" + ("  (RANDOM WEIGHTS)" if a.model.random_weights
                                              else ""))
     return fig, series

@@ -54,7 +54,8 @@ def diff(
         "k, v after RoPE, attention weights, z, the MLP's gate, up, activation, outputs) and "
         "name the first operation where the runs part.", rich_help_panel=STATS)] = False,
     deep_layers: Annotated[Optional[str], typer.Option(
-        "--deep-layers", help="With --deep: only these blocks, e.g. 3-5 or 0,4,8-9.",
+        "--deep-layers", help="With --deep: only these blocks, e.g. 3-5, 0,4,8-9 or -1 (the "
+        "last).",
         rich_help_panel=STATS)] = None,
     as_json: JsonOpt = False,
     wide: WideOpt = False,
@@ -81,9 +82,12 @@ def diff(
     from fptrace.commands.diff.render import diff_view
 
     if deep or deep_layers is not None:
+        from fptrace.addresses import parse_selection
+
+        layers = None if deep_layers is None else parse_selection(deep_layers, "--deep-layers")
         result = _deep(first, second, opts, chat, _settings_b(model_b, dtype_b, device_b,
                                                               random_weights_b, quantize_b),
-                       deep_layers, tolerance)
+                       layers, tolerance)
     else:
         a, b, labels, same = _diff_inputs(first, second, opts, chat, model_b, dtype_b, device_b,
                                           random_weights_b, quantize_b)
@@ -105,7 +109,7 @@ def _settings_b(model_b: str | None, dtype_b: str | None, device_b: str | None,
 
 
 def _deep(first: str | None, second: str | None, opts: LoadOptions, chat: ChatOptions,
-          settings_b: dict, deep_layers: str | None, tolerance: float | None) -> object:
+          settings_b: dict, deep_layers: object, tolerance: float | None) -> object:
     """--deep: one prompt on two loaded models (a and the -b options)."""
     import dataclasses
 

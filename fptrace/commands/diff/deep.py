@@ -22,6 +22,7 @@ import queue
 import threading
 from typing import Any, Sequence
 
+from fptrace.addresses import Selection, resolve_selection
 from fptrace.commands.diff.core import diff
 from fptrace.commands.diff.result import (
     BlockDiff,
@@ -47,25 +48,6 @@ TOP = 5  # heads and channels listed
 # the operation itself differs when its inputs agree and the difference grows more than this
 # across it; less, and it carries on what its inputs already had
 GROWTH = 10.0
-
-
-def parse_layers(text: str | None, n_layers: int) -> tuple[int, ...]:
-    """`--deep-layers`: "3-5", "7", "0,4,8-9" (blocks, from 0); None: every block."""
-    if text is None:
-        return tuple(range(n_layers))
-    out: list[int] = []
-    for part in text.split(","):
-        lo, sep, hi = part.strip().partition("-")
-        try:
-            a, b = int(lo), int(hi) if sep else int(lo)
-        except ValueError:
-            raise BadInput(f"--deep-layers {text!r}: blocks as N, N-M or a comma-separated list "
-                           "of those (e.g. 3-5)") from None
-        if not (0 <= a <= b < n_layers):
-            raise BadInput(f"--deep-layers {text!r} is out of range: the model has blocks "
-                           f"0..{n_layers - 1}")
-        out += [i for i in range(a, b + 1) if i not in out]
-    return tuple(sorted(out))
 
 
 def mismatch(a: LoadedModel, b: LoadedModel) -> str | None:
@@ -397,10 +379,12 @@ def _attention(lm: LoadedModel, impl: str) -> str | None:
 
 
 def deep_diff(lm_a: LoadedModel, lm_b: LoadedModel, prompt: Any, *,
-              layers: str | None = None, labels: tuple[str, str] = ("a", "b"),
-              tolerance: float | None = None) -> TraceDiff:
+              layers: Sequence[int] | Selection | None = None,
+              labels: tuple[str, str] = ("a", "b"), tolerance: float | None = None
+              ) -> TraceDiff:
     """Run `prompt` on both models side by side and compare them block by block (the plain
-    diff) and, inside the blocks of `layers` ("3-5"; all by default), point by point."""
+    diff) and, inside the blocks of `layers` (a list of blocks, negative ones counted from the
+    end; None: every block), point by point."""
     if lm_a.model is lm_b.model:
         raise BadInput("diff --deep runs the two models side by side: load the model twice "
                        "(a model compared with itself is two loads of it)")
@@ -412,7 +396,8 @@ def deep_diff(lm_a: LoadedModel, lm_b: LoadedModel, prompt: Any, *,
                        "cannot be compared position for position")
     why_not = mismatch(lm_a, lm_b)
     n = len(lm_a.parts.blocks)
-    chosen = parse_layers(layers, n) if why_not is None else ()
+    chosen = (resolve_selection(layers, n, "layers", lm_a.name, "block") or tuple(range(n))) \
+        if why_not is None else ()
     fam = lm_a.parts.family
     recorded = fam.block_taps(lm_a.parts.parallel_residual) if why_not is None else {}
     order = tuple(p for p in BLOCK if p in recorded or (recorded and p in RECOMPUTED))
@@ -450,5 +435,5 @@ def deep_diff(lm_a: LoadedModel, lm_b: LoadedModel, prompt: Any, *,
     return dataclasses.replace(base, deep=deep, within=base.within and parted is None)
 
 
-__all__ = ["deep_diff", "parse_layers", "mismatch", "compare_point", "compare_block",
+__all__ = ["deep_diff", "mismatch", "compare_point", "compare_block",
            "parting", "lens", "lens_rows", "run_sides"]

@@ -28,11 +28,12 @@ def explain(
         help="The text whose forward pass is explained (or --messages FILE).")] = None,
     opts: LoadOptions = LoadOptions(),
     chat: ChatOptions = ChatOptions(),
-    layer: Annotated[int, typer.Option("--layer", "-l", help="The block to recompute "
-                                       "(negative counts from the end).",
-                                       rich_help_panel=STATS)] = 0,
-    head: Annotated[int, typer.Option("--head", help="The attention head whose values and "
-                                      "matrix are shown.", rich_help_panel=STATS)] = 0,
+    layer: Annotated[str, typer.Option("--layer", "-l", metavar="L", help="The block to "
+                                       "recompute (negative counts from the end).",
+                                       rich_help_panel=STATS)] = "0",
+    head: Annotated[str, typer.Option("--head", metavar="H", help="The attention head whose "
+                                      "values and matrix are shown (of that block).",
+                                      rich_help_panel=STATS)] = "0",
     temperature: Annotated[float, typer.Option("--temperature", "-t", help="Temperature of the "
                                                "sampled strategies (0 = greedy).",
                                                rich_help_panel=SAMPLING)] = 0.8,
@@ -50,13 +51,16 @@ def explain(
     then follow the last position to the logits and the sampling choices."""
     from fptrace.core.sampling import check_options
 
+    from fptrace.addresses import parse_block, parse_index
+
     check_options(temperature, top_k, top_p)
+    block, h = parse_block(layer, "--layer"), parse_index(head, "--head", "head")
     lm, prompt = load_for(prompt, opts, plot, chat)
     from fptrace.commands.explain.core import covered
     from fptrace.commands.explain.core import explain as run_explain
 
     covered(lm.parts.family)
-    result = run_explain(lm, prompt, layer=layer, head=head, temperature=temperature,
+    result = run_explain(lm, prompt, layer=block, head=h, temperature=temperature,
                          top_k=top_k, top_p=top_p, seed=opts.seed, show=show_rows,
                          all_heads=plot is not None)
     from fptrace.commands.explain.render import attention_figure, explain_view

@@ -13,6 +13,7 @@ import contextlib
 import copy
 from typing import Any, Iterator
 
+from fptrace.addresses import Block, Index, resolve_block, resolve_index
 from fptrace.commands.explain.embedding import embedding
 from fptrace.commands.explain.result import AttentionMatrix, Explanation, Sampling, SamplingRow
 from fptrace.core import sampling
@@ -20,7 +21,7 @@ from fptrace.core.hooks import Hook, first_output, hooked
 from fptrace.notes import END_OF_PASS, MATRIX_LIMIT
 from fptrace.points import Point
 from fptrace.results import Check, Token, TopToken
-from fptrace.core.trace import base_notes, model_info
+from fptrace.core.trace import base_notes, model_info, sizes
 from fptrace.errors import BadInput, UnsupportedModel
 from fptrace.families import Family, with_walkthrough
 from fptrace.families.ops import Steps
@@ -116,22 +117,18 @@ def _close(name: str, ours: Any, theirs: Any, tol: tuple[float, float], target: 
                  ok=ok, target=target)
 
 
-def explain(lm: LoadedModel, prompt: Prompt, *, layer: int = 0, head: int = 0,
+def explain(lm: LoadedModel, prompt: Prompt, *, layer: int | Block = 0, head: int | Index = 0,
             temperature: float = 0.8, top_k: int = 10, top_p: float = 0.9, seed: int = 0,
             show: int = 8, max_matrix: int = 12, all_heads: bool = False) -> Explanation:
-    """Walk through block `layer` (negative counts from the end) for head `head`, then the end
-    of the pass and the sampling choices."""
+    """Walk through block `layer` for head `head` (each negative counts from the end), then the
+    end of the pass and the sampling choices."""
     import torch
 
     sampling.check_options(temperature, top_k, top_p)
     fam = covered(lm.parts.family)
     info = model_info(lm)
-    L = info.n_layers
-    if not -L <= layer < L:
-        raise BadInput(f"--layer {layer} is out of range: {lm.name} has blocks 0..{L - 1}")
-    layer = layer % L
-    if not 0 <= head < info.n_heads:
-        raise BadInput(f"--head {head} is out of range: {lm.name} has heads 0..{info.n_heads - 1}")
+    layer = resolve_block(layer, sizes(lm), "layer").layer
+    head = resolve_index(head, info.n_heads, "head", f"each block of {lm.name}", "head")
     if show < 1:
         raise BadInput("--show must be at least 1")
     prepared = lm.prepare(prompt)
@@ -168,8 +165,8 @@ def explain(lm: LoadedModel, prompt: Prompt, *, layer: int = 0, head: int = 0,
     toks = lm.tokens(prepared)
     matrices = _matrices(s, toks, head) if len(ids) <= max_matrix else ()
     notes = base_notes(lm)
-    if layer != L - 1:
-        notes.append(END_OF_PASS(last=L - 1, layer=layer))
+    if layer != info.n_layers - 1:
+        notes.append(END_OF_PASS(last=info.n_layers - 1, layer=layer))
     if len(ids) > max_matrix:
         notes.append(MATRIX_LIMIT(n=max_matrix))
     return Explanation(

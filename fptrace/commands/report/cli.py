@@ -62,9 +62,9 @@ def report(
         from fptrace.errors import BadInput
 
         raise BadInput("the steering section needs --add, --subtract and --steer-layer")
-    from fptrace.commands.attribute.qk import qk_request
+    from fptrace.addresses import parse_head
 
-    qk_head = qk_request(qk, None, None, "term")
+    qk_head = None if qk is None else parse_head(qk, "--qk")
     lm, prompt = load_for(prompt, opts, chat=chat)
     from fptrace.commands.explain.core import covered
     from fptrace.commands.explain.core import explain as run_explain
@@ -80,7 +80,7 @@ def report(
 
     qk_head = qk_head or top_head(attribution)
     split = None if qk_head is None or lm.parts.family.qk_weights is None else \
-        attribute_qk(lm, prompt, *qk_head, top=10)
+        attribute_qk(lm, prompt, qk_head, top=10)
     patching = None
     if noise is not None:
         from fptrace.commands.patch.core import patch as run_patch

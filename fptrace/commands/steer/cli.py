@@ -49,9 +49,10 @@ def steer(
     token: Annotated[Optional[str], typer.Option(
         "--token", help="The LM head's row of this token (e.g. ' Paris').",
         rich_help_panel=VECTOR)] = None,
-    layer: Annotated[Optional[int], typer.Option(
-        "--layer", "-l", help="The block whose output receives the vector (and where --add, "
-        "--subtract and --pairs are measured).", rich_help_panel=VECTOR)] = None,
+    layer: Annotated[Optional[str], typer.Option(
+        "--layer", "-l", metavar="L", help="The block whose output receives the vector (and "
+        "where --add, --subtract and --pairs are measured); -1: the last.",
+        rich_help_panel=VECTOR)] = None,
     mean_positions: Annotated[bool, typer.Option(
         "--mean-positions", help="Measure --add/--subtract/--pairs as the mean over each "
         "prompt's positions instead of its last position.", rich_help_panel=VECTOR)] = False,
@@ -67,7 +68,8 @@ def steer(
         "forward pass, a row per strength.", rich_help_panel=STATS)] = "1",
     positions: Annotated[str, typer.Option(
         "--positions", help="Where the vector is added: all (every position, generated tokens "
-        "included), last, or prompt positions such as 0,3,-1.", rich_help_panel=STATS)] = "all",
+        "included), last, or prompt positions such as 0,3,-1 or 0-3.",
+        rich_help_panel=STATS)] = "all",
     target: Annotated[Optional[str], typer.Option(
         "--target", help="The token whose logit and probability are followed (default: the "
         "clean top-1).", rich_help_panel=STATS)] = None,
@@ -82,9 +84,12 @@ def steer(
 ) -> None:
     """What if the stream had a direction added? Activation steering at a sweep of strengths in
     one batched forward pass, measured against the clean run block by block."""
+    from fptrace.addresses import parse_block, parse_selection
     from fptrace.commands.steer.core import parse_scales
 
     parse_scales(scale)
+    block = None if layer is None else parse_block(layer, "--layer")
+    where = parse_selection(positions, "--positions")
     if save_vector is not None:
         from fptrace.commands.steer.vectors import check_vector_path
 
@@ -94,7 +99,7 @@ def steer(
     from fptrace.commands.steer.vectors import match_norms, steering_vector, write_vector
 
     vec = steering_vector(lm, add=add, subtract=subtract, pairs=pairs, method=method,
-                          vector=vector, token=token, layer=layer, mean_positions=mean_positions,
+                          vector=vector, token=token, layer=block, mean_positions=mean_positions,
                           prompt=prompt)
     if norm_match:
         vec = match_norms(lm, prompt, vec)
@@ -102,7 +107,7 @@ def steer(
         write_vector(save_vector, vec, lm)
         stderr_console().print(f"wrote {save_vector}", markup=False, style="dim",
                                soft_wrap=True)
-    result = run_steer(lm, prompt, vector=vec, scales=scale, positions=positions, target=target,
+    result = run_steer(lm, prompt, vector=vec, scales=scale, positions=where, target=target,
                        top=top, new_tokens=new_tokens)
     from fptrace.commands.steer.render import steer_figure, steer_view
 

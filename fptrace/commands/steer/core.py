@@ -20,6 +20,7 @@ import math
 import os
 from typing import Any, Sequence
 
+from fptrace.addresses import Block, Selection, resolve_selection
 from fptrace.commands.steer.result import Steering, SteeringVectorInfo, SteerRow
 from fptrace.core import sampling, stats
 from fptrace.core.attribution import rtol_for
@@ -28,7 +29,6 @@ from fptrace.core.interventions import (
     check_continuation,
     check_rows_fit,
     continue_greedy,
-    parse_positions,
     run_rows,
     steering_hooks,
 )
@@ -70,12 +70,15 @@ def parse_scales(scales: str | float | Sequence[float]) -> tuple[float, ...]:
 def steer(lm: LoadedModel, prompt: Prompt, *, add: str | None = None,
           subtract: str | None = None, pairs: str | Sequence[tuple[str, str]] | None = None,
           method: str = "mean", vector: str | SteeringVector | None = None,
-          token: str | None = None, layer: int | None = None,
-          scales: str | float | Sequence[float] = 1.0, positions: str = "all",
+          token: str | None = None, layer: int | Block | None = None,
+          scales: str | float | Sequence[float] = 1.0,
+          positions: Sequence[int] | Selection | None = None,
           mean_positions: bool = False, norm_match: bool = False, target: str | None = None,
           top: int = 5, new_tokens: int = 0) -> Steering:
-    """Add a steering vector (from one source: add/subtract, pairs, vector, token) at a sweep of
-    strengths, one batched forward pass, and measure each against the clean run."""
+    """Add a steering vector (from one source: add/subtract, pairs, vector, token) to the
+    output of block `layer` (negative counts from the end) at a sweep of strengths, one batched
+    forward pass, and measure each against the clean run. `positions`: None (every position,
+    generated tokens included) or the prompt positions (negative count from the end)."""
     import torch
 
     strengths = parse_scales(scales)
@@ -84,7 +87,7 @@ def steer(lm: LoadedModel, prompt: Prompt, *, add: str | None = None,
     prepared = lm.prepare(prompt)
     ids = list(prepared.ids)
     T = len(ids)
-    where = parse_positions(positions, T)
+    where = resolve_selection(positions, T, "positions", "the prompt", "position", "token")
     check_continuation(lm, T, new_tokens)
     given = None if target is None else token_id(lm, target, "--target", prepared)
     if isinstance(vector, SteeringVector):

@@ -25,8 +25,11 @@ import os
 from dataclasses import dataclass
 from typing import Any, Sequence
 
+from fptrace.addresses import Block, resolve_block
+from fptrace.core.trace import sizes
 from fptrace.errors import BadInput
 from fptrace.models.loading import LoadedModel
+from fptrace.numbers import parse_int
 
 METHODS = ("mean", "pca")
 SUFFIXES = (".gguf", ".safetensors", ".npy")
@@ -64,19 +67,20 @@ def match_norms(lm: LoadedModel, prompt: Any, vec: SteeringVector) -> SteeringVe
     return replace(vec, layers=layers, passes=vec.passes + 1, norm_matched=True)
 
 
-def check_layer(lm: LoadedModel, layer: int | None, what: str = "--layer") -> int:
+def steered_block(lm: LoadedModel, layer: int | Block | None) -> int:
+    """The block whose output receives the vector (`layer=`, `--layer` on the command line),
+    checked against the model; negative counts from the end."""
     n = len(lm.parts.blocks)
     if layer is None:
-        raise BadInput(f"{what}: say which block's output receives the vector (0 to {n - 1})")
-    if not 0 <= layer < n:
-        raise BadInput(f"{what} {layer}: {lm.name} has {n} blocks; use 0 to {n - 1}")
-    return layer
+        raise BadInput(f"--layer: say which block's output receives the vector (0 to {n - 1}; "
+                       "layer= in Python)")
+    return resolve_block(layer, sizes(lm), "layer").layer
 
 
 def steering_vector(lm: LoadedModel, *, add: str | None = None, subtract: str | None = None,
                     pairs: str | Sequence[tuple[str, str]] | None = None, method: str = "mean",
                     vector: str | None = None, token: str | None = None,
-                    layer: int | None = None, mean_positions: bool = False,
+                    layer: int | Block | None = None, mean_positions: bool = False,
                     prompt: Any = None) -> SteeringVector:
     """The steering vector of exactly one source: add and subtract (two prompts), pairs (a
     JSON Lines file of {"positive", "negative"}, or a list of pairs), vector (a file) or token
@@ -99,7 +103,7 @@ def steering_vector(lm: LoadedModel, *, add: str | None = None, subtract: str | 
         raise BadInput("--mean-positions goes with --add/--subtract or --pairs")
     if vector is not None:
         return read_vector(lm, vector, layer)
-    layer = check_layer(lm, layer)
+    layer = steered_block(lm, layer)
     if token is not None:
         return token_vector(lm, token, layer, prompt)
     if add is not None:
@@ -201,7 +205,8 @@ def check_vector_path(path: str, what: str = "--save-vector") -> None:
                        ".safetensors or .npy file")
 
 
-def read_vector(lm: LoadedModel, path: str, layer: int | None = None) -> SteeringVector:
+def read_vector(lm: LoadedModel, path: str, layer: int | Block | None = None
+                ) -> SteeringVector:
     """A vector file: a llama.cpp control-vector GGUF (`direction.N` tensors), a .safetensors
     (`direction.N` tensors, or one (d,) or (n_layers, d) tensor) or a .npy ((d,) or
     (n_layers, d)). A single (d,) vector needs `layer`; with several blocks in the file,
@@ -211,7 +216,7 @@ def read_vector(lm: LoadedModel, path: str, layer: int | None = None) -> Steerin
     if not os.path.isfile(path):
         raise BadInput(f"--vector {path}: no such file")
     if layer is not None:
-        check_layer(lm, layer)
+        layer = steered_block(lm, layer)
     suffix = os.path.splitext(path)[1].lower()
     if suffix == ".gguf":
         layers = _read_gguf(path)
@@ -263,16 +268,26 @@ def _read_gguf(path: str) -> dict[int, Any]:
     layers = {}
     for t in reader.tensors:
         name = t.name
-        if not name.startswith("direction.") or not name[len("direction."):].isdigit():
+        block = _direction(name, path)
+        if block is None:
             continue
         if t.tensor_type not in (GGMLQuantizationType.F32, GGMLQuantizationType.F16):
             raise BadInput(f"--vector {path}: {name} is {t.tensor_type.name}; a control vector's "
                            "directions are F32")
         a = np.array(t.data, dtype=np.float32)  # a 1-D tensor: (n_embd,); others fail below
-        layers[int(name[len("direction."):])] = a.reshape(-1) if len(t.shape) == 1 else a
+        layers[block] = a.reshape(-1) if len(t.shape) == 1 else a
     if not layers:
         raise BadInput(f"--vector {path}: a control vector without direction.N tensors")
     return layers
+
+
+def _direction(name: str, path: str) -> int | None:
+    """The block of a `direction.N` tensor (llama.cpp's name for block N's direction), None for
+    a tensor of another name; `direction.²` is refused, naming it."""
+    if not name.startswith("direction."):
+        return None
+    return parse_int(name[len("direction."):], f"--vector {path}: the block of the tensor "
+                     f"{name!r},")
 
 
 def _rows(path: str, a: Any, lm: LoadedModel, layer: int | None, what: str
@@ -315,8 +330,8 @@ def _read_safetensors(path: str, lm: LoadedModel, layer: int | None) -> dict[int
     except Exception as e:  # noqa: BLE001
         raise BadInput(f"--vector {path}: not a readable .safetensors file ({type(e).__name__}: "
                        f"{str(e)[:100]})") from None
-    directions = {int(k[len("direction."):]): v for k, v in tensors.items()
-                  if k.startswith("direction.") and k[len("direction."):].isdigit()}
+    directions = {_direction(k, path): v for k, v in tensors.items()
+                  if _direction(k, path) is not None}
     if directions:
         return directions
     if len(tensors) == 1:

@@ -248,11 +248,12 @@ class FptraceApp(App):
     def _qk_split(self, block: int) -> Any:
         """Why the selected head attends where it does (attribute --qk): the last position on
         its most attended key."""
+        from fptrace.addresses import Head
         from fptrace.commands.attribute.qk import attribute_qk
         from fptrace.commands.attribute.render import qk_pane
 
         try:
-            self.qk = attribute_qk(self.lm, self.traced, block, self.head, top=6)
+            self.qk = attribute_qk(self.lm, self.traced, Head(block, self.head), top=6)
         except FptraceError as err:
             self.qk = None
             return Text(str(err), style="yellow")
@@ -309,15 +310,17 @@ class FptraceApp(App):
 
     def action_ablate(self) -> None:
         """What if the selected block's current head and its MLP were gone (zero ablation)."""
+        from fptrace.addresses import Head
         from fptrace.commands.ablate.core import ablate
         from fptrace.commands.ablate.render import ablate_view
 
         if self.trace is None:
             return
         block = max(self.layer - 1, 0)
-        self.whatif(lambda: ablate(self.lm, self.traced, heads=[f"{block}.{self.head}"],
-                                   mlps=[block], target=f"#{self.trace.top_k[self.target].id}"),
-                    ablate_view, f"removed head {block}.{self.head} and the MLP of block {block}")
+        head = Head(block, self.head)
+        self.whatif(lambda: ablate(self.lm, self.traced, heads=[head], mlps=[block],
+                                   target=f"#{self.trace.top_k[self.target].id}"),
+                    ablate_view, f"removed head {head} and the MLP of block {block}")
 
     def action_steer(self) -> None:
         """What if the selected block's output were pushed toward the attributed token."""
