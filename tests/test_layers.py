@@ -4,8 +4,9 @@ private name imported from another module, and the public API real.
     cli.main ──► commands/<name>/ ──► core/ · models/ · families/ · render/ ──► leaves
                       │  (and cli.io, cli.options: what every command shares)
 
-- leaves (errors.py, atomic.py, results.py, notes.py, points.py) import only
-  each other;
+- leaves (errors.py, atomic.py, results.py, notes.py, numbers.py, points.py, extensions.py,
+  examples.py) import only each other (extensions.py finds the command folders' parts by their
+  module path, at run time: no static arrow);
 - render/ imports only render/ and the leaves: it never touches the engine;
 - families/ imports only families/ and the leaves;
 - models/ imports models/, families/ and the leaves;
@@ -25,7 +26,7 @@ from pathlib import Path
 
 PKG = Path(__file__).resolve().parent.parent / "fptrace"
 LEAVES = {"fptrace.errors", "fptrace.atomic", "fptrace.results", "fptrace.notes", "fptrace.numbers",
-          "fptrace.points"}
+          "fptrace.points", "fptrace.extensions", "fptrace.examples"}
 COMPOSERS = {"report", "tui", "schema"}
 
 

@@ -1,0 +1,33 @@
+"""Examples of `fptrace ablate`: its golden view, its bad inputs, its notes' cases."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fptrace.examples import Bench, NoteCase
+
+
+def _ablated(lm: Any, **kw: Any) -> tuple[str, ...]:
+    from fptrace.commands.ablate.core import ablate
+
+    kw.setdefault("heads", ["1.0"])
+    return ablate(lm, [5, 6, 7], **kw).notes
+
+
+def _softcap(bench: Bench) -> tuple[Any, Any]:
+    return _ablated(bench.lm("llama")), _ablated(bench.lm("gemma2"))
+
+
+def _wo_bias(bench: Bench) -> tuple[Any, Any]:
+    """GPT-2's c_proj has a bias: removing only an MLP leaves no head's block behind."""
+    gpt2 = bench.lm("gpt2")
+    return _ablated(gpt2, heads=(), mlps=[1]), _ablated(gpt2)
+
+
+def _mean(bench: Bench) -> tuple[Any, Any]:
+    return _ablated(bench.lm("llama")), _ablated(bench.lm("llama"), mode="mean")
+
+
+NOTE_CASES = (NoteCase("ablate_softcap", _softcap),
+              NoteCase("ablate_wo_bias", _wo_bias),
+              NoteCase("ablate_mean", _mean))

@@ -1,0 +1,27 @@
+"""Examples of `fptrace explain`: its golden view, its bad inputs, its notes' cases."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fptrace.examples import Bench, NoteCase
+
+
+def _explained(lm: Any, **kw: Any) -> tuple[str, ...]:
+    from fptrace.commands.explain.core import explain
+
+    return explain(lm, [5, 6, 7, 8], **kw).notes
+
+
+def _end_of_pass(bench: Bench) -> tuple[Any, Any]:
+    lm = bench.lm("llama")
+    return _explained(lm, layer=-1), _explained(lm, layer=0)
+
+
+def _matrix_limit(bench: Bench) -> tuple[Any, Any]:
+    lm = bench.lm("llama")
+    return _explained(lm), _explained(lm, max_matrix=2)
+
+
+NOTE_CASES = (NoteCase("explain_end_of_pass", _end_of_pass),
+              NoteCase("explain_matrix_limit", _matrix_limit))

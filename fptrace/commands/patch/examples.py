@@ -1,0 +1,28 @@
+"""Examples of `fptrace patch`: its golden view, its bad inputs, its notes' cases."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fptrace.examples import Bench, NoteCase
+
+
+def _weak_corruption(bench: Bench) -> tuple[Any, Any]:
+    """A corruption that changes the answer (other tokens, on a model with sharp logits) and
+    one that cannot (the prompt itself)."""
+    import torch
+
+    from fptrace.commands.patch.core import patch
+    from fptrace.models.loading import wrap_model
+
+    model = bench.tiny("llama")
+    with torch.no_grad():
+        model.lm_head.weight.mul_(40)  # sharp logits: the clean top-1 is near certain
+    lm = wrap_model(model, name="tiny-llama-sharp", random_weights=True)
+    strong = patch(lm, [5, 6, 7], corrupt=[900, 901, 902])
+    assert strong.p_clean - strong.p_corrupt >= 0.05, (strong.p_clean, strong.p_corrupt)
+    weak = patch(lm, [5, 6, 7], corrupt=[5, 6, 7])
+    return strong.notes, weak.notes
+
+
+NOTE_CASES = (NoteCase("patch_weak_corruption", _weak_corruption),)

@@ -1,0 +1,37 @@
+"""Examples of `fptrace steer`: its golden view, its bad inputs, its notes' cases."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fptrace.examples import Bench, NoteCase
+
+
+def _steered(lm: Any, **kw: Any) -> tuple[str, ...]:
+    from fptrace.commands.steer.core import steer
+
+    kw.setdefault("token", "#5")
+    kw.setdefault("layer", 1)
+    return steer(lm, [5, 6, 7], scales="0,1", **kw).notes
+
+
+def _gguf_blocks(bench: Bench) -> tuple[Any, Any]:
+    from fptrace.commands.steer.vectors import token_vector, write_vector
+
+    lm = bench.lm("llama")
+    path = str(bench.tmp("vector") / "v.gguf")
+    write_vector(path, token_vector(lm, "#5", 1), lm)
+    return _steered(lm), _steered(lm, token=None, layer=None, vector=path)
+
+
+def _positions(bench: Bench) -> tuple[Any, Any]:
+    return _steered(bench.lm("llama")), _steered(bench.lm("llama"), positions="last")
+
+
+def _block0(bench: Bench) -> tuple[Any, Any]:
+    return _steered(bench.lm("llama")), _steered(bench.lm("llama"), layer=0)
+
+
+NOTE_CASES = (NoteCase("steer_gguf_blocks", _gguf_blocks),
+              NoteCase("steer_positions", _positions),
+              NoteCase("steer_block0", _block0))
