@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable
 
-from fptrace.examples import Bench, NoteCase
+from fptrace.examples import Bench, NoteCase, View
+
+PROMPT = "The cat sat on the mat"
 
 
 def _ablated(lm: Any, **kw: Any) -> tuple[str, ...]:
@@ -31,3 +33,14 @@ def _mean(bench: Bench) -> tuple[Any, Any]:
 NOTE_CASES = (NoteCase("ablate_softcap", _softcap),
               NoteCase("ablate_wo_bias", _wo_bias),
               NoteCase("ablate_mean", _mean))
+
+
+def _view(lm: Any, bench: Bench) -> Callable[[Any], Any]:
+    from fptrace.commands.ablate.core import ablate
+    from fptrace.commands.ablate.render import ablate_view
+
+    r = ablate(lm, PROMPT, heads=["1.1"], mlps=[0], all_heads=True, all_mlps=True, top=4)
+    return lambda w: ablate_view(r, w)
+
+
+VIEWS = (View("ablate", _view),)

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable
 
-from fptrace.examples import Bench, NoteCase
+from fptrace.examples import Bench, NoteCase, View
+
+PROMPT = "The cat sat on the mat"
 
 
 def _softcap(bench: Bench) -> tuple[Any, Any]:
@@ -32,3 +34,25 @@ def _qk_softcap(bench: Bench) -> tuple[Any, Any]:
 NOTE_CASES = (NoteCase("attribute_softcap", _softcap),
               NoteCase("attribute_qk_key_defaulted", _qk_key_defaulted),
               NoteCase("attribute_qk_softcap", _qk_softcap))
+
+
+def _view(lm: Any, bench: Bench) -> Callable[[Any], Any]:
+    from fptrace.commands.attribute.core import attribute
+    from fptrace.commands.attribute.render import attribution_view
+
+    a = attribute(lm, PROMPT, top=6)
+    return lambda w: attribution_view(a, w)
+
+
+def _view_qk(lm: Any, bench: Bench) -> Callable[[Any], Any]:
+    from rich.console import Group
+
+    from fptrace.commands.attribute.qk import attribute_qk
+    from fptrace.commands.attribute.render import qk_view
+
+    a = attribute_qk(lm, PROMPT, 1, 1, top=6)
+    b = attribute_qk(lm, PROMPT, 1, 0, key=2, top=4, group="source")
+    return lambda w: Group(qk_view(a, w), qk_view(b, w))
+
+
+VIEWS = (View("attribute", _view), View("attribute-qk", _view_qk))

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+from typing import Any, Callable
 
-from fptrace.examples import Bench, NoteCase
+from fptrace.examples import Bench, NoteCase, View
+
+PROMPT = "The cat sat on the mat"
 
 
 def _traced(lm: Any, ids: list[int], **kw: Any) -> Any:
@@ -74,3 +76,29 @@ NOTE_CASES = (NoteCase("diff_models", _models), NoteCase("diff_random", _random)
               NoteCase("diff_snippet", _snippet),
               NoteCase("diff_deep_block_level", _deep_block_level),
               NoteCase("diff_deep_missing_points", _deep_missing_points))
+
+
+def _view(lm: Any, bench: Bench) -> Callable[[Any], Any]:
+    from fptrace.commands.diff.core import diff
+    from fptrace.commands.diff.render import diff_view
+    from fptrace.core.trace import run_trace
+
+    d = diff(run_trace(lm, PROMPT), run_trace(lm, "The dog sat on the mat"))
+    return lambda w: diff_view(d, w)
+
+
+def _view_deep(lm: Any, bench: Bench) -> Callable[[Any], Any]:
+    import torch
+
+    from fptrace.commands.diff.deep import deep_diff
+    from fptrace.commands.diff.render import diff_view
+    from fptrace.models.loading import load_model
+
+    b = load_model(bench.gpt2_folder(), random_weights=True, seed=0, device="cpu")  # lm again
+    with torch.no_grad():  # one neuron of block 1's MLP reads its input twice as strongly
+        b.model.transformer.h[1].mlp.c_fc.weight[:, 3] *= 2
+    d = deep_diff(lm, b, PROMPT)
+    return lambda w: diff_view(d, w)
+
+
+VIEWS = (View("diff", _view), View("diff-deep", _view_deep))

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable
 
-from fptrace.examples import Bench, NoteCase
+from fptrace.examples import Bench, NoteCase, View
+
+PROMPT = "The cat sat on the mat"
 
 
 def _explained(lm: Any, **kw: Any) -> tuple[str, ...]:
@@ -25,3 +27,14 @@ def _matrix_limit(bench: Bench) -> tuple[Any, Any]:
 
 NOTE_CASES = (NoteCase("explain_end_of_pass", _end_of_pass),
               NoteCase("explain_matrix_limit", _matrix_limit))
+
+
+def _view(lm: Any, bench: Bench) -> Callable[[Any], Any]:
+    from fptrace.commands.explain.core import explain
+    from fptrace.commands.explain.render import explain_view
+
+    e = explain(lm, PROMPT, layer=1, head=1)
+    return lambda w: explain_view(e, w)
+
+
+VIEWS = (View("explain", _view),)

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Any
+import dataclasses
+from typing import Any, Callable
 
-from fptrace.examples import Bench, NoteCase
+from fptrace.examples import Bench, NoteCase, View
+
+PROMPT = "The cat sat on the mat"
 
 
 def _tensor_parallel(bench: Bench) -> tuple[Any, Any]:
@@ -14,3 +17,32 @@ def _tensor_parallel(bench: Bench) -> tuple[Any, Any]:
 
 
 NOTE_CASES = (NoteCase("generate_tensor_parallel", _tensor_parallel),)
+
+
+def _view(lm: Any, bench: Bench) -> Callable[[Any], Any]:
+    from rich.console import Group
+
+    from fptrace.commands.generate.core import generate
+    from fptrace.commands.generate.render import step_columns, step_header, step_line, summary
+
+    gen = generate(lm, PROMPT, max_new_tokens=3)
+    gen = dataclasses.replace(  # timings masked: every step 1 ms
+        gen, steps=tuple(dataclasses.replace(s, seconds=0.001) for s in gen.steps),
+        prefill_seconds=0.001, decode_seconds=0.001 * (len(gen.steps) - 1),
+        decode_tokens_per_s=1000.0)
+
+    def generation(width: int | None):
+        info = gen.model
+        cols = step_columns(width, len(gen.tokens) + gen.max_new_tokens, info.d_model,
+                            info.n_kv_heads, info.head_dim)
+        text = ""
+        lines = [step_header(cols)]
+        for step, tok in zip(gen.steps, gen.generated):
+            text += tok.text
+            lines.append(step_line(step, text, cols))
+        return Group(*lines, summary(gen))
+
+    return generation
+
+
+VIEWS = (View("generate", _view),)

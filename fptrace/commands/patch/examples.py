@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable
 
-from fptrace.examples import Bench, NoteCase
+from fptrace.examples import Bench, NoteCase, View
+
+PROMPT = "The cat sat on the mat"
 
 
 def _weak_corruption(bench: Bench) -> tuple[Any, Any]:
@@ -26,3 +28,14 @@ def _weak_corruption(bench: Bench) -> tuple[Any, Any]:
 
 
 NOTE_CASES = (NoteCase("patch_weak_corruption", _weak_corruption),)
+
+
+def _view(lm: Any, bench: Bench) -> Callable[[Any], Any]:
+    from fptrace.commands.patch.core import patch
+    from fptrace.commands.patch.render import patch_view
+
+    r = patch(lm, PROMPT, noise=" cat")
+    return lambda w: patch_view(r, w)
+
+
+VIEWS = (View("patch", _view),)

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Any
+import dataclasses
+from typing import Any, Callable
 
-from fptrace.examples import Bench, NoteCase
+from fptrace.examples import Bench, NoteCase, View
+
+PROMPT = "The cat sat on the mat"
 
 
 def _tokenizer_sentences(t: Any) -> list[str]:
@@ -27,9 +30,19 @@ def _tokenized(bench: Bench) -> tuple[Any, Any]:
     from fptrace.models.loading import load_model
 
     lm = load_model(bench.gpt2_folder(), random_weights=True, device="cpu")
-    prompt = "The cat sat on the mat"
-    return _tokenizer_sentences(run_trace(lm, lm.encode(prompt))), \
-        _tokenizer_sentences(run_trace(lm, prompt))
+    return _tokenizer_sentences(run_trace(lm, lm.encode(PROMPT))), \
+        _tokenizer_sentences(run_trace(lm, PROMPT))
 
 
 NOTE_CASES = (NoteCase("tokenized", _tokenized),)
+
+
+def _view(lm: Any, bench: Bench) -> Callable[[Any], Any]:
+    from fptrace.commands.run.render import trace_view
+    from fptrace.core.trace import run_trace
+
+    trace = dataclasses.replace(run_trace(lm, PROMPT, top_k=5), tokenize_seconds=50e-6)
+    return lambda w: trace_view(trace, w)  # the tokenizer's time masked: 50 µs
+
+
+VIEWS = (View("run", _view),)

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from typing import Any
+import dataclasses
+from typing import Any, Callable
 
-from fptrace.examples import Bench, NoteCase
+from fptrace.examples import Bench, NoteCase, View
 
 
 def _beyond_context(bench: Bench) -> tuple[Any, Any]:
@@ -14,3 +15,14 @@ def _beyond_context(bench: Bench) -> tuple[Any, Any]:
 
 
 NOTE_CASES = (NoteCase("shapes_beyond_context", _beyond_context),)
+
+
+def _view(lm: Any, bench: Bench) -> Callable[[Any], Any]:
+    from fptrace.commands.shapes.core import shape_report
+    from fptrace.commands.shapes.render import shape_view
+
+    report = dataclasses.replace(shape_report("gpt2", seq_len=6), seconds=0.0)  # no timing
+    return lambda w: shape_view(report, w)
+
+
+VIEWS = (View("shapes", _view),)

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable
 
-from fptrace.examples import Bench, NoteCase
+from fptrace.examples import Bench, NoteCase, View
 
-PROMPTS = ("The cat sat on the mat", "The dog ran")
+PROMPT = "The cat sat on the mat"
+
+
+PROMPTS = (PROMPT, "The dog ran")
 
 
 def _notes(lm: Any, prompts: tuple[str, ...] = PROMPTS, **kw: Any) -> tuple[str, ...]:
@@ -39,3 +42,20 @@ def _eager_attention(bench: Bench) -> tuple[Any, Any]:
 NOTE_CASES = (NoteCase("stats_random_weights", _random_weights),
               NoteCase("stats_failed", _failed),
               NoteCase("stats_eager_attention", _eager_attention))
+
+
+def _view(lm: Any, bench: Bench) -> Callable[[Any], Any]:
+    from fptrace.commands.stats.core import build, collect, new_statistics
+    from fptrace.commands.stats.render import stats_view
+    from fptrace.core.inputs import PromptItem
+    from fptrace.core.trace import model_info
+
+    items = [PromptItem(f"p:{i + 1}", p, f"p.txt:{i + 1}")
+             for i, p in enumerate([PROMPT, "The dog ran", "A cat", "On the mat the cat sat"])]
+    stats = new_statistics(lm)
+    collect(lm, items, stats, batch_size=2)
+    r = build(stats, model_info(lm), sink_threshold=0.2)
+    return lambda w: stats_view(r, w)
+
+
+VIEWS = (View("stats", _view),)

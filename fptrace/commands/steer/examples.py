@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable
 
-from fptrace.examples import Bench, NoteCase
+from fptrace.examples import Bench, NoteCase, View
+
+PROMPT = "The cat sat on the mat"
 
 
 def _steered(lm: Any, **kw: Any) -> tuple[str, ...]:
@@ -35,3 +37,15 @@ def _block0(bench: Bench) -> tuple[Any, Any]:
 NOTE_CASES = (NoteCase("steer_gguf_blocks", _gguf_blocks),
               NoteCase("steer_positions", _positions),
               NoteCase("steer_block0", _block0))
+
+
+def _view(lm: Any, bench: Bench) -> Callable[[Any], Any]:
+    from fptrace.commands.steer.core import steer
+    from fptrace.commands.steer.render import steer_view
+
+    r = steer(lm, PROMPT, add=" love", subtract=" hate", layer=1, scales="0,1,2,4",
+              new_tokens=3)
+    return lambda w: steer_view(r, w)
+
+
+VIEWS = (View("steer", _view),)
