@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from fptrace.examples import Bench, NoteCase, View
+from fptrace.examples import Bench, Case, NoteCase, Setup, View
 
 PROMPT = "The cat sat on the mat"
 
@@ -44,3 +44,13 @@ def _view(lm: Any, bench: Bench) -> Callable[[Any], Any]:
 
 
 VIEWS = (View("ablate", _view),)
+
+
+def bad_inputs(at: Setup) -> tuple[Case, ...]:
+    """The bad inputs of `fptrace ablate` (rows of docs/bad-inputs.md; the files they read are
+    made by scripts/bad_inputs.py)."""
+    m = at.model
+    return (
+        Case(63, "ablate: a head out of range", ("ablate", "hi", *m, "--head", "1.9")),
+        Case(64, "ablate: nothing to remove", ("ablate", "hi", *m)),
+    )

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from fptrace.examples import Bench, NoteCase, View
+from fptrace.examples import Bench, Case, NoteCase, Setup, View
 
 PROMPT = "The cat sat on the mat"
 
@@ -56,3 +56,21 @@ def _view_qk(lm: Any, bench: Bench) -> Callable[[Any], Any]:
 
 
 VIEWS = (View("attribute", _view), View("attribute-qk", _view_qk))
+
+
+def bad_inputs(at: Setup) -> tuple[Case, ...]:
+    """The bad inputs of `fptrace attribute` (rows of docs/bad-inputs.md; the files they read are
+    made by scripts/bad_inputs.py)."""
+    m = at.model
+    return (
+        Case(46, "--target of two tokens",
+             ("attribute", "The cat sat", *m, "--target", " catsat")),
+        Case(50, "attribute --qk: block out of range",
+             ("attribute", "The cat sat", *m, "--qk", "5.0")),
+        Case(51, "attribute --qk: head out of range",
+             ("attribute", "The cat sat", *m, "--qk", "1.2")),
+        Case(52, "attribute --qk: a key after the query",
+             ("attribute", "The cat sat", *m, "--qk", "1.0", "--query", "1", "--key", "2")),
+        Case(53, "attribute --qk with --versus",
+             ("attribute", "The cat sat", *m, "--qk", "1.0", "--versus", " dog")),
+    )

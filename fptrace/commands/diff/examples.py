@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Callable
 
-from fptrace.examples import Bench, NoteCase, View
+from fptrace.examples import Bench, Case, NoteCase, Setup, View
 
 PROMPT = "The cat sat on the mat"
 
@@ -102,3 +102,21 @@ def _view_deep(lm: Any, bench: Bench) -> Callable[[Any], Any]:
 
 
 VIEWS = (View("diff", _view), View("diff-deep", _view_deep))
+
+
+def bad_inputs(at: Setup) -> tuple[Case, ...]:
+    """The bad inputs of `fptrace diff` (rows of docs/bad-inputs.md; the files they read are
+    made by scripts/bad_inputs.py)."""
+    m = at.model
+    p = at.path
+    return (
+        Case(49, "diff: a trace file that does not exist",
+             ("diff", p("nope.json"), p("other.json"))),
+        Case(54, "diff --deep: --deep-layers out of range",
+             ("diff", "hi", *m, "--model-b", at.folder, "--deep", "--deep-layers", "2-5")),
+        Case(55, "diff --deep with two prompts", ("diff", "hi", "ho", *m, "--deep")),
+        Case(56, "diff: a quantization that does not exist",
+             ("diff", "hi", *m, "--quantize-b", "int3")),
+        Case(57, "diff: quantizing random weights",
+             ("diff", "hi", *m, "--random-weights", "--quantize-b", "int8")),
+    )

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from fptrace.examples import Bench, NoteCase, View
+from fptrace.examples import Bench, Case, NoteCase, Setup, View
 
 PROMPT = "The cat sat on the mat"
 
@@ -38,3 +38,18 @@ def _view(lm: Any, bench: Bench) -> Callable[[Any], Any]:
 
 
 VIEWS = (View("explain", _view),)
+
+
+def bad_inputs(at: Setup) -> tuple[Case, ...]:
+    """The bad inputs of `fptrace explain` (rows of docs/bad-inputs.md; the files they read are
+    made by scripts/bad_inputs.py)."""
+    m = at.model
+    p = at.path
+    return (
+        Case(18, "--layer out of range", ("explain", "hi", *m, "--layer", "7")),
+        Case(19, "--head out of range", ("explain", "hi", *m, "--head", "9")),
+        Case(20, "--top-p outside (0, 1]", ("explain", "hi", *m, "--top-p", "1.5")),
+        Case(21, "negative temperature", ("explain", "hi", *m, "--temperature", "-1")),
+        Case(22, "family with no walkthrough", ("explain", "hi", "--model", p("starcoder2"))),
+        Case(24, "missing argument", ("explain",)),
+    )

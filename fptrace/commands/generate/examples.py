@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Callable
 
-from fptrace.examples import Bench, NoteCase, View
+from fptrace.examples import Bench, Case, NoteCase, Setup, View
 
 PROMPT = "The cat sat on the mat"
 
@@ -46,3 +46,13 @@ def _view(lm: Any, bench: Bench) -> Callable[[Any], Any]:
 
 
 VIEWS = (View("generate", _view),)
+
+
+def bad_inputs(at: Setup) -> tuple[Case, ...]:
+    """The bad inputs of `fptrace generate` (rows of docs/bad-inputs.md; the files they read are
+    made by scripts/bad_inputs.py)."""
+    m = at.model
+    return (
+        Case(26, "-n 0", ("generate", "hi", *m, "-n", "0")),
+        Case(27, "-n beyond the context", ("generate", "hi", *m, "-n", "100")),
+    )

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from fptrace.examples import Bench, NoteCase, View
+from fptrace.examples import Bench, Case, NoteCase, Setup, View
 
 PROMPT = "The cat sat on the mat"
 
@@ -39,3 +39,14 @@ def _view(lm: Any, bench: Bench) -> Callable[[Any], Any]:
 
 
 VIEWS = (View("patch", _view),)
+
+
+def bad_inputs(at: Setup) -> tuple[Case, ...]:
+    """The bad inputs of `fptrace patch` (rows of docs/bad-inputs.md; the files they read are
+    made by scripts/bad_inputs.py)."""
+    m = at.model
+    return (
+        Case(47, "--noise not in the prompt", ("patch", "The cat sat", *m, "--noise", " dog")),
+        Case(48, "--noise occurring twice",
+             ("patch", "the cat and the cat", *m, "--noise", " cat")),
+    )

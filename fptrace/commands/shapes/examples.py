@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Callable
 
-from fptrace.examples import Bench, NoteCase, View
+from fptrace.examples import Bench, Case, NoteCase, Setup, View
 
 
 def _beyond_context(bench: Bench) -> tuple[Any, Any]:
@@ -26,3 +26,12 @@ def _view(lm: Any, bench: Bench) -> Callable[[Any], Any]:
 
 
 VIEWS = (View("shapes", _view),)
+
+
+def bad_inputs(at: Setup) -> tuple[Case, ...]:
+    """The bad inputs of `fptrace shapes` (rows of docs/bad-inputs.md; the files they read are
+    made by scripts/bad_inputs.py)."""
+    return (
+        Case(28, "shapes: negative --seq-len", ("shapes", "--seq-len", "-3")),
+        Case(29, "shapes: no offline tokenizer", ("shapes", "hello", "--model", "mistral-7b")),
+    )

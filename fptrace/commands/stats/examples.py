@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from fptrace.examples import Bench, NoteCase, View
+from fptrace.examples import Bench, Case, NoteCase, Setup, View
 
 PROMPT = "The cat sat on the mat"
 
@@ -59,3 +59,21 @@ def _view(lm: Any, bench: Bench) -> Callable[[Any], Any]:
 
 
 VIEWS = (View("stats", _view),)
+
+
+def bad_inputs(at: Setup) -> tuple[Case, ...]:
+    """The bad inputs of `fptrace stats` (rows of docs/bad-inputs.md; the files they read are
+    made by scripts/bad_inputs.py)."""
+    m = at.model
+    p = at.path
+    return (
+        Case(37, "stats: --merge of two models' statistics",
+             ("stats", "--merge", p("s.json"), p("s3.json"))),
+        Case(38, "stats: a statistics file of a newer fptrace",
+             ("stats", "--merge", p("newer.json"))),
+        Case(39, "stats: --out exists, without --resume",
+             ("stats", p("prompts.txt"), *m, "--out", p("s.json"))),
+        Case(40, "stats: --out is someone else's file",
+             ("stats", p("prompts.txt"), *m, "--out", p("notes.json"), "--force")),
+        Case(41, "stats: a prompt longer than the context", ("stats", p("long.txt"), *m)),
+    )

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from fptrace.examples import Bench, NoteCase, View
+from fptrace.examples import Bench, Case, NoteCase, Setup, View
 
 PROMPT = "The cat sat on the mat"
 
@@ -49,3 +49,22 @@ def _view(lm: Any, bench: Bench) -> Callable[[Any], Any]:
 
 
 VIEWS = (View("steer", _view),)
+
+
+def bad_inputs(at: Setup) -> tuple[Case, ...]:
+    """The bad inputs of `fptrace steer` (rows of docs/bad-inputs.md; the files they read are
+    made by scripts/bad_inputs.py)."""
+    m = at.model
+    p = at.path
+    return (
+        Case(58, "steer: a vector of another width",
+             ("steer", "hi", *m, "--vector", p("wide.npy"), "--layer", "1")),
+        Case(59, "steer: a GGUF that is not a control vector",
+             ("steer", "hi", *m, "--vector", p("model.gguf"))),
+        Case(60, "steer: --layer out of range",
+             ("steer", "hi", *m, "--token", " cat", "--layer", "5")),
+        Case(61, "steer: a strength that is not a number",
+             ("steer", "hi", *m, "--token", " cat", "--layer", "1", "--scale", "0,two")),
+        Case(62, "steer: --add without --subtract",
+             ("steer", "hi", *m, "--add", " love", "--layer", "1")),
+    )
