@@ -52,6 +52,16 @@ def top_level() -> list[type]:
     return out
 
 
+def check_targets() -> str:
+    """What Check.target can be: the CHECK_TARGETS of every command's result module, in the
+    order of `fptrace --help`."""
+    from fptrace.cli.io import command_order
+    from fptrace.extensions import declared
+
+    found = sorted(declared("result", "CHECK_TARGETS"), key=lambda d: command_order(d[0]))
+    return "Which check: " + "; ".join(str(text) for _, text in found) + "."
+
+
 def _walk(node: Any, fn: Any) -> Any:
     if isinstance(node, dict):
         return fn({k: _walk(v, fn) for k, v in node.items()})
@@ -106,6 +116,7 @@ def json_schema() -> dict[str, Any]:
     every = {cls.__name__: cls for module in result_modules() for cls in vars(module).values()
              if isinstance(cls, type) and dataclasses.is_dataclass(cls)}
     defs = {name: _closed(name, _walk(d, _plain), every.get(name)) for name, d in defs.items()}
+    defs["Check"]["properties"]["target"]["description"] = check_targets()
     for cls in kinds:
         defs[cls.__name__]["properties"]["nonfinite"] = {
             "type": "array", "items": {"type": "string"}, "description": COMMON["nonfinite"]}
