@@ -15,7 +15,6 @@ from __future__ import annotations
 import dataclasses
 import importlib
 import json
-import pkgutil
 from typing import Any
 
 from fptrace.results import SCHEMA_VERSION
@@ -32,12 +31,9 @@ COMMON = {
 
 def result_modules() -> list[Any]:
     """results.py and every commands/<name>/result.py."""
-    import fptrace.commands as commands
+    from fptrace.extensions import parts
 
-    names = ["fptrace.results"] + [
-        f"fptrace.commands.{m.name}.result" for m in pkgutil.iter_modules(commands.__path__)
-        if m.ispkg and importlib.util.find_spec(f"fptrace.commands.{m.name}.result")]
-    return [importlib.import_module(n) for n in names]
+    return [importlib.import_module("fptrace.results")] + [m for _, m in parts("result")]
 
 
 def top_level() -> list[type]:
