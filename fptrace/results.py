@@ -30,7 +30,7 @@ def result(cls: type[T]) -> type[T]:
 # of those, so a new kind edits nothing outside its folder. The result modules import this one,
 # so their declarations are read as text here, not imported (a test checks the two agree).
 SCHEMA_BASE = "1.3"
-SINCE = re.compile(r'^SCHEMA_SINCE = "(\d+)\.(\d+)"$', re.M)
+SINCE = re.compile(r'^SCHEMA_SINCE\s*=\s*"(\d+)\.(\d+)"', re.M)
 
 
 def schema_version(base: str = SCHEMA_BASE, commands: Path = Path(__file__).parent / "commands"

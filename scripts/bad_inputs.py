@@ -17,6 +17,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+from typing import Any
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
@@ -79,16 +80,22 @@ def cases(tmp: str, folder: str) -> list[tuple[str, list[str | bytes]]]:
     w.close()
     stats_files(tmp, folder)
     from fptrace.examples import Setup
+
+    return [(c.what, list(c.argv)) for c in collected(Setup(tmp, folder))]
+
+
+def collected(setup: Any) -> list[Case]:
+    """Every case, SHARED and those of each command folder, in the order of their rows."""
     from fptrace.extensions import declared
 
     found = list(SHARED)
     for _, make in declared("examples", "bad_inputs"):
-        found += make(Setup(tmp, folder))
+        found += make(setup)
     rows = sorted(found, key=lambda c: c.row)
     twice = sorted({c.row for c in rows if [d.row for d in rows].count(c.row) > 1})
     if twice:
         raise SystemExit(f"two bad-input cases share row {twice[0]}: give one the next free row")
-    return [(c.what, list(c.argv)) for c in rows]
+    return rows
 
 
 def stats_files(tmp: str, folder: str) -> None:
