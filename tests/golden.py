@@ -17,7 +17,6 @@ from typing import Any, Callable
 
 HERE = Path(__file__).parent
 WIDTHS = (80, 120, 200)
-PROMPT = "The cat sat on the mat"
 
 
 def _model():

@@ -8,7 +8,6 @@ same run's JSON."""
 from __future__ import annotations
 
 import ast
-import dataclasses
 import re
 from pathlib import Path
 
