@@ -45,6 +45,11 @@ def collect(kind: str) -> list[Any]:
     """The ACTIONS or PANES of every commands/<name>/tui.py, by order (then folder name)."""
     from fptrace.extensions import declared
 
+    want = {"ACTIONS": TuiAction, "PANES": TuiPane}[kind]
     found = [(item.order, name, item) for name, items in declared("tui", kind)
              for item in items]
+    for _, name, item in found:
+        if not isinstance(item, want):
+            raise RuntimeError(f"fptrace/commands/{name}/tui.py: {kind} holds {item!r}, not a "
+                               f"{want.__name__} (cli/actions.py)")
     return [item for _, _, item in sorted(found, key=lambda t: (t[0], t[1]))]

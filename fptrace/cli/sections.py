@@ -57,8 +57,11 @@ def collect() -> list[tuple[str, ReportSection]]:
     """(command, SECTION) of every commands/<name>/report.py, in page order."""
     from fptrace.extensions import declared
 
-    found = [(name, s) for name, s in declared("report", "SECTION")
-             if isinstance(s, ReportSection)]
+    found = declared("report", "SECTION")
+    for name, s in found:
+        if not isinstance(s, ReportSection):
+            raise RuntimeError(f"fptrace/commands/{name}/report.py: SECTION is not a "
+                               "ReportSection (cli/sections.py)")
     return sorted(found, key=lambda item: (item[1].order, item[0]))
 
 
