@@ -10,7 +10,9 @@ finds those types in results.py and in every commands/<name>/result.py.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TypeVar
 
 from typing_extensions import dataclass_transform
@@ -25,7 +27,26 @@ def result(cls: type[T]) -> type[T]:
     return dataclass(frozen=True)(cls)
 
 
-SCHEMA_VERSION = "1.3"  # minor: fields or kinds added; major: a field changed or removed
+# The version of the JSON contract. Major: a field changed or went (edit SCHEMA_BASE). Minor:
+# fields or kinds were added; a command folder that adds them says so in its own result.py
+# (`SCHEMA_SINCE = "1.4"`, the version its additions arrive in), and the version is the newest
+# of those, so a new kind edits nothing outside its folder. The result modules import this one,
+# so their declarations are read as text here, not imported (a test checks the two agree).
+SCHEMA_BASE = "1.3"
+SINCE = re.compile(r'^SCHEMA_SINCE\s*=\s*"(\d+)\.(\d+)"', re.M)
+
+
+def schema_version(base: str = SCHEMA_BASE, commands: Path = Path(__file__).parent / "commands"
+                   ) -> str:
+    """The newest of base and every commands/<name>/result.py's SCHEMA_SINCE."""
+    versions = [tuple(int(x) for x in base.split("."))]
+    for path in sorted(commands.glob("*/result.py")):
+        versions += [(int(a), int(b)) for a, b in SINCE.findall(path.read_text(encoding="utf-8"))]
+    major, minor = max(versions)
+    return f"{major}.{minor}"
+
+
+SCHEMA_VERSION = schema_version()
 
 # One vocabulary of trace points, shared by hooks, JSON keys and table headers: points.py
 # (Point) names them, the stream's and those inside a block (ShapeStep.point, LayerStats.point,
@@ -369,11 +390,8 @@ class Check:
     ok: bool
     """Whether it does."""
     target: str = ""
-    """Which check: `embedding`, `softmax_rows`, `causal_zeros`, `attn_out`, `mlp_out`, `block` (the
-    recomputed block output) or `logits` (explain); for `attribute --qk`: `qk_stream` (the parts
-    sum to the streams), `qk_score` (the terms sum to the score from the streams) or `qk_weights`
-    (the recomputed weights equal the model's); `steered_stream` or `lens_logits` (steer);
-    `ablated_attention` or `ablated_block` (ablate)."""
+    """Which check: each command that checks its numbers names its targets in its result module
+    (CHECK_TARGETS); `fptrace schema` writes them all here."""
     unit: str = "abs"
     """`abs`: the value is a max absolute difference; `count`: it counts elements."""
 

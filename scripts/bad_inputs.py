@@ -2,6 +2,10 @@
 the exit code and the one line the user sees. The table is real output of the current code.
 
 Usage: python scripts/bad_inputs.py [--out docs/bad-inputs.md]
+
+Each command declares its cases in its folder (fptrace/commands/<name>/examples.py, a function
+`bad_inputs` of the Setup returning Cases, each with its row in the table); this script makes
+the files they read and collects them.
 """
 
 from __future__ import annotations
@@ -13,8 +17,15 @@ import shutil
 import subprocess
 import sys
 import tempfile
+from typing import Any
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+
+from fptrace.examples import Case  # noqa: E402
+
+# the cases that belong to no command's folder
+SHARED = (Case(25, "unknown command", ("trace", "hi")),)
 
 
 def tiny_folder(tmp: str) -> str:
@@ -26,8 +37,10 @@ def tiny_folder(tmp: str) -> str:
     return str(make_gpt2_folder(Path(tmp))[0])
 
 
-def cases(tmp: str, folder: str) -> list[tuple[str, list[str], dict]]:
-    """(what, argv after `fptrace`, setup notes)"""
+def cases(tmp: str, folder: str) -> list[tuple[str, list[str | bytes]]]:
+    """(what, argv after `fptrace`) of every case, in the order of their rows: the files the
+    cases read are made here; the cases are declared by the command folders (`bad_inputs` in
+    fptrace/commands/<name>/examples.py) and by SHARED, those of no command."""
     p = lambda *a: os.path.join(tmp, *a)  # noqa: E731
     with open(p("notes.txt"), "w") as f:
         f.write("my notes\n")
@@ -65,90 +78,24 @@ def cases(tmp: str, folder: str) -> list[tuple[str, list[str], dict]]:
     w.write_kv_data_to_file()
     w.write_tensors_to_file()
     w.close()
-    m = ["-m", folder]
     stats_files(tmp, folder)
-    return [
-        ("empty prompt", ["run", "  "]),
-        # bytes that are not UTF-8 reach Python as lone surrogates (surrogateescape)
-        ("invalid UTF-8 bytes in the prompt", ["run", b"caf\xe9", *m]),
-        ("prompt longer than the context", ["run", "word " * 100, *m]),
-        ("unknown model", ["run", "hi", "--model", "gpt-3"]),
-        ("missing .gguf file", ["run", "hi", "--model", p("nope.gguf")]),
-        ("corrupt .gguf file", ["run", "hi", "--model", p("random.gguf")]),
-        ("hub id not in the cache, offline", ["run", "hi", "--model", "nobody/nothing"]),
-        ("pickle weights", ["run", "hi", "--model", pk]),
-        ("model code without --trust-remote-code", ["run", "hi", "--model", p("remote")]),
-        ("unknown device", ["run", "hi", *m, "--device", "tpu"]),
-        ("CUDA asked for, none here", ["run", "hi", *m, "--device", "cuda"]),
-        ("unknown dtype", ["run", "hi", *m, "--dtype", "float8"]),
-        ("malformed --max-memory", ["run", "hi", *m, "--device-map", "auto",
-                                    "--max-memory", "0=lots"]),
-        ("--top-k 0", ["run", "hi", *m, "--top-k", "0"]),
-        ("--snippet -1", ["run", "hi", *m, "--snippet", "-1"]),
-        ("plot into a missing folder", ["run", "hi", *m, "--plot", p("no", "t.png")]),
-        ("plot format the extension does not name", ["run", "hi", *m, "--plot", p("t.xyz")]),
-        ("--layer out of range", ["explain", "hi", *m, "--layer", "7"]),
-        ("--head out of range", ["explain", "hi", *m, "--head", "9"]),
-        ("--top-p outside (0, 1]", ["explain", "hi", *m, "--top-p", "1.5"]),
-        ("negative temperature", ["explain", "hi", *m, "--temperature", "-1"]),
-        ("family with no walkthrough", ["explain", "hi", "--model", p("starcoder2")]),
-        ("not an integer", ["run", "hi", *m, "--top-k", "many"]),
-        ("missing argument", ["explain"]),
-        ("unknown command", ["trace", "hi"]),
-        ("-n 0", ["generate", "hi", *m, "-n", "0"]),
-        ("-n beyond the context", ["generate", "hi", *m, "-n", "100"]),
-        ("shapes: negative --seq-len", ["shapes", "--seq-len", "-3"]),
-        ("shapes: no offline tokenizer", ["shapes", "hello", "--model", "mistral-7b"]),
-        ("batch: missing input file", ["batch", p("none.txt"), "-o", p("o.jsonl"), *m]),
-        ("batch: empty input", ["batch", p("empty.txt"), "-o", p("o.jsonl"), *m]),
-        ("batch: --out is a folder", ["batch", p("prompts.txt"), "-o", tmp, *m]),
-        ("batch: --out is someone else's file", ["batch", p("prompts.txt"), "-o",
-                                                 p("notes.txt"), *m]),
-        ("batch: malformed .jsonl line", ["batch", p("bad.jsonl"), "-o", p("b.jsonl"), *m]),
-        ("batch: invalid UTF-8", ["batch", p("latin1.txt"), "-o", p("c.jsonl"), *m]),
-        ("report: not an .html path", ["report", "hi", *m, "--out", p("r.txt")]),
-        ("stats: --merge of two models' statistics", ["stats", "--merge", p("s.json"),
-                                                      p("s3.json")]),
-        ("stats: a statistics file of a newer fptrace", ["stats", "--merge", p("newer.json")]),
-        ("stats: --out exists, without --resume", ["stats", p("prompts.txt"), *m, "--out",
-                                                   p("s.json")]),
-        ("stats: --out is someone else's file", ["stats", p("prompts.txt"), *m, "--out",
-                                                 p("notes.json"), "--force"]),
-        ("stats: a prompt longer than the context", ["stats", p("long.txt"), *m]),
-        ("--chat on a model without a chat template", ["run", "--chat", "hi", *m]),
-        ("--chat and --messages together", ["run", "--chat", "--messages",
-                                            p("messages.json"), *m]),
-        ("a messages file with a message lacking its content", ["run", "--messages",
-                                                               p("messages.json"), *m]),
-        ("a missing messages file", ["run", "--messages", p("nope.json"), *m]),
-        ("--target of two tokens", ["attribute", "The cat sat", *m, "--target", " catsat"]),
-        ("--noise not in the prompt", ["patch", "The cat sat", *m, "--noise", " dog"]),
-        ("--noise occurring twice", ["patch", "the cat and the cat", *m, "--noise", " cat"]),
-        ("diff: a trace file that does not exist", ["diff", p("nope.json"), p("other.json")]),
-        ("attribute --qk: block out of range", ["attribute", "The cat sat", *m, "--qk", "5.0"]),
-        ("attribute --qk: head out of range", ["attribute", "The cat sat", *m, "--qk", "1.2"]),
-        ("attribute --qk: a key after the query", ["attribute", "The cat sat", *m, "--qk",
-                                                   "1.0", "--query", "1", "--key", "2"]),
-        ("attribute --qk with --versus", ["attribute", "The cat sat", *m, "--qk", "1.0",
-                                          "--versus", " dog"]),
-        ("diff --deep: --deep-layers out of range", ["diff", "hi", *m, "--model-b", folder,
-                                                     "--deep", "--deep-layers", "2-5"]),
-        ("diff --deep with two prompts", ["diff", "hi", "ho", *m, "--deep"]),
-        ("diff: a quantization that does not exist", ["diff", "hi", *m, "--quantize-b", "int3"]),
-        ("diff: quantizing random weights", ["diff", "hi", *m, "--random-weights",
-                                             "--quantize-b", "int8"]),
-        ("steer: a vector of another width", ["steer", "hi", *m, "--vector", p("wide.npy"),
-                                              "--layer", "1"]),
-        ("steer: a GGUF that is not a control vector", ["steer", "hi", *m, "--vector",
-                                                        p("model.gguf")]),
-        ("steer: --layer out of range", ["steer", "hi", *m, "--token", " cat", "--layer", "5"]),
-        ("steer: a strength that is not a number", ["steer", "hi", *m, "--token", " cat",
-                                                    "--layer", "1", "--scale", "0,two"]),
-        ("steer: --add without --subtract", ["steer", "hi", *m, "--add", " love",
-                                             "--layer", "1"]),
-        ("ablate: a head out of range", ["ablate", "hi", *m, "--head", "1.9"]),
-        ("ablate: nothing to remove", ["ablate", "hi", *m]),
-    ]
+    from fptrace.examples import Setup
+
+    return [(c.what, list(c.argv)) for c in collected(Setup(tmp, folder))]
+
+
+def collected(setup: Any) -> list[Case]:
+    """Every case, SHARED and those of each command folder, in the order of their rows."""
+    from fptrace.extensions import declared
+
+    found = list(SHARED)
+    for _, make in declared("examples", "bad_inputs"):
+        found += make(setup)
+    rows = sorted(found, key=lambda c: c.row)
+    twice = sorted({c.row for c in rows if [d.row for d in rows].count(c.row) > 1})
+    if twice:
+        raise SystemExit(f"two bad-input cases share row {twice[0]}: give one the next free row")
+    return rows
 
 
 def stats_files(tmp: str, folder: str) -> None:

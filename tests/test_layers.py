@@ -4,15 +4,19 @@ private name imported from another module, and the public API real.
     cli.main ──► commands/<name>/ ──► core/ · models/ · families/ · render/ ──► leaves
                       │  (and cli.io, cli.options: what every command shares)
 
-- leaves (errors.py, atomic.py, results.py, notes.py, numbers.py, points.py, addresses.py)
-  import only each other;
+- leaves (errors.py, atomic.py, results.py, notes.py, numbers.py, points.py, addresses.py,
+  extensions.py, examples.py) import only each other (extensions.py finds the command folders'
+  parts by their module path, at run time: no static arrow);
 - render/ imports only render/ and the leaves: it never touches the engine;
 - families/ imports only families/ and the leaves;
 - models/ imports models/, families/ and the leaves;
 - core/ imports core/, models/, families/ and the leaves: never a command, the CLI or render;
-- a command imports its own folder, the engine, render/, cli.io and cli.options; only the
-  composers (report, tui, schema) import other commands;
-- cli.io and cli.options import no command; cli.main finds the commands by walking the package.
+- a command imports its own folder, the engine, render/ and cli/'s toolkit, never another
+  command: the composers (report, tui, schema) collect what the folders offer through
+  extensions.py (report.py sections, tui.py keys and panes, result.py kinds) and name none;
+- cli/'s toolkit imports no command; cli.main finds the commands by walking the package;
+- folder by folder, every arrow points down: leaves ◄ families ◄ models ◄ core ◄ cli toolkit ◄
+  commands ◄ cli.main (render/ sits just above the leaves); no folder imports one above it.
 
 Imports inside functions count (they are the heavy ones); imports under `if TYPE_CHECKING:` do
 not (they run only in a type checker).
@@ -25,7 +29,7 @@ from pathlib import Path
 
 PKG = Path(__file__).resolve().parent.parent / "fptrace"
 LEAVES = {"fptrace.errors", "fptrace.atomic", "fptrace.results", "fptrace.notes", "fptrace.numbers",
-          "fptrace.points", "fptrace.addresses"}
+          "fptrace.points", "fptrace.addresses", "fptrace.extensions", "fptrace.examples"}
 COMPOSERS = {"report", "tui", "schema"}
 
 
@@ -100,7 +104,7 @@ def _allowed(src: str, dst: str) -> bool:
     a, b = _area(src), _area(dst)
     if a.startswith("command:"):
         if b.startswith("command"):
-            return a == b or a.split(":")[1] in COMPOSERS
+            return a == b
         return b in {"core", "models", "families", "render", "leaf", "cli.toolkit"}
     return b in ALLOWED.get(a, set())
 
@@ -166,10 +170,50 @@ def test_the_rules_catch_a_wrong_arrow():
     assert not _allowed("fptrace.render.tables", "fptrace.core.trace")
     assert not _allowed("fptrace.core.trace", "fptrace.commands.run.render")
     assert not _allowed("fptrace.commands.patch.core", "fptrace.commands.attribute.core")
-    assert _allowed("fptrace.commands.report.core", "fptrace.commands.attribute.core")
+    assert not _allowed("fptrace.commands.report.core", "fptrace.commands.attribute.core")
+    assert not _allowed("fptrace.commands.tui.app", "fptrace.commands.steer.core")
     assert not _allowed("fptrace.families.llama", "fptrace.models.loading")
     assert not _allowed("fptrace.commands.run.cli", "fptrace.cli.main")
     assert _area("fptrace.commands.run.cli") == "command:run"
+
+
+# a folder's place in the picture: an arrow may only point to a lower rank (or stay inside)
+RANK = {"leaf": 0, "render": 1, "families": 1, "models": 2, "core": 3, "cli.toolkit": 4,
+        "commands": 5, "cli.main": 6, "package": 1, "__main__": 7}
+
+
+def _folder(module: str) -> str:
+    area = _area(module)
+    return "commands" if area.startswith("command") else area
+
+
+def test_no_folder_level_import_runs_back_up():
+    """Folder by folder (every command one folder of commands/), each arrow points down the
+    picture, so the folders have no cycle either (`core/ ↔ models/` was one)."""
+    up = sorted({f"{_folder(src)} → {_folder(dst)} ({src}:{line} imports {dst})"
+                 for src, edges in _graph().items() for dst, line, _ in edges
+                 if dst.startswith("fptrace") and _folder(src) != _folder(dst)
+                 and RANK[_folder(dst)] >= RANK[_folder(src)]})
+    assert not up, "imports that run up the folder picture:\n" + "\n".join(up)
+
+
+def test_composers_name_no_command():
+    """report, tui and schema import no other command and hold no other command's name in
+    their code: they iterate over what the folders offer."""
+    commands = sorted(p.name for p in (PKG / "commands").iterdir() if (p / "cli.py").exists())
+    wrong = []
+    for composer in sorted(COMPOSERS):
+        for path in sorted((PKG / "commands" / composer).rglob("*.py")):
+            tree = ast.parse(path.read_text(encoding="utf-8"))
+            for node in ast.walk(tree):
+                if isinstance(node, ast.Constant) and isinstance(node.value, str) and \
+                        node.value in set(commands) - {composer}:
+                    wrong.append(f"{path.relative_to(PKG)}:{node.lineno} {node.value!r}")
+            for dst, line, _ in _imports(path):
+                if dst.startswith("fptrace.commands.") and \
+                        dst.split(".")[2] != composer:
+                    wrong.append(f"{path.relative_to(PKG)}:{line} imports {dst}")
+    assert not wrong, "\n".join(wrong)
 
 
 def test_the_public_api_has_real_signatures():
@@ -199,13 +243,6 @@ def test_the_public_api_has_real_signatures():
 # int() (which takes '٣' for 3) nor by a parser of their own
 PLACE_OPTIONS = {"--head", "--mlp", "--layer", "--positions", "--qk", "--deep-layers", "--query",
                  "--key", "--steer-layer", "--expert", "--experts", "--site", "--block"}
-# (command, option) still typed int, with the reason
-INT_PLACES = {
-    ("report", "--layer"): "the report's walkthrough block: resolved by explain's core, which "
-                           "names its parameter; moves with the report's per-command options",
-    ("report", "--head"): "likewise, the walkthrough's head",
-    ("report", "--steer-layer"): "likewise, resolved by steer's core",
-}
 PLACE_PARSER = r"(parse|read|check)_(heads?|layers?|blocks?|positions?|experts?|sites?|places?|qk)"
 
 
@@ -225,7 +262,7 @@ def test_only_addresses_parses_a_place():
     """One parser for a place in the model (fptrace/addresses.py): no `isdigit`-style test of
     text anywhere (`'²'.isdigit()` is True, then `int('²')` raises), no function of another
     module that parses a place, and every place option of every command typed as text and read
-    through fptrace.addresses in its cli.py."""
+    through fptrace.addresses in its cli.py (or, for the report's options, its report.py)."""
     import re
 
     wrong = []
@@ -241,10 +278,9 @@ def test_only_addresses_parses_a_place():
                     rel != "fptrace/addresses.py" and re.fullmatch(PLACE_PARSER, node.name):
                 wrong.append(f"{rel}:{node.lineno} defines {node.name}, a place parser of its "
                              "own (use fptrace.addresses)")
-        if path.name == "cli.py" and path.parent.parent.name == "commands":
-            command = path.parent.name
+        if path.name in ("cli.py", "report.py") and path.parent.parent.name == "commands":
             places = [(flag, ann, line) for flag, ann, line in _options(tree)
-                      if flag in PLACE_OPTIONS and (command, flag) not in INT_PLACES]
+                      if flag in PLACE_OPTIONS]
             for flag, ann, line in places:
                 if ann not in ("str", "Optional[str]", "List[str]", "Optional[List[str]]"):
                     wrong.append(f"{rel}:{line} {flag} is typed {ann}, not text read by "
@@ -272,5 +308,6 @@ def test_the_place_check_catches_a_parser_of_its_own(tmp_path):
     assert any(re.fullmatch(PLACE_PARSER, n.name) for n in ast.walk(bad)
                if isinstance(n, ast.FunctionDef))
     assert list(_options(bad)) == [("--head", "int", 4)]
-    assert set(INT_PLACES) <= {(p.parent.name, f) for p in PKG.glob("commands/*/cli.py")
-                               for f, _, _ in _options(ast.parse(p.read_text(encoding="utf-8")))}
+    in_report = {flag for path in PKG.glob("commands/*/report.py")
+                 for flag, _, _ in _options(ast.parse(path.read_text(encoding="utf-8")))}
+    assert {"--layer", "--head", "--steer-layer", "--qk"} <= in_report

@@ -1,13 +1,13 @@
-"""What fptrace says in words is measured like its numbers: every note of notes.py has a
-run here where its condition does not hold and the note is absent (and, where cheap, one where
-it holds and the note is there); docs/notes.md is the registry's current rendering; no note is
+"""What fptrace says in words is measured like its numbers: every note of the registry has a
+run where its condition does not hold and the note is absent (and, where cheap, one where it
+holds and the note is there: a command's notes' cases are in its examples.py, collected here;
+the shared notes' are below); docs/notes.md is the registry's current rendering; no note is
 written outside the registry; on the bundled model, no sentence of `run` is contradicted by the
 same run's JSON."""
 
 from __future__ import annotations
 
 import ast
-import dataclasses
 import re
 from pathlib import Path
 
@@ -37,20 +37,6 @@ def _trace(lm, prompt=PROMPT, **kw):
 
 def _said_by_trace(t):
     return t.notes + (t.token_note,)
-
-
-def _run_view(t) -> list[str]:
-    """The token-table sentences about tokenizing, in the rendered run view."""
-    import io
-
-    from rich.console import Console
-
-    from fptrace.commands.run.render import trace_view
-
-    c = Console(file=io.StringIO(), width=200, color_system=None)
-    c.print(trace_view(t, 200))
-    text = " ".join(c.file.getvalue().split())
-    return [m.group(0) for m in NOTES["tokenized"].pattern().finditer(text)]
 
 
 def _gpt2():
@@ -113,189 +99,10 @@ def _chat_template(f):
     return _said_by_trace(_trace(lm, PROMPT)), _said_by_trace(_trace(lm, Chat.of(PROMPT)))
 
 
-def _tokenized(f):
-    lm = _gpt2()
-    ids = lm.encode(PROMPT)
-    return _run_view(_trace(lm, ids)), _run_view(_trace(lm, PROMPT))
-
-
-def _explain(lm, **kw):
-    from fptrace.commands.explain.core import explain
-
-    return explain(lm, [5, 6, 7, 8], **kw).notes
-
-
-def _explain_end_of_pass(f):
-    lm = _llama()
-    return _explain(lm, layer=-1), _explain(lm, layer=0)
-
-
-def _explain_matrix_limit(f):
-    lm = _llama()
-    return _explain(lm), _explain(lm, max_matrix=2)
-
-
 def _attribute_heads_unsplit(f):
     from fptrace.commands.attribute.core import attribute
 
     return attribute(_llama(), [5, 6, 7]).notes, None
-
-
-def _attribute_softcap(f):
-    from fptrace.commands.attribute.core import attribute
-
-    capped = wrap_model(build_tiny("gemma2"), name="tiny-gemma2", random_weights=True)
-    return attribute(_llama(), [5, 6, 7]).notes, attribute(capped, [5, 6, 7]).notes
-
-
-def _qk(lm, **kw):
-    from fptrace.addresses import Head
-    from fptrace.commands.attribute.qk import attribute_qk
-
-    return attribute_qk(lm, [5, 6, 7, 8], Head(1, 0), **kw).notes
-
-
-def _attribute_qk_key_defaulted(f):
-    lm = _llama()
-    return _qk(lm, key=1), _qk(lm)
-
-
-def _attribute_qk_softcap(f):
-    capped = wrap_model(build_tiny("gemma2"), name="tiny-gemma2", random_weights=True)
-    return _qk(_llama(), key=1), _qk(capped, key=1)
-
-
-def _generate_tensor_parallel(f):
-    from fptrace.commands.generate.core import generate
-
-    return generate(_llama(), [5, 6, 7], max_new_tokens=1).notes, None
-
-
-def _patch_weak_corruption(f):
-    """A corruption that changes the answer (other tokens, on a model with sharp logits) and
-    one that cannot (the prompt itself)."""
-    import torch
-
-    from fptrace.commands.patch.core import patch
-
-    model = build_tiny("llama")
-    with torch.no_grad():
-        model.lm_head.weight.mul_(40)  # sharp logits: the clean top-1 is near certain
-    lm = wrap_model(model, name="tiny-llama-sharp", random_weights=True)
-    strong = patch(lm, [5, 6, 7], corrupt=[900, 901, 902])
-    assert strong.p_clean - strong.p_corrupt >= 0.05, (strong.p_clean, strong.p_corrupt)
-    weak = patch(lm, [5, 6, 7], corrupt=[5, 6, 7])
-    return strong.notes, weak.notes
-
-
-def _steer(lm=None, **kw):
-    from fptrace.commands.steer.core import steer
-
-    kw.setdefault("token", "#5")
-    kw.setdefault("layer", 1)
-    return steer(lm or _llama(), [5, 6, 7], scales="0,1", **kw).notes
-
-
-def _steer_gguf_blocks(f):
-    from fptrace.commands.steer.vectors import token_vector, write_vector
-
-    lm = _llama()
-    path = str(f.mktemp("vector") / "v.gguf")
-    write_vector(path, token_vector(lm, "#5", 1), lm)
-    return _steer(lm), _steer(lm, token=None, layer=None, vector=path)
-
-
-def _steer_positions(f):
-    return _steer(), _steer(positions=[-1])
-
-
-def _steer_block0(f):
-    return _steer(), _steer(layer=0)
-
-
-def _ablate(lm=None, **kw):
-    from fptrace.addresses import Head
-    from fptrace.commands.ablate.core import ablate
-
-    kw.setdefault("heads", [Head(1, 0)])
-    return ablate(lm or _llama(), [5, 6, 7], **kw).notes
-
-
-def _ablate_softcap(f):
-    capped = wrap_model(build_tiny("gemma2"), name="tiny-gemma2", random_weights=True)
-    return _ablate(), _ablate(capped)
-
-
-def _ablate_wo_bias(f):
-    """GPT-2's c_proj has a bias: removing only an MLP leaves no head's block behind."""
-    gpt2 = wrap_model(build_tiny("gpt2"), name="tiny-gpt2", random_weights=True)
-    return _ablate(gpt2, heads=(), mlps=[1]), _ablate(gpt2)
-
-
-def _ablate_mean(f):
-    return _ablate(), _ablate(mode="mean")
-
-
-def _diff(a, b, **kw):
-    from fptrace.commands.diff.core import diff
-
-    return diff(a, b, **kw).notes
-
-
-def _diff_models(f):
-    lm = _llama()
-    other = wrap_model(build_tiny("mistral"), name="tiny-mistral", random_weights=True)
-    t = _trace(lm, [5, 6, 7], snippet=64)
-    return _diff(t, t), _diff(t, _trace(other, [5, 6, 7], snippet=64))
-
-
-def _diff_random(f):
-    lm = _llama(False)
-    t = _trace(lm, [5, 6, 7], snippet=64)
-    r = _trace(_llama(True), [5, 6, 7], snippet=64)
-    return _diff(t, t), _diff(t, r)
-
-
-def _diff_blocks(f):
-    t = _trace(_llama(), [5, 6, 7], snippet=64)
-    short = dataclasses.replace(t, layers=t.layers[:-1])
-    return _diff(t, t), _diff(t, short)
-
-
-def _diff_widths(f):
-    t = _trace(_llama(), [5, 6, 7], snippet=64)
-    return _diff(t, t), None
-
-
-def _diff_snippet(f):
-    lm = _llama()
-    return _diff(_trace(lm, [5, 6, 7], snippet=64), _trace(lm, [5, 6, 8], snippet=64)), \
-        _diff(_trace(lm, [5, 6, 7]), _trace(lm, [5, 6, 8]))
-
-
-def _deep(b):
-    import copy
-
-    from fptrace.commands.diff.deep import deep_diff
-
-    a = _llama()
-    other = b or wrap_model(copy.deepcopy(a.model), name="copy", random_weights=True)
-    return deep_diff(a, other, [5, 6, 7]).deep.notes
-
-
-def _diff_deep_block_level(f):
-    return _deep(None), _deep(wrap_model(build_tiny("gpt2"), name="tiny-gpt2",
-                                         random_weights=True))
-
-
-def _diff_deep_missing_points(f):
-    return _deep(None), None
-
-
-def _shapes_beyond_context(f):
-    from fptrace.commands.shapes.core import shape_report
-
-    return shape_report("gpt2", seq_len=8).notes, shape_report("gpt2", seq_len=2000).notes
 
 
 def _stats(lm, prompts=(PROMPT, "The dog ran"), **kw):
@@ -304,23 +111,8 @@ def _stats(lm, prompts=(PROMPT, "The dog ran"), **kw):
     return activation_stats(lm, list(prompts), **kw)
 
 
-def _stats_random_weights(f):
-    gpt2 = _gpt2()
-    trained = load_model(tiny_gpt2(), device="cpu")  # its weights as saved: not random
-    return _stats(trained).notes, _stats(gpt2).notes
-
-
-def _stats_failed(f):
-    lm = _gpt2()
-    return _stats(lm).notes, _stats(lm, (PROMPT, "word " * 40)).notes  # 32 positions at most
-
-
-def _stats_eager_attention(f):
-    lm = _gpt2()
-    return _stats(lm, sinks=False).notes, _stats(lm).notes
-
-
 def _diff_stats_prompts(f):
+    """A case of two commands (stats writes the files diff reads): it stays here."""
     from fptrace.commands.diff.channels import diff_stats
     from fptrace.commands.stats.core import write_stats
 
@@ -331,13 +123,52 @@ def _diff_stats_prompts(f):
     return diff_stats(a, a).notes, diff_stats(a, b).notes
 
 
-CASES = {name[1:]: fn for name, fn in globals().items()
-         if name.startswith("_") and name[1:] in NOTES}
+class Bench:
+    """What the examples of the command folders borrow from the tests (fptrace/examples.py)."""
+
+    def __init__(self, tmp_path_factory):
+        self.factory = tmp_path_factory
+
+    def tiny(self, family: str):
+        return build_tiny(family)
+
+    def lm(self, family: str, random_weights: bool = True):
+        return wrap_model(build_tiny(family), name=f"tiny-{family}",
+                          random_weights=random_weights)
+
+    def gpt2_folder(self) -> str:
+        return tiny_gpt2()
+
+    def tmp(self, name: str) -> Path:
+        return self.factory.mktemp(name)
+
+
+def _collected() -> dict:
+    """The cases the command folders declare beside their notes (examples.py NOTE_CASES)."""
+    from fptrace.extensions import declared
+
+    out = {}
+    for _, cases in declared("examples", "NOTE_CASES"):
+        for case in cases:
+            assert case.key not in out, f"two cases for the note {case.key!r}"
+            out[case.key] = lambda f, run=case.run: run(Bench(f))
+    return out
+
+
+# the shared notes' cases (and one that needs two commands) are this file's functions
+HERE = {name[1:]: fn for name, fn in globals().items()
+        if name.startswith("_") and name[1:] in NOTES}
+CASES = {**_collected(), **HERE}
 
 
 def test_every_note_has_a_case():
     missing = sorted(set(NOTES) - set(CASES))
-    assert not missing, f"notes without an absent case in tests/test_notes.py: {missing}"
+    assert not missing, ("notes without an absent case (a command's: NOTE_CASES in its "
+                         f"examples.py; a shared note's: tests/test_notes.py): {missing}")
+
+
+def test_no_note_has_two_cases():
+    assert not set(_collected()) & set(HERE), set(_collected()) & set(HERE)
 
 
 @pytest.mark.parametrize("key", sorted(NOTES))
@@ -366,7 +197,8 @@ def test_no_note_is_written_outside_the_registry():
                 arg = node.args[-1]
                 if isinstance(arg, (ast.Constant, ast.JoinedStr, ast.BinOp)):
                     bad.append(f"{path.relative_to(ROOT)}:{node.lineno}")
-    assert not bad, "notes written as literals (add them to fptrace/notes.py):\n" + \
+    assert not bad, ("notes written as literals (add them to fptrace/notes.py or the "
+                     "command's notes.py):\n") + \
         "\n".join(bad)
 
 

@@ -158,3 +158,34 @@ def test_the_kinds_of_the_registry_are_documented():
             for kind in kinds:
                 if kind.value != "unknown":  # the generic family's, said in `unknown`
                     assert kind.value in props[field]["description"], (name, field, kind)
+
+
+def test_the_version_is_the_newest_a_result_module_declares(tmp_path):
+    """A command folder that adds a kind raises the minor version from its own result.py
+    (SCHEMA_SINCE): results.py reads the declarations as text, and agrees with the modules."""
+    from fptrace import results
+    from fptrace.commands.schema.core import result_modules
+
+    def key(v):
+        return tuple(int(x) for x in v.split("."))
+
+    declared = [m.SCHEMA_SINCE for m in result_modules() if hasattr(m, "SCHEMA_SINCE")]
+    assert results.SCHEMA_VERSION == max([results.SCHEMA_BASE, *declared], key=key)
+    (tmp_path / "newer").mkdir()
+    (tmp_path / "newer" / "result.py").write_text('"""x"""\n\nSCHEMA_SINCE = "1.9"\n')
+    (tmp_path / "older").mkdir()
+    (tmp_path / "older" / "result.py").write_text('SCHEMA_SINCE = "1.1"\n')
+    assert results.schema_version("1.3", tmp_path) == "1.9"
+    assert results.schema_version("2.0", tmp_path) == "2.0"
+
+
+def test_every_check_target_is_documented_by_its_command():
+    """Check.target's description joins the CHECK_TARGETS each command declares in its result
+    module, and names every target the checks of those commands use."""
+    from fptrace.extensions import declared
+
+    text = json_schema()["$defs"]["Check"]["properties"]["target"]["description"]
+    found = declared("result", "CHECK_TARGETS")
+    assert {name for name, _ in found} >= {"explain", "attribute", "steer", "ablate"}
+    for _, targets in found:
+        assert targets in text

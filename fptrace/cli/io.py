@@ -32,6 +32,16 @@ def command(order: int, docs: str | None = None) -> Callable[[Callable[..., Any]
     return mark
 
 
+def command_order(name: str) -> int:
+    """Where `fptrace <name>` stands in `fptrace --help`: the order its @command gives (the
+    composers list what the command folders offer in this order)."""
+    import importlib
+
+    module = importlib.import_module(f"fptrace.commands.{name}.cli")
+    return next(getattr(f, COMMAND_MARK)["order"] for f in vars(module).values()
+                if hasattr(f, COMMAND_MARK))
+
+
 def docs_epilog(command: str) -> str:
     """The line every command's --help ends with."""
     return f"\n\nA worked example and every option explained: docs/{command}.md."

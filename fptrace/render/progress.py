@@ -26,7 +26,7 @@ def prompts_progress(err: Console, todo: int, verb: str = "tracing"
                TextColumn("prompts  {task.fields[tps]:>7,.0f} tokens/s"), TimeElapsedColumn(),
                TextColumn("ETA"), TimeRemainingColumn())
     with Progress(*columns, console=err, transient=False) as bar:
-        task = bar.add_task("batch", total=todo, tps=0.0)
+        task = bar.add_task("prompts", total=todo, tps=0.0)
         tokens = 0
         t0 = time.perf_counter()
 

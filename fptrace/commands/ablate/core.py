@@ -33,7 +33,7 @@ from fptrace.core.interventions import (
     parts_of,
     run_rows,
 )
-from fptrace.notes import ABLATE_MEAN, ABLATE_SOFTCAP, ABLATE_WO_BIAS
+from fptrace.commands.ablate.notes import ABLATE_MEAN, ABLATE_SOFTCAP, ABLATE_WO_BIAS
 from fptrace.results import Check, TopToken
 from fptrace.core.trace import base_notes, model_info, ranked_token
 from fptrace.errors import BadInput

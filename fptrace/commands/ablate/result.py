@@ -4,6 +4,10 @@ from __future__ import annotations
 
 from fptrace.results import SCHEMA_VERSION, Check, ModelInfo, Token, TopToken, result
 
+# the targets of the checks this command's results carry (Check.target; `fptrace schema` joins
+# every command's, in the order of `fptrace --help`)
+CHECK_TARGETS = "`ablated_attention` or `ablated_block` (ablate)"
+
 
 @result
 class AblatedRun:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from fptrace.commands.attribute.result import Attribution, Contribution, LayerAttribution
 from fptrace.core.attribution import DirectLogits, direct_logits
-from fptrace.notes import SOFTCAP
+from fptrace.commands.attribute.notes import SOFTCAP
 from fptrace.core.trace import base_notes, model_info, ranked_token
 from fptrace.models.loading import LoadedModel
 from fptrace.models.prompts import Prompt

@@ -27,7 +27,8 @@ from fptrace.addresses import Head, Position, resolve_head, resolve_position
 from fptrace.commands.attribute.result import QKAttribution, QKPart, QKPartSum, QKTerm
 from fptrace.core.attribution import HALF_RTOL, RTOL, frozen_norm, head_parts, through_frozen
 from fptrace.core.hooks import Hook, eager_attention, first_output, hooked
-from fptrace.notes import HEADS_UNSPLIT, QK_KEY_DEFAULTED, QK_SOFTCAP
+from fptrace.commands.attribute.notes import QK_KEY_DEFAULTED, QK_SOFTCAP
+from fptrace.notes import HEADS_UNSPLIT
 from fptrace.results import Check
 from fptrace.core.trace import base_notes, model_info, sizes
 from fptrace.errors import BadInput, UnsupportedModel

@@ -4,6 +4,12 @@ from __future__ import annotations
 
 from fptrace.results import SCHEMA_VERSION, Check, ModelInfo, Token, TopToken, result
 
+# the targets of the checks this command's results carry (Check.target; `fptrace schema` joins
+# every command's, in the order of `fptrace --help`)
+CHECK_TARGETS = ("for `attribute --qk`: `qk_stream` (the parts sum to the streams), `qk_score` "
+                 "(the terms sum to the score from the streams) or `qk_weights` (the recomputed "
+                 "weights equal the model's)")
+
 
 @result
 class Contribution:

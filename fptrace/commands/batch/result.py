@@ -38,3 +38,21 @@ class BatchError:
     """The error's class (BadInput, TraceFailed, ...)."""
     kind: str = "error"
     schema_version: str = SCHEMA_VERSION
+
+
+# `fptrace schema`: BatchHead is generated with the kinds (not one itself); schema_kinds then
+# adds the traced line, a trace with the head's fields after schema_version
+SCHEMA_PARTS = (BatchHead,)
+
+
+def schema_kinds(defs: dict) -> dict:
+    """The kinds this module adds to the schema's definitions, built from them."""
+    head = defs.pop("BatchHead")
+    trace = defs["Trace"]["properties"]
+    at = list(trace).index("schema_version") + 1
+    names = list(trace)
+    props = {k: trace[k] for k in names[:at]} | head["properties"] | \
+        {k: trace[k] for k in names[at:]}
+    return {"BatchTrace": {"type": "object", "description": head["description"],
+                           "properties": props, "required": list(props),
+                           "additionalProperties": False}}

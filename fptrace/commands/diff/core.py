@@ -14,7 +14,7 @@ import json
 import math
 
 from fptrace.commands.diff.result import DiffSide, LayerDiff, TokenDiff, TraceDiff
-from fptrace import notes as notes_
+from fptrace.commands.diff import notes as notes_
 from fptrace.results import Trace
 from fptrace.errors import BadInput
 

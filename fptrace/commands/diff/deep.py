@@ -34,7 +34,7 @@ from fptrace.commands.diff.result import (
     TraceDiff,
 )
 from fptrace.core.hooks import Hook, hooked
-from fptrace.notes import DEEP_BLOCK_LEVEL, DEEP_MISSING
+from fptrace.commands.diff.notes import DEEP_BLOCK_LEVEL, DEEP_MISSING
 from fptrace.points import BLOCK, Point, inputs
 from fptrace.errors import BadInput
 from fptrace.families import Tap

@@ -18,7 +18,7 @@ from fptrace.commands.explain.embedding import embedding
 from fptrace.commands.explain.result import AttentionMatrix, Explanation, Sampling, SamplingRow
 from fptrace.core import sampling
 from fptrace.core.hooks import Hook, first_output, hooked
-from fptrace.notes import END_OF_PASS, MATRIX_LIMIT
+from fptrace.commands.explain.notes import END_OF_PASS, MATRIX_LIMIT
 from fptrace.points import Point
 from fptrace.results import Check, Token, TopToken
 from fptrace.core.trace import base_notes, model_info, sizes

@@ -12,6 +12,11 @@ from fptrace.results import (
     result,
 )
 
+# the targets of the checks this command's results carry (Check.target; `fptrace schema` joins
+# every command's, in the order of `fptrace --help`)
+CHECK_TARGETS = ("`embedding`, `softmax_rows`, `causal_zeros`, `attn_out`, `mlp_out`, `block` "
+                 "(the recomputed block output) or `logits` (explain)")
+
 
 @result
 class AttentionMatrix:

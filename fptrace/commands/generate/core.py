@@ -17,7 +17,7 @@ from typing import Any, Callable
 from fptrace.commands.generate.result import Generation, GenStep
 from fptrace.core import sampling, stats
 from fptrace.core.hooks import Capture, Hook, capture_stats, hooked
-from fptrace.notes import TENSOR_PARALLEL_KV
+from fptrace.commands.generate.notes import TENSOR_PARALLEL_KV
 from fptrace.results import FinalNormStats, TopToken
 from fptrace.core.trace import base_notes, first_nonfinite, layer_stats, model_info, ranked_token
 from fptrace.errors import BadInput

@@ -8,7 +8,7 @@ from rich.console import Group, RenderableType
 from rich.panel import Panel
 from rich.text import Text
 
-from fptrace.notes import TOKENIZED
+from fptrace.commands.run.notes import TOKENIZED
 from fptrace.results import ShapeStep, Trace
 from fptrace.render.figures import nan_if_none, pyplot
 from fptrace.render.fit import Col, fit_table

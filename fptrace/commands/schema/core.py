@@ -2,7 +2,8 @@
 rendering (docs/schema.md), both generated from the result types themselves.
 
 The top-level kinds are found, not listed: every result type with a `kind` field in
-results.py and in each commands/<name>/result.py. pydantic reads each type's fields, their
+results.py and in each commands/<name>/result.py; a result module may also add types generated
+with them (SCHEMA_PARTS) and kinds composed from their definitions (schema_kinds). pydantic reads each type's fields, their
 type hints and the docstring under each field (the `@result` decorator asks for that); this
 module then states what the JSON writer guarantees (render/json.py): every field is always
 written (required, nothing else allowed), a float that is NaN or infinite is written as null,
@@ -14,7 +15,6 @@ from __future__ import annotations
 import dataclasses
 import importlib
 import json
-import pkgutil
 from typing import Any
 
 from fptrace.results import SCHEMA_VERSION
@@ -31,12 +31,9 @@ COMMON = {
 
 def result_modules() -> list[Any]:
     """results.py and every commands/<name>/result.py."""
-    import fptrace.commands as commands
+    from fptrace.extensions import parts
 
-    names = ["fptrace.results"] + [
-        f"fptrace.commands.{m.name}.result" for m in pkgutil.iter_modules(commands.__path__)
-        if m.ispkg and importlib.util.find_spec(f"fptrace.commands.{m.name}.result")]
-    return [importlib.import_module(n) for n in names]
+    return [importlib.import_module("fptrace.results")] + [m for _, m in parts("result")]
 
 
 def top_level() -> list[type]:
@@ -50,6 +47,16 @@ def top_level() -> list[type]:
                     any(f.name == "kind" for f in dataclasses.fields(obj)):
                 out.append(obj)
     return out
+
+
+def check_targets() -> str:
+    """What Check.target can be: the CHECK_TARGETS of every command's result module, in the
+    order of `fptrace --help`."""
+    from fptrace.cli.io import command_order
+    from fptrace.extensions import declared
+
+    found = sorted(declared("result", "CHECK_TARGETS"), key=lambda d: command_order(d[0]))
+    return "Which check: " + "; ".join(str(text) for _, text in found) + "."
 
 
 def _walk(node: Any, fn: Any) -> Any:
@@ -96,31 +103,27 @@ def json_schema() -> dict[str, Any]:
     types so it cannot drift from them."""
     from pydantic import TypeAdapter
 
-    from fptrace.commands.batch.result import BatchHead
-
     kinds = top_level()
+    parts = [cls for module in result_modules() for cls in getattr(module, "SCHEMA_PARTS", ())]
     mapping, defs = TypeAdapter.json_schemas(
-        [(cls.__name__, "serialization", TypeAdapter(cls)) for cls in kinds + [BatchHead]],
+        [(cls.__name__, "serialization", TypeAdapter(cls)) for cls in kinds + parts],
         ref_template="#/$defs/{model}")
     defs = defs.get("$defs", {})
     every = {cls.__name__: cls for module in result_modules() for cls in vars(module).values()
              if isinstance(cls, type) and dataclasses.is_dataclass(cls)}
     defs = {name: _closed(name, _walk(d, _plain), every.get(name)) for name, d in defs.items()}
+    defs["Check"]["properties"]["target"]["description"] = check_targets()
     for cls in kinds:
         defs[cls.__name__]["properties"]["nonfinite"] = {
             "type": "array", "items": {"type": "string"}, "description": COMMON["nonfinite"]}
         defs[cls.__name__]["required"] = list(defs[cls.__name__]["properties"])
-    # a traced batch line: the trace's fields with the head's after schema_version
-    head = defs.pop("BatchHead")
-    trace = defs["Trace"]["properties"]
-    at = list(trace).index("schema_version") + 1
-    names = list(trace)
-    props = {k: trace[k] for k in names[:at]} | head["properties"] | \
-        {k: trace[k] for k in names[at:]}
-    defs["BatchTrace"] = {"type": "object", "description": head["description"],
-                          "properties": props, "required": list(props),
-                          "additionalProperties": False}
-    order = [cls.__name__ for cls in kinds] + ["BatchTrace"]
+    # kinds a result module composes from these definitions (schema_kinds), after the others
+    order = [cls.__name__ for cls in kinds]
+    for module in result_modules():
+        if hasattr(module, "schema_kinds"):
+            added = module.schema_kinds(defs)
+            defs.update(added)
+            order += list(added)
     return {
         "$schema": "https://json-schema.org/draft/2020-12/schema",
         "$id": f"urn:fptrace:schema:{SCHEMA_VERSION}",

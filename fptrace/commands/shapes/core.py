@@ -13,7 +13,7 @@ from typing import Any
 
 from fptrace.commands.shapes.result import CostReport, GpuPlan, ParamGroup, ShapeReport
 from fptrace.core.hooks import Hook, hooked
-from fptrace.notes import BEYOND_CONTEXT
+from fptrace.commands.shapes.notes import BEYOND_CONTEXT
 from fptrace.results import ShapeStep, Token
 from fptrace.errors import BadInput
 from fptrace.families.kinds import PositionKind

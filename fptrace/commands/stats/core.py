@@ -52,7 +52,7 @@ def new_statistics(lm: Any, sinks: bool = True) -> ActivationStats:
 def build(stats: ActivationStats, model: ModelInfo, *, sink_threshold: float = SINK_THRESHOLD,
           top: int = TOP) -> Stats:
     """The result: the findings drawn from the statistics, and the statistics."""
-    from fptrace.notes import STATS_EAGER, STATS_FAILED, STATS_RANDOM
+    from fptrace.commands.stats.notes import STATS_EAGER, STATS_FAILED, STATS_RANDOM
 
     settings = StatsSettings(
         massive_min=stats.massive_min, massive_ratio=stats.massive_ratio,

@@ -32,7 +32,7 @@ from fptrace.core.interventions import (
     run_rows,
     steering_hooks,
 )
-from fptrace.notes import STEER_BLOCK0, STEER_GGUF_BLOCKS, STEER_POSITIONS
+from fptrace.commands.steer.notes import STEER_BLOCK0, STEER_GGUF_BLOCKS, STEER_POSITIONS
 from fptrace.results import Check, TopToken
 from fptrace.core.trace import base_notes, model_info, ranked_token
 from fptrace.commands.steer.vectors import SteeringVector, match_norms, steering_vector

@@ -1,8 +1,10 @@
 """`fptrace tui`: explore forward passes in the terminal with the model loaded once (Textual).
 
-Every number comes from the same core functions as the commands (run_trace, explain, attribute,
-the logit lens of tracer) and is drawn by the same renderers, so the app shows what `run --json`
-says. Textual is imported only here, so `fptrace --help` stays fast.
+The app owns the prompt box, the layer table, the layer and top-k tabs and the export keys; the
+other tabs and keys are what the command folders offer in their tui.py (cli/actions.py), merged
+by their order. Every number comes from the same core functions as the commands and is drawn by
+the same renderers, so the app shows what `run --json` says. Textual is imported only here, so
+`fptrace --help` stays fast.
 """
 
 from __future__ import annotations
@@ -10,7 +12,6 @@ from __future__ import annotations
 from typing import Any
 
 from rich.console import Group
-from rich.table import Table
 from rich.text import Text
 from textual import work
 from textual.app import App, ComposeResult
@@ -18,6 +19,7 @@ from textual.binding import Binding
 from textual.containers import Horizontal, VerticalScroll
 from textual.widgets import DataTable, Footer, Input, Static, TabbedContent, TabPane
 
+from fptrace.cli.actions import TuiAction, TuiPane, collect
 from fptrace.errors import FptraceError
 from fptrace.render.text import norm, num, visible
 
@@ -29,29 +31,26 @@ block's output toward the attributed token (its LM-head row, norm-matched, × 0,
 [b]j[/b] export the trace as JSON   [b]r[/b] export the HTML report   [b]p[/b] export a PNG figure
 [b]?[/b] this help   [b]q[/b] quit"""
 
-BLOCKS = " ░▒▓█"
-
-
-def heatmap(m: Any) -> Table:
-    """One head's attention weights as unicode blocks (rows: queries, columns: keys)."""
-    t = Table(title=f"head {m.head}: attention weights (row: query, column: key)",
-              title_justify="left", box=None, padding=(0, 0), show_header=True)
-    labels = [visible(x)[:6] for x in m.labels]
-    t.add_column("", no_wrap=True, style="bold")
-    for lab in labels:
-        t.add_column(lab, no_wrap=True, justify="center")
-    for lab, row in zip(labels, m.rows):
-        cells = []
-        for v in row:
-            level = min(len(BLOCKS) - 1, int(round(max(v, 0.0) * (len(BLOCKS) - 1))))
-            cells.append(Text(BLOCKS[level] * 3, style=f"rgb({int(60 + 195 * v)},90,200)"))
-        t.add_row(lab, *cells)
-    return t
+# the app's own keys and tabs, merged with the folders' by order (cli/actions.py)
+OWN_ACTIONS = (
+    TuiAction(0, "slash", "Prompt", lambda app: app.action_focus_prompt()),
+    TuiAction(1, "escape", "Leave prompt", lambda app: app.action_leave_prompt(), show=False),
+    TuiAction(50, "j", "JSON", lambda app: app.action_export_json()),
+    TuiAction(60, "r", "Report", lambda app: app.action_export_report()),
+    TuiAction(80, "question_mark", "Help", lambda app: app.action_help()),
+    TuiAction(90, "q", "Quit", lambda app: app.exit()),
+)
+OWN_PANES = (TuiPane(0, "layer", lambda app: app.layer_text),
+             TuiPane(100, "top-k", lambda app: app.top_k_view()))
+ACTIONS = tuple(sorted(OWN_ACTIONS + tuple(collect("ACTIONS")), key=lambda a: a.order))
+PANES = tuple(sorted(OWN_PANES + tuple(collect("PANES")), key=lambda p: p.order))
+TABS = tuple(dict.fromkeys(p.tab for p in PANES))  # each tab where its first part sorts
+COMPUTED = set(TABS) - {p.tab for p in OWN_PANES}  # computed when shown: a recomputation
 
 
 class FptraceApp(App):
-    """The model, loaded once; a prompt box; the per-layer table; panes for the selected layer,
-    its attention heads, explain, the attribution and the top-k."""
+    """The model, loaded once; a prompt box; the per-layer table; tabs for the selected layer,
+    those the command folders offer, and the top-k."""
 
     CSS = """
     #prompt { dock: top; }
@@ -60,20 +59,7 @@ class FptraceApp(App):
     #layers { width: 60%; }
     TabbedContent { width: 40%; }
     """
-    BINDINGS = [
-        Binding("slash", "focus_prompt", "Prompt"),
-        Binding("escape", "leave_prompt", "Leave prompt", show=False),
-        Binding("h", "head(1)", "Next head"),
-        Binding("H", "head(-1)", "Prev head", show=False),
-        Binding("t", "next_target", "Target"),
-        Binding("a", "ablate", "Ablate", show=False),
-        Binding("s", "steer", "Steer", show=False),
-        Binding("j", "export_json", "JSON"),
-        Binding("r", "export_report", "Report"),
-        Binding("p", "export_png", "PNG"),
-        Binding("question_mark", "help", "Help"),
-        Binding("q", "quit", "Quit"),
-    ]
+    BINDINGS = [Binding(a.key, f"key({i})", a.label, show=a.show) for i, a in enumerate(ACTIONS)]
 
     def __init__(self, lm: Any = None, prompt: str | None = None, load: Any = None,
                  chat: Any = None) -> None:
@@ -88,18 +74,19 @@ class FptraceApp(App):
         self.layer = 0  # the selected row: 0 = embedding, k + 1 = block k
         self.head = 0
         self.target = 0  # index into the trace's top-k
-        self.explanation: Any = None
-        self.attribution: Any = None
-        self.what_if: Any = None  # the last ablation or steering result
+        # what the folders' panes computed last (they set them; a new prompt or row clears them)
+        self.explanation: Any = None  # the walkthrough of the selected block and head
+        self.attribution: Any = None  # the attribution of the selected target
+        self.qk: Any = None  # the selected head's score split
+        self.what_if: Any = None  # the last what-if's result
         self.layer_text: Any = None  # the layer pane's own text (a what-if is shown under it)
-        self.qk: Any = None  # the selected head's score split (attribute --qk)
 
     def compose(self) -> ComposeResult:
         yield Input(placeholder="a prompt; Enter traces it", id="prompt")
         with Horizontal():
             yield DataTable(id="layers", cursor_type="row", zebra_stripes=True)
             with TabbedContent():
-                for name in ("layer", "heads", "explain", "attribution", "top-k"):
+                for name in TABS:
                     with TabPane(name, id=f"tab-{name}"):
                         yield VerticalScroll(Static(id=f"pane-{name}"))
         yield Static(id="status")
@@ -199,85 +186,38 @@ class FptraceApp(App):
         text.append("logit lens top-10\n", style="bold")
         for t in top:
             text.append(f"{t.rank:>3} {visible(t.text):<16} {t.prob:.4f}\n")
-        text.append("a: remove this block's head and MLP   s: steer its output toward the "
-                    "attributed token\n", style="dim")
+        hints = [a.hint for a in ACTIONS if a.hint]
+        if hints:
+            text.append("   ".join(hints) + "\n", style="dim")
         self.layer_text = text
         self.query_one("#pane-layer", Static).update(text)
-        self.show_top_k()
+        self.show("top-k")
         self.refresh_active()
 
     def active(self) -> str:
         return self.query_one(TabbedContent).active.removeprefix("tab-")
 
     def refresh_active(self) -> None:
-        """The heads, explain and attribution panes cost a recomputation: only the one on
-        screen is computed, when it is shown."""
-        name = self.active()
-        if name in ("heads", "explain"):
-            self.show_heads()
-        elif name == "attribution":
-            self.show_attribution()
+        """The folders' tabs cost a recomputation: only the one on screen is computed, when it
+        is shown."""
+        if self.active() in COMPUTED:
+            self.show(self.active())
 
-    def _explained(self) -> Any:
-        from fptrace.commands.explain.core import explain
+    def show(self, tab: str) -> None:
+        """Fill a tab with its parts, in their order."""
+        parts = [p.show(self) for p in PANES if p.tab == tab]
+        self.query_one(f"#pane-{tab}", Static).update(parts[0] if len(parts) == 1 else
+                                                      Group(*parts))
 
-        block = max(self.layer - 1, 0)
-        if self.explanation is None or self.explanation.layer != block or \
-                self.explanation.head != self.head:
-            self.explanation = explain(self.lm, self.traced, layer=block, head=self.head,
-                                       all_heads=True, max_matrix=24)
-        return self.explanation
+    def show_tab(self, tab: str) -> None:
+        """Bring a tab on screen and fill it."""
+        self.query_one(TabbedContent).active = f"tab-{tab}"
+        self.show(tab)
 
-    def show_heads(self) -> None:
-        from fptrace.commands.explain.render import explain_view
-
-        heads = self.query_one("#pane-heads", Static)
-        pane = self.query_one("#pane-explain", Static)
-        try:
-            e = self._explained()
-        except FptraceError as err:
-            heads.update(Text(str(err), style="yellow"))
-            pane.update(Text(str(err), style="yellow"))
-            return
-        m = next(m for m in e.head_weights if m.head == self.head)
-        note = "" if self.layer else " (the embedding row: block 0's heads)"
-        heads.update(Group(Text(f"block {e.layer}{note}; h / H: another head", style="bold"),
-                           heatmap(m), self._qk_split(e.layer)))
-        pane.update(explain_view(e, 80))
-
-    def _qk_split(self, block: int) -> Any:
-        """Why the selected head attends where it does (attribute --qk): the last position on
-        its most attended key."""
-        from fptrace.addresses import Head
-        from fptrace.commands.attribute.qk import attribute_qk
-        from fptrace.commands.attribute.render import qk_pane
-
-        try:
-            self.qk = attribute_qk(self.lm, self.traced, Head(block, self.head), top=6)
-        except FptraceError as err:
-            self.qk = None
-            return Text(str(err), style="yellow")
-        return Group(Text("\nWhy it attends there: its score, part by part", style="bold"),
-                     qk_pane(self.qk, 60))
-
-    def show_top_k(self) -> None:
+    def top_k_view(self) -> Any:
         from fptrace.render.tables import top_k
 
-        self.query_one("#pane-top-k", Static).update(top_k(self.trace, 60))
-
-    def show_attribution(self) -> None:
-        from fptrace.commands.attribute.core import attribute
-        from fptrace.commands.attribute.render import attribution_view
-
-        target = self.trace.top_k[self.target]
-        try:
-            self.attribution = attribute(self.lm, self.traced, target=f"#{target.id}",
-                                         top=10)
-        except FptraceError as e:
-            self.query_one("#pane-attribution", Static).update(Text(str(e), style="yellow"))
-            return
-        self.query_one("#pane-attribution", Static).update(
-            attribution_view(self.attribution, 80))
+        return top_k(self.trace, 60)
 
     def on_tabbed_content_tab_activated(self, event: TabbedContent.TabActivated) -> None:
         if self.trace is not None:
@@ -293,47 +233,8 @@ class FptraceApp(App):
     def action_leave_prompt(self) -> None:
         self.query_one("#layers", DataTable).focus()
 
-    def action_head(self, step: int) -> None:
-        if self.trace is None:
-            return
-        self.head = (self.head + step) % self.trace.model.n_heads
-        self.query_one(TabbedContent).active = "tab-heads"
-        self.show_heads()
-
-    def action_next_target(self) -> None:
-        if self.trace is None:
-            return
-        self.target = (self.target + 1) % len(self.trace.top_k)
-        self.query_one(TabbedContent).active = "tab-attribution"
-        self.show_attribution()
-        self.status(f"attributing {visible(self.trace.top_k[self.target].text)!r}")
-
-    def action_ablate(self) -> None:
-        """What if the selected block's current head and its MLP were gone (zero ablation)."""
-        from fptrace.addresses import Head
-        from fptrace.commands.ablate.core import ablate
-        from fptrace.commands.ablate.render import ablate_view
-
-        if self.trace is None:
-            return
-        block = max(self.layer - 1, 0)
-        head = Head(block, self.head)
-        self.whatif(lambda: ablate(self.lm, self.traced, heads=[head], mlps=[block],
-                                   target=f"#{self.trace.top_k[self.target].id}"),
-                    ablate_view, f"removed head {head} and the MLP of block {block}")
-
-    def action_steer(self) -> None:
-        """What if the selected block's output were pushed toward the attributed token."""
-        from fptrace.commands.steer.core import steer
-        from fptrace.commands.steer.render import steer_view
-
-        if self.trace is None:
-            return
-        block = max(self.layer - 1, 0)
-        token = self.trace.top_k[self.target]
-        self.whatif(lambda: steer(self.lm, self.traced, token=f"#{token.id}", layer=block,
-                                  norm_match=True, scales="0,0.25,0.5,1", new_tokens=4),
-                    steer_view, f"steered block {block} toward {visible(token.text)!r}")
+    def action_key(self, index: int) -> None:
+        ACTIONS[index].run(self)
 
     def whatif(self, compute: Any, view: Any, done: str) -> None:
         """Run a what-if (ablate or steer) and show its view in the layer pane, under the
@@ -364,34 +265,30 @@ class FptraceApp(App):
             self.status("wrote fptrace-trace.json")
 
     def action_export_report(self) -> None:
-        from fptrace.commands.attribute.core import attribute
-        from fptrace.commands.report.core import build_html, write_report
+        """The report `fptrace report` writes for this prompt, at the selected block and head."""
+        from fptrace.atomic import write_text_atomic
+        from fptrace.cli.sections import Page, compute, defaults
         from fptrace.core.trace import run_trace
+        from fptrace.render.page import build_html
 
         if self.trace is None:
             return
+        values = defaults()
+        values.update({k: v for k, v in (("layer", max(self.layer - 1, 0)), ("head", self.head))
+                       if k in values})
         try:
-            trace = run_trace(self.lm, self.traced, lens_grid=True)
-            write_report("fptrace-report.html", build_html(
-                trace, self._explained(), self.attribution or attribute(self.lm, self.traced)))
+            page = Page(self.lm, self.traced, self.load_options,
+                        run_trace(self.lm, self.traced, lens_grid=True))
+            write_text_atomic("fptrace-report.html",
+                              build_html(page.trace, compute(page, values)), ".html")
         except FptraceError as e:
             self.status(str(e))
             return
         self.status("wrote fptrace-report.html")
-
-    def action_export_png(self) -> None:
-        from fptrace.commands.run.render import trace_figure
-        from fptrace.core.trace import run_trace
-        from fptrace.render.figures import save
-
-        if self.trace is not None:
-            save(trace_figure(run_trace(self.lm, self.traced, lens_grid=True))[0],
-                 "fptrace-trace.png")
-            self.status("wrote fptrace-trace.png")
 
     def on_unmount(self) -> None:
         self.lm = self.trace = self.explanation = self.attribution = None  # free the model
         self.qk = self.what_if = None
 
 
-__all__ = ["FptraceApp", "heatmap"]
+__all__ = ["FptraceApp"]

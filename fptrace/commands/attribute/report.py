@@ -1,0 +1,73 @@
+"""The report's attribution of the top-1, and why one head attends where it does."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Optional
+
+import typer
+
+from fptrace.cli.options import STATS
+from fptrace.cli.sections import Page, ReportSection
+from fptrace.render.html import section
+
+OPTIONS = (
+    ("qk", Annotated[Optional[str], typer.Option(
+        "--qk", metavar="LAYER.HEAD", help="The head whose attention score the report splits "
+        "(as `fptrace attribute --qk`); default: the head that adds most to the top-1.",
+        rich_help_panel=STATS)], None),
+)
+
+
+def _head(values: dict[str, Any]) -> Any:
+    """report --qk as a Head (parsed here, at the command line), or None."""
+    from fptrace.addresses import parse_head
+
+    return None if values["qk"] is None else parse_head(values["qk"], "--qk")
+
+
+def _check(values: dict[str, Any]) -> None:
+    _head(values)
+
+
+def _compute(page: Page, values: dict[str, Any]) -> Any:
+    """(the attribution, the head's score split or None)."""
+    from fptrace.commands.attribute.core import attribute
+    from fptrace.commands.attribute.qk import attribute_qk, top_head
+
+    lm = page.lm
+    attribution = attribute(lm, page.prompt)
+    head = _head(values) or top_head(attribution)
+    split = None if head is None or lm.parts.family.qk_weights is None else \
+        attribute_qk(lm, page.prompt, head, top=10)
+    return attribution, split
+
+
+def _body(result: Any) -> list[str]:
+    from fptrace.commands.attribute.render import (
+        attribution_figure,
+        attribution_view,
+        qk_figure,
+        qk_view,
+    )
+
+    attribution, qk = result
+    out = section("Where the answer comes from: direct logit attribution",
+                  "attribution per block and per head", attribution_figure(attribution)[0],
+                  attribution_view(attribution, 130))
+    if qk is not None:
+        out += section(f"Why head {qk.layer}.{qk.head} attends where it does: its score, part "
+                       "by part", "query parts × key parts of the score", qk_figure(qk)[0],
+                       qk_view(qk, 130))
+    return out
+
+
+def _verify(result: Any) -> None:
+    from fptrace.cli.io import check_match
+
+    _, split = result
+    if split is not None:
+        check_match(split.ok, [c.name for c in split.checks if not c.ok])
+
+
+SECTION = ReportSection(order=30, compute=_compute, body=_body, options=OPTIONS, check=_check,
+                        verify=_verify)

@@ -1,0 +1,18 @@
+"""Examples of `fptrace models`: its golden view and its bad inputs."""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+from fptrace.examples import Bench, View
+
+
+def _view(lm: Any, bench: Bench) -> Callable[[Any], Any]:
+    from fptrace.commands.models.core import list_models
+    from fptrace.commands.models.render import models_table
+
+    rows = list_models()
+    return lambda w: models_table(rows, w)
+
+
+VIEWS = (View("models", _view),)

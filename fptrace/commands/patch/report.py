@@ -1,0 +1,35 @@
+"""The report's causal-tracing section (--noise)."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Optional
+
+import typer
+
+from fptrace.cli.options import STATS
+from fptrace.cli.sections import Page, ReportSection
+from fptrace.render.html import section
+
+OPTIONS = (
+    ("noise", Annotated[Optional[str], typer.Option(
+        "--noise", help="Also a causal-tracing section: noise on this subject's embeddings "
+        "(as `fptrace patch --noise`).", rich_help_panel=STATS)], None),
+)
+
+
+def _compute(page: Page, values: dict[str, Any]) -> Any:
+    from fptrace.commands.patch.core import patch
+
+    if values["noise"] is None:
+        return None
+    return patch(page.lm, page.prompt, noise=values["noise"], seed=page.opts.seed)
+
+
+def _body(patching: Any) -> list[str]:
+    from fptrace.commands.patch.render import patch_figure, patch_view
+
+    return section("Where the prediction is carried: causal tracing", "causal tracing heatmap",
+                   patch_figure(patching)[0], patch_view(patching, 130))
+
+
+SECTION = ReportSection(order=40, compute=_compute, body=_body, options=OPTIONS)

@@ -1,0 +1,28 @@
+"""The report's trace: its figure and its table, block by block."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fptrace.cli.sections import Page, ReportSection
+from fptrace.render.html import png, terminal
+
+
+def _figures(trace: Any) -> list[str]:
+    from fptrace.commands.run.render import trace_figure
+
+    figure = png(trace_figure(trace)[0])
+    return [f'<img alt="residual stream, logit lens and top-k" src="{figure}">']
+
+
+def _body(trace: Any) -> list[str]:
+    from fptrace.commands.run.render import trace_view
+
+    return ["<h2>The forward pass, block by block</h2>", terminal(trace_view(trace, 130))]
+
+
+def _compute(page: Page, values: dict[str, Any]) -> Any:
+    return page.trace  # every report traces the prompt (with the lens grid)
+
+
+SECTION = ReportSection(order=10, compute=_compute, figures=_figures, body=_body)

@@ -1,0 +1,70 @@
+"""Examples of `fptrace steer`: its golden view, its bad inputs, its notes' cases."""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+from fptrace.examples import Bench, Case, NoteCase, Setup, View
+
+PROMPT = "The cat sat on the mat"
+
+
+def _steered(lm: Any, **kw: Any) -> tuple[str, ...]:
+    from fptrace.commands.steer.core import steer
+
+    kw.setdefault("token", "#5")
+    kw.setdefault("layer", 1)
+    return steer(lm, [5, 6, 7], scales="0,1", **kw).notes
+
+
+def _gguf_blocks(bench: Bench) -> tuple[Any, Any]:
+    from fptrace.commands.steer.vectors import token_vector, write_vector
+
+    lm = bench.lm("llama")
+    path = str(bench.tmp("vector") / "v.gguf")
+    write_vector(path, token_vector(lm, "#5", 1), lm)
+    return _steered(lm), _steered(lm, token=None, layer=None, vector=path)
+
+
+def _positions(bench: Bench) -> tuple[Any, Any]:
+    return _steered(bench.lm("llama")), _steered(bench.lm("llama"), positions=[-1])
+
+
+def _block0(bench: Bench) -> tuple[Any, Any]:
+    return _steered(bench.lm("llama")), _steered(bench.lm("llama"), layer=0)
+
+
+NOTE_CASES = (NoteCase("steer_gguf_blocks", _gguf_blocks),
+              NoteCase("steer_positions", _positions),
+              NoteCase("steer_block0", _block0))
+
+
+def _view(lm: Any, bench: Bench) -> Callable[[Any], Any]:
+    from fptrace.commands.steer.core import steer
+    from fptrace.commands.steer.render import steer_view
+
+    r = steer(lm, PROMPT, add=" love", subtract=" hate", layer=1, scales="0,1,2,4",
+              new_tokens=3)
+    return lambda w: steer_view(r, w)
+
+
+VIEWS = (View("steer", _view),)
+
+
+def bad_inputs(at: Setup) -> tuple[Case, ...]:
+    """The bad inputs of `fptrace steer` (rows of docs/bad-inputs.md; the files they read are
+    made by scripts/bad_inputs.py)."""
+    m = at.model
+    p = at.path
+    return (
+        Case(58, "steer: a vector of another width",
+             ("steer", "hi", *m, "--vector", p("wide.npy"), "--layer", "1")),
+        Case(59, "steer: a GGUF that is not a control vector",
+             ("steer", "hi", *m, "--vector", p("model.gguf"))),
+        Case(60, "steer: --layer out of range",
+             ("steer", "hi", *m, "--token", " cat", "--layer", "5")),
+        Case(61, "steer: a strength that is not a number",
+             ("steer", "hi", *m, "--token", " cat", "--layer", "1", "--scale", "0,two")),
+        Case(62, "steer: --add without --subtract",
+             ("steer", "hi", *m, "--add", " love", "--layer", "1")),
+    )

@@ -1,0 +1,66 @@
+"""The report's steering section (--add, --subtract, --steer-layer)."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Optional
+
+import typer
+
+from fptrace.cli.options import STATS
+from fptrace.cli.sections import Page, ReportSection
+from fptrace.render.html import section
+
+OPTIONS = (
+    ("add", Annotated[Optional[str], typer.Option(
+        "--add", help="Also a steering section: this prompt's stream minus --subtract's, added "
+        "at --steer-layer at strengths 0,1,2,4,8 (as `fptrace steer`).",
+        rich_help_panel=STATS)], None),
+    ("subtract", Annotated[Optional[str], typer.Option(
+        "--subtract", help="With --add: the prompt subtracted.", rich_help_panel=STATS)], None),
+    ("steer_layer", Annotated[Optional[str], typer.Option(
+        "--steer-layer", metavar="L", help="With --add: the block whose output receives the "
+        "vector.", rich_help_panel=STATS)], None),
+)
+
+
+def _block(values: dict[str, Any]) -> Any:
+    """--steer-layer, read by the one parser of places, or None."""
+    from fptrace.addresses import parse_block
+
+    text = values["steer_layer"]
+    return None if text is None else parse_block(text, "--steer-layer")
+
+
+def _check(values: dict[str, Any]) -> None:
+    add, subtract = values["add"], values["subtract"]
+    if (add is None) != (subtract is None) or (add is not None and values["steer_layer"] is None):
+        from fptrace.errors import BadInput
+
+        raise BadInput("the steering section needs --add, --subtract and --steer-layer")
+    _block(values)
+
+
+def _compute(page: Page, values: dict[str, Any]) -> Any:
+    from fptrace.commands.steer.core import steer
+
+    if values["add"] is None and values["subtract"] is None:
+        return None
+    return steer(page.lm, page.prompt, add=values["add"], subtract=values["subtract"],
+                 layer=_block(values), scales="0,1,2,4,8")
+
+
+def _body(steering: Any) -> list[str]:
+    from fptrace.commands.steer.render import steer_figure, steer_view
+
+    return section("What if: a steering vector added to the stream", "steering sweep",
+                   steer_figure(steering)[0], steer_view(steering, 130))
+
+
+def _verify(steering: Any) -> None:
+    from fptrace.cli.io import require_checks
+
+    require_checks(steering.checks, "the steered run")
+
+
+SECTION = ReportSection(order=60, compute=_compute, body=_body, options=OPTIONS, check=_check,
+                        verify=_verify)
