@@ -15,6 +15,11 @@ settings.register_profile("fuzz", max_examples=400, deadline=None)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    # pytest-xdist sets COLUMNS=80 and LINES=24 in its workers; the tests expect what a run
+    # without a terminal gets (the commands then lay out for 130 columns)
+    os.environ.pop("COLUMNS", None)
+    os.environ.pop("LINES", None)
 
 GOLDEN = os.path.join(os.path.dirname(__file__), "golden")
 
