@@ -35,13 +35,14 @@ def golden(request):
     """golden(text): the text must equal tests/golden/<name>.txt, where name is the test's
     parameter id (test_view[run-80] -> run-80.txt) or, unparametrized, its name without
     "test_". With --update-golden the file is written instead. Rounding residuals below 1e-5
-    (which vary with the CPU's vector instructions) are compared as placeholders."""
+    (which vary with the CPU's vector instructions, sign included) are compared as
+    placeholders."""
     import re
 
     spec = getattr(request.node, "callspec", None)
     name = spec.id if spec is not None else request.node.name.removeprefix("test_")
     path = os.path.join(GOLDEN, f"{name}.txt")
-    residual = re.compile(r"\b\d\.\d\de-(0[5-9]|[1-9]\d)\b")
+    residual = re.compile(r"[+-]?\b\d\.\d\de-(0[5-9]|[1-9]\d)\b")  # its sign too
 
     def comparable(text: str) -> str:
         return residual.sub(lambda m: "#" * len(m.group(0)), text)

@@ -288,13 +288,15 @@ def _sentence(layer: int, p: PointDiff, agree: bool, block_in: float | None) -> 
 
 def lens(lm: LoadedModel, trace: Any) -> tuple[Any, Any]:
     """One run's stream rows at the last position (L+1, d) and their logit lens, log-softmax
-    (L+1, V): its own final norm and LM head (and final softcap) on its own stream."""
+    (L+1, V): its own final norm and LM head (and final softcap) on its own stream. The
+    log-softmax is taken in float64, so that the KL of two lenses that barely differ is their
+    difference, not float32's rounding (which made it 0 on one CPU and 5e-8 on another)."""
     import torch
 
     x = torch.tensor([list(r.snippet) for r in trace.layers], dtype=torch.float32)  # (L+1, d)
     with torch.inference_mode():
         logits = lm.parts.project(x.to(lm.device, lm.dtype))  # (L+1, V)
-    return x, torch.log_softmax(logits.float(), dim=-1).cpu()
+    return x, torch.log_softmax(logits.cpu().double(), dim=-1)
 
 
 def lens_rows(trace: Any, lens_a: tuple[Any, Any], lens_b: tuple[Any, Any]
