@@ -37,7 +37,8 @@ COMMON_LABELS = {
 }
 
 NORM_TYPES = ("layernorm", "rmsnorm", "rmsnorm (1 + w)")
-MLP_TYPES = ("gelu", "swiglu", "geglu")
+MLP_TYPES = ("gelu", "swiglu", "geglu", "moe")
+SCORINGS = ("softmax", "sigmoid", "softmax over the top k")
 POSITIONS = ("learned", "rope")
 
 
@@ -48,6 +49,34 @@ class FamilyDefinitionError(FptraceError, ImportError):
 
 def _intermediate_size(config: Any) -> int | None:
     return getattr(config, "intermediate_size", None)
+
+
+@dataclass(frozen=True)
+class Moe:
+    """A mixture-of-experts MLP as one config sets it: how many experts, how many each token
+    takes, and how the router turns its logits into the weights of the chosen ones."""
+
+    n_experts: int  # routed experts per MoE block
+    top_k: int  # routed experts each token takes
+    d_expert: int  # hidden width of one routed expert
+    n_shared: int = 0  # shared experts every token takes (0: none)
+    d_shared: int = 0  # hidden width of the shared expert MLP (all shared experts together)
+    # "softmax": over all experts, then the top k; "sigmoid": each logit on its own (DeepSeek-V3);
+    # "softmax over the top k": the top k logits first, a softmax over them (gpt-oss)
+    scoring: str = "softmax"
+    renormalise: bool = False  # the chosen scores divided by their sum
+    scale: float = 1.0  # the weights multiplied by this (DeepSeek-V3's routed_scaling_factor)
+    n_groups: int = 1  # grouped top-k (DeepSeek-V3): experts in n_groups groups, of which ...
+    topk_groups: int = 1  # ... the topk_groups best (by the sum of their 2 best scores) compete
+    score_bias: bool = False  # a learned bias added to the scores for the choice only (DeepSeek-V3)
+    router_bias: bool = False  # the router's linear map has a bias (gpt-oss)
+    shared_gate: bool = False  # the shared expert's output × σ(its own gate · x) (Qwen2-MoE)
+
+    @property
+    def header(self) -> str:
+        """`8 experts, 2 active (+ 1 shared), d_expert 14336`."""
+        shared = f" (+ {self.n_shared} shared)" if self.n_shared else ""
+        return f"{self.n_experts} experts, {self.top_k} active{shared}, d_expert {self.d_expert}"
 
 
 @dataclass(frozen=True)
@@ -118,6 +147,16 @@ class Family:
     # with the config's own RoPE; explain's block runs the same function.
     head_taps: tuple[str, ...] = ()
     heads: Callable[..., Any] | None = None
+    # Mixture of experts (mlp_type "moe"): the config's MoE facts, or None where the config
+    # has no experts; and, from the MLP module of an MoE block, its router (whose output is
+    # (logits, weights of the chosen, indices of the chosen)), its routed experts (3-D tensors
+    # gate_up_proj (E, ...), down_proj (E, ...)) and its shared experts, if any. A block whose
+    # MLP has no router is dense (DeepSeek-V3's first blocks).
+    moe: Callable[[Any], Moe | None] | None = None
+    router: str = "gate"
+    experts: str = "experts"
+    shared_experts: str | None = None
+    shared_expert_gate: str | None = None
 
     # ------------------------------------------------------------------ derived facts
     @property
@@ -164,6 +203,12 @@ class Family:
                        + ("; the scale is (1 + w)" if "1 + w" in self.norm_type else ""))
         if self.mlp_type == "swiglu":
             out.append("SwiGLU MLP: down(SiLU(gate(x)) · up(x)), three matrices instead of two")
+        if self.mlp_type == "moe":
+            moe = self.moe(config) if self.moe else None
+            if moe:
+                out.append(f"mixture of experts: a router sends each token to {moe.top_k} of "
+                           f"{moe.n_experts} expert MLPs"
+                           + (f", plus {moe.n_shared} shared" if moe.n_shared else ""))
         if self.mlp_type == "geglu":
             out.append("GeGLU MLP: down(GELU(gate(x)) · up(x)), three matrices instead of two")
         if n_kv_heads != n_heads:
@@ -209,6 +254,8 @@ def check_family(module_name: str, module: Any) -> Family:
     if (fam.recompute_block is None) != (fam.recompute_final_norm is None):
         raise FamilyDefinitionError(f"{where}: a block recomputation needs both recompute_block "
                                     "and recompute_final_norm")
+    if (fam.mlp_type == "moe") != (fam.moe is not None):
+        raise FamilyDefinitionError(f"{where}: mlp_type 'moe' and moe go together")
     if bool(fam.heads) != bool(fam.head_taps):
         raise FamilyDefinitionError(f"{where}: heads and head_taps go together")
     bad = [k for k, t in fam.taps.items() if not isinstance(k, Point) or not isinstance(t, Tap)
