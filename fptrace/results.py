@@ -22,7 +22,7 @@ def result(cls: type[T]) -> type[T]:
     return dataclass(frozen=True)(cls)
 
 
-SCHEMA_VERSION = "1.3"  # minor: fields or kinds added; major: a field changed or removed
+SCHEMA_VERSION = "1.4"  # minor: fields or kinds added; major: a field changed or removed
 
 # One vocabulary of trace points, shared by hooks, JSON keys and table headers: points.py
 # (Point) names them, the stream's and those inside a block (ShapeStep.point, LayerStats.point,
@@ -63,7 +63,8 @@ class ModelInfo:
     norm_type: str
     """The norm: layernorm, rmsnorm, or rmsnorm (1 + w) (RMSNorm scaled by 1 + γ, Gemma)."""
     mlp_type: str
-    """The MLP: gelu (two matrices), swiglu or geglu (gated, three matrices)."""
+    """The MLP: gelu (two matrices), swiglu or geglu (gated, three matrices), or moe (a router and
+    routed experts, SwiGLU each, plus shared experts where the family has them)."""
     positions: str
     """Positions: learned (absolute embeddings) or rope (rotary, inside attention)."""
     parallel_residual: bool
