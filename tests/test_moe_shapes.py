@@ -140,3 +140,26 @@ def test_geglu_gated_mlp_step():
         r = shape_report(tmp, seq_len=5)
     found = [s.shape for s in r.steps if s.label == "act(gate) · up"]
     assert found == [(1, 5, TINY_CONFIGS["gemma"]["intermediate_size"])]
+
+
+def test_deepseek_v3_kv_cache_is_the_latent():
+    """MLA caches 512 latent values and a 64-value RoPE key per block and token (what
+    transformers' cache holds), not K and V of 128 heads."""
+    r = shape_report("deepseek-v3", seq_len=4, dtype="bfloat16")
+    assert r.cost.kv_cache_per_token_bytes == 61 * (512 + 64) * 2  # bfloat16
+
+
+def test_deepseek_v3_cache_matches_the_model():
+    """The tiny config's own cache after a forward pass holds what shapes counts."""
+    import torch
+
+    from conftest import build_tiny
+    from fptrace.families.deepseek_v3 import kv_cache_values
+
+    model = build_tiny("deepseek_v3")
+    with torch.no_grad():
+        out = model(torch.tensor([[1, 2, 3]]), use_cache=True)
+    cache = out.past_key_values if hasattr(out, "past_key_values") else out.cache
+    layer = cache.layers[0]
+    per_token = sum(t.shape[1] * t.shape[-1] for t in (layer.keys, layer.values))
+    assert per_token == kv_cache_values(model.config)

@@ -35,6 +35,11 @@ def d_expert(cfg: Any) -> int | None:
     return getattr(cfg, "moe_intermediate_size", None)
 
 
+def kv_cache_values(cfg: Any) -> int:
+    """MLA caches, per block and token, the K/V latent and the one RoPE key all heads share."""
+    return int(cfg.kv_lora_rank) + int(cfg.qk_rope_head_dim)
+
+
 # MLA has no q_proj/k_proj of the usual shapes: the points a Llama-like block shows outside them
 MLA_TAPS = {
     Point.ln1: Tap("input_layernorm"),
@@ -46,7 +51,7 @@ MLA_TAPS = {
 FAMILY = replace(
     MIXTRAL, name="deepseek_v3", title="DeepSeek-V3", model_types=("deepseek_v3",), moe=moe,
     d_mlp=d_expert, shared_experts="shared_experts", taps=MLA_TAPS, qk_weights=None,
-    heads=None, head_taps=(),
+    heads=None, head_taps=(), kv_cache_values=kv_cache_values,
     labels={**MIXTRAL.labels, "q_a_proj": "Q down-projection (latent)",
             "q_b_proj": "Q up-projection", "kv_a_proj_with_mqa": "K/V latent and shared RoPE K",
             "kv_b_proj": "K/V up-projection", "q_a_layernorm": "Q latent norm",

@@ -241,7 +241,8 @@ def shape_report(name: str, prompt: str | None = None, seq_len: int | None = Non
     moe = fam.moe(config) if fam.moe else None
     moe_count, matmul = _moe_count(model, parts, moe, L, tied) if moe else (None, None)
     cost = _costs(groups, total, L=L, d=d, h=h, kv=kv, hd=hd, V=V, T=seq_len, B=batch,
-                  dtype=dtype, tied=tied, matmul=matmul)
+                  dtype=dtype, tied=tied, matmul=matmul,
+                  kv_values=fam.kv_cache_values(config) if fam.kv_cache_values else None)
     return ShapeReport(
         model=spec.name, family=fam.name, source=spec.known.source if spec.known else
         (spec.path or spec.hub_id or ""),
@@ -495,13 +496,15 @@ def _moe_count(model: Any, parts: Any, moe: Any, L: int, tied: bool) -> tuple[Mo
 
 
 def _costs(groups: list[ParamGroup], total: int, *, L: int, d: int, h: int, kv: int, hd: int,
-           V: int, T: int, B: int, dtype: str, tied: bool, matmul: int | None = None
-           ) -> CostReport:
+           V: int, T: int, B: int, dtype: str, tied: bool, matmul: int | None = None,
+           kv_values: int | None = None) -> CostReport:
     """matmul: the parameters one token multiplies, where the groups cannot say (an MoE model:
-    the chosen experts only)."""
+    the chosen experts only); kv_values: the values a block caches per token, where it is not
+    K and V of every key/value head."""
     b = BYTES[dtype]
     weights = {k: int(math.ceil(total * v)) for k, v in BYTES.items()}
-    kv_per_token = 2 * L * kv * hd * b  # K and V, every layer
+    # K and V, every layer (or what the family caches instead: kv_values a layer)
+    kv_per_token = (2 * kv * hd if kv_values is None else kv_values) * L * b
     # parameters that multiply each token (matrices of blocks and the LM head, not the
     # embedding lookup, norms or biases counted separately)
     block_mats = sum(g.count * g.times for g in groups  # the blocks' matrices, not their
