@@ -1,0 +1,200 @@
+"""The routing engine: which experts each MoE block chose for every position, captured by a
+hook on each block's router in the same forward pass, and checked against the family's routing
+rule recomputed from the router's own logits.
+
+Every router of the MoE families returns (logits (N, E), weights of the chosen (N, k), indices
+of the chosen (N, k)) for the N = B·T positions of the batch, row-major; that output is what
+the hook keeps (float32 copies of the logits and weights). `route()` is the family's rule in
+one function (softmax then top k, renormalised or not; softmax over the top-k logits; sigmoid
+scores with a choice-only bias and grouped top-k, times a scale), used by the check here and by
+explain's recomputation.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+from dataclasses import dataclass, field
+from typing import Any, Iterator, Sequence
+
+from fptrace.core.hooks import Hook, hooked
+from fptrace.families import Moe
+from fptrace.families.parts import ModelParts
+from fptrace.results import BlockRoute, ExpertRoute, Routing
+
+
+def moe_facts(parts: ModelParts, config: Any) -> Moe | None:
+    """The config's MoE facts, or None for a dense model (or a family without them)."""
+    fam = parts.family
+    return fam.moe(config) if fam.moe is not None else None
+
+
+def routers(parts: ModelParts) -> list[tuple[int, Any]]:
+    """(block index, router module) of every MoE block: those whose MLP has the family's
+    router (DeepSeek-V3's first blocks are dense and have none)."""
+    out = []
+    for i, mlp in enumerate(parts.mlps):
+        try:
+            out.append((i, mlp.get_submodule(parts.family.router)))
+        except AttributeError:
+            continue
+    return out
+
+
+def score_bias(parts: ModelParts, router: Any) -> Any:
+    """The router's choice-only bias (DeepSeek-V3's e_score_correction_bias), or None."""
+    name = parts.family.router_score_bias
+    return None if name is None else getattr(router, name)
+
+
+@dataclass
+class RouterCapture:
+    """What the router hooks kept in one forward pass: per MoE block, float32 logits (N, E),
+    the weights (N, k) and the indices (N, k) the router returned."""
+
+    blocks: list[int] = field(default_factory=list)
+    logits: dict = field(default_factory=dict)
+    weights: dict = field(default_factory=dict)
+    indices: dict = field(default_factory=dict)
+    biases: dict = field(default_factory=dict)
+
+
+@contextlib.contextmanager
+def capture_routing(parts: ModelParts, config: Any) -> Iterator[RouterCapture | None]:
+    """Hook every MoE block's router for one forward pass (None for a dense model: no hook)."""
+    import torch
+
+    if moe_facts(parts, config) is None:
+        yield None
+        return
+    cap = RouterCapture()
+    found = routers(parts)
+    cap.blocks = [i for i, _ in found]
+
+    def hook(i: int):
+        def keep(module: Any, args: tuple, output: Any) -> None:
+            logits, weights, indices = output[0], output[1], output[2]
+            cap.logits[i] = logits.detach().to(torch.float32, copy=True)
+            cap.weights[i] = weights.detach().to(torch.float32, copy=True)
+            cap.indices[i] = indices.detach().clone()
+        return keep
+
+    for i, router in found:
+        bias = score_bias(parts, router)
+        if bias is not None:
+            cap.biases[i] = bias.detach().float()
+    hooks: list[Hook] = [(router, "post", hook(i), False) for i, router in found]
+    with hooked(hooks):
+        yield cap
+
+
+def route(logits: Any, moe: Moe, bias: Any = None) -> tuple[Any, Any]:
+    """The family's routing rule on router logits (N, E): (indices (N, k), weights (N, k)), the
+    chosen experts and what their outputs are multiplied by, in the router's order."""
+    import torch
+
+    k = moe.top_k
+    x = logits.float()  # (N, E)
+    if moe.scoring == "softmax over the top k":  # gpt-oss: the top k logits, a softmax of them
+        top, idx = torch.topk(x, k, dim=-1)  # (N, k) each
+        return idx, torch.softmax(top, dim=-1)
+    if moe.scoring == "softmax":  # Mixtral, Qwen-MoE, OLMoE
+        probs = torch.softmax(x, dim=-1)  # (N, E)
+        w, idx = torch.topk(probs, k, dim=-1)  # (N, k) each
+        if moe.renormalise:
+            w = w / w.sum(dim=-1, keepdim=True)
+        return idx, w * moe.scale
+    # sigmoid (DeepSeek-V3): scores; the choice adds the bias and keeps the best groups only
+    scores = torch.sigmoid(x)  # (N, E)
+    choice = scores if bias is None else scores + bias  # (N, E)
+    N, E = choice.shape
+    G = moe.n_groups
+    if G > 1:
+        group = choice.view(N, G, E // G).topk(2, dim=-1).values.sum(dim=-1)  # (N, G)
+        best = torch.topk(group, moe.topk_groups, dim=-1).indices  # (N, topk_groups)
+        keep = torch.zeros_like(group).scatter_(1, best, 1.0).bool()  # (N, G)
+        keep = keep[:, :, None].expand(N, G, E // G).reshape(N, E)  # (N, E)
+        choice = choice.masked_fill(~keep, float("-inf"))
+    idx = torch.topk(choice, k, dim=-1).indices  # (N, k)
+    w = scores.gather(1, idx)  # (N, k): the uncorrected scores
+    if moe.renormalise:
+        w = w / (w.sum(dim=-1, keepdim=True) + 1e-20)
+    return idx, w * moe.scale
+
+
+def distribution(logits: Any, moe: Moe) -> Any:
+    """The router's distribution over all experts (N, E), whose mass on the chosen ones and
+    whose entropy are reported: the softmax of the logits, or (sigmoid routers) each score over
+    the sum of the scores."""
+    import torch
+
+    x = logits.float()
+    if moe.scoring == "sigmoid":
+        s = torch.sigmoid(x)
+        return s / s.sum(dim=-1, keepdim=True)
+    return torch.softmax(x, dim=-1)
+
+
+def _by_expert(idx: Any, w: Any) -> tuple[Any, Any]:
+    """Both sorted by expert id, to compare two choices whatever their order."""
+    order = idx.argsort(dim=-1)
+    return idx.gather(-1, order), w.gather(-1, order)
+
+
+def weight_tolerance(dtype: str) -> float:
+    """How far a recomputed weight may differ from the router's (its dtype's rounding)."""
+    return 1e-5 if dtype == "float32" else 2e-2
+
+
+def check(cap: RouterCapture, moe: Moe) -> tuple[int, float]:
+    """(block-positions whose recomputed choice differs from the router's, the largest weight
+    difference over the others)."""
+    import torch
+
+    mismatched, worst = 0, 0.0
+    for i in cap.blocks:
+        idx, w = route(cap.logits[i], moe, cap.biases.get(i))
+        a_idx, a_w = _by_expert(idx, w)
+        b_idx, b_w = _by_expert(cap.indices[i], cap.weights[i])
+        same = (a_idx == b_idx).all(dim=-1)  # (N,)
+        mismatched += int((~same).sum())
+        if bool(same.any()):
+            worst = max(worst, float((a_w[same] - b_w[same]).abs().max()))
+    return mismatched, worst
+
+
+def routing_of_rows(cap: RouterCapture, moe: Moe, B: int, T: int,
+                    lengths: Sequence[int], dtype: str) -> list[Routing]:
+    """One Routing per batch row (rows left-padded to T; lengths: each row's real tokens),
+    every MoE block and every real position."""
+    import torch
+
+    mismatched, worst = check(cap, moe)
+    ok = mismatched == 0 and worst <= weight_tolerance(dtype)
+    per_block = {}
+    for i in cap.blocks:
+        p = distribution(cap.logits[i], moe)  # (N, E)
+        entropy = -(p * torch.log(p.clamp(min=1e-30))).sum(dim=-1)  # (N,)
+        w, order = cap.weights[i].sort(dim=-1, descending=True)  # (N, k)
+        idx = cap.indices[i].gather(-1, order)  # (N, k)
+        mass = p.gather(-1, idx).sum(dim=-1)  # (N,)
+        per_block[i] = (idx.view(B, T, -1).tolist(), w.view(B, T, -1).tolist(),
+                        mass.view(B, T).tolist(), entropy.view(B, T).tolist())
+    out = []
+    for b, n in enumerate(lengths):
+        blocks = []
+        for i in cap.blocks:
+            idx, w, mass, ent = per_block[i]
+            blocks.append(BlockRoute(layer=i, positions=tuple(
+                ExpertRoute(position=t, experts=tuple(idx[b][T - n + t]),
+                            weights=tuple(w[b][T - n + t]), mass=mass[b][T - n + t],
+                            entropy=ent[b][T - n + t]) for t in range(n))))
+        out.append(Routing(
+            n_experts=moe.n_experts, top_k=moe.top_k, n_shared=moe.n_shared,
+            d_expert=moe.d_expert, scoring=moe.scoring, renormalised=moe.renormalise,
+            blocks=tuple(blocks), checked=ok, mismatched=mismatched,
+            max_weight_error=worst if math.isfinite(worst) else float("nan")))
+    return out
+
+
+__all__ = ["capture_routing", "route", "routing_of_rows", "routers", "moe_facts"]

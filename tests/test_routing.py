@@ -1,0 +1,139 @@
+"""The routing engine against what the model itself computes, on every MoE family's tiny config,
+for every block and position: the experts and weights the MoE block hands its experts (a hook
+on the experts module's input, not fptrace's), and the router logits transformers returns with
+`output_router_logits=True`, from which the mass and entropy are recomputed here."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+import torch
+
+from conftest import build_tiny
+from fptrace.core.trace import run_trace, run_traces
+from fptrace.families import FAMILIES
+from fptrace.models.loading import wrap_model
+
+MOE = sorted(f.name for f in FAMILIES if f.moe is not None)
+
+
+def _model(name):
+    model = build_tiny(name, seed=1)
+    with torch.no_grad():  # a choice-only bias that matters (DeepSeek-V3's starts at zero)
+        for n, buf in model.named_buffers():
+            if n.endswith("e_score_correction_bias"):
+                buf.copy_(torch.randn_like(buf) * 0.02)
+    return model
+
+
+def _own(model, ids):
+    """The experts module's inputs (what the model multiplies by), per MoE block, and the router
+    logits transformers returns."""
+    seen = {}
+    hooks = []
+    for i, layer in enumerate(model.model.layers):
+        experts = getattr(layer.mlp, "experts", None)
+        if experts is None:
+            continue
+
+        def pre(module, args, kwargs, i=i):
+            idx = args[1] if len(args) > 1 else next(iter(
+                v for k, v in kwargs.items() if "ind" in k))
+            w = args[2] if len(args) > 2 else next(iter(
+                v for k, v in kwargs.items() if "weight" in k))
+            seen[i] = (idx.clone(), w.float().clone())
+        hooks.append(experts.register_forward_pre_hook(pre, with_kwargs=True))
+    try:
+        with torch.no_grad():
+            out = model(torch.tensor([ids]), output_router_logits=True, use_cache=False)
+    finally:
+        for h in hooks:
+            h.remove()
+    return seen, out.router_logits
+
+
+def _distribution(logits, scoring):
+    if scoring == "sigmoid":
+        s = logits.float().sigmoid()
+        return s / s.sum(-1, keepdim=True)
+    return logits.float().softmax(-1)
+
+
+@pytest.mark.parametrize("name", MOE)
+def test_routing_is_the_models_own(name):
+    model = _model(name)
+    lm = wrap_model(model, name=f"tiny-{name}", random_weights=True)
+    ids = [5, 17, 3, 99, 250, 7, 41]
+    r = run_trace(lm, ids).routing
+    seen, router_logits = _own(model, ids)
+    assert r.checked and r.mismatched == 0, (r.mismatched, r.max_weight_error)
+    assert [b.layer for b in r.blocks] == sorted(seen)
+    assert len(router_logits) == len(r.blocks)
+    for block, logits in zip(r.blocks, router_logits):
+        idx, w = seen[block.layer]
+        p = _distribution(logits, r.scoring)
+        assert len(block.positions) == len(ids)
+        for t, pos in enumerate(block.positions):
+            want = dict(zip(idx[t].tolist(), w[t].tolist()))
+            got = dict(zip(pos.experts, pos.weights))
+            assert set(got) == set(want), (block.layer, t)
+            for e in want:
+                assert got[e] == pytest.approx(want[e], rel=1e-5, abs=1e-6)
+            assert list(pos.weights) == sorted(pos.weights, reverse=True)
+            assert pos.mass == pytest.approx(float(p[t, list(want)].sum()), rel=1e-5)
+            ent = float(-(p[t] * p[t].log()).sum())
+            assert pos.entropy == pytest.approx(ent, rel=1e-5, abs=1e-6)
+
+
+def test_deepseek_grouped_choice_and_bias_matter():
+    """The DeepSeek-V3 rule is the grouped one with the bias: without groups or without the
+    bias the same logits choose differently somewhere (so the check above tests both)."""
+    from fptrace.core.routing import capture_routing, route
+
+    model = _model("deepseek_v3")
+    lm = wrap_model(model, name="tiny-deepseek_v3", random_weights=True)
+    ids = list(range(3, 40))
+    with torch.no_grad(), capture_routing(lm.parts, lm.config) as cap:
+        model(torch.tensor([ids]), use_cache=False)
+    moe = lm.parts.family.moe(lm.config)
+    i = cap.blocks[0]
+    own = cap.indices[i].sort(-1).values
+    assert torch.equal(route(cap.logits[i], moe, cap.biases[i])[0].sort(-1).values, own)
+    no_bias = route(cap.logits[i], moe, None)[0].sort(-1).values
+    no_groups = route(cap.logits[i], dataclasses.replace(moe, n_groups=1), cap.biases[i])[0]
+    assert not torch.equal(no_bias, own)
+    assert not torch.equal(no_groups.sort(-1).values, own)
+
+
+def test_a_wrong_rule_is_caught(monkeypatch):
+    """The check is live: a family that claimed no renormalisation would fail it."""
+    model = _model("mixtral")
+    lm = wrap_model(model, name="tiny-mixtral", random_weights=True)
+    fam = lm.parts.family
+    wrong = dataclasses.replace(fam, moe=lambda cfg: dataclasses.replace(
+        fam.moe(cfg), renormalise=False))
+    parts = dataclasses.replace(lm.parts, family=wrong)
+    monkeypatch.setattr(lm, "parts", parts)
+    r = run_trace(lm, [5, 17, 3, 99]).routing
+    assert not r.checked and r.max_weight_error > 0.1
+
+
+def test_batch_rows_equal_single_prompts():
+    """Left-padded rows: each row's routing is that prompt's alone."""
+    model = _model("qwen2_moe")
+    lm = wrap_model(model, name="tiny-qwen2_moe", random_weights=True)
+    a, b = [5, 17, 3, 99, 250, 7], [8, 9]
+    both = run_traces(lm, [a, b])
+    for prompt, trace in zip((a, b), both):
+        alone = run_trace(lm, prompt).routing
+        for x, y in zip(trace.routing.blocks, alone.blocks):
+            assert [p.experts for p in x.positions] == [p.experts for p in y.positions]
+            for p, q in zip(x.positions, y.positions):
+                assert p.weights == pytest.approx(q.weights, abs=1e-5)
+
+
+def test_dense_model_has_no_routing():
+    lm = wrap_model(build_tiny("llama"), name="tiny-llama", random_weights=True)
+    t = run_trace(lm, [1, 2, 3])
+    assert t.routing is None and t.model.moe is None
