@@ -432,7 +432,9 @@ class Check:
     """Whether it does."""
     target: str = ""
     """Which check: `embedding`, `softmax_rows`, `causal_zeros`, `attn_out`, `mlp_out`, `block` (the
-    recomputed block output) or `logits` (explain); for `attribute --qk`: `qk_stream` (the parts
+    recomputed block output), `per_position` or `logits` (explain), and on an MoE block
+    `router_logits`, `router_choice` and `router_weights` (the recomputed router against the
+    block's own); for `attribute --qk`: `qk_stream` (the parts
     sum to the streams), `qk_score` (the terms sum to the score from the streams) or `qk_weights`
     (the recomputed weights equal the model's); `steered_stream` or `lens_logits` (steer);
     `ablated_attention` or `ablated_block` (ablate)."""

@@ -4,10 +4,10 @@ rule recomputed from the router's own logits.
 
 Every router of the MoE families returns (logits (N, E), weights of the chosen (N, k), indices
 of the chosen (N, k)) for the N = B·T positions of the batch, row-major; that output is what
-the hook keeps (float32 copies of the logits and weights). `route()` is the family's rule in
+the hook keeps (float32 copies of the logits and weights). `route()`, the family's rule in
 one function (softmax then top k, renormalised or not; softmax over the top-k logits; sigmoid
-scores with a choice-only bias and grouped top-k, times a scale), used by the check here and by
-explain's recomputation.
+scores with a choice-only bias and grouped top-k, times a scale) lives in families/ops.py,
+beside the expert mix explain recomputes with it; the check here runs it on every trace.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from typing import Any, Iterator, Sequence
 
 from fptrace.core.hooks import Hook, hooked
 from fptrace.families import Moe
+from fptrace.families.ops import route, route_distribution
 from fptrace.families.parts import ModelParts
 from fptrace.results import BlockRoute, ExpertRoute, Routing
 
@@ -88,53 +89,6 @@ def capture_routing(parts: ModelParts, config: Any) -> Iterator[RouterCapture | 
         yield cap
 
 
-def route(logits: Any, moe: Moe, bias: Any = None) -> tuple[Any, Any]:
-    """The family's routing rule on router logits (N, E): (indices (N, k), weights (N, k)), the
-    chosen experts and what their outputs are multiplied by, in the router's order."""
-    import torch
-
-    k = moe.top_k
-    x = logits.float()  # (N, E)
-    if moe.scoring == "softmax over the top k":  # gpt-oss: the top k logits, a softmax of them
-        top, idx = torch.topk(x, k, dim=-1)  # (N, k) each
-        return idx, torch.softmax(top, dim=-1)
-    if moe.scoring == "softmax":  # Mixtral, Qwen-MoE, OLMoE
-        probs = torch.softmax(x, dim=-1)  # (N, E)
-        w, idx = torch.topk(probs, k, dim=-1)  # (N, k) each
-        if moe.renormalise:
-            w = w / w.sum(dim=-1, keepdim=True)
-        return idx, w * moe.scale
-    # sigmoid (DeepSeek-V3): scores; the choice adds the bias and keeps the best groups only
-    scores = torch.sigmoid(x)  # (N, E)
-    choice = scores if bias is None else scores + bias  # (N, E)
-    N, E = choice.shape
-    G = moe.n_groups
-    if G > 1:
-        group = choice.view(N, G, E // G).topk(2, dim=-1).values.sum(dim=-1)  # (N, G)
-        best = torch.topk(group, moe.topk_groups, dim=-1).indices  # (N, topk_groups)
-        keep = torch.zeros_like(group).scatter_(1, best, 1.0).bool()  # (N, G)
-        keep = keep[:, :, None].expand(N, G, E // G).reshape(N, E)  # (N, E)
-        choice = choice.masked_fill(~keep, float("-inf"))
-    idx = torch.topk(choice, k, dim=-1).indices  # (N, k)
-    w = scores.gather(1, idx)  # (N, k): the uncorrected scores
-    if moe.renormalise:
-        w = w / (w.sum(dim=-1, keepdim=True) + 1e-20)
-    return idx, w * moe.scale
-
-
-def distribution(logits: Any, moe: Moe) -> Any:
-    """The router's distribution over all experts (N, E), whose mass on the chosen ones and
-    whose entropy are reported: the softmax of the logits, or (sigmoid routers) each score over
-    the sum of the scores."""
-    import torch
-
-    x = logits.float()
-    if moe.scoring == "sigmoid":
-        s = torch.sigmoid(x)
-        return s / s.sum(dim=-1, keepdim=True)
-    return torch.softmax(x, dim=-1)
-
-
 def _by_expert(idx: Any, w: Any) -> tuple[Any, Any]:
     """Both sorted by expert id, to compare two choices whatever their order."""
     order = idx.argsort(dim=-1)
@@ -173,7 +127,7 @@ def routing_of_rows(cap: RouterCapture, moe: Moe, B: int, T: int,
     ok = mismatched == 0 and worst <= weight_tolerance(dtype)
     per_block = {}
     for i in cap.blocks:
-        p = distribution(cap.logits[i], moe)  # (N, E)
+        p = route_distribution(cap.logits[i], moe)  # (N, E)
         entropy = -(p * torch.log(p.clamp(min=1e-30))).sum(dim=-1)  # (N,)
         w, order = cap.weights[i].sort(dim=-1, descending=True)  # (N, k)
         idx = cap.indices[i].gather(-1, order)  # (N, k)

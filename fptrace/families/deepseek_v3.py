@@ -51,7 +51,8 @@ MLA_TAPS = {
 FAMILY = replace(
     MIXTRAL, name="deepseek_v3", title="DeepSeek-V3", model_types=("deepseek_v3",), moe=moe,
     d_mlp=d_expert, shared_experts="shared_experts", taps=MLA_TAPS, qk_weights=None,
-    heads=None, head_taps=(), kv_cache_values=kv_cache_values,
+    heads=None, head_taps=(), recompute_block=None, recompute_final_norm=None,
+    kv_cache_values=kv_cache_values,
     router_score_bias="e_score_correction_bias",
     labels={**MIXTRAL.labels, "q_a_proj": "Q down-projection (latent)",
             "q_b_proj": "Q up-projection", "kv_a_proj_with_mqa": "K/V latent and shared RoPE K",

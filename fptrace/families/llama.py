@@ -20,6 +20,7 @@ from fptrace.families.ops import (
     causal_attention,
     gated_mlp,
     linear,
+    moe_mlp,
     project_qkv,
     repeat_kv,
     rms_norm,
@@ -89,7 +90,11 @@ def block(x: Any, blk: Any, cfg: Any, layer: int, s: Steps, model: Any, fam: Fam
     s.section = "mlp"
     h = rms_norm(x, blk.post_attention_layernorm.weight, eps)  # (B, T, C)
     s("post_attention_layernorm", RMS_FORMULA, h, point=Point.ln2)
-    mlp_out = gated_mlp(h, mlp, s)  # (B, T, C)
+    moe = fam.moe(cfg) if fam.moe else None
+    if moe is not None and hasattr(mlp, fam.router):  # an MoE block (Mixtral, Qwen-MoE, OLMoE)
+        mlp_out = moe_mlp(h, mlp, moe, s, fam)  # (B, T, C)
+    else:
+        mlp_out = gated_mlp(h, mlp, s)  # (B, T, C)
     x = x + mlp_out  # (B, T, C)
     s("residual add", "x = x + mlp_out", x, point=Point.resid_post)
     return x

@@ -34,7 +34,7 @@ MOE_TAPS = {p: t for p, t in LLAMA_TAPS.items()
 
 FAMILY = replace(
     LLAMA, name="mixtral", title="Mixtral", model_types=("mixtral",), mlp_type="moe", moe=moe,
-    taps=MOE_TAPS, recompute_block=None, recompute_final_norm=None,
+    taps=MOE_TAPS,
     tiny=dict(model_type="mixtral", num_hidden_layers=2, hidden_size=64, intermediate_size=48,
               num_attention_heads=4, num_key_value_heads=2, vocab_size=1000,
               max_position_embeddings=64, num_local_experts=4, num_experts_per_tok=2,

@@ -290,3 +290,129 @@ def gated_mlp(h: Any, mlp: Any, s: Steps, act: str = "silu", src: str = "h") -> 
     s("down_proj", f"m = a · W_downᵀ   W_down is ({C}, {a.shape[-1]})", m, keep=True,
       point=Point.mlp_out)
     return m
+
+
+# ---------------------------------------------------------------- mixture of experts
+
+def route(logits: Any, moe: Any, bias: Any = None) -> tuple[Any, Any]:
+    """A family's routing rule (moe: its Moe facts) on router logits (N, E): (indices (N, k),
+    weights (N, k)), the chosen experts and what their outputs are multiplied by."""
+    import torch
+
+    k = moe.top_k
+    x = logits.float()  # (N, E)
+    if moe.scoring == "softmax over the top k":  # gpt-oss: the top k logits, a softmax of them
+        top, idx = torch.topk(x, k, dim=-1)  # (N, k) each
+        return idx, torch.softmax(top, dim=-1)
+    if moe.scoring == "softmax":  # Mixtral, Qwen-MoE, OLMoE
+        probs = torch.softmax(x, dim=-1)  # (N, E)
+        w, idx = torch.topk(probs, k, dim=-1)  # (N, k) each
+        if moe.renormalise:
+            w = w / w.sum(dim=-1, keepdim=True)
+        return idx, w * moe.scale
+    # sigmoid (DeepSeek-V3): scores; the choice adds the bias and keeps the best groups only
+    scores = torch.sigmoid(x)  # (N, E)
+    choice = scores if bias is None else scores + bias  # (N, E)
+    N, E = choice.shape
+    G = moe.n_groups
+    if G > 1:  # a group's worth: the sum of its two best scores
+        group = choice.view(N, G, E // G).topk(2, dim=-1).values.sum(dim=-1)  # (N, G)
+        best = torch.topk(group, moe.topk_groups, dim=-1).indices  # (N, topk_groups)
+        keep = torch.zeros_like(group).scatter_(1, best, 1.0).bool()  # (N, G)
+        keep = keep[:, :, None].expand(N, G, E // G).reshape(N, E)  # (N, E)
+        choice = choice.masked_fill(~keep, float("-inf"))
+    idx = torch.topk(choice, k, dim=-1).indices  # (N, k)
+    w = scores.gather(1, idx)  # (N, k): the uncorrected scores
+    if moe.renormalise:
+        w = w / (w.sum(dim=-1, keepdim=True) + 1e-20)
+    return idx, w * moe.scale
+
+
+def route_distribution(logits: Any, moe: Any) -> Any:
+    """The router's distribution over all experts (N, E): the softmax of its logits, or (sigmoid
+    routers) each score over the sum of the scores."""
+    import torch
+
+    x = logits.float()
+    if moe.scoring == "sigmoid":
+        sc = torch.sigmoid(x)
+        return sc / sc.sum(dim=-1, keepdim=True)
+    return torch.softmax(x, dim=-1)
+
+
+def _expert(x: Any, experts: Any, e: int) -> Any:
+    """Routed expert e of a SwiGLU mixture on x (n, C): down(SiLU(gate) · up), its weights
+    stored as 3-D tensors gate_up_proj (E, 2·I, C) ([gate; up]) and down_proj (E, C, I)."""
+    gu = x @ experts.gate_up_proj[e].T  # (n, 2I)
+    gate, up = gu.chunk(2, dim=-1)  # (n, I) each
+    return (gate * gate.sigmoid() * up) @ experts.down_proj[e].T  # (n, C)
+
+
+def moe_mlp(h: Any, mlp: Any, moe: Any, s: Steps, fam: Any, src: str = "h") -> Any:
+    """A mixture of experts on h (B, T, C): the router's logits, its scores, the top k (with
+    groups and the choice-only bias where the family has them), their weights, each chosen
+    expert's output × its weight, the shared experts; (B, T, C), what the block adds."""
+    import torch
+
+    B, T, C = h.shape
+    router = mlp.get_submodule(fam.router)
+    experts = mlp.get_submodule(fam.experts)
+    E, k = moe.n_experts, moe.top_k
+    x = h.reshape(B * T, C)  # (N, C), N = B·T
+    logits = x @ router.weight.float().T  # (N, E)
+    if moe.router_bias:
+        logits = logits + router.bias.float()
+    s("router logits", f"r = {src} · W_routerᵀ" + (" + b" if moe.router_bias else "")
+      + f"   W_router is ({E}, {C})", logits.view(B, T, E), keep=True)
+    if moe.scoring == "sigmoid":
+        scores = torch.sigmoid(logits)  # (N, E)
+        s("scores (sigmoid)", "s_e = σ(r_e)   (each expert on its own, not a distribution)",
+          scores.view(B, T, E))
+    elif moe.scoring == "softmax":
+        scores = torch.softmax(logits, dim=-1)  # (N, E)
+        s("scores (softmax)", f"p = softmax(r) over the {E} experts", scores.view(B, T, E))
+    bias = getattr(router, fam.router_score_bias) if fam.router_score_bias else None
+    idx, w = route(logits, moe, None if bias is None else bias.float())  # (N, k) each
+    how = {"softmax": f"the {k} largest p",
+           "softmax over the top k": f"the {k} largest r",
+           "sigmoid": f"the {k} largest s + b among the {moe.topk_groups} best of "
+                      f"{moe.n_groups} groups (a group: the sum of its 2 best s + b)"
+           if moe.n_groups > 1 else f"the {k} largest s + b"}[moe.scoring]
+    s("top-k experts", how, idx.view(B, T, k).float(), keep=True,
+      note=f"position {T - 1} takes experts {idx[-1].tolist()}")
+    what = {"softmax": "w = p of the chosen" + (", divided by their sum" if moe.renormalise
+                                                  else " (not renormalised)"),
+            "softmax over the top k": "w = softmax of the chosen r (over those k only)",
+            "sigmoid": "w = s of the chosen (without the bias)"
+            + (", divided by their sum" if moe.renormalise else "")}[moe.scoring]
+    if moe.scale != 1.0:
+        what += f", × {moe.scale:g}"
+    s("expert weights", what, w.view(B, T, k), keep=True)
+    routed = torch.zeros_like(x)  # (N, C)
+    last = idx[-1].tolist()  # the last position's choice, shown expert by expert
+    for e in sorted(set(idx.flatten().tolist())):
+        rows, slot = (idx == e).nonzero(as_tuple=True)  # positions that chose e, and where
+        y = _expert(x[rows], experts, e) * w[rows, slot, None]  # (n, C)
+        routed.index_add_(0, rows, y)
+        if e in last:
+            contrib = torch.zeros_like(x)  # (N, C)
+            contrib.index_add_(0, rows, y)
+            s(f"expert {e} × weight", f"y_{e} = w_{e} · down_{e}(SiLU(gate_{e}(x)) · up_{e}(x))"
+              f"   gate_{e}, up_{e}: ({moe.d_expert}, {C})", contrib.view(B, T, C),
+              note="zero at the positions that did not choose it", keep=True)
+    out = routed.view(B, T, C)  # (B, T, C)
+    s("routed experts, summed", f"m = Σ over the {k} chosen of w_e · y_e", out, keep=True)
+    if fam.shared_experts:
+        shared_mlp = mlp.get_submodule(fam.shared_experts)
+        shared = gated_mlp(h, shared_mlp, Steps(0, 0, 1, 1, quiet=True))  # (B, T, C)
+        formula = "down(SiLU(gate(h)) · up(h)), every position"
+        if fam.shared_expert_gate:
+            g = torch.sigmoid(linear(h, mlp.get_submodule(fam.shared_expert_gate)))  # (B, T, 1)
+            shared = g * shared  # (B, T, C)
+            formula = "σ(h · w_gate) · " + formula
+        s("shared experts", formula, shared, keep=True)
+        out = out + shared  # (B, T, C)
+        s("routed + shared", "m = routed + shared", out, keep=True, point=Point.mlp_out)
+    else:
+        s("MoE output", "m = routed (no shared expert)", out, keep=True, point=Point.mlp_out)
+    return out

@@ -17,6 +17,7 @@ from fptrace.commands.explain.embedding import embedding
 from fptrace.commands.explain.result import AttentionMatrix, Explanation, Sampling, SamplingRow
 from fptrace.core import sampling
 from fptrace.core.hooks import first_output, hooked
+from fptrace.core.routing import routers
 from fptrace.notes import END_OF_PASS, MATRIX_LIMIT
 from fptrace.points import Point
 from fptrace.results import Check, Token, TopToken
@@ -64,7 +65,11 @@ def _captured(lm: LoadedModel, layer: int) -> Iterator[dict]:
     def mlp_in(module: Any, args: tuple, kwargs: dict) -> None:
         got["mlp_in"] = (args[0] if args else next(iter(kwargs.values()))).detach().clone()
 
-    with hooked([(parts.blocks[0], "pre", embed_out, True),
+    def router_out(module: Any, args: tuple, output: Any) -> None:
+        got["router"] = tuple(t.detach().clone() for t in output[:3])
+
+    moe = [(r, "post", router_out, False) for i, r in routers(parts) if i == layer]
+    with hooked(moe + [(parts.blocks[0], "pre", embed_out, True),
                  (parts.mlps[layer], "pre", mlp_in, True),
                  (parts.mlps[layer], "post", keep("mlp_module_out"), False),
                  (parts.blocks[layer], "pre", pre, True),
@@ -162,6 +167,8 @@ def explain(lm: LoadedModel, prompt: Prompt, *, layer: int = 0, head: int = 0,
             _close(f"block {layer} output = the model's block {layer} output", y,
                    got["block_out"], tol, "block"),
         ]
+        if "router" in got and "router logits" in s.kept:
+            checks += _router_checks(s, got["router"], tol)
         logits, end_checks = _end_of_pass(lm, fam, got["last_out"].float(), s, model_logits, tol)
         checks += end_checks
         checks.append(_per_position(lm, layer, got, tol))
@@ -178,6 +185,27 @@ def explain(lm: LoadedModel, prompt: Prompt, *, layer: int = 0, head: int = 0,
         sampling=_sampling(lm, logits, temperature, top_k, top_p, seed, show),
         match=all(c.ok for c in checks), notes=tuple(notes),
         head_weights=_all_heads(s, toks) if all_heads else (), embedding=embedding_rows)
+
+
+def _router_checks(s: Steps, router: tuple, tol: tuple[float, float]) -> list[Check]:
+    """The recomputed router logits, choice and weights against what the block's own router
+    returned (logits (N, E), weights (N, k), indices (N, k)), every position."""
+    import torch
+
+    logits, weights, indices = router
+    E = logits.shape[-1]
+    ours = s.kept["router logits"].reshape(-1, E)  # (N, E)
+    idx = s.kept["top-k experts"].reshape(indices.shape).long()  # (N, k)
+    w = s.kept["expert weights"].reshape(weights.shape)  # (N, k)
+    mine, theirs = idx.sort(dim=-1), indices.sort(dim=-1)
+    wrong = int((mine.values != theirs.values).any(dim=-1).sum())
+    return [
+        _close("router logits = the model's router logits", ours, logits, tol, "router_logits"),
+        Check("chosen experts = the router's, every position (count of positions differing)",
+              float(wrong), "= 0", wrong == 0, target="router_choice", unit="count"),
+        _close("expert weights = the router's weights", w.gather(-1, mine.indices),
+               weights.float().gather(-1, theirs.indices), tol, "router_weights"),
+    ]
 
 
 def _per_position(lm: LoadedModel, layer: int, got: dict, tol: tuple[float, float]) -> Check:
