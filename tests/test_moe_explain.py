@@ -101,3 +101,24 @@ def test_a_wrong_choice_is_caught(monkeypatch):
     e = explain(lm, IDS, layer=0)
     assert not e.match
     assert not next(c for c in e.checks if c.target == "router_choice").ok
+
+
+def test_gpt_oss_sinks_against_the_models_weights():
+    """gpt-oss: explain's attention weights (the sink's column dropped) equal the model's own
+    eager attention weights, and each row plus its sink weight sums to 1."""
+    model = build_tiny("gpt_oss", seed=3)
+    with torch.no_grad():
+        for layer in model.model.layers:
+            layer.self_attn.sinks.copy_(torch.randn_like(layer.self_attn.sinks))
+    lm = wrap_model(model, name="tiny-gpt_oss", random_weights=True)
+    model.set_attn_implementation("eager")
+    with torch.no_grad():
+        theirs = model(torch.tensor([IDS]), output_attentions=True).attentions
+    for layer in range(len(lm.parts.blocks)):
+        for head in (0, 3):
+            e = explain(lm, IDS, layer=layer, head=head)
+            assert e.match, [c for c in e.checks if not c.ok]
+            ours = torch.tensor(next(m for m in e.matrices if m.name == "weights").rows)
+            torch.testing.assert_close(ours, theirs[layer][0, head].float())
+            rows = next(c for c in e.checks if c.target == "softmax_rows")
+            assert "sink" in rows.name and rows.ok

@@ -62,9 +62,9 @@ class RouterCapture:
 
 @contextlib.contextmanager
 def capture_routing(parts: ModelParts, config: Any) -> Iterator[RouterCapture | None]:
-    """Hook every MoE block's router for one forward pass (None for a dense model: no hook)."""
-    import torch
-
+    """Hook every MoE block's router for one forward pass (None for a dense model: no hook).
+    The router's outputs are kept as they are (float32 logits and weights are not copied: the
+    MoE block only reads them)."""
     if moe_facts(parts, config) is None:
         yield None
         return
@@ -75,9 +75,9 @@ def capture_routing(parts: ModelParts, config: Any) -> Iterator[RouterCapture | 
     def hook(i: int):
         def keep(module: Any, args: tuple, output: Any) -> None:
             logits, weights, indices = output[0], output[1], output[2]
-            cap.logits[i] = logits.detach().to(torch.float32, copy=True)
-            cap.weights[i] = weights.detach().to(torch.float32, copy=True)
-            cap.indices[i] = indices.detach().clone()
+            cap.logits[i] = logits.detach().float()  # a copy only where the dtype differs
+            cap.weights[i] = weights.detach().float()
+            cap.indices[i] = indices.detach()
         return keep
 
     for i, router in found:
@@ -100,20 +100,34 @@ def weight_tolerance(dtype: str) -> float:
     return 1e-5 if dtype == "float32" else 2e-2
 
 
+def _stacked(cap: RouterCapture) -> tuple[Any, Any, Any]:
+    """The blocks' logits (nb, N, E), weights and indices (nb, N, k), stacked: the work after
+    the forward is a few tensor operations for all blocks at once."""
+    import torch
+
+    return (torch.stack([cap.logits[i] for i in cap.blocks]),
+            torch.stack([cap.weights[i] for i in cap.blocks]),
+            torch.stack([cap.indices[i] for i in cap.blocks]))
+
+
 def check(cap: RouterCapture, moe: Moe) -> tuple[int, float]:
     """(block-positions whose recomputed choice differs from the router's, the largest weight
     difference over the others)."""
     import torch
 
-    mismatched, worst = 0, 0.0
-    for i in cap.blocks:
-        idx, w = route(cap.logits[i], moe, cap.biases.get(i))
-        a_idx, a_w = _by_expert(idx, w)
-        b_idx, b_w = _by_expert(cap.indices[i], cap.weights[i])
-        same = (a_idx == b_idx).all(dim=-1)  # (N,)
-        mismatched += int((~same).sum())
-        if bool(same.any()):
-            worst = max(worst, float((a_w[same] - b_w[same]).abs().max()))
+    logits, weights, indices = _stacked(cap)
+    nb, N, E = logits.shape
+    if cap.biases:  # a bias per block: the rule runs block by block
+        pairs = [route(logits[j], moe, cap.biases.get(i)) for j, i in enumerate(cap.blocks)]
+        idx, w = torch.stack([p[0] for p in pairs]), torch.stack([p[1] for p in pairs])
+    else:
+        idx, w = route(logits.view(nb * N, E), moe)
+        idx, w = idx.view(nb, N, -1), w.view(nb, N, -1)
+    a_idx, a_w = _by_expert(idx, w)
+    b_idx, b_w = _by_expert(indices, weights)
+    same = (a_idx == b_idx).all(dim=-1)  # (nb, N)
+    mismatched = int((~same).sum())
+    worst = float((a_w[same] - b_w[same]).abs().max()) if bool(same.any()) else 0.0
     return mismatched, worst
 
 
@@ -125,28 +139,29 @@ def routing_of_rows(cap: RouterCapture, moe: Moe, B: int, T: int,
 
     mismatched, worst = check(cap, moe)
     ok = mismatched == 0 and worst <= weight_tolerance(dtype)
-    per_block = {}
-    for i in cap.blocks:
-        p = route_distribution(cap.logits[i], moe)  # (N, E)
-        entropy = -(p * torch.log(p.clamp(min=1e-30))).sum(dim=-1)  # (N,)
-        w, order = cap.weights[i].sort(dim=-1, descending=True)  # (N, k)
-        idx = cap.indices[i].gather(-1, order)  # (N, k)
-        mass = p.gather(-1, idx).sum(dim=-1)  # (N,)
-        per_block[i] = (idx.view(B, T, -1).tolist(), w.view(B, T, -1).tolist(),
-                        mass.view(B, T).tolist(), entropy.view(B, T).tolist())
+    logits, weights, indices = _stacked(cap)  # (nb, N, E), (nb, N, k), (nb, N, k)
+    nb, N, E = logits.shape
+    p = route_distribution(logits.view(nb * N, E), moe)  # (nb·N, E)
+    entropy = -(p * torch.log(p.clamp(min=1e-30))).sum(dim=-1)  # (nb·N,)
+    w, order = weights.sort(dim=-1, descending=True)  # (nb, N, k)
+    idx = indices.gather(-1, order)  # (nb, N, k)
+    mass = p.gather(-1, idx.view(nb * N, -1)).sum(dim=-1)  # (nb·N,)
+    idx_l = idx.view(nb, B, T, -1).tolist()
+    w_l = w.view(nb, B, T, -1).tolist()
+    mass_l = mass.view(nb, B, T).tolist()
+    ent_l = entropy.view(nb, B, T).tolist()
     out = []
     for b, n in enumerate(lengths):
-        blocks = []
-        for i in cap.blocks:
-            idx, w, mass, ent = per_block[i]
-            blocks.append(BlockRoute(layer=i, positions=tuple(
-                ExpertRoute(position=t, experts=tuple(idx[b][T - n + t]),
-                            weights=tuple(w[b][T - n + t]), mass=mass[b][T - n + t],
-                            entropy=ent[b][T - n + t]) for t in range(n))))
+        start = T - n
+        blocks = tuple(BlockRoute(layer=layer, positions=tuple(
+            ExpertRoute(t, tuple(e), tuple(x), m, h) for t, (e, x, m, h) in enumerate(zip(
+                idx_l[j][b][start:], w_l[j][b][start:], mass_l[j][b][start:],
+                ent_l[j][b][start:]))))
+            for j, layer in enumerate(cap.blocks))
         out.append(Routing(
             n_experts=moe.n_experts, top_k=moe.top_k, n_shared=moe.n_shared,
             d_expert=moe.d_expert, scoring=moe.scoring, renormalised=moe.renormalise,
-            blocks=tuple(blocks), checked=ok, mismatched=mismatched,
+            blocks=blocks, checked=ok, mismatched=mismatched,
             max_weight_error=worst if math.isfinite(worst) else float("nan")))
     return out
 

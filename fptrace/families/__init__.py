@@ -158,6 +158,7 @@ class Family:
     shared_experts: str | None = None
     shared_expert_gate: str | None = None
     router_score_bias: str | None = None  # the router's choice-only bias (Moe.score_bias)
+    attn_sinks: str | None = None  # the attention module's learned sink logit per head (gpt-oss)
     # values one block caches per token, where it is not K and V of every key/value head
     # (DeepSeek-V3's latent attention caches the K/V latent and the shared RoPE key)
     kv_cache_values: Callable[[Any], int] | None = None

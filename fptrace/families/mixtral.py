@@ -12,7 +12,7 @@ from dataclasses import replace
 from typing import Any
 
 from fptrace.points import Point
-from fptrace.families import Family, Moe, Tap
+from fptrace.families import Moe, Tap
 from fptrace.families.llama import FAMILY as LLAMA
 from fptrace.families.llama import LLAMA_TAPS
 

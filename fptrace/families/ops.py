@@ -233,9 +233,12 @@ def repeat_kv(k: Any, v: Any, nh: int, s: Steps) -> tuple[Any, Any]:
 
 
 def causal_attention(q: Any, k: Any, v: Any, s: Steps, *, scale: float | None = None,
-                     window: int | None = None, softcap: float | None = None) -> Any:
+                     window: int | None = None, softcap: float | None = None,
+                     sinks: Any = None) -> Any:
     """q, k, v: (B, nh, T, hd), K and V already repeated for grouped-query attention.
     softcap: Gemma 2's attention-logit cap, cap·tanh(scores / cap), before the mask.
+    sinks: gpt-oss's learned logit per head (nh,), a column every query sees in the softmax,
+    dropped after it (its share of each row goes nowhere).
     Returns y: (B, T, nh*hd), the heads side by side, ready for W_O."""
     import torch
 
@@ -257,10 +260,23 @@ def causal_attention(q: Any, k: Any, v: Any, s: Steps, *, scale: float | None = 
       + ", else 0", mask)
     att = att + mask  # (B, nh, T, T)
     s("scores + mask", "att = att + mask   (position i sees positions 0..i)", att, keep=True)
-    att = torch.exp(att - att.amax(dim=-1, keepdim=True))  # (B, nh, T, T)
-    att = att / att.sum(dim=-1, keepdim=True)  # (B, nh, T, T)
-    s("softmax", "w = exp(att − max) / Σ_j exp(att − max)   (each row sums to 1)", att,
-      keep=True, point=Point.attn_weights)
+    if sinks is not None:  # gpt-oss: one more logit per head, the sink, in every row
+        sink = sinks.float()[None, :, None, None].expand(B, nh, T, 1)  # (B, nh, T, 1)
+        both = torch.cat([att, sink], dim=-1)  # (B, nh, T, T+1)
+        both = torch.exp(both - both.amax(dim=-1, keepdim=True))  # (B, nh, T, T+1)
+        both = both / both.sum(dim=-1, keepdim=True)  # (B, nh, T, T+1)
+        att, sunk = both[..., :-1], both[..., -1]  # (B, nh, T, T), (B, nh, T)
+        s.kept["sink weight"] = sunk
+        s("softmax (with the sink)", "w = softmax over [att, sink_h] per row, the sink's column "
+          "dropped   (each row sums to 1 − its sink weight)", att, keep=True,
+          point=Point.attn_weights, note=f"head {s.head}, pos {T - 1}: the sink takes "
+          f"{float(sunk[0, s.head, -1]):.3f} of the row" if not s.quiet else None)
+        s.kept["softmax"] = att
+    else:
+        att = torch.exp(att - att.amax(dim=-1, keepdim=True))  # (B, nh, T, T)
+        att = att / att.sum(dim=-1, keepdim=True)  # (B, nh, T, T)
+        s("softmax", "w = exp(att − max) / Σ_j exp(att − max)   (each row sums to 1)", att,
+          keep=True, point=Point.attn_weights)
     y = att @ v  # (B, nh, T, hd)
     s("weights · V", "y = w · v", y)
     y = y.transpose(1, 2).reshape(B, T, nh * hd)  # (B, T, nh*hd)
@@ -341,11 +357,30 @@ def route_distribution(logits: Any, moe: Any) -> Any:
 
 
 def _expert(x: Any, experts: Any, e: int) -> Any:
-    """Routed expert e of a SwiGLU mixture on x (n, C): down(SiLU(gate) · up), its weights
-    stored as 3-D tensors gate_up_proj (E, 2·I, C) ([gate; up]) and down_proj (E, C, I)."""
-    gu = x @ experts.gate_up_proj[e].T  # (n, 2I)
-    gate, up = gu.chunk(2, dim=-1)  # (n, I) each
-    return (gate * gate.sigmoid() * up) @ experts.down_proj[e].T  # (n, C)
+    """Routed expert e on x (n, C), its weights stored as 3-D tensors: gate_up_proj (E, 2·I, C)
+    ([gate; up]) and down_proj (E, C, I), or, transposed (gpt-oss), (E, C, 2·I) with gate and
+    up interleaved and (E, I, C), with biases. SwiGLU down(SiLU(gate) · up), or gpt-oss's
+    clamped form down((up + 1) · g · σ(α·g)), g = gate capped at the limit, up within ±limit."""
+    transposed = getattr(experts, "is_transposed", False)
+    w_gu = experts.gate_up_proj[e].float()
+    w_d = experts.down_proj[e].float()
+    gu = x @ (w_gu if transposed else w_gu.T)  # (n, 2I)
+    if getattr(experts, "has_bias", False):
+        gu = gu + experts.gate_up_proj_bias[e].float()
+    if getattr(experts, "is_concatenated", True):
+        gate, up = gu.chunk(2, dim=-1)  # (n, I) each
+    else:
+        gate, up = gu[..., ::2], gu[..., 1::2]  # (n, I) each, interleaved
+    if hasattr(experts, "limit"):  # gpt-oss's clamped SwiGLU
+        gate = gate.clamp(max=experts.limit)
+        up = up.clamp(min=-experts.limit, max=experts.limit)
+        a = (up + 1) * gate * (gate * experts.alpha).sigmoid()  # (n, I)
+    else:
+        a = gate * gate.sigmoid() * up  # (n, I)
+    y = a @ (w_d if transposed else w_d.T)  # (n, C)
+    if getattr(experts, "has_bias", False):
+        y = y + experts.down_proj_bias[e].float()
+    return y
 
 
 def moe_mlp(h: Any, mlp: Any, moe: Any, s: Steps, fam: Any, src: str = "h") -> Any:
@@ -359,6 +394,7 @@ def moe_mlp(h: Any, mlp: Any, moe: Any, s: Steps, fam: Any, src: str = "h") -> A
     experts = mlp.get_submodule(fam.experts)
     E, k = moe.n_experts, moe.top_k
     x = h.reshape(B * T, C)  # (N, C), N = B·T
+    x = x.float()
     logits = x @ router.weight.float().T  # (N, E)
     if moe.router_bias:
         logits = logits + router.bias.float()
@@ -397,7 +433,10 @@ def moe_mlp(h: Any, mlp: Any, moe: Any, s: Steps, fam: Any, src: str = "h") -> A
         if e in last:
             contrib = torch.zeros_like(x)  # (N, C)
             contrib.index_add_(0, rows, y)
-            s(f"expert {e} × weight", f"y_{e} = w_{e} · down_{e}(SiLU(gate_{e}(x)) · up_{e}(x))"
+            act = (f"((up_{e}(x) + 1) · g · σ({experts.alpha:g}·g)), g = min(gate_{e}(x), "
+                   f"{experts.limit:g}), up within ±{experts.limit:g}"
+                   if hasattr(experts, "limit") else f"(SiLU(gate_{e}(x)) · up_{e}(x))")
+            s(f"expert {e} × weight", f"y_{e} = w_{e} · down_{e}{act}"
               f"   gate_{e}, up_{e}: ({moe.d_expert}, {C})", contrib.view(B, T, C),
               note="zero at the positions that did not choose it", keep=True)
     out = routed.view(B, T, C)  # (B, T, C)

@@ -190,8 +190,6 @@ def explain(lm: LoadedModel, prompt: Prompt, *, layer: int = 0, head: int = 0,
 def _router_checks(s: Steps, router: tuple, tol: tuple[float, float]) -> list[Check]:
     """The recomputed router logits, choice and weights against what the block's own router
     returned (logits (N, E), weights (N, k), indices (N, k)), every position."""
-    import torch
-
     logits, weights, indices = router
     E = logits.shape[-1]
     ours = s.kept["router logits"].reshape(-1, E)  # (N, E)
@@ -237,12 +235,14 @@ def _attention_checks(s: Steps) -> list[Check]:
     import torch
 
     w = s.kept["softmax"]  # (B, nh, T, T)
-    row_err = float((w.sum(dim=-1) - 1).abs().max())
+    sink = s.kept.get("sink weight")  # (B, nh, T): the share of each row a sink took (gpt-oss)
+    row_err = float((w.sum(dim=-1) + (0 if sink is None else sink) - 1).abs().max())
     T = w.shape[-1]
     above = torch.ones(T, T, dtype=torch.bool, device=w.device).triu(1)
     nonzero = int((w[..., above] != 0).sum())
-    return [Check("softmax rows sum to 1 (max |Σ − 1|)", row_err, "≤ 1e-05", row_err <= 1e-5,
-                  target="softmax_rows"),
+    return [Check("softmax rows sum to 1 (max |Σ − 1|)" if sink is None else
+                  "softmax rows and their sink weight sum to 1 (max |Σ + sink − 1|)", row_err,
+                  "≤ 1e-05", row_err <= 1e-5, target="softmax_rows"),
             Check("weights above the diagonal are exactly 0 (count of non-zero)",
                   float(nonzero), "= 0", nonzero == 0, target="causal_zeros", unit="count")]
 
