@@ -159,6 +159,9 @@ class Family:
     shared_expert_gate: str | None = None
     router_score_bias: str | None = None  # the router's choice-only bias (Moe.score_bias)
     attn_sinks: str | None = None  # the attention module's learned sink logit per head (gpt-oss)
+    # the config attribute giving the values per head that z and W_O see, where it is not
+    # head_dim (DeepSeek-V3's latent attention: v_head_dim)
+    head_dim_attr: str | None = None
     # values one block caches per token, where it is not K and V of every key/value head
     # (DeepSeek-V3's latent attention caches the K/V latent and the shared RoPE key)
     kv_cache_values: Callable[[Any], int] | None = None

@@ -52,7 +52,7 @@ FAMILY = replace(
     MIXTRAL, name="deepseek_v3", title="DeepSeek-V3", model_types=("deepseek_v3",), moe=moe,
     d_mlp=d_expert, shared_experts="shared_experts", taps=MLA_TAPS, qk_weights=None,
     heads=None, head_taps=(), recompute_block=None, recompute_final_norm=None,
-    kv_cache_values=kv_cache_values,
+    kv_cache_values=kv_cache_values, head_dim_attr="v_head_dim",
     router_score_bias="e_score_correction_bias",
     labels={**MIXTRAL.labels, "q_a_proj": "Q down-projection (latent)",
             "q_b_proj": "Q up-projection", "kv_a_proj_with_mqa": "K/V latent and shared RoPE K",

@@ -28,7 +28,7 @@ def moe(cfg: Any) -> Moe | None:
 
 FAMILY = replace(
     MIXTRAL, name="gpt_oss", title="gpt-oss", model_types=("gpt_oss",), moe=moe,
-    router="router", heads=None, head_taps=(), attn_sinks="sinks",
+    router="router", attn_sinks="sinks",
     tiny=dict(model_type="gpt_oss", num_hidden_layers=2, hidden_size=64, intermediate_size=32,
               head_dim=16, num_attention_heads=4, num_key_value_heads=2, num_local_experts=4,
               num_experts_per_tok=2, sliding_window=4, vocab_size=1000,
