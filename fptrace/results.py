@@ -97,32 +97,25 @@ class ModelInfo:
 
 
 @result
-class ExpertRoute:
-    """Where the router of one MoE block sent one position."""
-
-    position: int
-    """Position in the sequence, from 0."""
-    experts: tuple[int, ...]
-    """The routed experts chosen, by weight, largest first (shared experts are always taken
-    and not listed)."""
-    weights: tuple[float, ...]
-    """What each chosen expert's output is multiplied by, as the model's router returned it."""
-    mass: float
-    """The router's probability mass on the chosen experts: the softmax of its logits over all
-    experts (softmax and top-k-softmax routers) or each sigmoid score over their sum (sigmoid
-    routers), summed over the chosen ones."""
-    entropy: float
-    """Entropy of that distribution over all experts, in nats (ln E: uniform; 0: one expert)."""
-
-
-@result
 class BlockRoute:
-    """The routing of one MoE block at every position."""
+    """The routing of one MoE block at every position of the prompt, one entry per position
+    (position 0 first) in each list."""
 
     layer: int
     """The block."""
-    positions: tuple[ExpertRoute, ...]
-    """One entry per position of the prompt."""
+    experts: tuple[tuple[int, ...], ...]
+    """Per position: the routed experts chosen, by weight, largest first (shared experts are
+    always taken and not listed)."""
+    weights: tuple[tuple[float, ...], ...]
+    """Per position: what each chosen expert's output is multiplied by, as the model's router
+    returned it."""
+    mass: tuple[float, ...]
+    """Per position: the router's probability mass on the chosen experts: the softmax of its
+    logits over all experts (softmax and top-k-softmax routers) or each sigmoid score over their
+    sum (sigmoid routers), summed over the chosen ones."""
+    entropy: tuple[float, ...]
+    """Per position: the entropy of that distribution over all experts, in nats (ln E: uniform;
+    0: one expert)."""
 
 
 @result

@@ -73,17 +73,18 @@ def test_routing_is_the_models_own(name):
     for block, logits in zip(r.blocks, router_logits):
         idx, w = seen[block.layer]
         p = _distribution(logits, r.scoring)
-        assert len(block.positions) == len(ids)
-        for t, pos in enumerate(block.positions):
+        assert len(block.experts) == len(block.weights) == len(block.mass) \
+            == len(block.entropy) == len(ids)
+        for t in range(len(ids)):
             want = dict(zip(idx[t].tolist(), w[t].tolist()))
-            got = dict(zip(pos.experts, pos.weights))
+            got = dict(zip(block.experts[t], block.weights[t]))
             assert set(got) == set(want), (block.layer, t)
             for e in want:
                 assert got[e] == pytest.approx(want[e], rel=1e-5, abs=1e-6)
-            assert list(pos.weights) == sorted(pos.weights, reverse=True)
-            assert pos.mass == pytest.approx(float(p[t, list(want)].sum()), rel=1e-5)
+            assert list(block.weights[t]) == sorted(block.weights[t], reverse=True)
+            assert block.mass[t] == pytest.approx(float(p[t, list(want)].sum()), rel=1e-5)
             ent = float(-(p[t] * p[t].log()).sum())
-            assert pos.entropy == pytest.approx(ent, rel=1e-5, abs=1e-6)
+            assert block.entropy[t] == pytest.approx(ent, rel=1e-5, abs=1e-6)
 
 
 def test_deepseek_grouped_choice_and_bias_matter():
@@ -128,9 +129,9 @@ def test_batch_rows_equal_single_prompts():
     for prompt, trace in zip((a, b), both):
         alone = run_trace(lm, prompt).routing
         for x, y in zip(trace.routing.blocks, alone.blocks):
-            assert [p.experts for p in x.positions] == [p.experts for p in y.positions]
-            for p, q in zip(x.positions, y.positions):
-                assert p.weights == pytest.approx(q.weights, abs=1e-5)
+            assert x.experts == y.experts
+            for p, q in zip(x.weights, y.weights):
+                assert p == pytest.approx(q, abs=1e-5)
 
 
 def test_dense_model_has_no_routing():
@@ -182,20 +183,19 @@ def test_cli_run_header_table_and_json(tmp_path):
     with torch.no_grad():
         logits = model(torch.tensor([ids]), output_router_logits=True).router_logits
     for block, lg in zip(r["blocks"], logits):
-        assert len(block["positions"]) == len(ids)
+        assert len(block["experts"]) == len(ids)
         w, idx = lg.float().softmax(-1).topk(2, dim=-1)  # Qwen3-MoE's rule, written here
         w = w / w.sum(-1, keepdim=True)  # norm_topk_prob
-        for t, pos in enumerate(block["positions"]):
-            assert pos["position"] == t
-            assert pos["experts"] == idx[t].tolist()
-            assert pos["weights"] == pytest.approx(w[t].tolist(), abs=1e-6)
+        for t in range(len(ids)):
+            assert block["experts"][t] == idx[t].tolist()
+            assert block["weights"][t] == pytest.approx(w[t].tolist(), abs=1e-6)
     table = runner.invoke(app, ["run", "The cat sat on the mat", "--model", str(folder)])
     assert table.exit_code == 0, table.stderr
     assert "MoE      8 experts, 2 active, d_expert 32" in table.stdout
     assert "d_mlp" not in table.stdout.split("MoE")[0].splitlines()[-2]
     assert "Routing at the last position (5)" in table.stdout
-    last = r["blocks"][1]["positions"][-1]
-    assert f"{last['experts'][0]} ({last['weights'][0]:.3f})" in table.stdout
+    last = r["blocks"][1]
+    assert f"{last['experts'][-1][0]} ({last['weights'][-1][0]:.3f})" in table.stdout
 
 
 def test_dense_json_has_null_routing(tmp_path):

@@ -21,7 +21,7 @@ from fptrace.core.hooks import Hook, hooked
 from fptrace.families import Moe
 from fptrace.families.ops import route, route_distribution
 from fptrace.families.parts import ModelParts
-from fptrace.results import BlockRoute, ExpertRoute, Routing
+from fptrace.results import BlockRoute, Routing
 
 
 def moe_facts(parts: ModelParts, config: Any) -> Moe | None:
@@ -152,12 +152,11 @@ def routing_of_rows(cap: RouterCapture, moe: Moe, B: int, T: int,
     ent_l = entropy.view(nb, B, T).tolist()
     out = []
     for b, n in enumerate(lengths):
-        start = T - n
-        blocks = tuple(BlockRoute(layer=layer, positions=tuple(
-            ExpertRoute(t, tuple(e), tuple(x), m, h) for t, (e, x, m, h) in enumerate(zip(
-                idx_l[j][b][start:], w_l[j][b][start:], mass_l[j][b][start:],
-                ent_l[j][b][start:]))))
-            for j, layer in enumerate(cap.blocks))
+        start = T - n  # rows are left-padded: the real positions are the last n
+        blocks = tuple(BlockRoute(
+            layer=layer, experts=tuple(map(tuple, idx_l[j][b][start:])),
+            weights=tuple(map(tuple, w_l[j][b][start:])), mass=tuple(mass_l[j][b][start:]),
+            entropy=tuple(ent_l[j][b][start:])) for j, layer in enumerate(cap.blocks))
         out.append(Routing(
             n_experts=moe.n_experts, top_k=moe.top_k, n_shared=moe.n_shared,
             d_expert=moe.d_expert, scoring=moe.scoring, renormalised=moe.renormalise,

@@ -21,11 +21,10 @@ def routing_table(routing: Routing, width: int | None = 120) -> RenderableType:
     ln_e = math.log(routing.n_experts)
     rows = []
     for b in routing.blocks:
-        p = b.positions[-1]
         rows.append([str(b.layer),
-                     "  ".join(f"{e} ({w:.3f})" for e, w in zip(p.experts, p.weights)),
-                     f"{p.mass:.3f}", f"{p.entropy:.3f}", f"{p.entropy / ln_e:.2f}"])
-    last = routing.blocks[0].positions[-1].position if routing.blocks else 0
+                     "  ".join(f"{e} ({w:.3f})" for e, w in zip(b.experts[-1], b.weights[-1])),
+                     f"{b.mass[-1]:.3f}", f"{b.entropy[-1]:.3f}", f"{b.entropy[-1] / ln_e:.2f}"])
+    last = len(routing.blocks[0].mass) - 1 if routing.blocks else 0
     shared = f", + {routing.n_shared} shared expert(s) every position" if routing.n_shared else ""
     if routing.checked:
         check = (f"checked: the {routing.scoring} rule recomputed from the router's logits chose "
