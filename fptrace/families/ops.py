@@ -279,29 +279,35 @@ def causal_attention(q: Any, k: Any, v: Any, s: Steps, *, scale: float | None = 
           keep=True, point=Point.attn_weights)
     y = att @ v  # (B, nh, T, hd)
     s("weights · V", "y = w · v", y)
-    y = y.transpose(1, 2).reshape(B, T, nh * hd)  # (B, T, nh*hd)
-    s("concat heads", f"y → transpose(1, 2) → (B, T, {nh * hd})", y, point=Point.z)
+    vd = v.shape[-1]  # values per head: hd, or DeepSeek-V3's v_head_dim
+    y = y.transpose(1, 2).reshape(B, T, nh * vd)  # (B, T, nh*vd)
+    s("concat heads", f"y → transpose(1, 2) → (B, T, {nh * vd})", y, point=Point.z)
     return y
 
 
 # ---------------------------------------------------------------- MLP
 
-def gated_mlp(h: Any, mlp: Any, s: Steps, act: str = "silu", src: str = "h") -> Any:
-    """down(act(gate(h)) · up(h)): SwiGLU (act "silu") or GeGLU (a GELU name). (B, T, C)."""
+def gated_mlp(h: Any, mlp: Any, s: Steps, act: str = "silu", src: str = "h",
+              inner_points: bool = True) -> Any:
+    """down(act(gate(h)) · up(h)): SwiGLU (act "silu") or GeGLU (a GELU name). (B, T, C).
+    inner_points: tag gate, up and the activation as trace points (off where the family's
+    blocks differ and only the MLP's output is a point every block shows: DeepSeek-V3)."""
     C = h.shape[-1]
     gate = linear(h, mlp.gate_proj)  # (B, T, I)
     up = linear(h, mlp.up_proj)  # (B, T, I)
+    tag = (lambda p: p) if inner_points else (lambda p: None)  # noqa: E731
     s("gate_proj", f"g = {src} · W_gateᵀ   W_gate is ({gate.shape[-1]}, {C})", gate,
-      point=Point.mlp_gate)
-    s("up_proj", f"u = {src} · W_upᵀ   W_up is ({up.shape[-1]}, {C})", up, point=Point.mlp_up)
+      point=tag(Point.mlp_gate))
+    s("up_proj", f"u = {src} · W_upᵀ   W_up is ({up.shape[-1]}, {C})", up,
+      point=tag(Point.mlp_up))
     if act == "silu":
         a = gate * gate.sigmoid() * up  # (B, T, I)
-        s("SiLU(gate) · up", "a = g · σ(g) · u   (SwiGLU)", a, point=Point.mlp_act)
+        s("SiLU(gate) · up", "a = g · σ(g) · u   (SwiGLU)", a, point=tag(Point.mlp_act))
     else:
         g, formula = gelu(gate, act)  # (B, T, I)
         a = g * up  # (B, T, I)
         s("GELU(gate) · up", "a = GELU(g) · u   (GeGLU)", a, note=f"{formula}, applied to g",
-          point=Point.mlp_act)
+          point=tag(Point.mlp_act))
     m = linear(a, mlp.down_proj)  # (B, T, C)
     s("down_proj", f"m = a · W_downᵀ   W_down is ({C}, {a.shape[-1]})", m, keep=True,
       point=Point.mlp_out)
