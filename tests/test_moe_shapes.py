@@ -163,3 +163,11 @@ def test_deepseek_v3_cache_matches_the_model():
     layer = cache.layers[0]
     per_token = sum(t.shape[1] * t.shape[-1] for t in (layer.keys, layer.values))
     assert per_token == kv_cache_values(model.config)
+
+
+def test_deepseek_v3_attention_flops_use_its_head_widths():
+    """Q·Kᵀ runs over 192 values a head (128 + 64), weights·V over 128: the decode step's
+    attention part is 2 · 128 heads · (192 + 128) per cached position and block."""
+    r = shape_report("deepseek-v3", seq_len=100, dtype="bfloat16")
+    attn = r.cost.flops_decode_step - 2 * r.cost.matmul_params
+    assert attn == 61 * 100 * 2 * 128 * (192 + 128)

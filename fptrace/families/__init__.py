@@ -162,6 +162,7 @@ class Family:
     # the config attribute giving the values per head that z and W_O see, where it is not
     # head_dim (DeepSeek-V3's latent attention: v_head_dim)
     head_dim_attr: str | None = None
+    qk_head_dim: Callable[[Any], int] | None = None  # values a head of Q and K, if not head_dim
     # values one block caches per token, where it is not K and V of every key/value head
     # (DeepSeek-V3's latent attention caches the K/V latent and the shared RoPE key)
     kv_cache_values: Callable[[Any], int] | None = None

@@ -160,6 +160,7 @@ FAMILY = replace(
     heads=heads, recompute_block=block, recompute_final_norm=final_norm,
     head_taps=("self_attn.q_b_proj", "self_attn.kv_a_proj_with_mqa", "self_attn.kv_b_proj"),
     kv_cache_values=kv_cache_values, head_dim_attr="v_head_dim",
+    qk_head_dim=lambda cfg: int(cfg.qk_nope_head_dim) + int(cfg.qk_rope_head_dim),
     router_score_bias="e_score_correction_bias",
     labels={**MIXTRAL.labels, "q_a_proj": "Q down-projection (latent)",
             "q_b_proj": "Q up-projection", "kv_a_proj_with_mqa": "K/V latent and shared RoPE K",

@@ -242,7 +242,8 @@ def shape_report(name: str, prompt: str | None = None, seq_len: int | None = Non
     moe_count, matmul = _moe_count(model, parts, moe, L, tied) if moe else (None, None)
     cost = _costs(groups, total, L=L, d=d, h=h, kv=kv, hd=hd, V=V, T=seq_len, B=batch,
                   dtype=dtype, tied=tied, matmul=matmul,
-                  kv_values=fam.kv_cache_values(config) if fam.kv_cache_values else None)
+                  kv_values=fam.kv_cache_values(config) if fam.kv_cache_values else None,
+                  qk_hd=fam.qk_head_dim(config) if fam.qk_head_dim else None)
     return ShapeReport(
         model=spec.name, family=fam.name, source=spec.known.source if spec.known else
         (spec.path or spec.hub_id or ""),
@@ -497,10 +498,11 @@ def _moe_count(model: Any, parts: Any, moe: Any, L: int, tied: bool) -> tuple[Mo
 
 def _costs(groups: list[ParamGroup], total: int, *, L: int, d: int, h: int, kv: int, hd: int,
            V: int, T: int, B: int, dtype: str, tied: bool, matmul: int | None = None,
-           kv_values: int | None = None) -> CostReport:
+           kv_values: int | None = None, qk_hd: int | None = None) -> CostReport:
     """matmul: the parameters one token multiplies, where the groups cannot say (an MoE model:
     the chosen experts only); kv_values: the values a block caches per token, where it is not
-    K and V of every key/value head."""
+    K and V of every key/value head; qk_hd: the values a head's query and key have, where it is
+    not hd (DeepSeek-V3: 192, its values 128)."""
     b = BYTES[dtype]
     weights = {k: int(math.ceil(total * v)) for k, v in BYTES.items()}
     # K and V, every layer (or what the family caches instead: kv_values a layer)
@@ -511,9 +513,11 @@ def _costs(groups: list[ParamGroup], total: int, *, L: int, d: int, h: int, kv: 
                      if g.part == "block" and len(g.shape) == 2)  # norms or biases
     head = V * d
     matmul_params = block_mats + head if matmul is None else matmul
-    attn_prefill = 2 * 2 * L * B * T * T * h * hd  # Q·Kᵀ and weights·V over the full T×T
+    # Q·Kᵀ (qk_hd values a head) and weights·V (hd) over the full T×T
+    per_pair = 2 * h * ((qk_hd or hd) + hd)
+    attn_prefill = L * B * T * T * per_pair
     prefill = 2 * B * T * matmul_params + attn_prefill
-    decode = 2 * B * matmul_params + 2 * 2 * L * B * T * h * hd
+    decode = 2 * B * matmul_params + L * B * T * per_pair
     return CostReport(
         weights_bytes=weights, kv_cache_per_token_bytes=kv_per_token,
         kv_cache_bytes=kv_per_token * B * T, residual_per_layer_bytes=B * T * d * b,
