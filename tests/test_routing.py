@@ -213,3 +213,28 @@ def test_dense_json_has_null_routing(tmp_path):
     assert data["routing"] is None and data["model"]["moe"] is None
     assert "d_mlp" in CliRunner().invoke(app, ["run", "The cat", "--model",
                                                str(tmp_path / "tiny-llama-4h")]).stdout
+
+
+def test_all_positions_grid_shows_each_blocks_top1(tmp_path):
+    """`run --all-positions` on an MoE model: a blocks × positions grid of the top-1 expert,
+    the first expert of each position's routing in the JSON."""
+    import json
+
+    from typer.testing import CliRunner
+
+    from fptrace.cli.main import app
+
+    folder, _ = _moe_folder(tmp_path)
+    runner = CliRunner()
+    args = ["run", "The cat sat on the mat", "--model", str(folder), "--all-positions"]
+    data = json.loads(runner.invoke(app, args + ["--json"]).stdout)
+    res = runner.invoke(app, args)
+    assert res.exit_code == 0, res.stderr
+    grid = res.stdout.split("Top-1 expert per block and position")[1].split("Predictions")[0]
+    rows = [line.split() for line in grid.splitlines()
+            if line.strip() and line.split()[0].isdecimal() and len(line.split()) > 2]
+    blocks = data["routing"]["blocks"]
+    rows = rows[-len(blocks):]  # below the header (position numbers, token texts)
+    for block, row in zip(blocks, rows):
+        assert row[0] == str(block["layer"])
+        assert [int(x) for x in row[1:]] == [e[0] for e in block["experts"]]

@@ -42,3 +42,27 @@ def routing_table(routing: Routing, width: int | None = 120) -> RenderableType:
                      "multiplied by; mass: the router's probability on the chosen experts; "
                      f"entropy in nats (ln E = {ln_e:.2f}: uniform). {check}. --json has every "
                      "position.", caption_justify="left")
+
+
+def top1_grid(routing: Routing, tokens: tuple, width: int | None = 120) -> RenderableType:
+    """`--all-positions`: a blocks × positions grid of the expert each block weighted most at
+    each position (the last positions that fit the width when the prompt is long)."""
+    from rich.table import Table
+    from rich.text import Text
+
+    from fptrace.render.text import visible
+
+    n = len(routing.blocks[0].experts) if routing.blocks else 0
+    cell = max(4, len(str(routing.n_experts - 1)) + 2)
+    fit = n if width is None else max(1, min(n, (width - 10) // cell))
+    shown = range(n - fit, n)
+    which = f"all {n}" if fit == n else f"the last {fit} of {n}"
+    table = Table(title=f"Top-1 expert per block and position ({which} positions)",
+                  title_justify="left", box=None, padding=(0, 1))
+    table.add_column("block", justify="right", no_wrap=True)
+    for p in shown:
+        text = visible(tokens[p].text) if p < len(tokens) else str(p)
+        table.add_column(Text(f"{p}\n{text[:cell - 1]}"), justify="right", no_wrap=True)
+    for b in routing.blocks:
+        table.add_row(str(b.layer), *(str(b.experts[p][0]) for p in shown))
+    return table

@@ -12,7 +12,7 @@ from fptrace.notes import TOKENIZED
 from fptrace.results import ShapeStep, Trace
 from fptrace.render.figures import nan_if_none, pyplot
 from fptrace.render.fit import Col, fit_table
-from fptrace.render.routing import routing_table
+from fptrace.render.routing import routing_table, top1_grid
 from fptrace.render.tables import header, layers, token_table, top_k
 from fptrace.render.text import duration, num, shape, visible
 
@@ -183,6 +183,8 @@ def trace_view(trace: Trace, width: int | None = 120) -> RenderableType:
     parts = [header(trace.model), tokens(trace, width), shape_flow(trace), layers(trace, width)]
     if trace.routing is not None:  # a mixture of experts (a dense model's view is unchanged)
         parts.append(routing_table(trace.routing, width))
+        if trace.all_positions:
+            parts.append(top1_grid(trace.routing, trace.tokens, width))
     if trace.positions:
         parts.append(positions(trace, width))
     return Group(*parts, top_k(trace, width), notes(trace))
