@@ -87,7 +87,8 @@ class ModelInfo:
     norm_type: str
     """The norm: layernorm, rmsnorm, or rmsnorm (1 + w) (RMSNorm scaled by 1 + γ, Gemma)."""
     mlp_type: str
-    """The MLP: gelu (two matrices), swiglu or geglu (gated, three matrices)."""
+    """The MLP: gelu (two matrices), swiglu or geglu (gated, three matrices), or moe (a router and
+    routed experts, SwiGLU each, plus shared experts where the family has them)."""
     positions: str
     """Positions: learned (absolute embeddings) or rope (rotary, inside attention)."""
     parallel_residual: bool
@@ -114,6 +115,60 @@ class ModelInfo:
     """`int8` or `int4` when the linear layers' weights were quantized on load (`--quantize`,
     torchao's weight-only schemes through transformers; embeddings and LM head stay as they
     are), else null."""
+    moe: str | None = None
+    """For a mixture-of-experts model, its experts in words (`8 experts, 2 active (+ 1 shared),
+    d_expert 14336`); d_mlp is then one routed expert's width. Null for a dense model."""
+
+
+@result
+class BlockRoute:
+    """The routing of one MoE block at every position of the prompt, one entry per position
+    (position 0 first) in each list."""
+
+    layer: int
+    """The block."""
+    experts: tuple[tuple[int, ...], ...]
+    """Per position: the routed experts chosen, by weight, largest first (shared experts are
+    always taken and not listed)."""
+    weights: tuple[tuple[float, ...], ...]
+    """Per position: what each chosen expert's output is multiplied by, as the model's router
+    returned it."""
+    mass: tuple[float, ...]
+    """Per position: the router's probability mass on the chosen experts: the softmax of its
+    logits over all experts (softmax and top-k-softmax routers) or each sigmoid score over their
+    sum (sigmoid routers), summed over the chosen ones."""
+    entropy: tuple[float, ...]
+    """Per position: the entropy of that distribution over all experts, in nats (ln E: uniform;
+    0: one expert)."""
+
+
+@result
+class Routing:
+    """A mixture-of-experts model's routing in one forward pass, captured by a hook on each MoE
+    block's router and checked against the family's routing rule recomputed from the router's
+    logits."""
+
+    n_experts: int
+    """Routed experts per MoE block."""
+    top_k: int
+    """Routed experts each position takes."""
+    n_shared: int
+    """Shared experts each position takes besides (0: none)."""
+    d_expert: int
+    """Hidden width of one routed expert."""
+    scoring: str
+    """How the router scores experts: softmax, sigmoid, or softmax over the top k."""
+    renormalised: bool
+    """Whether the chosen experts' scores are divided by their sum."""
+    blocks: tuple[BlockRoute, ...]
+    """Every MoE block (dense blocks have none), every position."""
+    checked: bool
+    """True when the family's rule, recomputed from the router's logits, chose the same experts
+    with the same weights (within the dtype's tolerance) at every block and position."""
+    mismatched: int
+    """Block-positions where the recomputed choice differs from the router's (0 when checked)."""
+    max_weight_error: float
+    """Largest |recomputed weight − the router's weight| over the matching choices."""
 
 
 @result
@@ -348,6 +403,9 @@ class Trace:
     """How long the tokenizer takes to turn the prompt's text into these ids, on the CPU, before
     the model runs: timed on a second (warm) call, since a tokenizer's first call also pays for
     its start-up (null when token ids were given)."""
+    routing: Routing | None = None
+    """For a mixture-of-experts model: the experts each block chose at every position of the
+    prompt, their weights, the router's mass on them and its entropy; null for a dense model."""
     kind: str = "trace"
     schema_version: str = SCHEMA_VERSION
 

@@ -34,8 +34,10 @@ def _projection(lm, layer):
 
 
 def _head_dim(lm):
+    """The values per head W_O reads (latent attention, DeepSeek-V3: v_head_dim)."""
     c = lm.config
-    return getattr(c, "head_dim", None) or c.hidden_size // c.num_attention_heads
+    return getattr(c, "v_head_dim", None) or getattr(c, "head_dim", None) \
+        or c.hidden_size // c.num_attention_heads
 
 
 def _zeroed_copy(lm, layer, head):

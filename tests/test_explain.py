@@ -74,7 +74,10 @@ def test_attention_rows_and_causal_zeros(tiny_lm):
     assert len(weights.rows) == T and len(weights.labels) == T
     for i, (row, srow) in enumerate(zip(weights.rows, masked.rows)):
         lo = max(0, i - window + 1) if window else 0  # a sliding window sees the last `window`
-        assert math.isclose(sum(row), 1.0, abs_tol=1e-5)
+        if tiny_lm.parts.family.attn_sinks:  # gpt-oss: the sink takes a share of each row
+            assert 0.0 < sum(row) < 1.0
+        else:
+            assert math.isclose(sum(row), 1.0, abs_tol=1e-5)
         assert all(v == 0.0 for v in row[i + 1:])  # exactly zero above the diagonal
         assert all(v == 0.0 for v in row[:lo])
         assert all(v > 0.0 for v in row[lo:i + 1])

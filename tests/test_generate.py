@@ -54,6 +54,13 @@ def test_kv_cache_shapes_and_bytes(tiny_lm):
     head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
     L = cfg.num_hidden_layers
     assert [s.phase for s in g.steps] == ["prefill", "decode", "decode", "decode"]
+    latent = lm.parts.family.kv_cache_values
+    if latent is not None:  # latent attention (DeepSeek-V3): the cache holds the latent
+        for k, s in enumerate(g.steps):
+            positions = len(IDS) + k
+            assert s.kv_layers == L and s.positions[-1] == positions - 1
+            assert s.kv_bytes == L * positions * latent(cfg) * 4  # float32
+        return
     assert g.steps[0].input_shape == (1, len(IDS)) and g.steps[1].input_shape == (1, 1)
     assert g.steps[0].stream_shape == (1, len(IDS), cfg.hidden_size)
     assert g.steps[2].stream_shape == (1, 1, cfg.hidden_size)

@@ -27,6 +27,7 @@ from fptrace.commands.stats.core import new_statistics
 from fptrace.core.activation_stats import BINS, ActivationStats
 from fptrace.core.hooks import eager_attention
 from fptrace.core.inputs import PromptItem
+from fptrace.errors import UnsupportedModel
 from fptrace.core.prompt_groups import Encoded
 
 runner = CliRunner()
@@ -77,8 +78,8 @@ def recorded(lm, prompts: list[list[int]]) -> dict[str, list[np.ndarray]]:
     for name, m in model.named_modules():
         if name in names:
             handles.append(m.register_forward_pre_hook(
-                lambda mod, args, name=name: seen[name].append(
-                    args[0][0].double().numpy().copy())))
+                lambda mod, args, name=name: seen[name].append(  # (T, d); a router: (N, d)
+                    args[0].reshape(-1, args[0].shape[-1]).double().numpy().copy())))
         if id(m) in blocks:
             handles.append(m.register_forward_hook(
                 lambda mod, args, out, i=blocks[id(m)]: seen[f"block {i}"].append(
@@ -147,7 +148,19 @@ def check_against_direct(lm, stats: ActivationStats, prompts, exact: bool = True
     assert stats.tokens == sum(len(p) for p in prompts)
 
 
+def _refuses_latent_attention(tiny) -> bool:
+    """stats knows two inputs inside attention (attn_in, z); DeepSeek-V3's latent attention has
+    more (the Q and K/V latents): it is refused, loudly, naming the layer."""
+    if tiny.parts.family.kv_cache_values is None:
+        return False
+    with pytest.raises(UnsupportedModel, match="kv_b_proj reads a third distinct input"):
+        count(tiny, id_prompts(int(tiny.config.vocab_size)))
+    return True
+
+
 def test_statistics_equal_a_direct_computation(tiny):
+    if _refuses_latent_attention(tiny):
+        return
     prompts = id_prompts(int(tiny.config.vocab_size))
     check_against_direct(tiny, count(tiny, prompts), prompts)
 
@@ -303,6 +316,8 @@ def sink_shares(lm, prompts) -> np.ndarray:
 
 
 def test_sink_shares_equal_the_models_own_attention_weights(tiny):
+    if _refuses_latent_attention(tiny):
+        return
     prompts = id_prompts(int(tiny.config.vocab_size), lengths=(6, 1, 17, 4, 9, 20, 2))
     stats = count(tiny, prompts, batch_size=3)  # padded groups: the padding is skipped
     np.testing.assert_allclose(stats.sink_sums / stats.sink_queries, sink_shares(tiny, prompts),

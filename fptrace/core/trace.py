@@ -8,6 +8,7 @@ from typing import Any, Sequence
 from fptrace.addresses import Sizes
 from fptrace.core import stats
 from fptrace.core.hooks import Capture, capture_stats, is_oom
+from fptrace.core.routing import capture_routing, moe_facts, routing_of_rows
 from fptrace.notes import MASSIVE, RANDOM, TIED_LENS_GRID, TIED_LENS_LAST, TRUNCATED
 from fptrace.results import (
     Decomposition,
@@ -73,6 +74,7 @@ def _model_info(lm: LoadedModel) -> ModelInfo:
         inferred=lm.parts.known, unknown=lm.parts.unknown,
         tensor_parallel=lm.tensor_parallel,
         quantization=lm.quantization,
+        moe=None if (moe := moe_facts(lm.parts, lm.config)) is None else moe.header,
     )
 
 
@@ -109,7 +111,8 @@ def run_traces(lm: LoadedModel, prompts: Sequence[Prompt], *, top_k: int = 10,
     cap = Capture(mask=mask, home=lm.device,
                   keep_positions=min(T, LENS_GRID_POSITIONS) if lens_grid else 0)
     try:
-        with torch.inference_mode(), capture_stats(lm.parts, cap):
+        with torch.inference_mode(), capture_stats(lm.parts, cap), \
+                capture_routing(lm.parts, lm.config) as routed:
             logits = lm.model(input_ids, **kwargs).logits  # (B, 1, V) or (B, T, V)
     except Exception as e:
         if not is_oom(e):
@@ -122,6 +125,9 @@ def run_traces(lm: LoadedModel, prompts: Sequence[Prompt], *, top_k: int = 10,
                           ) from None
     per_row, checks = layer_stats(lm, cap, snippet=snippet, logit_lens=logit_lens)
     grid, grid_positions = _lens_grid(lm, cap, T) if lens_grid else ((), ())
+    routing = [None] * B if routed is None else routing_of_rows(
+        routed, moe_facts(lm.parts, lm.config), B, T, [len(p.ids) for p in prepared],
+        str(lm.dtype).replace("torch.", ""))
     traces = []
     for b, p in enumerate(prepared):
         ids, dropped = list(p.ids), p.dropped
@@ -149,7 +155,7 @@ def run_traces(lm: LoadedModel, prompts: Sequence[Prompt], *, top_k: int = 10,
             lens_grid=grid,
             lens_positions=grid_positions, decomposition=checks[b], positions=positions,
             mean_loss=mean_loss, perplexity=None if mean_loss is None else math.exp(mean_loss),
-            token_note=lm.bos_note(p), tokenize_seconds=p.seconds))
+            token_note=lm.bos_note(p), tokenize_seconds=p.seconds, routing=routing[b]))
     return traces
 
 

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from fptrace.errors import FptraceError
-from fptrace.families.kinds import EmbedScale, MlpKind, NormKind, PositionKind, QkNorm
+from fptrace.families.kinds import EmbedScale, MlpKind, NormKind, PositionKind, QkNorm, Scoring
 from fptrace.points import BLOCK, Point
 
 # modules of this package that are not families: the shared recompute operations, the parts,
@@ -47,6 +47,38 @@ class FamilyDefinitionError(FptraceError, ImportError):
 
 def _intermediate_size(config: Any) -> int | None:
     return getattr(config, "intermediate_size", None)
+
+
+@dataclass(frozen=True)
+class Moe:
+    """A mixture-of-experts MLP as one config sets it: how many experts, how many each token
+    takes, and how the router turns its logits into the weights of the chosen ones."""
+
+    n_experts: int  # routed experts per MoE block
+    top_k: int  # routed experts each token takes
+    d_expert: int  # hidden width of one routed expert
+    n_shared: int = 0  # shared experts every token takes (0: none)
+    d_shared: int = 0  # hidden width of the shared expert MLP (all shared experts together)
+    # "softmax": over all experts, then the top k; "sigmoid": each logit on its own (DeepSeek-V3);
+    # "softmax over the top k": the top k logits first, a softmax over them (gpt-oss)
+    scoring: Scoring = Scoring.softmax
+    renormalise: bool = False  # the chosen scores divided by their sum
+    scale: float = 1.0  # the weights multiplied by this (DeepSeek-V3's routed_scaling_factor)
+    n_groups: int = 1  # grouped top-k (DeepSeek-V3): experts in n_groups groups, of which ...
+    topk_groups: int = 1  # ... the topk_groups best (by the sum of their 2 best scores) compete
+    score_bias: bool = False  # a learned bias added to the scores for the choice only (DeepSeek-V3)
+    router_bias: bool = False  # the router's linear map has a bias (gpt-oss)
+    shared_gate: bool = False  # the shared expert's output × σ(its own gate · x) (Qwen2-MoE)
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.scoring, Scoring):  # its word is taken too ("sigmoid")
+            object.__setattr__(self, "scoring", Scoring(self.scoring))
+
+    @property
+    def header(self) -> str:
+        """`8 experts, 2 active (+ 1 shared), d_expert 14336`."""
+        shared = f" (+ {self.n_shared} shared)" if self.n_shared else ""
+        return f"{self.n_experts} experts, {self.top_k} active{shared}, d_expert {self.d_expert}"
 
 
 @dataclass(frozen=True)
@@ -117,6 +149,25 @@ class Family:
     # with the config's own RoPE; explain's block runs the same function.
     head_taps: tuple[str, ...] = ()
     heads: Callable[..., Any] | None = None
+    # Mixture of experts (mlp_type "moe"): the config's MoE facts, or None where the config
+    # has no experts; and, from the MLP module of an MoE block, its router (whose output is
+    # (logits, weights of the chosen, indices of the chosen)), its routed experts (3-D tensors
+    # gate_up_proj (E, ...), down_proj (E, ...)) and its shared experts, if any. A block whose
+    # MLP has no router is dense (DeepSeek-V3's first blocks).
+    moe: Callable[[Any], Moe | None] | None = None
+    router: str = "gate"
+    experts: str = "experts"
+    shared_experts: str | None = None
+    shared_expert_gate: str | None = None
+    router_score_bias: str | None = None  # the router's choice-only bias (Moe.score_bias)
+    attn_sinks: str | None = None  # the attention module's learned sink logit per head (gpt-oss)
+    # the config attribute giving the values per head that z and W_O see, where it is not
+    # head_dim (DeepSeek-V3's latent attention: v_head_dim)
+    head_dim_attr: str | None = None
+    qk_head_dim: Callable[[Any], int] | None = None  # values a head of Q and K, if not head_dim
+    # values one block caches per token, where it is not K and V of every key/value head
+    # (DeepSeek-V3's latent attention caches the K/V latent and the shared RoPE key)
+    kv_cache_values: Callable[[Any], int] | None = None
 
     def __post_init__(self) -> None:
         """The kinds as enums, from their words too (a family file may write either); a word
@@ -173,6 +224,12 @@ class Family:
                        + ("; the scale is (1 + w)" if self.norm_type.one_plus else ""))
         if self.mlp_type is MlpKind.swiglu:
             out.append("SwiGLU MLP: down(SiLU(gate(x)) · up(x)), three matrices instead of two")
+        if self.mlp_type is MlpKind.moe:
+            moe = self.moe(config) if self.moe else None
+            if moe:
+                out.append(f"mixture of experts: a router sends each token to {moe.top_k} of "
+                           f"{moe.n_experts} expert MLPs"
+                           + (f", plus {moe.n_shared} shared" if moe.n_shared else ""))
         if self.mlp_type is MlpKind.geglu:
             out.append("GeGLU MLP: down(GELU(gate(x)) · up(x)), three matrices instead of two")
         if n_kv_heads != n_heads:
@@ -219,6 +276,8 @@ def check_family(module_name: str, module: Any) -> Family:
     if (fam.recompute_block is None) != (fam.recompute_final_norm is None):
         raise FamilyDefinitionError(f"{where}: a block recomputation needs both recompute_block "
                                     "and recompute_final_norm")
+    if (fam.mlp_type is MlpKind.moe) != (fam.moe is not None):
+        raise FamilyDefinitionError(f"{where}: mlp_type 'moe' and moe go together")
     if bool(fam.heads) != bool(fam.head_taps):
         raise FamilyDefinitionError(f"{where}: heads and head_taps go together")
     bad = [k for k, t in fam.taps.items() if not isinstance(k, Point) or not isinstance(t, Tap)

@@ -33,12 +33,14 @@ class MlpKind(str, Enum):
     gelu = "gelu"  # down(GELU(up(x)))
     swiglu = "swiglu"  # down(SiLU(gate(x)) · up(x))
     geglu = "geglu"  # down(GELU(gate(x)) · up(x))
+    moe = "moe"  # a router sends each token to k of E gated expert MLPs (Family.moe says how)
     unknown = "unknown"
 
     @property
     def gated(self) -> bool:
-        """A gate projection beside the up projection: three matrices instead of two."""
-        return self in (MlpKind.swiglu, MlpKind.geglu)
+        """A gate projection beside the up projection: three matrices instead of two (each
+        expert of an MoE block is such an MLP)."""
+        return self in (MlpKind.swiglu, MlpKind.geglu, MlpKind.moe)
 
 
 class PositionKind(str, Enum):
@@ -50,6 +52,14 @@ class PositionKind(str, Enum):
 class QkNorm(str, Enum):
     per_head = "per_head"  # an RMSNorm on each head of Q and K (Qwen3, Gemma 3)
     whole = "whole"  # one RMSNorm over every head of Q, one of K (OLMo 2)
+
+
+class Scoring(str, Enum):
+    """How an MoE router turns its logits into the scores it picks experts by."""
+
+    softmax = "softmax"  # over all experts, then the top k
+    sigmoid = "sigmoid"  # each logit on its own (DeepSeek-V3)
+    softmax_top_k = "softmax over the top k"  # the top k logits first, a softmax over them (gpt-oss)
 
 
 class EmbedScale(str, Enum):

@@ -21,6 +21,7 @@ from fptrace.families.ops import (
     causal_attention,
     gated_mlp,
     linear,
+    moe_mlp,
     project_qkv,
     repeat_kv,
     rms_norm,
@@ -81,16 +82,23 @@ def block(x: Any, blk: Any, cfg: Any, layer: int, s: Steps, model: Any, fam: Fam
     q, k, v = project_qkv(h, attn, nh, nkv, hd, s)  # (B, T, nh*hd), 2 × (B, T, nkv*hd)
     q, k, v = heads(q, k, v, attn, cfg, layer, s, model, fam)  # (B,nh,T,hd), 2 × (B,nkv,T,hd)
     k, v = repeat_kv(k, v, nh, s)  # (B, nh, T, hd) each
-    y = causal_attention(q, k, v, s, window=sliding_window(cfg, layer))  # (B, T, nh*hd)
+    sinks = attn.get_parameter(fam.attn_sinks) if fam.attn_sinks else None  # (nh,): gpt-oss
+    y = causal_attention(q, k, v, s, window=sliding_window(cfg, layer),
+                         sinks=sinks)  # (B, T, nh*hd)
     attn_out = linear(y, attn.o_proj)  # (B, T, C)
-    s("o_proj (W_O)", "attn_out = y · W_Oᵀ", attn_out, keep=True, point=Point.attn_out)
+    s("o_proj (W_O)", "attn_out = y · W_Oᵀ" + (" + b" if attn.o_proj.bias is not None else ""),
+      attn_out, keep=True, point=Point.attn_out)
     x = x + attn_out  # (B, T, C)
     s("residual add", "x = x + attn_out", x, point=Point.resid_mid)
 
     s.section = "mlp"
     h = rms_norm(x, blk.post_attention_layernorm.weight, eps)  # (B, T, C)
     s("post_attention_layernorm", RMS_FORMULA, h, point=Point.ln2)
-    mlp_out = gated_mlp(h, mlp, s)  # (B, T, C)
+    moe = fam.moe(cfg) if fam.moe else None
+    if moe is not None and hasattr(mlp, fam.router):  # an MoE block (Mixtral, Qwen-MoE, OLMoE)
+        mlp_out = moe_mlp(h, mlp, moe, s, fam)  # (B, T, C)
+    else:
+        mlp_out = gated_mlp(h, mlp, s)  # (B, T, C)
     x = x + mlp_out  # (B, T, C)
     s("residual add", "x = x + mlp_out", x, point=Point.resid_post)
     return x

@@ -17,6 +17,7 @@ from typing import Any
 
 from fptrace.points import Point
 from fptrace.results import ExplainStep
+from fptrace.families.kinds import Scoring
 
 
 @dataclass
@@ -233,9 +234,12 @@ def repeat_kv(k: Any, v: Any, nh: int, s: Steps) -> tuple[Any, Any]:
 
 
 def causal_attention(q: Any, k: Any, v: Any, s: Steps, *, scale: float | None = None,
-                     window: int | None = None, softcap: float | None = None) -> Any:
+                     window: int | None = None, softcap: float | None = None,
+                     sinks: Any = None) -> Any:
     """q, k, v: (B, nh, T, hd), K and V already repeated for grouped-query attention.
     softcap: Gemma 2's attention-logit cap, cap·tanh(scores / cap), before the mask.
+    sinks: gpt-oss's learned logit per head (nh,), a column every query sees in the softmax,
+    dropped after it (its share of each row goes nowhere).
     Returns y: (B, T, nh*hd), the heads side by side, ready for W_O."""
     import torch
 
@@ -257,36 +261,204 @@ def causal_attention(q: Any, k: Any, v: Any, s: Steps, *, scale: float | None = 
       + ", else 0", mask)
     att = att + mask  # (B, nh, T, T)
     s("scores + mask", "att = att + mask   (position i sees positions 0..i)", att, keep=True)
-    att = torch.exp(att - att.amax(dim=-1, keepdim=True))  # (B, nh, T, T)
-    att = att / att.sum(dim=-1, keepdim=True)  # (B, nh, T, T)
-    s("softmax", "w = exp(att − max) / Σ_j exp(att − max)   (each row sums to 1)", att,
-      keep=True, point=Point.attn_weights)
+    if sinks is not None:  # gpt-oss: one more logit per head, the sink, in every row
+        sink = sinks.float()[None, :, None, None].expand(B, nh, T, 1)  # (B, nh, T, 1)
+        both = torch.cat([att, sink], dim=-1)  # (B, nh, T, T+1)
+        both = torch.exp(both - both.amax(dim=-1, keepdim=True))  # (B, nh, T, T+1)
+        both = both / both.sum(dim=-1, keepdim=True)  # (B, nh, T, T+1)
+        att, sunk = both[..., :-1], both[..., -1]  # (B, nh, T, T), (B, nh, T)
+        s.kept["sink weight"] = sunk
+        s("softmax (with the sink)", "w = softmax over [att, sink_h] per row, the sink's column "
+          "dropped   (each row sums to 1 − its sink weight)", att, keep=True,
+          point=Point.attn_weights, note=f"head {s.head}, pos {T - 1}: the sink takes "
+          f"{float(sunk[0, s.head, -1]):.3f} of the row" if not s.quiet else None)
+        s.kept["softmax"] = att
+    else:
+        att = torch.exp(att - att.amax(dim=-1, keepdim=True))  # (B, nh, T, T)
+        att = att / att.sum(dim=-1, keepdim=True)  # (B, nh, T, T)
+        s("softmax", "w = exp(att − max) / Σ_j exp(att − max)   (each row sums to 1)", att,
+          keep=True, point=Point.attn_weights)
     y = att @ v  # (B, nh, T, hd)
     s("weights · V", "y = w · v", y)
-    y = y.transpose(1, 2).reshape(B, T, nh * hd)  # (B, T, nh*hd)
-    s("concat heads", f"y → transpose(1, 2) → (B, T, {nh * hd})", y, point=Point.z)
+    vd = v.shape[-1]  # values per head: hd, or DeepSeek-V3's v_head_dim
+    y = y.transpose(1, 2).reshape(B, T, nh * vd)  # (B, T, nh*vd)
+    s("concat heads", f"y → transpose(1, 2) → (B, T, {nh * vd})", y, point=Point.z)
     return y
 
 
 # ---------------------------------------------------------------- MLP
 
-def gated_mlp(h: Any, mlp: Any, s: Steps, act: str = "silu", src: str = "h") -> Any:
-    """down(act(gate(h)) · up(h)): SwiGLU (act "silu") or GeGLU (a GELU name). (B, T, C)."""
+def gated_mlp(h: Any, mlp: Any, s: Steps, act: str = "silu", src: str = "h",
+              inner_points: bool = True) -> Any:
+    """down(act(gate(h)) · up(h)): SwiGLU (act "silu") or GeGLU (a GELU name). (B, T, C).
+    inner_points: tag gate, up and the activation as trace points (off where the family's
+    blocks differ and only the MLP's output is a point every block shows: DeepSeek-V3)."""
     C = h.shape[-1]
     gate = linear(h, mlp.gate_proj)  # (B, T, I)
     up = linear(h, mlp.up_proj)  # (B, T, I)
+    tag = (lambda p: p) if inner_points else (lambda p: None)  # noqa: E731
     s("gate_proj", f"g = {src} · W_gateᵀ   W_gate is ({gate.shape[-1]}, {C})", gate,
-      point=Point.mlp_gate)
-    s("up_proj", f"u = {src} · W_upᵀ   W_up is ({up.shape[-1]}, {C})", up, point=Point.mlp_up)
+      point=tag(Point.mlp_gate))
+    s("up_proj", f"u = {src} · W_upᵀ   W_up is ({up.shape[-1]}, {C})", up,
+      point=tag(Point.mlp_up))
     if act == "silu":
         a = gate * gate.sigmoid() * up  # (B, T, I)
-        s("SiLU(gate) · up", "a = g · σ(g) · u   (SwiGLU)", a, point=Point.mlp_act)
+        s("SiLU(gate) · up", "a = g · σ(g) · u   (SwiGLU)", a, point=tag(Point.mlp_act))
     else:
         g, formula = gelu(gate, act)  # (B, T, I)
         a = g * up  # (B, T, I)
         s("GELU(gate) · up", "a = GELU(g) · u   (GeGLU)", a, note=f"{formula}, applied to g",
-          point=Point.mlp_act)
+          point=tag(Point.mlp_act))
     m = linear(a, mlp.down_proj)  # (B, T, C)
     s("down_proj", f"m = a · W_downᵀ   W_down is ({C}, {a.shape[-1]})", m, keep=True,
       point=Point.mlp_out)
     return m
+
+
+# ---------------------------------------------------------------- mixture of experts
+
+def route(logits: Any, moe: Any, bias: Any = None) -> tuple[Any, Any]:
+    """A family's routing rule (moe: its Moe facts) on router logits (N, E): (indices (N, k),
+    weights (N, k)), the chosen experts and what their outputs are multiplied by."""
+    import torch
+
+    k = moe.top_k
+    x = logits.float()  # (N, E)
+    if moe.scoring is Scoring.softmax_top_k:  # gpt-oss: the top k logits, a softmax of them
+        top, idx = torch.topk(x, k, dim=-1)  # (N, k) each
+        return idx, torch.softmax(top, dim=-1)
+    if moe.scoring is Scoring.softmax:  # Mixtral, Qwen-MoE, OLMoE
+        probs = torch.softmax(x, dim=-1)  # (N, E)
+        w, idx = torch.topk(probs, k, dim=-1)  # (N, k) each
+        if moe.renormalise:
+            w = w / w.sum(dim=-1, keepdim=True)
+        return idx, w * moe.scale
+    # sigmoid (DeepSeek-V3): scores; the choice adds the bias and keeps the best groups only
+    scores = torch.sigmoid(x)  # (N, E)
+    choice = scores if bias is None else scores + bias  # (N, E)
+    N, E = choice.shape
+    G = moe.n_groups
+    if G > 1:  # a group's worth: the sum of its two best scores
+        group = choice.view(N, G, E // G).topk(2, dim=-1).values.sum(dim=-1)  # (N, G)
+        best = torch.topk(group, moe.topk_groups, dim=-1).indices  # (N, topk_groups)
+        keep = torch.zeros_like(group).scatter_(1, best, 1.0).bool()  # (N, G)
+        keep = keep[:, :, None].expand(N, G, E // G).reshape(N, E)  # (N, E)
+        choice = choice.masked_fill(~keep, float("-inf"))
+    idx = torch.topk(choice, k, dim=-1).indices  # (N, k)
+    w = scores.gather(1, idx)  # (N, k): the uncorrected scores
+    if moe.renormalise:
+        w = w / (w.sum(dim=-1, keepdim=True) + 1e-20)
+    return idx, w * moe.scale
+
+
+def route_distribution(logits: Any, moe: Any) -> Any:
+    """The router's distribution over all experts (N, E): the softmax of its logits, or (sigmoid
+    routers) each score over the sum of the scores."""
+    import torch
+
+    x = logits.float()
+    if moe.scoring is Scoring.sigmoid:
+        sc = torch.sigmoid(x)
+        return sc / sc.sum(dim=-1, keepdim=True)
+    return torch.softmax(x, dim=-1)
+
+
+def _expert(x: Any, experts: Any, e: int) -> Any:
+    """Routed expert e on x (n, C), its weights stored as 3-D tensors: gate_up_proj (E, 2·I, C)
+    ([gate; up]) and down_proj (E, C, I), or, transposed (gpt-oss), (E, C, 2·I) with gate and
+    up interleaved and (E, I, C), with biases. SwiGLU down(SiLU(gate) · up), or gpt-oss's
+    clamped form down((up + 1) · g · σ(α·g)), g = gate capped at the limit, up within ±limit."""
+    transposed = getattr(experts, "is_transposed", False)
+    w_gu = experts.gate_up_proj[e].float()
+    w_d = experts.down_proj[e].float()
+    gu = x @ (w_gu if transposed else w_gu.T)  # (n, 2I)
+    if getattr(experts, "has_bias", False):
+        gu = gu + experts.gate_up_proj_bias[e].float()
+    if getattr(experts, "is_concatenated", True):
+        gate, up = gu.chunk(2, dim=-1)  # (n, I) each
+    else:
+        gate, up = gu[..., ::2], gu[..., 1::2]  # (n, I) each, interleaved
+    if hasattr(experts, "limit"):  # gpt-oss's clamped SwiGLU
+        gate = gate.clamp(max=experts.limit)
+        up = up.clamp(min=-experts.limit, max=experts.limit)
+        a = (up + 1) * gate * (gate * experts.alpha).sigmoid()  # (n, I)
+    else:
+        a = gate * gate.sigmoid() * up  # (n, I)
+    y = a @ (w_d if transposed else w_d.T)  # (n, C)
+    if getattr(experts, "has_bias", False):
+        y = y + experts.down_proj_bias[e].float()
+    return y
+
+
+def moe_mlp(h: Any, mlp: Any, moe: Any, s: Steps, fam: Any, src: str = "h") -> Any:
+    """A mixture of experts on h (B, T, C): the router's logits, its scores, the top k (with
+    groups and the choice-only bias where the family has them), their weights, each chosen
+    expert's output × its weight, the shared experts; (B, T, C), what the block adds."""
+    import torch
+
+    B, T, C = h.shape
+    router = mlp.get_submodule(fam.router)
+    experts = mlp.get_submodule(fam.experts)
+    E, k = moe.n_experts, moe.top_k
+    x = h.reshape(B * T, C)  # (N, C), N = B·T
+    x = x.float()
+    logits = x @ router.weight.float().T  # (N, E)
+    if moe.router_bias:
+        logits = logits + router.bias.float()
+    s("router logits", f"r = {src} · W_routerᵀ" + (" + b" if moe.router_bias else "")
+      + f"   W_router is ({E}, {C})", logits.view(B, T, E), keep=True)
+    if moe.scoring is Scoring.sigmoid:
+        scores = torch.sigmoid(logits)  # (N, E)
+        s("scores (sigmoid)", "s_e = σ(r_e)   (each expert on its own, not a distribution)",
+          scores.view(B, T, E))
+    elif moe.scoring is Scoring.softmax:
+        scores = torch.softmax(logits, dim=-1)  # (N, E)
+        s("scores (softmax)", f"p = softmax(r) over the {E} experts", scores.view(B, T, E))
+    bias = getattr(router, fam.router_score_bias) if fam.router_score_bias else None
+    idx, w = route(logits, moe, None if bias is None else bias.float())  # (N, k) each
+    how = {"softmax": f"the {k} largest p",
+           "softmax over the top k": f"the {k} largest r",
+           "sigmoid": f"the {k} largest s + b among the {moe.topk_groups} best of "
+                      f"{moe.n_groups} groups (a group: the sum of its 2 best s + b)"
+           if moe.n_groups > 1 else f"the {k} largest s + b"}[moe.scoring]
+    s("top-k experts", how, idx.view(B, T, k).float(), keep=True,
+      note=f"position {T - 1} takes experts {idx[-1].tolist()}")
+    what = {"softmax": "w = p of the chosen" + (", divided by their sum" if moe.renormalise
+                                                  else " (not renormalised)"),
+            "softmax over the top k": "w = softmax of the chosen r (over those k only)",
+            "sigmoid": "w = s of the chosen (without the bias)"
+            + (", divided by their sum" if moe.renormalise else "")}[moe.scoring]
+    if moe.scale != 1.0:
+        what += f", × {moe.scale:g}"
+    s("expert weights", what, w.view(B, T, k), keep=True)
+    routed = torch.zeros_like(x)  # (N, C)
+    last = idx[-1].tolist()  # the last position's choice, shown expert by expert
+    for e in sorted(set(idx.flatten().tolist())):
+        rows, slot = (idx == e).nonzero(as_tuple=True)  # positions that chose e, and where
+        y = _expert(x[rows], experts, e) * w[rows, slot, None]  # (n, C)
+        routed.index_add_(0, rows, y)
+        if e in last:
+            contrib = torch.zeros_like(x)  # (N, C)
+            contrib.index_add_(0, rows, y)
+            act = (f"((up_{e}(x) + 1) · g · σ({experts.alpha:g}·g)), g = min(gate_{e}(x), "
+                   f"{experts.limit:g}), up within ±{experts.limit:g}"
+                   if hasattr(experts, "limit") else f"(SiLU(gate_{e}(x)) · up_{e}(x))")
+            s(f"expert {e} × weight", f"y_{e} = w_{e} · down_{e}{act}"
+              f"   gate_{e}, up_{e}: ({moe.d_expert}, {C})", contrib.view(B, T, C),
+              note="zero at the positions that did not choose it", keep=True)
+    out = routed.view(B, T, C)  # (B, T, C)
+    s("routed experts, summed", f"m = Σ over the {k} chosen of w_e · y_e", out, keep=True)
+    if fam.shared_experts:
+        shared_mlp = mlp.get_submodule(fam.shared_experts)
+        shared = gated_mlp(h, shared_mlp, Steps(0, 0, 1, 1, quiet=True))  # (B, T, C)
+        formula = "down(SiLU(gate(h)) · up(h)), every position"
+        if fam.shared_expert_gate:
+            g = torch.sigmoid(linear(h, mlp.get_submodule(fam.shared_expert_gate)))  # (B, T, 1)
+            shared = g * shared  # (B, T, C)
+            formula = "σ(h · w_gate) · " + formula
+        s("shared experts", formula, shared, keep=True)
+        out = out + shared  # (B, T, C)
+        s("routed + shared", "m = routed + shared", out, keep=True, point=Point.mlp_out)
+    else:
+        s("MoE output", "m = routed (no shared expert)", out, keep=True, point=Point.mlp_out)
+    return out

@@ -33,7 +33,8 @@ def dims(config: Any, family: Family | None = None) -> Dims:
     return Dims(
         n_layers=int(config.num_hidden_layers), d_model=d, n_heads=h,
         n_kv_heads=int(getattr(config, "num_key_value_heads", None) or h),
-        head_dim=int(getattr(config, "head_dim", None) or d // h),
+        head_dim=int(getattr(config, family.head_dim_attr) if family and family.head_dim_attr
+                     else getattr(config, "head_dim", None) or d // h),
         d_mlp=int(d_mlp) if d_mlp else None, vocab_size=int(config.vocab_size),
         context_length=getattr(config, "max_position_embeddings", None))
 

@@ -33,7 +33,8 @@ def header(info: ModelInfo) -> RenderableType:
         *([("unknown", "; ".join(info.unknown))] if info.unknown else []),
         ("blocks", str(info.n_layers)),
         ("d_model", f"{info.d_model}   heads {heads}   head_dim {info.head_dim}"
-                    + (f"   d_mlp {info.d_mlp}" if info.d_mlp else "")),
+                    + (f"   d_mlp {info.d_mlp}" if info.d_mlp and not info.moe else "")),
+        *([("MoE", info.moe)] if info.moe else []),
         ("vocab", f"{info.vocab_size:,}   context {info.context_length or '?'}"),
         ("params", f"{info.n_params:,}" + ("   (LM head tied to embedding)"
                                            if info.tied_embeddings else "")),

@@ -351,8 +351,10 @@ def _split(lm: LoadedModel, info: Any, prepared: Prepared, layer: int, head: int
     k_parts, k_labels = _with_constant(*kside(parts[j], stream[j], j, rope), labels)  # (Pk, hd)
     terms = scale * (q_parts @ k_parts.T)  # (Pq, Pk)
     score = float(terms.sum())
+    sink = float(lm.parts.attns[layer].get_parameter(fam.attn_sinks)[head]) \
+        if fam.attn_sinks else None  # gpt-oss: the head's sink logit joins the softmax
     stream_score, ours, row_checks = _row(qside, kside, stream, i, j, rope, scale, cap, window,
-                                          got["weights"], score, info.dtype)
+                                          got["weights"], score, info.dtype, sink)
     checks += row_checks
 
     notes = base_notes(lm) + notes
@@ -396,8 +398,8 @@ def _sides(labels: list, folded: Any, vectors: Any) -> tuple[QKPartSum, ...]:
 
 
 def _row(qside: _Side, kside: _Side, stream: Any, i: int, j: int, rope: Any, scale: float,
-         cap: float | None, window: int | None, theirs: Any, score: float, dtype: str
-         ) -> tuple[float, Any, list[Check]]:
+         cap: float | None, window: int | None, theirs: Any, score: float, dtype: str,
+         sink: float | None = None) -> tuple[float, Any, list[Check]]:
     """The same operations on the whole streams: the score of (i, j) (against the sum of the
     terms) and the query's row of weights (against the model's own): (score, weights (i + 1,),
     the two checks)."""
@@ -418,7 +420,10 @@ def _row(qside: _Side, kside: _Side, stream: Any, i: int, j: int, rope: Any, sca
     if window:
         distance = i - torch.arange(i + 1, device=row.device)  # (i + 1,)
         row = row.masked_fill(distance >= window, float("-inf"))
-    ours = torch.softmax(row, dim=-1)
+    if sink is None:
+        ours = torch.softmax(row, dim=-1)
+    else:  # the sink's logit takes part in the softmax, its column is dropped
+        ours = torch.softmax(torch.cat([row, row.new_tensor([sink])]), dim=-1)[:-1]
     gap = float((ours - theirs).abs().max())
     wtol = 1e-4 if dtype == "float32" else HALF_RTOL
     checks.append(Check(

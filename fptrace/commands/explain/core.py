@@ -18,6 +18,7 @@ from fptrace.commands.explain.embedding import embedding
 from fptrace.commands.explain.result import AttentionMatrix, Explanation, Sampling, SamplingRow
 from fptrace.core import sampling
 from fptrace.core.hooks import Hook, first_output, hooked
+from fptrace.core.routing import routers
 from fptrace.commands.explain.notes import END_OF_PASS, MATRIX_LIMIT
 from fptrace.points import Point
 from fptrace.results import Check, Token, TopToken
@@ -65,14 +66,18 @@ def _captured(lm: LoadedModel, layer: int) -> Iterator[dict]:
     def mlp_in(module: Any, args: tuple, kwargs: dict) -> None:
         got["mlp_in"] = (args[0] if args else next(iter(kwargs.values()))).detach().clone()
 
-    with hooked([Hook.before(parts.blocks[0], embed_out, kwargs=True),
-                 Hook.before(parts.mlps[layer], mlp_in, kwargs=True),
-                 Hook.after(parts.mlps[layer], keep("mlp_module_out")),
-                 Hook.before(parts.blocks[layer], pre, kwargs=True),
-                 Hook.after(parts.blocks[layer], keep("block_out")),
-                 Hook.after(parts.attn_adds[layer], keep("attn_out")),
-                 Hook.after(parts.mlp_adds[layer], keep("mlp_out")),
-                 Hook.after(parts.blocks[-1], keep("last_out"))]):
+    def router_out(module: Any, args: tuple, output: Any) -> None:
+        got["router"] = tuple(t.detach().clone() for t in output[:3])
+
+    moe = [Hook.after(r, router_out) for i, r in routers(parts) if i == layer]
+    with hooked(moe + [Hook.before(parts.blocks[0], embed_out, kwargs=True),
+                       Hook.before(parts.mlps[layer], mlp_in, kwargs=True),
+                       Hook.after(parts.mlps[layer], keep("mlp_module_out")),
+                       Hook.before(parts.blocks[layer], pre, kwargs=True),
+                       Hook.after(parts.blocks[layer], keep("block_out")),
+                       Hook.after(parts.attn_adds[layer], keep("attn_out")),
+                       Hook.after(parts.mlp_adds[layer], keep("mlp_out")),
+                       Hook.after(parts.blocks[-1], keep("last_out"))]):
         yield got
 
 
@@ -159,6 +164,8 @@ def explain(lm: LoadedModel, prompt: Prompt, *, layer: int | Block = 0, head: in
             _close(f"block {layer} output = the model's block {layer} output", y,
                    got["block_out"], tol, "block"),
         ]
+        if "router" in got and "router logits" in s.kept:
+            checks += _router_checks(s, got["router"], tol)
         logits, end_checks = _end_of_pass(lm, fam, got["last_out"].float(), s, model_logits, tol)
         checks += end_checks
         checks.append(_per_position(lm, layer, got, tol))
@@ -175,6 +182,25 @@ def explain(lm: LoadedModel, prompt: Prompt, *, layer: int | Block = 0, head: in
         sampling=_sampling(lm, logits, temperature, top_k, top_p, seed, show),
         match=all(c.ok for c in checks), notes=tuple(notes),
         head_weights=_all_heads(s, toks) if all_heads else (), embedding=embedding_rows)
+
+
+def _router_checks(s: Steps, router: tuple, tol: tuple[float, float]) -> list[Check]:
+    """The recomputed router logits, choice and weights against what the block's own router
+    returned (logits (N, E), weights (N, k), indices (N, k)), every position."""
+    logits, weights, indices = router
+    E = logits.shape[-1]
+    ours = s.kept["router logits"].reshape(-1, E)  # (N, E)
+    idx = s.kept["top-k experts"].reshape(indices.shape).long()  # (N, k)
+    w = s.kept["expert weights"].reshape(weights.shape)  # (N, k)
+    mine, theirs = idx.sort(dim=-1), indices.sort(dim=-1)
+    wrong = int((mine.values != theirs.values).any(dim=-1).sum())
+    return [
+        _close("router logits = the model's router logits", ours, logits, tol, "router_logits"),
+        Check("chosen experts = the router's, every position (count of positions differing)",
+              float(wrong), "= 0", wrong == 0, target="router_choice", unit="count"),
+        _close("expert weights = the router's weights", w.gather(-1, mine.indices),
+               weights.float().gather(-1, theirs.indices), tol, "router_weights"),
+    ]
 
 
 def _per_position(lm: LoadedModel, layer: int, got: dict, tol: tuple[float, float]) -> Check:
@@ -206,12 +232,14 @@ def _attention_checks(s: Steps) -> list[Check]:
     import torch
 
     w = s.kept["softmax"]  # (B, nh, T, T)
-    row_err = float((w.sum(dim=-1) - 1).abs().max())
+    sink = s.kept.get("sink weight")  # (B, nh, T): the share of each row a sink took (gpt-oss)
+    row_err = float((w.sum(dim=-1) + (0 if sink is None else sink) - 1).abs().max())
     T = w.shape[-1]
     above = torch.ones(T, T, dtype=torch.bool, device=w.device).triu(1)
     nonzero = int((w[..., above] != 0).sum())
-    return [Check("softmax rows sum to 1 (max |Σ − 1|)", row_err, "≤ 1e-05", row_err <= 1e-5,
-                  target="softmax_rows"),
+    return [Check("softmax rows sum to 1 (max |Σ − 1|)" if sink is None else
+                  "softmax rows and their sink weight sum to 1 (max |Σ + sink − 1|)", row_err,
+                  "≤ 1e-05", row_err <= 1e-5, target="softmax_rows"),
             Check("weights above the diagonal are exactly 0 (count of non-zero)",
                   float(nonzero), "= 0", nonzero == 0, target="causal_zeros", unit="count")]
 

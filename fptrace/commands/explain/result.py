@@ -15,7 +15,9 @@ from fptrace.results import (
 # the targets of the checks this command's results carry (Check.target; `fptrace schema` joins
 # every command's, in the order of `fptrace --help`)
 CHECK_TARGETS = ("`embedding`, `softmax_rows`, `causal_zeros`, `attn_out`, `mlp_out`, `block` "
-                 "(the recomputed block output) or `logits` (explain)")
+                 "(the recomputed block output), `per_position` or `logits` (explain), and on "
+                 "an MoE block `router_logits`, `router_choice` and `router_weights` (the "
+                 "recomputed router against the block's own)")
 
 
 @result

@@ -12,6 +12,7 @@ from fptrace.commands.run.notes import TOKENIZED
 from fptrace.results import ShapeStep, Trace
 from fptrace.render.figures import nan_if_none, pyplot
 from fptrace.render.fit import Col, fit_table
+from fptrace.render.routing import routing_table, top1_grid
 from fptrace.render.tables import header, layers, token_table, top_k
 from fptrace.render.text import duration, num, shape, visible
 
@@ -180,6 +181,10 @@ def notes(trace: Trace) -> RenderableType:
 def trace_view(trace: Trace, width: int | None = 120) -> RenderableType:
     """Everything `run` prints; width None (--wide) shows every column."""
     parts = [header(trace.model), tokens(trace, width), shape_flow(trace), layers(trace, width)]
+    if trace.routing is not None:  # a mixture of experts (a dense model's view is unchanged)
+        parts.append(routing_table(trace.routing, width))
+        if trace.all_positions:
+            parts.append(top1_grid(trace.routing, trace.tokens, width))
     if trace.positions:
         parts.append(positions(trace, width))
     return Group(*parts, top_k(trace, width), notes(trace))

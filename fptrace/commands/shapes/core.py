@@ -11,11 +11,18 @@ import math
 import time
 from typing import Any
 
-from fptrace.commands.shapes.result import CostReport, GpuPlan, ParamGroup, ShapeReport
+from fptrace.commands.shapes.result import (
+    BlockCount,
+    CostReport,
+    GpuPlan,
+    MoeCount,
+    ParamGroup,
+    ShapeReport,
+)
 from fptrace.core.hooks import Hook, hooked
 from fptrace.commands.shapes.notes import BEYOND_CONTEXT
 from fptrace.results import ShapeStep, Token
-from fptrace.errors import BadInput
+from fptrace.errors import BadInput, FptraceError
 from fptrace.families.kinds import PositionKind
 from fptrace.families.parts import dims, resolve_parts
 
@@ -166,7 +173,7 @@ def _block_steps(rec: _Recorder, cfg: dict, fam: Any) -> list[ShapeStep]:
                     and "weights·V" in seen:
                 add("block", "heads concatenated", shape)
         elif where == mlp_name and cfg["gated"]:
-            if op in ("mul", "__mul__") and len(shape) == 3 and shape[-1] == cfg["d_mlp"]:
+            if op in ("mul", "__mul__") and len(shape) == 3 and shape[-1] in cfg["d_mlp"]:
                 add("block", "act(gate) · up", shape)
         elif where == "":
             if op in ("add", "__add__") and len(shape) == 3 and shape[-1] == d:
@@ -211,7 +218,10 @@ def shape_report(name: str, prompt: str | None = None, seq_len: int | None = Non
         if warn:
             warn(msg)
     with torch.device("meta"):  # eager attention materializes the scores, so their shape is seen
-        model = AutoModelForCausalLM.from_config(config, attn_implementation="eager")
+        # batched_mm: the experts' matmuls in any dtype on any device (the default grouped_mm
+        # wants bfloat16 and real memory)
+        model = AutoModelForCausalLM.from_config(config, attn_implementation="eager",
+                                                 **_experts_eager(config))
     model.eval()
     parts = resolve_parts(model)
     fam = parts.family
@@ -220,15 +230,23 @@ def shape_report(name: str, prompt: str | None = None, seq_len: int | None = Non
     L = len(parts.blocks)
     ids = torch.zeros((batch, seq_len), dtype=torch.long, device="meta")
     rec = _record_block(model, parts, ids)
-    cfg = dict(B=batch, T=seq_len, d=d, h=h, kv=kv, hd=hd, d_mlp=dm.d_mlp,
+    # the recorded block's MLP width: the config's, or (DeepSeek-V3's dense first blocks, wider
+    # than its experts) that of block 0's own up projection
+    up = getattr(parts.mlps[0], "up_proj", None)
+    widths = {dm.d_mlp, getattr(up, "out_features", dm.d_mlp)}
+    cfg = dict(B=batch, T=seq_len, d=d, h=h, kv=kv, hd=hd, d_mlp=widths,
                rope=fam.positions is PositionKind.rope, gated=fam.mlp_type.gated)
     steps = _flow(rec, cfg, fam, batch, seq_len, L, V, d)
     n_hidden = L + 1
 
     groups, total = _param_groups(model, parts, L)
     tied = _tied(model)
+    moe = fam.moe(config) if fam.moe else None
+    moe_count, matmul = _moe_count(model, parts, moe, L, tied) if moe else (None, None)
     cost = _costs(groups, total, L=L, d=d, h=h, kv=kv, hd=hd, V=V, T=seq_len, B=batch,
-                  dtype=dtype, tied=tied)
+                  dtype=dtype, tied=tied, matmul=matmul,
+                  kv_values=fam.kv_cache_values(config) if fam.kv_cache_values else None,
+                  qk_hd=fam.qk_head_dim(config) if fam.qk_head_dim else None)
     return ShapeReport(
         model=spec.name, family=fam.name, source=spec.known.source if spec.known else
         (spec.path or spec.hub_id or ""),
@@ -240,7 +258,8 @@ def shape_report(name: str, prompt: str | None = None, seq_len: int | None = Non
         params=tuple(groups), n_params=total, cost=cost, dtype=dtype,
         differences=tuple(fam.differences(h, kv, config)), notes=tuple(notes),
         seconds=time.perf_counter() - t0,
-        plan=None if gpu_bytes is None else gpu_plan(gpu_bytes, cost, dtype, h, kv))
+        plan=None if gpu_bytes is None else gpu_plan(gpu_bytes, cost, dtype, h, kv),
+        moe=moe_count)
 
 
 def _flow(rec: _Recorder, cfg: dict, fam: Any, batch: int, seq_len: int, L: int, V: int,
@@ -320,14 +339,49 @@ def _tokens(spec: Any, config: Any, prompt: str | None, seq_len: int | None
     return tuple(Token(i, t, tok.token_text(t)) for i, t in enumerate(ids)), tok.name
 
 
+def _experts_eager(config: Any) -> dict:
+    """from_config's argument that runs a model's experts as batched matmuls (shapes only: on
+    the meta device), for a model whose class lets the experts' implementation be chosen."""
+    from transformers import AutoModelForCausalLM
+
+    cls = AutoModelForCausalLM._model_mapping.get(type(config), None)
+    if cls is not None and cls._can_set_experts_implementation():
+        return {"experts_implementation": "batched_mm"}
+    return {}
+
+
 def _tied(model: Any) -> bool:
     i, o = model.get_input_embeddings(), model.get_output_embeddings()
     return o is not None and i is not None and o.weight is i.weight
 
 
+def _block_kinds(model: Any, blocks: str, L: int) -> list[list[int]]:
+    """The blocks grouped by their parameters (names and shapes): one group for most models,
+    two for DeepSeek-V3 (dense first blocks, MoE blocks after), in order of first block."""
+    sig: dict[int, list] = {i: [] for i in range(L)}
+    for pname, p in model.named_parameters():
+        if pname.startswith(blocks + "."):
+            idx_str, rel = pname[len(blocks) + 1:].split(".", 1)
+            sig[int(idx_str)].append((rel, tuple(p.shape)))
+    kinds: dict[tuple, list[int]] = {}
+    for i in range(L):
+        kinds.setdefault(tuple(sig[i]), []).append(i)
+    return list(kinds.values())
+
+
+def _span(ids: list[int]) -> str:
+    """`blocks 3–60`, `block 0`, `blocks 0, 2, 4` (the blocks of one kind)."""
+    if len(ids) == 1:
+        return f"block {ids[0]}"
+    if ids == list(range(ids[0], ids[-1] + 1)):
+        return f"blocks {ids[0]}–{ids[-1]}"
+    return "blocks " + ", ".join(str(i) for i in ids)
+
+
 def _param_groups(model: Any, parts: Any, L: int) -> tuple[list[ParamGroup], int]:
     """One row per parameter tensor a student can reconcile: the embeddings, every weight and
-    bias of block 0 (× L), the final norm and the LM head, each with its shape."""
+    bias of block 0 (× L), the final norm and the LM head, each with its shape. Blocks that
+    differ (DeepSeek-V3's dense first blocks) are listed once per kind, named by their span."""
     names = {m: n for n, m in model.named_modules()}
     fam = parts.family
     tops = [(names[parts.embed], "token embedding W_E"),
@@ -335,18 +389,20 @@ def _param_groups(model: Any, parts: Any, L: int) -> tuple[list[ParamGroup], int
             (names[parts.lm_head], "LM head W_U")]
     blocks = names[parts.blocks[0]].rsplit(".", 1)[0]
     attn_rel = names[parts.attns[0]][len(names[parts.blocks[0]]) + 1:]
+    kinds = _block_kinds(model, blocks, L)
+    first = {ids[0]: ids for ids in kinds}
     groups: list[ParamGroup] = []
-    block_totals = [0] * L
     for pname, p in model.named_parameters():  # shared (tied) tensors are listed once
         n, shape = p.numel(), tuple(int(x) for x in p.shape)
         if pname.startswith(blocks + "."):
             idx_str, rel = pname[len(blocks) + 1:].split(".", 1)
-            block_totals[int(idx_str)] += n
-            if int(idx_str) == 0:
+            ids = first.get(int(idx_str))
+            if ids is not None:
                 owner = rel.rsplit(".", 1)[0]
                 label = fam.label(owner.rsplit(".", 1)[-1], rel.startswith(attn_rel + "."))
-                groups.append(ParamGroup(f"block: {rel}" + (f" ({label})" if label else ""), n,
-                                         L, shape, "block"))
+                where = "block" if len(kinds) == 1 else _span(ids)
+                groups.append(ParamGroup(f"{where}: {rel}" + (f" ({label})" if label else ""),
+                                         n, len(ids), shape, "block"))
             continue
         where = next((label for prefix, label in tops
                       if prefix and pname.startswith(prefix + ".")), "other")
@@ -354,9 +410,6 @@ def _param_groups(model: Any, parts: Any, L: int) -> tuple[list[ParamGroup], int
                                  "head" if where.startswith("LM head") else
                                  "embedding" if "embedding" in where else
                                  "final" if where == "final norm" else "other"))
-    if len(set(block_totals)) != 1:
-        raise BadInput("the blocks of this model differ in size; fptrace shapes cannot "
-                       "summarize them as one block × N")
     if parts.lm_head.weight is parts.embed.weight:
         groups.append(ParamGroup("LM head W_U: weight, tied to W_E (no new parameters)", 0, 1,
                                  tuple(int(x) for x in parts.lm_head.weight.shape), "head"))
@@ -364,24 +417,110 @@ def _param_groups(model: Any, parts: Any, L: int) -> tuple[list[ParamGroup], int
     groups.sort(key=lambda g: order[g.part])  # stable: each part keeps the model's order
     total = sum(g.count * g.times for g in groups)
     check = sum(p.numel() for p in model.parameters())
-    assert total == check, (total, check)
+    if total != check:
+        raise FptraceError(f"shapes: the parameter rows add up to {total:,}, the model has "
+                           f"{check:,}")
     return groups, total
 
 
+def _expert_share(model: Any, parts: Any, moe: Any) -> tuple[dict[str, float], list[int]]:
+    """For an MoE model: the routed experts' parameter tensors, each with the share of it one
+    token uses (top_k / n_experts), and the indices of the MoE blocks (those whose MLP has a
+    router)."""
+    fam = parts.family
+    names = {m: n for n, m in model.named_modules()}
+    share: dict[str, float] = {}
+    moe_blocks = []
+    for i, (blk, mlp) in enumerate(zip(parts.blocks, parts.mlps)):
+        experts = _get_child(mlp, fam.experts)
+        if _get_child(mlp, fam.router) is None or experts is None:
+            continue
+        moe_blocks.append(i)
+        for pname, p in experts.named_parameters():
+            if p.shape[0] != moe.n_experts:
+                raise FptraceError(f"shapes: {names[experts]}.{pname} has {p.shape[0]} rows, "
+                                   f"not one per expert ({moe.n_experts})")
+            share[f"{names[experts]}.{pname}"] = moe.top_k / moe.n_experts
+    return share, moe_blocks
+
+
+def _get_child(module: Any, path: str | None) -> Any:
+    if not path:
+        return None
+    try:
+        return module.get_submodule(path)
+    except AttributeError:
+        return None
+
+
+def _moe_count(model: Any, parts: Any, moe: Any, L: int, tied: bool) -> tuple[MoeCount, int]:
+    """Total and active parameters (per token), per kind of block and in all, and the active
+    matrices' parameters (what a token multiplies). The convention: a parameter is active for
+    a token when that token's forward pass reads it; the token embedding and the LM head are
+    counted (as Mixtral's card counts them), and the figure without the token embedding (a
+    lookup, not a multiply: gpt-oss's card leaves it out) is given beside it."""
+    share, moe_blocks = _expert_share(model, parts, moe)
+    names = {m: n for n, m in model.named_modules()}
+    blocks = names[parts.blocks[0]].rsplit(".", 1)[0]
+    embed = names[parts.embed] + "."
+    total = active = embed_params = matmul = 0
+    per_block_total = [0] * L
+    per_block_active = [0] * L
+    for pname, p in model.named_parameters():
+        n = p.numel()
+        f = share.get(pname, 1.0)
+        used = int(round(n * f))  # an expert tensor is E equal slices: exact
+        total += n
+        active += used
+        if pname.startswith(embed):
+            embed_params += n
+        if pname.startswith(blocks + "."):
+            i = int(pname[len(blocks) + 1:].split(".", 1)[0])
+            per_block_total[i] += n
+            per_block_active[i] += used
+            if p.dim() == 2 and pname not in share or p.dim() == 3:
+                matmul += used  # the blocks' matrices (experts: the chosen ones), no biases
+    matmul += parts.lm_head.weight.numel()
+    kinds = []
+    for ids in _block_kinds(model, blocks, L):
+        kinds.append(BlockCount(blocks=_span(ids), count=len(ids), moe=ids[0] in moe_blocks,
+                                total=per_block_total[ids[0]],
+                                active=per_block_active[ids[0]]))
+    no_embed = active - (0 if tied else embed_params)
+    return MoeCount(
+        n_experts=moe.n_experts, top_k=moe.top_k, n_shared=moe.n_shared,
+        d_expert=moe.d_expert, moe_blocks=len(moe_blocks), total_params=total,
+        active_params=active, active_params_no_embedding=no_embed, blocks=tuple(kinds),
+        active_weights_bytes={k: int(math.ceil(active * v)) for k, v in BYTES.items()},
+        convention=("active: every parameter one token's forward pass reads, the routed experts "
+                    f"counted {moe.top_k} of {moe.n_experts}; the token embedding and the LM head "
+                    "counted in both figures; 'without the token embedding' leaves out the "
+                    "lookup table" + (" (tied to the LM head here, so it stays)" if tied
+                                      else ""))), matmul
+
+
 def _costs(groups: list[ParamGroup], total: int, *, L: int, d: int, h: int, kv: int, hd: int,
-           V: int, T: int, B: int, dtype: str, tied: bool) -> CostReport:
+           V: int, T: int, B: int, dtype: str, tied: bool, matmul: int | None = None,
+           kv_values: int | None = None, qk_hd: int | None = None) -> CostReport:
+    """matmul: the parameters one token multiplies, where the groups cannot say (an MoE model:
+    the chosen experts only); kv_values: the values a block caches per token, where it is not
+    K and V of every key/value head; qk_hd: the values a head's query and key have, where it is
+    not hd (DeepSeek-V3: 192, its values 128)."""
     b = BYTES[dtype]
     weights = {k: int(math.ceil(total * v)) for k, v in BYTES.items()}
-    kv_per_token = 2 * L * kv * hd * b  # K and V, every layer
+    # K and V, every layer (or what the family caches instead: kv_values a layer)
+    kv_per_token = (2 * kv * hd if kv_values is None else kv_values) * L * b
     # parameters that multiply each token (matrices of blocks and the LM head, not the
     # embedding lookup, norms or biases counted separately)
     block_mats = sum(g.count * g.times for g in groups  # the blocks' matrices, not their
                      if g.part == "block" and len(g.shape) == 2)  # norms or biases
     head = V * d
-    matmul_params = block_mats + head
-    attn_prefill = 2 * 2 * L * B * T * T * h * hd  # Q·Kᵀ and weights·V over the full T×T
+    matmul_params = block_mats + head if matmul is None else matmul
+    # Q·Kᵀ (qk_hd values a head) and weights·V (hd) over the full T×T
+    per_pair = 2 * h * ((qk_hd or hd) + hd)
+    attn_prefill = L * B * T * T * per_pair
     prefill = 2 * B * T * matmul_params + attn_prefill
-    decode = 2 * B * matmul_params + 2 * 2 * L * B * T * h * hd
+    decode = 2 * B * matmul_params + L * B * T * per_pair
     return CostReport(
         weights_bytes=weights, kv_cache_per_token_bytes=kv_per_token,
         kv_cache_bytes=kv_per_token * B * T, residual_per_layer_bytes=B * T * d * b,

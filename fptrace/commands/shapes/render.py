@@ -63,17 +63,23 @@ PARAM_COLS = (Col("parameter", 0, wrap=True, min_width=16), Col("shape", 1),
 
 def params(r: ShapeReport, width: int | None = None) -> RenderableType:
     """Every parameter tensor (block 0's × the number of blocks), a per-block subtotal and the
-    total: each row reconciles with the matrix shapes of the flow."""
+    total: each row reconciles with the matrix shapes of the flow. Blocks of different kinds
+    (DeepSeek-V3's dense first blocks) get a subtotal each."""
     rows: list = []
     sections = []
     block = [g for g in r.params if g.part == "block"]
-    per_block = sum(g.count for g in block)
+    kinds: dict[str, list] = {}
+    for g in block:
+        kinds.setdefault(g.name.split(":", 1)[0], []).append(g)
     for k, g in enumerate(r.params):
         total = g.count * g.times
         rows.append([g.name, shape(g.shape) if g.shape else "", f"{g.count:,}", str(g.times),
                      f"{total:,}", f"{100 * total / r.n_params:.1f}%"])
-        if block and g is block[-1]:
-            rows.append(RowStyle([f"per block, all of the above ({len(block)} tensors)", "",
+        kind = kinds.get(g.name.split(":", 1)[0]) if g.part == "block" else None
+        if kind and g is kind[-1]:
+            per_block = sum(x.count for x in kind)
+            what = "per block" if len(kinds) == 1 else f"per block of {g.name.split(':')[0]}"
+            rows.append(RowStyle([f"{what}, all of the above ({len(kind)} tensors)", "",
                                   f"{per_block:,}", str(g.times), f"{per_block * g.times:,}",
                                   f"{100 * per_block * g.times / r.n_params:.1f}%"], "bold"))
             sections.append(len(rows))
@@ -84,6 +90,29 @@ def params(r: ShapeReport, width: int | None = None) -> RenderableType:
                "parameters") if r.tied_embeddings else None
     return fit_table(PARAM_COLS, rows, width, sections=sections, title="Parameters",
                      title_justify="left", caption=caption, caption_justify="left")
+
+
+MOE_COLS = (Col("blocks", 0), Col("MLP", 1), Col("× blocks", 1, "right"),
+            Col("total, one block", 0, "right"), Col("active per token", 0, "right"),
+            Col("active share", 2, "right"))
+
+
+def experts(r: ShapeReport, width: int | None = None) -> RenderableType:
+    """A mixture-of-experts model's total and active parameters, per kind of block and in all."""
+    m = r.moe
+    shared = f" (+ {m.n_shared} shared)" if m.n_shared else ""
+    rows: list = [[b.blocks, "experts" if b.moe else "dense", str(b.count), f"{b.total:,}",
+                   f"{b.active:,}", f"{100 * b.active / b.total:.1f}%"] for b in m.blocks]
+    rows.append(RowStyle(["all parameters", "", "", f"{m.total_params:,}", f"{m.active_params:,}",
+                          f"{100 * m.active_params / m.total_params:.1f}%"], "bold"))
+    rows.append(["without the token embedding", "", "", "",
+                 f"{m.active_params_no_embedding:,}", ""])
+    return fit_table(MOE_COLS, rows, width, sections=[len(m.blocks)],
+                     title=f"Mixture of experts: {m.n_experts} experts, {m.top_k} active{shared}, "
+                     f"d_expert {m.d_expert}; {m.moe_blocks} of {r.n_layers} blocks",
+                     title_justify="left", caption=m.convention + "; one decoding step reads "
+                     f"{human_bytes(m.active_weights_bytes[r.dtype])} of weights per token in "
+                     f"{r.dtype}", caption_justify="left")
 
 
 COST_COLS = (Col("what", 0, wrap=True, min_width=16), Col("size", 0, "right"))
@@ -102,9 +131,15 @@ def cost(r: ShapeReport, width: int | None = None) -> RenderableType:
          human_bytes(c.logits_last_bytes)],
         [f"FLOPs of the prefill (T={r.seq_len})", _flops(c.flops_prefill)],
         ["FLOPs of one decode step", _flops(c.flops_decode_step)]]
+    experts = r.moe is not None
+    if experts:
+        rows.insert(len(c.weights_bytes), [f"weights one token reads in {r.dtype} (active "
+                                           "experts)",
+                                           human_bytes(r.moe.active_weights_bytes[r.dtype])])
     return fit_table(COST_COLS, rows, width, title=f"Memory and compute (activations in "
                      f"{r.dtype})", title_justify="left",
-                     caption="FLOPs: 2 per multiply-add over the block matrices and the LM head, "
+                     caption="FLOPs: 2 per multiply-add over the block matrices and the LM head"
+                     + (" (of the routed experts, the chosen ones)" if experts else "") + ", "
                      "plus Q·Kᵀ and weights·V over the full T×T (no causal saving); norms, "
                      "softmax and activations not counted. 4-bit: 0.5 byte per weight, scales "
                      "not counted.", caption_justify="left")
@@ -134,5 +169,7 @@ def plan(r: ShapeReport) -> RenderableType:
 
 
 def shape_view(r: ShapeReport, width: int | None = 120) -> RenderableType:
-    return Group(header(r), tokens(r, width), flow(r, width), differences(r), params(r, width),
-                 cost(r, width), plan(r))
+    parts = [header(r), tokens(r, width), flow(r, width), differences(r), params(r, width)]
+    if r.moe is not None:  # a dense model's view stays as it was
+        parts.append(experts(r, width))
+    return Group(*parts, cost(r, width), plan(r))

@@ -4,6 +4,10 @@ from __future__ import annotations
 
 from fptrace.results import SCHEMA_VERSION, ShapeStep, Token, result
 
+# 1.4: mixture-of-experts models: ShapeReport.moe (total and active parameters), and beside it the
+# routing every trace of an MoE model carries (Trace.routing, ModelInfo.moe in results.py)
+SCHEMA_SINCE = "1.4"
+
 
 @result
 class ParamGroup:
@@ -49,7 +53,8 @@ class CostReport:
     flops_decode_step: int
     """FLOPs of one decoding step with a KV cache at that length."""
     matmul_params: int
-    """Parameters that take part in matrix multiplies."""
+    """Parameters that take part in one token's matrix multiplies (of an MoE model's routed
+    experts, only the chosen ones)."""
 
 
 @result
@@ -72,6 +77,53 @@ class GpuPlan:
     the key/value head counts; null when none does."""
     tp_note: str
     """The plan in words."""
+
+
+@result
+class BlockCount:
+    """The parameters of one kind of block (most models have one kind; DeepSeek-V3 two: its
+    dense first blocks and its MoE blocks)."""
+
+    blocks: str
+    """Which blocks: `blocks 0–31`, `block 0`."""
+    count: int
+    """How many blocks of this kind."""
+    moe: bool
+    """Whether their MLP is a mixture of experts."""
+    total: int
+    """Parameters in one block of this kind."""
+    active: int
+    """Of them, those one token's forward pass reads (the chosen experts only)."""
+
+
+@result
+class MoeCount:
+    """A mixture-of-experts model's parameters: all of them, and those one token uses."""
+
+    n_experts: int
+    """Routed experts per MoE block."""
+    top_k: int
+    """Routed experts each token takes."""
+    n_shared: int
+    """Shared experts each token takes besides."""
+    d_expert: int
+    """Hidden width of one routed expert."""
+    moe_blocks: int
+    """How many blocks have a mixture of experts (the rest a dense MLP)."""
+    total_params: int
+    """All parameters (as n_params)."""
+    active_params: int
+    """Parameters one token's forward pass reads, the token embedding and LM head included."""
+    active_params_no_embedding: int
+    """The same without the token embedding table (a lookup, not a multiply), unless it is tied
+    to the LM head."""
+    blocks: tuple[BlockCount, ...]
+    """Total and active parameters per kind of block."""
+    active_weights_bytes: dict
+    """Bytes of the active parameters per precision: what one decoding step of one token
+    reads."""
+    convention: str
+    """What counts as active, in words."""
 
 
 @result
@@ -104,7 +156,8 @@ class ShapeReport:
     norm_type: str
     """The norm: layernorm, rmsnorm, or rmsnorm (1 + w) (RMSNorm scaled by 1 + γ, Gemma)."""
     mlp_type: str
-    """The MLP: gelu (two matrices), swiglu or geglu (gated, three matrices)."""
+    """The MLP: gelu (two matrices), swiglu or geglu (gated, three matrices), or moe (a router and
+    routed experts, SwiGLU each, plus shared experts where the family has them)."""
     positions: str
     """Positions: learned (absolute embeddings) or rope (rotary, inside attention)."""
     tied_embeddings: bool
@@ -137,5 +190,7 @@ class ShapeReport:
     """Time the report took."""
     plan: GpuPlan | None = None
     """With `--gpu-memory`: the GPU plan; else null."""
+    moe: MoeCount | None = None
+    """For a mixture-of-experts model: total and active parameters; else null."""
     kind: str = "shapes"
     schema_version: str = SCHEMA_VERSION

@@ -1,0 +1,178 @@
+"""DeepSeek-V3: multi-head latent attention (Q and K/V through low-rank latents, part of
+each head rotated, part not) and, after first_k_dense_replace dense blocks, a mixture of
+n_routed_experts experts plus n_shared_experts shared ones. Its router scores each expert with
+a sigmoid; the choice adds a learned correction bias (e_score_correction_bias) and keeps only
+the topk_group best of n_group groups of experts (a group's worth: the sum of its two best
+scores); the weights are the chosen experts' uncorrected scores, renormalised when
+norm_topk_prob says so, times routed_scaling_factor.
+
+explain recomputes its blocks below (latent attention, then the dense MLP or the mixture);
+`diff --deep` compares the points its modules show (q, k and v after RoPE show in none)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+from fptrace.points import Point
+from fptrace.families import Family, Moe, Tap
+from fptrace.families.kinds import Scoring
+from fptrace.families.llama import final_norm
+from fptrace.families.mixtral import FAMILY as MIXTRAL
+from fptrace.families.ops import (
+    RMS_FORMULA,
+    Steps,
+    apply_rope,
+    causal_attention,
+    gated_mlp,
+    linear,
+    moe_mlp,
+    rms_norm,
+    rope_tables,
+)
+
+
+def moe(cfg: Any) -> Moe | None:
+    n = getattr(cfg, "n_routed_experts", 0)
+    if not n:
+        return None
+    return Moe(n_experts=int(n), top_k=int(cfg.num_experts_per_tok),
+               d_expert=int(cfg.moe_intermediate_size), n_shared=int(cfg.n_shared_experts or 0),
+               d_shared=int(cfg.moe_intermediate_size) * int(cfg.n_shared_experts or 0),
+               scoring=Scoring.sigmoid, renormalise=bool(cfg.norm_topk_prob),
+               scale=float(cfg.routed_scaling_factor), n_groups=int(cfg.n_group or 1),
+               topk_groups=int(cfg.topk_group or 1), score_bias=True)
+
+
+def d_expert(cfg: Any) -> int | None:
+    return getattr(cfg, "moe_intermediate_size", None)
+
+
+def _rope_interleaved(t: Any, cos: Any, sin: Any) -> Any:
+    """DeepSeek's RoPE on interleaved pairs (t0, t1), (t2, t3), ... each turned by one angle;
+    the result is laid out as the rotated evens, then the rotated odds (as transformers')."""
+    import torch
+
+    half = cos.shape[-1] // 2
+    c, sn = cos[:, :half], sin[:, :half]  # (T, r/2): one angle a pair
+    a, b = t[..., 0::2], t[..., 1::2]  # (B, heads, T, r/2) each
+    return torch.cat([a * c - b * sn, b * c + a * sn], dim=-1)  # (B, heads, T, r)
+
+
+def heads(q: Any, ckv: Any, kv: Any, attn: Any, cfg: Any, layer: int, s: Steps, model: Any,
+          fam: Family) -> tuple[Any, Any, Any]:
+    """The outputs of q_b_proj (B, T, nh·(nope+rd)), kv_a_proj_with_mqa (B, T, r+rd) and
+    kv_b_proj (B, T, nh·(nope+vd)) -> the heads attention reads: q and k (B, nh, T, nope+rd),
+    their rope parts rotated (the key's shared by all heads), v (B, nh, T, vd)."""
+    import torch
+
+    B, T, _ = q.shape
+    nh = cfg.num_attention_heads
+    nope, rd, vd = cfg.qk_nope_head_dim, cfg.qk_rope_head_dim, cfg.v_head_dim
+    q = q.view(B, T, nh, nope + rd).transpose(1, 2)  # (B, nh, T, nope+rd)
+    q_pass, q_rot = q.split([nope, rd], dim=-1)  # (B, nh, T, nope), (B, nh, T, rd)
+    k_rot = ckv[..., -rd:].reshape(B, 1, T, rd)  # (B, 1, T, rd)
+    cos, sin, formula = rope_tables(cfg, T, rd, model, q.device, layer)  # (T, rd) each
+    if getattr(cfg, "rope_interleave", False):
+        q_rot, k_rot = _rope_interleaved(q_rot, cos, sin), _rope_interleaved(k_rot, cos, sin)
+        formula += "; on interleaved pairs"
+    else:
+        q_rot, k_rot = apply_rope(q_rot, cos, sin), apply_rope(k_rot, cos, sin)
+    kv = kv.view(B, T, nh, nope + vd).transpose(1, 2)  # (B, nh, T, nope+vd)
+    k_pass, v = kv.split([nope, vd], dim=-1)  # (B, nh, T, nope), (B, nh, T, vd)
+    q = torch.cat([q_pass, q_rot], dim=-1)  # (B, nh, T, nope+rd)
+    k = torch.cat([k_pass, k_rot.expand(B, nh, T, rd)], dim=-1)  # (B, nh, T, nope+rd)
+    s("heads, RoPE on the rope parts", f"q = [q_nope, RoPE(q_rope)], k = [k_nope, RoPE(k_rope) "
+      f"shared by all heads], {nope} + {rd} values a head; " + formula, q, shown="Q",
+      point=Point.q)
+    return q, k, v
+
+
+def block(x: Any, blk: Any, cfg: Any, layer: int, s: Steps, model: Any, fam: Family) -> Any:
+    """x: (B, T, C), the stream entering block `layer`. Latent attention: Q through its latent
+    (q_a_proj, a norm, q_b_proj), K and V from one shared latent (kv_a_proj_with_mqa, a norm,
+    kv_b_proj) plus a RoPE key every head shares; each head's query and key are a part without
+    positions (nope) and a rotated part (rope). Then the dense MLP, or the experts."""
+    B, T, C = x.shape
+    nh = cfg.num_attention_heads
+    nope, rd, vd, r = (cfg.qk_nope_head_dim, cfg.qk_rope_head_dim, cfg.v_head_dim,
+                       cfg.kv_lora_rank)
+    eps = cfg.rms_norm_eps
+    attn, mlp = blk.self_attn, blk.mlp
+
+    s.section = "attention"
+    h = rms_norm(x, blk.input_layernorm.weight, eps)  # (B, T, C)
+    s("input_layernorm (RMSNorm)", RMS_FORMULA, h, point=Point.ln1)
+    if attn.q_a_proj is not None:  # Q through a latent of q_lora_rank values
+        cq = linear(h, attn.q_a_proj)  # (B, T, q_lora_rank)
+        s("q_a_proj (Q latent)", f"c_q = h · W_qaᵀ   W_qa is ({cq.shape[-1]}, {C})", cq)
+        cq = rms_norm(cq, attn.q_a_layernorm.weight, attn.q_a_layernorm.variance_epsilon)
+        s("q_a_layernorm", "c_q = RMSNorm(c_q)", cq)
+        q = linear(cq, attn.q_b_proj)  # (B, T, nh*(nope+rd))
+        s("q_b_proj", f"q = c_q · W_qbᵀ   {nh} heads of {nope} + {rd}", q)
+    else:
+        q = linear(h, attn.q_proj)  # (B, T, nh*(nope+rd))
+        s("q_proj", f"q = h · W_qᵀ   {nh} heads of {nope} + {rd}", q)
+    ckv = linear(h, attn.kv_a_proj_with_mqa)  # (B, T, r+rd)
+    s("kv_a_proj_with_mqa", f"[c_kv, k_rope] = h · W_kvaᵀ   a latent of {r} and one RoPE key "
+      f"of {rd} all heads share", ckv)
+    c_kv = rms_norm(ckv[..., :r], attn.kv_a_layernorm.weight,
+                    attn.kv_a_layernorm.variance_epsilon)  # (B, T, r)
+    s("kv_a_layernorm", "c_kv = RMSNorm(c_kv)   (what the KV cache keeps, with k_rope)", c_kv)
+    kv = linear(c_kv, attn.kv_b_proj)  # (B, T, nh*(nope+vd))
+    s("kv_b_proj", f"[k_nope, v] = c_kv · W_kvbᵀ   {nh} heads of {nope} + {vd}", kv)
+    q, k, v = heads(q, ckv, kv, attn, cfg, layer, s, model, fam)  # (B,nh,T,·) each
+    y = causal_attention(q, k, v, s, scale=float(attn.scaling))  # (B, T, nh*vd)
+    attn_out = linear(y, attn.o_proj)  # (B, T, C)
+    s("o_proj (W_O)", f"attn_out = y · W_Oᵀ   W_O is ({C}, {nh * vd})", attn_out, keep=True,
+      point=Point.attn_out)
+    x = x + attn_out  # (B, T, C)
+    s("residual add", "x = x + attn_out", x, point=Point.resid_mid)
+
+    s.section = "mlp"
+    h = rms_norm(x, blk.post_attention_layernorm.weight, eps)  # (B, T, C)
+    s("post_attention_layernorm", RMS_FORMULA, h, point=Point.ln2)
+    moe = fam.moe(cfg)
+    if moe is not None and hasattr(mlp, fam.router):  # blocks from first_k_dense_replace on
+        mlp_out = moe_mlp(h, mlp, moe, s, fam)  # (B, T, C)
+    else:  # the first blocks: a dense SwiGLU MLP
+        mlp_out = gated_mlp(h, mlp, s, inner_points=False)  # (B, T, C)
+    x = x + mlp_out  # (B, T, C)
+    s("residual add", "x = x + mlp_out", x, point=Point.resid_post)
+    return x
+
+
+def kv_cache_values(cfg: Any) -> int:
+    """MLA caches, per block and token, the K/V latent and the one RoPE key all heads share."""
+    return int(cfg.kv_lora_rank) + int(cfg.qk_rope_head_dim)
+
+
+# MLA has no q_proj/k_proj of the usual shapes: the points a Llama-like block shows outside them
+MLA_TAPS = {
+    Point.ln1: Tap("input_layernorm"),
+    Point.z: Tap("self_attn.o_proj", "in"), Point.attn_out: Tap("self_attn.o_proj"),
+    Point.resid_mid: Tap("post_attention_layernorm", "in"),
+    Point.ln2: Tap("post_attention_layernorm"), Point.mlp_out: Tap("mlp"),
+}
+
+FAMILY = replace(
+    MIXTRAL, name="deepseek_v3", title="DeepSeek-V3", model_types=("deepseek_v3",), moe=moe,
+    d_mlp=d_expert, shared_experts="shared_experts", taps=MLA_TAPS, qk_weights=None,
+    heads=heads, recompute_block=block, recompute_final_norm=final_norm,
+    head_taps=("self_attn.q_b_proj", "self_attn.kv_a_proj_with_mqa", "self_attn.kv_b_proj"),
+    kv_cache_values=kv_cache_values, head_dim_attr="v_head_dim",
+    qk_head_dim=lambda cfg: int(cfg.qk_nope_head_dim) + int(cfg.qk_rope_head_dim),
+    router_score_bias="e_score_correction_bias",
+    labels={**MIXTRAL.labels, "q_a_proj": "Q down-projection (latent)",
+            "q_b_proj": "Q up-projection", "kv_a_proj_with_mqa": "K/V latent and shared RoPE K",
+            "kv_b_proj": "K/V up-projection", "q_a_layernorm": "Q latent norm",
+            "kv_a_layernorm": "K/V latent norm"},
+    tiny=dict(model_type="deepseek_v3", num_hidden_layers=3, hidden_size=64,
+              intermediate_size=96, moe_intermediate_size=32, num_attention_heads=4,
+              num_key_value_heads=4, n_shared_experts=1, n_routed_experts=8,
+              routed_scaling_factor=2.5, kv_lora_rank=16, q_lora_rank=24, qk_rope_head_dim=8,
+              v_head_dim=16, qk_nope_head_dim=16, n_group=4, topk_group=2,
+              num_experts_per_tok=2, first_k_dense_replace=1, norm_topk_prob=True,
+              vocab_size=1000, max_position_embeddings=64, rope_interleave=True,
+              tie_word_embeddings=False),
+)

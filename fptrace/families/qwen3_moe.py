@@ -1,0 +1,37 @@
+"""Qwen3-MoE: Qwen3's block (a per-head RMSNorm on Q and K) with Mixtral's kind of sparse
+mixture of experts, of moe_intermediate_size each; the chosen probabilities are renormalised
+only when the config's norm_topk_prob says so. Blocks listed in mlp_only_layers (or off the
+decoder_sparse_step) keep a dense MLP of intermediate_size."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+from fptrace.families import Moe
+from fptrace.families.mixtral import FAMILY as MIXTRAL
+
+
+def moe(cfg: Any) -> Moe | None:
+    n = getattr(cfg, "num_experts", 0)
+    if not n:
+        return None
+    return Moe(n_experts=int(n), top_k=int(cfg.num_experts_per_tok),
+               d_expert=int(cfg.moe_intermediate_size),
+               renormalise=bool(getattr(cfg, "norm_topk_prob", False)))
+
+
+def d_expert(cfg: Any) -> int | None:
+    """The width an MoE block's expert has (the dense intermediate_size is no MoE block's)."""
+    return getattr(cfg, "moe_intermediate_size", None) if getattr(cfg, "num_experts", 0) \
+        else getattr(cfg, "intermediate_size", None)
+
+
+FAMILY = replace(
+    MIXTRAL, name="qwen3_moe", title="Qwen3-MoE", model_types=("qwen3_moe",), qk_norm="per_head",
+    moe=moe, d_mlp=d_expert,
+    tiny=dict(model_type="qwen3_moe", num_hidden_layers=2, hidden_size=64, intermediate_size=96,
+              moe_intermediate_size=32, num_attention_heads=4, num_key_value_heads=2,
+              head_dim=16, vocab_size=1000, max_position_embeddings=64, num_experts=8,
+              num_experts_per_tok=2, norm_topk_prob=True, tie_word_embeddings=False),
+)
