@@ -261,6 +261,18 @@ def load() -> Library:
     return Library(lib=lib, path=path, version=version)
 
 
-__all__ = ["Library", "ContextParams", "ModelParams", "Batch", "Tensor", "EVAL_CALLBACK",
-           "FLASH_ATTN", "CACHE_TYPES", "PINNED_VERSION", "load", "layout_problems",
-           "default_problems", "DEFAULTS"]
+__all__ = [
+    "CACHE_TYPES",
+    "DEFAULTS",
+    "EVAL_CALLBACK",
+    "FLASH_ATTN",
+    "PINNED_VERSION",
+    "Batch",
+    "ContextParams",
+    "Library",
+    "ModelParams",
+    "Tensor",
+    "default_problems",
+    "layout_problems",
+    "load",
+]
