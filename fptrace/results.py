@@ -22,7 +22,7 @@ def result(cls: type[T]) -> type[T]:
     return dataclass(frozen=True)(cls)
 
 
-SCHEMA_VERSION = "1.3"  # minor: fields or kinds added; major: a field changed or removed
+SCHEMA_VERSION = "1.4"  # minor: fields or kinds added; major: a field changed or removed
 
 # One vocabulary of trace points, shared by hooks, JSON keys and table headers: points.py
 # (Point) names them, the stream's and those inside a block (ShapeStep.point, LayerStats.point,
@@ -324,6 +324,10 @@ class Trace:
     """How long the tokenizer takes to turn the prompt's text into these ids, on the CPU, before
     the model runs: timed on a second (warm) call, since a tokenizer's first call also pays for
     its start-up (null when token ids were given)."""
+    engine: str = "transformers"
+    """What computed the pass: transformers, or llama.cpp (`--engine llama.cpp`: the rows are
+    llama.cpp's own tensors, `embd` and `l_out-k`; the lens is the checkpoint's final norm and
+    head on them)."""
     kind: str = "trace"
     schema_version: str = SCHEMA_VERSION
 

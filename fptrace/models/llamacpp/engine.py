@@ -31,7 +31,7 @@ class EngineOptions:
 
     flash_attn: str = "auto"  # auto | on | off (llama.cpp's CPU default is auto, i.e. on)
     cache_type: str = "f16"   # the K/V cache's element type: f16 (default), f32, bf16
-    threads: int = 4
+    threads: int = field(default_factory=lambda: min(4, os.cpu_count() or 1))
 
 
 @dataclass(frozen=True)
@@ -39,14 +39,16 @@ class LlamaCppPass:
     """What one captured llama.cpp pass returns (float32 numpy arrays, batch of one)."""
 
     path: str
+    prompt: str
     architecture: str
     n_layer: int
     ids: tuple[int, ...]
     pieces: tuple[str, ...]
     tensors: dict[str, np.ndarray] = field(repr=False)  # graph name -> array, numpy order
     logits: np.ndarray = field(repr=False)              # (T, V), llama.cpp's own output
-    options: EngineOptions = EngineOptions()
+    options: EngineOptions = field(default_factory=EngineOptions)
     skipped: tuple[str, ...] = ()  # names seen but not copied (quantized element types)
+    own_ids: tuple[int, ...] | None = None  # llama.cpp's tokenization, when ids were given
 
     def get(self, name: str, layer: int | None = None) -> np.ndarray | None:
         return self.tensors.get(name if layer is None else f"{name}-{layer}")
@@ -177,7 +179,8 @@ def run_pass(path: str, prompt: str, options: EngineOptions | None = None,
                        f"architecture {arch!r} is unknown to this build or the file is damaged")
     try:
         vocab = lib.llama_model_get_vocab(model)
-        ids = list(ids) if ids is not None else tokenize(lib, vocab, prompt)
+        own = tuple(tokenize(lib, vocab, prompt)) if prompt else None
+        ids = list(ids) if ids is not None else list(own or ())
         if not ids:
             raise BadInput("the prompt has no tokens in llama.cpp's tokenizer")
         n_vocab = lib.llama_vocab_n_tokens(vocab)
@@ -214,7 +217,7 @@ def run_pass(path: str, prompt: str, options: EngineOptions | None = None,
         meta = C.create_string_buffer(128)
         lib.llama_model_meta_val_str(model, b"general.architecture", meta, 128)
         return LlamaCppPass(
-            path=path, architecture=meta.value.decode("utf-8", "replace"),
+            path=path, prompt=prompt, own_ids=own, architecture=meta.value.decode("utf-8", "replace"),
             n_layer=int(lib.llama_model_n_layer(model)), ids=tuple(ids),
             pieces=tuple(piece(lib, vocab, i) for i in ids),
             tensors=dict(grab.tensors) if grab else {}, logits=logits.astype(np.float32),
