@@ -276,9 +276,9 @@ LLAMACPP_LENS_WITHHELD = note(
 
 LLAMACPP_TOKENS = note(
     "llamacpp_tokens", ("run", "diff"),
-    "llama.cpp's tokenizer splits the prompt differently from the token ids that were run",
-    "llama.cpp's own tokenizer splits this prompt differently; the token ids shown were given "
-    "to both engines")
+    "llama.cpp's tokenizer splits the prompt differently from transformers'",
+    "the tokenizers differ: llama.cpp splits the prompt as {llamacpp}, transformers as "
+    "{transformers}; both engines ran transformers' ids")
 
 
 def markdown() -> str:

@@ -187,3 +187,6 @@ FlashAttnOpt = Annotated[FlashAttn, typer.Option(
     rich_help_panel=MODEL)]
 KvCacheOpt = Annotated[KvCache, typer.Option(
     "--kv-cache", help="llama.cpp's K/V cache type (its default: f16).", rich_help_panel=MODEL)]
+EngineBOpt = Annotated[Engine, typer.Option(
+    "--engine-b", help="... computed by this engine: llama.cpp runs the same GGUF in llama.cpp "
+    "(the [llamacpp] extra) and compares it with transformers.", rich_help_panel=MODEL)]

@@ -242,7 +242,7 @@ def llamacpp_trace(lm: LoadedModel, lm_pass: LlamaCppPass, *, top_k: int = 10,
     if not c.logits_hold:
         notes.append(LLAMACPP_LENS_WITHHELD(norm=c.norm_rel, logits=c.logits_rel))
     if given_ids and lm_pass.own_ids is not None and lm_pass.own_ids != lm_pass.ids:
-        notes.append(LLAMACPP_TOKENS())
+        notes.append(tokens_note(lm, lm_pass))
     first_bad = first_nonfinite(rows)
     if first_bad is None and not stats.is_finite(cap.final_last[0], logits):
         first_bad = "final_norm"
@@ -266,6 +266,12 @@ def llamacpp_trace(lm: LoadedModel, lm_pass: LlamaCppPass, *, top_k: int = 10,
     return trace, c
 
 
+def tokens_note(lm: LoadedModel, lm_pass: LlamaCppPass) -> str:
+    """Both tokenizations of the prompt, named (llama.cpp ran the ids given)."""
+    return LLAMACPP_TOKENS(llamacpp=[lm.token_text(i) for i in lm_pass.own_ids or ()],
+                           transformers=[lm.token_text(i) for i in lm_pass.ids])
+
+
 def options_text(options: EngineOptions) -> str:
     from fptrace.models.llamacpp.binding import PACKAGE, PINNED_VERSION
 
@@ -273,4 +279,4 @@ def options_text(options: EngineOptions) -> str:
             f"{options.cache_type}, {options.threads} threads")
 
 
-__all__ = ["gguf_path", "run_llamacpp", "EngineChecks", "block_points", "checks", "llamacpp_trace", "names_for"]
+__all__ = ["gguf_path", "tokens_note", "run_llamacpp", "EngineChecks", "block_points", "checks", "llamacpp_trace", "names_for"]

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import ctypes as C
 import os
+import time
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -49,6 +50,7 @@ class LlamaCppPass:
     options: EngineOptions = field(default_factory=EngineOptions)
     skipped: tuple[str, ...] = ()  # names seen but not copied (quantized element types)
     own_ids: tuple[int, ...] | None = None  # llama.cpp's tokenization, when ids were given
+    decode_seconds: float = 0.0  # wall time of llama_decode (the pass, with its captures)
 
     def get(self, name: str, layer: int | None = None) -> np.ndarray | None:
         return self.tensors.get(name if layer is None else f"{name}-{layer}")
@@ -203,7 +205,9 @@ def run_pass(path: str, prompt: str, options: EngineOptions | None = None,
                               f"cache {options.cache_type})")
         try:
             batch, keep = make_batch(ids)
+            start = time.perf_counter()
             rc = lib.llama_decode(ctx, batch)
+            seconds = time.perf_counter() - start
             if rc != 0:
                 raise TraceFailed(f"llama_decode returned {rc} on {path!r} ({len(ids)} tokens)")
             if grab is not None and grab.error is not None:
@@ -217,7 +221,8 @@ def run_pass(path: str, prompt: str, options: EngineOptions | None = None,
         meta = C.create_string_buffer(128)
         lib.llama_model_meta_val_str(model, b"general.architecture", meta, 128)
         return LlamaCppPass(
-            path=path, prompt=prompt, own_ids=own, architecture=meta.value.decode("utf-8", "replace"),
+            path=path, prompt=prompt, own_ids=own, decode_seconds=seconds,
+            architecture=meta.value.decode("utf-8", "replace"),
             n_layer=int(lib.llama_model_n_layer(model)), ids=tuple(ids),
             pieces=tuple(piece(lib, vocab, i) for i in ids),
             tensors=dict(grab.tensors) if grab else {}, logits=logits.astype(np.float32),
