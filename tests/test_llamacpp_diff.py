@@ -111,9 +111,9 @@ def one_line_error(r, needle: str) -> None:
     assert len(lines) == 1 and needle in lines[0], r.stderr[-800:]
 
 
-def test_engine_b_with_model_b_is_refused():
+def test_engine_b_with_another_setting_is_refused():
     one_line_error(runner.invoke(app, ["diff", PROMPT, "--engine-b", "llama.cpp", "--dtype-b",
-                                       "float16"]), "runs the same GGUF in llama.cpp")
+                                       "float16"]), "runs a GGUF in llama.cpp: give it without")
 
 
 def test_engine_b_with_two_prompts_is_refused():

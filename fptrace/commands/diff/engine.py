@@ -37,8 +37,9 @@ LABELS = ("transformers", "llama.cpp")
 
 def engine_diff(lm: LoadedModel, path: str, prompt: str, *, options: EngineOptions | None = None,
                 deep: bool = False, layers: str | None = None,
-                tolerance: float | None = None) -> TraceDiff:
-    """Compare transformers' pass of the GGUF at `path` (loaded as `lm`) with llama.cpp's."""
+                tolerance: float | None = None, name_b: str | None = None) -> TraceDiff:
+    """Compare transformers' pass of `lm` with llama.cpp's pass of the GGUF at `path` (the same
+    file, or with --model-b another GGUF of the same shape: a modified copy, say)."""
     import torch
 
     ids = lm.encode(prompt)
@@ -46,6 +47,9 @@ def engine_diff(lm: LoadedModel, path: str, prompt: str, *, options: EngineOptio
     names = names_for(lm_pass)
     d = int(lm.config.hidden_size)
     trace_b, _ = llamacpp_trace(lm, lm_pass, snippet=d, given_ids=True)
+    if name_b is not None:  # another file: its name, so that the diff says the models differ
+        trace_b = dataclasses.replace(trace_b, model=dataclasses.replace(trace_b.model,
+                                                                        name=name_b))
     fam = lm.parts.family
     dm = dims(lm.config, fam)
     chosen = parse_layers(layers, len(lm.parts.blocks)) if deep else ()
@@ -80,12 +84,13 @@ def engine_diff(lm: LoadedModel, path: str, prompt: str, *, options: EngineOptio
 
 
 def check_combination(second: Any, settings_b: dict) -> str | None:
-    """Why --engine-b llama.cpp cannot go with what else was given, or None."""
+    """Why --engine-b llama.cpp cannot go with what else was given, or None (--model-b names
+    the GGUF llama.cpp runs, when it is not the same file)."""
     if second is not None:
         return "--engine-b llama.cpp compares one prompt on two engines: give one PROMPT"
-    if settings_b:
-        return ("--engine-b llama.cpp runs the same GGUF in llama.cpp: give it without "
-                "--model-b/--dtype-b/--device-b/--quantize-b/--random-weights-b")
+    if set(settings_b) - {"model"}:
+        return ("--engine-b llama.cpp runs a GGUF in llama.cpp: give it without "
+                "--dtype-b/--device-b/--quantize-b/--random-weights-b")
     return None
 
 
@@ -107,11 +112,13 @@ def from_cli(first: str | None, second: str | None, opts: Any, chat: Any, settin
     if why is not None:
         raise BadInput(why)
     prompt = prompt_of(first, chat)
-    path = gguf_path(opts.model)
+    gguf_path(opts.model)  # side a is a GGUF too: the same checkpoint in transformers
+    path = gguf_path(settings_b.get("model", opts.model))
     load_library()
     return engine_diff(load(opts), path, prompt,
                        options=EngineOptions(flash_attn=flash_attn, cache_type=kv_cache),
-                       deep=deep, layers=layers, tolerance=tolerance)
+                       deep=deep, layers=layers, tolerance=tolerance,
+                       name_b=settings_b.get("model"))
 
 
-__all__ = ["engine_diff", "check_combination", "from_cli", "LABELS"]
+__all__ = ["LABELS", "check_combination", "engine_diff", "from_cli"]
