@@ -279,4 +279,5 @@ def options_text(options: EngineOptions) -> str:
             f"{options.cache_type}, {options.threads} threads")
 
 
-__all__ = ["gguf_path", "tokens_note", "run_llamacpp", "EngineChecks", "block_points", "checks", "llamacpp_trace", "names_for"]
+__all__ = ["EngineChecks", "block_points", "checks", "gguf_path", "llamacpp_trace", "names_for",
+           "run_llamacpp", "tokens_note"]
