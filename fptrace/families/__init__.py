@@ -95,6 +95,21 @@ class Tap:
 
 
 @dataclass(frozen=True)
+class LlamaCppNames:
+    """How llama.cpp's compute graph names the points of a family (`--engine llama.cpp`).
+
+    archs: the GGUF architectures (general.architecture) the names were checked on; points:
+    Point -> the graph name without its `-{layer}` suffix (block points) or whole (embed,
+    final_norm, logits); rope_adjacent: llama.cpp's q and k keep each rotary pair side by side
+    (the GGUF converter permuted W_Q and W_K for its rotation), so they are put back in the
+    checkpoint's order (first halves, then second halves) before they are compared."""
+
+    archs: tuple[str, ...]
+    points: dict
+    rope_adjacent: bool = False
+
+
+@dataclass(frozen=True)
 class Family:
     """Where the parts of one architecture live and what each adds to the residual stream.
 
@@ -168,6 +183,8 @@ class Family:
     # values one block caches per token, where it is not K and V of every key/value head
     # (DeepSeek-V3's latent attention caches the K/V latent and the shared RoPE key)
     kv_cache_values: Callable[[Any], int] | None = None
+    # the names llama.cpp gives this family's points, for `--engine llama.cpp`; None: unmapped
+    llamacpp_names: LlamaCppNames | None = None
 
     def __post_init__(self) -> None:
         """The kinds as enums, from their words too (a family file may write either); a word
@@ -315,6 +332,14 @@ def load_families(names: tuple[str, ...] | None = None) -> tuple[Family, ...]:
     return tuple(out)
 
 
+
+
+def llamacpp_names_for(arch: str) -> LlamaCppNames | None:
+    """The llama.cpp name map checked on GGUF architecture `arch`, or None."""
+    for fam in FAMILIES:
+        if fam.llamacpp_names is not None and arch in fam.llamacpp_names.archs:
+            return fam.llamacpp_names
+    return None
 
 
 def family_for_config(config: Any) -> Family | None:

@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from fptrace.points import Point
-from fptrace.families import Family, Tap
+from fptrace.families import Family, LlamaCppNames, Tap
 from fptrace.families.kinds import MlpKind, NormKind, PositionKind, QkNorm
 from fptrace.families.ops import (
     RMS_FORMULA,
@@ -129,6 +129,16 @@ LLAMA_TAPS = {
     Point.mlp_act: Tap("mlp.down_proj", "in"), Point.mlp_out: Tap("mlp.down_proj"),
 }
 
+# the names llama.cpp's graph gives these points (llm_build_llama), checked on SmolLM2's GGUF
+LLAMACPP_NAMES = LlamaCppNames(
+    archs=("llama",), rope_adjacent=True,
+    points={Point.embed: "embd", Point.ln1: "attn_norm", Point.q: "Qcur", Point.k: "Kcur",
+            Point.v: "Vcur", Point.z: "kqv_out", Point.attn_out: "attn_out",
+            Point.resid_mid: "ffn_inp", Point.ln2: "ffn_norm", Point.mlp_gate: "ffn_gate",
+            Point.mlp_up: "ffn_up", Point.mlp_act: "ffn_swiglu", Point.mlp_out: "ffn_out",
+            Point.resid_post: "l_out", Point.final_norm: "result_norm",
+            Point.logits: "result_output"})
+
 FAMILY = Family(
     name="llama", title="Llama", model_types=("llama",),
     blocks="model.layers", embed="model.embed_tokens", final_norm="model.norm",
@@ -137,6 +147,7 @@ FAMILY = Family(
     recompute_block=block, recompute_final_norm=final_norm,
     labels=LLAMA_LABELS, attn_norm="input_layernorm", qk_weights=qk_weights, taps=LLAMA_TAPS,
     head_taps=("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj"), heads=heads,
+    llamacpp_names=LLAMACPP_NAMES,
     tiny=dict(model_type="llama", num_hidden_layers=3, hidden_size=64, intermediate_size=96,
               num_attention_heads=4, num_key_value_heads=2, vocab_size=1000,
               max_position_embeddings=64, tie_word_embeddings=False),

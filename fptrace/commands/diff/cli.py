@@ -10,7 +10,13 @@ from fptrace.cli.io import command, load, output
 from fptrace.cli.options import (
     STATS,
     ChatOptions,
+    Engine,
+    EngineBOpt,
+    FlashAttn,
+    FlashAttnOpt,
     JsonOpt,
+    KvCache,
+    KvCacheOpt,
     LoadOptions,
     WideOpt,
     chat_options,
@@ -57,13 +63,17 @@ def diff(
         "--deep-layers", help="With --deep: only these blocks, e.g. 3-5, 0,4,8-9 or -1 (the "
         "last).",
         rich_help_panel=STATS)] = None,
+    engine_b: EngineBOpt = Engine.transformers,
+    flash_attn: FlashAttnOpt = FlashAttn.auto,
+    kv_cache: KvCacheOpt = KvCache.f16,
     as_json: JsonOpt = False,
     wide: WideOpt = False,
 ) -> None:
     """Do two runs compute the same? Two traces side by side, layer by layer: two prompts, one
     prompt under two settings (--model-b, --dtype-b, --device-b, --quantize-b,
     --random-weights-b), or two saved traces; with --deep, inside the blocks too, down to the
-    first operation where they part; with --stats, two statistics files (`fptrace stats
+    first operation where they part; with --engine-b llama.cpp, transformers against llama.cpp
+    on the same GGUF; with --stats, two statistics files (`fptrace stats
     --out`), the channels that moved most. Exit 0 within the tolerance, 1 when not, 2 on bad
     input."""
     if stats:
@@ -81,10 +91,17 @@ def diff(
     from fptrace.commands.diff.core import diff_traces
     from fptrace.commands.diff.render import diff_view
 
-    if deep or deep_layers is not None:
-        from fptrace.addresses import parse_selection
+    from fptrace.addresses import parse_selection
 
-        layers = None if deep_layers is None else parse_selection(deep_layers, "--deep-layers")
+    layers = None if deep_layers is None else parse_selection(deep_layers, "--deep-layers")
+    if engine_b == Engine.llamacpp:
+        from fptrace.commands.diff.engine import from_cli
+
+        result = from_cli(first, second, opts, chat, _settings_b(
+            model_b, dtype_b, device_b, random_weights_b, quantize_b),
+            flash_attn=flash_attn.value, kv_cache=kv_cache.value,
+            deep=deep or deep_layers is not None, layers=layers, tolerance=tolerance)
+    elif deep or deep_layers is not None:
         result = _deep(first, second, opts, chat, _settings_b(model_b, dtype_b, device_b,
                                                               random_weights_b, quantize_b),
                        layers, tolerance)

@@ -369,6 +369,31 @@ def run_sides(lm_a: LoadedModel, lm_b: LoadedModel, prompt: Any, layers: Sequenc
                 _attention(s.lm, impl)
 
 
+def record(lm: LoadedModel, prompt: Any, layers: Sequence[int]) -> tuple[Any, Any, dict]:
+    """One model's pass with the points of `layers` recorded, for a comparison against another
+    engine's numbers: (trace, lens, {layer: points}). Eager attention while it runs."""
+    side = _Side(lm, prompt, layers)
+    before = _attention(lm, "eager") if layers else None
+    points: dict = {}
+    try:
+        side.thread.start()
+        for layer in layers:
+            msg = _next(side)
+            if msg[0] != "block" or msg[1] != layer:
+                raise RuntimeError(f"the run did not reach block {layer}")
+            points[layer] = msg[2]
+            side.go.put("next")
+        done = _next(side)
+        return done[1], done[2], points
+    finally:
+        if side.thread.is_alive():
+            for _ in range(len(layers) + 1):
+                side.go.put("stop")
+            side.thread.join(timeout=60)
+        if before is not None:
+            _attention(lm, before)
+
+
 def _attention(lm: LoadedModel, impl: str) -> str | None:
     """Set the model's attention implementation; returns the one it had."""
     before = getattr(lm.config, "_attn_implementation", None)
@@ -438,4 +463,4 @@ def deep_diff(lm_a: LoadedModel, lm_b: LoadedModel, prompt: Any, *,
 
 
 __all__ = ["deep_diff", "mismatch", "compare_point", "compare_block",
-           "parting", "lens", "lens_rows", "run_sides"]
+           "parting", "lens", "lens_rows", "run_sides", "record", "RECOMPUTED"]

@@ -10,7 +10,13 @@ from fptrace.cli.io import command, load_for, output
 from fptrace.cli.options import (
     STATS,
     ChatOptions,
+    Engine,
+    EngineOpt,
+    FlashAttn,
+    FlashAttnOpt,
     JsonOpt,
+    KvCache,
+    KvCacheOpt,
     LoadOptions,
     PlotOpt,
     WideOpt,
@@ -41,13 +47,26 @@ def run(
     plot: PlotOpt = None,
     as_json: JsonOpt = False,
     wide: WideOpt = False,
+    engine: EngineOpt = Engine.transformers,
+    flash_attn: FlashAttnOpt = FlashAttn.auto,
+    kv_cache: KvCacheOpt = KvCache.f16,
 ) -> None:
     """Trace PROMPT through the model: tokens, shapes, per-layer residual stream, top-k."""
-    lm, prompt = load_for(prompt, opts, plot, chat)
-    from fptrace.core.trace import run_trace
+    if engine == Engine.llamacpp:
+        from fptrace.commands.run.llamacpp import trace_llamacpp
 
-    trace = run_trace(lm, prompt, top_k=top_k, snippet=snippet, all_positions=all_positions,
-                      truncate=truncate, lens_grid=plot is not None)
+        trace = trace_llamacpp(prompt, opts, chat, flash_attn=flash_attn.value,
+                               kv_cache=kv_cache.value,
+                               top_k=top_k, snippet=snippet, **{
+                                   "--all-positions": all_positions, "--truncate": truncate,
+                                   "--plot": plot})
+    else:
+        lm, prompt = load_for(prompt, opts, plot, chat)
+        from fptrace.core.trace import run_trace
+
+        trace = run_trace(lm, prompt, top_k=top_k, snippet=snippet,
+                          all_positions=all_positions, truncate=truncate,
+                          lens_grid=plot is not None)
     from fptrace.commands.run.render import trace_figure, trace_view
 
     output(trace, trace_view, as_json=as_json, wide=wide, plot=plot, figure=trace_figure)

@@ -170,7 +170,9 @@ def shape_flow(trace: Trace) -> RenderableType:
 
 
 def notes(trace: Trace) -> RenderableType:
-    text = Text(LEGEND + "\n", style="dim")
+    legend = LEGEND if trace.engine != "llama.cpp" else LLAMACPP_ROWS + LEGEND[LEGEND.index(
+        " ‖resid‖"):]
+    text = Text(legend + "\n", style="dim")
     if trace.first_nonfinite:
         text.append(f"NaN/Inf first appears at {trace.first_nonfinite}\n", style="bold red")
     for n in trace.notes:
@@ -196,6 +198,9 @@ POSITION_COLS = (Col("pos", 0, "right"), Col("token", 0), Col("next token", 0),
                  Col("p", 2, "right"))
 
 
+LLAMACPP_ROWS = ("Rows: llama.cpp's own tensors: the embed row is its embd, block k's row is "
+                 "its l_out-k, the stream after block k; attention and the MLP added are its "
+                 "attn_out-k and ffn_out-k.")
 LEGEND = ("Rows: the embed row is transformers' hidden_states[0]; block k's row is the stream "
           "after block k, hidden_states[k + 1] (the last entry of hidden_states has the final "
           "norm applied: see below the table). ‖resid‖: norm of the residual stream at the last position; mean ‖resid‖: its mean "

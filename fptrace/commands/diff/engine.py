@@ -1,0 +1,127 @@
+"""`fptrace diff PROMPT -m MODEL.gguf --engine-b llama.cpp`: transformers (a) against llama.cpp
+(b) on the same GGUF file.
+
+Token ids first: llama.cpp's tokenizer against transformers'; where they split the prompt
+differently the difference is named and llama.cpp runs transformers' ids, so the streams are
+compared position for position. Then the plain diff, block by block, of the two traces (the
+llama.cpp trace is `run --engine llama.cpp`'s), and with --deep, inside each block, every point
+llama.cpp's graph names (the family's llama.cpp names) against the same point recorded in
+transformers, with the first point that parts beyond the tolerance: the comparison code of
+`diff --deep` (compare_block, parting, lens_rows) on both sides' tensors.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from typing import Any
+
+from fptrace.addresses import Selection, resolve_selection
+from fptrace.commands.diff.core import diff
+from fptrace.commands.diff.deep import (
+    RECOMPUTED,
+    compare_block,
+    lens,
+    lens_rows,
+    parting,
+    record,
+)
+from fptrace.commands.diff.result import DeepDiff, TraceDiff
+from fptrace.core.llamacpp_trace import block_points, llamacpp_trace, names_for, run_llamacpp
+from fptrace.families.parts import dims
+from fptrace.models.llamacpp.engine import EngineOptions
+from fptrace.models.loading import LoadedModel
+from fptrace.points import BLOCK, Point
+
+LABELS = ("transformers", "llama.cpp")
+
+
+def engine_diff(lm: LoadedModel, path: str, prompt: str, *, options: EngineOptions | None = None,
+                deep: bool = False, layers: Sequence[int] | Selection | None = None,
+                tolerance: float | None = None, name_b: str | None = None) -> TraceDiff:
+    """Compare transformers' pass of `lm` with llama.cpp's pass of the GGUF at `path` (the same
+    file, or with --model-b another GGUF of the same shape: a modified copy, say)."""
+    import torch
+
+    ids = lm.encode(prompt)
+    lm_pass = run_llamacpp(path, prompt, options, ids=ids)
+    names = names_for(lm_pass)
+    d = int(lm.config.hidden_size)
+    trace_b, _ = llamacpp_trace(lm, lm_pass, snippet=d, given_ids=True)
+    if name_b is not None:  # another file: its name, so that the diff says the models differ
+        trace_b = dataclasses.replace(trace_b, model=dataclasses.replace(trace_b.model,
+                                                                        name=name_b))
+    fam = lm.parts.family
+    dm = dims(lm.config, fam)
+    n = len(lm.parts.blocks)
+    chosen = (resolve_selection(layers, n, "layers", lm.name, "block") or tuple(range(n))) \
+        if deep else ()
+    trace_a, lens_a, recorded = record(lm, ids, chosen)
+    base = diff(trace_a, trace_b, labels=LABELS, tolerance=tolerance, same_input=True)
+    notes = tuple(n for n in trace_b.notes if n not in base.notes)
+    base = dataclasses.replace(base, notes=base.notes + notes)
+    if not deep:
+        return base
+    order = tuple(p for p in BLOCK if p == Point.resid_pre or p in names.points)
+    blocks = []
+    last: dict = {}
+    with torch.inference_mode():
+        for layer in chosen:
+            pb = {p: torch.from_numpy(x)[None] for p, x in
+                  block_points(lm_pass, names, layer, dm.n_heads, dm.n_kv_heads).items()}
+            pa = recorded[layer]
+            upstream = 0.0 if layer == 0 else last.get(layer - 1)
+            blk = compare_block(layer, pa, pb, order, lm.parts.parallel_residual, dm.n_heads,
+                                upstream)
+            last[layer] = next((p.rel for p in blk.points if p.point == Point.resid_post.value),
+                               None)
+            blocks.append(blk)
+    deep_result = DeepDiff(
+        family_a=fam.name, family_b=fam.name, compared=True, layers=chosen,
+        points=tuple(p.value for p in order),
+        recomputed=tuple(p.value for p in RECOMPUTED if p in order), tolerance=base.tolerance,
+        blocks=tuple(blocks), lens=lens_rows(trace_a, lens_a, lens(lm, trace_b)),
+        parted=parting(blocks, base.tolerance), notes=())
+    return dataclasses.replace(base, deep=deep_result,
+                               within=base.within and deep_result.parted is None)
+
+
+def check_combination(second: Any, settings_b: dict) -> str | None:
+    """Why --engine-b llama.cpp cannot go with what else was given, or None (--model-b names
+    the GGUF llama.cpp runs, when it is not the same file)."""
+    if second is not None:
+        return "--engine-b llama.cpp compares one prompt on two engines: give one PROMPT"
+    if set(settings_b) - {"model"}:
+        return ("--engine-b llama.cpp runs a GGUF in llama.cpp: give it without "
+                "--dtype-b/--device-b/--quantize-b/--random-weights-b")
+    return None
+
+
+
+
+def from_cli(first: str | None, second: str | None, opts: Any, chat: Any, settings_b: dict, *,
+             flash_attn: str, kv_cache: str, deep: bool, layers: Selection | None,
+             tolerance: float | None) -> TraceDiff:
+    """The checks that cost nothing (the combination, the prompt, the file, the library), then
+    the load and the comparison."""
+    from fptrace.cli.io import load, prompt_of
+    from fptrace.core.llamacpp_trace import gguf_path
+    from fptrace.errors import BadInput
+    from fptrace.models.llamacpp.binding import load as load_library
+
+    why = check_combination(second, settings_b)
+    if why is None and (chat.chat or chat.system is not None or chat.messages is not None):
+        why = "--engine-b llama.cpp takes a text PROMPT, not --chat/--system/--messages"
+    if why is not None:
+        raise BadInput(why)
+    prompt = prompt_of(first, chat)
+    gguf_path(opts.model)  # side a is a GGUF too: the same checkpoint in transformers
+    path = gguf_path(settings_b.get("model", opts.model))
+    load_library()
+    return engine_diff(load(opts), path, prompt,
+                       options=EngineOptions(flash_attn=flash_attn, cache_type=kv_cache),
+                       deep=deep, layers=layers, tolerance=tolerance,
+                       name_b=settings_b.get("model"))
+
+
+__all__ = ["LABELS", "check_combination", "engine_diff", "from_cli"]

@@ -1,0 +1,2 @@
+"""llama.cpp as a second engine: the pinned binding (binding.py) and one captured pass
+(engine.py)."""

@@ -1,0 +1,238 @@
+"""One forward pass of a GGUF in llama.cpp, every graph tensor captured by name.
+
+llama.cpp builds a compute graph per batch and, when the context has an eval callback, asks it
+about every node before computing it (`ask`) and hands over the node once computed. The nodes
+carry the names llama.cpp's model code gives them, with the block as a suffix (`Qcur-3`,
+`l_out-29`); a name given twice (Qcur after the projection, the reshape and RoPE) is kept at its
+last node, the one the rest of the graph reads. ggml orders dimensions fastest first (ne[0]), so
+a tensor comes out with its numpy shape reversed: `l_out-k` is (T, d), `Qcur-k` (T, nh, hd).
+
+The batch asks for an output at every position, so llama.cpp keeps every row to the end (it
+drops the rows nobody reads before the last block otherwise) and the logits are (T, V).
+"""
+
+from __future__ import annotations
+
+import ctypes as C
+import os
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from fptrace.errors import BadInput, ModelLoadError, TraceFailed
+from fptrace.models.llamacpp import binding as B
+
+GGUF_MAGIC = b"GGUF"
+
+
+@dataclass(frozen=True)
+class EngineOptions:
+    """The llama.cpp settings that change its numbers."""
+
+    flash_attn: str = "auto"  # auto | on | off (llama.cpp's CPU default is auto, i.e. on)
+    cache_type: str = "f16"   # the K/V cache's element type: f16 (default), f32, bf16
+    threads: int = field(default_factory=lambda: min(4, os.cpu_count() or 1))
+
+
+@dataclass(frozen=True)
+class LlamaCppPass:
+    """What one captured llama.cpp pass returns (float32 numpy arrays, batch of one)."""
+
+    path: str
+    prompt: str
+    architecture: str
+    n_layer: int
+    ids: tuple[int, ...]
+    pieces: tuple[str, ...]
+    tensors: dict[str, np.ndarray] = field(repr=False)  # graph name -> array, numpy order
+    logits: np.ndarray = field(repr=False)              # (T, V), llama.cpp's own output
+    options: EngineOptions = field(default_factory=EngineOptions)
+    skipped: tuple[str, ...] = ()  # names seen but not copied (quantized element types)
+    own_ids: tuple[int, ...] | None = None  # llama.cpp's tokenization, when ids were given
+    decode_seconds: float = 0.0  # wall time of llama_decode (the pass, with its captures)
+
+    def get(self, name: str, layer: int | None = None) -> np.ndarray | None:
+        return self.tensors.get(name if layer is None else f"{name}-{layer}")
+
+
+def check_gguf(path: str) -> None:
+    """BadInput unless `path` is a readable file that starts as a GGUF does."""
+    if not os.path.isfile(path):
+        raise BadInput(f"--engine llama.cpp needs a .gguf file; {path!r} is not a file")
+    with open(path, "rb") as f:
+        head = f.read(4)
+    if head != GGUF_MAGIC:
+        raise BadInput(f"--engine llama.cpp needs a GGUF file; {path!r} does not start with "
+                       f"the GGUF magic (it starts with {head!r})")
+
+
+def architecture_of(path: str) -> str:
+    """general.architecture as the file states it (read with the gguf package)."""
+    try:
+        from gguf import GGUFReader
+        field_ = GGUFReader(path).fields.get("general.architecture")
+        return bytes(field_.parts[field_.data[0]]).decode("utf-8", "replace") if field_ else "?"
+    except Exception:  # noqa: BLE001 - only used to word an error
+        return "?"
+
+
+def tokenize(lib: C.CDLL, vocab: int, text: str) -> list[int]:
+    raw = text.encode("utf-8")
+    n_max = len(raw) + 8
+    buf = (C.c_int32 * n_max)()
+    n = lib.llama_tokenize(vocab, raw, len(raw), buf, n_max, True, False)
+    if n < 0:
+        buf = (C.c_int32 * -n)()
+        n = lib.llama_tokenize(vocab, raw, len(raw), buf, -n, True, False)
+    return list(buf[:n])
+
+
+def piece(lib: C.CDLL, vocab: int, token: int) -> str:
+    buf = C.create_string_buffer(256)
+    n = lib.llama_token_to_piece(vocab, token, buf, 256, 0, True)
+    return buf.raw[:max(n, 0)].decode("utf-8", "replace")
+
+
+def copy_out(lib: C.CDLL, t: int) -> np.ndarray | None:
+    """The tensor's values as float32 in numpy order (reversed ne), or None for a type that is
+    not f32/f16/bf16."""
+    head = B.Tensor.from_address(t)
+    dims = [int(n) for n in head.ne]
+    strides = [int(s) for s in head.nb]
+    item = {B.GGML_TYPE_F32: 4, B.GGML_TYPE_F16: 2, B.GGML_TYPE_BF16: 2}.get(head.type)
+    if item is None or strides[0] != item:
+        return None
+    span = int(lib.ggml_nbytes(t))
+    raw = np.empty(span, dtype=np.uint8)
+    lib.ggml_backend_tensor_get(t, raw.ctypes.data, 0, span)
+    dtype = {B.GGML_TYPE_F32: np.float32, B.GGML_TYPE_F16: np.float16,
+             B.GGML_TYPE_BF16: np.uint16}[head.type]
+    # the bytes as elements; the strides (in bytes, fastest dimension last) give the layout
+    view = np.lib.stride_tricks.as_strided(raw[: span - span % item].view(dtype),
+                                           shape=tuple(reversed(dims)),
+                                           strides=tuple(reversed(strides)))
+    if head.type == B.GGML_TYPE_BF16:
+        return (view.astype(np.uint32) << 16).view(np.float32).copy()
+    return np.ascontiguousarray(view, dtype=np.float32)
+
+
+class Capture:
+    """The eval callback: says yes to every node whose base name is wanted and copies it."""
+
+    def __init__(self, lib: C.CDLL, wanted: frozenset[str] | None):
+        self.lib, self.wanted = lib, wanted
+        self.tensors: dict[str, np.ndarray] = {}
+        self.skipped: set[str] = set()
+        self.error: BaseException | None = None
+        self.callback = B.EVAL_CALLBACK(self.__call__)
+
+    def want(self, name: str) -> bool:
+        return self.wanted is None or name.rsplit("-", 1)[0] in self.wanted
+
+    def __call__(self, t, ask, user_data):
+        try:
+            name = self.lib.ggml_get_name(t).decode("utf-8", "replace")
+            if ask:
+                return self.want(name)
+            if self.want(name):
+                arr = copy_out(self.lib, t)
+                if arr is None:
+                    self.skipped.add(name)
+                else:
+                    self.tensors[name] = arr
+            return True
+        except BaseException as exc:  # noqa: BLE001 - never let Python unwind through C
+            self.error = self.error or exc
+            return True
+
+
+def make_batch(ids: list[int]) -> tuple[B.Batch, list]:
+    """A batch of one sequence with an output at every position (keep-alive list returned)."""
+    n = len(ids)
+    tokens = (C.c_int32 * n)(*ids)
+    pos = (C.c_int32 * n)(*range(n))
+    n_seq = (C.c_int32 * n)(*([1] * n))
+    seq0 = (C.c_int32 * 1)(0)
+    seq_ids = (C.POINTER(C.c_int32) * n)(*([C.cast(seq0, C.POINTER(C.c_int32))] * n))
+    outputs = (C.c_int8 * n)(*([1] * n))
+    batch = B.Batch(n, tokens, None, pos, n_seq, seq_ids, outputs)
+    return batch, [tokens, pos, n_seq, seq0, seq_ids, outputs]
+
+
+def run_pass(path: str, prompt: str, options: EngineOptions | None = None,
+             ids: list[int] | None = None, wanted: frozenset[str] | None = None,
+             capture: bool = True) -> LlamaCppPass:
+    """Load `path` in llama.cpp, tokenize `prompt` with its tokenizer (or take `ids`), decode
+    once with every wanted graph tensor captured (all of them when `wanted` is None)."""
+    options = options or EngineOptions()
+    if options.flash_attn not in B.FLASH_ATTN:
+        raise BadInput(f"flash attention {options.flash_attn!r}: expected one of "
+                       f"{', '.join(B.FLASH_ATTN)}")
+    if options.cache_type not in B.CACHE_TYPES:
+        raise BadInput(f"K/V cache type {options.cache_type!r}: expected one of "
+                       f"{', '.join(B.CACHE_TYPES)}")
+    check_gguf(path)
+    lib = B.load().lib
+    model = lib.llama_model_load_from_file(path.encode(), lib.llama_model_default_params())
+    if not model:
+        arch = architecture_of(path)
+        raise BadInput(f"llama.cpp ({B.PACKAGE} {B.PINNED_VERSION}) cannot load {path!r}: "
+                       f"architecture {arch!r} is unknown to this build or the file is damaged")
+    try:
+        vocab = lib.llama_model_get_vocab(model)
+        own = tuple(tokenize(lib, vocab, prompt)) if prompt else None
+        ids = list(ids) if ids is not None else list(own or ())
+        if not ids:
+            raise BadInput("the prompt has no tokens in llama.cpp's tokenizer")
+        n_vocab = lib.llama_vocab_n_tokens(vocab)
+        bad = [i for i in ids if not 0 <= i < n_vocab]
+        if bad:
+            raise BadInput(f"token id {bad[0]} is outside llama.cpp's vocabulary of {n_vocab}")
+        grab = Capture(lib, wanted) if capture else None
+        params = lib.llama_context_default_params()
+        size = max(len(ids), 8)
+        params.n_ctx = params.n_batch = params.n_ubatch = size
+        params.n_threads = params.n_threads_batch = options.threads
+        params.flash_attn_type = B.FLASH_ATTN[options.flash_attn]
+        params.type_k = params.type_v = B.CACHE_TYPES[options.cache_type]
+        if grab is not None:
+            params.cb_eval = C.cast(grab.callback, C.c_void_p)
+        ctx = lib.llama_init_from_model(model, params)
+        if not ctx:
+            raise TraceFailed(f"llama.cpp could not make a context for {path!r} "
+                              f"({len(ids)} tokens, flash attention {options.flash_attn}, "
+                              f"cache {options.cache_type})")
+        try:
+            batch, keep = make_batch(ids)
+            start = time.perf_counter()
+            rc = lib.llama_decode(ctx, batch)
+            seconds = time.perf_counter() - start
+            if rc != 0:
+                raise TraceFailed(f"llama_decode returned {rc} on {path!r} ({len(ids)} tokens)")
+            if grab is not None and grab.error is not None:
+                raise TraceFailed(f"copying llama.cpp's tensors failed: {grab.error}")
+            logits = np.stack([np.ctypeslib.as_array(lib.llama_get_logits_ith(ctx, i),
+                                                     shape=(n_vocab,)).copy()
+                               for i in range(len(ids))])
+            del keep
+        finally:
+            lib.llama_free(ctx)
+        meta = C.create_string_buffer(128)
+        lib.llama_model_meta_val_str(model, b"general.architecture", meta, 128)
+        return LlamaCppPass(
+            path=path, prompt=prompt, own_ids=own, decode_seconds=seconds,
+            architecture=meta.value.decode("utf-8", "replace"),
+            n_layer=int(lib.llama_model_n_layer(model)), ids=tuple(ids),
+            pieces=tuple(piece(lib, vocab, i) for i in ids),
+            tensors=dict(grab.tensors) if grab else {}, logits=logits.astype(np.float32),
+            options=options, skipped=tuple(sorted(grab.skipped)) if grab else ())
+    except (BadInput, TraceFailed):
+        raise
+    except OSError as exc:
+        raise ModelLoadError(f"llama.cpp failed on {path!r}: {exc}") from None
+    finally:
+        lib.llama_model_free(model)
+
+
+__all__ = ["EngineOptions", "LlamaCppPass", "check_gguf", "copy_out", "run_pass"]
