@@ -45,7 +45,8 @@ def write_saelens(folder, w, arch="standard", hook="blocks.1.hook_resid_pre", k=
         json.dump(cfg, f)
     names = ("W_enc", "W_dec", "b_enc", "b_dec") + (("threshold",) if arch in (
         "jumprelu", "batchtopk", "jumprelu_transcoder") else ())
-    save_file({n: w[n] for n in names}, os.path.join(folder, "sae_weights.safetensors"))
+    save_file({n: np.ascontiguousarray(w[n]) for n in names},
+              os.path.join(folder, "sae_weights.safetensors"))
     return str(folder)
 
 
@@ -56,7 +57,8 @@ def write_gemmascope(folder, w, npz=True):
     else:
         from safetensors.numpy import save_file
 
-        save_file(w, os.path.join(folder, "params.safetensors"))
+        save_file({n: np.ascontiguousarray(v) for n, v in w.items()},
+                  os.path.join(folder, "params.safetensors"))
     return str(folder)
 
 
@@ -66,11 +68,13 @@ def write_sparsify(root, w, hook="layers.1", k=4, transcode=False):
     folder = os.path.join(root, hook)
     os.makedirs(folder, exist_ok=True)
     with open(os.path.join(folder, "cfg.json"), "w") as f:
-        json.dump({"expansion_factor": 3, "normalize_decoder": True, "num_latents": N, "k": k,
-                   "multi_topk": False, "skip_connection": False, "transcode": transcode,
-                   "d_in": D}, f)
+        d_in, n = w["W_enc"].shape
+        json.dump({"expansion_factor": n // d_in, "normalize_decoder": True, "num_latents": n,
+                   "k": k, "multi_topk": False, "skip_connection": False,
+                   "transcode": transcode, "d_in": d_in}, f)
     save_file({"encoder.weight": np.ascontiguousarray(w["W_enc"].T), "encoder.bias": w["b_enc"],
-               "W_dec": w["W_dec"], "b_dec": w["b_dec"]}, os.path.join(folder, "sae.safetensors"))
+               "W_dec": np.ascontiguousarray(w["W_dec"]), "b_dec": w["b_dec"]},
+              os.path.join(folder, "sae.safetensors"))
     return folder
 
 
