@@ -260,3 +260,17 @@ def test_cli_bad_inputs_are_one_line(tmp_path):
         lines = [line for line in res.stderr.splitlines() if line.startswith("fptrace: error")]
         assert len(lines) == 1 and message in lines[0], res.stderr
         assert "Traceback" not in res.stderr
+
+
+def test_report_section(tmp_path):
+    folder = tiny_gpt2()
+    sae = write_seeded(str(tmp_path / "s"), 32, 64)
+    out = tmp_path / "r.html"
+    res = runner.invoke(app, ["report", "The cat sat", "-m", folder, "--sae", sae, "--out",
+                              str(out)], catch_exceptions=False)
+    assert res.exit_code == 0, res.output
+    page = out.read_text(encoding="utf-8")
+    assert "sparse dictionary features" in page and "blocks.1.hook_resid_pre" in page
+    res = runner.invoke(app, ["report", "The cat sat", "-m", folder, "--sae",
+                              str(tmp_path / "nowhere"), "--out", str(out)])
+    assert res.exit_code == 2 and "no such folder" in res.stderr
