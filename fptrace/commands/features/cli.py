@@ -6,7 +6,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from fptrace.cli.io import command, load_for, output, require_checks
+from fptrace.cli.io import command, load, load_for, output, require_checks, stderr_console
 from fptrace.cli.options import (
     STATS,
     ChatOptions,
@@ -17,16 +17,20 @@ from fptrace.cli.options import (
     chat_options,
     model_options,
 )
+from fptrace.errors import BadInput
 
 DICTIONARY = "Dictionary"
+TRAIN = "Training (features train PROMPTS...)"
 
 
 @command(order=67, docs="features")
 @chat_options()
 @model_options()
 def features(
-    prompt: Annotated[Optional[str], typer.Argument(
-        help="The prompt to read through the dictionaries (or --messages FILE).")] = None,
+    args: Annotated[Optional[list[str]], typer.Argument(
+        metavar="PROMPT | train PROMPTS...",
+        help="The prompt to read through the dictionaries (or --messages FILE); or `train` and "
+        ".txt/.jsonl prompt files (or folders) to train a TopK SAE on.")] = None,
     opts: LoadOptions = LoadOptions(),
     chat: ChatOptions = ChatOptions(),
     sae: Annotated[Optional[list[str]], typer.Option(
@@ -54,6 +58,29 @@ def features(
         "model's top-1).", rich_help_panel=STATS)] = None,
     top: Annotated[int, typer.Option("--top", help="Latents listed per position and in the "
                                      "logit split.", rich_help_panel=STATS)] = 5,
+    layer: Annotated[Optional[int], typer.Option(
+        "--layer", "-l", help="train: the block after which the stream is read.",
+        rich_help_panel=TRAIN)] = None,
+    out: Annotated[Optional[str], typer.Option(
+        "--out", help="train: the new folder for the SAE (SAELens's layout).",
+        rich_help_panel=TRAIN)] = None,
+    latents: Annotated[int, typer.Option("--latents", help="train: latents (d_sae).",
+                                         rich_help_panel=TRAIN)] = 2048,
+    k: Annotated[int, typer.Option("--k", help="train: latents kept per token.",
+                                   rich_help_panel=TRAIN)] = 32,
+    tokens: Annotated[int, typer.Option("--tokens", help="train: training tokens the optimiser "
+                                        "sees (the positions are reused epoch after epoch).",
+                                        rich_help_panel=TRAIN)] = 200_000,
+    batch_tokens: Annotated[int, typer.Option("--batch-tokens", help="train: tokens per step.",
+                                              rich_help_panel=TRAIN)] = 1024,
+    lr: Annotated[float, typer.Option("--lr", help="train: Adam's learning rate.",
+                                      rich_help_panel=TRAIN)] = 5e-4,
+    train_seed: Annotated[int, typer.Option("--train-seed", help="train: the seed of the SAE's initial weights, "
+                                      "the held-out split and the data order.",
+                                      rich_help_panel=TRAIN)] = 0,
+    resume: Annotated[bool, typer.Option("--resume", help="train: continue the interrupted "
+                                         "training written in --out.",
+                                         rich_help_panel=TRAIN)] = False,
     plot: PlotOpt = None,
     as_json: JsonOpt = False,
     wide: WideOpt = False,
@@ -61,6 +88,15 @@ def features(
     """What the stream is made of: each position read through sparse dictionaries (SAEs,
     transcoders), with the error term, and the target's logit split into one term per latent,
     b_dec, the error and the rest, summing to the model's logit."""
+    words = list(args or [])
+    if words[:1] == ["train"]:
+        return train_cli(words[1:], opts, layer, out, latents, k, tokens, batch_tokens, lr,
+                         train_seed,
+                         resume, as_json, wide)
+    if len(words) > 1:
+        raise BadInput(f"give one PROMPT (quoted), or `train` and prompt files; got {len(words)} "
+                       "arguments")
+    prompt = words[0] if words else None
     from fptrace.commands.features.core import check_latent
     from fptrace.commands.features.dictionary import read_dictionary
 
@@ -78,3 +114,42 @@ def features(
 
     output(result, features_view, as_json=as_json, wide=wide, plot=plot, figure=features_figure)
     require_checks(result.checks, "the decomposition")
+
+
+def train_cli(inputs: list[str], opts: LoadOptions, layer: int | None, out: str | None,
+              latents: int, k: int, tokens: int, batch_tokens: int, lr: float, seed: int,
+              resume: bool, as_json: bool, wide: bool) -> None:
+    """`fptrace features train PROMPTS --layer L --out DIR`: checked before the load, a progress
+    bar on stderr, the result on stdout."""
+    from fptrace.numbers import check_finite
+
+    if not inputs:
+        raise BadInput("features train: give prompt files (.txt, .jsonl) or folders to train on")
+    if layer is None or out is None:
+        raise BadInput("features train needs --layer L and --out DIR")
+    check_finite(lr, "--lr", low=0.0)
+    from fptrace.commands.features.train import TrainOptions, check_out, train
+
+    check_out(out, resume)
+    options = TrainOptions(layer=layer, latents=latents, k=k, tokens=tokens,
+                           batch_tokens=batch_tokens, lr=lr, seed=seed)
+    lm = load(opts)
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
+    from rich.progress import TimeElapsedColumn, TimeRemainingColumn
+
+    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                  TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn(),
+                  console=stderr_console()) as bar:
+        tasks: dict = {}
+
+        def progress(phase: str, done: int, total: int) -> None:
+            if phase not in tasks:
+                verb = "collecting the stream: prompts" if phase == "prompts" else "training: steps"
+                tasks[phase] = bar.add_task(verb, total=total)
+            bar.update(tasks[phase], advance=done if phase == "prompts" else None,
+                       completed=None if phase == "prompts" else done)
+
+        result = train(lm, inputs, out, options, resume=resume, progress=progress)
+    from fptrace.commands.features.render import train_view
+
+    output(result, train_view, as_json=as_json, wide=wide)

@@ -170,7 +170,8 @@ def check_model(d: Dictionary, n_layers: int, d_model: int, model: str) -> None:
 
 # ---- readers ---------------------------------------------------------------------------------
 
-def _json(path: str) -> dict:
+def read_json(path: str) -> dict:
+    """A JSON object from a file, or one BadInput naming the file."""
     try:
         with open(path, encoding="utf-8") as f:
             cfg = json.load(f)
@@ -232,7 +233,7 @@ def _int(cfg: dict, key: str, path: str, *, low: int = 1) -> int:
 
 def _saelens(folder: str) -> Dictionary:
     cfg_path = os.path.join(folder, "cfg.json")
-    cfg = _json(cfg_path)
+    cfg = read_json(cfg_path)
     meta = cfg.get("metadata") if isinstance(cfg.get("metadata"), dict) else \
         cfg.get("meta") if isinstance(cfg.get("meta"), dict) else {}
     arch = str(cfg.get("architecture", "standard"))
@@ -290,7 +291,7 @@ def _saelens(folder: str) -> Dictionary:
 
 def _sparsify(folder: str) -> Dictionary:
     cfg_path = os.path.join(folder, "cfg.json")
-    cfg = _json(cfg_path)
+    cfg = read_json(cfg_path)
     hook = cfg.get("hookpoint") or os.path.basename(os.path.normpath(folder))
     site = parse_site(str(hook), f"{folder!r}: the hookpoint (the folder's name)")
     transcode = bool(cfg.get("transcode", False))
@@ -348,7 +349,7 @@ def _gemmascope_place(folder: str, site: str | None) -> tuple[str, Site, Site]:
     or from the path; `site` where neither says."""
     cfg_path = os.path.join(folder, "config.json")
     if os.path.isfile(cfg_path):
-        cfg = _json(cfg_path)
+        cfg = read_json(cfg_path)
         hin = cfg.get("hook_name", cfg.get("hf_hook_point_in"))
         hout = cfg.get("hook_name_out", cfg.get("hf_hook_point_out", hin))
         if isinstance(hin, str) and isinstance(hout, str):
@@ -382,5 +383,5 @@ def _gemmascope_place(folder: str, site: str | None) -> tuple[str, Site, Site]:
     return "sae", s, s
 
 
-__all__ = ["Dictionary", "read_dictionary", "check_role", "check_model", "KINDS", "FORMATS",
+__all__ = ["Dictionary", "read_dictionary", "read_json", "check_role", "check_model", "KINDS", "FORMATS",
            "ROLES"]

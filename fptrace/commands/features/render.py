@@ -143,3 +143,19 @@ def features_figure(f: Features) -> tuple[Any, dict]:
     fig.suptitle(f"{f.model.name}: {visible(f.prompt)[:60]}"
                  + ("  (RANDOM WEIGHTS)" if f.model.random_weights else ""))
     return fig, series
+
+
+def train_view(r: Any, width: int | None = 120) -> RenderableType:
+    """What `features train` made and how well it rebuilds held-out text."""
+    t = Text(f"TopK SAE written to {r.out} (SAELens layout: cfg.json + sae_weights.safetensors)",
+             style="bold")
+    t.append(f"\n{r.latents} latents, k = {r.k}, reading {r.site} of {r.model.name}")
+    t.append(f"\ntrained on {r.train_tokens:,} positions of {r.prompts} prompts (each prompt's "
+             f"first position left out: the massive activation), {r.steps} steps, "
+             f"{r.tokens_seen:,} tokens seen"
+             + (f", resumed from step {r.resumed_from}" if r.resumed_from else ""))
+    t.append(f"\nloss {r.first_loss:.4f} at the first step, {r.last_loss:.4f} over the last ten")
+    t.append(f"\nheld out ({r.held_out_prompts} prompts, {r.held_out_tokens:,} positions): "
+             f"FVU {r.fvu:.4f}   L0 {r.l0:.1f}   dead latents {r.dead_latents} of {r.latents}",
+             style="bold")
+    return Group(header(r.model), t)

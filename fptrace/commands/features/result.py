@@ -181,3 +181,55 @@ class Features:
     """Sentences a reader should see with the numbers."""
     kind: str = "features"
     schema_version: str = SCHEMA_VERSION
+
+
+@result
+class TrainResult:
+    """`fptrace features train --json`: a TopK SAE trained on the stream after one block,
+    written in the SAELens layout."""
+
+    out: str
+    """The folder written: cfg.json and sae_weights.safetensors (SAELens's layout), and the
+    trainer's state for --resume."""
+    model: ModelInfo
+    """The model whose stream it was trained on."""
+    layer: int
+    """The block after which the stream was read."""
+    site: str
+    """That place's name (`blocks.L.hook_resid_post`), written as hook_name in cfg.json."""
+    latents: int
+    """Latents (d_sae)."""
+    k: int
+    """Latents kept per token (TopK)."""
+    prompts: int
+    """Training prompts."""
+    held_out_prompts: int
+    """Prompts held out for the evaluation."""
+    train_tokens: int
+    """Positions collected from the training prompts (each prompt's first position left out:
+    the massive activation)."""
+    held_out_tokens: int
+    """Positions of the held-out prompts (first positions left out)."""
+    steps: int
+    """Optimiser steps in all."""
+    resumed_from: int
+    """The step an interrupted run was resumed from (0: a fresh run)."""
+    tokens_seen: int
+    """Training tokens the optimiser saw (steps × batch; the positions are reused epoch after
+    epoch when there are fewer)."""
+    first_loss: float
+    """The first step's loss (the batch's FVU, plus the AuxK term when latents are dead)."""
+    last_loss: float
+    """The mean loss of the last ten steps."""
+    loss_curve: tuple[float, ...]
+    """The loss at about fifty evenly spaced steps."""
+    fvu: float
+    """Fraction of variance unexplained on the held-out positions: Σ‖x − x̂‖² / Σ‖x − mean‖²."""
+    l0: float
+    """Mean active latents per held-out position."""
+    dead_latents: int
+    """Latents that fire on no held-out position."""
+    seconds: float
+    """Training time (the collection of the stream not included)."""
+    kind: str = "features_train"
+    schema_version: str = SCHEMA_VERSION
