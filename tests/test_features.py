@@ -274,3 +274,44 @@ def test_report_section(tmp_path):
     res = runner.invoke(app, ["report", "The cat sat", "-m", folder, "--sae",
                               str(tmp_path / "nowhere"), "--out", str(out)])
     assert res.exit_code == 2 and "no such folder" in res.stderr
+
+
+def test_steer_by_latent_adds_its_decoder_row(tmp_path):
+    """steer --sae DIR --latent N --scale S: the steered logits are those of a plain forward hook
+    of this test adding S·dᵢ (dᵢ read here from the weights written) to the output of the block
+    the SAE reads."""
+    from fptrace.models.loading import load_model
+
+    folder = tiny_gpt2()
+    lm = load_model(folder, device="cpu")
+    w = random_weights(32, 64, seed=5, scale=1.0)
+    sae = write_saelens(tmp_path / "s", w, hook="blocks.1.hook_resid_pre")  # = block 0's output
+    res = runner.invoke(app, ["steer", "The cat sat", "-m", folder, "--sae", sae, "--latent",
+                              "7", "--scale", "0,3", "--json"], catch_exceptions=False)
+    assert res.exit_code == 0, res.output
+    doc = json.loads(res.stdout)
+    assert doc["vector"]["source"] == "latent" and doc["vector"]["layers"] == [0]
+    assert doc["vector"]["norms"][0] == pytest.approx(float(np.linalg.norm(w["W_dec"][7])),
+                                                      rel=1e-5)
+    ids = list(lm.prepare("The cat sat").ids)
+    row = torch.from_numpy(w["W_dec"][7])
+
+    def add(module, args, output):
+        return (output[0] + 3 * row,) + tuple(output[1:]) if isinstance(output, tuple) \
+            else output + 3 * row
+
+    handle = lm.parts.blocks[0].register_forward_hook(add)
+    try:
+        with torch.no_grad():
+            logits = lm.model(torch.tensor([ids])).logits[0, -1]
+    finally:
+        handle.remove()
+    steered = next(r for r in doc["rows"] if r["scale"] == 3)
+    t = steered["target"]["id"]
+    assert steered["target"]["logit"] == pytest.approx(float(logits[t]), rel=1e-4, abs=1e-4)
+    for args, message in ((["--sae", sae], "--sae goes with --latent"),
+                          (["--latent", "3"], "--latent goes with --sae"),
+                          (["--sae", sae, "--latent", "64"], "latents 0 to 63"),
+                          (["--sae", sae, "--latent", "1", "--token", " dog"], "one source")):
+        res = runner.invoke(app, ["steer", "The cat sat", "-m", folder, *args])
+        assert res.exit_code == 2 and message in res.stderr, (args, res.stderr)

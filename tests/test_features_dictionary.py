@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 import torch
 
-from fptrace.commands.features.dictionary import check_model, check_role, read_dictionary
-from fptrace.commands.features.site import Site, parse_site
+from fptrace.core.dictionaries import check_model, check_role, read_dictionary
+from fptrace.core.dictionary_sites import Site, parse_site
 from fptrace.errors import BadInput
 
 D, N = 8, 24

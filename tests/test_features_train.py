@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 
 from conftest import tiny_gpt2
 from fptrace.cli.main import app
-from fptrace.commands.features.dictionary import read_dictionary
+from fptrace.core.dictionaries import read_dictionary
 from fptrace.commands.features.train import TopK, TrainOptions, collect, train
 from fptrace.errors import BadInput
 

@@ -98,7 +98,7 @@ def features(
                        "arguments")
     prompt = words[0] if words else None
     from fptrace.commands.features.core import check_latent
-    from fptrace.commands.features.dictionary import read_dictionary
+    from fptrace.core.dictionaries import read_dictionary
 
     given = [(p, "sae") for p in sae or []] + [(p, "transcoder") for p in transcoder or []]
     dicts = [read_dictionary(p, site=site) for p, _ in given]  # a bad folder costs no load

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
-from fptrace.commands.features.dictionary import (
+from fptrace.core.dictionaries import (
     Dictionary,
     check_model,
     check_role,
@@ -45,7 +45,7 @@ from fptrace.commands.features.result import (
     PositionFeatures,
     TopActivation,
 )
-from fptrace.commands.features.site import Site
+from fptrace.core.dictionary_sites import Site
 from fptrace.commands.features.streams import Captured, capture, stream_index
 from fptrace.core.attribution import frozen_norm, rtol_for, through_frozen
 from fptrace.core.fragments import token_id

@@ -21,8 +21,8 @@ def seeded(d_model: int, d_sae: int, hook: str = "blocks.1.hook_resid_pre", seed
     memory."""
     import torch
 
-    from fptrace.commands.features.dictionary import Dictionary
-    from fptrace.commands.features.site import parse_site
+    from fptrace.core.dictionaries import Dictionary
+    from fptrace.core.dictionary_sites import parse_site
 
     g = torch.Generator().manual_seed(seed)
     site = parse_site(hook)

@@ -20,7 +20,7 @@ OPTIONS = (
 
 def _check(values: dict[str, Any]) -> None:
     if values["sae"] is not None:
-        from fptrace.commands.features.dictionary import read_dictionary
+        from fptrace.core.dictionaries import read_dictionary
 
         read_dictionary(values["sae"])  # a bad folder costs no load
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
-from fptrace.commands.features.site import Site
+from fptrace.core.dictionary_sites import Site
 from fptrace.core.hooks import Hook, first_output, hooked
 
 

@@ -29,7 +29,7 @@ from typing import Any, Callable, Sequence
 
 from fptrace.atomic import write_atomic
 from fptrace.commands.features.result import TrainResult
-from fptrace.commands.features.site import Site
+from fptrace.core.dictionary_sites import Site
 from fptrace.commands.features.streams import capture, stream_index
 from fptrace.core.trace import model_info
 from fptrace.errors import BadInput
@@ -287,7 +287,7 @@ def _load_state(out: str, sae: TopK, adam: Any, since_fired: Any, opts: TrainOpt
     import torch
     from safetensors.torch import load_file
 
-    from fptrace.commands.features.dictionary import read_json
+    from fptrace.core.dictionaries import read_json
 
     doc = read_json(os.path.join(out, STATE_JSON))
     if doc.get("options") != opts.__dict__:

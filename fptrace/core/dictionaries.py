@@ -1,5 +1,6 @@
 """Sparse dictionaries (SAEs and transcoders) read from the folders people download, in one
-typed value with the two functions every reader needs: encode and decode.
+typed value with the two functions every reader needs: encode and decode. `fptrace features`
+reads the stream through them; `steer` and `ablate` add or remove one latent's write.
 
 Formats (learned from their documentation and code, read here independently):
 
@@ -30,7 +31,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from fptrace.commands.features.site import Site, parse_site
+from fptrace.core.dictionary_sites import Site, parse_site
 from fptrace.errors import BadInput
 from fptrace.numbers import parse_int
 
@@ -166,6 +167,21 @@ def check_model(d: Dictionary, n_layers: int, d_model: int, model: str) -> None:
     if d.out_site.point != "mlp_in" and d.d_out != d_model:
         raise BadInput(f"--sae {d.path!r} writes vectors of width {d.d_out}; {model}'s stream "
                        f"has width {d_model}: a dictionary of another model")
+
+
+def latent_block(d: Dictionary, latent: int, option: str = "--latent") -> tuple[int, Any]:
+    """(block, dᵢ): the block whose output is the SAE's site, and latent i's decoder row (d,)
+    float32 on the CPU, for an intervention at that block's output; one BadInput for a latent
+    out of range or a site that is not a block's output."""
+    if not 0 <= latent < d.d_sae:
+        raise BadInput(f"{option} {latent}: {d.path!r} has latents 0 to {d.d_sae - 1}")
+    s = d.out_site
+    if d.role != "sae" or s.point not in ("resid_pre", "resid_post") or \
+            (s.point == "resid_pre" and s.block == 0):
+        raise BadInput(f"{option} with --sae {d.path!r}: its latents write to {s.name}, which is "
+                       "not the output of a block (an SAE of the stream after a block is needed)")
+    block = s.block if s.point == "resid_post" else s.block - 1
+    return block, d.W_dec[latent].detach().float().cpu().clone()
 
 
 # ---- readers ---------------------------------------------------------------------------------
@@ -383,5 +399,5 @@ def _gemmascope_place(folder: str, site: str | None) -> tuple[str, Site, Site]:
     return "sae", s, s
 
 
-__all__ = ["Dictionary", "read_dictionary", "read_json", "check_role", "check_model", "KINDS", "FORMATS",
+__all__ = ["Dictionary", "read_dictionary", "read_json", "latent_block", "check_role", "check_model", "KINDS", "FORMATS",
            "ROLES"]
