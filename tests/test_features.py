@@ -315,3 +315,48 @@ def test_steer_by_latent_adds_its_decoder_row(tmp_path):
                           (["--sae", sae, "--latent", "1", "--token", " dog"], "one source")):
         res = runner.invoke(app, ["steer", "The cat sat", "-m", folder, *args])
         assert res.exit_code == 2 and message in res.stderr, (args, res.stderr)
+
+
+def test_ablate_by_latent_removes_its_write(tmp_path):
+    """ablate --sae DIR --latent N: the ablated logits are those of a plain forward hook of this
+    test that subtracts aᵢ·dᵢ (aᵢ encoded here from the block's output) at every position."""
+    from fptrace.models.loading import load_model
+
+    folder = tiny_gpt2()
+    lm = load_model(folder, device="cpu")
+    w = random_weights(32, 64, seed=6, scale=1.0)
+    sae = write_saelens(tmp_path / "s", w, hook="blocks.0.hook_resid_post")
+    a_all = np.maximum((own(lm, list(lm.prepare("The cat sat").ids), lm.parts.blocks[0],
+                            "post")[0] - w["b_dec"]) @ w["W_enc"] + w["b_enc"], 0)
+    n = int(np.argmax(a_all[-1]))  # a latent active at the last position
+    res = runner.invoke(app, ["ablate", "The cat sat", "-m", folder, "--sae", sae, "--latent",
+                              str(n), "--json"], catch_exceptions=False)
+    assert res.exit_code == 0, res.output
+    doc = json.loads(res.stdout)
+    row = torch.from_numpy(w["W_dec"][n])
+
+    def remove(module, args, output):
+        h = output[0] if isinstance(output, tuple) else output
+        x = h[0].double().numpy()
+        a = np.maximum((x - w["b_dec"]) @ w["W_enc"] + w["b_enc"], 0)[:, n]
+        new = h - torch.from_numpy(a).float()[None, :, None] * row
+        return (new,) + tuple(output[1:]) if isinstance(output, tuple) else new
+
+    ids = list(lm.prepare("The cat sat").ids)
+    handle = lm.parts.blocks[0].register_forward_hook(remove)
+    try:
+        with torch.no_grad():
+            logits = lm.model(torch.tensor([ids])).logits[0, -1]
+    finally:
+        handle.remove()
+    run = doc["runs"][0]
+    t = doc["target"]["id"]
+    assert run["parts"] == [f"latent {n} (blocks.0.hook_resid_post)"]
+    assert run["logit"] == pytest.approx(float(logits[t]), rel=1e-4, abs=1e-4)
+    assert doc["ok"] and doc["checks"][0]["target"] == "ablated_latent"
+    assert run["direct"] + run["indirect"] == pytest.approx(run["logit_change"], abs=1e-6)
+    for args, message in ((["--sae", sae], "go together"),
+                          (["--sae", sae, "--latent", "64"], "latents 0 to 63"),
+                          (["--sae", sae, "--latent", "1", "--mlp", "0"], "removes one latent")):
+        res = runner.invoke(app, ["ablate", "The cat sat", "-m", folder, *args])
+        assert res.exit_code == 2 and message in res.stderr, (args, res.stderr)
