@@ -34,6 +34,7 @@ if TYPE_CHECKING:
     from fptrace.commands.diff.deep import deep_diff
     from fptrace.commands.explain.core import explain
     from fptrace.commands.explain.result import Explanation
+    from fptrace.commands.features.core import features
     from fptrace.commands.generate.core import generate
     from fptrace.commands.patch.core import patch
     from fptrace.commands.shapes.core import shape_report as shapes

@@ -351,21 +351,35 @@ def parse_index(text: str, what: str, noun: str) -> Index:
     return Index(_int(s, _label(text, what), noun, forms), origin=f"{what} {s}")
 
 
+# the names dictionaries (SAELens, sparsify) give the MLP's input, after its norm: ln2
+DICTIONARY_NAMES = {"mlp_in": Point.ln2, "ln2.normalized": Point.ln2}
+# Hugging Face module names, as EleutherAI sparsify names its dictionaries' places:
+# layers.L (the block's output), layers.L.mlp (the MLP's output), layers.L.mlp.input
+HF_NAMES = {"": Point.resid_post, "output": Point.resid_post, "mlp": Point.mlp_out,
+            "mlp.output": Point.mlp_out, "mlp.input": Point.ln2}
+
+
 def parse_site(text: str, what: str) -> Site:
     """`blocks.23.resid_pre`, `blocks.23.attn.q`, `blocks.23.mlp.act`, with `hook_` allowed
-    before the last name (`blocks.23.hook_resid_post`, `blocks.23.attn.hook_q`)."""
+    before the last name (`blocks.23.hook_resid_post`, `blocks.23.attn.hook_q`); and the names
+    dictionaries are published under: `blocks.23.hook_mlp_in` and `blocks.23.ln2.hook_normalized`
+    (the MLP's input: ln2), `layers.23` / `model.layers.23.output` (resid_post), `layers.23.mlp`
+    (mlp_out), `layers.23.mlp.input` (ln2)."""
     forms = "give a site as blocks.23.resid_post or blocks.23.attn.q"
     s = _text(text, what, forms)
     label = _label(text, what)
-    head, _, rest = s.partition(".")
+    head, _, rest = s.removeprefix("model.").partition(".")
     layer_text, _, name = rest.partition(".")
+    if head == "layers" and name in HF_NAMES:
+        return Site(_int(layer_text, label, "block", forms), HF_NAMES[name],
+                    origin=f"{what} {s}")
     if head != "blocks" or not name:
         raise BadInput(f"{label}: {forms}")
     layer = _int(layer_text, label, "block", forms)
     parts = name.split(".")
     parts[-1] = parts[-1].removeprefix("hook_")
     name = ".".join(parts)
-    point = SITE_NAMES.get(name)
+    point = SITE_NAMES.get(name) or DICTIONARY_NAMES.get(name)
     if point is None:
         known = {p.value: site_name(p) for p in BLOCK}
         hint = f"did you mean blocks.{layer}.{known[name]}? " if name in known else ""

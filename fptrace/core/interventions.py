@@ -163,6 +163,24 @@ def ablation_hooks(lm: LoadedModel, rows: Sequence[Sequence[Part]], means: Means
     return hooks
 
 
+def latent_removal_hooks(lm: LoadedModel, block: int, encode: Any, direction: Any,
+                         rows: Sequence[int], store: dict) -> list[Hook]:
+    """Hooks that, in the batch rows `rows`, subtract from block `block`'s output, at every
+    position, a·direction with a = encode(that output) (B, T): what one dictionary latent wrote
+    there (`ablate --sae DIR --latent N`). store["a"] gets the activations (B, T) float32."""
+    import torch
+
+    def hook(module: Any, args: tuple, output: Any) -> Any:
+        h = first_output(output)  # (B, T, d)
+        a = encode(h.float())  # (B, T)
+        store["a"] = a.detach().clone()
+        mask = torch.zeros(h.shape[0], 1, 1, device=h.device)
+        mask[list(rows)] = 1.0
+        new = h - (mask * a[..., None] * direction.to(h.device)).to(h.dtype)  # (B, T, d)
+        return (new, *output[1:]) if isinstance(output, tuple) else new
+    return [Hook.after(lm.parts.blocks[block], hook)]
+
+
 def _replace_input(keep: Any, fill: Any) -> Any:
     import torch
 

@@ -47,6 +47,12 @@ def ablate(
         "--mean-over", help="With --mode mean: average over these prompts (a .txt of one a "
         'line, or .jsonl of {"prompt": ...}) instead of the prompt\'s positions.',
         rich_help_panel=PARTS)] = None,
+    sae: Annotated[Optional[str], typer.Option(
+        "--sae", help="With --latent N: remove what latent N of this SAE (SAELens, Gemma Scope "
+        "or sparsify folder) wrote at the block it reads, at every position.",
+        rich_help_panel=PARTS)] = None,
+    latent: Annotated[Optional[int], typer.Option(
+        "--latent", help="With --sae: the latent removed.", rich_help_panel=PARTS)] = None,
     target: Annotated[Optional[str], typer.Option(
         "--target", help="The token whose logit is followed (default: the clean top-1).",
         rich_help_panel=STATS)] = None,
@@ -69,7 +75,7 @@ def ablate(
 
     result = run_ablate(lm, prompt, heads=heads, mlps=mlps, all_heads=all_heads,
                         all_mlps=all_mlps, mode=mode, mean_over=mean_over, target=target,
-                        batch_size=batch_size, top=top)
+                        batch_size=batch_size, top=top, sae=sae, latent=latent)
     from fptrace.commands.ablate.render import ablate_figure, ablate_view
 
     output(result, ablate_view, as_json=as_json, wide=wide, plot=plot, figure=ablate_figure)

@@ -46,10 +46,17 @@ LOWER = "lower --batch-size"
 def ablate(lm: LoadedModel, prompt: Prompt, *, heads: Sequence[Head] = (),
            mlps: Sequence[int | Block] = (), all_heads: bool = False, all_mlps: bool = False,
            mode: str = "zero", mean_over: str | Sequence[str] | None = None,
-           target: str | None = None, batch_size: int = 32, top: int = 10) -> Ablation:
+           target: str | None = None, batch_size: int = 32, top: int = 10,
+           sae: str | None = None, latent: int | None = None) -> Ablation:
     """The target's logit with parts removed: each of `heads` (`Head(layer, head)` values) and
     `mlps` (block indices) alone and all together, and with all_heads / all_mlps one part per
-    run. Negative blocks and heads count from the end."""
+    run (negative blocks and heads count from the end); or, with sae and latent, what latent N
+    of that SAE wrote, removed at every position."""
+    if sae is not None or latent is not None:
+        if heads or mlps or all_heads or all_mlps or mode != "zero" or mean_over is not None:
+            raise BadInput("--sae/--latent removes one latent: give it without --head, --mlp, "
+                           "--all-heads, --all-mlps and --mode mean")
+        return _ablate_latent(lm, prompt, sae, latent, target)
     if mode not in MODES:
         raise BadInput(f"--mode {mode!r}: use zero or mean")
     if mean_over is not None and mode != "mean":
@@ -241,3 +248,61 @@ def _notes(lm: LoadedModel, d: DirectLogits, mode: str, means: Means | None,
     if mode == "mean" and means is not None:
         notes.append(ABLATE_MEAN(n=means.positions))
     return notes
+
+
+def _ablate_latent(lm: LoadedModel, prompt: Prompt, sae: str | None, latent: int | None,
+                   target: str | None) -> Ablation:
+    """`--sae DIR --latent N`: at the output of the block the SAE reads, aᵢ·dᵢ (aᵢ its encoding
+    of that output, position by position) is subtracted; one batch of two rows, the clean run
+    and the ablated one. Direct effect: minus aᵢ·dᵢ at the last position through the frozen final
+    norm. Checked: after that block, ablated − clean stream = −aᵢ·dᵢ at the last position."""
+    import torch
+
+    from fptrace.core.dictionaries import check_model, check_role, latent_block, read_dictionary
+    from fptrace.core.interventions import latent_removal_hooks
+
+    if sae is None or latent is None:
+        raise BadInput("--sae DIR and --latent N go together: the latent of that SAE to remove")
+    info = model_info(lm)
+    dic = read_dictionary(sae)
+    check_role(dic, "sae")
+    check_model(dic, info.n_layers, info.d_model, lm.name)
+    block, row = latent_block(dic, latent)
+    dic.to(lm.device)
+    d = direct_logits(lm, prompt, target=target)
+    t = d.target
+    store: dict = {}
+    hooks = latent_removal_hooks(lm, block, lambda h: dic.encode(h.reshape(-1, h.shape[-1])
+                                                                 )[:, latent].reshape(h.shape[:2]),
+                                 row.to(lm.device), [1], store)
+    out = run_rows(lm, d.ids, 2, hooks, LOWER)
+    a_last = float(store["a"][0, -1])
+    with torch.inference_mode():
+        direct = -float(d.value(a_last * row.to(d.u.device)))
+        h = out.cap.resid_last[block]  # (2, d)
+        expected = -a_last * row.to(h.device)
+        gap = float(((h[1] - h[0]) - expected).abs().max())
+    bound = d.rtol * max(1.0, float(h.abs().max()))
+    logit = float(out.pre_cap[1, t])
+    clean = ranked_token(lm, d.logits, t)
+    probs = _softmax(out.logits[1])
+    top_id = int(out.logits[1].argmax())
+    change = logit - d.model_logit
+    run = AblatedRun(
+        parts=(f"latent {latent} ({dic.out_site.name})",), logit=logit, prob=float(probs[t]),
+        rank=stats.rank(out.logits[1], t), logit_change=change,
+        prob_change=float(probs[t]) - clean.prob, direct=direct, indirect=change - direct,
+        top=TopToken(1, top_id, lm.token_text(top_id), float(probs[top_id]),
+                     float(out.logits[1, top_id])))
+    check = Check(
+        name=f"after block {block}, ablated − clean stream at the last position = −aᵢ·dᵢ "
+        f"(aᵢ = {a_last:.4g})", value=gap, tolerance=f"≤ {d.rtol:g}·max(1, |x|) = {bound:.3g}",
+        ok=gap <= bound, target="ablated_latent")
+    notes = base_notes(lm) + list(d.notes)
+    if lm.parts.final_softcap is not None:
+        notes.append(ABLATE_SOFTCAP(cap=lm.parts.final_softcap))
+    return Ablation(
+        prompt=d.prepared.text, model=info, tokens=lm.tokens(d.prepared), mode="zero",
+        mean_over=None, mean_positions=None, target=clean, clean_logit=d.model_logit,
+        runs=(run,), head_grid=(), mlp_column=(), largest=(), checks=(check,), ok=check.ok,
+        forward_passes=2, notes=tuple(notes))

@@ -6,7 +6,7 @@ from fptrace.results import SCHEMA_VERSION, Check, ModelInfo, Token, TopToken, r
 
 # the targets of the checks this command's results carry (Check.target; `fptrace schema` joins
 # every command's, in the order of `fptrace --help`)
-CHECK_TARGETS = "`ablated_attention` or `ablated_block` (ablate)"
+CHECK_TARGETS = "`ablated_attention`, `ablated_block` or `ablated_latent` (ablate)"
 
 
 @result
@@ -15,7 +15,7 @@ class AblatedRun:
 
     parts: tuple[str, ...]
     """The parts removed together in this run: `L.H` for attention head H of block L, `mlp L` for
-    the MLP of block L."""
+    the MLP of block L, `latent N (site)` for what latent N of an SAE wrote (`--sae --latent`)."""
     logit: float
     """The target's logit with them removed (before any final softcap, like `fptrace attribute`)."""
     prob: float
@@ -75,7 +75,9 @@ class Ablation:
     """Checks of this run's own numbers: at the first block a run changes, what the stream
     received from attention is the clean attention output minus the removed heads' writes through
     W_O plus their replacement (`ablated_attention`), and what the block added is its attention and
-    MLP outputs, the replaced MLP output included (`ablated_block`)."""
+    MLP outputs, the replaced MLP output included (`ablated_block`); with `--sae --latent`, after
+    the SAE's block the ablated stream differs from the clean one by exactly −aᵢ·dᵢ at the last
+    position (`ablated_latent`)."""
     ok: bool
     """Whether every check passes; `fptrace ablate` exits with 5 when not."""
     forward_passes: int

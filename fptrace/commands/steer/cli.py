@@ -19,6 +19,8 @@ from fptrace.cli.options import (
     model_options,
 )
 
+from fptrace.errors import BadInput
+
 VECTOR = "Steering vector"
 
 
@@ -49,6 +51,12 @@ def steer(
     token: Annotated[Optional[str], typer.Option(
         "--token", help="The LM head's row of this token (e.g. ' Paris').",
         rich_help_panel=VECTOR)] = None,
+    sae: Annotated[Optional[str], typer.Option(
+        "--sae", help="With --latent N: the direction is latent N's decoder row in this SAE "
+        "(SAELens, Gemma Scope or sparsify folder), added at the block whose output it reads; "
+        "--scale S adds S·dᵢ.", rich_help_panel=VECTOR)] = None,
+    latent: Annotated[Optional[int], typer.Option(
+        "--latent", help="With --sae: the latent.", rich_help_panel=VECTOR)] = None,
     layer: Annotated[Optional[str], typer.Option(
         "--layer", "-l", metavar="L", help="The block whose output receives the vector (and "
         "where --add, --subtract and --pairs are measured); -1: the last.",
@@ -98,9 +106,19 @@ def steer(
     from fptrace.commands.steer.core import steer as run_steer
     from fptrace.commands.steer.vectors import match_norms, steering_vector, write_vector
 
-    vec = steering_vector(lm, add=add, subtract=subtract, pairs=pairs, method=method,
-                          vector=vector, token=token, layer=block, mean_positions=mean_positions,
-                          prompt=prompt)
+    if sae is not None or latent is not None:
+        from fptrace.commands.steer.vectors import latent_vector
+
+        if any(v is not None for v in (add, subtract, pairs, vector, token, layer)):
+            raise BadInput("--sae/--latent is the steering vector's one source: give it without "
+                           "--add, --pairs, --vector, --token and --layer")
+        if sae is None:
+            raise BadInput("--latent goes with --sae DIR: the SAE whose latent is added")
+        vec = latent_vector(lm, sae, latent)
+    else:
+        vec = steering_vector(lm, add=add, subtract=subtract, pairs=pairs, method=method,
+                              vector=vector, token=token, layer=block,
+                              mean_positions=mean_positions, prompt=prompt)
     if norm_match:
         vec = match_norms(lm, prompt, vec)
     if save_vector is not None:

@@ -14,8 +14,9 @@ class SteeringVectorInfo:
     """The vector added to the stream: where it came from and how large it is."""
 
     source: str
-    """`prompts` (`--add` minus `--subtract`), `pairs` (`--pairs`), `file` (`--vector`) or `token`
-    (`--token`: the LM head's row of that token)."""
+    """`prompts` (`--add` minus `--subtract`), `pairs` (`--pairs`), `file` (`--vector`), `token`
+    (`--token`: the LM head's row of that token) or `latent` (`--sae DIR --latent N`: that
+    latent's decoder row)."""
     description: str
     """Where it came from, in words."""
     layers: tuple[int, ...]

@@ -42,7 +42,7 @@ class SteeringVector:
     its output (times the strength)."""
 
     layers: dict[int, Any]
-    source: str  # "prompts", "pairs", "file" or "token"
+    source: str  # "prompts", "pairs", "file", "token" or "latent"
     description: str  # in words, for the view and the JSON
     method: str | None = None  # pairs: "mean" or "pca"
     pairs: int | None = None  # pairs: how many
@@ -192,6 +192,22 @@ def token_vector(lm: LoadedModel, token: str, layer: int, prompt: Any = None) ->
     row = lm.parts.lm_head.weight[t].detach().float().cpu().clone()
     return SteeringVector({layer: row}, "token",
                           f"the LM head's row of {lm.token_text(t)!r} (id {t})")
+
+
+def latent_vector(lm: LoadedModel, sae: str, latent: int | None) -> SteeringVector:
+    """`--sae DIR --latent N`: latent N's decoder row dᵢ, added to the output of the block whose
+    output the SAE reads (strength S adds S·dᵢ: an activation of S)."""
+    from fptrace.core.dictionaries import check_model, check_role, latent_block, read_dictionary
+
+    if latent is None:
+        raise BadInput("--sae goes with --latent N: the latent whose direction is added")
+    d = read_dictionary(sae)
+    check_role(d, "sae")
+    check_model(d, len(lm.parts.blocks), int(lm.config.hidden_size), lm.name)
+    block, row = latent_block(d, latent)
+    return SteeringVector({block: row}, "latent",
+                          f"latent {latent} of the SAE {sae} (its decoder row, read at "
+                          f"{d.out_site.name})", path=sae)
 
 
 # ---------------------------------------------------------------------------- files

@@ -1,0 +1,1 @@
+"""`fptrace features`: the stream in sparse dictionary features, with the error term."""

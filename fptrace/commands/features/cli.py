@@ -1,0 +1,159 @@
+"""`fptrace features`: the Typer command."""
+
+from __future__ import annotations
+
+from typing import Annotated, Optional
+
+import typer
+
+from fptrace.cli.io import command, load, load_for, output, require_checks, stderr_console
+from fptrace.cli.options import (
+    STATS,
+    ChatOptions,
+    JsonOpt,
+    LoadOptions,
+    PlotOpt,
+    WideOpt,
+    chat_options,
+    model_options,
+)
+from fptrace.errors import BadInput
+
+DICTIONARY = "Dictionary"
+TRAIN = "Training (features train PROMPTS...)"
+
+
+@command(order=67, docs="features")
+@chat_options()
+@model_options()
+def features(
+    args: Annotated[Optional[list[str]], typer.Argument(
+        metavar="PROMPT | train PROMPTS...",
+        help="The prompt to read through the dictionaries (or --messages FILE); or `train` and "
+        ".txt/.jsonl prompt files (or folders) to train a TopK SAE on.")] = None,
+    opts: LoadOptions = LoadOptions(),
+    chat: ChatOptions = ChatOptions(),
+    sae: Annotated[Optional[list[str]], typer.Option(
+        "--sae", help="A folder holding an SAE of the stream: SAELens (cfg.json + "
+        "sae_weights.safetensors), Gemma Scope (params.npz) or sparsify (cfg.json + "
+        "sae.safetensors). Repeat it for several blocks.", rich_help_panel=DICTIONARY)] = None,
+    transcoder: Annotated[Optional[list[str]], typer.Option(
+        "--transcoder", help="A folder holding a transcoder (the MLP's input → its output), in "
+        "the same formats.", rich_help_panel=DICTIONARY)] = None,
+    site: Annotated[Optional[str], typer.Option(
+        "--site", help="Where the dictionary reads (blocks.L.hook_resid_post, ...), for weights "
+        "whose files do not say; where they do, it must agree.",
+        rich_help_panel=DICTIONARY)] = None,
+    latent: Annotated[Optional[int], typer.Option(
+        "--latent", help="Follow latent N over the positions (and the dictionaries given).",
+        rich_help_panel=STATS)] = None,
+    top_prompts: Annotated[Optional[str], typer.Option(
+        "--top-prompts", help="With --latent: the prompts of this .txt/.jsonl file (or folder) "
+        "and positions where the latent is largest, streamed a group of prompts at a time.",
+        rich_help_panel=STATS)] = None,
+    top_n: Annotated[int, typer.Option("--top-n", help="Places --top-prompts lists.",
+                                       rich_help_panel=STATS)] = 10,
+    target: Annotated[Optional[str], typer.Option(
+        "--target", help="The token whose logit is split through the dictionary (default: the "
+        "model's top-1).", rich_help_panel=STATS)] = None,
+    top: Annotated[int, typer.Option("--top", help="Latents listed per position and in the "
+                                     "logit split.", rich_help_panel=STATS)] = 5,
+    layer: Annotated[Optional[str], typer.Option(
+        "--layer", "-l", metavar="L", help="train: the block after which the stream is read "
+        "(-1: the last).",
+        rich_help_panel=TRAIN)] = None,
+    out: Annotated[Optional[str], typer.Option(
+        "--out", help="train: the new folder for the SAE (SAELens's layout).",
+        rich_help_panel=TRAIN)] = None,
+    latents: Annotated[int, typer.Option("--latents", help="train: latents (d_sae).",
+                                         rich_help_panel=TRAIN)] = 2048,
+    k: Annotated[int, typer.Option("--k", help="train: latents kept per token.",
+                                   rich_help_panel=TRAIN)] = 32,
+    tokens: Annotated[int, typer.Option("--tokens", help="train: training tokens the optimiser "
+                                        "sees (the positions are reused epoch after epoch).",
+                                        rich_help_panel=TRAIN)] = 200_000,
+    batch_tokens: Annotated[int, typer.Option("--batch-tokens", help="train: tokens per step.",
+                                              rich_help_panel=TRAIN)] = 1024,
+    lr: Annotated[float, typer.Option("--lr", help="train: Adam's learning rate.",
+                                      rich_help_panel=TRAIN)] = 5e-4,
+    train_seed: Annotated[int, typer.Option("--train-seed", help="train: the seed of the SAE's initial weights, "
+                                      "the held-out split and the data order.",
+                                      rich_help_panel=TRAIN)] = 0,
+    resume: Annotated[bool, typer.Option("--resume", help="train: continue the interrupted "
+                                         "training written in --out.",
+                                         rich_help_panel=TRAIN)] = False,
+    plot: PlotOpt = None,
+    as_json: JsonOpt = False,
+    wide: WideOpt = False,
+) -> None:
+    """What the stream is made of: each position read through sparse dictionaries (SAEs,
+    transcoders), with the error term, and the target's logit split into one term per latent,
+    b_dec, the error and the rest, summing to the model's logit."""
+    words = list(args or [])
+    if words[:1] == ["train"]:
+        return train_cli(words[1:], opts, layer, out, latents, k, tokens, batch_tokens, lr,
+                         train_seed,
+                         resume, as_json, wide)
+    if len(words) > 1:
+        raise BadInput(f"give one PROMPT (quoted), or `train` and prompt files; got {len(words)} "
+                       "arguments")
+    prompt = words[0] if words else None
+    from fptrace.commands.features.core import check_latent
+    from fptrace.core.dictionaries import read_dictionary
+
+    given = [(p, "sae") for p in sae or []] + [(p, "transcoder") for p in transcoder or []]
+    dicts = [read_dictionary(p, site=site) for p, _ in given]  # a bad folder costs no load
+    check_latent(dicts, latent)
+    lm, prompt = load_for(prompt, opts, plot, chat)
+    from fptrace.commands.features.core import features as run_features
+
+    result = run_features(
+        lm, prompt, saes=[d for d, (_, role) in zip(dicts, given) if role == "sae"],
+        transcoders=[d for d, (_, role) in zip(dicts, given) if role == "transcoder"],
+        top=top, latent=latent, target=target, top_prompts=top_prompts, top_n=top_n)
+    from fptrace.commands.features.render import features_figure, features_view
+
+    output(result, features_view, as_json=as_json, wide=wide, plot=plot, figure=features_figure)
+    require_checks(result.checks, "the decomposition")
+
+
+def train_cli(inputs: list[str], opts: LoadOptions, layer: str | None, out: str | None,
+              latents: int, k: int, tokens: int, batch_tokens: int, lr: float, seed: int,
+              resume: bool, as_json: bool, wide: bool) -> None:
+    """`fptrace features train PROMPTS --layer L --out DIR`: checked before the load, a progress
+    bar on stderr, the result on stdout."""
+    from fptrace.numbers import check_finite
+
+    if not inputs:
+        raise BadInput("features train: give prompt files (.txt, .jsonl) or folders to train on")
+    if layer is None or out is None:
+        raise BadInput("features train needs --layer L and --out DIR")
+    check_finite(lr, "--lr", low=0.0)
+    from fptrace.addresses import parse_block, resolve_block
+    from fptrace.commands.features.train import TrainOptions, check_out, train
+    from fptrace.core.trace import sizes
+
+    block = parse_block(layer, "--layer")
+    check_out(out, resume)
+    lm = load(opts)
+    options = TrainOptions(layer=resolve_block(block, sizes(lm), "--layer").layer, latents=latents,
+                           k=k, tokens=tokens, batch_tokens=batch_tokens, lr=lr, seed=seed)
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
+    from rich.progress import TimeElapsedColumn, TimeRemainingColumn
+
+    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                  TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn(),
+                  console=stderr_console()) as bar:
+        tasks: dict = {}
+
+        def progress(phase: str, done: int, total: int) -> None:
+            if phase not in tasks:
+                verb = "collecting the stream: prompts" if phase == "prompts" else "training: steps"
+                tasks[phase] = bar.add_task(verb, total=total)
+            bar.update(tasks[phase], advance=done if phase == "prompts" else None,
+                       completed=None if phase == "prompts" else done)
+
+        result = train(lm, inputs, out, options, resume=resume, progress=progress)
+    from fptrace.commands.features.render import train_view
+
+    output(result, train_view, as_json=as_json, wide=wide)

@@ -1,0 +1,127 @@
+"""Examples of `fptrace features`: its golden view, its bad inputs, its notes' cases.
+
+The dictionaries here are made from seeded weights (no download): `seeded` in memory, and
+`write_seeded` as an SAELens folder for the command line.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Any, Callable
+
+from fptrace.examples import Bench, Case, NoteCase, Setup, View
+
+PROMPT = "The cat sat on the mat"
+
+
+def seeded(d_model: int, d_sae: int, hook: str = "blocks.1.hook_resid_pre", seed: int = 0,
+           kind: str = "relu", k: int | None = None) -> Any:
+    """An SAE of width d_model with seeded random weights (decoder rows scaled down), in
+    memory."""
+    import torch
+
+    from fptrace.core.dictionaries import Dictionary
+    from fptrace.core.dictionary_sites import dictionary_site
+
+    g = torch.Generator().manual_seed(seed)
+    site = dictionary_site(hook)
+    return Dictionary(
+        path=f"seeded-{seed}", format="saelens", kind=kind, role="sae", site=site, out_site=site,
+        W_enc=torch.randn(d_model, d_sae, generator=g),
+        b_enc=torch.randn(d_sae, generator=g) * 0.5,
+        W_dec=torch.randn(d_sae, d_model, generator=g) * 0.1,
+        b_dec=torch.randn(d_model, generator=g) * 0.1, k=k, shift_input=True)
+
+
+def write_seeded(folder: str, d_model: int, d_sae: int, hook: str = "blocks.1.hook_resid_pre",
+                 seed: int = 0) -> str:
+    """seeded(...) written as an SAELens folder (cfg.json + sae_weights.safetensors)."""
+    import numpy as np
+    from safetensors.numpy import save_file
+
+    d = seeded(d_model, d_sae, hook, seed)
+    os.makedirs(folder, exist_ok=True)
+    with open(os.path.join(folder, "cfg.json"), "w", encoding="utf-8") as f:
+        json.dump({"architecture": "standard", "d_in": d_model, "d_sae": d_sae,
+                   "hook_name": hook, "apply_b_dec_to_input": True,
+                   "normalize_activations": "none", "dtype": "float32"}, f)
+    save_file({n: np.ascontiguousarray(getattr(d, n).numpy()) for n in
+               ("W_enc", "W_dec", "b_enc", "b_dec")},
+              os.path.join(folder, "sae_weights.safetensors"))
+    return folder
+
+
+def _notes(lm: Any, **kw: Any) -> tuple[str, ...]:
+    from fptrace.commands.features.core import features
+
+    d = int(lm.config.hidden_size)
+    kw.setdefault("saes", [seeded(d, 4 * d)])
+    return features(lm, [5, 6, 7, 8], **kw).notes
+
+
+def _massive(bench: Bench) -> tuple[Any, Any]:
+    return _notes(bench.lm("llama")), None
+
+
+def _withheld(bench: Bench) -> tuple[Any, Any]:
+    return _notes(bench.lm("llama")), None
+
+
+def _not_in_stream(bench: Bench) -> tuple[Any, Any]:
+    lm = bench.lm("llama")
+    d = int(lm.config.hidden_size)
+    return _notes(lm), _notes(lm, saes=[seeded(d, 4 * d, "blocks.1.hook_mlp_in")])
+
+
+def _softcap(bench: Bench) -> tuple[Any, Any]:
+    return _notes(bench.lm("llama")), _notes(bench.lm("gemma2"))
+
+
+NOTE_CASES = (NoteCase("features_massive", _massive),
+              NoteCase("features_attribution_withheld", _withheld),
+              NoteCase("features_not_in_stream", _not_in_stream),
+              NoteCase("features_softcap", _softcap))
+
+
+def _view(lm: Any, bench: Bench) -> Callable[[Any], Any]:
+    from fptrace.commands.features.core import features
+    from fptrace.commands.features.render import features_view
+
+    d = int(lm.config.hidden_size)
+    r = features(lm, PROMPT, saes=[seeded(d, 4 * d, "blocks.0.hook_resid_post"),
+                                   seeded(d, 4 * d, "blocks.1.hook_resid_post", seed=1,
+                                          kind="topk", k=8)], top=3, latent=2)
+    return lambda w: features_view(r, w)
+
+
+VIEWS = (View("features", _view),)
+
+
+def bad_inputs(at: Setup) -> tuple[Case, ...]:
+    """The bad inputs of `fptrace features` (rows of docs/bad-inputs.md); the dictionary folders
+    they read are written here, under the script's temporary folder."""
+    m = at.model
+    root = at.path("features")
+    good = write_seeded(os.path.join(root, "sae"), 32, 64)
+    os.makedirs(os.path.join(root, "empty"), exist_ok=True)
+    wide = write_seeded(os.path.join(root, "wide"), 48, 64)
+    cut = write_seeded(os.path.join(root, "cut"), 32, 64)
+    weights = os.path.join(cut, "sae_weights.safetensors")
+    with open(weights, "rb") as f:
+        data = f.read()
+    with open(weights, "wb") as f:
+        f.write(data[:len(data) // 2])
+    return (
+        Case(65, "features: a folder without a config",
+             ("features", "The cat sat", *m, "--sae", os.path.join(root, "empty"))),
+        Case(66, "features: a dictionary of another width",
+             ("features", "The cat sat", *m, "--sae", wide)),
+        Case(67, "features: a truncated safetensors file",
+             ("features", "The cat sat", *m, "--sae", cut)),
+        Case(68, "features: a latent index out of range",
+             ("features", "The cat sat", *m, "--sae", good, "--latent", "64")),
+        Case(69, "features: the site against the config (after the block, not before)",
+             ("features", "The cat sat", *m, "--sae", good, "--site",
+              "blocks.1.hook_resid_post")),
+    )

@@ -1,0 +1,50 @@
+"""The report's features section (--sae): the stream read through a sparse dictionary."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Optional
+
+import typer
+
+from fptrace.cli.options import STATS
+from fptrace.cli.sections import Page, ReportSection
+from fptrace.render.html import section
+
+OPTIONS = (
+    ("sae", Annotated[Optional[str], typer.Option(
+        "--sae", help="Also a features section: the prompt read through the SAE in this folder "
+        "(SAELens, Gemma Scope or sparsify), as `fptrace features`.",
+        rich_help_panel=STATS)], None),
+)
+
+
+def _check(values: dict[str, Any]) -> None:
+    if values["sae"] is not None:
+        from fptrace.core.dictionaries import read_dictionary
+
+        read_dictionary(values["sae"])  # a bad folder costs no load
+
+
+def _compute(page: Page, values: dict[str, Any]) -> Any:
+    from fptrace.commands.features.core import features
+
+    if values["sae"] is None:
+        return None
+    return features(page.lm, page.prompt, saes=[values["sae"]])
+
+
+def _body(result: Any) -> list[str]:
+    from fptrace.commands.features.render import features_figure, features_view
+
+    return section("What the stream is made of: sparse dictionary features", "features",
+                   features_figure(result)[0], features_view(result, 130))
+
+
+def _verify(result: Any) -> None:
+    from fptrace.cli.io import require_checks
+
+    require_checks(result.checks, "the decomposition")
+
+
+SECTION = ReportSection(order=65, compute=_compute, body=_body, options=OPTIONS, check=_check,
+                        verify=_verify)

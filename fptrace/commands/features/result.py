@@ -1,0 +1,235 @@
+"""The result of `fptrace features`."""
+
+from __future__ import annotations
+
+from fptrace.results import SCHEMA_VERSION, Check, ModelInfo, Token, TopToken, result
+
+# the targets of the checks this command's results carry (`fptrace schema` joins them)
+CHECK_TARGETS = "`decomposition` (features)"
+SCHEMA_SINCE = "1.4"  # the features kinds arrive
+
+
+@result
+class LatentValue:
+    """One latent of a dictionary at one position."""
+
+    latent: int
+    """The latent's index in the dictionary (0 .. d_sae − 1)."""
+    activation: float
+    """Its activation aᵢ: what multiplies its decoder row dᵢ."""
+
+
+@result
+class PositionFeatures:
+    """A dictionary's readout of one position."""
+
+    position: int
+    """Position in the prompt, from 0."""
+    norm: float
+    """‖x‖ of the vector the dictionary reconstructs here (the stream, or for a transcoder the
+    MLP's output)."""
+    error_norm: float
+    """‖error‖: x − (Σ aᵢ·dᵢ + b_dec)."""
+    relative_error: float
+    """‖error‖² / ‖x‖²."""
+    l0: int
+    """How many latents are active (aᵢ ≠ 0)."""
+    massive: bool
+    """Whether ‖x‖ here is over ten times the median of the prompt's positions (a massive
+    activation, usually the first token): left out of `fvu`, reported on its own."""
+    top: tuple[LatentValue, ...]
+    """The largest activations, largest first."""
+
+
+@result
+class LatentTerm:
+    """A latent's part of the target's logit: aᵢ · (dᵢ through the frozen final norm · u)."""
+
+    latent: int
+    """The latent's index."""
+    activation: float
+    """Its activation at the last position."""
+    logits: float
+    """Its term, in logits."""
+
+
+@result
+class FeatureAttribution:
+    """The direct logit attribution of the target at the last position, split through the
+    dictionary: the stream entering the final norm is the dictionary's site plus what the later
+    parts added, and the site is Σ aᵢ·dᵢ + b_dec + error; the final norm is frozen at its actual
+    value (as `fptrace attribute` does), so every term is a number of logits and they sum to the
+    model's logit."""
+
+    target: TopToken
+    """The target token (`--target`, default the model's top-1)."""
+    model_logit: float
+    """The model's own logit of the target, before any final softcap."""
+    latents: tuple[LatentTerm, ...]
+    """The largest latent terms by |logits|, largest first."""
+    other_latents: float
+    """The terms of the active latents not listed, summed."""
+    latent_sum: float
+    """Σ over every active latent of its term."""
+    b_dec: float
+    """The decoder bias's term."""
+    error: float
+    """The error term's: what the dictionary misses, in logits."""
+    rest: float
+    """Everything the stream holds besides the site (the blocks after it, or for an MLP site
+    everything but that MLP's output), in logits."""
+    biases: float
+    """The final norm's bias and the LM head's bias for the target (0 when the model has none)."""
+    total: float
+    """latent_sum + b_dec + error + rest + biases."""
+    difference: float
+    """total − model_logit."""
+    tolerance: str
+    """The rule `difference` is held to."""
+
+
+@result
+class LatentTrace:
+    """`--latent N`: one latent followed over the prompt's positions."""
+
+    latent: int
+    """The latent's index."""
+    activations: tuple[float, ...]
+    """Its activation at each position."""
+    decoder_norm: float
+    """‖dᵢ‖, its decoder row's norm: activation × this is how much it writes."""
+
+
+@result
+class DictionaryReadout:
+    """One dictionary's readout of the prompt."""
+
+    path: str
+    """The folder given (`--sae`/`--transcoder`)."""
+    format: str
+    """saelens, gemmascope or sparsify."""
+    activation: str
+    """Its activation function: relu, jumprelu, topk or batchtopk."""
+    role: str
+    """sae (reconstructs what it reads) or transcoder (reads the MLP's input, reconstructs its
+    output)."""
+    site: str
+    """Where it reads, TransformerLens's name (`blocks.15.hook_resid_post`)."""
+    out_site: str
+    """What it reconstructs (the same as `site` for an SAE)."""
+    d_sae: int
+    """Latents in the dictionary."""
+    k: int | None
+    """TopK: latents kept per position; else null."""
+    positions: tuple[PositionFeatures, ...]
+    """Per position, the readout."""
+    fvu: float | None
+    """Fraction of variance unexplained, Σ‖error‖² / Σ‖x − mean x‖², over the positions that are
+    not massive; null with fewer than two such positions."""
+    l0: float
+    """Mean active latents per position."""
+    decomposition_gap: float
+    """max over positions of ‖Σ aᵢ·dᵢ (active latents) + b_dec + error − x‖ / max(1, ‖x‖),
+    computed in float64 from the float32 encoding: the decomposition's check."""
+    attribution: FeatureAttribution | None
+    """The target's logit split through this dictionary; null where it does not sum (the note
+    says by how much) or when the dictionary's site is not part of the final stream."""
+    latent: LatentTrace | None
+    """`--latent N`: that latent over the positions; else null."""
+
+
+@result
+class TopActivation:
+    """`--top-prompts`: one of the places where a latent is largest."""
+
+    prompt_id: str
+    """The prompt's id (file stem:line, or a .jsonl id)."""
+    position: int
+    """The position in that prompt."""
+    token: str
+    """The token there."""
+    activation: float
+    """The latent's activation there."""
+    context: str
+    """The prompt's text up to and including that token (the last 60 characters)."""
+
+
+@result
+class Features:
+    """`fptrace features --json`: the stream read through sparse dictionaries (SAEs, transcoders),
+    with the part each misses, summing exactly."""
+
+    prompt: str
+    """The prompt as given."""
+    model: ModelInfo
+    """The model that was run."""
+    tokens: tuple[Token, ...]
+    """The prompt's tokens."""
+    dictionaries: tuple[DictionaryReadout, ...]
+    """One per `--sae`/`--transcoder`, in the order given."""
+    top_prompts: tuple[TopActivation, ...]
+    """`--top-prompts FILE --latent N`: the places over those prompts where latent N of the first
+    dictionary is largest, largest first; else empty."""
+    prompts_read: int
+    """`--top-prompts`: prompts run; else 0."""
+    checks: tuple[Check, ...]
+    """The decomposition of each dictionary (target `decomposition`): latents + b_dec + error
+    reproduce the vector it reads to 1e-6 relative."""
+    ok: bool
+    """Whether every check passes; `fptrace features` exits with 5 when not."""
+    notes: tuple[str, ...]
+    """Sentences a reader should see with the numbers."""
+    kind: str = "features"
+    schema_version: str = SCHEMA_VERSION
+
+
+@result
+class TrainResult:
+    """`fptrace features train --json`: a TopK SAE trained on the stream after one block,
+    written in the SAELens layout."""
+
+    out: str
+    """The folder written: cfg.json and sae_weights.safetensors (SAELens's layout), and the
+    trainer's state for --resume."""
+    model: ModelInfo
+    """The model whose stream it was trained on."""
+    layer: int
+    """The block after which the stream was read."""
+    site: str
+    """That place's name (`blocks.L.hook_resid_post`), written as hook_name in cfg.json."""
+    latents: int
+    """Latents (d_sae)."""
+    k: int
+    """Latents kept per token (TopK)."""
+    prompts: int
+    """Training prompts."""
+    held_out_prompts: int
+    """Prompts held out for the evaluation."""
+    train_tokens: int
+    """Positions collected from the training prompts (each prompt's first position left out:
+    the massive activation)."""
+    held_out_tokens: int
+    """Positions of the held-out prompts (first positions left out)."""
+    steps: int
+    """Optimiser steps in all."""
+    resumed_from: int
+    """The step an interrupted run was resumed from (0: a fresh run)."""
+    tokens_seen: int
+    """Training tokens the optimiser saw (steps × batch; the positions are reused epoch after
+    epoch when there are fewer)."""
+    first_loss: float
+    """The first step's loss (the batch's FVU, plus the AuxK term when latents are dead)."""
+    last_loss: float
+    """The mean loss of the last ten steps."""
+    loss_curve: tuple[float, ...]
+    """The loss at about fifty evenly spaced steps."""
+    fvu: float
+    """Fraction of variance unexplained on the held-out positions: Σ‖x − x̂‖² / Σ‖x − mean‖²."""
+    l0: float
+    """Mean active latents per held-out position."""
+    dead_latents: int
+    """Latents that fire on no held-out position."""
+    seconds: float
+    """Training time (the collection of the stream not included)."""
+    kind: str = "features_train"
+    schema_version: str = SCHEMA_VERSION

@@ -1,0 +1,333 @@
+"""`fptrace features train`: a TopK SAE trained on the stream after one block, written in the
+SAELens layout (cfg.json + sae_weights.safetensors), so that SAELens and fptrace both read it.
+
+1. The stream after block L is collected from the prompts (core/inputs.py, a group of prompts a
+   forward pass: core/prompt_groups.py, as `stats` reads them). The first position of every
+   prompt is left out, as SAE trainers commonly do: it holds the massive activation (norm
+   ~22,660 after block 15 of the bundled model against 170-190 elsewhere), which would dominate
+   the squared error. A tenth of the prompts (at least one) is held out for the evaluation.
+2. TopK SAE (Gao et al. 2024): a = TopK(relu((x − b_dec) W_enc + b_enc)), x̂ = a W_dec + b_dec,
+   decoder rows kept at unit norm, W_enc initialised as W_dec's transpose, b_dec as the mean of
+   the first batch; loss: ‖x − x̂‖² / ‖x − mean‖² (the batch's FVU) plus the AuxK loss (the
+   top k_aux latents that have not fired for `dead_after` tokens rebuild the residual, × 1/32).
+   Adam; the data are shuffled by a seeded generator, one epoch after another until `tokens`
+   training tokens have been seen.
+3. Every `save_every` steps (and at the end) the SAE, Adam's moments and the step are written to
+   the output folder (trainer_state.safetensors + trainer_state.json, no pickle); `resume`
+   continues from there with the same data order, so an interrupted run ends where an
+   uninterrupted one would.
+4. On the held-out prompts: FVU, L0 and the dead latents (those that fire on no held-out token).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from dataclasses import dataclass
+from typing import Any, Callable, Sequence
+
+from fptrace.atomic import write_atomic
+from fptrace.commands.features.result import TrainResult
+from fptrace.core.dictionary_sites import Site
+from fptrace.commands.features.streams import capture, stream_index
+from fptrace.core.trace import model_info
+from fptrace.errors import BadInput
+
+STATE = "trainer_state.safetensors"
+STATE_JSON = "trainer_state.json"
+
+
+def atomic_write(path: str, data: bytes) -> None:
+    def write(tmp: str) -> None:
+        with open(tmp, "wb") as f:
+            f.write(data)
+
+    write_atomic(path, write)
+
+
+@dataclass(frozen=True)
+class TrainOptions:
+    layer: int
+    latents: int = 2048
+    k: int = 32
+    tokens: int = 200_000
+    batch_tokens: int = 1024
+    lr: float = 5e-4
+    seed: int = 0
+    held_out: float = 0.1
+    save_every: int = 200
+    dead_after: int = 50_000
+
+
+def collect(lm: Any, items: Sequence[Any], layer: int, progress: Callable | None = None,
+            batch_size: int = 8) -> tuple[Any, list[int]]:
+    """(N, d) float32 on the CPU: the stream after `layer` at every position but each prompt's
+    first, and the number of positions each prompt gave (in order)."""
+    import torch
+
+    from fptrace.core.prompt_groups import Summary, run_groups
+    from fptrace.core.trace import padded_batch
+
+    i = stream_index(Site(layer, "resid_post"))
+    rows: list[Any] = []
+    counts: list[int] = []
+
+    def work(group: list) -> list:
+        ids = [list(e.ids) for e in group]
+        input_ids, mask, kwargs = padded_batch(lm, ids)
+        cap = capture(lm, input_ids, {i}, set(), **kwargs)
+        x = cap.streams[i].cpu()  # (B, T, d)
+        T = x.shape[1]
+        return [x[r, T - len(ids[r]) + 1:] for r in range(len(group))]  # first position left out
+
+    def emit(chunk: list, results: list, failures: dict) -> None:
+        for res in results:
+            for x in res:
+                rows.append(x)
+                counts.append(int(x.shape[0]))
+
+    with torch.inference_mode():
+        run_groups(lm, items, work, emit, summary=Summary(total=len(items)),
+                   batch_size=batch_size, truncate=True, progress=progress)
+    if not rows or sum(counts) == 0:
+        raise BadInput("the prompts give no positions to train on (each prompt's first position "
+                       "is left out: give prompts of two tokens or more)")
+    return torch.cat(rows).float(), counts
+
+
+class TopK:
+    """The SAE being trained (float32, CPU)."""
+
+    def __init__(self, d: int, n: int, k: int, seed: int) -> None:
+        import torch
+
+        g = torch.Generator().manual_seed(seed)
+        W_dec = torch.randn(n, d, generator=g)
+        W_dec /= W_dec.norm(dim=-1, keepdim=True)
+        self.W_dec = W_dec.requires_grad_()
+        self.W_enc = W_dec.detach().T.clone().contiguous().requires_grad_()
+        self.b_enc = torch.zeros(n, requires_grad=True)
+        self.b_dec = torch.zeros(d, requires_grad=True)
+        self.k = k
+
+    def params(self) -> list:
+        return [self.W_enc, self.b_enc, self.W_dec, self.b_dec]
+
+    def pre(self, x: Any) -> Any:
+        import torch
+
+        return torch.relu((x - self.b_dec) @ self.W_enc + self.b_enc)
+
+    def encode(self, x: Any) -> Any:
+        import torch
+
+        pre = self.pre(x)
+        vals, idx = pre.topk(self.k, dim=-1)
+        return torch.zeros_like(pre).scatter(-1, idx, vals)
+
+    def normalise(self) -> None:
+        import torch
+
+        with torch.no_grad():
+            self.W_dec /= self.W_dec.norm(dim=-1, keepdim=True).clamp(min=1e-12)
+
+
+def train(lm: Any, inputs: Sequence[str], out: str, opts: TrainOptions, *, resume: bool = False,
+          progress: Callable[[str, int, int], None] | None = None) -> TrainResult:
+    """Train and write the SAE (see the module's text). progress(phase, done, total): phase
+    `prompts` while collecting (done in prompts), `steps` while training."""
+    import torch
+
+    from fptrace.core.inputs import read_inputs
+
+    info = model_info(lm)
+    if not 0 <= opts.layer < info.n_layers:
+        raise BadInput(f"--layer {opts.layer}: {lm.name} has blocks 0 to {info.n_layers - 1}")
+    for name, v, low in (("--latents", opts.latents, 2), ("--k", opts.k, 1),
+                         ("--tokens", opts.tokens, 1), ("--batch-tokens", opts.batch_tokens, 1)):
+        if v < low:
+            raise BadInput(f"{name} {v}: must be at least {low}")
+    if opts.k >= opts.latents:
+        raise BadInput(f"--k {opts.k}: must be below --latents ({opts.latents})")
+    if not 0 < opts.held_out < 1:
+        raise BadInput(f"--held-out {opts.held_out}: a fraction between 0 and 1")
+    check_out(out, resume)
+    items = read_inputs(list(inputs))
+    if len(items) < 2:
+        raise BadInput("give two prompts or more: a tenth of them (at least one) is held out")
+    n_held = max(1, int(round(len(items) * opts.held_out)))
+    g = torch.Generator().manual_seed(opts.seed)
+    order = torch.randperm(len(items), generator=g).tolist()
+    held = [items[i] for i in sorted(order[:n_held])]
+    kept = [items[i] for i in sorted(order[n_held:])]
+    tick = None if progress is None else (lambda p, t: progress("prompts", p, len(items)))
+    x_train, _ = collect(lm, kept, opts.layer, tick)
+    x_held, _ = collect(lm, held, opts.layer, tick)
+    d = x_train.shape[1]
+    sae = TopK(d, opts.latents, opts.k, opts.seed)
+    adam = torch.optim.Adam(sae.params(), lr=opts.lr)
+    steps = max(1, opts.tokens // opts.batch_tokens)
+    step, since_fired, losses = 0, torch.zeros(opts.latents, dtype=torch.long), []
+    if resume:
+        step, losses = _load_state(out, sae, adam, since_fired, opts, d)
+    else:
+        with torch.no_grad():
+            sae.b_dec.copy_(x_train[:opts.batch_tokens].mean(0))
+    t0 = time.perf_counter()
+    resumed_from = step
+    data = torch.Generator().manual_seed(opts.seed + 1)
+    perm = torch.randperm(x_train.shape[0], generator=data)
+    for _ in range(step * opts.batch_tokens // x_train.shape[0]):  # epochs already done
+        perm = torch.randperm(x_train.shape[0], generator=data)
+    while step < steps:
+        start = step * opts.batch_tokens % x_train.shape[0]
+        idx = _batch(perm, start, opts.batch_tokens)
+        x = x_train[idx]  # (b, d)
+        loss, fired = _step(sae, adam, x, since_fired, opts)
+        since_fired += x.shape[0]
+        since_fired[fired] = 0
+        losses.append(loss)
+        step += 1
+        if (step * opts.batch_tokens) // x_train.shape[0] != \
+                ((step - 1) * opts.batch_tokens) // x_train.shape[0]:
+            perm = torch.randperm(x_train.shape[0], generator=data)  # a new epoch
+        if step % opts.save_every == 0 or step == steps:
+            _save(out, sae, adam, since_fired, step, losses, opts, lm)
+        if progress is not None:
+            progress("steps", step, steps)
+    with torch.no_grad():
+        a = sae.encode(x_held)
+        err = x_held - (a @ sae.W_dec + sae.b_dec)
+        fvu = float((err ** 2).sum() / ((x_held - x_held.mean(0)) ** 2).sum())
+        dead = int(((a != 0).sum(0) == 0).sum())
+        l0 = float((a != 0).sum(-1).float().mean())
+    _write_saelens(out, sae, opts, lm)
+    curve = tuple(float(v) for v in losses[::max(1, len(losses) // 50)])
+    return TrainResult(
+        out=out, model=info, layer=opts.layer, site=Site(opts.layer, "resid_post").name,
+        latents=opts.latents, k=opts.k, prompts=len(kept), held_out_prompts=len(held),
+        train_tokens=int(x_train.shape[0]), held_out_tokens=int(x_held.shape[0]),
+        steps=steps, resumed_from=resumed_from, tokens_seen=steps * opts.batch_tokens,
+        first_loss=float(losses[0]) if losses else float("nan"),
+        last_loss=float(sum(losses[-10:]) / len(losses[-10:])) if losses else float("nan"),
+        loss_curve=curve, fvu=fvu, l0=l0, dead_latents=dead,
+        seconds=time.perf_counter() - t0)
+
+
+def _batch(perm: Any, start: int, size: int) -> Any:
+    import torch
+
+    n = perm.shape[0]
+    if size >= n:
+        return perm
+    if start + size <= n:
+        return perm[start:start + size]
+    return torch.cat([perm[start:], perm[:start + size - n]])
+
+
+def _step(sae: TopK, adam: Any, x: Any, since_fired: Any, opts: TrainOptions) -> tuple[float, Any]:
+    import torch
+
+    pre = sae.pre(x)  # (b, n)
+    vals, idx = pre.topk(opts.k, dim=-1)
+    a = torch.zeros_like(pre).scatter(-1, idx, vals)
+    recon = a @ sae.W_dec + sae.b_dec
+    var = ((x - x.mean(0)) ** 2).sum()
+    loss = ((recon - x) ** 2).sum() / var
+    dead = since_fired >= opts.dead_after
+    if bool(dead.any()):  # AuxK: the dead latents rebuild what the live ones miss
+        k_aux = min(int(dead.sum()), x.shape[1] // 2)
+        masked = torch.where(dead[None], pre, torch.full_like(pre, -1.0))
+        av, ai = masked.topk(k_aux, dim=-1)
+        aux = torch.zeros_like(pre).scatter(-1, ai, av.clamp(min=0))
+        residual = (x - recon).detach()
+        loss = loss + ((aux @ sae.W_dec - residual) ** 2).sum() / var / 32
+    adam.zero_grad()
+    loss.backward()
+    with torch.no_grad():  # keep only the gradient that does not change the rows' norms
+        W, G = sae.W_dec, sae.W_dec.grad
+        G -= (G * W).sum(-1, keepdim=True) * W
+    adam.step()
+    sae.normalise()
+    return float(loss.detach()), idx.unique()
+
+
+def check_out(out: str, resume: bool) -> None:
+    """--out is a new or empty folder, or with --resume one that holds a training."""
+    if resume:
+        if not os.path.isfile(os.path.join(out, STATE_JSON)):
+            raise BadInput(f"--resume: {out!r} holds no interrupted training ({STATE_JSON})")
+        return
+    if os.path.exists(out) and (not os.path.isdir(out) or os.listdir(out)):
+        raise BadInput(f"--out {out!r} exists and is not an empty folder: give a new folder, or "
+                       "--resume to continue the training written there")
+
+
+def _save(out: str, sae: TopK, adam: Any, since_fired: Any, step: int, losses: list,
+          opts: TrainOptions, lm: Any) -> None:
+    from safetensors.torch import save
+
+    os.makedirs(out, exist_ok=True)
+    tensors = {n: t.detach().clone().contiguous() for n, t in
+               zip(("W_enc", "b_enc", "W_dec", "b_dec"), sae.params())}
+    for i, p in enumerate(sae.params()):
+        st = adam.state.get(p, {})
+        for key in ("exp_avg", "exp_avg_sq"):
+            if key in st:
+                tensors[f"adam.{i}.{key}"] = st[key].contiguous()
+    tensors["since_fired"] = since_fired.clone()
+    atomic_write(os.path.join(out, STATE), save(tensors))
+    doc = {"step": step, "losses": losses, "options": opts.__dict__, "model": lm.name}
+    atomic_write(os.path.join(out, STATE_JSON), json.dumps(doc).encode())
+
+
+def _load_state(out: str, sae: TopK, adam: Any, since_fired: Any, opts: TrainOptions, d: int
+                ) -> tuple[int, list]:
+    import torch
+    from safetensors.torch import load_file
+
+    from fptrace.core.dictionaries import read_json
+
+    doc = read_json(os.path.join(out, STATE_JSON))
+    if doc.get("options") != opts.__dict__:
+        raise BadInput(f"--resume: {out!r} was trained with other options "
+                       f"({doc.get('options')}); resume with the same ones")
+    try:
+        t = load_file(os.path.join(out, STATE))
+    except Exception as e:
+        raise BadInput(f"--resume: cannot read {os.path.join(out, STATE)!r}: {e}") from None
+    with torch.no_grad():
+        for n, p in zip(("W_enc", "b_enc", "W_dec", "b_dec"), sae.params()):
+            if tuple(t[n].shape) != tuple(p.shape):
+                raise BadInput(f"--resume: {out!r} holds {n} of shape {tuple(t[n].shape)}, not "
+                               f"{tuple(p.shape)}")
+            p.copy_(t[n])
+    step = int(doc["step"])
+    if step > 0:
+        for i, p in enumerate(sae.params()):
+            adam.state[p] = {"step": torch.tensor(float(step)),
+                             "exp_avg": t[f"adam.{i}.exp_avg"].clone(),
+                             "exp_avg_sq": t[f"adam.{i}.exp_avg_sq"].clone()}
+    since_fired.copy_(t["since_fired"])
+    return step, list(doc.get("losses", []))
+
+
+def _write_saelens(out: str, sae: TopK, opts: TrainOptions, lm: Any) -> None:
+    from safetensors.torch import save
+
+    hook = Site(opts.layer, "resid_post").name
+    cfg = {"architecture": "topk", "d_in": int(sae.W_dec.shape[1]), "d_sae": opts.latents,
+           "k": opts.k, "dtype": "float32", "device": "cpu", "apply_b_dec_to_input": True,
+           "normalize_activations": "none", "reshape_activations": "none",
+           "hook_name": hook, "hook_layer": opts.layer, "model_name": lm.name,
+           "metadata": {"model_name": lm.name, "hook_name": hook, "hook_layer": opts.layer,
+                        "prepend_bos": True, "context_size": None,
+                        "seqpos_slice": [1, None]}}
+    weights = {n: t.detach().clone().contiguous() for n, t in
+               zip(("W_enc", "b_enc", "W_dec", "b_dec"), sae.params())}
+    atomic_write(os.path.join(out, "sae_weights.safetensors"), save(weights))
+    atomic_write(os.path.join(out, "cfg.json"), json.dumps(cfg, indent=2).encode())
+
+
+__all__ = ["train", "TrainOptions", "collect", "TopK", "check_out"]

@@ -1,0 +1,403 @@
+"""Sparse dictionaries (SAEs and transcoders) read from the folders people download, in one
+typed value with the two functions every reader needs: encode and decode. `fptrace features`
+reads the stream through them; `steer` and `ablate` add or remove one latent's write.
+
+Formats (learned from their documentation and code, read here independently):
+
+    SAELens      cfg.json + sae_weights.safetensors: W_enc (d_in, d_sae), W_dec (d_sae, d_in),
+                 b_enc, b_dec, threshold (JumpReLU); cfg: architecture (standard, jumprelu,
+                 topk, batchtopk, transcoder, jumprelu_transcoder), d_in, d_sae, k,
+                 apply_b_dec_to_input, normalize_activations, and the hook name (top level, or
+                 under `metadata`/`meta`), hook_name_out for transcoders
+    Gemma Scope  params.npz or params.safetensors: W_enc, W_dec, b_enc, b_dec, threshold
+                 (JumpReLU, the input not shifted by b_dec); the place from config.json when
+                 there is one, else from the folder's path (`layer_12`, `res`/`resid_post`,
+                 `mlp`, `transcoder`)
+    sparsify     cfg.json + sae.safetensors: encoder.weight (d_sae, d_in), encoder.bias, W_dec
+                 (d_sae, d_out), b_dec; cfg: k, num_latents or expansion_factor, transcode; the
+                 place is the folder's name (`layers.6`, `layers.6.mlp`) as sparsify saves it
+
+Encoding, for every kind: pre = (x − b_dec if the format shifts the input) @ W_enc + b_enc, then
+ReLU: relu(pre); JumpReLU: relu(pre) where pre > threshold, else 0; TopK: the k largest of pre,
+through ReLU, the rest 0; BatchTopK: JumpReLU with its stored threshold (how a BatchTopK SAE runs
+at inference). Decoding: a @ W_dec + b_dec.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from fptrace.core.dictionary_sites import Site, dictionary_site
+from fptrace.errors import BadInput
+from fptrace.numbers import parse_int
+
+KINDS = ("relu", "jumprelu", "topk", "batchtopk")
+FORMATS = ("saelens", "gemmascope", "sparsify")
+ROLES = ("sae", "transcoder")
+
+_SAELENS_ARCH = {"standard": ("relu", "sae"), "relu": ("relu", "sae"),
+                 "jumprelu": ("jumprelu", "sae"), "topk": ("topk", "sae"),
+                 "batchtopk": ("batchtopk", "sae"), "transcoder": ("relu", "transcoder"),
+                 "jumprelu_transcoder": ("jumprelu", "transcoder"),
+                 "topk_transcoder": ("topk", "transcoder")}
+
+
+@dataclass
+class Dictionary:
+    """A sparse dictionary: what it reads (site) and, for a transcoder, where its reconstruction
+    belongs (out_site); tensors in float32 on the CPU until `to(device)`."""
+
+    path: str
+    format: str  # one of FORMATS
+    kind: str  # one of KINDS
+    role: str  # "sae" or "transcoder"
+    site: Site  # what it encodes
+    out_site: Site  # what it reconstructs (the same as site for an SAE)
+    W_enc: Any  # (d_in, d_sae)
+    b_enc: Any  # (d_sae,)
+    W_dec: Any  # (d_sae, d_out)
+    b_dec: Any  # (d_out,)
+    threshold: Any = None  # (d_sae,) JumpReLU / BatchTopK
+    k: int | None = None  # TopK
+    shift_input: bool = False  # x − b_dec before the encoder
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def d_in(self) -> int:
+        return int(self.W_enc.shape[0])
+
+    @property
+    def d_sae(self) -> int:
+        return int(self.W_enc.shape[1])
+
+    @property
+    def d_out(self) -> int:
+        return int(self.W_dec.shape[1])
+
+    def to(self, device: Any) -> "Dictionary":
+        for name in ("W_enc", "b_enc", "W_dec", "b_dec", "threshold"):
+            t = getattr(self, name)
+            if t is not None:
+                setattr(self, name, t.to(device))
+        return self
+
+    def pre(self, x: Any) -> Any:
+        """(N, d_in) -> (N, d_sae): the encoder's pre-activations."""
+        x = x.float()
+        if self.shift_input:
+            x = x - self.b_dec
+        return x @ self.W_enc + self.b_enc
+
+    def encode(self, x: Any) -> Any:
+        """(N, d_in) -> (N, d_sae) activations (see the module's text)."""
+        import torch
+
+        pre = self.pre(x)
+        if self.kind == "relu":
+            return torch.relu(pre)
+        if self.kind in ("jumprelu", "batchtopk"):
+            return torch.where(pre > self.threshold, torch.relu(pre), torch.zeros_like(pre))
+        vals, idx = pre.topk(min(int(self.k or 1), pre.shape[-1]), dim=-1)  # (N, k)
+        return torch.zeros_like(pre).scatter(-1, idx, torch.relu(vals))
+
+    def decode(self, a: Any) -> Any:
+        """(N, d_sae) -> (N, d_out)."""
+        return a @ self.W_dec + self.b_dec
+
+
+def read_dictionary(path: str, *, site: str | None = None) -> Dictionary:
+    """The dictionary in the folder `path` (a Gemma Scope params file may be named directly).
+    `site`: where it reads, for a dictionary whose files do not say; where they do, it must
+    agree with them."""
+    if not os.path.exists(path):
+        raise BadInput(f"--sae {path!r}: no such folder")
+    folder = path if os.path.isdir(path) else os.path.dirname(path) or "."
+    names = set(os.listdir(folder))
+    if not os.path.isdir(path) and os.path.basename(path) not in ("params.npz",
+                                                                  "params.safetensors"):
+        raise BadInput(f"--sae {path!r}: give the dictionary's folder (cfg.json beside "
+                       "sae_weights.safetensors or sae.safetensors, or params.npz)")
+    if "cfg.json" in names and "sae_weights.safetensors" in names:
+        d = _saelens(folder)
+    elif "cfg.json" in names and "sae.safetensors" in names:
+        d = _sparsify(folder)
+    elif names & {"params.npz", "params.safetensors"}:
+        d = _gemmascope(path if not os.path.isdir(path) else folder, site)
+    else:
+        sub = sorted(n for n in names if os.path.isfile(os.path.join(folder, n, "cfg.json")))
+        hint = f"; its subfolders {', '.join(sub[:6])} hold configs: give one of them" if sub \
+            else ""
+        what = "config (cfg.json)" if "cfg.json" not in names else "weights beside its cfg.json"
+        raise BadInput(f"--sae {path!r}: no dictionary there, it has no {what}: expected cfg.json "
+                       "with sae_weights.safetensors (SAELens) or sae.safetensors (sparsify), or "
+                       f"params.npz / params.safetensors (Gemma Scope){hint}")
+    if site is not None:
+        given = dictionary_site(site, "--site")
+        if not given.same_tensor(d.site):
+            raise BadInput(f"--site {site}: the dictionary in {path!r} was trained on "
+                           f"{d.site.name} (its {'config' if d.format != 'gemmascope' else 'files'}"
+                           " say so); reading it elsewhere would give a wrong readout")
+    return d
+
+
+def check_role(d: Dictionary, expected: str, option: str = "--sae") -> None:
+    """A transcoder given where an SAE is expected, or the reverse: one clear line."""
+    if d.role != expected:
+        if d.role == "transcoder":
+            raise BadInput(f"{option} {d.path!r} is a transcoder ({d.site.name} → "
+                           f"{d.out_site.name}: it maps the MLP's input to its output), not an "
+                           "SAE of the stream; give it with --transcoder")
+        raise BadInput(f"{option} {d.path!r} is an SAE of {d.site.name}, not a transcoder; give "
+                       "it with --sae")
+
+
+def check_model(d: Dictionary, n_layers: int, d_model: int, model: str) -> None:
+    """The dictionary's place and widths against the loaded model."""
+    for s in (d.site, d.out_site):
+        last = n_layers - 1
+        if s.block > last:
+            raise BadInput(f"--sae {d.path!r} reads {s.name}, but {model} has blocks 0 to {last}")
+    if d.site.point != "mlp_in" and d.d_in != d_model:
+        raise BadInput(f"--sae {d.path!r} reads vectors of width {d.d_in} at {d.site.name}; "
+                       f"{model}'s stream has width {d_model}: a dictionary of another model")
+    if d.out_site.point != "mlp_in" and d.d_out != d_model:
+        raise BadInput(f"--sae {d.path!r} writes vectors of width {d.d_out}; {model}'s stream "
+                       f"has width {d_model}: a dictionary of another model")
+
+
+def latent_block(d: Dictionary, latent: int, option: str = "--latent") -> tuple[int, Any]:
+    """(block, dᵢ): the block whose output is the SAE's site, and latent i's decoder row (d,)
+    float32 on the CPU, for an intervention at that block's output; one BadInput for a latent
+    out of range or a site that is not a block's output."""
+    if not 0 <= latent < d.d_sae:
+        raise BadInput(f"{option} {latent}: {d.path!r} has latents 0 to {d.d_sae - 1}")
+    s = d.out_site
+    if d.role != "sae" or s.point not in ("resid_pre", "resid_post") or \
+            (s.point == "resid_pre" and s.block == 0):
+        raise BadInput(f"{option} with --sae {d.path!r}: its latents write to {s.name}, which is "
+                       "not the output of a block (an SAE of the stream after a block is needed)")
+    block = s.block if s.point == "resid_post" else s.block - 1
+    return block, d.W_dec[latent].detach().float().cpu().clone()
+
+
+# ---- readers ---------------------------------------------------------------------------------
+
+def read_json(path: str) -> dict:
+    """A JSON object from a file, or one BadInput naming the file."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            cfg = json.load(f)
+    except (OSError, UnicodeDecodeError, ValueError, RecursionError) as e:
+        raise BadInput(f"cannot read {path!r} as JSON: {str(e).splitlines()[0][:120]}") from None
+    if not isinstance(cfg, dict):
+        raise BadInput(f"{path!r}: expected a JSON object, found {type(cfg).__name__}")
+    return cfg
+
+
+def _tensors(path: str) -> dict:
+    """Every tensor of a .safetensors or .npz file as float32 torch tensors; a file that is not
+    one (truncated, falsified) is one BadInput."""
+    import numpy as np
+    import torch
+
+    try:
+        if path.endswith(".npz"):
+            with np.load(path, allow_pickle=False) as z:
+                arrays = {k: np.asarray(z[k]) for k in z.files}
+        else:
+            from safetensors.numpy import load_file
+
+            arrays = load_file(path)
+    except Exception as e:  # safetensors, zipfile and numpy each raise their own kinds
+        msg = str(e).strip().splitlines()[0][:120] if str(e).strip() else type(e).__name__
+        raise BadInput(f"cannot read {path!r}: not a complete {os.path.splitext(path)[1]} file "
+                       f"(truncated or damaged?): {msg}") from None
+    out = {}
+    for k, a in arrays.items():
+        if a.dtype.kind not in "fiu":
+            raise BadInput(f"{path!r}: tensor {k!r} holds {a.dtype}, not numbers")
+        t = torch.from_numpy(np.ascontiguousarray(a).astype(np.float32))
+        if not bool(torch.isfinite(t).all()):
+            raise BadInput(f"{path!r}: tensor {k!r} holds NaN or infinite values")
+        out[k] = t
+    return out
+
+
+def _need(tensors: dict, names: tuple[str, ...], path: str) -> None:
+    missing = [n for n in names if n not in tensors]
+    if missing:
+        raise BadInput(f"{path!r} lacks the tensor{'s' if len(missing) > 1 else ''} "
+                       f"{', '.join(missing)} (it has {', '.join(sorted(tensors)) or 'none'})")
+
+
+def _shape(t: Any, want: tuple[int, ...], what: str, path: str) -> None:
+    if tuple(t.shape) != want:
+        raise BadInput(f"{path!r}: {what} has shape {tuple(t.shape)}, expected {want} from the "
+                       "config: weights of another width")
+
+
+def _int(cfg: dict, key: str, path: str, *, low: int = 1) -> int:
+    v = cfg.get(key)
+    if isinstance(v, bool) or not isinstance(v, (int, str)):
+        raise BadInput(f"{path!r}: {key} {v!r} is not a whole number")
+    return parse_int(str(v), f"{path!r}: {key}", low=low)
+
+
+def _saelens(folder: str) -> Dictionary:
+    cfg_path = os.path.join(folder, "cfg.json")
+    cfg = read_json(cfg_path)
+    meta = cfg.get("metadata") if isinstance(cfg.get("metadata"), dict) else \
+        cfg.get("meta") if isinstance(cfg.get("meta"), dict) else {}
+    arch = str(cfg.get("architecture", "standard"))
+    if arch not in _SAELENS_ARCH:
+        raise BadInput(f"{cfg_path!r}: architecture {arch!r} is not one fptrace reads (it reads "
+                       f"{', '.join(sorted(_SAELENS_ARCH))})")
+    kind, role = _SAELENS_ARCH[arch]
+    hook = cfg.get("hook_name", meta.get("hook_name"))
+    if not isinstance(hook, str):
+        raise BadInput(f"{cfg_path!r} does not say where the dictionary was trained (no "
+                       "hook_name)")
+    site = dictionary_site(hook, f"{cfg_path!r}: hook_name")
+    layer = cfg.get("hook_layer", meta.get("hook_layer"))
+    if layer is not None and _int({"hook_layer": layer}, "hook_layer", cfg_path, low=0) != \
+            site.block:
+        raise BadInput(f"{cfg_path!r}: hook_layer {layer} and hook_name {hook!r} name different "
+                       "blocks; the dictionary's place is ambiguous")
+    out_site = site
+    if role == "transcoder":
+        out_hook = cfg.get("hook_name_out", meta.get("hook_name_out"))
+        if not isinstance(out_hook, str):
+            raise BadInput(f"{cfg_path!r}: a transcoder without hook_name_out")
+        out_site = dictionary_site(out_hook, f"{cfg_path!r}: hook_name_out")
+    norm = cfg.get("normalize_activations", "none")
+    if norm not in (None, "none"):
+        raise BadInput(f"{cfg_path!r}: normalize_activations {norm!r}: fptrace reads dictionaries "
+                       "whose input is the raw stream (fold the scaling into the weights first)")
+    d_in, d_sae = _int(cfg, "d_in", cfg_path), _int(cfg, "d_sae", cfg_path)
+    d_out = _int(cfg, "d_out", cfg_path) if "d_out" in cfg else d_in
+    weights = os.path.join(folder, "sae_weights.safetensors")
+    t = _tensors(weights)
+    _need(t, ("W_enc", "W_dec", "b_enc", "b_dec"), weights)
+    _shape(t["W_enc"], (d_in, d_sae), "W_enc", weights)
+    _shape(t["W_dec"], (d_sae, d_out), "W_dec", weights)
+    _shape(t["b_enc"], (d_sae,), "b_enc", weights)
+    _shape(t["b_dec"], (d_out,), "b_dec", weights)
+    if "W_skip" in t:
+        raise BadInput(f"{weights!r}: a skip connection (W_skip) is not part of what fptrace "
+                       "decomposes")
+    threshold, k = None, None
+    if kind in ("jumprelu", "batchtopk"):
+        if "threshold" not in t and kind == "batchtopk":
+            kind = "topk"  # no stored threshold: per token, as SAELens's TopK runs it
+        else:
+            _need(t, ("threshold",), weights)
+            _shape(t["threshold"], (d_sae,), "threshold", weights)
+            threshold = t["threshold"]
+    if kind == "topk":
+        k = _int(cfg, "k", cfg_path)
+    shift = bool(cfg.get("apply_b_dec_to_input", True)) and role == "sae"
+    return Dictionary(path=folder, format="saelens", kind=kind, role=role, site=site,
+                      out_site=out_site, W_enc=t["W_enc"], b_enc=t["b_enc"], W_dec=t["W_dec"],
+                      b_dec=t["b_dec"], threshold=threshold, k=k, shift_input=shift)
+
+
+def _sparsify(folder: str) -> Dictionary:
+    cfg_path = os.path.join(folder, "cfg.json")
+    cfg = read_json(cfg_path)
+    hook = cfg.get("hookpoint") or os.path.basename(os.path.normpath(folder))
+    site = dictionary_site(str(hook), f"{folder!r}: the hookpoint (the folder's name)")
+    transcode = bool(cfg.get("transcode", False))
+    if cfg.get("skip_connection"):
+        raise BadInput(f"{cfg_path!r}: a skip connection is not part of what fptrace decomposes")
+    k = _int(cfg, "k", cfg_path)
+    weights = os.path.join(folder, "sae.safetensors")
+    t = _tensors(weights)
+    _need(t, ("encoder.weight", "encoder.bias", "W_dec", "b_dec"), weights)
+    d_in = _int(cfg, "d_in", cfg_path) if "d_in" in cfg else int(t["encoder.weight"].shape[-1])
+    n = _int(cfg, "num_latents", cfg_path, low=0) if "num_latents" in cfg else 0
+    if n == 0:
+        n = d_in * _int(cfg, "expansion_factor", cfg_path)
+    d_out = int(t["b_dec"].shape[0]) if transcode else d_in
+    _shape(t["encoder.weight"], (n, d_in), "encoder.weight", weights)
+    _shape(t["encoder.bias"], (n,), "encoder.bias", weights)
+    _shape(t["W_dec"], (n, d_out), "W_dec", weights)
+    if transcode:
+        if site.point != "mlp_out":
+            raise BadInput(f"{folder!r}: a sparsify transcoder at {hook!r}; fptrace reads "
+                           "transcoders of an MLP (layers.L.mlp)")
+        in_site = Site(site.block, "mlp_in")
+    else:
+        in_site = site
+    return Dictionary(path=folder, format="sparsify", kind="topk",
+                      role="transcoder" if transcode else "sae", site=in_site, out_site=site,
+                      W_enc=t["encoder.weight"].T.contiguous(), b_enc=t["encoder.bias"],
+                      W_dec=t["W_dec"], b_dec=t["b_dec"], k=k, shift_input=not transcode)
+
+
+_LAYER = re.compile(r"layer_(\d+)")
+
+
+def _gemmascope(path: str, site: str | None) -> Dictionary:
+    folder = path if os.path.isdir(path) else os.path.dirname(path) or "."
+    names = os.listdir(folder)
+    file = path if not os.path.isdir(path) else os.path.join(
+        folder, "params.npz" if "params.npz" in names else "params.safetensors")
+    t = _tensors(file)
+    _need(t, ("W_enc", "W_dec", "b_enc", "b_dec", "threshold"), file)
+    d_in, d_sae = (int(x) for x in t["W_enc"].shape)
+    d_out = int(t["W_dec"].shape[-1])
+    _shape(t["W_dec"], (d_sae, d_out), "W_dec", file)
+    _shape(t["b_enc"], (d_sae,), "b_enc", file)
+    _shape(t["b_dec"], (d_out,), "b_dec", file)
+    _shape(t["threshold"], (d_sae,), "threshold", file)
+    role, in_site, out_site = _gemmascope_place(folder, site)
+    return Dictionary(path=folder, format="gemmascope", kind="jumprelu", role=role, site=in_site,
+                      out_site=out_site, W_enc=t["W_enc"], b_enc=t["b_enc"], W_dec=t["W_dec"],
+                      b_dec=t["b_dec"], threshold=t["threshold"], shift_input=False)
+
+
+def _gemmascope_place(folder: str, site: str | None) -> tuple[str, Site, Site]:
+    """(role, input site, output site) from config.json (hook_name / hf_hook_point_in and _out)
+    or from the path; `site` where neither says."""
+    cfg_path = os.path.join(folder, "config.json")
+    if os.path.isfile(cfg_path):
+        cfg = read_json(cfg_path)
+        hin = cfg.get("hook_name", cfg.get("hf_hook_point_in"))
+        hout = cfg.get("hook_name_out", cfg.get("hf_hook_point_out", hin))
+        if isinstance(hin, str) and isinstance(hout, str):
+            s_in = dictionary_site(hin, f"{cfg_path!r}: hook point")
+            s_out = dictionary_site(hout, f"{cfg_path!r}: hook point")
+            if s_in.same_tensor(s_out):
+                return "sae", s_in, s_in
+            return "transcoder", Site(s_in.block, "mlp_in") if s_in.point == "mlp_out" else s_in, \
+                s_out
+    full = os.path.abspath(folder).replace(os.sep, "/").lower()
+    m = list(_LAYER.finditer(full))
+    if not m:
+        if site is None:
+            raise BadInput(f"--sae {folder!r}: Gemma Scope weights whose folder does not say where "
+                           "they were trained (no config.json, no layer_N in the path); give "
+                           "--site, e.g. blocks.12.hook_resid_post")
+        s = dictionary_site(site, "--site")
+        return "sae", s, s
+    block = parse_int(m[-1].group(1), f"{folder!r}: layer", low=0)
+    if "transcoder" in full:
+        return "transcoder", Site(block, "mlp_in"), Site(block, "mlp_out")
+    if "mlp" in full:
+        s = Site(block, "mlp_out")
+    elif "res" in full:
+        s = Site(block, "resid_post")
+    else:
+        if site is None:
+            raise BadInput(f"--sae {folder!r}: the path names a layer but not what was read "
+                           "(res, mlp, transcoder); give --site")
+        s = dictionary_site(site, "--site")
+    return "sae", s, s
+
+
+__all__ = ["Dictionary", "read_dictionary", "read_json", "latent_block", "check_role", "check_model", "KINDS", "FORMATS",
+           "ROLES"]

@@ -1,0 +1,254 @@
+"""fptrace features: dictionaries read from the folders SAELens, Gemma Scope and sparsify write,
+with known weights; each format's encoding computed here in numpy from its own formula; the
+place read from the config; bad folders refused in one line."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import numpy as np
+import pytest
+import torch
+
+from fptrace.core.dictionaries import check_model, check_role, read_dictionary
+from fptrace.core.dictionary_sites import Site
+from fptrace.core.dictionary_sites import dictionary_site as parse_site
+from fptrace.errors import BadInput
+
+D, N = 8, 24
+
+
+def weights(seed: int = 0, d_in: int = D, n: int = N, d_out: int = D) -> dict:
+    r = np.random.default_rng(seed)
+    return {"W_enc": r.normal(size=(d_in, n)).astype(np.float32),
+            "W_dec": r.normal(size=(n, d_out)).astype(np.float32),
+            "b_enc": r.normal(size=n).astype(np.float32) * 0.5,
+            "b_dec": r.normal(size=d_out).astype(np.float32),
+            "threshold": np.abs(r.normal(size=n)).astype(np.float32)}
+
+
+def write_saelens(folder, w, arch="standard", hook="blocks.1.hook_resid_pre", k=None, meta=False,
+                  **extra):
+    from safetensors.numpy import save_file
+
+    os.makedirs(folder, exist_ok=True)
+    cfg = {"architecture": arch, "d_in": int(w["W_enc"].shape[0]),
+           "d_sae": int(w["W_enc"].shape[1]), "dtype": "float32", "device": "cpu",
+           "apply_b_dec_to_input": True, "normalize_activations": "none", **extra}
+    if meta:
+        cfg["metadata"] = {"hook_name": hook, "model_name": "tiny"}
+    else:
+        cfg["hook_name"] = hook
+    if k is not None:
+        cfg["k"] = k
+    with open(os.path.join(folder, "cfg.json"), "w") as f:
+        json.dump(cfg, f)
+    names = ("W_enc", "W_dec", "b_enc", "b_dec") + (("threshold",) if arch in (
+        "jumprelu", "batchtopk", "jumprelu_transcoder") else ())
+    save_file({n: np.ascontiguousarray(w[n]) for n in names},
+              os.path.join(folder, "sae_weights.safetensors"))
+    return str(folder)
+
+
+def write_gemmascope(folder, w, npz=True):
+    os.makedirs(folder, exist_ok=True)
+    if npz:
+        np.savez(os.path.join(folder, "params.npz"), **w)
+    else:
+        from safetensors.numpy import save_file
+
+        save_file({n: np.ascontiguousarray(v) for n, v in w.items()},
+                  os.path.join(folder, "params.safetensors"))
+    return str(folder)
+
+
+def write_sparsify(root, w, hook="layers.1", k=4, transcode=False):
+    from safetensors.numpy import save_file
+
+    folder = os.path.join(root, hook)
+    os.makedirs(folder, exist_ok=True)
+    with open(os.path.join(folder, "cfg.json"), "w") as f:
+        d_in, n = w["W_enc"].shape
+        json.dump({"expansion_factor": n // d_in, "normalize_decoder": True, "num_latents": n,
+                   "k": k, "multi_topk": False, "skip_connection": False,
+                   "transcode": transcode, "d_in": d_in}, f)
+    save_file({"encoder.weight": np.ascontiguousarray(w["W_enc"].T), "encoder.bias": w["b_enc"],
+               "W_dec": np.ascontiguousarray(w["W_dec"]), "b_dec": w["b_dec"]},
+              os.path.join(folder, "sae.safetensors"))
+    return folder
+
+
+def stream(n=5, seed=3):
+    return np.random.default_rng(seed).normal(size=(n, D)).astype(np.float32) * 2
+
+
+def relu(x):
+    return np.maximum(x, 0)
+
+
+def encode(d, x):
+    return d.encode(torch.from_numpy(x)).numpy()
+
+
+def test_saelens_standard_is_relu_of_the_shifted_input(tmp_path):
+    w, x = weights(), stream()
+    d = read_dictionary(write_saelens(tmp_path / "s", w))
+    want = relu((x - w["b_dec"]) @ w["W_enc"] + w["b_enc"])
+    np.testing.assert_allclose(encode(d, x), want, rtol=1e-5, atol=1e-5)
+    assert (d.format, d.kind, d.role, d.site) == ("saelens", "relu", "sae", Site(1, "resid_pre"))
+    assert (want > 0).any() and (want == 0).any()
+
+
+def test_saelens_jumprelu_keeps_what_passes_its_threshold(tmp_path):
+    w, x = weights(1), stream()
+    d = read_dictionary(write_saelens(tmp_path / "s", w, arch="jumprelu",
+                                      hook="blocks.0.hook_resid_post", meta=True))
+    pre = (x - w["b_dec"]) @ w["W_enc"] + w["b_enc"]
+    want = np.where(pre > w["threshold"], relu(pre), 0)
+    np.testing.assert_allclose(encode(d, x), want, rtol=1e-5, atol=1e-5)
+    assert d.site == Site(0, "resid_post")
+    assert ((pre > 0) & (pre <= w["threshold"])).any()  # the threshold matters in this test
+
+
+def test_saelens_topk_keeps_k_per_row(tmp_path):
+    w, x = weights(2), stream()
+    d = read_dictionary(write_saelens(tmp_path / "s", w, arch="topk", k=3))
+    pre = (x - w["b_dec"]) @ w["W_enc"] + w["b_enc"]
+    want = np.zeros_like(pre)
+    for r in range(len(pre)):
+        top = np.argsort(-pre[r])[:3]
+        want[r, top] = relu(pre[r, top])
+    np.testing.assert_allclose(encode(d, x), want, rtol=1e-5, atol=1e-5)
+    assert ((encode(d, x) > 0).sum(-1) <= 3).all()
+
+
+def test_saelens_batchtopk_runs_as_jumprelu_with_its_threshold(tmp_path):
+    w, x = weights(3), stream()
+    d = read_dictionary(write_saelens(tmp_path / "s", w, arch="batchtopk", k=3))
+    pre = (x - w["b_dec"]) @ w["W_enc"] + w["b_enc"]
+    np.testing.assert_allclose(encode(d, x), np.where(pre > w["threshold"], relu(pre), 0),
+                               rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("npz", [True, False])
+def test_gemmascope_jumprelu_without_shift_and_place_from_the_path(tmp_path, npz):
+    w, x = weights(4), stream()
+    folder = tmp_path / "gemma-scope-2b-pt-res" / "layer_2" / "width_16k" / "average_l0_8"
+    d = read_dictionary(write_gemmascope(folder, w, npz=npz))
+    pre = x @ w["W_enc"] + w["b_enc"]
+    np.testing.assert_allclose(encode(d, x), np.where(pre > w["threshold"], relu(pre), 0),
+                               rtol=1e-5, atol=1e-5)
+    assert (d.format, d.site, d.role) == ("gemmascope", Site(2, "resid_post"), "sae")
+
+
+def test_gemmascope_transcoder_from_the_path(tmp_path):
+    w = weights(5)
+    folder = tmp_path / "gemma-scope-2b-pt-transcoders" / "layer_1" / "width_16k" / "l0_9"
+    d = read_dictionary(write_gemmascope(folder, w))
+    assert (d.role, d.site, d.out_site) == ("transcoder", Site(1, "mlp_in"), Site(1, "mlp_out"))
+    with pytest.raises(BadInput, match="is a transcoder"):
+        check_role(d, "sae")
+
+
+def test_sparsify_topk_after_relu_of_the_shifted_input(tmp_path):
+    w, x = weights(6), stream()
+    d = read_dictionary(write_sparsify(str(tmp_path), w, k=4))
+    pre = relu((x - w["b_dec"]) @ w["W_enc"] + w["b_enc"])
+    want = np.zeros_like(pre)
+    for r in range(len(pre)):
+        top = np.argsort(-pre[r])[:4]
+        want[r, top] = pre[r, top]
+    np.testing.assert_allclose(encode(d, x), want, rtol=1e-5, atol=1e-5)
+    assert d.site == Site(1, "resid_post")
+    np.testing.assert_allclose(d.decode(torch.from_numpy(want)).numpy(),
+                               want @ w["W_dec"] + w["b_dec"], rtol=1e-5, atol=1e-5)
+
+
+def test_sparsify_transcoder_is_caught_as_an_sae(tmp_path):
+    d = read_dictionary(write_sparsify(str(tmp_path), weights(7), hook="layers.0.mlp",
+                                       transcode=True))
+    assert (d.role, d.site, d.out_site) == ("transcoder", Site(0, "mlp_in"), Site(0, "mlp_out"))
+    with pytest.raises(BadInput, match="transcoder"):
+        check_role(d, "sae")
+
+
+def test_saelens_transcoder_is_caught_as_an_sae(tmp_path):
+    d = read_dictionary(write_saelens(tmp_path / "t", weights(8), arch="transcoder",
+                                      hook="blocks.1.hook_mlp_in",
+                                      hook_name_out="blocks.1.hook_mlp_out"))
+    with pytest.raises(BadInput, match="is a transcoder .*blocks.1.hook_mlp_in → "
+                       "blocks.1.hook_mlp_out"):
+        check_role(d, "sae")
+
+
+def test_hook_names_of_every_format():
+    assert parse_site("blocks.3.hook_resid_pre") == Site(3, "resid_pre")
+    assert parse_site("blocks.3.hook_resid_post") == Site(3, "resid_post")
+    assert parse_site("blocks.3.hook_mlp_out") == Site(3, "mlp_out")
+    assert parse_site("blocks.3.ln2.hook_normalized") == Site(3, "mlp_in")
+    assert parse_site("layers.3") == Site(3, "resid_post")
+    assert parse_site("model.layers.3.output") == Site(3, "resid_post")
+    assert parse_site("layers.3.mlp") == Site(3, "mlp_out")
+    assert Site(2, "resid_post").same_tensor(Site(3, "resid_pre"))
+    assert not Site(3, "resid_post").same_tensor(Site(3, "resid_pre"))
+    for bad in ("blocks.².hook_resid_pre", "blocks.1.attn.hook_z", "layers.-1", ""):
+        with pytest.raises(BadInput):
+            parse_site(bad)
+
+
+def test_the_wrong_site_is_caught(tmp_path):
+    """One block off, or after the block instead of before: --site against the config, the
+    config's hook_layer against its hook_name, and the block against the model."""
+    folder = write_saelens(tmp_path / "s", weights(), hook="blocks.1.hook_resid_pre")
+    read_dictionary(folder, site="blocks.0.hook_resid_post")  # the same tensor
+    with pytest.raises(BadInput, match="was trained on blocks.1.hook_resid_pre"):
+        read_dictionary(folder, site="blocks.1.hook_resid_post")  # after instead of before
+    with pytest.raises(BadInput, match="was trained on"):
+        read_dictionary(folder, site="blocks.2.hook_resid_pre")  # one block off
+    off = write_saelens(tmp_path / "o", weights(), hook="blocks.1.hook_resid_pre", hook_layer=2)
+    with pytest.raises(BadInput, match="hook_layer 2 and hook_name"):
+        read_dictionary(off)
+    d = read_dictionary(write_saelens(tmp_path / "f", weights(), hook="blocks.2.hook_resid_post"))
+    with pytest.raises(BadInput, match="has blocks 0 to 1"):
+        check_model(d, 2, D, "tiny")
+    with pytest.raises(BadInput, match="width 8 .* width 16"):
+        check_model(read_dictionary(folder), 2, 16, "tiny")
+
+
+def _line(e: pytest.ExceptionInfo) -> str:
+    msg = str(e.value)
+    assert "\n" not in msg and "Traceback" not in msg
+    return msg
+
+
+def test_bad_folders_are_one_line(tmp_path):
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    with pytest.raises(BadInput, match="no config") as e:
+        read_dictionary(str(empty))
+    _line(e)
+    with pytest.raises(BadInput, match="no such folder"):
+        read_dictionary(str(tmp_path / "nowhere"))
+    w = weights()
+    w["W_dec"] = w["W_dec"][:, :6]
+    with pytest.raises(BadInput, match="another width") as e:
+        read_dictionary(write_saelens(tmp_path / "w", w))
+    _line(e)
+    folder = write_saelens(tmp_path / "t", weights())
+    path = os.path.join(folder, "sae_weights.safetensors")
+    data = open(path, "rb").read()
+    with open(path, "wb") as f:
+        f.write(data[:len(data) // 2])
+    with pytest.raises(BadInput, match="truncated") as e:
+        read_dictionary(folder)
+    _line(e)
+    cfg = os.path.join(write_saelens(tmp_path / "j", weights()), "cfg.json")
+    with open(cfg, "w") as f:
+        f.write("{not json")
+    with pytest.raises(BadInput, match="as JSON"):
+        read_dictionary(os.path.dirname(cfg))
+    with pytest.raises(BadInput, match="architecture 'gated'"):
+        read_dictionary(write_saelens(tmp_path / "g", weights(), arch="gated"))
+    with pytest.raises(BadInput, match="k '³'"):
+        read_dictionary(write_saelens(tmp_path / "k", weights(), arch="topk", k="³"))
