@@ -27,9 +27,11 @@ $(VENV)/.installed: pyproject.toml Makefile
 demo: install
 	$(BIN)/fptrace run "$(PROMPT)"
 
+# the suite on both cores: two pytest-xdist workers, each test file on one of them (its module
+# fixtures built once); the bundled model is dequantized once for both (tests/conftest.py)
 test: install lint
 	bash scripts/install_browser.sh
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -n 2 --dist loadfile
 
 # ruff and mypy on fptrace/: a count above .ci/lint-baseline.json fails (the baseline only shrinks)
 lint: install
