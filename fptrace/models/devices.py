@@ -10,6 +10,7 @@ import tempfile
 from typing import Any, Callable
 
 from fptrace.errors import BadInput
+from fptrace.numbers import is_int, parse_int
 
 Progress = Callable[[str], None]
 
@@ -25,7 +26,7 @@ def placement(model: Any, blocks_path: str) -> tuple[str, ...]:
     rows: list[list] = []  # [first, last, device]
     others: dict[str, list[str]] = {}
     for name, dev in dm.items():
-        if name.startswith(prefix) and name[len(prefix):].split(".")[0].isdigit():
+        if name.startswith(prefix) and is_int(name[len(prefix):].split(".")[0]):
             i = int(name[len(prefix):].split(".")[0])
             if rows and rows[-1][2] == where(dev) and rows[-1][1] == i - 1:
                 rows[-1][1] = i
@@ -38,7 +39,7 @@ def placement(model: Any, blocks_path: str) -> tuple[str, ...]:
     return tuple(out)
 
 
-_MEM = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMGT]i?B|B)?\s*$", re.IGNORECASE)
+_MEM = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*([KMGT]i?B|B)?\s*$", re.IGNORECASE | re.ASCII)
 
 
 _UNITS = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
@@ -65,15 +66,16 @@ def parse_max_memory(text: str | None) -> dict | None:
             raise BadInput(f"--max-memory {text!r}: expected DEVICE=SIZE pairs separated by commas, "
                            "e.g. 0=70GiB,1=70GiB,cpu=200GiB (sizes in B, KB, MB, GB, KiB, MiB, "
                            "GiB, ...)")
-        if key.isdigit():
-            out[int(key)] = value.replace(" ", "")
+        if key.isdigit() or is_int(key):  # "²".isdigit() is True: parse_int refuses it
+            key = parse_int(key, "--max-memory: the GPU number", low=0)
+            out[key] = value.replace(" ", "")
         elif key in ("cpu", "mps", "disk"):
             out[key] = value.replace(" ", "")
         else:
             raise BadInput(f"--max-memory: unknown device {key!r}; use GPU numbers (0, 1, ...), "
                            "cpu or mps")
         if _MEM.match(value).group(2) is None:
-            out[int(key) if key.isdigit() else key] = int(float(value))
+            out[key] = int(float(value))
     return out
 
 

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from typing import Any, Sequence
 
 from fptrace.errors import BadInput
+from fptrace.numbers import parse_int
 from fptrace.models.loading import LoadedModel
 
 METHODS = ("mean", "pca")
@@ -223,7 +224,11 @@ def read_vector(lm: LoadedModel, path: str, layer: int | None = None) -> Steerin
         raise BadInput(f"--vector {path}: read a .gguf control vector, a .safetensors or a .npy")
     d, n = int(lm.config.hidden_size), len(lm.parts.blocks)
     for k, v in layers.items():
-        if v.ndim != 1 or v.shape[0] != d:
+        if v.ndim != 1:
+            raise BadInput(f"--vector {path}: the direction for block {k} is a "
+                           f"{tuple(v.shape)} tensor, not one vector of {lm.name}'s d_model "
+                           f"({d}) values")
+        if v.shape[0] != d:
             raise BadInput(f"--vector {path}: the vector for block {k} has {v.shape[-1]} values "
                            f"but {lm.name}'s d_model is {d}: it was made for another model")
     beyond = sorted(k for k in layers if not 0 <= k < n)
@@ -263,16 +268,48 @@ def _read_gguf(path: str) -> dict[int, Any]:
     layers = {}
     for t in reader.tensors:
         name = t.name
-        if not name.startswith("direction.") or not name[len("direction."):].isdigit():
+        block = _block_of(name, path)
+        if block is None:
             continue
         if t.tensor_type not in (GGMLQuantizationType.F32, GGMLQuantizationType.F16):
             raise BadInput(f"--vector {path}: {name} is {t.tensor_type.name}; a control vector's "
                            "directions are F32")
-        a = np.array(t.data, dtype=np.float32)  # a 1-D tensor: (n_embd,); others fail below
-        layers[int(name[len("direction."):])] = a.reshape(-1) if len(t.shape) == 1 else a
+        a = _numbers(path, np.array(t.data), f"the tensor {name!r}")  # (n_embd,) or refused below
+        layers[block] = a.reshape(-1) if len(t.shape) == 1 else a
     if not layers:
         raise BadInput(f"--vector {path}: a control vector without direction.N tensors")
     return layers
+
+
+def _block_of(name: str, path: str) -> int | None:
+    """The block N of a tensor named `direction.N` (None for any other name); a name such as
+    `direction.²` is refused, naming it."""
+    if not name.startswith("direction."):
+        return None
+    return parse_int(name[len("direction."):], f"--vector {path}: the block number of the "
+                     f"tensor {name!r} is", low=0)
+
+
+def _numbers(path: str, a: Any, what: str) -> Any:
+    """A float32 copy of a vector read from a file: real numbers only (no strings, no complex
+    values) and every one finite, also after the conversion to float32 (1e300 overflows it)."""
+    import numpy as np
+
+    a = np.asarray(a)
+    if a.dtype.kind not in "fiub":
+        kind = {"c": "complex", "U": "text", "S": "text", "O": "Python object"}.get(
+            a.dtype.kind, str(a.dtype))
+        raise BadInput(f"--vector {path}: {what} holds {kind} values, not real numbers")
+    with np.errstate(over="ignore", invalid="ignore"):
+        f = a.astype(np.float32)
+    bad = ~np.isfinite(f)
+    if bad.any():
+        at = np.argwhere(bad)[0]
+        where = ", ".join(str(int(i)) for i in at)
+        raise BadInput(f"--vector {path}: {what} holds {int(bad.sum())} non-finite value"
+                       f"{'s' if bad.sum() > 1 else ''} (NaN, Inf, or beyond float32's range), "
+                       f"the first at [{where}]: {a[tuple(at)]}")
+    return f
 
 
 def _rows(path: str, a: Any, lm: LoadedModel, layer: int | None, what: str
@@ -281,7 +318,7 @@ def _rows(path: str, a: Any, lm: LoadedModel, layer: int | None, what: str
     import numpy as np
 
     n, d = len(lm.parts.blocks), int(lm.config.hidden_size)
-    a = np.asarray(a, dtype=np.float32)
+    a = _numbers(path, a, what)
     if a.ndim == 1:
         if layer is None:
             raise BadInput(f"--vector {path} holds one ({a.shape[0]},) vector: say which block's "
@@ -315,8 +352,9 @@ def _read_safetensors(path: str, lm: LoadedModel, layer: int | None) -> dict[int
     except Exception as e:  # noqa: BLE001
         raise BadInput(f"--vector {path}: not a readable .safetensors file ({type(e).__name__}: "
                        f"{str(e)[:100]})") from None
-    directions = {int(k[len("direction."):]): v for k, v in tensors.items()
-                  if k.startswith("direction.") and k[len("direction."):].isdigit()}
+    blocks = {k: _block_of(k, path) for k in tensors}
+    directions = {b: _numbers(path, tensors[k], f"the tensor {k!r}")
+                  for k, b in blocks.items() if b is not None}
     if directions:
         return directions
     if len(tensors) == 1:
