@@ -108,3 +108,65 @@ def test_a_matrix_is_not_n_values(tiny, tmp_path):
     line = one_line(["steer", P, "-m", tiny, "--vector", path])
     assert line == (f"fptrace: error: --vector {path}: the direction for block 1 is a (4, 8) "
                     "tensor, not one vector of tiny-gpt2's d_model (32) values")
+
+
+# ---- 7. Ctrl-C at any moment ----
+
+@pytest.fixture(scope="module")
+def long_run(tmp_path_factory):
+    """A run that lasts far beyond 2 s: a greedy continuation of 3,000 tokens."""
+    from conftest import make_gpt2_folder
+
+    folder = str(make_gpt2_folder(tmp_path_factory.mktemp("long"), n_positions=4096)[0])
+    return [sys.executable, "-m", "fptrace", "generate", P, "-m", folder, "-n", "3000"]
+
+
+def _interrupt_at(cmd, delay):
+    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                         env={**os.environ, "OMP_NUM_THREADS": "1"})
+    time.sleep(delay)
+    running = p.poll() is None
+    p.send_signal(signal.SIGINT)
+    _, err = p.communicate(timeout=120)
+    return running, p.returncode, err
+
+
+def _before_fptrace(err):
+    import re
+
+    frames = re.findall(r'File "([^"]+)"', err)
+    ours = [f for f in frames if "/fptrace/" in f
+            and not f.endswith(("fptrace/__init__.py", "fptrace/interrupt.py"))]
+    return "Traceback" in err and not ours
+
+
+@pytest.mark.parametrize("delay", [0.1, 0.3, 0.6, 2.0])
+def test_ctrl_c_at_any_moment_is_one_line_and_130(long_run, delay):
+    for _ in range(4):
+        running, rc, err = _interrupt_at(long_run, delay)
+        # a signal that lands before fptrace could install its handler (the interpreter still
+        # starting: site-packages, runpy; only on a heavily loaded machine) is Python's: again
+        if not _before_fptrace(err):
+            break
+    assert running, "the run ended before the interrupt: make it longer"
+    assert rc == 130, (rc, err[-1500:])
+    assert err.strip().splitlines() == ["fptrace: error: interrupted"], err[-1500:]
+
+
+def test_a_swallowed_interrupt_is_not_lost(tmp_path):
+    """A library that catches the KeyboardInterrupt (the run then finishes) still ends 130."""
+    script = tmp_path / "swallow.py"
+    script.write_text(
+        "import os, signal, sys\n"
+        "from fptrace.cli import main as m\n"
+        "def swallowing(*a, **k):\n"
+        "    try:\n"
+        "        os.kill(os.getpid(), signal.SIGINT)\n"
+        "    except KeyboardInterrupt:\n"
+        "        pass\n"
+        "    return 0\n"
+        "m.app = swallowing\n"
+        "m.main(['models'])\n")
+    p = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
+                       timeout=120)
+    assert p.returncode == 130 and p.stderr.strip() == "fptrace: error: interrupted", p.stderr

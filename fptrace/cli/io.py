@@ -67,7 +67,11 @@ def show(view: Callable[[int | None], Any], wide: bool = False, out: Console | N
 
 def fail(message: str, code: int = 2) -> None:
     """One line on stderr, then exit non-zero."""
+    from fptrace import interrupt
+
     line = " ".join(str(message).split())
+    if code == interrupt.EXIT:
+        interrupt.said()
     stderr_console().print(f"fptrace: error: {line}", markup=False, soft_wrap=True)
     raise typer.Exit(code)
 
@@ -82,11 +86,19 @@ def guarded(fn: Callable[..., Any]) -> Callable[..., Any]:
         except typer.Exit:
             raise
         except FptraceError as e:
+            from fptrace.interrupt import seen
+
+            if seen() and e.exit_code != 130:  # an error that the interrupt caused
+                fail("interrupted", 130)
             fail(str(e), e.exit_code)
         except KeyboardInterrupt:
             fail("interrupted", 130)
         except Exception as e:  # a bug of ours: still one line, the traceback on request
+            from fptrace.interrupt import seen
             from fptrace.core.hooks import is_oom
+
+            if seen():  # a library turned our KeyboardInterrupt into another error
+                fail("interrupted", 130)
 
             if is_oom(e):
                 fail("out of memory: try --dtype bfloat16, --device-map auto, a shorter prompt "
