@@ -170,3 +170,63 @@ def test_a_swallowed_interrupt_is_not_lost(tmp_path):
     p = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
                        timeout=120)
     assert p.returncode == 130 and p.stderr.strip() == "fptrace: error: interrupted", p.stderr
+
+
+# ---- 2. deeply nested JSON: one reader (fptrace/jsontext.py), a line that names file and line ----
+
+DEEP = "[" * 100_000 + "]" * 100_000
+
+
+def test_json_reader_refuses_depth_not_just_recursion():
+    from fptrace.jsontext import MAX_DEPTH, loads
+
+    assert loads("[" * MAX_DEPTH + "]" * MAX_DEPTH) is not None
+    for text in ("[" * (MAX_DEPTH + 1) + "]" * (MAX_DEPTH + 1), DEEP,
+                 '{"a": ' * 500 + "1" + "}" * 500):
+        with pytest.raises(json.JSONDecodeError) as e:
+            loads(text)
+        assert e.value.msg == f"nested deeper than {MAX_DEPTH} levels"
+        assert e.value.pos == MAX_DEPTH * (6 if text.startswith("{") else 1)
+    assert loads('"[[[[[["') == "[[[[[["  # brackets in strings are not nesting
+
+
+def test_deep_messages(tiny, tmp_path):
+    f = tmp_path / "deep.json"
+    f.write_text(DEEP)
+    assert one_line(["run", "-m", tiny, "--messages", str(f)]) == (
+        f"fptrace: error: --messages {f}, line 1: not JSON (nested deeper than 64 levels)")
+
+
+def test_deep_pairs(tiny, tmp_path):
+    f = tmp_path / "pairs.jsonl"
+    f.write_text(json.dumps({"positive": "good", "negative": "bad"}) + "\n" + DEEP + "\n")
+    line = one_line(["steer", P, "-m", tiny, "--pairs", str(f), "--layer", "1"])
+    assert line.startswith(f"fptrace: error: --pairs {f}:2: not JSON (nested deeper than 64 "
+                           "levels)")
+
+
+def test_deep_line_is_one_failed_record_in_stats_and_batch(tiny, tmp_path):
+    f = tmp_path / "p.jsonl"
+    f.write_text('{"prompt": "The cat sat"}\n' + DEEP + '\n{"prompt": "on the mat"}\n')
+    out = tmp_path / "s.json"
+    r = runner.invoke(app, ["stats", str(f), "-m", tiny, "--out", str(out)])
+    assert r.exit_code == 1, r.output[-800:]  # as batch: some prompts failed
+    doc = json.loads(out.read_text())
+    failed = doc["statistics"]["failed"]
+    assert doc["prompts"] == 2 and len(failed) == 1
+    assert "p.jsonl:2: malformed JSON (nested deeper than 64 levels" in json.dumps(failed)
+    b = tmp_path / "b.jsonl"
+    r = runner.invoke(app, ["batch", str(f), "-m", tiny, "--out", str(b)])
+    assert r.exit_code == 1
+    recs = [json.loads(l) for l in b.read_text().splitlines()]
+    assert [x["kind"] for x in recs] == ["trace", "error", "trace"]
+    assert "nested deeper than 64 levels" in recs[1]["error"]
+
+
+def test_deep_statistics_and_trace_files(tmp_path):
+    f = tmp_path / "deep.json"
+    f.write_text(DEEP)
+    assert "nested deeper than 64 levels" in one_line(["stats", "--merge", str(f)])
+    assert one_line(["diff", str(f), str(f)]) == (
+        f"fptrace: error: {f} is not JSON (nested deeper than 64 levels, line 1); diff takes "
+        "traces saved by `fptrace run --json`")

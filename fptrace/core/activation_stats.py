@@ -32,6 +32,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
+from fptrace.jsontext import loads
 from fptrace.core.channel_stats import ChannelStats
 from fptrace.results import SCHEMA_VERSION, result
 from fptrace.errors import BadInput
@@ -451,7 +452,7 @@ def read_document(path: str) -> dict:
     another kind, or from a newer fptrace, is refused in one line."""
     try:
         with open(path, encoding="utf-8") as f:
-            doc = json.load(f)
+            doc = loads(f.read())
     except FileNotFoundError:
         raise BadInput(f"no such file: {path}") from None
     except OSError as e:

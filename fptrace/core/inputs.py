@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
+from fptrace.jsontext import loads
 from fptrace.errors import BadInput
 
 SUFFIXES = (".txt", ".jsonl")
@@ -52,7 +53,7 @@ def prompt_to_json(prompt: Any) -> str:
 def prompt_from_json(text: str) -> Any:
     from fptrace.models.prompts import parse_messages
 
-    value = json.loads(text)
+    value = loads(text)
     return parse_messages(value["messages"], "messages") if isinstance(value, dict) else value
 
 
@@ -78,7 +79,7 @@ def _parse(data: bytes, name: str, stem: str, as_jsonl: bool) -> list[PromptItem
             items.append(PromptItem(f"{stem}:{n}", line, where))
             continue
         try:
-            obj = json.loads(line)
+            obj = loads(line)
         except json.JSONDecodeError as e:
             items.append(PromptItem(f"{stem}:{n}", None, where,
                                     error=f"{where}: malformed JSON ({e.msg}, column {e.colno})"))

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from fptrace.jsontext import loads
 from fptrace.errors import BadInput
 
 
@@ -27,7 +28,7 @@ def _read_lines(path: str, what: str) -> list[tuple[int, str]]:
 
 def _object(path: str, n: int, line: str, what: str, example: str) -> dict:
     try:
-        obj = json.loads(line)
+        obj = loads(line)
     except json.JSONDecodeError as e:
         raise BadInput(f"{what} {path}:{n}: not JSON ({e.msg}); each line is one object such "
                        f"as {example}") from None

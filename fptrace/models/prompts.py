@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
+from fptrace.jsontext import loads
 from fptrace.errors import BadInput
 
 ROLES_HINT = "each message is {\"role\": \"system\"|\"user\"|\"assistant\", \"content\": TEXT}"
@@ -102,7 +103,7 @@ def read_messages(path: str) -> Chat:
     except UnicodeDecodeError as e:
         raise BadInput(f"--messages {path}: not UTF-8 text (byte {e.start})") from None
     try:
-        data = json.loads(text)
+        data = loads(text)
     except json.JSONDecodeError as e:
         raise BadInput(f"--messages {path}, line {e.lineno}: not JSON ({e.msg})") from None
     lines = _item_lines(text) if isinstance(data, list) else []

@@ -20,6 +20,7 @@ import sys
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
+from fptrace.jsontext import loads
 from fptrace.core.inputs import PromptItem, numbered_lines, read_inputs
 from fptrace.core.prompt_groups import Encoded, Failure, Summary, run_groups, sigterm_interrupts
 from fptrace.results import SCHEMA_VERSION
@@ -86,7 +87,7 @@ class OutFile:
             if not raw.strip():
                 continue
             try:
-                obj = json.loads(raw.decode("utf-8"))
+                obj = loads(raw)
             except (UnicodeDecodeError, json.JSONDecodeError):
                 obj = None
             if not _is_record(obj):
@@ -240,7 +241,7 @@ def done_ids(path: str) -> set[str]:
     done = set()
     for _, raw in numbered_lines(data[:data.rfind(b"\n") + 1]):
         try:
-            obj = json.loads(raw.decode("utf-8"))
+            obj = loads(raw)
         except (UnicodeDecodeError, json.JSONDecodeError):
             continue
         if _is_record(obj):

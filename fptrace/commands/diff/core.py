@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import math
 
+from fptrace.jsontext import loads
 from fptrace.commands.diff.result import DiffSide, LayerDiff, TokenDiff, TraceDiff
 from fptrace import notes as notes_
 from fptrace.results import Trace
@@ -42,13 +43,13 @@ def read_trace(path: str) -> dict:
         raise BadInput(f"{path}: {e.strerror}") from None
     lines = [ln for ln in text.splitlines() if ln.strip()]
     try:
-        data = json.loads(text) if len(lines) != 1 else json.loads(lines[0])
-    except json.JSONDecodeError:
+        data = loads(text) if len(lines) != 1 else loads(lines[0])
+    except json.JSONDecodeError as e:
         if len(lines) > 1:
             raise BadInput(f"{path} holds {len(lines)} JSON lines; diff takes a file with one "
                            "trace (e.g. `head -n 1 traces.jsonl > a.json`)") from None
-        raise BadInput(f"{path} is not JSON; diff takes traces saved by `fptrace run "
-                       "--json`") from None
+        raise BadInput(f"{path} is not JSON ({e.msg}, line {e.lineno}); diff takes traces "
+                       "saved by `fptrace run --json`") from None
     if not isinstance(data, dict) or data.get("kind") != "trace" or "layers" not in data:
         kind = data.get("kind") if isinstance(data, dict) else type(data).__name__
         raise BadInput(f"{path} is not an fptrace trace (kind {kind!r}); save one with "
