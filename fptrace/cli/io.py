@@ -161,7 +161,7 @@ def prompt_of(prompt: str | None, chat: ChatOptions | None = None) -> Any:
 
 
 def load_for(prompt: str | None, opts: LoadOptions, plot: str | None = None,
-             chat: ChatOptions | None = None) -> tuple[Any, Any]:
+             chat: ChatOptions | None = None, force: bool = False) -> tuple[Any, Any]:
     """What a command that traces one prompt does first: check the prompt (and turn it into a
     conversation with --chat/--messages) and the --plot path, before anything is loaded, so a
     mistake costs nothing; then load the model. Returns (model, what to trace)."""
@@ -169,7 +169,7 @@ def load_for(prompt: str | None, opts: LoadOptions, plot: str | None = None,
 
     traced = prompt_of(prompt, chat)
     if plot is not None:
-        check_path(plot)
+        check_path(plot, force=force)
     return load(opts), traced
 
 
@@ -188,19 +188,20 @@ def launch_ranks(opts: LoadOptions) -> None:
         raise typer.Exit(tp.launch(n or opts.tp, argv))
 
 
-def write_plot(fig: Any, path: str) -> None:
+def write_plot(fig: Any, path: str, force: bool = False) -> None:
     from fptrace.render.figures import save
 
-    save(fig, path)
+    save(fig, path, force)
     stderr_console().print(f"[dim]wrote {path}[/dim]", soft_wrap=True)
 
 
 def output(result: Any, view: Callable[[Any, int | None], Any], *, as_json: bool, wide: bool,
-           plot: str | None = None, figure: Callable[[Any], Any] | None = None) -> None:
+           plot: str | None = None, figure: Callable[[Any], Any] | None = None,
+           force: bool = False) -> None:
     """A command's result: the figure for --plot, then the JSON (--json) or the view that fits
     the terminal."""
     if plot is not None and figure is not None:
-        write_plot(figure(result)[0], plot)
+        write_plot(figure(result)[0], plot, force)
     if as_json:
         emit_json(result)
     else:

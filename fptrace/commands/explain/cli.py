@@ -11,6 +11,7 @@ from fptrace.cli.options import (
     SAMPLING,
     STATS,
     ChatOptions,
+    ForceOpt,
     JsonOpt,
     LoadOptions,
     PlotOpt,
@@ -43,6 +44,7 @@ def explain(
     show_rows: Annotated[int, typer.Option("--show", help="Most probable tokens listed in the "
                                            "sampling table.", rich_help_panel=SAMPLING)] = 8,
     plot: PlotOpt = None,
+    force: ForceOpt = False,
     as_json: JsonOpt = False,
     wide: WideOpt = False,
 ) -> None:
@@ -51,7 +53,7 @@ def explain(
     from fptrace.core.sampling import check_options
 
     check_options(temperature, top_k, top_p)
-    lm, prompt = load_for(prompt, opts, plot, chat)
+    lm, prompt = load_for(prompt, opts, plot, chat, force)
     from fptrace.commands.explain.core import covered
     from fptrace.commands.explain.core import explain as run_explain
 
@@ -61,5 +63,6 @@ def explain(
                          all_heads=plot is not None)
     from fptrace.commands.explain.render import attention_figure, explain_view
 
-    output(result, explain_view, as_json=as_json, wide=wide, plot=plot, figure=attention_figure)
+    output(result, explain_view, as_json=as_json, wide=wide, plot=plot, figure=attention_figure,
+           force=force)
     check_match(result.match, [c.name for c in result.checks if not c.ok])

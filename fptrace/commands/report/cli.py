@@ -7,7 +7,15 @@ from typing import Annotated, Optional
 import typer
 
 from fptrace.cli.io import check_match, command, load, load_for, require_checks, stderr_console
-from fptrace.cli.options import OUTPUT, STATS, ChatOptions, LoadOptions, chat_options, model_options
+from fptrace.cli.options import (
+    OUTPUT,
+    STATS,
+    ChatOptions,
+    ForceOpt,
+    LoadOptions,
+    chat_options,
+    model_options,
+)
 
 
 @command(order=90, docs="report")
@@ -51,13 +59,14 @@ def report(
         "--qk", metavar="LAYER.HEAD", help="The head whose attention score the report splits "
         "(as `fptrace attribute --qk`); default: the head that adds most to the top-1.",
         rich_help_panel=STATS)] = None,
+    force: ForceOpt = False,
 ) -> None:
     """One self-contained HTML file: the run tables, the figures, the explain walkthrough of
     one layer, the attribution of the top-1, why one head attends where it does (and with
     --noise, causal tracing) and the JSON trace. It makes no network request and opens offline."""
     from fptrace.commands.report.core import build_html, check_out, write_report
 
-    check_out(out)
+    check_out(out, force)
     if (add is None) != (subtract is None) or (add is not None and steer_layer is None):
         from fptrace.errors import BadInput
 

@@ -18,6 +18,7 @@ PAGE = """<!DOCTYPE html>
 <html lang="en">
 <head>
 <meta charset="utf-8">
+<meta name="generator" content="fptrace">
 <meta name="viewport" content="width=device-width, initial-scale=1">
 <title>{title}</title>
 <style>
@@ -140,10 +141,10 @@ def build_html(trace: Trace, explanation: Explanation, attribution: Any = None,
     return PAGE.format(title=esc(f"fptrace: {trace.prompt[:60]}"), body="\n".join(body))
 
 
-def check_out(path: str) -> None:
+def check_out(path: str, force: bool = False) -> None:
     from fptrace.atomic import check_target
 
-    check_target(path, "--out", "report.html")
+    check_target(path, "--out", "report.html", force)
     if os.path.splitext(path)[1].lower() not in (".html", ".htm"):
         raise BadInput(f"--out {path}: a report is an .html file")
 

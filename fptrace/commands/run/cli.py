@@ -10,6 +10,7 @@ from fptrace.cli.io import command, load_for, output
 from fptrace.cli.options import (
     STATS,
     ChatOptions,
+    ForceOpt,
     JsonOpt,
     LoadOptions,
     PlotOpt,
@@ -39,18 +40,20 @@ def run(
         "--truncate", help="Keep the last tokens of a prompt longer than the context window.",
         rich_help_panel=STATS)] = False,
     plot: PlotOpt = None,
+    force: ForceOpt = False,
     as_json: JsonOpt = False,
     wide: WideOpt = False,
 ) -> None:
     """Trace PROMPT through the model: tokens, shapes, per-layer residual stream, top-k."""
-    lm, prompt = load_for(prompt, opts, plot, chat)
+    lm, prompt = load_for(prompt, opts, plot, chat, force)
     from fptrace.core.trace import run_trace
 
     trace = run_trace(lm, prompt, top_k=top_k, snippet=snippet, all_positions=all_positions,
                       truncate=truncate, lens_grid=plot is not None)
     from fptrace.commands.run.render import trace_figure, trace_view
 
-    output(trace, trace_view, as_json=as_json, wide=wide, plot=plot, figure=trace_figure)
+    output(trace, trace_view, as_json=as_json, wide=wide, plot=plot, figure=trace_figure,
+           force=force)
     if trace.first_nonfinite:
         from fptrace.errors import NonFiniteValues
 

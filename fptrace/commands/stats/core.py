@@ -276,7 +276,7 @@ def _previous(out: str | None, resume: bool, force: bool, model_name: str,
         if resume:
             raise BadInput("--resume continues an --out file: give --out")
         return None, None
-    check_target(out, "--out", "stats.json")
+    check_target(out, "--out", "stats.json", force=True)  # whose file it is: read_statistics
     if not os.path.exists(out):
         return None, None
     doc, stats = read_statistics(out)  # first of all: never touch a file of something else
@@ -357,16 +357,18 @@ def save_scales(result: Stats, path: str) -> int:
             tensors[name] = scale.clone()
     if not tensors:
         raise BadInput("no prompt was counted: there are no activation scales to save")
-    meta = {"format": "pt", "producer": "fptrace stats", "model": result.model.name,
+    from fptrace.atomic import MARK
+
+    meta = {"format": "pt", "producer": f"{MARK} stats", "model": result.model.name,
             "prompts": str(result.prompts), "tokens": str(result.tokens)}
     write_atomic(path, lambda tmp: save_file(tensors, tmp, metadata=meta), ".safetensors")
     return len(tensors)
 
 
-def check_scales_path(path: str) -> None:
+def check_scales_path(path: str, force: bool = False) -> None:
     from fptrace.atomic import check_target
 
-    check_target(path, "--save-scales", "act_scales.safetensors")
+    check_target(path, "--save-scales", "act_scales.safetensors", force)
     if not path.endswith(".safetensors"):
         raise BadInput(f"--save-scales {path}: the scales are written as safetensors; name the "
                        "file *.safetensors")

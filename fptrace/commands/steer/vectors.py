@@ -192,11 +192,12 @@ def token_vector(lm: LoadedModel, token: str, layer: int, prompt: Any = None) ->
 
 
 # ---------------------------------------------------------------------------- files
-def check_vector_path(path: str, what: str = "--save-vector") -> None:
-    """Before anything runs: a writable file of a known kind."""
+def check_vector_path(path: str, what: str = "--save-vector", force: bool = False) -> None:
+    """Before anything runs: a writable file of a known kind, and not someone else's file
+    unless force (atomic.check_target)."""
     from fptrace.atomic import check_target
 
-    check_target(path, what, "steer.gguf")
+    check_target(path, what, "steer.gguf", force)
     if os.path.splitext(path)[1].lower() not in SUFFIXES:
         raise BadInput(f"{what} {path}: write a .gguf (llama.cpp's control-vector layout), "
                        ".safetensors or .npy file")
@@ -364,15 +365,15 @@ def _read_safetensors(path: str, lm: LoadedModel, layer: int | None) -> dict[int
                    "one tensor")
 
 
-def write_vector(path: str, vec: SteeringVector, lm: LoadedModel) -> None:
+def write_vector(path: str, vec: SteeringVector, lm: LoadedModel, force: bool = False) -> None:
     """Write the vector atomically: .gguf in llama.cpp's control-vector layout (direction.N,
     F32, for the block N whose output receives it), .safetensors with the same tensor names,
     .npy as (n_layers, d) with zero rows for blocks it leaves alone."""
     import numpy as np
 
-    from fptrace.atomic import write_atomic
+    from fptrace.atomic import MARK, write_atomic
 
-    check_vector_path(path)
+    check_vector_path(path, force=force)
     suffix = os.path.splitext(path)[1].lower()
     dirs = {k: np.ascontiguousarray(v.numpy(), dtype=np.float32) for k, v in vec.layers.items()}
     if suffix == ".gguf" and 0 in dirs:
@@ -386,6 +387,7 @@ def write_vector(path: str, vec: SteeringVector, lm: LoadedModel) -> None:
 
             w = gguf.GGUFWriter(tmp, arch="controlvector")
             w.add_string("controlvector.model_hint", str(lm.config.model_type))
+            w.add_string("fptrace.producer", f"{MARK} steer")
             w.add_int32("controlvector.layer_count", len(dirs))
             for k in sorted(dirs):
                 w.add_tensor(f"direction.{k}", dirs[k])
@@ -396,7 +398,8 @@ def write_vector(path: str, vec: SteeringVector, lm: LoadedModel) -> None:
         elif suffix == ".safetensors":
             from safetensors.numpy import save_file
 
-            save_file({f"direction.{k}": dirs[k] for k in sorted(dirs)}, tmp)
+            save_file({f"direction.{k}": dirs[k] for k in sorted(dirs)}, tmp,
+                      metadata={"producer": f"{MARK} steer"})
         else:
             a = np.zeros((len(lm.parts.blocks), int(lm.config.hidden_size)), dtype=np.float32)
             for k, v in dirs.items():
