@@ -333,3 +333,50 @@ def test_stats_and_batch_out_keep_their_rule(tiny, tmp_path):
                  ["batch", str(src), "-m", tiny, "--out", str(notes), "--force"]):
         one_line(args)
         assert notes.read_text() == '{"mine": true}\n'
+
+
+# ---- 5. two runs on one output: one is refused, nothing is lost ----
+
+def _start(args):
+    return subprocess.Popen([sys.executable, "-m", "fptrace", *args], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, "OMP_NUM_THREADS": "1"})
+
+
+@pytest.mark.parametrize("command", ["stats", "batch"])
+def test_two_runs_on_one_output_at_once(tiny, tmp_path, command):
+    a, b = tmp_path / "setA.txt", tmp_path / "setB.txt"
+    a.write_text("".join(f"the cat sat on mat {i}\n" for i in range(300)))
+    b.write_text("".join(f"a dog ran to the park {i}\n" for i in range(300)))
+    out = tmp_path / ("same.json" if command == "stats" else "same.jsonl")
+    runs = [_start([command, str(src), "-m", tiny, "--out", str(out), "-b", "1"])
+            for src in (a, b)]
+    results = [(p.wait(timeout=600), p.stderr.read()) for p in runs]
+    codes = sorted(rc for rc, _ in results)
+    assert codes == [0, 2], results
+    winner = [src for src, (rc, _) in zip((a, b), results) if rc == 0][0]
+    refused = [err for rc, err in results if rc == 2][0].strip().splitlines()[-1]
+    assert refused == (f"fptrace: error: another fptrace {command} is writing {out}; wait for "
+                       "it or choose another --out")
+    stem = winner.stem
+    if command == "stats":
+        doc = json.loads(out.read_text())
+        assert doc["statistics"]["prompts"] == [f"{stem}:{i}" for i in range(1, 301)]
+        assert not os.path.exists(tmp_path / ".same.json.fptrace-lock")  # removed at the end
+    else:
+        ids = [json.loads(l)["id"] for l in out.read_text().splitlines()]
+        assert ids == [f"{stem}:{i}" for i in range(1, 301)]
+
+
+def test_stats_out_held_by_another_run_is_refused(tiny, tmp_path):
+    from fptrace.locks import exclusive
+
+    src = tmp_path / "p.txt"
+    src.write_text("The cat sat\n")
+    out = tmp_path / "s.json"
+    with exclusive(str(out), "stats"):
+        assert one_line(["stats", str(src), "-m", tiny, "--out", str(out)]) == (
+            f"fptrace: error: another fptrace stats is writing {out}; wait for it or choose "
+            "another --out")
+        assert not out.exists()
+    assert runner.invoke(app, ["stats", str(src), "-m", tiny, "--out", str(out)]).exit_code == 0

@@ -25,7 +25,7 @@ from pathlib import Path
 
 PKG = Path(__file__).resolve().parent.parent / "fptrace"
 LEAVES = {"fptrace.errors", "fptrace.atomic", "fptrace.results", "fptrace.notes", "fptrace.numbers",
-          "fptrace.interrupt", "fptrace.jsontext",
+          "fptrace.interrupt", "fptrace.jsontext", "fptrace.locks",
           "fptrace.points"}
 COMPOSERS = {"report", "tui", "schema"}
 

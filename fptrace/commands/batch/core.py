@@ -25,6 +25,7 @@ from fptrace.core.inputs import PromptItem, numbered_lines, read_inputs
 from fptrace.core.prompt_groups import Encoded, Failure, Summary, run_groups, sigterm_interrupts
 from fptrace.results import SCHEMA_VERSION
 from fptrace.errors import BadInput, WriteFailed
+from fptrace.locks import lock
 
 RECORD_START = b'{"kind": '  # every line record_line writes starts so
 
@@ -62,7 +63,7 @@ class OutFile:
         except OSError as e:
             raise BadInput(f"cannot open --out {p}: {e.strerror}") from e
         try:
-            _lock(fd, p)
+            lock(fd, str(p), "batch")
             self._check_and_repair(fd)
         except BaseException:
             os.close(fd)
@@ -158,18 +159,6 @@ class OutFile:
         if self.fd is not None:
             os.close(self.fd)  # closing releases the lock
             self.fd = None
-
-
-def _lock(fd: int, path: Path) -> None:
-    try:
-        import fcntl
-    except ImportError:  # Windows: no advisory lock; a second writer is not detected
-        return
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError as e:
-        raise BadInput(f"another fptrace batch is writing {path}; wait for it or choose "
-                       "another --out") from e
 
 
 def record_line(item: PromptItem, result: Any = None, error: str | None = None,

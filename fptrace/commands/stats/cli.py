@@ -89,11 +89,17 @@ def stats(
     if merge:
         if resume or ray is not None:
             raise BadInput("--merge reads statistics files; --resume and --ray count prompts")
-        if out is not None:
-            _check_new_out(out, force)
-        result = core.merge_files(inputs, sink_threshold=sink_threshold, top=top)
-        if out is not None:
-            core.write_stats(out, result)
+        import contextlib
+
+        from fptrace.locks import exclusive
+
+        with contextlib.ExitStack() as guard:
+            if out is not None:
+                _check_new_out(out, force)
+                guard.enter_context(exclusive(out, "stats"))
+            result = core.merge_files(inputs, sink_threshold=sink_threshold, top=top)
+            if out is not None:
+                core.write_stats(out, result)
     else:
         result, summary = _count(inputs, opts, out=out, resume=resume, force=force, sinks=sinks,
                                  batch_size=batch_size, truncate=truncate, checkpoint=checkpoint,

@@ -211,7 +211,31 @@ def stats_run(inputs: Sequence[str], *, out: str | None, resume: bool, force: bo
     (layers, heads) from its config, and the actors its other facts)."""
     import contextlib
 
+    from fptrace.atomic import check_target
+    from fptrace.locks import exclusive
+
     items = read_inputs(inputs, exclude=out)
+    guard = contextlib.ExitStack()
+    if out is not None:  # one run writes an --out at a time: a second is refused, naming it
+        check_target(out, "--out", "stats.json", force=True)
+        guard.enter_context(exclusive(out, "stats"))
+    with guard:
+        return _counted(items, out=out, resume=resume, force=force, load=load,
+                        model_name=model_name, random_weights=random_weights, sinks=sinks,
+                        batch_size=batch_size, truncate=truncate,
+                        checkpoint_every=checkpoint_every, sink_threshold=sink_threshold,
+                        top=top, progress=progress, elsewhere=elsewhere, shape=shape)
+
+
+def _counted(items: list, *, out: str | None, resume: bool, force: bool,
+             load: Callable[[], Any], model_name: str, random_weights: bool, sinks: bool,
+             batch_size: int, truncate: bool, checkpoint_every: float, sink_threshold: float,
+             top: int, progress: Callable[[int], Any] | None,
+             elsewhere: Callable[..., Summary] | None,
+             shape: Callable[[], tuple[int, int]] | None) -> tuple[Stats, Summary]:
+    """stats_run once the inputs are read and --out is held."""
+    import contextlib
+
     stats, doc = _previous(out, resume, force, model_name, random_weights, sinks)
     todo = len(items) if stats is None else \
         sum(1 for it in items if it.id not in stats.done_ids())
