@@ -22,7 +22,7 @@ def result(cls: type[T]) -> type[T]:
     return dataclass(frozen=True)(cls)
 
 
-SCHEMA_VERSION = "1.3"  # minor: fields or kinds added; major: a field changed or removed
+SCHEMA_VERSION = "1.4"  # minor: fields or kinds added; major: a field changed or removed
 
 # One vocabulary of trace points, shared by hooks, JSON keys and table headers: points.py
 # (Point) names them, the stream's and those inside a block (ShapeStep.point, LayerStats.point,

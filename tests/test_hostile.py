@@ -380,3 +380,65 @@ def test_stats_out_held_by_another_run_is_refused(tiny, tmp_path):
             "another --out")
         assert not out.exists()
     assert runner.invoke(app, ["stats", str(src), "-m", tiny, "--out", str(out)]).exit_code == 0
+
+
+# ---- 4. statistics know their weights by content ----
+
+def _count(args, out):
+    r = runner.invoke(app, ["stats", *args, "--out", str(out)])
+    assert r.exit_code == 0, r.output[-800:]
+    return json.loads(out.read_text())
+
+
+def test_fingerprint_is_the_models_own_tensors(tiny):
+    from fptrace.models.fingerprint import tensors_fingerprint, weights_fingerprint
+    from fptrace.models.loading import load_model
+
+    lm = load_model(tiny, device="cpu")
+    fp = weights_fingerprint(lm)
+    assert fp == tensors_fingerprint(lm.model) == weights_fingerprint(lm)  # cached: the same
+    import torch
+
+    with torch.no_grad():
+        lm.model.transformer.h[0].mlp.c_fc.weight[0, 0] += 1.0
+    assert tensors_fingerprint(lm.model) != fp
+
+
+def test_merge_and_resume_refuse_other_weights_of_the_same_name(tiny, tmp_path):
+    import shutil
+
+    from conftest import make_gpt2_folder
+
+    src = tmp_path / "p.txt"
+    src.write_text("The cat sat\n")
+    more = tmp_path / "q.txt"
+    more.write_text("on the mat\n")
+    # two seeds of random weights: the same name, other tensors
+    s1 = _count([str(src), "-m", tiny, "--random-weights", "--seed", "1"], tmp_path / "s1.json")
+    s2 = _count([str(more), "-m", tiny, "--random-weights", "--seed", "2"], tmp_path / "s2.json")
+    assert s1["weights"] != s2["weights"]
+    line = one_line(["stats", "--merge", str(tmp_path / "s1.json"), str(tmp_path / "s2.json")])
+    assert f"with weights {s1['weights']}" in line and f"with weights {s2['weights']}" in line
+    assert "only statistics of one model merge (the same weights" in line
+    line = one_line(["stats", str(more), "-m", tiny, "--random-weights", "--seed", "2",
+                     "--out", str(tmp_path / "s1.json"), "--resume"])
+    assert s1["weights"] in line and s2["weights"] in line and "other weights" in line
+    # two different folders, both named tiny-gpt2
+    other = make_gpt2_folder(tmp_path / "other", n_positions=48)[0]  # other tensors
+    a = _count([str(src), "-m", tiny], tmp_path / "a.json")
+    b = _count([str(more), "-m", str(other)], tmp_path / "b.json")
+    assert a["weights"] != b["weights"]
+    assert "only statistics of one model merge (the same weights" in one_line(
+        ["stats", "--merge", str(tmp_path / "a.json"), str(tmp_path / "b.json")])
+    # the same weights under another path: accepted by --merge and --resume
+    copy = tmp_path / "copy" / "tiny-gpt2"
+    shutil.copytree(tiny, copy)
+    c = _count([str(more), "-m", str(copy)], tmp_path / "c.json")
+    assert c["weights"] == a["weights"]
+    r = runner.invoke(app, ["stats", "--merge", str(tmp_path / "a.json"), str(tmp_path / "c.json"),
+                            "--json"])
+    assert r.exit_code == 0 and json.loads(r.stdout)["prompts"] == 2
+    r = runner.invoke(app, ["stats", str(more), "-m", str(copy), "--out", str(tmp_path / "a.json"),
+                            "--resume"])
+    assert r.exit_code == 0, r.output[-800:]
+    assert json.loads((tmp_path / "a.json").read_text())["prompts"] == 2

@@ -50,7 +50,7 @@ def new_statistics(lm: Any, sinks: bool = True) -> ActivationStats:
 
 
 def build(stats: ActivationStats, model: ModelInfo, *, sink_threshold: float = SINK_THRESHOLD,
-          top: int = TOP) -> Stats:
+          top: int = TOP, weights: str | None = None) -> Stats:
     """The result: the findings drawn from the statistics, and the statistics."""
     from fptrace.notes import STATS_EAGER, STATS_FAILED, STATS_RANDOM
 
@@ -69,7 +69,7 @@ def build(stats: ActivationStats, model: ModelInfo, *, sink_threshold: float = S
                  massive=massive_activations(stats), outliers=outlier_dimensions(stats),
                  top_channels=top_channels(stats, top),
                  sink_heads=sink_heads(stats, sink_threshold), notes=tuple(notes),
-                 statistics=stats.to_record())
+                 statistics=stats.to_record(), weights=weights)
 
 
 def model_of(doc: dict) -> ModelInfo:
@@ -240,10 +240,11 @@ def _counted(items: list, *, out: str | None, resume: bool, force: bool,
     todo = len(items) if stats is None else \
         sum(1 for it in items if it.id not in stats.done_ids())
     if todo == 0 and stats is not None:
-        return build(stats, model_of(doc), sink_threshold=sink_threshold, top=top), \
-            Summary(total=len(items), skipped=len(items))
+        return build(stats, model_of(doc), sink_threshold=sink_threshold, top=top,
+                     weights=doc.get("weights")), Summary(total=len(items), skipped=len(items))
     lm = load() if elsewhere is None else None
     model: list[ModelInfo] = []  # the loaded model's facts, once known
+    weights = None if lm is None else _same_weights(lm, doc, out, model_name, random_weights)
 
     def know(info: ModelInfo) -> None:
         if doc is not None and doc["model"].get("dtype") != info.dtype:
@@ -269,7 +270,8 @@ def _counted(items: list, *, out: str | None, resume: bool, force: bool,
         if out is not None and model and time.monotonic() - last[0] >= checkpoint_every:
             if lm is not None:
                 st.name_tokens(lm.token_text)
-            write_stats(out, build(st, model[0], sink_threshold=sink_threshold, top=top))
+            write_stats(out, build(st, model[0], sink_threshold=sink_threshold, top=top,
+                                   weights=weights))
             last[0] = time.monotonic()
 
     bar = progress(todo) if progress is not None else contextlib.nullcontext(None)
@@ -285,10 +287,31 @@ def _counted(items: list, *, out: str | None, resume: bool, force: bool,
     info = model[0] if model else model_of(doc) if doc is not None else None
     if info is None:  # interrupted on a cluster before any shard came back
         return None, summary  # type: ignore[return-value]
-    result = build(stats, info, sink_threshold=sink_threshold, top=top)
+    result = build(stats, info, sink_threshold=sink_threshold, top=top, weights=weights)
     if out is not None:
         write_stats(out, result)
     return result, summary
+
+
+def _same_weights(lm: Any, doc: dict | None, out: str | None, model_name: str,
+                  random_weights: bool) -> str | None:
+    """The loaded model's fingerprint; when resuming a file that has one, it must be the same:
+    other weights under the same name are refused, the same weights under another name or
+    path are accepted (files without a fingerprint were checked by name in _previous)."""
+    from fptrace.models.fingerprint import weights_fingerprint
+
+    weights = weights_fingerprint(lm)
+    was = doc.get("weights") if doc is not None else None
+    if was is not None and weights is not None and was != weights:
+        m = doc["model"]
+        raise BadInput(f"--out {out} holds statistics of {_model_text(m)} with weights {was}, "
+                       f"this run loads {model_name}" + (" (random weights)" if random_weights
+                                                         else "")
+                       + f" with weights {weights}: other weights, whatever the name; resume "
+                       "with the same model, or choose another --out")
+    if was is not None and weights is None:
+        _same_name(doc, out, model_name, random_weights)
+    return weights
 
 
 def _previous(out: str | None, resume: bool, force: bool, model_name: str,
@@ -309,6 +332,16 @@ def _previous(out: str | None, resume: bool, force: bool, model_name: str,
                        "or choose another --out")
     if force:
         return None, None
+    if doc.get("weights") is None or \
+            bool(doc.get("model", {}).get("random_weights")) != random_weights:
+        _same_name(doc, out, model_name, random_weights)  # the weights compared once loaded
+    if stats.sinks != sinks:
+        raise BadInput(f"--out {out} was made {'with' if stats.sinks else 'without'} attention "
+                       "sinks: resume with the same --sinks/--no-sinks")
+    return stats, doc
+
+
+def _same_name(doc: dict, out: str | None, model_name: str, random_weights: bool) -> None:
     was = doc.get("model", {})
     if (was.get("name"), bool(was.get("random_weights"))) != (model_name, random_weights):
         raise BadInput(f"--out {out} holds statistics of {was.get('name')}"
@@ -316,10 +349,6 @@ def _previous(out: str | None, resume: bool, force: bool, model_name: str,
                        + f", not of {model_name}" + (" (random weights)" if random_weights
                                                      else "")
                        + ": resume with the same model, or choose another --out")
-    if stats.sinks != sinks:
-        raise BadInput(f"--out {out} was made {'with' if stats.sinks else 'without'} attention "
-                       "sinks: resume with the same --sinks/--no-sinks")
-    return stats, doc
 
 
 def write_stats(path: str, result: Stats) -> None:
@@ -341,17 +370,25 @@ def merge_files(paths: Sequence[str], *, sink_threshold: float = SINK_THRESHOLD,
         doc, st = read_statistics(p)
         docs.append((p, doc, st))
     first_path, first_doc, total = docs[0]
-    m0 = first_doc.get("model", {})
+    m0, w0 = first_doc.get("model", {}), first_doc.get("weights")
     for p, doc, st in docs[1:]:
-        m = doc.get("model", {})
-        for key, what in (("name", "model"), ("random_weights", "weights"), ("dtype", "dtype")):
+        m, w = doc.get("model", {}), doc.get("weights")
+        if w0 is not None and w is not None and w != w0:
+            raise BadInput(f"{first_path} holds statistics of {_model_text(m0)} with weights "
+                           f"{w0}, {p} of {_model_text(m)} with weights {w}: only statistics "
+                           "of one model merge (the same weights, whatever their name)")
+        same = w0 is not None and w == w0  # the same tensors under another name or path
+        keys = (("dtype", "dtype"),) if same else (
+            ("name", "model"), ("random_weights", "weights"), ("dtype", "dtype"))
+        for key, what in keys:
             if m.get(key) != m0.get(key):
                 raise BadInput(f"{first_path} holds statistics of {_model_text(m0)}, {p} of "
                                f"{_model_text(m)}: only statistics of one model (same weights "
                                f"and dtype) merge (the {what} differs)")
         total.merge_(st, names=(first_path if total is docs[0][2] else "the files before",
                                 p))
-    return build(total, model_of(first_doc), sink_threshold=sink_threshold, top=top)
+    return build(total, model_of(first_doc), sink_threshold=sink_threshold, top=top,
+                 weights=w0 if all(d.get("weights") == w0 for _, d, _ in docs) else None)
 
 
 def _model_text(m: dict) -> str:
