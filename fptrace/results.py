@@ -90,6 +90,9 @@ class ModelInfo:
     """`int8` or `int4` when the linear layers' weights were quantized on load (`--quantize`,
     torchao's weight-only schemes through transformers; embeddings and LM head stay as they
     are), else null."""
+    quantized_weights: int | None = None
+    """With `quantization`: how many of the blocks' linear weights were quantized (a load that
+    would quantize none is refused), else null."""
 
 
 @result

@@ -442,3 +442,36 @@ def test_merge_and_resume_refuse_other_weights_of_the_same_name(tiny, tmp_path):
                             "--resume"])
     assert r.exit_code == 0, r.output[-800:]
     assert json.loads((tmp_path / "a.json").read_text())["prompts"] == 2
+
+
+# ---- 6. a quantization that would change nothing is refused; the count is reported ----
+
+def test_quantizing_gpt2_conv1d_is_refused_naming_the_layers(tiny):
+    pytest.importorskip("torchao")
+    for kind in ("int4", "int8"):
+        line = one_line(["diff", P, "-m", tiny, "--quantize-b", kind])
+        assert line == (f"fptrace: error: {kind} quantization would change nothing: torchao "
+                        "quantized none of tiny-gpt2's linear weights (its blocks' layers: "
+                        "attn.c_attn (Conv1D), attn.c_proj (Conv1D), mlp.c_fc (Conv1D), "
+                        "mlp.c_proj (Conv1D))")
+
+
+def test_quantized_weights_are_counted_in_the_header_and_json(tmp_path):
+    pytest.importorskip("torchao")
+    import torch
+
+    from conftest import make_llama_folder
+    from fptrace.models.loading import load_model
+
+    folder = str(make_llama_folder(tmp_path / "ll"))
+    lm = load_model(folder, device="cpu", quantize="int8")
+    expected = sum(1 for b in lm.parts.blocks for m in b.modules()
+                   if isinstance(m, torch.nn.Linear)
+                   and type(m.weight) not in (torch.nn.Parameter, torch.Tensor))
+    assert expected == 14 and lm.quantized_weights == 14  # q, k, v, o, gate, up, down × 2
+    r = runner.invoke(app, ["diff", P, "-m", folder, "--quantize-b", "int8", "--json"])
+    assert r.exit_code in (0, 1), r.output[-800:]
+    d = json.loads(r.stdout)
+    assert d["b"]["quantization"] == "int8" and d["b"]["quantized_weights"] == 14
+    r = runner.invoke(app, ["diff", P, "-m", folder, "--quantize-b", "int8"])
+    assert "int8 weight-only (14 weights)" in r.stdout

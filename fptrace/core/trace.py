@@ -60,7 +60,7 @@ def _model_info(lm: LoadedModel) -> ModelInfo:
         random_weights=lm.random_weights, placement=lm.placement,
         inferred=lm.parts.known, unknown=lm.parts.unknown,
         tensor_parallel=lm.tensor_parallel,
-        quantization=lm.quantization,
+        quantization=lm.quantization, quantized_weights=lm.quantized_weights,
     )
 
 

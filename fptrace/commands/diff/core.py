@@ -62,7 +62,8 @@ def _side(label: str, t: dict) -> DiffSide:
     return DiffSide(label=label, prompt=t["prompt"], model=m["name"], dtype=m["dtype"],
                     device=m["device"], random_weights=m["random_weights"],
                     quantization=m.get("quantization"),
-                    tokens=tuple((tok["id"], tok["text"]) for tok in t["tokens"]))
+                    tokens=tuple((tok["id"], tok["text"]) for tok in t["tokens"]),
+                    quantized_weights=m.get("quantized_weights"))
 
 
 def _stream(row: dict, d: int) -> list[float] | None:
