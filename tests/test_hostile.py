@@ -475,3 +475,94 @@ def test_quantized_weights_are_counted_in_the_header_and_json(tmp_path):
     assert d["b"]["quantization"] == "int8" and d["b"]["quantized_weights"] == 14
     r = runner.invoke(app, ["diff", P, "-m", folder, "--quantize-b", "int8"])
     assert "int8 weight-only (14 weights)" in r.stdout
+
+
+# ---- the misleading answers, now said plainly ----
+
+def test_a_finite_scale_that_overflows_is_named(tiny):
+    line = one_line(["steer", P, "-m", tiny, "--token", " cat", "--layer", "1", "--scale",
+                     "0,1e30"], code=4)
+    assert line.startswith("fptrace: error: --scale 1e+30: the steered run overflows to NaN or "
+                           "Inf (the vector's norm ")
+
+
+@pytest.mark.parametrize("args, line", [
+    (["--add", "", "--subtract", "x"], "fptrace: error: --add is empty: give some text"),
+    (["--add", "x", "--subtract", " "], "fptrace: error: --subtract is empty: give some text"),
+    (["--add", " ".join(["word"] * 60), "--subtract", "x"],
+     "fptrace: error: --add: 60 tokens, but tiny-gpt2 reads at most 32; shorten it"),
+])
+def test_steer_prompts_name_their_option(tiny, args, line):
+    assert one_line(["steer", P, "-m", tiny, "--layer", "1", *args]) == line
+
+
+def test_system_empty_names_the_option(tiny):
+    assert one_line(["run", P, "-m", tiny, "--system", ""]) == (
+        "fptrace: error: --system is empty: give some text")
+
+
+def test_over_long_lines_name_option_file_and_line_without_truncate(tiny, tmp_path):
+    long = " ".join(["word"] * 60)
+    pairs = tmp_path / "pairs.jsonl"
+    pairs.write_text(json.dumps({"positive": "good", "negative": "bad"}) + "\n"
+                     + json.dumps({"positive": "good", "negative": long}) + "\n")
+    line = one_line(["steer", P, "-m", tiny, "--pairs", str(pairs), "--layer", "1"])
+    assert line == (f"fptrace: error: --pairs {pairs}:2 (negative): 60 tokens, but tiny-gpt2 "
+                    "reads at most 32; shorten it")
+    mean = tmp_path / "mean.txt"
+    mean.write_text("The cat\n" + long + "\n")
+    line = one_line(["ablate", P, "-m", tiny, "--head", "0.0", "--mode", "mean", "--mean-over",
+                     str(mean)])
+    assert line == (f"fptrace: error: --mean-over {mean}:2: 60 tokens, but tiny-gpt2 reads at "
+                    "most 32; shorten it")
+    assert "--truncate" not in line
+
+
+def test_merge_says_what_differs(tiny, tmp_path):
+    a, b = tmp_path / "a.txt", tmp_path / "b.txt"
+    a.write_text("The cat sat\n")
+    b.write_text("on the mat\n")
+    sa = _count([str(a), "-m", tiny], tmp_path / "sa.json")
+    _count([str(b), "-m", tiny, "--no-sinks"], tmp_path / "sb.json")
+    assert one_line(["stats", "--merge", str(tmp_path / "sa.json"), str(tmp_path / "sb.json")]) \
+        == (f"fptrace: error: {tmp_path / 'sa.json'} was counted with attention sinks, "
+            f"{tmp_path / 'sb.json'} without (--no-sinks): statistics merge only when counted "
+            "alike")
+    sa["schema_version"] = "0.9"
+    old = tmp_path / "old.json"
+    old.write_text(json.dumps(sa))
+    assert one_line(["stats", "--merge", str(old)]) == (
+        f"fptrace: error: {old} was written by an older fptrace (schema version 0.9); this one "
+        "reads statistics of schema 1.x: count its prompts again with this fptrace")
+
+
+@pytest.mark.parametrize("value, says", [("-1", "--tolerance -1.0: must be at least 0.0"),
+                                         ("nan", "--tolerance nan: must be a finite number"),
+                                         ("inf", "--tolerance inf: must be a finite number")])
+def test_diff_tolerance_refused_before_loading(value, says):
+    # a model that does not exist: the tolerance is refused before anything is loaded
+    assert one_line(["diff", P, "-m", "/no/such/model", "--dtype-b", "float16",
+                     f"--tolerance={value}"]) == f"fptrace: error: {says}"
+
+
+@pytest.mark.parametrize("role", ["robot", "users", "User"])
+def test_unknown_chat_role(tiny, tmp_path, role):
+    f = tmp_path / "m.json"
+    f.write_text(json.dumps([{"role": role, "content": "hi"}]))
+    assert one_line(["run", "-m", tiny, "--messages", str(f)]) == (
+        f"fptrace: error: --messages {f}, line 1 (message 1): unknown role {role!r}; a chat "
+        "template knows system, user, assistant and tool")
+
+
+def test_utf8_bom_is_not_part_of_the_text(tiny, tmp_path):
+    from fptrace.core.inputs import read_inputs
+    from fptrace.core.prompt_files import read_prompts
+    from fptrace.models.prompts import read_messages
+
+    f = tmp_path / "m.json"
+    f.write_bytes(b'\xef\xbb\xbf[{"role": "user", "content": "hi"}]')
+    assert read_messages(str(f)).messages[0].content == "hi"
+    t = tmp_path / "p.txt"
+    t.write_bytes(b"\xef\xbb\xbfThe cat sat\n")
+    assert read_prompts(str(t), "--mean-over") == ["The cat sat"]
+    assert [i.prompt for i in read_inputs([str(t)])] == ["The cat sat"]

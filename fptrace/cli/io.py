@@ -154,7 +154,7 @@ def prompt_of(prompt: str | None, chat: ChatOptions | None = None) -> Any:
         raise BadInput("give a PROMPT to trace (or a conversation with --messages FILE)")
     check_prompt(prompt)
     if chat.system is not None:
-        check_prompt(chat.system)
+        check_prompt(chat.system, "--system")
     if chat.chat or chat.system is not None:
         return Chat.of(prompt, chat.system)
     return prompt

@@ -278,7 +278,11 @@ class ActivationStats:
                         ) -> None:
         """BadInput, naming both sides, unless other can merge into self."""
         a, b = names
-        if (self.n_layers, self.n_heads) != (other.n_layers, other.n_heads):
+        if self.sinks != other.sinks:  # (without sinks no heads are tallied: not another model)
+            w, wo = (a, b) if self.sinks else (b, a)
+            raise BadInput(f"{w} was counted with attention sinks, {wo} without (--no-sinks): "
+                           "statistics merge only when counted alike")
+        if self.n_layers != other.n_layers or (self.sinks and self.n_heads != other.n_heads):
             raise BadInput(f"{a} has {self.n_layers} layers of {self.n_heads} heads, {b} "
                            f"{other.n_layers} of {other.n_heads}: statistics of different "
                            "models do not merge")
@@ -451,7 +455,7 @@ def read_document(path: str) -> dict:
     """A statistics file written by `fptrace stats --out` (or `--json`), as a dict: one of
     another kind, or from a newer fptrace, is refused in one line."""
     try:
-        with open(path, encoding="utf-8") as f:
+        with open(path, encoding="utf-8-sig") as f:
             doc = loads(f.read())
     except FileNotFoundError:
         raise BadInput(f"no such file: {path}") from None
@@ -465,7 +469,13 @@ def read_document(path: str) -> dict:
         raise BadInput(f"{path} is not an fptrace statistics file (kind {kind!r}, not 'stats'); "
                        "it is what `fptrace stats --out` writes")
     theirs, ours = _version(doc.get("schema_version")), _version(SCHEMA_VERSION)
-    if theirs is None or theirs[0] != ours[0] or theirs > ours:
+    if theirs is None or theirs[0] < ours[0]:
+        was = "no schema version" if doc.get("schema_version") is None else \
+            f"schema version {doc.get('schema_version')}"
+        raise BadInput(f"{path} was written by an older fptrace ({was}); this one reads "
+                       f"statistics of schema "
+                       f"{ours[0]}.x: count its prompts again with this fptrace")
+    if theirs[0] != ours[0] or theirs > ours:
         raise BadInput(f"{path} was written with schema version {doc.get('schema_version')}; "
                        f"this fptrace reads statistics up to {SCHEMA_VERSION}: upgrade fptrace "
                        "to read it")

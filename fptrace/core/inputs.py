@@ -64,6 +64,8 @@ def numbered_lines(data: bytes) -> Iterable[tuple[int, bytes]]:
 
 
 def _parse(data: bytes, name: str, stem: str, as_jsonl: bool) -> list[PromptItem]:
+    if data.startswith(b"\xef\xbb\xbf"):  # a UTF-8 byte order mark: no part of the first prompt
+        data = data[3:]
     items = []
     for n, raw in numbered_lines(data):
         where = f"{name}:{n}"

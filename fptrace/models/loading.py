@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
 from fptrace.results import Token
-from fptrace.errors import BadInput, ModelLoadError, ModelNotFound
+from fptrace.errors import BadInput, ModelLoadError, ModelNotFound, PromptTooLong
 from fptrace.families.parts import ModelParts, resolve_parts
 from fptrace.models.devices import (
     dispatch,
@@ -126,9 +126,9 @@ class LoadedModel:
         dropped = 0
         if ctx and len(ids) > ctx:
             if not truncate:
-                raise BadInput(f"the prompt is {len(ids)} tokens but {self.name} reads at most "
-                               f"{ctx}; shorten it or pass --truncate to keep the last {ctx} "
-                               "tokens")
+                raise PromptTooLong(f"the prompt is {len(ids)} tokens but {self.name} reads at "
+                                    f"most {ctx}; shorten it or pass --truncate to keep the last "
+                                    f"{ctx} tokens", len(ids), int(ctx))
             dropped = len(ids) - ctx
             ids, template = ids[dropped:], template[dropped:]
         return Prepared(ids=tuple(ids), text=text, template=template, dropped=dropped,

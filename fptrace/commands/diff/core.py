@@ -37,7 +37,7 @@ def default_tolerance(dtype_a: str, dtype_b: str) -> tuple[float, str]:
 def read_trace(path: str) -> dict:
     """A trace saved by `fptrace run --json` (or one `batch` record), as a dict."""
     try:
-        with open(path, encoding="utf-8") as f:
+        with open(path, encoding="utf-8-sig") as f:
             text = f.read()
     except OSError as e:
         raise BadInput(f"{path}: {e.strerror}") from None

@@ -109,7 +109,7 @@ def steering_vector(lm: LoadedModel, *, add: str | None = None, subtract: str | 
 
 
 def block_outputs(lm: LoadedModel, prompts: Sequence[Any], layers: Sequence[int],
-                  mean_positions: bool) -> dict[int, Any]:
+                  mean_positions: bool, wheres: Sequence[str] | None = None) -> dict[int, Any]:
     """Per block of `layers`, (N, d) float32: each prompt's stream after that block, at its last
     position or (mean_positions) the mean over its positions; prompts (text or ids) are run
     left-padded, BATCH at a time."""
@@ -118,7 +118,10 @@ def block_outputs(lm: LoadedModel, prompts: Sequence[Any], layers: Sequence[int]
     from fptrace.core.hooks import first_output, hooked
     from fptrace.core.trace import padded_batch
 
-    rows = [lm.encode(p) for p in prompts]
+    from fptrace.core.prompt_files import encode_listed
+
+    rows = [lm.encode(p) for p in prompts] if wheres is None else \
+        encode_listed(lm, prompts, wheres)
     out: dict[int, list] = {k: [] for k in layers}
     for start in range(0, len(rows), BATCH):
         input_ids, mask, kwargs = padded_batch(lm, rows[start:start + BATCH])
@@ -145,7 +148,12 @@ def _where(layer: int, mean_positions: bool) -> str:
 def prompts_vector(lm: LoadedModel, add: str, subtract: str, layer: int,
                    mean_positions: bool = False) -> SteeringVector:
     """ActAdd: the stream of `add` minus that of `subtract` after block `layer`."""
-    h = block_outputs(lm, [add, subtract], [layer], mean_positions)[layer]
+    from fptrace.models.tokenizers import check_prompt
+
+    check_prompt(add, "--add")
+    check_prompt(subtract, "--subtract")
+    h = block_outputs(lm, [add, subtract], [layer], mean_positions,
+                      ["--add", "--subtract"])[layer]
     return SteeringVector({layer: h[0] - h[1]}, "prompts",
                           f"{add!r} − {subtract!r} {_where(layer, mean_positions)}", passes=1)
 
@@ -159,13 +167,17 @@ def pairs_vector(lm: LoadedModel, pairs: str | Sequence[tuple[str, str]], layer:
     agree with the mean difference and its length that of the mean difference along it."""
     import torch
 
-    from fptrace.core.prompt_files import read_pairs
+    from fptrace.core.prompt_files import pairs_at
 
     name = pairs if isinstance(pairs, str) else None
-    items = read_pairs(pairs) if isinstance(pairs, str) else list(pairs)
+    listed = pairs_at(pairs) if isinstance(pairs, str) else \
+        [(f"pairs[{k}]", pos, neg) for k, (pos, neg) in enumerate(pairs)]
+    items = [(pos, neg) for _, pos, neg in listed]
     if not items:
         raise BadInput("--pairs: no pairs")
-    h = block_outputs(lm, [p for pair in items for p in pair], [layer], mean_positions)[layer]
+    wheres = [f"{w} ({side})" for w, _, _ in listed for side in ("positive", "negative")]
+    h = block_outputs(lm, [p for pair in items for p in pair], [layer], mean_positions,
+                      wheres)[layer]
     diffs = h[0::2] - h[1::2]  # (N, d)
     mean = diffs.mean(0)
     if method == "mean":
