@@ -566,3 +566,51 @@ def test_utf8_bom_is_not_part_of_the_text(tiny, tmp_path):
     t.write_bytes(b"\xef\xbb\xbfThe cat sat\n")
     assert read_prompts(str(t), "--mean-over") == ["The cat sat"]
     assert [i.prompt for i in read_inputs([str(t)])] == ["The cat sat"]
+
+
+# ---- the two sentences: each claims only what it measured ----
+
+def test_row_ranges():
+    from fptrace.core.trace import row_ranges
+
+    assert row_ranges([None]) == "the embedding"
+    assert row_ranges([5]) == "block 5"
+    assert row_ranges([11, 12, 13, 29]) == "blocks 11–13 and 29"
+    assert row_ranges([None, 0, 1, 2, 3]) == "the embedding and blocks 0–3"
+    assert row_ranges([1, 3, 5, 6]) == "blocks 1, 3 and 5–6"
+
+
+def test_massive_note_names_every_row_where_it_holds():
+    """Against the model's own hidden states: the rows where one position's ‖resid‖ is over
+    10 × the last position's are exactly the rows the note names."""
+    import torch
+
+    from conftest import build_tiny
+    from fptrace.core.trace import row_ranges, run_trace
+    from fptrace.models.loading import wrap_model
+
+    lm = wrap_model(build_tiny("llama"), name="tiny-llama", random_weights=True)
+    ids = [5, 6, 7, 8]
+    with torch.no_grad():  # token 5's embedding made huge: position 0 carries it down the stream
+        lm.model.model.embed_tokens.weight[5] *= 1000.0
+    outs = []  # each block's output, from hooks on the blocks themselves
+    handles = [b.register_forward_hook(lambda m, a, o: outs.append(o[0] if isinstance(o, tuple)
+                                                                    else o))
+               for b in lm.parts.blocks]
+    try:
+        with torch.no_grad():
+            emb = lm.model(torch.tensor([ids]), output_hidden_states=True).hidden_states[0]
+    finally:
+        for h in handles:
+            h.remove()
+    held, pos = [], None
+    for label, h in zip([None] + list(range(len(outs))), [emb] + outs):
+        norms = h[0].float().norm(dim=-1)  # (T,)
+        p = int(norms.argmax())
+        if float(norms[p]) > 10 * float(norms[-1]) and (pos is None or p == pos):
+            pos = p if pos is None else pos
+            held.append(label)
+    assert held, "the injected activation should show"
+    t = run_trace(lm, ids)
+    said = [s for s in t.notes if "far larger ‖resid‖" in s]
+    assert len(said) == 1 and said[0].startswith(f"in {row_ranges(held)}, position {pos} ")

@@ -17,8 +17,9 @@ is at least massive_ratio (1000) times the median |x| of that hidden state (the 
 for the prompt: every position and channel), tallied per (layer, channel) with where it
 occurred. Attention sinks: for each layer, head and position j < sink_positions, the sum over
 prompts and query positions i > j of the attention weight i gives j; divided by the number of
-such queries (sink_queries: every position but the first, over all prompts) it is the share of
-the head's attention that lands on position j.
+such queries (the queries after j, over all prompts: sink_queries counts those after position 0,
+and position_tokens how many prompts reach each position, which gives the count after any j) it
+is the share of the head's attention that lands on position j.
 
 Prompt ids are numbered from 0 in the order the prompts were counted; merging B into A numbers
 B's after A's, so merging shards in input order gives what one pass in input order gives.
@@ -166,7 +167,9 @@ class Statistics:
     tokens: int
     """Token positions counted, over all prompts."""
     sink_queries: int
-    """Query positions after the first, over all prompts: what `sink_sums` are shares of."""
+    """Query positions after the first, over all prompts. `sink_sums[j]` is a share of the
+    queries after position j: this count less, for k = 1 … j, the prompts longer than k
+    (`position_tokens[k]`'s counts)."""
     position_tokens: tuple[tuple[tuple[int, int], ...], ...]
     """Per position j < sink_positions, [token id, count] of the tokens found there."""
     token_texts: dict[str, str]
