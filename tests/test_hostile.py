@@ -614,3 +614,27 @@ def test_massive_note_names_every_row_where_it_holds():
     t = run_trace(lm, ids)
     said = [s for s in t.notes if "far larger ‖resid‖" in s]
     assert len(said) == 1 and said[0].startswith(f"in {row_ranges(held)}, position {pos} ")
+
+
+# ---- stats --ray: worker results travel as JSON, not pickles ----
+
+def test_a_ray_shard_travels_as_json_and_merges_as_one_pass(tiny):
+    from fptrace.commands.stats.core import collect, count_block, new_statistics
+    from fptrace.core.activation_stats import ActivationStats
+    from fptrace.core.inputs import PromptItem, prompt_to_json
+    from fptrace.jsontext import loads
+    from fptrace.models.loading import load_model
+
+    lm = load_model(tiny, device="cpu")
+    prompts = ["The cat sat", "on the mat", "and then it ran away"]
+    block = {"id": [f"p:{i}" for i in range(3)], "source": ["x"] * 3,
+             "prompt": [prompt_to_json(p) for p in prompts], "error": [""] * 3}
+    out = count_block(lm, block, batch_size=2, truncate=False, sinks=True)
+    state = out["state"][0]
+    assert isinstance(state, str) and state.startswith("{")  # JSON text, never pickle bytes
+    merged = new_statistics(lm, True)
+    merged.merge_(ActivationStats.from_dict(loads(state)))
+    one = new_statistics(lm, True)
+    collect(lm, [PromptItem(f"p:{i}", p, "x") for i, p in enumerate(prompts)], one,
+            batch_size=2)
+    assert merged.to_record() == one.to_record()

@@ -119,19 +119,18 @@ def collect(lm: Any, items: Sequence[PromptItem], stats: ActivationStats, *,
 
 def count_block(lm: Any, block: dict, *, batch_size: int, truncate: bool, sinks: bool) -> dict:
     """On a Ray actor: the statistics of one shard of prompts (see collect_on_ray), and the
-    model's facts."""
+    model's facts, both as JSON (what a statistics file holds: no pickle crosses the cluster)."""
     import json
-    import pickle
 
     from fptrace.core.trace import model_info
-    from fptrace.render.json import to_dict
+    from fptrace.render.json import to_dict, to_json
 
     items = [PromptItem(id=i, source=s, prompt=prompt_from_json(p), error=err or None)
              for i, s, p, err in zip(block["id"], block["source"], block["prompt"],
                                      block["error"])]
     stats = new_statistics(lm, sinks)
     s = collect(lm, items, stats, batch_size=batch_size, truncate=truncate)
-    return {"state": [pickle.dumps(stats)], "traced": [s.traced], "failed": [s.failed],
+    return {"state": [to_json(stats.to_record(), indent=None)], "traced": [s.traced], "failed": [s.failed],
             "tokens": [s.tokens], "prompts": [len(items)],
             "model": [json.dumps(to_dict(model_info(lm)))]}
 
@@ -145,7 +144,8 @@ def collect_on_ray(items: Sequence[PromptItem], stats: ActivationStats, *, addre
     worker, each counted by an actor; their statistics merged into stats in input order.
     on_model(info) gets the model's facts from each shard's actor before its merge."""
     import json
-    import pickle
+
+    from fptrace.jsontext import loads
 
     from fptrace.models.ray_pool import ray_map
 
@@ -166,7 +166,8 @@ def collect_on_ray(items: Sequence[PromptItem], stats: ActivationStats, *, addre
                                           "are kept: rerun with --resume to finish the rest"):
             if on_model is not None:
                 on_model(model_of({"model": json.loads(block["model"][0])}))
-            stats.merge_(pickle.loads(block["state"][0]))
+            stats.merge_(ActivationStats.from_dict(loads(block["state"][0]),
+                                                   where="a Ray worker's statistics"))
             s.traced += int(block["traced"][0])
             s.failed += int(block["failed"][0])
             s.tokens += int(block["tokens"][0])
