@@ -148,6 +148,67 @@ def cases(tmp: str, folder: str) -> list[tuple[str, list[str], dict]]:
                                              "--layer", "1"]),
         ("ablate: a head out of range", ["ablate", "hi", *m, "--head", "1.9"]),
         ("ablate: nothing to remove", ["ablate", "hi", *m]),
+        # ---- issue 32: hostile inputs (appended block; files made by hostile_cases) ----
+        *hostile_cases(tmp, m),
+        # ---- end of issue 32's block ----
+    ]
+
+
+def hostile_cases(tmp: str, m: list[str]) -> list[tuple[str, list[str]]]:
+    """Issue 32's cases: digits that are not ASCII, deep JSON, files fptrace did not write,
+    vectors that are not finite real vectors, options that name themselves."""
+    import numpy as np
+    from safetensors.numpy import save_file
+
+    p = lambda *a: os.path.join(tmp, *a)  # noqa: E731
+    deep = "[" * 100_000 + "]" * 100_000
+    with open(p("deep.json"), "w") as f:
+        f.write(deep)
+    with open(p("deep-pairs.jsonl"), "w") as f:
+        f.write('{"positive": "good", "negative": "bad"}\n' + deep + "\n")
+    save_file({"direction.\u00b2": np.ones(32, np.float32)}, p("sup.safetensors"))
+    v = np.ones(32, np.float32)
+    v[3] = np.nan
+    save_file({"direction.1": v}, p("nan.safetensors"))
+    np.save(p("strings.npy"), np.array(["1", "2"]))
+    np.save(p("complex.npy"), np.ones(32, np.complex64))
+    with open(p("mynotes.npy"), "w") as f:
+        f.write("my notes\n")
+    with open(p("robot.json"), "w") as f:
+        f.write('[{"role": "robot", "content": "hi"}]')
+    with open(p("long-pairs.jsonl"), "w") as f:
+        f.write('{"positive": "good", "negative": "' + " ".join(["word"] * 60) + '"}\n')
+    return [
+        ("steer: a token id in Unicode digits", ["steer", "hi", *m, "--token", "#\u00b2",
+                                                 "--layer", "1"]),
+        ("--max-memory: a GPU number in Unicode digits", ["run", "hi", *m, "--device-map",
+                                                          "auto", "--max-memory", "\u00b2=1GiB"]),
+        ("steer: a control vector's tensor named direction.\u00b2",
+         ["steer", "hi", *m, "--vector", p("sup.safetensors")]),
+        ("steer: a control vector holding NaN", ["steer", "hi", *m, "--vector",
+                                                 p("nan.safetensors")]),
+        ("steer: a .npy of strings", ["steer", "hi", *m, "--vector", p("strings.npy"),
+                                      "--layer", "1"]),
+        ("steer: a complex .npy", ["steer", "hi", *m, "--vector", p("complex.npy"),
+                                   "--layer", "1"]),
+        ("steer: a strength that overflows", ["steer", "hi", *m, "--token", " cat", "--layer",
+                                              "1", "--scale", "0,1e30"]),
+        ("steer: --add is empty", ["steer", "hi", *m, "--add", "", "--subtract", "x",
+                                   "--layer", "1"]),
+        ("steer: a --pairs line longer than the context",
+         ["steer", "hi", *m, "--pairs", p("long-pairs.jsonl"), "--layer", "1"]),
+        ("steer: --save-vector onto someone else's file",
+         ["steer", "hi", *m, "--token", " cat", "--layer", "1", "--save-vector",
+          p("mynotes.npy")]),
+        ("run --messages: 100,000 nested lists", ["run", *m, "--messages", p("deep.json")]),
+        ("steer --pairs: 100,000 nested lists", ["steer", "hi", *m, "--pairs",
+                                                 p("deep-pairs.jsonl"), "--layer", "1"]),
+        ("run --messages: an unknown role", ["run", *m, "--messages", p("robot.json")]),
+        ("run: --system is empty", ["run", "hi", *m, "--system", ""]),
+        ("run --plot onto someone else's file", ["run", "hi", *m, "--plot", p("notes.txt")]),
+        ("diff: a negative --tolerance", ["diff", "hi", *m, "--dtype-b", "float16",
+                                          "--tolerance=-1"]),
+        ("diff: quantizing GPT-2's Conv1D layers", ["diff", "hi", *m, "--quantize-b", "int4"]),
     ]
 
 
