@@ -246,6 +246,8 @@ def _counted(items: list, *, out: str | None, resume: bool, force: bool,
     lm = load() if elsewhere is None else None
     model: list[ModelInfo] = []  # the loaded model's facts, once known
     weights = None if lm is None else _same_weights(lm, doc, out, model_name, random_weights)
+    if lm is None and doc is not None:  # counted on a cluster: no fingerprint here, the name
+        _same_name(doc, out, model_name, random_weights)
 
     def know(info: ModelInfo) -> None:
         if doc is not None and doc["model"].get("dtype") != info.dtype:
