@@ -11,6 +11,10 @@ itself (its real signature and docstring, for editors and `help()`), imported on
 
 from __future__ import annotations
 
+from fptrace import interrupt as _interrupt
+
+_interrupt.starting()  # first of all, and only for the `fptrace` command: Ctrl-C while it starts
+
 from typing import TYPE_CHECKING, Any
 
 from fptrace.errors import FptraceError

@@ -25,6 +25,16 @@ class BadInput(FptraceError):
     """A prompt or option value that cannot be traced."""
 
 
+class PromptTooLong(BadInput):
+    """A prompt longer than the model's context: `tokens` of it, `limit` at most. A command
+    without --truncate (or reading its prompts from a file) says so in its own words."""
+
+    def __init__(self, message: str, tokens: int, limit: int) -> None:
+        super().__init__(message)
+        self.tokens = tokens
+        self.limit = limit
+
+
 class UnsupportedModel(FptraceError):
     """An architecture fptrace cannot hook."""
 

@@ -80,10 +80,12 @@ TIED_LENS_GRID = note(
 
 MASSIVE = note(
     "massive_activation", TRACING,
-    "from some row on, one position's ‖resid‖ is more than 10 times the last position's",
-    "from {where} on, position {position} ({token}) has a far larger ‖resid‖ than the others "
-    "({norm:,.0f} there, against {last:,.1f} at the last position): a massive activation, "
-    "channel {channel} = {value:,.1f} at {where}; it is what lifts the mean ‖resid‖ column")
+    "in some rows, one position's ‖resid‖ is more than 10 times the last position's (the note "
+    "names every row where that holds)",
+    "in {where}, position {position} ({token}) has a far larger ‖resid‖ than the others (at "
+    "most {norm:,.0f}, at {peak}, against {last:,.1f} at the last position): a massive "
+    "activation, channel {channel} = {value:,.1f} at {peak}; it is what lifts the mean ‖resid‖ "
+    "column")
 
 BOS_ADDED = note(
     "bos_added", TRACING + ("generate",),

@@ -120,6 +120,9 @@ class ModelInfo:
     moe: str | None = None
     """For a mixture-of-experts model, its experts in words (`8 experts, 2 active (+ 1 shared),
     d_expert 14336`); d_mlp is then one routed expert's width. Null for a dense model."""
+    quantized_weights: int | None = None
+    """With `quantization`: how many of the blocks' linear weights were quantized (a load that
+    would quantize none is refused), else null."""
 
 
 @result

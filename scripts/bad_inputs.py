@@ -79,6 +79,7 @@ def cases(tmp: str, folder: str) -> list[tuple[str, list[str | bytes]]]:
     w.write_tensors_to_file()
     w.close()
     stats_files(tmp, folder)
+    hostile_files(tmp)
     from fptrace.examples import Setup
 
     return [(c.what, list(c.argv)) for c in collected(Setup(tmp, folder))]
@@ -96,6 +97,33 @@ def collected(setup: Any) -> list[Case]:
     if twice:
         raise SystemExit(f"two bad-input cases share row {twice[0]}: give one the next free row")
     return rows
+
+
+def hostile_files(tmp: str) -> None:
+    """The files of the hostile cases (issue 32): JSON nested 100,000 deep, control vectors
+    with a tensor named direction.² or holding NaN, .npy files of text and of complex numbers,
+    a user's file where a vector would be saved, an unknown chat role, an over-long pair."""
+    import numpy as np
+    from safetensors.numpy import save_file
+
+    p = lambda *a: os.path.join(tmp, *a)  # noqa: E731
+    deep = "[" * 100_000 + "]" * 100_000
+    with open(p("deep.json"), "w") as f:
+        f.write(deep)
+    with open(p("deep-pairs.jsonl"), "w") as f:
+        f.write('{"positive": "good", "negative": "bad"}\n' + deep + "\n")
+    save_file({"direction.\u00b2": np.ones(32, np.float32)}, p("sup.safetensors"))
+    v = np.ones(32, np.float32)
+    v[3] = np.nan
+    save_file({"direction.1": v}, p("nan.safetensors"))
+    np.save(p("strings.npy"), np.array(["1", "2"]))
+    np.save(p("complex.npy"), np.ones(32, np.complex64))
+    with open(p("mynotes.npy"), "w") as f:
+        f.write("my notes\n")
+    with open(p("robot.json"), "w") as f:
+        f.write('[{"role": "robot", "content": "hi"}]')
+    with open(p("long-pairs.jsonl"), "w") as f:
+        f.write('{"positive": "good", "negative": "' + " ".join(["word"] * 60) + '"}\n')
 
 
 def stats_files(tmp: str, folder: str) -> None:

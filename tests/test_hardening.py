@@ -26,7 +26,9 @@ runner = CliRunner()
 
 SPECIAL = ["", " ", "\n\t\r", "\x00", "\x1b[31mred\x1b[0m", "🙂🚀👩‍👩‍👧", "مرحبا بالعالم",
            "שלום עולם", "\u202eevil\u202c", "\ufeffBOM", "𝔘𝔫𝔦𝔠𝔬𝔡𝔢", "\U0010fffd", "a\ud800b",
-           "\udfff", "x" * 100_000, "The cat sat " * 2000, "\u0301\u0301", "NaN", "-1", "--help"]
+           "\udfff", "x" * 100_000, "The cat sat " * 2000, "\u0301\u0301", "NaN", "-1", "--help",
+           # issue 32: digits that are not ASCII, non-finite numbers, deep nesting, as any option
+           "\u00b2", "1.\u00b2", "#\u00b2", "\u0663", "\u00b2=1GiB", "1e309", "-inf", "[" * 5000]
 prompts = st.one_of(st.sampled_from(SPECIAL),
                     st.text(st.characters(min_codepoint=0, max_codepoint=0x10FFFF,
                                           exclude_categories=()), max_size=40))
@@ -129,15 +131,17 @@ def test_fuzz_shapes(prompt, seq, model):
 
 
 @FUZZ
-@given(lines=st.lists(prompts, min_size=0, max_size=6), raw=st.binary(max_size=40))
-def test_fuzz_batch_files(folder, tmp_path_factory, lines, raw):
+@given(lines=st.lists(prompts, min_size=0, max_size=6), raw=st.binary(max_size=40),
+       depth=st.sampled_from([0, 65, 100_000]))
+def test_fuzz_batch_files(folder, tmp_path_factory, lines, raw, depth):
     d = tmp_path_factory.mktemp("fuzz-batch")
     txt = d / "p.txt"
     # lone surrogates reach the file as the bytes a careless encoder writes for them
     txt.write_bytes("\n".join(lines).encode("utf-8", "surrogatepass") + b"\n" + raw)
     jsonl = d / "q.jsonl"
-    jsonl.write_bytes(b"\n".join(json.dumps({"prompt": l}).encode() for l in lines) + b"\n"
-                      + raw)
+    deep = (b"[" * depth + b"]" * depth + b"\n") if depth else b""  # nesting: a failed record
+    jsonl.write_bytes(deep + b"\n".join(json.dumps({"prompt": l}).encode() for l in lines)
+                      + b"\n" + raw)
     out = d / "o.jsonl"
     r = check(["batch", str(txt), str(jsonl), "-m", folder, "--out", str(out)])
     if out.exists():
@@ -145,6 +149,53 @@ def test_fuzz_batch_files(folder, tmp_path_factory, lines, raw):
             rec = json.loads(line)
             assert rec["kind"] in ("trace", "error")
     assert r.exit_code in (0, 1, 2)
+
+
+FOREIGN = {".png": b"\x89PNG\r\n\x1a\n not fptrace's", ".npy": b"\x93NUMPY my notes",
+           ".gguf": b"GGUF a model", ".safetensors": b"\x08\x00\x00\x00\x00\x00\x00\x00{}      ",
+           ".json": b'{"kind": "mine"}', ".html": b"<html>mine</html>", ".pdf": b"%PDF mine"}
+
+
+@FUZZ
+@given(option=st.sampled_from(["run --plot", "steer --plot", "steer --save-vector",
+                               "stats --save-scales", "report --out", "stats --plot"]),
+       ext=st.sampled_from(sorted(FOREIGN)), force=st.booleans())
+def test_fuzz_outputs_never_replace_a_foreign_file(folder, tmp_path_factory, option, ext,
+                                                   force):
+    d = tmp_path_factory.mktemp("fuzz-out")
+    target = d / f"theirs{ext}"
+    target.write_bytes(FOREIGN[ext])
+    src = d / "p.txt"
+    src.write_text("The cat sat\n")
+    cmd, flag = option.split()
+    args = {"run": ["run", "The cat sat", "-m", folder],
+            "steer": ["steer", "The cat sat", "-m", folder, "--token", " cat", "--layer", "1"],
+            "stats": ["stats", str(src), "-m", folder],
+            "report": ["report", "The cat sat", "-m", folder]}[cmd]
+    r = check(args + [flag, str(target)] + (["--force"] if force else []))
+    if not force:  # refused, and the file is as it was
+        assert r.exit_code == 2 and target.read_bytes() == FOREIGN[ext]
+
+
+@FUZZ
+@given(values=st.lists(st.sampled_from([0.5, -1.0, float("nan"), float("inf"), -float("inf"),
+                                        1e39]), min_size=32, max_size=32),
+       kind=st.sampled_from(["npy", "safetensors"]))
+def test_fuzz_vectors_are_finite_or_refused(folder, tmp_path_factory, values, kind):
+    import numpy as np
+
+    path = tmp_path_factory.mktemp("fuzz-vec") / f"v.{kind}"
+    a = np.array(values, dtype=np.float64)
+    if kind == "npy":
+        np.save(path, a)
+    else:
+        from safetensors.numpy import save_file
+
+        save_file({"direction.1": a}, str(path))
+    r = check(["steer", "The cat sat", "-m", folder, "--vector", str(path), "--layer", "1",
+               "--json"])
+    finite = all(abs(v) < 3.4e38 for v in values)
+    assert (r.exit_code == 0) == finite, r.output[-400:]
 
 
 # ---- corrupted weights: NaN and Inf ----
@@ -286,7 +337,8 @@ def test_full_disk_while_writing_a_report(tmp_path, folder, monkeypatch):
     from fptrace import atomic
 
     out = tmp_path / "report.html"
-    out.write_text("the previous report")
+    previous = '<meta name="generator" content="fptrace">the previous report'  # fptrace's own
+    out.write_text(previous)
 
     def no_space(path, text, suffix=""):
         def write(tmp):
@@ -298,7 +350,7 @@ def test_full_disk_while_writing_a_report(tmp_path, folder, monkeypatch):
     monkeypatch.setattr(atomic, "write_text_atomic", no_space)
     r = runner.invoke(app, ["report", "The cat sat", "-m", folder, "--out", str(out)])
     assert r.exit_code == 74 and "No space left" in r.stderr
-    assert out.read_text() == "the previous report"  # the old file is untouched
+    assert out.read_text() == previous  # the old file is untouched
     assert sorted(os.listdir(tmp_path)) == ["report.html"]  # no temporary file left
 
 

@@ -29,7 +29,8 @@ from pathlib import Path
 
 PKG = Path(__file__).resolve().parent.parent / "fptrace"
 LEAVES = {"fptrace.errors", "fptrace.atomic", "fptrace.results", "fptrace.notes", "fptrace.numbers",
-          "fptrace.points", "fptrace.addresses", "fptrace.extensions", "fptrace.examples"}
+          "fptrace.points", "fptrace.addresses", "fptrace.extensions", "fptrace.examples",
+          "fptrace.interrupt", "fptrace.jsontext", "fptrace.locks"}
 COMPOSERS = {"report", "tui", "schema"}
 
 

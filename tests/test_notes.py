@@ -227,11 +227,18 @@ def test_the_bundled_run_says_what_its_json_shows(smollm):
     same = sum(cell.id == t.tokens[p].id for cell, p in zip(t.lens_grid[0], t.lens_positions))
     assert (int(m.group(1)), int(m.group(2))) == (same, len(t.lens_positions))
     assert "attention sink" not in text  # no attention weight was measured
-    m = re.search(r"from block (\d+) on, position (\d+) .* channel (\d+) = (-?[\d,.]+) at", text)
+    m = re.search(r"in ([^,]+(?:, [^,]+)*?), position (\d+) .* than the others \(at most "
+                  r"[\d,]+, at block (\d+), .* channel (\d+) = (-?[\d,.]+) at", text)
     assert m, t.notes
-    row = t.layers[int(m.group(1)) + 1]
-    assert row.resid_norm_max_position == int(m.group(2))
-    assert row.resid_max_channel == int(m.group(3))
-    assert float(m.group(4).replace(",", "")) == pytest.approx(row.resid_max_value, abs=0.05)
+    from fptrace.core.trace import row_ranges
+
+    pos = int(m.group(2))
+    held = [r.layer for r in t.layers if r.resid_norm_max_position == pos
+            and r.resid_norm_max > 10 * r.resid_norm_last]  # every row where it holds
+    assert m.group(1) == row_ranges(held)
+    row = t.layers[int(m.group(3)) + 1]
+    assert row.resid_norm_max_position == pos
+    assert row.resid_max_channel == int(m.group(4))
+    assert float(m.group(5).replace(",", "")) == pytest.approx(row.resid_max_value, abs=0.05)
     assert abs(row.resid_max_value) > 100  # the bundled model's massive activation
     assert "'The'" in t.token_note and t.tokens[0].text == "The"

@@ -293,12 +293,13 @@ def test_an_injected_massive_activation_is_found_where_it_was_put(tmp_path):
 
 def sink_shares(lm, prompts) -> np.ndarray:
     """From the model's own eager attention weights (output_attentions), each prompt alone:
-    (layers, heads, P) the share of attention from positions i > j landing on position j."""
+    (layers, heads, P) the share of attention from positions i > j landing on position j (over
+    every query after j: docs/stats.md's definition)."""
     model = lm.model
     P = 16
     before = model.config._attn_implementation
     model.set_attn_implementation("eager")
-    sums, queries = None, 0
+    sums, queries = None, np.zeros(P)
     try:
         with torch.no_grad():
             for ids in prompts:
@@ -309,10 +310,10 @@ def sink_shares(lm, prompts) -> np.ndarray:
                 for j in range(min(P, T)):
                     s[:, :, j] = w[:, :, j + 1:, j].sum(-1)
                 sums = s if sums is None else sums + s
-                queries += T - 1
+                queries += np.maximum(T - 1 - np.arange(P), 0)
     finally:
         model.set_attn_implementation(before)
-    return (sums / queries).numpy()
+    return sums.numpy() / np.maximum(queries, 1)[None, None, :]
 
 
 def test_sink_shares_equal_the_models_own_attention_weights(tiny):
@@ -320,8 +321,14 @@ def test_sink_shares_equal_the_models_own_attention_weights(tiny):
         return
     prompts = id_prompts(int(tiny.config.vocab_size), lengths=(6, 1, 17, 4, 9, 20, 2))
     stats = count(tiny, prompts, batch_size=3)  # padded groups: the padding is skipped
-    np.testing.assert_allclose(stats.sink_sums / stats.sink_queries, sink_shares(tiny, prompts),
+    from fptrace.commands.stats.findings import queries_after, sink_heads
+
+    shares = sink_shares(tiny, prompts)
+    np.testing.assert_allclose(stats.sink_sums / queries_after(stats)[None, None, :], shares,
                                rtol=1e-5, atol=1e-7)
+    for h in sink_heads(stats, 0.3):  # the table's share and position: the model's own
+        assert h.position == int(shares[h.layer, h.head].argmax())
+        assert h.mass == pytest.approx(shares[h.layer, h.head, h.position], rel=1e-5, abs=1e-7)
 
 
 def test_sink_heads_name_the_most_attended_position(tmp_path):

@@ -77,7 +77,11 @@ def show(view: Callable[[int | None], Any], wide: bool = False, out: Console | N
 
 def fail(message: str, code: int = 2) -> None:
     """One line on stderr, then exit non-zero."""
+    from fptrace import interrupt
+
     line = " ".join(str(message).split())
+    if code == interrupt.EXIT:
+        interrupt.said()
     stderr_console().print(f"fptrace: error: {line}", markup=False, soft_wrap=True)
     raise typer.Exit(code)
 
@@ -92,11 +96,19 @@ def guarded(fn: Callable[..., Any]) -> Callable[..., Any]:
         except typer.Exit:
             raise
         except FptraceError as e:
+            from fptrace.interrupt import seen
+
+            if seen() and e.exit_code != 130:  # an error that the interrupt caused
+                fail("interrupted", 130)
             fail(str(e), e.exit_code)
         except KeyboardInterrupt:
             fail("interrupted", 130)
         except Exception as e:  # a bug of ours: still one line, the traceback on request
+            from fptrace.interrupt import seen
             from fptrace.core.hooks import is_oom
+
+            if seen():  # a library turned our KeyboardInterrupt into another error
+                fail("interrupted", 130)
 
             if is_oom(e):
                 fail("out of memory: try --dtype bfloat16, --device-map auto, a shorter prompt "
@@ -152,14 +164,14 @@ def prompt_of(prompt: str | None, chat: ChatOptions | None = None) -> Any:
         raise BadInput("give a PROMPT to trace (or a conversation with --messages FILE)")
     check_prompt(prompt)
     if chat.system is not None:
-        check_prompt(chat.system)
+        check_prompt(chat.system, "--system")
     if chat.chat or chat.system is not None:
         return Chat.of(prompt, chat.system)
     return prompt
 
 
 def load_for(prompt: str | None, opts: LoadOptions, plot: str | None = None,
-             chat: ChatOptions | None = None) -> tuple[Any, Any]:
+             chat: ChatOptions | None = None, force: bool = False) -> tuple[Any, Any]:
     """What a command that traces one prompt does first: check the prompt (and turn it into a
     conversation with --chat/--messages) and the --plot path, before anything is loaded, so a
     mistake costs nothing; then load the model. Returns (model, what to trace)."""
@@ -167,7 +179,7 @@ def load_for(prompt: str | None, opts: LoadOptions, plot: str | None = None,
 
     traced = prompt_of(prompt, chat)
     if plot is not None:
-        check_path(plot)
+        check_path(plot, force=force)
     return load(opts), traced
 
 
@@ -186,19 +198,20 @@ def launch_ranks(opts: LoadOptions) -> None:
         raise typer.Exit(tp.launch(n or opts.tp, argv))
 
 
-def write_plot(fig: Any, path: str) -> None:
+def write_plot(fig: Any, path: str, force: bool = False) -> None:
     from fptrace.render.figures import save
 
-    save(fig, path)
+    save(fig, path, force)
     stderr_console().print(f"[dim]wrote {path}[/dim]", soft_wrap=True)
 
 
 def output(result: Any, view: Callable[[Any, int | None], Any], *, as_json: bool, wide: bool,
-           plot: str | None = None, figure: Callable[[Any], Any] | None = None) -> None:
+           plot: str | None = None, figure: Callable[[Any], Any] | None = None,
+           force: bool = False) -> None:
     """A command's result: the figure for --plot, then the JSON (--json) or the view that fits
     the terminal."""
     if plot is not None and figure is not None:
-        write_plot(figure(result)[0], plot)
+        write_plot(figure(result)[0], plot, force)
     if as_json:
         emit_json(result)
     else:

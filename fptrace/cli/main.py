@@ -15,6 +15,7 @@ import sys
 
 import typer
 
+from fptrace import interrupt
 from fptrace.cli.io import COMMAND_MARK, stderr_console
 
 app = typer.Typer(
@@ -52,7 +53,22 @@ for _order, _name, _fn in discover():
 
 def main(argv: list[str] | None = None) -> None:
     """The console entry point. Usage errors (a bad option value, a missing argument, an
-    unknown command) get the same single line as every other error, not a multi-line box."""
+    unknown command) get the same single line as every other error, not a multi-line box; an
+    interrupt at any moment is `fptrace: error: interrupted` and exit 130 (fptrace/interrupt.py,
+    whose handler `fptrace/__init__.py` installed before the imports above)."""
+    interrupt.running()
+    try:
+        rc = _run(argv)
+    except KeyboardInterrupt:
+        rc = interrupt.EXIT
+    interrupt.settled()
+    if interrupt.seen() or rc == interrupt.EXIT:  # never lost: an interrupted run is not 0
+        interrupt.say()
+        interrupt.leave()
+    sys.exit(rc)
+
+
+def _run(argv: list[str] | None) -> int:
     # click's UsageError, whether typer vendors click (0.29+) or uses it (older releases)
     usage_error = next(c for c in typer.BadParameter.__mro__ if c.__name__ == "UsageError")
     from fptrace.models.tensor_parallel import rank, world_size
@@ -65,15 +81,14 @@ def main(argv: list[str] | None = None) -> None:
         ctx = getattr(e, "ctx", None)
         if type(e).__name__ == "NoArgsIsHelpError":  # bare `fptrace`: the help
             sys.stdout.write(ctx.get_help() + "\n" if ctx else "")
-            sys.exit(0)
+            return 0
         where = f" (see {ctx.command_path} --help)" if ctx else ""
         stderr_console().print(f"fptrace: error: {' '.join(e.format_message().split())}{where}",
                                markup=False, soft_wrap=True)
         rc = 2
-    except typer.Abort:
-        stderr_console().print("fptrace: error: interrupted", markup=False)
-        rc = 130
-    sys.exit(rc if isinstance(rc, int) else 0)
+    except typer.Abort:  # click's answer to a KeyboardInterrupt outside a command's body
+        rc = interrupt.EXIT
+    return rc if isinstance(rc, int) else 0
 
 
 if __name__ == "__main__":

@@ -76,6 +76,9 @@ assert {n for n, _, _ in OPTIONS + PLACEMENT + TP + QUANTIZE} == \
 PlotOpt = Annotated[Optional[str], typer.Option(
     "--plot", help="Also write a figure (.png, .svg, .pdf, .jpg or .webp; no display needed).",
     rich_help_panel=OUTPUT)]
+ForceOpt = Annotated[bool, typer.Option(
+    "--force", help="Replace an existing output file (--plot, --out, --save-vector, "
+    "--save-scales) even if fptrace did not write it.", rich_help_panel=OUTPUT)]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Write the result as one JSON object on "
                                        "stdout.", rich_help_panel=OUTPUT)]
 WideOpt = Annotated[bool, typer.Option(

@@ -17,8 +17,9 @@ is at least massive_ratio (1000) times the median |x| of that hidden state (the 
 for the prompt: every position and channel), tallied per (layer, channel) with where it
 occurred. Attention sinks: for each layer, head and position j < sink_positions, the sum over
 prompts and query positions i > j of the attention weight i gives j; divided by the number of
-such queries (sink_queries: every position but the first, over all prompts) it is the share of
-the head's attention that lands on position j.
+such queries (the queries after j, over all prompts: sink_queries counts those after position 0,
+and position_tokens how many prompts reach each position, which gives the count after any j) it
+is the share of the head's attention that lands on position j.
 
 Prompt ids are numbered from 0 in the order the prompts were counted; merging B into A numbers
 B's after A's, so merging shards in input order gives what one pass in input order gives.
@@ -32,6 +33,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
+from fptrace.jsontext import loads
 from fptrace.core.channel_stats import ChannelStats
 from fptrace.results import SCHEMA_VERSION, result
 from fptrace.errors import BadInput
@@ -165,7 +167,9 @@ class Statistics:
     tokens: int
     """Token positions counted, over all prompts."""
     sink_queries: int
-    """Query positions after the first, over all prompts: what `sink_sums` are shares of."""
+    """Query positions after the first, over all prompts. `sink_sums[j]` is a share of the
+    queries after position j: this count less, for k = 1 … j, the prompts longer than k
+    (`position_tokens[k]`'s counts)."""
     position_tokens: tuple[tuple[tuple[int, int], ...], ...]
     """Per position j < sink_positions, [token id, count] of the tokens found there."""
     token_texts: dict[str, str]
@@ -277,7 +281,11 @@ class ActivationStats:
                         ) -> None:
         """BadInput, naming both sides, unless other can merge into self."""
         a, b = names
-        if (self.n_layers, self.n_heads) != (other.n_layers, other.n_heads):
+        if self.sinks != other.sinks:  # (without sinks no heads are tallied: not another model)
+            w, wo = (a, b) if self.sinks else (b, a)
+            raise BadInput(f"{w} was counted with attention sinks, {wo} without (--no-sinks): "
+                           "statistics merge only when counted alike")
+        if self.n_layers != other.n_layers or (self.sinks and self.n_heads != other.n_heads):
             raise BadInput(f"{a} has {self.n_layers} layers of {self.n_heads} heads, {b} "
                            f"{other.n_layers} of {other.n_heads}: statistics of different "
                            "models do not merge")
@@ -450,8 +458,8 @@ def read_document(path: str) -> dict:
     """A statistics file written by `fptrace stats --out` (or `--json`), as a dict: one of
     another kind, or from a newer fptrace, is refused in one line."""
     try:
-        with open(path, encoding="utf-8") as f:
-            doc = json.load(f)
+        with open(path, encoding="utf-8-sig") as f:
+            doc = loads(f.read())
     except FileNotFoundError:
         raise BadInput(f"no such file: {path}") from None
     except OSError as e:
@@ -464,7 +472,13 @@ def read_document(path: str) -> dict:
         raise BadInput(f"{path} is not an fptrace statistics file (kind {kind!r}, not 'stats'); "
                        "it is what `fptrace stats --out` writes")
     theirs, ours = _version(doc.get("schema_version")), _version(SCHEMA_VERSION)
-    if theirs is None or theirs[0] != ours[0] or theirs > ours:
+    if theirs is None or theirs[0] < ours[0]:
+        was = "no schema version" if doc.get("schema_version") is None else \
+            f"schema version {doc.get('schema_version')}"
+        raise BadInput(f"{path} was written by an older fptrace ({was}); this one reads "
+                       f"statistics of schema "
+                       f"{ours[0]}.x: count its prompts again with this fptrace")
+    if theirs[0] != ours[0] or theirs > ours:
         raise BadInput(f"{path} was written with schema version {doc.get('schema_version')}; "
                        f"this fptrace reads statistics up to {SCHEMA_VERSION}: upgrade fptrace "
                        "to read it")

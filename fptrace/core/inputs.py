@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
+from fptrace.jsontext import loads
 from fptrace.errors import BadInput
 
 SUFFIXES = (".txt", ".jsonl")
@@ -52,7 +53,7 @@ def prompt_to_json(prompt: Any) -> str:
 def prompt_from_json(text: str) -> Any:
     from fptrace.models.prompts import parse_messages
 
-    value = json.loads(text)
+    value = loads(text)
     return parse_messages(value["messages"], "messages") if isinstance(value, dict) else value
 
 
@@ -63,6 +64,8 @@ def numbered_lines(data: bytes) -> Iterable[tuple[int, bytes]]:
 
 
 def _parse(data: bytes, name: str, stem: str, as_jsonl: bool) -> list[PromptItem]:
+    if data.startswith(b"\xef\xbb\xbf"):  # a UTF-8 byte order mark: no part of the first prompt
+        data = data[3:]
     items = []
     for n, raw in numbered_lines(data):
         where = f"{name}:{n}"
@@ -78,7 +81,7 @@ def _parse(data: bytes, name: str, stem: str, as_jsonl: bool) -> list[PromptItem
             items.append(PromptItem(f"{stem}:{n}", line, where))
             continue
         try:
-            obj = json.loads(line)
+            obj = loads(line)
         except json.JSONDecodeError as e:
             items.append(PromptItem(f"{stem}:{n}", None, where,
                                     error=f"{where}: malformed JSON ({e.msg}, column {e.colno})"))

@@ -73,7 +73,7 @@ def _model_info(lm: LoadedModel) -> ModelInfo:
         random_weights=lm.random_weights, placement=lm.placement,
         inferred=lm.parts.known, unknown=lm.parts.unknown,
         tensor_parallel=lm.tensor_parallel,
-        quantization=lm.quantization,
+        quantization=lm.quantization, quantized_weights=lm.quantized_weights,
         moe=None if (moe := moe_facts(lm.parts, lm.config)) is None else moe.header,
     )
 
@@ -207,15 +207,37 @@ def _notes(lm: LoadedModel, check: Decomposition, dropped: int, rows: Sequence[L
                 notes.append(TIED_LENS_GRID(k=same, n=len(grid_positions)))
         elif rows[0].lens_id == ids[-1]:
             notes.append(TIED_LENS_LAST(token=repr(rows[0].lens_text), p=rows[0].lens_prob))
-    big = next((r for r in rows if r.resid_norm_max is not None and len(ids) > 1
-                and r.resid_norm_max > 10 * max(r.resid_norm_last, 1e-12)), None)
-    if big is not None:
-        pos = big.resid_norm_max_position
+    held = [r for r in rows if r.resid_norm_max is not None and len(ids) > 1
+            and r.resid_norm_max > 10 * max(r.resid_norm_last, 1e-12)]
+    if held:  # every row where the condition holds, for the position where it first holds
+        pos = held[0].resid_norm_max_position
+        held = [r for r in held if r.resid_norm_max_position == pos]
+        peak = max(held, key=lambda r: r.resid_norm_max)
         notes.append(MASSIVE(
-            where="the embedding" if big.layer is None else f"block {big.layer}", position=pos,
-            token=repr(lm.token_text(ids[pos])), norm=big.resid_norm_max,
-            last=big.resid_norm_last, channel=big.resid_max_channel, value=big.resid_max_value))
+            where=row_ranges([r.layer for r in held]), position=pos,
+            token=repr(lm.token_text(ids[pos])), norm=peak.resid_norm_max,
+            peak=row_ranges([peak.layer]), last=peak.resid_norm_last,
+            channel=peak.resid_max_channel, value=peak.resid_max_value))
     return tuple(notes)
+
+
+def row_ranges(layers: Sequence[int | None]) -> str:
+    """Rows of the trace in words: `the embedding`, `block 5`, `blocks 11–27 and 29`, `the
+    embedding and blocks 0–3` (None is the embedding row)."""
+    parts = ["the embedding"] if None in layers else []
+    blocks = sorted(k for k in layers if k is not None)
+    runs: list[list[int]] = []
+    for k in blocks:
+        if runs and k == runs[-1][1] + 1:
+            runs[-1][1] = k
+        else:
+            runs.append([k, k])
+    if runs:
+        spans = [f"{a}" if a == b else f"{a}–{b}" for a, b in runs]
+        word = "block" if len(runs) == 1 and runs[0][0] == runs[0][1] else "blocks"
+        parts.append(f"{word} " + (spans[0] if len(spans) == 1 else
+                                   ", ".join(spans[:-1]) + " and " + spans[-1]))
+    return " and ".join(parts)
 
 
 def _positions(lm: LoadedModel, prepared: Prepared, logits: Any

@@ -41,7 +41,7 @@ def placement(model: Any, blocks_path: str) -> tuple[str, ...]:
 
 
 _BLOCK = re.compile(r"([0-9]+)(?:\.|$)")  # a device map's name under the blocks: "3.mlp"
-_MEM = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*([KMGT]i?B|B)?\s*$", re.IGNORECASE)
+_MEM = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*([KMGT]i?B|B)?\s*$", re.IGNORECASE | re.ASCII)
 
 
 _UNITS = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,

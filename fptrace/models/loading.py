@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
 from fptrace.results import Token
-from fptrace.errors import BadInput, ModelLoadError, ModelNotFound
+from fptrace.errors import BadInput, ModelLoadError, ModelNotFound, PromptTooLong
 from fptrace.families.parts import ModelParts, resolve_parts
 from fptrace.models.devices import (
     dispatch,
@@ -56,6 +56,7 @@ class LoadedModel:
     info: Any = field(default=None, repr=False, compare=False)  # ModelInfo, set by model_info()
     tensor_parallel: int = 1  # ranks the weights are sharded over (torchrun)
     quantization: str | None = None  # "int8" / "int4": weight-only, quantized on load
+    quantized_weights: int | None = None  # how many of the blocks' linear weights it quantized
 
     @property
     def config(self) -> Any:
@@ -125,9 +126,9 @@ class LoadedModel:
         dropped = 0
         if ctx and len(ids) > ctx:
             if not truncate:
-                raise BadInput(f"the prompt is {len(ids)} tokens but {self.name} reads at most "
-                               f"{ctx}; shorten it or pass --truncate to keep the last {ctx} "
-                               "tokens")
+                raise PromptTooLong(f"the prompt is {len(ids)} tokens but {self.name} reads at "
+                                    f"most {ctx}; shorten it or pass --truncate to keep the last "
+                                    f"{ctx} tokens", len(ids), int(ctx))
             dropped = len(ids) - ctx
             ids, template = ids[dropped:], template[dropped:]
         return Prepared(ids=tuple(ids), text=text, template=template, dropped=dropped,
@@ -301,12 +302,18 @@ def load_model(name: str = DEFAULT_MODEL, *, random_weights: bool = False, seed:
     sharded = int(getattr(model, "tp_size", None) or 1)  # what transformers did, not asked
     if sharded != ranks:
         raise RuntimeError(f"{ranks} ranks, but transformers sharded the weights over {sharded}")
+    quantized = None
+    if quantize is not None:
+        from fptrace.models.quantize import check_quantized
+
+        quantized = check_quantized(quantize, spec.name, parts.blocks)
     lm = LoadedModel(name=spec.name, model=model, tokenizer=tokenizer, parts=parts,
                      random_weights=random_weights, source=source, tensor_parallel=sharded,
-                     quantization=quantize)
+                     quantization=quantize, quantized_weights=quantized)
     where = "; ".join(lm.placement) or str(lm.device)
+    quant = f", {quantize} weight-only: {quantized} linear weights" if quantize else ""
     progress(f"loaded {spec.name} in {time.perf_counter() - t0:.1f} s on {where} "
-             f"({str(dt)[6:]}{', ' + quantize + ' weight-only' if quantize else ''})")
+             f"({str(dt)[6:]}{quant})")
     return lm
 
 

@@ -16,8 +16,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
+from fptrace.jsontext import loads
 from fptrace.errors import BadInput
 
+ROLES = ("system", "user", "assistant", "tool")
 ROLES_HINT = "each message is {\"role\": \"system\"|\"user\"|\"assistant\", \"content\": TEXT}"
 
 
@@ -85,6 +87,9 @@ def parse_messages(data: Any, where: str, lines: Sequence[int] = ()) -> Chat:
         role, content = item["role"], item["content"]
         if not isinstance(role, str) or not role.strip():
             raise BadInput(f"{at}: 'role' must be a non-empty string, got {role!r}")
+        if role not in ROLES:
+            raise BadInput(f"{at}: unknown role {role!r}; a chat template knows "
+                           + ", ".join(ROLES[:-1]) + f" and {ROLES[-1]}")
         if not isinstance(content, str):
             raise BadInput(f"{at}: 'content' must be a string, got {type(content).__name__}")
         out.append(Message(role, content))
@@ -98,11 +103,11 @@ def read_messages(path: str) -> Chat:
         raise BadInput(f"no such file: {path}" if not p.exists() else
                        f"--messages {path} is not a file")
     try:
-        text = p.read_text(encoding="utf-8")
+        text = p.read_text(encoding="utf-8-sig")
     except UnicodeDecodeError as e:
         raise BadInput(f"--messages {path}: not UTF-8 text (byte {e.start})") from None
     try:
-        data = json.loads(text)
+        data = loads(text)
     except json.JSONDecodeError as e:
         raise BadInput(f"--messages {path}, line {e.lineno}: not JSON ({e.msg})") from None
     lines = _item_lines(text) if isinstance(data, list) else []

@@ -81,10 +81,41 @@ def quantization_config(kind: str) -> Any:
             from None
 
 
+def quantized_layers(blocks: Any) -> tuple[int, list[str]]:
+    """(how many of the blocks' linear weights torchao replaced by quantized tensors, the kinds
+    of linear layer it left as they were). transformers' GPT-2 keeps its projections in
+    `Conv1D` modules, which torchao's weight-only schemes do not touch."""
+    import torch
+
+    done, left = 0, []
+    for block in blocks:
+        for name, m in block.named_modules():
+            w = getattr(m, "weight", None)
+            if w is None or not (isinstance(m, torch.nn.Linear) or type(m).__name__ == "Conv1D"):
+                continue
+            if type(w) in (torch.nn.Parameter, torch.Tensor):
+                left.append(f"{name} ({type(m).__name__})")
+            else:
+                done += 1
+    return done, left
+
+
+def check_quantized(kind: str, model_name: str, blocks: Any) -> int:
+    """The number of weights quantized on load; none at all is refused, naming the layers."""
+    done, left = quantized_layers(blocks)
+    if done == 0:
+        names = sorted(set(left))
+        shown = ", ".join(names[:4]) + (f" and {len(names) - 4} more" if len(names) > 4 else "")
+        raise BadInput(f"{kind} quantization would change nothing: torchao quantized none of "
+                       f"{model_name}'s linear weights (its blocks' layers: "
+                       f"{shown or 'none found'})")
+    return done
+
+
 def describe(kind: str | None) -> str | None:
     """How a quantized model is named in headers: `int8 weight-only`."""
     return None if kind is None else f"{kind} weight-only"
 
 
 __all__ = ["QUANTIZATIONS", "check_quantization", "quantization_config", "quiet_torchao",
-           "describe", "INSTALL"]
+           "describe", "INSTALL", "quantized_layers", "check_quantized"]

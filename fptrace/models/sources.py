@@ -8,6 +8,7 @@ import json
 import os
 from typing import Any
 
+from fptrace.jsontext import loads
 from fptrace.errors import (
     FptraceError,
     ModelLoadError,
@@ -41,7 +42,7 @@ def config_from_dict(d: dict[str, Any]) -> Any:
 def read_json(path: str) -> dict[str, Any]:
     try:
         with open(path, encoding="utf-8") as f:
-            data = json.load(f)
+            data = loads(f.read())
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
         raise ModelLoadError(f"cannot read {path}: {e}") from None
     if not isinstance(data, dict) or "model_type" not in data:

@@ -281,21 +281,23 @@ MAX_PROMPT_CHARS = 1_000_000  # beyond any context window fptrace can trace
 _SURROGATE = re.compile("[\ud800-\udfff]")
 
 
-def check_prompt(prompt: str) -> str:
+def check_prompt(prompt: str, what: str = "the prompt") -> str:
     """Refuse what no tokenizer can take, with the reason: empty text, lone surrogates (half a
-    UTF-16 pair: not Unicode text, e.g. from a broken terminal or file), absurd sizes."""
+    UTF-16 pair: not Unicode text, e.g. from a broken terminal or file), absurd sizes. `what`
+    names the text in the message (an option such as --system)."""
     if not prompt.strip():
-        raise BadInput("the prompt is empty: give some text to trace")
+        raise BadInput(f"{what} is empty: give some text" + (" to trace" if what == "the prompt"
+                                                             else ""))
     if len(prompt) > MAX_PROMPT_CHARS:
-        raise BadInput(f"the prompt is {len(prompt):,} characters; fptrace reads at most "
+        raise BadInput(f"{what} is {len(prompt):,} characters; fptrace reads at most "
                        f"{MAX_PROMPT_CHARS:,}")
     bad = _SURROGATE.search(prompt)
     if bad:
         code = ord(bad.group())
         if 0xDC80 <= code <= 0xDCFF:  # how Python hands over bytes that were not UTF-8
-            raise BadInput(f"the prompt holds bytes that are not UTF-8 (0x{code - 0xDC00:02X} "
+            raise BadInput(f"{what} holds bytes that are not UTF-8 (0x{code - 0xDC00:02X} "
                            f"at character {bad.start()}); give UTF-8 text")
-        raise BadInput(f"the prompt holds a lone surrogate (U+{code:04X}) at character "
+        raise BadInput(f"{what} holds a lone surrogate (U+{code:04X}) at character "
                        f"{bad.start()}: it is not valid Unicode text")
     return prompt
 

@@ -23,11 +23,12 @@ def pyplot() -> Any:
     return plt
 
 
-def check_path(path: str, what: str = "--plot") -> str:
-    """The format named by the extension, or one clear error (before any work is done)."""
+def check_path(path: str, what: str = "--plot", force: bool = False) -> str:
+    """The format named by the extension, or one clear error (before any work is done); an
+    existing file that fptrace did not write needs force (atomic.check_target)."""
     from fptrace.atomic import check_target
 
-    check_target(path, what, "trace.png")
+    check_target(path, what, "trace.png", force)
     ext = os.path.splitext(path)[1].lower().lstrip(".")
     formats = ("png", "svg", "pdf", "jpg", "jpeg", "webp")
     if ext not in formats:
@@ -36,14 +37,19 @@ def check_path(path: str, what: str = "--plot") -> str:
     return ext
 
 
-def save(fig: Any, path: str) -> None:
-    """Write the figure atomically (see atomic.py): a failure never leaves half a file."""
-    from fptrace.atomic import write_atomic
+def save(fig: Any, path: str, force: bool = False) -> None:
+    """Write the figure atomically (see atomic.py): a failure never leaves half a file. PNG,
+    SVG and PDF carry fptrace's name in their metadata, so that a later --plot to the same
+    path knows the file as its own."""
+    from fptrace.atomic import MARK, write_atomic
 
-    ext = check_path(path)
+    ext = check_path(path, force=force)
+    meta = {"png": {"Software": MARK}, "svg": {"Creator": MARK},
+            "pdf": {"Creator": MARK}}.get(ext)
     try:
         write_atomic(path, lambda tmp: fig.savefig(tmp, format=ext, dpi=110,
-                                                   bbox_inches="tight"), "." + ext)
+                                                   bbox_inches="tight", metadata=meta),
+                     "." + ext)
     finally:
         pyplot().close(fig)
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 from rich import box
@@ -42,12 +43,28 @@ def header(info: ModelInfo) -> RenderableType:
             f"   tensor parallel: {info.tensor_parallel} ranks" if info.tensor_parallel > 1
             else "")),
         *([("placement", "; ".join(info.placement))] if info.placement else []),
-        ("weights", info.source),
+        ("weights", shown_source(info.source)),
     ]
     for k, v in rows:
         grid.add_row(k, Text(v))
     title = "fptrace" + ("  [bold red]RANDOM WEIGHTS[/]" if info.random_weights else "")
     return Panel(grid, title=title, title_align="left", expand=False)
+
+
+def shown_source(source: str) -> str:
+    """Where the weights came from, as a reader relates to it: a file of an installed package as
+    `package/file` (not the site-packages folder of the machine it ran on), a path under the
+    home folder as `~/...`, anything else (a hub id, random weights) as it is. The JSON keeps
+    the full path."""
+    parts = source.split(os.sep)
+    for marker in ("site-packages", "dist-packages"):
+        if marker in parts:
+            i = len(parts) - 1 - parts[::-1].index(marker)
+            return "/".join(parts[i + 1:])
+    home = os.path.expanduser("~")
+    if home not in ("", os.sep) and source.startswith(home + os.sep):
+        return "~" + source[len(home):]
+    return source
 
 
 def token_table(toks: tuple[Token, ...], title: str = "Tokens",

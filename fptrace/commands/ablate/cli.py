@@ -10,6 +10,7 @@ from fptrace.cli.io import command, load_for, output, require_checks
 from fptrace.cli.options import (
     STATS,
     ChatOptions,
+    ForceOpt,
     JsonOpt,
     LoadOptions,
     PlotOpt,
@@ -61,6 +62,7 @@ def ablate(
     batch_size: Annotated[int, typer.Option("--batch-size", "-b", help="Ablated runs per "
                                             "forward pass.", rich_help_panel=STATS)] = 32,
     plot: PlotOpt = None,
+    force: ForceOpt = False,
     as_json: JsonOpt = False,
     wide: WideOpt = False,
 ) -> None:
@@ -70,7 +72,7 @@ def ablate(
 
     heads = [parse_head(h, "--head") for h in head or ()]
     mlps = [parse_block(m, "--mlp") for m in mlp or ()]
-    lm, prompt = load_for(prompt, opts, plot, chat)
+    lm, prompt = load_for(prompt, opts, plot, chat, force)
     from fptrace.commands.ablate.core import ablate as run_ablate
 
     result = run_ablate(lm, prompt, heads=heads, mlps=mlps, all_heads=all_heads,
@@ -78,5 +80,6 @@ def ablate(
                         batch_size=batch_size, top=top, sae=sae, latent=latent)
     from fptrace.commands.ablate.render import ablate_figure, ablate_view
 
-    output(result, ablate_view, as_json=as_json, wide=wide, plot=plot, figure=ablate_figure)
+    output(result, ablate_view, as_json=as_json, wide=wide, plot=plot, figure=ablate_figure,
+           force=force)
     require_checks(result.checks, "the ablation")

@@ -118,14 +118,14 @@ def ablate(lm: LoadedModel, prompt: Prompt, *, heads: Sequence[Head] = (),
 def _means(lm: LoadedModel, ids: list[int], mean_over: str | Sequence[str] | None
            ) -> tuple[Means, int]:
     """The means mean ablation puts in place, over the prompt or over --mean-over's prompts."""
-    from fptrace.core.prompt_files import read_prompts
+    from fptrace.core.prompt_files import encode_listed, prompts_at
 
     if mean_over is None:
         prompts = [ids]
     else:
-        texts = read_prompts(mean_over, "--mean-over") if isinstance(mean_over, str) \
-            else list(mean_over)
-        prompts = [lm.encode(p) for p in texts]
+        listed = prompts_at(mean_over, "--mean-over") if isinstance(mean_over, str) \
+            else [(f"mean_over[{k}]", p) for k, p in enumerate(mean_over)]
+        prompts = encode_listed(lm, [p for _, p in listed], [w for w, _ in listed])
     return mean_outputs(lm, prompts), len(prompts)
 
 

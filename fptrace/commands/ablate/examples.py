@@ -54,4 +54,5 @@ def bad_inputs(at: Setup) -> tuple[Case, ...]:
     return (
         Case(63, "ablate: a head out of range", ("ablate", "hi", *m, "--head", "1.9")),
         Case(64, "ablate: nothing to remove", ("ablate", "hi", *m)),
+        Case(89, "ablate: a head in Unicode digits", ("ablate", "hi", *m, "--head", "1.\u00b2")),
     )

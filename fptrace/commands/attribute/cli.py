@@ -10,6 +10,7 @@ from fptrace.cli.io import command, load_for, output
 from fptrace.cli.options import (
     STATS,
     ChatOptions,
+    ForceOpt,
     JsonOpt,
     LoadOptions,
     PlotOpt,
@@ -49,6 +50,7 @@ def attribute(
         "--group", help="With --qk: list terms (query part × key part), or sources (each "
         "side's parts summed over the other side).", rich_help_panel=STATS)] = "term",
     plot: PlotOpt = None,
+    force: ForceOpt = False,
     as_json: JsonOpt = False,
     wide: WideOpt = False,
 ) -> None:
@@ -62,16 +64,17 @@ def attribute(
     qk_request(head, query, key, group, target, versus)
     i = None if query is None else parse_position(query, "--query")
     j = None if key is None else parse_position(key, "--key")
-    lm, prompt = load_for(prompt, opts, plot, chat)
+    lm, prompt = load_for(prompt, opts, plot, chat, force)
     if head is not None:
-        return attribute_qk_cli(lm, prompt, head, i, j, group, top, plot, as_json, wide)
+        return attribute_qk_cli(lm, prompt, head, i, j, group, top, plot, as_json, wide,
+                                force)
     from fptrace.commands.attribute.core import attribute as run_attribute
 
     result = run_attribute(lm, prompt, target=target, versus=versus, top=top)
     from fptrace.commands.attribute.render import attribution_figure, attribution_view
 
     output(result, attribution_view, as_json=as_json, wide=wide, plot=plot,
-           figure=attribution_figure)
+           figure=attribution_figure, force=force)
     if not result.ok:
         from fptrace.errors import Mismatch
 
@@ -82,14 +85,15 @@ def attribute(
 
 
 def attribute_qk_cli(lm: Any, prompt: str, head: Any, query: Any, key: Any, group: str,
-                     top: int, plot: str | None, as_json: bool, wide: bool) -> None:
+                     top: int, plot: str | None, as_json: bool, wide: bool,
+                     force: bool = False) -> None:
     """`attribute --qk`: the split of one attention score, printed; exit 5 when it does not
     match the model."""
     from fptrace.commands.attribute.qk import attribute_qk
     from fptrace.commands.attribute.render import qk_figure, qk_view
 
     result = attribute_qk(lm, prompt, head, query=query, key=key, top=top, group=group)
-    output(result, qk_view, as_json=as_json, wide=wide, plot=plot, figure=qk_figure)
+    output(result, qk_view, as_json=as_json, wide=wide, plot=plot, figure=qk_figure, force=force)
     if not result.ok:
         from fptrace.errors import Mismatch
 

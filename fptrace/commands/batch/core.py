@@ -20,10 +20,12 @@ import sys
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
+from fptrace.jsontext import loads
 from fptrace.core.inputs import PromptItem, numbered_lines, read_inputs
 from fptrace.core.prompt_groups import Encoded, Failure, Summary, run_groups, sigterm_interrupts
 from fptrace.results import SCHEMA_VERSION
 from fptrace.errors import BadInput, WriteFailed
+from fptrace.locks import lock
 
 RECORD_START = b'{"kind": '  # every line record_line writes starts so
 
@@ -61,7 +63,7 @@ class OutFile:
         except OSError as e:
             raise BadInput(f"cannot open --out {p}: {e.strerror}") from e
         try:
-            _lock(fd, p)
+            lock(fd, str(p), "batch")
             self._check_and_repair(fd)
         except BaseException:
             os.close(fd)
@@ -86,7 +88,7 @@ class OutFile:
             if not raw.strip():
                 continue
             try:
-                obj = json.loads(raw.decode("utf-8"))
+                obj = loads(raw)
             except (UnicodeDecodeError, json.JSONDecodeError):
                 obj = None
             if not _is_record(obj):
@@ -159,18 +161,6 @@ class OutFile:
             self.fd = None
 
 
-def _lock(fd: int, path: Path) -> None:
-    try:
-        import fcntl
-    except ImportError:  # Windows: no advisory lock; a second writer is not detected
-        return
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError as e:
-        raise BadInput(f"another fptrace batch is writing {path}; wait for it or choose "
-                       "another --out") from e
-
-
 def record_line(item: PromptItem, result: Any = None, error: str | None = None,
                 error_type: str | None = None) -> str:
     """One JSON line: a trace with the prompt's id, source and extra fields, or an error."""
@@ -240,7 +230,7 @@ def done_ids(path: str) -> set[str]:
     done = set()
     for _, raw in numbered_lines(data[:data.rfind(b"\n") + 1]):
         try:
-            obj = json.loads(raw.decode("utf-8"))
+            obj = loads(raw)
         except (UnicodeDecodeError, json.JSONDecodeError):
             continue
         if _is_record(obj):

@@ -76,6 +76,10 @@ def diff(
     on the same GGUF; with --stats, two statistics files (`fptrace stats
     --out`), the channels that moved most. Exit 0 within the tolerance, 1 when not, 2 on bad
     input."""
+    if tolerance is not None:  # before anything is read or loaded
+        from fptrace.numbers import check_finite
+
+        check_finite(tolerance, "--tolerance", low=0.0)
     if stats:
         from fptrace.commands.diff.channels import diff_stats
         from fptrace.commands.diff.render import stats_diff_view

@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import math
 
+from fptrace.jsontext import loads
 from fptrace.commands.diff.result import DiffSide, LayerDiff, TokenDiff, TraceDiff
 from fptrace.commands.diff import notes as notes_
 from fptrace.results import Trace
@@ -36,19 +37,19 @@ def default_tolerance(dtype_a: str, dtype_b: str) -> tuple[float, str]:
 def read_trace(path: str) -> dict:
     """A trace saved by `fptrace run --json` (or one `batch` record), as a dict."""
     try:
-        with open(path, encoding="utf-8") as f:
+        with open(path, encoding="utf-8-sig") as f:
             text = f.read()
     except OSError as e:
         raise BadInput(f"{path}: {e.strerror}") from None
     lines = [ln for ln in text.splitlines() if ln.strip()]
     try:
-        data = json.loads(text) if len(lines) != 1 else json.loads(lines[0])
-    except json.JSONDecodeError:
+        data = loads(text) if len(lines) != 1 else loads(lines[0])
+    except json.JSONDecodeError as e:
         if len(lines) > 1:
             raise BadInput(f"{path} holds {len(lines)} JSON lines; diff takes a file with one "
                            "trace (e.g. `head -n 1 traces.jsonl > a.json`)") from None
-        raise BadInput(f"{path} is not JSON; diff takes traces saved by `fptrace run "
-                       "--json`") from None
+        raise BadInput(f"{path} is not JSON ({e.msg}, line {e.lineno}); diff takes traces "
+                       "saved by `fptrace run --json`") from None
     if not isinstance(data, dict) or data.get("kind") != "trace" or "layers" not in data:
         kind = data.get("kind") if isinstance(data, dict) else type(data).__name__
         raise BadInput(f"{path} is not an fptrace trace (kind {kind!r}); save one with "
@@ -61,7 +62,8 @@ def _side(label: str, t: dict) -> DiffSide:
     return DiffSide(label=label, prompt=t["prompt"], model=m["name"], dtype=m["dtype"],
                     device=m["device"], random_weights=m["random_weights"],
                     quantization=m.get("quantization"),
-                    tokens=tuple((tok["id"], tok["text"]) for tok in t["tokens"]))
+                    tokens=tuple((tok["id"], tok["text"]) for tok in t["tokens"]),
+                    quantized_weights=m.get("quantized_weights"))
 
 
 def _stream(row: dict, d: int) -> list[float] | None:

@@ -119,4 +119,10 @@ def bad_inputs(at: Setup) -> tuple[Case, ...]:
              ("diff", "hi", *m, "--quantize-b", "int3")),
         Case(57, "diff: quantizing random weights",
              ("diff", "hi", *m, "--random-weights", "--quantize-b", "int8")),
+        Case(86, "diff: a negative --tolerance",
+             ("diff", "hi", *m, "--dtype-b", "float16", "--tolerance=-1")),
+        Case(87, "diff: quantizing GPT-2's Conv1D layers",
+             ("diff", "hi", *m, "--quantize-b", "int4")),
+        Case(88, "diff --deep: a reversed --deep-layers range",
+             ("diff", "hi", *m, "--model-b", at.folder, "--deep", "--deep-layers", "1-0")),
     )

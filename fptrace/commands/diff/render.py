@@ -16,6 +16,8 @@ from fptrace.render.text import bullets, compact, norm, num, visible
 def _side(s: DiffSide) -> Text:
     text = Text(f"{s.label}: ", style="bold")
     quant = f", {s.quantization} weight-only" if s.quantization else ""
+    if s.quantization and s.quantized_weights is not None:
+        quant += f" ({s.quantized_weights} weights)"
     text.append(f"{s.model} ({s.dtype}{quant} on {s.device})" + ("  RANDOM WEIGHTS"
                                                                   if s.random_weights else ""))
     text.append(f"  {s.prompt!r}  [{len(s.tokens)} tokens: "

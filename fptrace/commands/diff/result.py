@@ -25,6 +25,8 @@ class DiffSide:
     """`int8` or `int4` when its weights were quantized on load, else null."""
     tokens: tuple[tuple[int, str], ...]
     """The (id, text) of each token."""
+    quantized_weights: int | None = None
+    """With `quantization`: how many linear weights were quantized."""
 
 
 @result

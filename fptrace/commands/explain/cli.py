@@ -11,6 +11,7 @@ from fptrace.cli.options import (
     SAMPLING,
     STATS,
     ChatOptions,
+    ForceOpt,
     JsonOpt,
     LoadOptions,
     PlotOpt,
@@ -44,6 +45,7 @@ def explain(
     show_rows: Annotated[int, typer.Option("--show", help="Most probable tokens listed in the "
                                            "sampling table.", rich_help_panel=SAMPLING)] = 8,
     plot: PlotOpt = None,
+    force: ForceOpt = False,
     as_json: JsonOpt = False,
     wide: WideOpt = False,
 ) -> None:
@@ -55,7 +57,7 @@ def explain(
 
     check_options(temperature, top_k, top_p)
     block, h = parse_block(layer, "--layer"), parse_index(head, "--head", "head")
-    lm, prompt = load_for(prompt, opts, plot, chat)
+    lm, prompt = load_for(prompt, opts, plot, chat, force)
     from fptrace.commands.explain.core import covered
     from fptrace.commands.explain.core import explain as run_explain
 
@@ -65,5 +67,6 @@ def explain(
                          all_heads=plot is not None)
     from fptrace.commands.explain.render import attention_figure, explain_view
 
-    output(result, explain_view, as_json=as_json, wide=wide, plot=plot, figure=attention_figure)
+    output(result, explain_view, as_json=as_json, wide=wide, plot=plot, figure=attention_figure,
+           force=force)
     check_match(result.match, [c.name for c in result.checks if not c.ok])

@@ -10,6 +10,7 @@ from fptrace.cli.io import command, load_for, output
 from fptrace.cli.options import (
     STATS,
     ChatOptions,
+    ForceOpt,
     JsonOpt,
     LoadOptions,
     PlotOpt,
@@ -51,6 +52,7 @@ def patch(
     batch_size: Annotated[int, typer.Option("--batch-size", "-b", help="Patched runs per "
                                             "forward pass.", rich_help_panel=STATS)] = 32,
     plot: PlotOpt = None,
+    force: ForceOpt = False,
     as_json: JsonOpt = False,
     wide: WideOpt = False,
 ) -> None:
@@ -60,7 +62,7 @@ def patch(
     from fptrace.cli.io import prompt_of
 
     corrupted = None if corrupt is None else prompt_of(corrupt, None if chat.messages else chat)
-    lm, prompt = load_for(prompt, opts, plot, chat)
+    lm, prompt = load_for(prompt, opts, plot, chat, force)
     from fptrace.commands.patch.core import patch as run_patch
 
     result = run_patch(lm, prompt, noise=noise, corrupt=corrupted, what=what, window=window,
@@ -68,4 +70,5 @@ def patch(
                        batch_size=batch_size, noise_occurrence=noise_occurrence)
     from fptrace.commands.patch.render import patch_figure, patch_view
 
-    output(result, patch_view, as_json=as_json, wide=wide, plot=plot, figure=patch_figure)
+    output(result, patch_view, as_json=as_json, wide=wide, plot=plot, figure=patch_figure,
+           force=force)

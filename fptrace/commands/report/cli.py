@@ -7,7 +7,14 @@ from typing import Annotated, Any, Optional
 import typer
 
 from fptrace.cli.io import command, load_for, stderr_console
-from fptrace.cli.options import OUTPUT, ChatOptions, LoadOptions, chat_options, model_options
+from fptrace.cli.options import (
+    OUTPUT,
+    ChatOptions,
+    ForceOpt,
+    LoadOptions,
+    chat_options,
+    model_options,
+)
 from fptrace.cli.sections import section_options
 
 
@@ -22,6 +29,7 @@ def report(
         help="The text to trace (or --messages FILE).")] = None,
     opts: LoadOptions = LoadOptions(),
     chat: ChatOptions = ChatOptions(),
+    force: ForceOpt = False,
     values: dict[str, Any] | None = None,
 ) -> None:
     """One self-contained HTML file: the run tables, the figures, the explain walkthrough of
@@ -33,7 +41,7 @@ def report(
     from fptrace.render.page import build_html
 
     values = values or {}
-    check_out(out)
+    check_out(out, force)
     for _, section in collect():
         section.check(values)
     lm, prompt = load_for(prompt, opts, chat=chat)

@@ -8,10 +8,10 @@ import os
 from fptrace.errors import BadInput
 
 
-def check_out(path: str) -> None:
+def check_out(path: str, force: bool = False) -> None:
     from fptrace.atomic import check_target
 
-    check_target(path, "--out", "report.html")
+    check_target(path, "--out", "report.html", force)
     if os.path.splitext(path)[1].lower() not in (".html", ".htm"):
         raise BadInput(f"--out {path}: a report is an .html file")
 

@@ -14,6 +14,7 @@ from fptrace.cli.options import (
     EngineOpt,
     FlashAttn,
     FlashAttnOpt,
+    ForceOpt,
     JsonOpt,
     KvCache,
     KvCacheOpt,
@@ -45,6 +46,7 @@ def run(
         "--truncate", help="Keep the last tokens of a prompt longer than the context window.",
         rich_help_panel=STATS)] = False,
     plot: PlotOpt = None,
+    force: ForceOpt = False,
     as_json: JsonOpt = False,
     wide: WideOpt = False,
     engine: EngineOpt = Engine.transformers,
@@ -61,7 +63,7 @@ def run(
                                    "--all-positions": all_positions, "--truncate": truncate,
                                    "--plot": plot})
     else:
-        lm, prompt = load_for(prompt, opts, plot, chat)
+        lm, prompt = load_for(prompt, opts, plot, chat, force)
         from fptrace.core.trace import run_trace
 
         trace = run_trace(lm, prompt, top_k=top_k, snippet=snippet,
@@ -69,7 +71,8 @@ def run(
                           lens_grid=plot is not None)
     from fptrace.commands.run.render import trace_figure, trace_view
 
-    output(trace, trace_view, as_json=as_json, wide=wide, plot=plot, figure=trace_figure)
+    output(trace, trace_view, as_json=as_json, wide=wide, plot=plot, figure=trace_figure,
+           force=force)
     if trace.first_nonfinite:
         from fptrace.errors import NonFiniteValues
 

@@ -28,7 +28,9 @@ def stats(
                                          "existing --out: count only the prompts not in it.",
                                          rich_help_panel=OUTPUT)] = False,
     force: Annotated[bool, typer.Option("--force", help="Start over: replace an existing --out "
-                                        "statistics file.", rich_help_panel=OUTPUT)] = False,
+                                        "statistics file (and a --plot or --save-scales file "
+                                        "that fptrace did not write).",
+                                        rich_help_panel=OUTPUT)] = False,
     merge: Annotated[bool, typer.Option(
         "--merge", help="INPUTS are statistics files: merge them, in the order given, into one "
         "(exactly what one pass over their prompts gives).", rich_help_panel=OUTPUT)] = False,
@@ -79,19 +81,25 @@ def stats(
     from fptrace.render.figures import check_path
 
     if plot is not None:
-        check_path(plot)
+        check_path(plot, force=force)
     if save_scales is not None:
-        core.check_scales_path(save_scales)
+        core.check_scales_path(save_scales, force)
     err = stderr_console()
     summary = None
     if merge:
         if resume or ray is not None:
             raise BadInput("--merge reads statistics files; --resume and --ray count prompts")
-        if out is not None:
-            _check_new_out(out, force)
-        result = core.merge_files(inputs, sink_threshold=sink_threshold, top=top)
-        if out is not None:
-            core.write_stats(out, result)
+        import contextlib
+
+        from fptrace.locks import exclusive
+
+        with contextlib.ExitStack() as guard:
+            if out is not None:
+                _check_new_out(out, force)
+                guard.enter_context(exclusive(out, "stats"))
+            result = core.merge_files(inputs, sink_threshold=sink_threshold, top=top)
+            if out is not None:
+                core.write_stats(out, result)
     else:
         result, summary = _count(inputs, opts, out=out, resume=resume, force=force, sinks=sinks,
                                  batch_size=batch_size, truncate=truncate, checkpoint=checkpoint,
@@ -126,7 +134,7 @@ def stats(
     if plot is not None:
         from fptrace.commands.stats.render import stats_figure
 
-        write_plot(stats_figure(result)[0], plot)
+        write_plot(stats_figure(result)[0], plot, force)
     if as_json:
         from fptrace.render.json import to_json
 
@@ -145,7 +153,7 @@ def _check_new_out(out: str, force: bool) -> None:
     from fptrace.atomic import check_target
     from fptrace.core.activation_stats import read_document
 
-    check_target(out, "--out", "stats.json")
+    check_target(out, "--out", "stats.json", force=True)  # whose file it is: read_document
     if os.path.exists(out):
         read_document(out)  # never replace a file that is not statistics
         if not force:

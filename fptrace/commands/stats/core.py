@@ -50,7 +50,7 @@ def new_statistics(lm: Any, sinks: bool = True) -> ActivationStats:
 
 
 def build(stats: ActivationStats, model: ModelInfo, *, sink_threshold: float = SINK_THRESHOLD,
-          top: int = TOP) -> Stats:
+          top: int = TOP, weights: str | None = None) -> Stats:
     """The result: the findings drawn from the statistics, and the statistics."""
     from fptrace.commands.stats.notes import STATS_EAGER, STATS_FAILED, STATS_RANDOM
 
@@ -69,7 +69,7 @@ def build(stats: ActivationStats, model: ModelInfo, *, sink_threshold: float = S
                  massive=massive_activations(stats), outliers=outlier_dimensions(stats),
                  top_channels=top_channels(stats, top),
                  sink_heads=sink_heads(stats, sink_threshold), notes=tuple(notes),
-                 statistics=stats.to_record())
+                 statistics=stats.to_record(), weights=weights)
 
 
 def model_of(doc: dict) -> ModelInfo:
@@ -119,19 +119,18 @@ def collect(lm: Any, items: Sequence[PromptItem], stats: ActivationStats, *,
 
 def count_block(lm: Any, block: dict, *, batch_size: int, truncate: bool, sinks: bool) -> dict:
     """On a Ray actor: the statistics of one shard of prompts (see collect_on_ray), and the
-    model's facts."""
+    model's facts, both as JSON (what a statistics file holds: no pickle crosses the cluster)."""
     import json
-    import pickle
 
     from fptrace.core.trace import model_info
-    from fptrace.render.json import to_dict
+    from fptrace.render.json import to_dict, to_json
 
     items = [PromptItem(id=i, source=s, prompt=prompt_from_json(p), error=err or None)
              for i, s, p, err in zip(block["id"], block["source"], block["prompt"],
                                      block["error"])]
     stats = new_statistics(lm, sinks)
     s = collect(lm, items, stats, batch_size=batch_size, truncate=truncate)
-    return {"state": [pickle.dumps(stats)], "traced": [s.traced], "failed": [s.failed],
+    return {"state": [to_json(stats.to_record(), indent=None)], "traced": [s.traced], "failed": [s.failed],
             "tokens": [s.tokens], "prompts": [len(items)],
             "model": [json.dumps(to_dict(model_info(lm)))]}
 
@@ -145,7 +144,8 @@ def collect_on_ray(items: Sequence[PromptItem], stats: ActivationStats, *, addre
     worker, each counted by an actor; their statistics merged into stats in input order.
     on_model(info) gets the model's facts from each shard's actor before its merge."""
     import json
-    import pickle
+
+    from fptrace.jsontext import loads
 
     from fptrace.models.ray_pool import ray_map
 
@@ -166,7 +166,8 @@ def collect_on_ray(items: Sequence[PromptItem], stats: ActivationStats, *, addre
                                           "are kept: rerun with --resume to finish the rest"):
             if on_model is not None:
                 on_model(model_of({"model": json.loads(block["model"][0])}))
-            stats.merge_(pickle.loads(block["state"][0]))
+            stats.merge_(ActivationStats.from_dict(loads(block["state"][0]),
+                                                   where="a Ray worker's statistics"))
             s.traced += int(block["traced"][0])
             s.failed += int(block["failed"][0])
             s.tokens += int(block["tokens"][0])
@@ -211,15 +212,42 @@ def stats_run(inputs: Sequence[str], *, out: str | None, resume: bool, force: bo
     (layers, heads) from its config, and the actors its other facts)."""
     import contextlib
 
+    from fptrace.atomic import check_target
+    from fptrace.locks import exclusive
+
     items = read_inputs(inputs, exclude=out)
+    guard = contextlib.ExitStack()
+    if out is not None:  # one run writes an --out at a time: a second is refused, naming it
+        check_target(out, "--out", "stats.json", force=True)
+        guard.enter_context(exclusive(out, "stats"))
+    with guard:
+        return _counted(items, out=out, resume=resume, force=force, load=load,
+                        model_name=model_name, random_weights=random_weights, sinks=sinks,
+                        batch_size=batch_size, truncate=truncate,
+                        checkpoint_every=checkpoint_every, sink_threshold=sink_threshold,
+                        top=top, progress=progress, elsewhere=elsewhere, shape=shape)
+
+
+def _counted(items: list, *, out: str | None, resume: bool, force: bool,
+             load: Callable[[], Any], model_name: str, random_weights: bool, sinks: bool,
+             batch_size: int, truncate: bool, checkpoint_every: float, sink_threshold: float,
+             top: int, progress: Callable[[int], Any] | None,
+             elsewhere: Callable[..., Summary] | None,
+             shape: Callable[[], tuple[int, int]] | None) -> tuple[Stats, Summary]:
+    """stats_run once the inputs are read and --out is held."""
+    import contextlib
+
     stats, doc = _previous(out, resume, force, model_name, random_weights, sinks)
     todo = len(items) if stats is None else \
         sum(1 for it in items if it.id not in stats.done_ids())
     if todo == 0 and stats is not None:
-        return build(stats, model_of(doc), sink_threshold=sink_threshold, top=top), \
-            Summary(total=len(items), skipped=len(items))
+        return build(stats, model_of(doc), sink_threshold=sink_threshold, top=top,
+                     weights=doc.get("weights")), Summary(total=len(items), skipped=len(items))
     lm = load() if elsewhere is None else None
     model: list[ModelInfo] = []  # the loaded model's facts, once known
+    weights = None if lm is None else _same_weights(lm, doc, out, model_name, random_weights)
+    if lm is None and doc is not None:  # counted on a cluster: no fingerprint here, the name
+        _same_name(doc, out, model_name, random_weights)
 
     def know(info: ModelInfo) -> None:
         if doc is not None and doc["model"].get("dtype") != info.dtype:
@@ -245,7 +273,8 @@ def stats_run(inputs: Sequence[str], *, out: str | None, resume: bool, force: bo
         if out is not None and model and time.monotonic() - last[0] >= checkpoint_every:
             if lm is not None:
                 st.name_tokens(lm.token_text)
-            write_stats(out, build(st, model[0], sink_threshold=sink_threshold, top=top))
+            write_stats(out, build(st, model[0], sink_threshold=sink_threshold, top=top,
+                                   weights=weights))
             last[0] = time.monotonic()
 
     bar = progress(todo) if progress is not None else contextlib.nullcontext(None)
@@ -261,10 +290,31 @@ def stats_run(inputs: Sequence[str], *, out: str | None, resume: bool, force: bo
     info = model[0] if model else model_of(doc) if doc is not None else None
     if info is None:  # interrupted on a cluster before any shard came back
         return None, summary  # type: ignore[return-value]
-    result = build(stats, info, sink_threshold=sink_threshold, top=top)
+    result = build(stats, info, sink_threshold=sink_threshold, top=top, weights=weights)
     if out is not None:
         write_stats(out, result)
     return result, summary
+
+
+def _same_weights(lm: Any, doc: dict | None, out: str | None, model_name: str,
+                  random_weights: bool) -> str | None:
+    """The loaded model's fingerprint; when resuming a file that has one, it must be the same:
+    other weights under the same name are refused, the same weights under another name or
+    path are accepted (files without a fingerprint were checked by name in _previous)."""
+    from fptrace.models.fingerprint import weights_fingerprint
+
+    weights = weights_fingerprint(lm)
+    was = doc.get("weights") if doc is not None else None
+    if was is not None and weights is not None and was != weights:
+        m = doc["model"]
+        raise BadInput(f"--out {out} holds statistics of {_model_text(m)} with weights {was}, "
+                       f"this run loads {model_name}" + (" (random weights)" if random_weights
+                                                         else "")
+                       + f" with weights {weights}: other weights, whatever the name; resume "
+                       "with the same model, or choose another --out")
+    if was is not None and weights is None:
+        _same_name(doc, out, model_name, random_weights)
+    return weights
 
 
 def _previous(out: str | None, resume: bool, force: bool, model_name: str,
@@ -276,7 +326,7 @@ def _previous(out: str | None, resume: bool, force: bool, model_name: str,
         if resume:
             raise BadInput("--resume continues an --out file: give --out")
         return None, None
-    check_target(out, "--out", "stats.json")
+    check_target(out, "--out", "stats.json", force=True)  # whose file it is: read_statistics
     if not os.path.exists(out):
         return None, None
     doc, stats = read_statistics(out)  # first of all: never touch a file of something else
@@ -285,6 +335,16 @@ def _previous(out: str | None, resume: bool, force: bool, model_name: str,
                        "or choose another --out")
     if force:
         return None, None
+    if doc.get("weights") is None or \
+            bool(doc.get("model", {}).get("random_weights")) != random_weights:
+        _same_name(doc, out, model_name, random_weights)  # the weights compared once loaded
+    if stats.sinks != sinks:
+        raise BadInput(f"--out {out} was made {'with' if stats.sinks else 'without'} attention "
+                       "sinks: resume with the same --sinks/--no-sinks")
+    return stats, doc
+
+
+def _same_name(doc: dict, out: str | None, model_name: str, random_weights: bool) -> None:
     was = doc.get("model", {})
     if (was.get("name"), bool(was.get("random_weights"))) != (model_name, random_weights):
         raise BadInput(f"--out {out} holds statistics of {was.get('name')}"
@@ -292,10 +352,6 @@ def _previous(out: str | None, resume: bool, force: bool, model_name: str,
                        + f", not of {model_name}" + (" (random weights)" if random_weights
                                                      else "")
                        + ": resume with the same model, or choose another --out")
-    if stats.sinks != sinks:
-        raise BadInput(f"--out {out} was made {'with' if stats.sinks else 'without'} attention "
-                       "sinks: resume with the same --sinks/--no-sinks")
-    return stats, doc
 
 
 def write_stats(path: str, result: Stats) -> None:
@@ -317,17 +373,25 @@ def merge_files(paths: Sequence[str], *, sink_threshold: float = SINK_THRESHOLD,
         doc, st = read_statistics(p)
         docs.append((p, doc, st))
     first_path, first_doc, total = docs[0]
-    m0 = first_doc.get("model", {})
+    m0, w0 = first_doc.get("model", {}), first_doc.get("weights")
     for p, doc, st in docs[1:]:
-        m = doc.get("model", {})
-        for key, what in (("name", "model"), ("random_weights", "weights"), ("dtype", "dtype")):
+        m, w = doc.get("model", {}), doc.get("weights")
+        if w0 is not None and w is not None and w != w0:
+            raise BadInput(f"{first_path} holds statistics of {_model_text(m0)} with weights "
+                           f"{w0}, {p} of {_model_text(m)} with weights {w}: only statistics "
+                           "of one model merge (the same weights, whatever their name)")
+        same = w0 is not None and w == w0  # the same tensors under another name or path
+        keys = (("dtype", "dtype"),) if same else (
+            ("name", "model"), ("random_weights", "weights"), ("dtype", "dtype"))
+        for key, what in keys:
             if m.get(key) != m0.get(key):
                 raise BadInput(f"{first_path} holds statistics of {_model_text(m0)}, {p} of "
                                f"{_model_text(m)}: only statistics of one model (same weights "
                                f"and dtype) merge (the {what} differs)")
         total.merge_(st, names=(first_path if total is docs[0][2] else "the files before",
                                 p))
-    return build(total, model_of(first_doc), sink_threshold=sink_threshold, top=top)
+    return build(total, model_of(first_doc), sink_threshold=sink_threshold, top=top,
+                 weights=w0 if all(d.get("weights") == w0 for _, d, _ in docs) else None)
 
 
 def _model_text(m: dict) -> str:
@@ -357,16 +421,18 @@ def save_scales(result: Stats, path: str) -> int:
             tensors[name] = scale.clone()
     if not tensors:
         raise BadInput("no prompt was counted: there are no activation scales to save")
-    meta = {"format": "pt", "producer": "fptrace stats", "model": result.model.name,
+    from fptrace.atomic import MARK
+
+    meta = {"format": "pt", "producer": f"{MARK} stats", "model": result.model.name,
             "prompts": str(result.prompts), "tokens": str(result.tokens)}
     write_atomic(path, lambda tmp: save_file(tensors, tmp, metadata=meta), ".safetensors")
     return len(tensors)
 
 
-def check_scales_path(path: str) -> None:
+def check_scales_path(path: str, force: bool = False) -> None:
     from fptrace.atomic import check_target
 
-    check_target(path, "--save-scales", "act_scales.safetensors")
+    check_target(path, "--save-scales", "act_scales.safetensors", force)
     if not path.endswith(".safetensors"):
         raise BadInput(f"--save-scales {path}: the scales are written as safetensors; name the "
                        "file *.safetensors")

@@ -6,6 +6,7 @@ merged or resumed statistics give the findings one pass gives."""
 from __future__ import annotations
 
 from collections import Counter
+from typing import Any
 
 from fptrace.commands.stats.result import (
     MassiveActivation,
@@ -111,12 +112,24 @@ def top_channels(stats: ActivationStats, k: int) -> tuple[TopChannel, ...]:
     return tuple(out)
 
 
+def queries_after(stats: ActivationStats) -> Any:
+    """(P,): per position j < sink_positions, the query positions after j over all prompts: what
+    the attention a head gives j is a share of (docs/stats.md). sink_queries counts those after
+    position 0; a prompt of n tokens has n - 1 - j after j, so the count after j is sink_queries
+    less, for k = 1 … j, the prompts longer than k (position_tokens counts them)."""
+    import numpy as np
+
+    longer = np.array([sum(t.values()) for t in stats.position_tokens], dtype=np.float64)
+    after = stats.sink_queries - np.concatenate([[0.0], np.cumsum(longer[1:])])
+    return np.maximum(after, 1.0)
+
+
 def sink_heads(stats: ActivationStats, threshold: float) -> tuple[SinkHead, ...]:
     """Every head's most-attended position among the first sink_positions, with the share of
     its attention that lands there and the token found there most often."""
     if not stats.sinks or stats.sink_queries == 0:
         return ()
-    mass = stats.sink_sums / stats.sink_queries  # (L, H, P)
+    mass = stats.sink_sums / queries_after(stats)[None, None, :]  # (L, H, P)
     out = []
     for layer in range(mass.shape[0]):
         for head in range(mass.shape[1]):

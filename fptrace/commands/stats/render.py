@@ -123,9 +123,10 @@ def sink_table(r: Stats, width: int | None) -> RenderableType:
     rows = []
     for layer, hs in sorted(by_layer.items()):
         positions = sorted({h.position for h in hs})
-        first = min(hs, key=lambda h: (-h.mass, h.head))
+        there = {h.position: h for h in hs}  # the token found at each sink position
         rows.append([str(layer), f"{len(hs)}/{per_layer}", ", ".join(map(str, positions)),
-                     Text(f"{visible(first.text)!r} ({first.token_share:.0%})"),
+                     Text(", ".join(f"{visible(there[p].text)!r} ({there[p].token_share:.0%})"
+                                    for p in positions)),
                      f"{sum(h.mass for h in hs) / len(hs):.0%}",
                      " ".join(f"{h.head}:{h.mass:.2f}" for h in hs)])
     note = Text(f"{len(sinks)} of {n_heads} heads are sinks\n", style="dim")

@@ -163,5 +163,9 @@ class Stats:
     """What to know when reading the numbers."""
     statistics: Statistics
     """Everything accumulated: what `--merge` and `--resume` read back."""
+    weights: str | None = None
+    """A fingerprint of the model's tensors (names, dtypes, shapes, bytes): `--merge` and
+    `--resume` refuse statistics of other weights, whatever their name; null when the tensors
+    could not be read (offloaded, sharded, counted on a Ray cluster)."""
     kind: str = "stats"
     schema_version: str = SCHEMA_VERSION

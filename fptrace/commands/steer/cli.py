@@ -11,6 +11,7 @@ from fptrace.cli.options import (
     OUTPUT,
     STATS,
     ChatOptions,
+    ForceOpt,
     JsonOpt,
     LoadOptions,
     PlotOpt,
@@ -87,6 +88,7 @@ def steer(
     top: Annotated[int, typer.Option("--top", help="Next tokens listed per strength.",
                                      rich_help_panel=STATS)] = 5,
     plot: PlotOpt = None,
+    force: ForceOpt = False,
     as_json: JsonOpt = False,
     wide: WideOpt = False,
 ) -> None:
@@ -101,8 +103,8 @@ def steer(
     if save_vector is not None:
         from fptrace.commands.steer.vectors import check_vector_path
 
-        check_vector_path(save_vector)
-    lm, prompt = load_for(prompt, opts, plot, chat)
+        check_vector_path(save_vector, force=force)
+    lm, prompt = load_for(prompt, opts, plot, chat, force)
     from fptrace.commands.steer.core import steer as run_steer
     from fptrace.commands.steer.vectors import match_norms, steering_vector, write_vector
 
@@ -122,12 +124,13 @@ def steer(
     if norm_match:
         vec = match_norms(lm, prompt, vec)
     if save_vector is not None:
-        write_vector(save_vector, vec, lm)
+        write_vector(save_vector, vec, lm, force)
         stderr_console().print(f"wrote {save_vector}", markup=False, style="dim",
                                soft_wrap=True)
     result = run_steer(lm, prompt, vector=vec, scales=scale, positions=where, target=target,
                        top=top, new_tokens=new_tokens)
     from fptrace.commands.steer.render import steer_figure, steer_view
 
-    output(result, steer_view, as_json=as_json, wide=wide, plot=plot, figure=steer_figure)
+    output(result, steer_view, as_json=as_json, wide=wide, plot=plot, figure=steer_figure,
+           force=force)
     require_checks(result.checks, "the steered run")

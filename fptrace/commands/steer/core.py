@@ -116,6 +116,7 @@ def steer(lm: LoadedModel, prompt: Prompt, *, add: str | None = None,
     vectors = {k: v.to(lm.device) for k, v in vec.layers.items()}
     hooks = steering_hooks(lm, vectors, rows_scale, where)
     out = run_rows(lm, ids, B, hooks, LOWER)
+    _finite_rows(out.logits, rows_scale, clean, vec)
     passes = vec.passes + 1
     cap = out.cap
     stream_norms = {k: float(cap.resid_last[k][clean].norm()) for k in vec.layers}
@@ -176,6 +177,27 @@ def _lens(lm: LoadedModel, cap: Any, layers: tuple[int, ...], clean: int
             kl[r].append(float(row_kl[r]))
             top[r].append(int(ids[r]))
     return kl, top
+
+
+def _finite_rows(logits: Any, scales: Sequence[float], clean: int, vec: SteeringVector) -> None:
+    """A strength whose steered run overflows to NaN or Inf is named (exit 4), not reported as a
+    check that fails: the model computed what it was asked, at a strength it cannot hold."""
+    import torch
+
+    from fptrace.errors import NonFiniteValues
+
+    finite = torch.isfinite(logits.reshape(len(scales), -1)).all(-1).tolist()  # (B,)
+    if not finite[clean]:
+        raise NonFiniteValues("NaN or Inf in the unsteered run (scale 0): the model itself "
+                              "overflows on this prompt")
+    bad = [s for s, ok in zip(scales, finite) if not ok]
+    if bad:
+        norm = max(float(v.norm()) for v in vec.layers.values())
+        raise NonFiniteValues(f"--scale {bad[0]:g}: the steered run overflows to NaN or Inf "
+                              f"(the vector's norm {norm:.3g} × {bad[0]:g}); "
+                              + (f"{len(bad) - 1} more strength{'s' if len(bad) > 2 else ''} "
+                                 "too; " if len(bad) > 1 else "")
+                              + "choose smaller strengths")
 
 
 def _checks(lm: LoadedModel, out: Any, vec: SteeringVector, scales: Sequence[float],

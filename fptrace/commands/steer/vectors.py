@@ -28,6 +28,7 @@ from typing import Any, Sequence
 from fptrace.addresses import Block, resolve_block
 from fptrace.core.trace import sizes
 from fptrace.errors import BadInput
+from fptrace.numbers import parse_int
 from fptrace.models.loading import LoadedModel
 from fptrace.numbers import parse_int
 
@@ -112,7 +113,7 @@ def steering_vector(lm: LoadedModel, *, add: str | None = None, subtract: str | 
 
 
 def block_outputs(lm: LoadedModel, prompts: Sequence[Any], layers: Sequence[int],
-                  mean_positions: bool) -> dict[int, Any]:
+                  mean_positions: bool, wheres: Sequence[str] | None = None) -> dict[int, Any]:
     """Per block of `layers`, (N, d) float32: each prompt's stream after that block, at its last
     position or (mean_positions) the mean over its positions; prompts (text or ids) are run
     left-padded, BATCH at a time."""
@@ -121,7 +122,10 @@ def block_outputs(lm: LoadedModel, prompts: Sequence[Any], layers: Sequence[int]
     from fptrace.core.hooks import Hook, first_output, hooked
     from fptrace.core.trace import padded_batch
 
-    rows = [lm.encode(p) for p in prompts]
+    from fptrace.core.prompt_files import encode_listed
+
+    rows = [lm.encode(p) for p in prompts] if wheres is None else \
+        encode_listed(lm, prompts, wheres)
     out: dict[int, list] = {k: [] for k in layers}
     for start in range(0, len(rows), BATCH):
         input_ids, mask, kwargs = padded_batch(lm, rows[start:start + BATCH])
@@ -148,7 +152,12 @@ def _where(layer: int, mean_positions: bool) -> str:
 def prompts_vector(lm: LoadedModel, add: str, subtract: str, layer: int,
                    mean_positions: bool = False) -> SteeringVector:
     """ActAdd: the stream of `add` minus that of `subtract` after block `layer`."""
-    h = block_outputs(lm, [add, subtract], [layer], mean_positions)[layer]
+    from fptrace.models.tokenizers import check_prompt
+
+    check_prompt(add, "--add")
+    check_prompt(subtract, "--subtract")
+    h = block_outputs(lm, [add, subtract], [layer], mean_positions,
+                      ["--add", "--subtract"])[layer]
     return SteeringVector({layer: h[0] - h[1]}, "prompts",
                           f"{add!r} − {subtract!r} {_where(layer, mean_positions)}", passes=1)
 
@@ -162,13 +171,17 @@ def pairs_vector(lm: LoadedModel, pairs: str | Sequence[tuple[str, str]], layer:
     agree with the mean difference and its length that of the mean difference along it."""
     import torch
 
-    from fptrace.core.prompt_files import read_pairs
+    from fptrace.core.prompt_files import pairs_at
 
     name = pairs if isinstance(pairs, str) else None
-    items = read_pairs(pairs) if isinstance(pairs, str) else list(pairs)
+    listed = pairs_at(pairs) if isinstance(pairs, str) else \
+        [(f"pairs[{k}]", pos, neg) for k, (pos, neg) in enumerate(pairs)]
+    items = [(pos, neg) for _, pos, neg in listed]
     if not items:
         raise BadInput("--pairs: no pairs")
-    h = block_outputs(lm, [p for pair in items for p in pair], [layer], mean_positions)[layer]
+    wheres = [f"{w} ({side})" for w, _, _ in listed for side in ("positive", "negative")]
+    h = block_outputs(lm, [p for pair in items for p in pair], [layer], mean_positions,
+                      wheres)[layer]
     diffs = h[0::2] - h[1::2]  # (N, d)
     mean = diffs.mean(0)
     if method == "mean":
@@ -211,11 +224,12 @@ def latent_vector(lm: LoadedModel, sae: str, latent: int | None) -> SteeringVect
 
 
 # ---------------------------------------------------------------------------- files
-def check_vector_path(path: str, what: str = "--save-vector") -> None:
-    """Before anything runs: a writable file of a known kind."""
+def check_vector_path(path: str, what: str = "--save-vector", force: bool = False) -> None:
+    """Before anything runs: a writable file of a known kind, and not someone else's file
+    unless force (atomic.check_target)."""
     from fptrace.atomic import check_target
 
-    check_target(path, what, "steer.gguf")
+    check_target(path, what, "steer.gguf", force)
     if os.path.splitext(path)[1].lower() not in SUFFIXES:
         raise BadInput(f"{what} {path}: write a .gguf (llama.cpp's control-vector layout), "
                        ".safetensors or .npy file")
@@ -244,7 +258,11 @@ def read_vector(lm: LoadedModel, path: str, layer: int | Block | None = None
         raise BadInput(f"--vector {path}: read a .gguf control vector, a .safetensors or a .npy")
     d, n = int(lm.config.hidden_size), len(lm.parts.blocks)
     for k, v in layers.items():
-        if v.ndim != 1 or v.shape[0] != d:
+        if v.ndim != 1:
+            raise BadInput(f"--vector {path}: the direction for block {k} is a "
+                           f"{tuple(v.shape)} tensor, not one vector of {lm.name}'s d_model "
+                           f"({d}) values")
+        if v.shape[0] != d:
             raise BadInput(f"--vector {path}: the vector for block {k} has {v.shape[-1]} values "
                            f"but {lm.name}'s d_model is {d}: it was made for another model")
     beyond = sorted(k for k in layers if not 0 <= k < n)
@@ -284,26 +302,48 @@ def _read_gguf(path: str) -> dict[int, Any]:
     layers = {}
     for t in reader.tensors:
         name = t.name
-        block = _direction(name, path)
+        block = _block_of(name, path)
         if block is None:
             continue
         if t.tensor_type not in (GGMLQuantizationType.F32, GGMLQuantizationType.F16):
             raise BadInput(f"--vector {path}: {name} is {t.tensor_type.name}; a control vector's "
                            "directions are F32")
-        a = np.array(t.data, dtype=np.float32)  # a 1-D tensor: (n_embd,); others fail below
+        a = _numbers(path, np.array(t.data), f"the tensor {name!r}")  # (n_embd,) or refused below
         layers[block] = a.reshape(-1) if len(t.shape) == 1 else a
     if not layers:
         raise BadInput(f"--vector {path}: a control vector without direction.N tensors")
     return layers
 
 
-def _direction(name: str, path: str) -> int | None:
-    """The block of a `direction.N` tensor (llama.cpp's name for block N's direction), None for
-    a tensor of another name; `direction.²` is refused, naming it."""
+def _block_of(name: str, path: str) -> int | None:
+    """The block N of a tensor named `direction.N` (None for any other name); a name such as
+    `direction.²` is refused, naming it."""
     if not name.startswith("direction."):
         return None
-    return parse_int(name[len("direction."):], f"--vector {path}: the block of the tensor "
-                     f"{name!r},")
+    return parse_int(name[len("direction."):], f"--vector {path}: the block number of the "
+                     f"tensor {name!r} is", low=0)
+
+
+def _numbers(path: str, a: Any, what: str) -> Any:
+    """A float32 copy of a vector read from a file: real numbers only (no strings, no complex
+    values) and every one finite, also after the conversion to float32 (1e300 overflows it)."""
+    import numpy as np
+
+    a = np.asarray(a)
+    if a.dtype.kind not in "fiub":
+        kind = {"c": "complex", "U": "text", "S": "text", "O": "Python object"}.get(
+            a.dtype.kind, str(a.dtype))
+        raise BadInput(f"--vector {path}: {what} holds {kind} values, not real numbers")
+    with np.errstate(over="ignore", invalid="ignore"):
+        f = a.astype(np.float32)
+    bad = ~np.isfinite(f)
+    if bad.any():
+        at = np.argwhere(bad)[0]
+        where = ", ".join(str(int(i)) for i in at)
+        raise BadInput(f"--vector {path}: {what} holds {int(bad.sum())} non-finite value"
+                       f"{'s' if bad.sum() > 1 else ''} (NaN, Inf, or beyond float32's range), "
+                       f"the first at [{where}]: {a[tuple(at)]}")
+    return f
 
 
 def _rows(path: str, a: Any, lm: LoadedModel, layer: int | None, what: str
@@ -312,7 +352,7 @@ def _rows(path: str, a: Any, lm: LoadedModel, layer: int | None, what: str
     import numpy as np
 
     n, d = len(lm.parts.blocks), int(lm.config.hidden_size)
-    a = np.asarray(a, dtype=np.float32)
+    a = _numbers(path, a, what)
     if a.ndim == 1:
         if layer is None:
             raise BadInput(f"--vector {path} holds one ({a.shape[0]},) vector: say which block's "
@@ -346,8 +386,9 @@ def _read_safetensors(path: str, lm: LoadedModel, layer: int | None) -> dict[int
     except Exception as e:  # noqa: BLE001
         raise BadInput(f"--vector {path}: not a readable .safetensors file ({type(e).__name__}: "
                        f"{str(e)[:100]})") from None
-    directions = {_direction(k, path): v for k, v in tensors.items()
-                  if _direction(k, path) is not None}
+    blocks = {k: _block_of(k, path) for k in tensors}
+    directions = {b: _numbers(path, tensors[k], f"the tensor {k!r}")
+                  for k, b in blocks.items() if b is not None}
     if directions:
         return directions
     if len(tensors) == 1:
@@ -357,15 +398,15 @@ def _read_safetensors(path: str, lm: LoadedModel, layer: int | None) -> dict[int
                    "one tensor")
 
 
-def write_vector(path: str, vec: SteeringVector, lm: LoadedModel) -> None:
+def write_vector(path: str, vec: SteeringVector, lm: LoadedModel, force: bool = False) -> None:
     """Write the vector atomically: .gguf in llama.cpp's control-vector layout (direction.N,
     F32, for the block N whose output receives it), .safetensors with the same tensor names,
     .npy as (n_layers, d) with zero rows for blocks it leaves alone."""
     import numpy as np
 
-    from fptrace.atomic import write_atomic
+    from fptrace.atomic import MARK, write_atomic
 
-    check_vector_path(path)
+    check_vector_path(path, force=force)
     suffix = os.path.splitext(path)[1].lower()
     dirs = {k: np.ascontiguousarray(v.numpy(), dtype=np.float32) for k, v in vec.layers.items()}
     if suffix == ".gguf" and 0 in dirs:
@@ -379,6 +420,7 @@ def write_vector(path: str, vec: SteeringVector, lm: LoadedModel) -> None:
 
             w = gguf.GGUFWriter(tmp, arch="controlvector")
             w.add_string("controlvector.model_hint", str(lm.config.model_type))
+            w.add_string("fptrace.producer", f"{MARK} steer")
             w.add_int32("controlvector.layer_count", len(dirs))
             for k in sorted(dirs):
                 w.add_tensor(f"direction.{k}", dirs[k])
@@ -389,7 +431,8 @@ def write_vector(path: str, vec: SteeringVector, lm: LoadedModel) -> None:
         elif suffix == ".safetensors":
             from safetensors.numpy import save_file
 
-            save_file({f"direction.{k}": dirs[k] for k in sorted(dirs)}, tmp)
+            save_file({f"direction.{k}": dirs[k] for k in sorted(dirs)}, tmp,
+                      metadata={"producer": f"{MARK} steer"})
         else:
             a = np.zeros((len(lm.parts.blocks), int(lm.config.hidden_size)), dtype=np.float32)
             for k, v in dirs.items():

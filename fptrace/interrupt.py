@@ -1,0 +1,115 @@
+"""Ctrl-C at any moment of a command: one line (`fptrace: error: interrupted`) and exit 130.
+
+Two phases. While the command line starts (its imports: typer, rich, the command modules)
+nothing has been written, so an interrupt there ends the process at once with the line; the
+handler for that phase is installed by `fptrace/__init__.py`, the first of fptrace to run, and
+only when the process is the `fptrace` command (never for a program that imports fptrace).
+Once `main()` runs a command, an interrupt raises KeyboardInterrupt as usual, so the commands
+stop cleanly (a batch keeps its records, an atomic write leaves no half file); the handler
+remembers that it fired, and a run whose KeyboardInterrupt was swallowed on the way (a library
+that catches it) still ends 130, never 0. A second Ctrl-C while the first is being handled ends
+the process at once. Standard library only, and `_signal` rather than `signal` (whose enum
+classes take longer to build than the first tenth of a second on a loaded machine).
+"""
+
+from __future__ import annotations
+
+import _signal
+import os
+import sys
+
+LINE = "fptrace: error: interrupted"
+EXIT = 130
+
+_state = {"phase": "", "seen": False, "said": False}
+
+
+def _on_sigint(signum: int, frame: object) -> None:
+    if _state["phase"] == "starting" or _state["seen"]:  # nothing to clean up / stuck: leave
+        say()
+        os._exit(EXIT)
+    _state["seen"] = True
+    raise KeyboardInterrupt
+
+
+def _take(phase: str) -> None:
+    try:
+        current = _signal.getsignal(_signal.SIGINT)
+        if current is _signal.default_int_handler or current is _on_sigint:
+            _signal.signal(_signal.SIGINT, _on_sigint)
+            _state["phase"] = phase
+    except ValueError:  # not the main thread: signals are not ours to handle there
+        pass
+
+
+def is_cli() -> bool:
+    """Whether this process is the `fptrace` command (its console script or `python -m
+    fptrace`), not a program that imports fptrace."""
+    if os.path.basename(sys.argv[0] if sys.argv else "") == "fptrace":
+        return True
+    orig = getattr(sys, "orig_argv", [])
+    return "-m" in orig and orig.index("-m") + 1 < len(orig) and \
+        orig[orig.index("-m") + 1] == "fptrace"
+
+
+def starting() -> None:
+    """At the very start of the command: an interrupt during the imports is the line, exit 130."""
+    if is_cli():
+        _take("starting")
+
+
+def running() -> None:
+    """main() runs a command: an interrupt from now on raises KeyboardInterrupt."""
+    _take("running")
+
+
+def seen() -> bool:
+    """Whether a SIGINT arrived while a command ran."""
+    return _state["seen"]
+
+
+def said() -> None:
+    """The interrupted line was printed (by the CLI's one-line error): never print it twice."""
+    _state["said"] = True
+
+
+def say(line: str = LINE) -> None:
+    """Print the line once, however many paths lead here."""
+    if not _state["said"]:
+        _state["said"] = True
+        try:
+            sys.stderr.write(line + "\n")
+            sys.stderr.flush()
+        except (OSError, ValueError):  # a closed stderr: the exit code still says it
+            pass
+
+
+def settled() -> None:
+    """The outcome is decided: a Ctrl-C from now on changes nothing (the run already finished
+    or already failed), so it is ignored while the process exits."""
+    if _state["phase"]:
+        try:
+            _signal.signal(_signal.SIGINT, _signal.SIG_IGN)
+        except ValueError:
+            pass
+
+
+def leave() -> None:
+    """End an interrupted run with 130. Not through the interpreter's own exit: CPython remembers
+    a KeyboardInterrupt that once escaped code run by PyRun_String (pybind11 extensions do that
+    while torch imports) and then ends the process by SIGINT (-2), whatever exit code was given.
+    The exit functions still run first, and the streams are flushed."""
+    import atexit
+
+    try:
+        atexit._run_exitfuncs()
+    finally:
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except (OSError, ValueError, AttributeError):
+                pass
+        os._exit(EXIT)
+
+
+__all__ = ["LINE", "EXIT", "starting", "running", "seen", "said", "say", "settled", "leave", "is_cli"]
