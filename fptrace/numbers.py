@@ -15,6 +15,9 @@ import re
 from fptrace.errors import BadInput
 
 _INT = re.compile(r"[+-]?[0-9]+")
+# digits of any script, superscripts included ('²', '٣', '１'): text a user meant as a number,
+# which parse_int then refuses by name unless its digits are ASCII
+DIGITS = re.compile(r"[+-]?[\d\u00b2\u00b3\u00b9\u2070-\u2079]+")
 _FLOAT = re.compile(r"[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")
 
 

@@ -69,7 +69,7 @@ def test_a_seeded_fault_is_named(smollm, gguf, tmp_path_factory, name, edit, blo
     path = seeded(gguf, tmp_path_factory.mktemp(name), name, edit)
     # the unmodified file parts from transformers at 1e-2 (8-bit activations); these faults
     # part by far more, so a tolerance above the engines' own gap isolates them
-    result = engine_diff(smollm, path, PROMPT, deep=True, layers=f"0-{block}", tolerance=0.1,
+    result = engine_diff(smollm, path, PROMPT, deep=True, layers=list(range(block + 1)), tolerance=0.1,
                          name_b=name)
     parted = result.deep.parted
     assert parted is not None, name
@@ -83,5 +83,5 @@ def test_a_seeded_fault_is_named(smollm, gguf, tmp_path_factory, name, edit, blo
 def test_the_unmodified_file_stays_within_the_loose_tolerance(smollm, gguf):
     from fptrace.commands.diff.engine import engine_diff
 
-    result = engine_diff(smollm, gguf, PROMPT, deep=True, layers="0-5", tolerance=0.1)
+    result = engine_diff(smollm, gguf, PROMPT, deep=True, layers=list(range(6)), tolerance=0.1)
     assert result.deep.parted is None and result.within

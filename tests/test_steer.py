@@ -295,9 +295,9 @@ def test_bad_input(tmp_path):
     save_file({"direction.1": np.ones(32, dtype=np.float32),
                "direction.٣": np.ones(32, dtype=np.float32)}, str(odd_st))
     cases = [
-        (["--vector", str(odd)], "the block of the tensor 'direction.²', '²': not a whole number"),
-        (["--vector", str(odd_st)], "the block of the tensor 'direction.٣', '٣': not a whole"),
-        (["--token", "#²", "-l", "1"], "--token '#²' is 2 tokens"),
+        (["--vector", str(odd)], "the tensor 'direction.²' is '²': not a whole number"),
+        (["--vector", str(odd_st)], "the tensor 'direction.٣' is '٣': not a whole"),
+        (["--token", "#²", "-l", "1"], "--token '#²': the token id '²': not a whole number"),
         (["--vector", str(wide), "-l", "0"], "has 64 values but tiny-gpt2's d_model is 32"),
         (["--vector", str(model)], "is not a control vector"),
         (["--vector", str(far)], "direction for block 7"),

@@ -15,7 +15,7 @@ from __future__ import annotations
 from typing import Any, Sequence
 
 from fptrace.errors import BadInput
-from fptrace.numbers import is_int, parse_int
+from fptrace.numbers import DIGITS, is_int, parse_int
 
 
 def _shown(lm: Any, ids: Sequence[int]) -> str:
@@ -25,8 +25,8 @@ def _shown(lm: Any, ids: Sequence[int]) -> str:
 def token_id(lm: Any, text: str, what: str, prompt: Any = None) -> int:
     """The id of a token given as text (one token, as the tokenizer writes that text alone or
     right after `prompt`), or as `#ID`."""
-    if text.startswith("#") and is_int(text[1:]):
-        i = parse_int(text[1:], f"{what} {text!r}: the token id")
+    if text.startswith("#") and (is_int(text[1:]) or DIGITS.fullmatch(text[1:])):
+        i = parse_int(text[1:], f"{what} {text!r}: the token id")  # '#²' is refused here
         if not 0 <= i < int(lm.config.vocab_size):
             raise BadInput(f"{what} {text}: outside the vocabulary (0..{lm.config.vocab_size - 1})")
         return i

@@ -10,7 +10,7 @@ import tempfile
 from typing import Any, Callable
 
 from fptrace.errors import BadInput
-from fptrace.numbers import is_int, parse_int
+from fptrace.numbers import DIGITS, is_int, parse_int
 
 Progress = Callable[[str], None]
 
@@ -68,8 +68,8 @@ def parse_max_memory(text: str | None) -> dict | None:
             raise BadInput(f"--max-memory {text!r}: expected DEVICE=SIZE pairs separated by commas, "
                            "e.g. 0=70GiB,1=70GiB,cpu=200GiB (sizes in B, KB, MB, GB, KiB, MiB, "
                            "GiB, ...)")
-        if is_int(key):
-            key = parse_int(key, f"--max-memory {text!r}: the GPU number", low=0)
+        if is_int(key) or DIGITS.fullmatch(key):  # a GPU number, in ASCII or refused by name
+            key = parse_int(key, "--max-memory: the GPU number", low=0)
             out[key] = value.replace(" ", "")
         elif key in ("cpu", "mps", "disk"):
             out[key] = value.replace(" ", "")
