@@ -25,12 +25,7 @@ __version__ = "0.1.0"
 # as it is, and at run time each name is imported from there on first use (__getattr__), so
 # `import fptrace` (and the command line) stays free of torch.
 if TYPE_CHECKING:
-    from fptrace.addresses import Block
-    from fptrace.addresses import Expert
-    from fptrace.addresses import Head
-    from fptrace.addresses import Position
-    from fptrace.addresses import Selection
-    from fptrace.addresses import Site
+    from fptrace.addresses import Block, Expert, Head, Position, Selection, Site
     from fptrace.commands.ablate.core import ablate
     from fptrace.commands.attribute.core import attribute
     from fptrace.commands.attribute.qk import attribute_qk
@@ -44,7 +39,12 @@ if TYPE_CHECKING:
     from fptrace.commands.shapes.core import shape_report as shapes
     from fptrace.commands.stats.core import activation_stats as stats
     from fptrace.commands.steer.core import steer
+    from fptrace.commands.steer.vectors import steering_vector
+    from fptrace.core.trace import run_trace as trace
+    from fptrace.core.trace import run_traces as trace_many
+    from fptrace.models.loading import load_model
     from fptrace.points import Point
+    from fptrace.render.json import to_json
     from fptrace.results import (
         SCHEMA_VERSION,
         FinalNormStats,
@@ -55,11 +55,6 @@ if TYPE_CHECKING:
         TopToken,
         Trace,
     )
-    from fptrace.core.trace import run_trace as trace
-    from fptrace.core.trace import run_traces as trace_many
-    from fptrace.commands.steer.vectors import steering_vector
-    from fptrace.models.loading import load_model
-    from fptrace.render.json import to_json
 
 
 def api() -> dict[str, tuple[str, str]]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import os
 import tempfile
-from typing import Callable
+from collections.abc import Callable
 
 
 def check_target(path: str, what: str, example: str, force: bool = False) -> None:

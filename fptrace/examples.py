@@ -19,9 +19,10 @@ temporary folders) is lent through Bench, so an example needs no test helper by 
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Protocol
+from typing import Any, Protocol
 
 
 class Bench(Protocol):

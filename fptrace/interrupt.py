@@ -112,4 +112,4 @@ def leave() -> None:
         os._exit(EXIT)
 
 
-__all__ = ["LINE", "EXIT", "starting", "running", "seen", "said", "say", "settled", "leave", "is_cli"]
+__all__ = ["EXIT", "LINE", "is_cli", "leave", "running", "said", "say", "seen", "settled", "starting"]

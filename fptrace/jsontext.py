@@ -72,4 +72,4 @@ def _too_deep_at(text: str) -> int:
     return 0
 
 
-__all__ = ["MAX_DEPTH", "loads", "depth"]
+__all__ = ["MAX_DEPTH", "depth", "loads"]

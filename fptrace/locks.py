@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import os
-from typing import Iterator
+from collections.abc import Iterator
 
 from fptrace.errors import BadInput
 
@@ -62,4 +62,4 @@ def exclusive(path: str, who: str, what: str = "--out") -> Iterator[None]:
         os.close(fd)
 
 
-__all__ = ["lock", "lock_path", "exclusive"]
+__all__ = ["exclusive", "lock", "lock_path"]

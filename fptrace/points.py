@@ -10,8 +10,8 @@ post-norms `ln1_post` and `ln2_post` are what the stream receives.
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from enum import Enum
-from typing import Collection
 
 
 class Point(str, Enum):
@@ -142,4 +142,4 @@ def inputs(point: Point, present: Collection[Point], parallel: bool = False
     return tuple(out)
 
 
-__all__ = ["Point", "BLOCK", "INPUTS", "TITLES", "DESCRIPTIONS", "inputs"]
+__all__ = ["BLOCK", "DESCRIPTIONS", "INPUTS", "TITLES", "Point", "inputs"]

@@ -283,7 +283,8 @@ def test_only_addresses_parses_a_place():
             places = [(flag, ann, line) for flag, ann, line in _options(tree)
                       if flag in PLACE_OPTIONS]
             for flag, ann, line in places:
-                if ann not in ("str", "Optional[str]", "List[str]", "Optional[List[str]]"):
+                if ann not in ("str", "Optional[str]", "List[str]", "Optional[List[str]]",
+                               "str | None", "list[str]", "list[str] | None"):
                     wrong.append(f"{rel}:{line} {flag} is typed {ann}, not text read by "
                                  "fptrace.addresses")
             if places and "fptrace.addresses" not in {t for t, _, _ in _imports(path)}:

@@ -7,7 +7,8 @@ from __future__ import annotations
 import functools
 import os
 import sys
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import typer
 from rich.console import Console
@@ -104,8 +105,8 @@ def guarded(fn: Callable[..., Any]) -> Callable[..., Any]:
         except KeyboardInterrupt:
             fail("interrupted", 130)
         except Exception as e:  # a bug of ours: still one line, the traceback on request
-            from fptrace.interrupt import seen
             from fptrace.core.hooks import is_oom
+            from fptrace.interrupt import seen
 
             if seen():  # a library turned our KeyboardInterrupt into another error
                 fail("interrupted", 130)

@@ -12,9 +12,10 @@ from __future__ import annotations
 
 import functools
 import inspect
+from collections.abc import Callable
 from dataclasses import dataclass, fields
 from enum import Enum
-from typing import Annotated, Any, Callable, Optional
+from typing import Annotated, Any
 
 import typer
 
@@ -48,24 +49,24 @@ OPTIONS: tuple[tuple[str, Any, Any], ...] = (
         rich_help_panel=MODEL)], False),
 )
 PLACEMENT: tuple[tuple[str, Any, Any], ...] = (
-    ("device_map", Annotated[Optional[str], typer.Option(
+    ("device_map", Annotated[str | None, typer.Option(
         "--device-map", help="auto: load through Accelerate, spreading blocks over the GPUs, "
         "then CPU RAM, then disk (big models).", rich_help_panel=MODEL)], None),
-    ("max_memory", Annotated[Optional[str], typer.Option(
+    ("max_memory", Annotated[str | None, typer.Option(
         "--max-memory", help="With --device-map: memory per device, e.g. "
         "0=70GiB,1=70GiB,cpu=200GiB.", rich_help_panel=MODEL)], None),
-    ("offload_folder", Annotated[Optional[str], typer.Option(
+    ("offload_folder", Annotated[str | None, typer.Option(
         "--offload-folder", help="With --device-map: where weights that fit nowhere else go "
         "(default: a temporary folder).", rich_help_panel=MODEL)], None),
 )
 TP: tuple[tuple[str, Any, Any], ...] = (
-    ("tp", Annotated[Optional[int], typer.Option(
+    ("tp", Annotated[int | None, typer.Option(
         "--tp", help="Tensor parallelism: shard the model over N processes on this machine "
         "(torch's launcher; under torchrun, fptrace uses the ranks it is given).",
         rich_help_panel=MODEL)], None),
 )
 QUANTIZE: tuple[tuple[str, Any, Any], ...] = (
-    ("quantize", Annotated[Optional[str], typer.Option(
+    ("quantize", Annotated[str | None, typer.Option(
         "--quantize", help="int8 or int4: quantize the blocks' linear weights on load (torchao's "
         "weight-only schemes through transformers; needs torchao 0.15 or later).",
         rich_help_panel=MODEL)], None),
@@ -73,7 +74,7 @@ QUANTIZE: tuple[tuple[str, Any, Any], ...] = (
 assert {n for n, _, _ in OPTIONS + PLACEMENT + TP + QUANTIZE} == \
     {f.name for f in fields(LoadOptions)}
 
-PlotOpt = Annotated[Optional[str], typer.Option(
+PlotOpt = Annotated[str | None, typer.Option(
     "--plot", help="Also write a figure (.png, .svg, .pdf, .jpg or .webp; no display needed).",
     rich_help_panel=OUTPUT)]
 ForceOpt = Annotated[bool, typer.Option(
@@ -114,10 +115,10 @@ CHAT_OPTIONS: tuple[tuple[str, Any, Any], ...] = (
     ("chat", Annotated[bool, typer.Option(
         "--chat", help="PROMPT is a user's message: apply the model's chat template (with the "
         "assistant's turn opened) and trace that.", rich_help_panel=CHAT)], False),
-    ("system", Annotated[Optional[str], typer.Option(
+    ("system", Annotated[str | None, typer.Option(
         "--system", help="A system message before the user's (implies --chat).",
         rich_help_panel=CHAT)], None),
-    ("messages", Annotated[Optional[str], typer.Option(
+    ("messages", Annotated[str | None, typer.Option(
         "--messages", help="A JSON file holding a whole conversation, "
         '[{"role": "user", "content": "..."}, ...], traced through the chat template instead '
         "of PROMPT.", rich_help_panel=CHAT)], None),

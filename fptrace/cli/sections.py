@@ -13,8 +13,9 @@ from __future__ import annotations
 
 import functools
 import inspect
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 # (name, Annotated[type, typer.Option(...)], default): the shape of cli/options.py's groups
 Option = tuple[str, Any, Any]

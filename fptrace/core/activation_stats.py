@@ -30,13 +30,14 @@ from __future__ import annotations
 import json
 import math
 from collections import Counter
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any, Iterable
+from typing import Any
 
-from fptrace.jsontext import loads
 from fptrace.core.channel_stats import ChannelStats
-from fptrace.results import SCHEMA_VERSION, result
 from fptrace.errors import BadInput
+from fptrace.jsontext import loads
+from fptrace.results import SCHEMA_VERSION, result
 
 SITES = ("attn_in", "z", "mlp_in", "mlp_act", "resid_post")  # a layer's sites, in this order
 FINAL = "final_norm"
@@ -491,6 +492,19 @@ def read_statistics(path: str) -> tuple[dict, ActivationStats]:
     return doc, ActivationStats.from_dict(doc.get("statistics"), where=path)
 
 
-__all__ = ["ActivationStats", "Site", "MassiveTally", "Statistics", "SiteRecord", "LayerRecord",
-           "ChannelRecord", "MassiveRecord", "FailedPrompt", "SITES", "FINAL", "BINS",
-           "read_document", "read_statistics"]
+__all__ = [
+    "BINS",
+    "FINAL",
+    "SITES",
+    "ActivationStats",
+    "ChannelRecord",
+    "FailedPrompt",
+    "LayerRecord",
+    "MassiveRecord",
+    "MassiveTally",
+    "Site",
+    "SiteRecord",
+    "Statistics",
+    "read_document",
+    "read_statistics",
+]

@@ -23,13 +23,13 @@ from typing import Any
 
 from fptrace.core.fragments import token_id
 from fptrace.core.hooks import Capture, Hook, capture_stats, first_output, hooked
-from fptrace.notes import HEADS_UNSPLIT
 from fptrace.core.trace import layer_stats, model_info
 from fptrace.errors import BadInput, UnsupportedModel
 from fptrace.families.kinds import NormKind
 from fptrace.families.parts import output_projection
 from fptrace.models.loading import LoadedModel
 from fptrace.models.prompts import Prepared, Prompt
+from fptrace.notes import HEADS_UNSPLIT
 
 RTOL = 1e-4  # float32: |sum − logit| ≤ RTOL · max(1, Σ|parts|)
 HALF_RTOL = 2e-2  # a half-precision model rounds its own stream and logits at this level
@@ -276,5 +276,14 @@ def _split(d: DirectLogits, layer: int) -> tuple[Any, float | None] | None:
     return d.value(writes), (None if bias is None else float(d.value(bias)))
 
 
-__all__ = ["direct_logits", "DirectLogits", "frozen_norm", "through_frozen", "head_writes",
-           "head_parts", "rtol_for", "RTOL", "HALF_RTOL"]
+__all__ = [
+    "HALF_RTOL",
+    "RTOL",
+    "DirectLogits",
+    "direct_logits",
+    "frozen_norm",
+    "head_parts",
+    "head_writes",
+    "rtol_for",
+    "through_frozen",
+]

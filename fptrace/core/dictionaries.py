@@ -78,7 +78,7 @@ class Dictionary:
     def d_out(self) -> int:
         return int(self.W_dec.shape[1])
 
-    def to(self, device: Any) -> "Dictionary":
+    def to(self, device: Any) -> Dictionary:
         for name in ("W_enc", "b_enc", "W_dec", "b_dec", "threshold"):
             t = getattr(self, name)
             if t is not None:
@@ -399,5 +399,14 @@ def _gemmascope_place(folder: str, site: str | None) -> tuple[str, Site, Site]:
     return "sae", s, s
 
 
-__all__ = ["Dictionary", "read_dictionary", "read_json", "latent_block", "check_role", "check_model", "KINDS", "FORMATS",
-           "ROLES"]
+__all__ = [
+    "FORMATS",
+    "KINDS",
+    "ROLES",
+    "Dictionary",
+    "check_model",
+    "check_role",
+    "latent_block",
+    "read_dictionary",
+    "read_json",
+]

@@ -41,7 +41,7 @@ class Site:
         """TransformerLens's name of the place (`blocks.15.hook_resid_post`)."""
         return f"blocks.{self.block}.hook_{self.point}"
 
-    def same_tensor(self, other: "Site") -> bool:
+    def same_tensor(self, other: Site) -> bool:
         """Whether the two name the same tensor (resid_post L is resid_pre L+1)."""
         return _canonical(self) == _canonical(other)
 
@@ -73,4 +73,4 @@ def dictionary_site(text: str, what: str = "the hook name") -> Site:
     return Site(place.layer, point)
 
 
-__all__ = ["Site", "dictionary_site", "POINTS"]
+__all__ = ["POINTS", "Site", "dictionary_site"]

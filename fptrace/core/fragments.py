@@ -12,7 +12,8 @@ leading '▁', merges across the boundary).
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from fptrace.errors import BadInput
 from fptrace.numbers import DIGITS, is_int, parse_int

@@ -7,8 +7,9 @@ the mean norm over positions, never the (B, T, d) streams themselves.
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, Iterator
+from typing import Any
 
 from fptrace.errors import TraceFailed
 from fptrace.families.parts import ModelParts

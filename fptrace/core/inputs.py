@@ -12,12 +12,13 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import Any
 
-from fptrace.jsontext import loads
 from fptrace.errors import BadInput
+from fptrace.jsontext import loads
 
 SUFFIXES = (".txt", ".jsonl")
 
@@ -159,5 +160,11 @@ def read_inputs(inputs: Sequence[str], stdin: Any = None, exclude: str | None = 
     return items
 
 
-__all__ = ["PromptItem", "read_inputs", "numbered_lines", "prompt_to_json", "prompt_from_json",
-           "SUFFIXES"]
+__all__ = [
+    "SUFFIXES",
+    "PromptItem",
+    "numbered_lines",
+    "prompt_from_json",
+    "prompt_to_json",
+    "read_inputs",
+]

@@ -18,14 +18,15 @@ are prepended (hooks.hooked(prepend=True)): everything else that reads the forwa
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any
 
 from fptrace.addresses import Block, Head, many, resolve_block, resolve_head
 from fptrace.core.hooks import Capture, Hook, capture_stats, first_output, hooked, is_oom
+from fptrace.core.trace import sizes
 from fptrace.errors import BadInput
 from fptrace.families.parts import dims, output_projection
-from fptrace.core.trace import sizes
 from fptrace.models.loading import LoadedModel
 
 MODES = ("zero", "mean")
@@ -277,4 +278,4 @@ def continue_greedy(lm: LoadedModel, ids: Sequence[int], first: Sequence[int], n
     return [row[len(ids):] for row in rows]
 
 
-__all__ = ["Part", "parts_of", "steering_hooks", "ablation_hooks", "mean_outputs", "run_rows"]
+__all__ = ["Part", "ablation_hooks", "mean_outputs", "parts_of", "run_rows", "steering_hooks"]

@@ -5,11 +5,12 @@ mistake names the file and the line."""
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
-from fptrace.jsontext import loads
 from fptrace.errors import BadInput
+from fptrace.jsontext import loads
 
 
 def _read_lines(path: str, what: str) -> list[tuple[int, str]]:

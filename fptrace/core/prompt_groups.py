@@ -12,8 +12,9 @@ from __future__ import annotations
 import contextlib
 import signal
 import time
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any, Callable, Iterator, Sequence
+from typing import Any
 
 from fptrace.core.inputs import PromptItem
 from fptrace.errors import BadInput, FptraceError
@@ -135,5 +136,12 @@ def sigterm_interrupts() -> Iterator[None]:
         signal.signal(signal.SIGTERM, old)
 
 
-__all__ = ["Summary", "Encoded", "Failure", "failure", "encode", "run_groups",
-           "sigterm_interrupts"]
+__all__ = [
+    "Encoded",
+    "Failure",
+    "Summary",
+    "encode",
+    "failure",
+    "run_groups",
+    "sigterm_interrupts",
+]

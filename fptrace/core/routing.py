@@ -14,8 +14,9 @@ from __future__ import annotations
 
 import contextlib
 import math
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Iterator, Sequence
+from typing import Any
 
 from fptrace.core.hooks import Hook, hooked
 from fptrace.families import Moe
@@ -165,4 +166,4 @@ def routing_of_rows(cap: RouterCapture, moe: Moe, B: int, T: int,
     return out
 
 
-__all__ = ["capture_routing", "route", "routing_of_rows", "routers", "moe_facts"]
+__all__ = ["capture_routing", "moe_facts", "route", "routers", "routing_of_rows"]

@@ -126,8 +126,18 @@ def strategies(logits: Any, temperature: float, top_k: int, top_p: float
     ]
 
 
-__all__ = ["check_options", "greedy", "with_temperature", "keep_top_k", "keep_top_p", "draw",
-           "check_generation", "distribution", "describe", "strategies"]
+__all__ = [
+    "check_generation",
+    "check_options",
+    "describe",
+    "distribution",
+    "draw",
+    "greedy",
+    "keep_top_k",
+    "keep_top_p",
+    "strategies",
+    "with_temperature",
+]
 
 
 def eos_ids(model: Any) -> set[int]:

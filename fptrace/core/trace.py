@@ -3,12 +3,17 @@
 from __future__ import annotations
 
 import math
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from fptrace.addresses import Sizes
 from fptrace.core import stats
 from fptrace.core.hooks import Capture, capture_stats, is_oom
 from fptrace.core.routing import capture_routing, moe_facts, routing_of_rows
+from fptrace.errors import BadInput
+from fptrace.families.parts import dims
+from fptrace.models.loading import LoadedModel
+from fptrace.models.prompts import Prepared, Prompt
 from fptrace.notes import MASSIVE, RANDOM, TIED_LENS_GRID, TIED_LENS_LAST, TRUNCATED
 from fptrace.results import (
     Decomposition,
@@ -21,10 +26,6 @@ from fptrace.results import (
     TopToken,
     Trace,
 )
-from fptrace.errors import BadInput
-from fptrace.families.parts import dims
-from fptrace.models.loading import LoadedModel
-from fptrace.models.prompts import Prepared, Prompt
 
 
 def base_notes(lm: LoadedModel) -> list[str]:
@@ -410,4 +411,4 @@ def _logit_lens(lm: LoadedModel, streams: Any, metrics: bool = True
     return idx.cpu(), top_p.cpu(), (rank.cpu(), entropy.cpu(), kl.clamp(min=0).cpu())
 
 
-__all__ = ["run_trace", "run_traces", "model_info", "sizes"]
+__all__ = ["model_info", "run_trace", "run_traces", "sizes"]

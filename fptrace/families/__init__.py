@@ -17,8 +17,9 @@ from __future__ import annotations
 
 import importlib
 import pkgutil
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 from fptrace.errors import FptraceError
 from fptrace.families.kinds import EmbedScale, MlpKind, NormKind, PositionKind, QkNorm, Scoring

@@ -14,7 +14,6 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-from fptrace.points import Point
 from fptrace.families import Family, Moe, Tap
 from fptrace.families.kinds import Scoring
 from fptrace.families.llama import final_norm
@@ -30,6 +29,7 @@ from fptrace.families.ops import (
     rms_norm,
     rope_tables,
 )
+from fptrace.points import Point
 
 
 def moe(cfg: Any) -> Moe | None:

@@ -12,7 +12,6 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-from fptrace.points import Point
 from fptrace.families import Family
 from fptrace.families.kinds import EmbedScale, MlpKind, NormKind
 from fptrace.families.llama import FAMILY as LLAMA
@@ -30,6 +29,7 @@ from fptrace.families.ops import (
     sliding_window,
 )
 from fptrace.families.parts import dims
+from fptrace.points import Point
 
 
 def block(x: Any, blk: Any, cfg: Any, layer: int, s: Steps, model: Any, fam: Family) -> Any:

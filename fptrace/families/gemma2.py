@@ -4,10 +4,10 @@ layers. Recomputed by gemma.py's block, which reads these facts from this record
 
 from dataclasses import replace
 
-from fptrace.points import Point
 from fptrace.families import Tap
 from fptrace.families.gemma import FAMILY as GEMMA
 from fptrace.families.llama import LLAMA_TAPS
+from fptrace.points import Point
 
 FAMILY = replace(
     GEMMA, name="gemma2", title="Gemma 2", model_types=("gemma2",),

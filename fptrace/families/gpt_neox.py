@@ -12,7 +12,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from fptrace.points import Point
 from fptrace.families import Family, Tap
 from fptrace.families.kinds import MlpKind, NormKind, PositionKind
 from fptrace.families.ops import (
@@ -26,6 +25,7 @@ from fptrace.families.ops import (
     rope_tables,
     rotary_dims,
 )
+from fptrace.points import Point
 
 
 def heads(qkv: Any, attn: Any, cfg: Any, layer: int, s: Steps, model: Any, fam: Family

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from fptrace.points import Point
 from fptrace.families import Family, LlamaCppNames, Tap
 from fptrace.families.kinds import MlpKind, NormKind, PositionKind, QkNorm
 from fptrace.families.ops import (
@@ -31,6 +30,7 @@ from fptrace.families.ops import (
     split_heads,
 )
 from fptrace.families.parts import dims
+from fptrace.points import Point
 
 
 def heads(q: Any, k: Any, v: Any, attn: Any, cfg: Any, layer: int, s: Steps, model: Any,

@@ -11,11 +11,11 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-from fptrace.points import Point
 from fptrace.families import Moe, Tap
 from fptrace.families.kinds import MlpKind
 from fptrace.families.llama import FAMILY as LLAMA
 from fptrace.families.llama import LLAMA_TAPS
+from fptrace.points import Point
 
 
 def moe(cfg: Any) -> Moe | None:

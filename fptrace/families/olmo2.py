@@ -12,7 +12,6 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-from fptrace.points import Point
 from fptrace.families import Family, Tap
 from fptrace.families.kinds import QkNorm
 from fptrace.families.llama import FAMILY as LLAMA
@@ -28,6 +27,7 @@ from fptrace.families.ops import (
     sliding_window,
 )
 from fptrace.families.parts import dims
+from fptrace.points import Point
 
 
 def block(x: Any, blk: Any, cfg: Any, layer: int, s: Steps, model: Any, fam: Family) -> Any:

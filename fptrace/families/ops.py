@@ -15,9 +15,9 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
+from fptrace.families.kinds import Scoring
 from fptrace.points import Point
 from fptrace.results import ExplainStep
-from fptrace.families.kinds import Scoring
 
 
 @dataclass
@@ -296,7 +296,7 @@ def gated_mlp(h: Any, mlp: Any, s: Steps, act: str = "silu", src: str = "h",
     C = h.shape[-1]
     gate = linear(h, mlp.gate_proj)  # (B, T, I)
     up = linear(h, mlp.up_proj)  # (B, T, I)
-    tag = (lambda p: p) if inner_points else (lambda p: None)  # noqa: E731
+    tag = (lambda p: p) if inner_points else (lambda p: None)
     s("gate_proj", f"g = {src} · W_gateᵀ   W_gate is ({gate.shape[-1]}, {C})", gate,
       point=tag(Point.mlp_gate))
     s("up_proj", f"u = {src} · W_upᵀ   W_up is ({up.shape[-1]}, {C})", up,

@@ -213,4 +213,4 @@ def _infer_positions(model: Any, config: Any) -> tuple[str, str | None]:
     return "unknown", None
 
 
-__all__ = ["ModelParts", "resolve_parts", "dims", "Dims", "output_projection"]
+__all__ = ["Dims", "ModelParts", "dims", "output_projection", "resolve_parts"]

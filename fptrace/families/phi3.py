@@ -10,7 +10,6 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-from fptrace.points import Point
 from fptrace.families import Family, Tap
 from fptrace.families.llama import FAMILY as LLAMA
 from fptrace.families.llama import LLAMA_LABELS, LLAMA_TAPS
@@ -25,6 +24,7 @@ from fptrace.families.ops import (
     sliding_window,
 )
 from fptrace.families.parts import dims
+from fptrace.points import Point
 
 
 def heads(qkv: Any, attn: Any, cfg: Any, layer: int, s: Steps, model: Any, fam: Family

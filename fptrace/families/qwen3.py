@@ -2,8 +2,8 @@
 
 from dataclasses import replace
 
-from fptrace.families.llama import FAMILY as LLAMA
 from fptrace.families.kinds import QkNorm
+from fptrace.families.llama import FAMILY as LLAMA
 
 FAMILY = replace(
     LLAMA, name="qwen3", title="Qwen3", model_types=("qwen3",), qk_norm=QkNorm.per_head,

@@ -7,7 +7,8 @@ import os
 import re
 import shutil
 import tempfile
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from fptrace.errors import BadInput
 from fptrace.numbers import DIGITS, is_int, parse_int

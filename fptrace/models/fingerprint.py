@@ -102,4 +102,4 @@ def _store(key: str, fp: str) -> None:
         pass
 
 
-__all__ = ["weights_fingerprint", "tensors_fingerprint"]
+__all__ = ["tensors_fingerprint", "weights_fingerprint"]

@@ -11,7 +11,8 @@ import os
 import shutil
 import tempfile
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from fptrace.errors import ModelLoadError
 from fptrace.models.devices import alias_tied_offload

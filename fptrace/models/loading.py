@@ -7,10 +7,10 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Callable, Sequence
+from typing import Any
 
-from fptrace.results import Token
 from fptrace.errors import BadInput, ModelLoadError, ModelNotFound, PromptTooLong
 from fptrace.families.parts import ModelParts, resolve_parts
 from fptrace.models.devices import (
@@ -35,6 +35,7 @@ from fptrace.models.sources import (
     short_error,
 )
 from fptrace.models.tokenizers import OFFLINE, HFTokenizer, TextTokenizer
+from fptrace.results import Token
 
 Progress = Callable[[str], None]
 

@@ -3,8 +3,9 @@ instead of ten separate arguments."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
-from typing import Any, Callable
+from typing import Any
 
 from fptrace.models.registry import DEFAULT_MODEL
 

@@ -12,12 +12,13 @@ each token's character span in that text, which is how a subject inside the prom
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
-from fptrace.jsontext import loads
 from fptrace.errors import BadInput
+from fptrace.jsontext import loads
 
 ROLES = ("system", "user", "assistant", "tool")
 ROLES_HINT = "each message is {\"role\": \"system\"|\"user\"|\"assistant\", \"content\": TEXT}"

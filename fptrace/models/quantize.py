@@ -117,5 +117,13 @@ def describe(kind: str | None) -> str | None:
     return None if kind is None else f"{kind} weight-only"
 
 
-__all__ = ["QUANTIZATIONS", "check_quantization", "quantization_config", "quiet_torchao",
-           "describe", "INSTALL", "quantized_layers", "check_quantized"]
+__all__ = [
+    "INSTALL",
+    "QUANTIZATIONS",
+    "check_quantization",
+    "check_quantized",
+    "describe",
+    "quantization_config",
+    "quantized_layers",
+    "quiet_torchao",
+]

@@ -12,7 +12,8 @@ WorkerFailed and keeps what it already has. `batch --ray` hands it groups of pro
 from __future__ import annotations
 
 import os
-from typing import Any, Callable, Iterator
+from collections.abc import Callable, Iterator
+from typing import Any
 
 from fptrace.errors import BadInput, FptraceError
 from fptrace.numbers import is_int
@@ -114,4 +115,4 @@ def ray_map(rows: list[dict], work: Callable[..., dict], *, address: str, worker
                            f"{kept()}") from None
 
 
-__all__ = ["ray_map", "connect", "ModelActor", "WorkerFailed"]
+__all__ = ["ModelActor", "WorkerFailed", "connect", "ray_map"]

@@ -8,7 +8,6 @@ import json
 import os
 from typing import Any
 
-from fptrace.jsontext import loads
 from fptrace.errors import (
     FptraceError,
     ModelLoadError,
@@ -16,6 +15,7 @@ from fptrace.errors import (
     UnsafeModel,
     UnsupportedModel,
 )
+from fptrace.jsontext import loads
 from fptrace.models.devices import alias_tied_offload
 from fptrace.models.registry import ModelSpec
 

@@ -13,7 +13,8 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from fptrace.errors import BadInput
 

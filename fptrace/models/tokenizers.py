@@ -13,7 +13,8 @@ from __future__ import annotations
 import importlib.util
 import os
 import re
-from typing import Any, Callable, Protocol
+from collections.abc import Callable
+from typing import Any, Protocol
 
 from fptrace.errors import BadInput, ModelNotFound
 

@@ -10,8 +10,9 @@ marked `wrap` (formulas, sentences) may wrap onto several lines instead of being
 from __future__ import annotations
 
 import io
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any
 
 from rich import box as boxes
 from rich.console import Console, RenderableType

@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import base64
 import html
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from fptrace.results import Trace
 

@@ -11,9 +11,9 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
-from fptrace.results import ModelInfo, Token, Trace
 from fptrace.render.fit import Col, RowStyle, fit_table
 from fptrace.render.text import bar, norm, num, visible
+from fptrace.results import ModelInfo, Token, Trace
 
 
 def header(info: ModelInfo) -> RenderableType:
@@ -142,7 +142,7 @@ def top_k(trace: Trace, width: int | None = None) -> RenderableType:
                      title=f"Top-{len(trace.top_k)} next tokens", title_justify="left")
 
 
-def check_lines(checks: "tuple[Any, ...]", failed: str) -> RenderableType:
+def check_lines(checks: tuple[Any, ...], failed: str) -> RenderableType:
     """A command's checks of its own numbers, one line each (✓ or ✗, what, measured, rule), and
     when one fails a last line in red: `failed` says what not to trust."""
     text = Text()

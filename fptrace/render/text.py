@@ -22,7 +22,7 @@ def visible(text: str) -> str:
     return "".join(out) or "∅"
 
 
-def bullets(notes: "tuple[str, ...] | list[str]") -> Any:
+def bullets(notes: tuple[str, ...] | list[str]) -> Any:
     """Notes as bullet lines: the random-weights warning in bold red, the others dim."""
     from rich.text import Text
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated, List, Optional
+from typing import Annotated
 
 import typer
 
@@ -26,14 +26,14 @@ PARTS = "Parts"
 @chat_options()
 @model_options()
 def ablate(
-    prompt: Annotated[Optional[str], typer.Argument(
+    prompt: Annotated[str | None, typer.Argument(
         help="The prompt whose next-token logit is followed (or --messages FILE).")] = None,
     opts: LoadOptions = LoadOptions(),
     chat: ChatOptions = ChatOptions(),
-    head: Annotated[Optional[List[str]], typer.Option(
+    head: Annotated[list[str] | None, typer.Option(
         "--head", metavar="L.H", help="Remove attention head H of block L, as L.H (23.4, or L23H4; "
         "-1 counts from the end; repeat for several).", rich_help_panel=PARTS)] = None,
-    mlp: Annotated[Optional[List[str]], typer.Option(
+    mlp: Annotated[list[str] | None, typer.Option(
         "--mlp", metavar="L", help="Remove the MLP of block L (-1: the last; repeat for "
         "several).", rich_help_panel=PARTS)] = None,
     all_heads: Annotated[bool, typer.Option(
@@ -44,17 +44,17 @@ def ablate(
     mode: Annotated[str, typer.Option(
         "--mode", help="zero (a removed part outputs zeros) or mean (its mean over positions).",
         rich_help_panel=PARTS)] = "zero",
-    mean_over: Annotated[Optional[str], typer.Option(
+    mean_over: Annotated[str | None, typer.Option(
         "--mean-over", help="With --mode mean: average over these prompts (a .txt of one a "
         'line, or .jsonl of {"prompt": ...}) instead of the prompt\'s positions.',
         rich_help_panel=PARTS)] = None,
-    sae: Annotated[Optional[str], typer.Option(
+    sae: Annotated[str | None, typer.Option(
         "--sae", help="With --latent N: remove what latent N of this SAE (SAELens, Gemma Scope "
         "or sparsify folder) wrote at the block it reads, at every position.",
         rich_help_panel=PARTS)] = None,
-    latent: Annotated[Optional[int], typer.Option(
+    latent: Annotated[int | None, typer.Option(
         "--latent", help="With --sae: the latent removed.", rich_help_panel=PARTS)] = None,
-    target: Annotated[Optional[str], typer.Option(
+    target: Annotated[str | None, typer.Option(
         "--target", help="The token whose logit is followed (default: the clean top-1).",
         rich_help_panel=STATS)] = None,
     top: Annotated[int, typer.Option("--top", help="With a grid: how many of the largest "

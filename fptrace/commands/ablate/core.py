@@ -17,9 +17,11 @@ fails (exit 5) when either does not hold.
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from fptrace.addresses import Block, Head
+from fptrace.commands.ablate.notes import ABLATE_MEAN, ABLATE_SOFTCAP, ABLATE_WO_BIAS
 from fptrace.commands.ablate.result import AblatedRun, Ablation
 from fptrace.core import stats
 from fptrace.core.attribution import DirectLogits, direct_logits
@@ -33,12 +35,11 @@ from fptrace.core.interventions import (
     parts_of,
     run_rows,
 )
-from fptrace.commands.ablate.notes import ABLATE_MEAN, ABLATE_SOFTCAP, ABLATE_WO_BIAS
-from fptrace.results import Check, TopToken
 from fptrace.core.trace import base_notes, model_info, ranked_token
 from fptrace.errors import BadInput
 from fptrace.models.loading import LoadedModel
 from fptrace.models.prompts import Prompt
+from fptrace.results import Check, TopToken
 
 LOWER = "lower --batch-size"
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Optional
+from typing import Annotated, Any
 
 import typer
 
@@ -24,26 +24,26 @@ from fptrace.cli.options import (
 @chat_options()
 @model_options()
 def attribute(
-    prompt: Annotated[Optional[str], typer.Argument(
+    prompt: Annotated[str | None, typer.Argument(
         help="The text whose next-token logit is attributed (or --messages FILE).")] = None,
     opts: LoadOptions = LoadOptions(),
     chat: ChatOptions = ChatOptions(),
-    target: Annotated[Optional[str], typer.Option(
+    target: Annotated[str | None, typer.Option(
         "--target", help="The token whose logit is attributed (one token, e.g. ' Paris', or "
         "#ID); default: the model's top-1.", rich_help_panel=STATS)] = None,
-    versus: Annotated[Optional[str], typer.Option(
+    versus: Annotated[str | None, typer.Option(
         "--versus", help="Attribute the logit difference target − this token instead.",
         rich_help_panel=STATS)] = None,
     top: Annotated[int, typer.Option("--top", min=1, help="How many of the largest "
                                      "contributions are listed.", rich_help_panel=STATS)] = 12,
-    qk: Annotated[Optional[str], typer.Option(
+    qk: Annotated[str | None, typer.Option(
         "--qk", metavar="LAYER.HEAD", help="Instead: why head HEAD of block LAYER attends where "
         "it does (23.4 or L23H4): its score split into query-part × key-part terms that sum to "
         "the model's score.", rich_help_panel=STATS)] = None,
-    query: Annotated[Optional[str], typer.Option(
+    query: Annotated[str | None, typer.Option(
         "--query", metavar="POSITION", help="With --qk: the query position (default: the last; "
         "-1 counts from the end).", rich_help_panel=STATS)] = None,
-    key: Annotated[Optional[str], typer.Option(
+    key: Annotated[str | None, typer.Option(
         "--key", metavar="POSITION", help="With --qk: the key position (default: the one the "
         "query attends to most).", rich_help_panel=STATS)] = None,
     group: Annotated[str, typer.Option(

@@ -8,9 +8,9 @@ check that the parts sum to the model's logit (exit 5 when they do not).
 
 from __future__ import annotations
 
+from fptrace.commands.attribute.notes import SOFTCAP
 from fptrace.commands.attribute.result import Attribution, Contribution, LayerAttribution
 from fptrace.core.attribution import DirectLogits, direct_logits
-from fptrace.commands.attribute.notes import SOFTCAP
 from fptrace.core.trace import base_notes, model_info, ranked_token
 from fptrace.models.loading import LoadedModel
 from fptrace.models.prompts import Prompt

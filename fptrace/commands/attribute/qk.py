@@ -21,15 +21,14 @@ after block L's attention: later blocks cannot change the score.
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from fptrace.addresses import Head, Position, resolve_head, resolve_position
+from fptrace.commands.attribute.notes import QK_KEY_DEFAULTED, QK_SOFTCAP
 from fptrace.commands.attribute.result import QKAttribution, QKPart, QKPartSum, QKTerm
 from fptrace.core.attribution import HALF_RTOL, RTOL, frozen_norm, head_parts, through_frozen
 from fptrace.core.hooks import Hook, eager_attention, first_output, hooked
-from fptrace.commands.attribute.notes import QK_KEY_DEFAULTED, QK_SOFTCAP
-from fptrace.notes import HEADS_UNSPLIT
-from fptrace.results import Check
 from fptrace.core.trace import base_notes, model_info, sizes
 from fptrace.errors import BadInput, UnsupportedModel
 from fptrace.families.kinds import PositionKind, QkNorm
@@ -43,6 +42,8 @@ from fptrace.families.ops import (
 from fptrace.families.parts import output_projection
 from fptrace.models.loading import LoadedModel
 from fptrace.models.prompts import Prepared, Prompt
+from fptrace.notes import HEADS_UNSPLIT
+from fptrace.results import Check
 
 GROUPS = ("term", "source")
 KEEP_BYTES = 256 * 2**20  # most kept of every earlier block at every position in one pass

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Optional
+from typing import Annotated, Any
 
 import typer
 
@@ -11,7 +11,7 @@ from fptrace.cli.sections import Page, ReportSection
 from fptrace.render.html import section
 
 OPTIONS = (
-    ("qk", Annotated[Optional[str], typer.Option(
+    ("qk", Annotated[str | None, typer.Option(
         "--qk", metavar="LAYER.HEAD", help="The head whose attention score the report splits "
         "(as `fptrace attribute --qk`); default: the head that adds most to the top-1.",
         rich_help_panel=STATS)], None),

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 
@@ -36,12 +36,12 @@ def batch(
     force: Annotated[bool, typer.Option("--force", help="Start over: empty an existing --out "
                                         "file of fptrace records instead of resuming it.",
                                         rich_help_panel=OUTPUT)] = False,
-    ray: Annotated[Optional[str], typer.Option(
+    ray: Annotated[str | None, typer.Option(
         "--ray", help="Trace on a Ray cluster: auto (the cluster `ray start` or RAY_ADDRESS "
         "names, else a local one) or its address.", rich_help_panel="Ray")] = None,
     workers: Annotated[int, typer.Option("--workers", help="With --ray: actors, each loading "
                                          "the model once.", rich_help_panel="Ray")] = 1,
-    gpus_per_worker: Annotated[Optional[float], typer.Option(
+    gpus_per_worker: Annotated[float | None, typer.Option(
         "--gpus-per-worker", help="With --ray: GPUs per actor (default 1 when the cluster has "
         "GPUs, else 0).", rich_help_panel="Ray")] = None,
 ) -> None:

@@ -17,15 +17,16 @@ import dataclasses
 import json
 import os
 import sys
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any
 
-from fptrace.jsontext import loads
 from fptrace.core.inputs import PromptItem, numbered_lines, read_inputs
 from fptrace.core.prompt_groups import Encoded, Failure, Summary, run_groups, sigterm_interrupts
-from fptrace.results import SCHEMA_VERSION
 from fptrace.errors import BadInput, WriteFailed
+from fptrace.jsontext import loads
 from fptrace.locks import lock
+from fptrace.results import SCHEMA_VERSION
 
 RECORD_START = b'{"kind": '  # every line record_line writes starts so
 
@@ -50,7 +51,7 @@ class OutFile:
         self.first: dict | None = None  # the first trace record already in the file
         self.fd: int | None = None
 
-    def open(self) -> "OutFile":
+    def open(self) -> OutFile:
         p = self.path
         if p.is_dir():
             raise BadInput(f"--out {p} is a folder; give a file path such as {p}/traces.jsonl")
@@ -294,4 +295,4 @@ def batch_file(inputs: Sequence[str], out: str, *, load: Callable[[], Any], mode
             sink.close()
 
 
-__all__ = ["OutFile", "run_batch", "record_line", "batch_file"]
+__all__ = ["OutFile", "batch_file", "record_line", "run_batch"]

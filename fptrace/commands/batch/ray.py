@@ -10,7 +10,7 @@ command finishes the rest.
 from __future__ import annotations
 
 import json
-from typing import Callable
+from collections.abc import Callable
 
 from fptrace.commands.batch.core import run_batch
 from fptrace.core.inputs import PromptItem, prompt_from_json, prompt_to_json

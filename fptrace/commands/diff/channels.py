@@ -10,9 +10,9 @@ refused.
 
 from __future__ import annotations
 
+from fptrace.commands.diff.notes import STATS_DIFF_PROMPTS
 from fptrace.commands.diff.result import ChannelMove, SiteMove, StatsDiff
 from fptrace.core.activation_stats import read_statistics
-from fptrace.commands.diff.notes import STATS_DIFF_PROMPTS
 from fptrace.errors import BadInput
 
 SHOWN = 20  # channels listed

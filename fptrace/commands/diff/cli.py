@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 
@@ -29,17 +29,17 @@ from fptrace.errors import BadInput
 @chat_options()
 @model_options(quantize=True)
 def diff(
-    first: Annotated[Optional[str], typer.Argument(
+    first: Annotated[str | None, typer.Argument(
         help="A prompt, or a trace saved by `run --json` (or --messages FILE).")] = None,
-    second: Annotated[Optional[str], typer.Argument(
+    second: Annotated[str | None, typer.Argument(
         help="A second prompt (same model), or a second trace file.")] = None,
     opts: LoadOptions = LoadOptions(),
     chat: ChatOptions = ChatOptions(),
-    model_b: Annotated[Optional[str], typer.Option("--model-b", help="Run the prompt on this "
+    model_b: Annotated[str | None, typer.Option("--model-b", help="Run the prompt on this "
                                                    "model too.", rich_help_panel="Model")] = None,
-    dtype_b: Annotated[Optional[str], typer.Option("--dtype-b", help="... in this dtype.",
+    dtype_b: Annotated[str | None, typer.Option("--dtype-b", help="... in this dtype.",
                                                    rich_help_panel="Model")] = None,
-    device_b: Annotated[Optional[str], typer.Option("--device-b", help="... on this device.",
+    device_b: Annotated[str | None, typer.Option("--device-b", help="... on this device.",
                                                     rich_help_panel="Model")] = None,
     random_weights_b: Annotated[bool, typer.Option(
         "--random-weights-b", help="... with seeded random weights.",
@@ -47,19 +47,19 @@ def diff(
     stats: Annotated[bool, typer.Option(
         "--stats", help="FIRST and SECOND are statistics files (`fptrace stats --out`): compare "
         "them channel by channel.", rich_help_panel=STATS)] = False,
-    tolerance: Annotated[Optional[float], typer.Option(
+    tolerance: Annotated[float | None, typer.Option(
         "--tolerance", help="Largest ‖a − b‖ / ‖a‖ of the last position's stream (with --deep, "
         "also of each point) that counts as the same (default: chosen from the two dtypes, and "
         "stated).",
         rich_help_panel=STATS)] = None,
-    quantize_b: Annotated[Optional[str], typer.Option(
+    quantize_b: Annotated[str | None, typer.Option(
         "--quantize-b", help="... with its linear weights quantized on load: int8 or int4 "
         "(torchao weight-only).", rich_help_panel="Model")] = None,
     deep: Annotated[bool, typer.Option(
         "--deep", help="Also compare, inside every block, the points explain names (norms, q, "
         "k, v after RoPE, attention weights, z, the MLP's gate, up, activation, outputs) and "
         "name the first operation where the runs part.", rich_help_panel=STATS)] = False,
-    deep_layers: Annotated[Optional[str], typer.Option(
+    deep_layers: Annotated[str | None, typer.Option(
         "--deep-layers", help="With --deep: only these blocks, e.g. 3-5, 0,4,8-9 or -1 (the "
         "last).",
         rich_help_panel=STATS)] = None,
@@ -92,10 +92,9 @@ def diff(
                            "options compare runs of a prompt")
         output(diff_stats(first, second), stats_diff_view, as_json=as_json, wide=wide)
         return
+    from fptrace.addresses import parse_selection
     from fptrace.commands.diff.core import diff_traces
     from fptrace.commands.diff.render import diff_view
-
-    from fptrace.addresses import parse_selection
 
     layers = None if deep_layers is None else parse_selection(deep_layers, "--deep-layers")
     if engine_b == Engine.llamacpp:

@@ -13,11 +13,11 @@ from __future__ import annotations
 import json
 import math
 
-from fptrace.jsontext import loads
-from fptrace.commands.diff.result import DiffSide, LayerDiff, TokenDiff, TraceDiff
 from fptrace.commands.diff import notes as notes_
-from fptrace.results import Trace
+from fptrace.commands.diff.result import DiffSide, LayerDiff, TokenDiff, TraceDiff
 from fptrace.errors import BadInput
+from fptrace.jsontext import loads
+from fptrace.results import Trace
 
 # The default tolerance on the relative difference of the last position's stream, by the
 # coarser of the two precisions. float16 keeps 11 significant bits, bfloat16 8; over the blocks
@@ -153,4 +153,4 @@ def _top_k(a: dict, b: dict) -> tuple[TokenDiff, ...]:
                            prob_b=tb[i]["prob"] if i in tb else None) for i in order)
 
 
-__all__ = ["diff_traces", "read_trace", "default_tolerance", "TOLERANCE"]
+__all__ = ["TOLERANCE", "default_tolerance", "diff_traces", "read_trace"]

@@ -20,10 +20,12 @@ import dataclasses
 import math
 import queue
 import threading
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from fptrace.addresses import Selection, resolve_selection
 from fptrace.commands.diff.core import diff
+from fptrace.commands.diff.notes import DEEP_BLOCK_LEVEL, DEEP_MISSING
 from fptrace.commands.diff.result import (
     BlockDiff,
     DeepDiff,
@@ -34,13 +36,12 @@ from fptrace.commands.diff.result import (
     TraceDiff,
 )
 from fptrace.core.hooks import Hook, hooked
-from fptrace.commands.diff.notes import DEEP_BLOCK_LEVEL, DEEP_MISSING
-from fptrace.points import BLOCK, Point, inputs
 from fptrace.errors import BadInput
 from fptrace.families import Tap
 from fptrace.families.ops import Steps
 from fptrace.families.parts import dims
 from fptrace.models.loading import LoadedModel
+from fptrace.points import BLOCK, Point, inputs
 
 HEADED = (Point.q, Point.k, Point.v, Point.attn_weights, Point.z)  # error shown by head
 RECOMPUTED = (Point.q, Point.k, Point.v)
@@ -462,5 +463,15 @@ def deep_diff(lm_a: LoadedModel, lm_b: LoadedModel, prompt: Any, *,
     return dataclasses.replace(base, deep=deep, within=base.within and parted is None)
 
 
-__all__ = ["deep_diff", "mismatch", "compare_point", "compare_block",
-           "parting", "lens", "lens_rows", "run_sides", "record", "RECOMPUTED"]
+__all__ = [
+    "RECOMPUTED",
+    "compare_block",
+    "compare_point",
+    "deep_diff",
+    "lens",
+    "lens_rows",
+    "mismatch",
+    "parting",
+    "record",
+    "run_sides",
+]

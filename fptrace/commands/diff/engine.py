@@ -18,14 +18,7 @@ from typing import Any
 
 from fptrace.addresses import Selection, resolve_selection
 from fptrace.commands.diff.core import diff
-from fptrace.commands.diff.deep import (
-    RECOMPUTED,
-    compare_block,
-    lens,
-    lens_rows,
-    parting,
-    record,
-)
+from fptrace.commands.diff.deep import RECOMPUTED, compare_block, lens, lens_rows, parting, record
 from fptrace.commands.diff.result import DeepDiff, TraceDiff
 from fptrace.core.llamacpp_trace import block_points, llamacpp_trace, names_for, run_llamacpp
 from fptrace.families.parts import dims

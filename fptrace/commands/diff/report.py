@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import html
-from typing import Annotated, Any, Optional
+from typing import Annotated, Any
 
 import typer
 
@@ -12,12 +12,12 @@ from fptrace.cli.sections import Page, ReportSection
 from fptrace.render.html import section
 
 OPTIONS = (
-    ("model_b", Annotated[Optional[str], typer.Option(
+    ("model_b", Annotated[str | None, typer.Option(
         "--model-b", help="Also a `diff --deep` section: the prompt on this model too.",
         rich_help_panel=STATS)], None),
-    ("dtype_b", Annotated[Optional[str], typer.Option(
+    ("dtype_b", Annotated[str | None, typer.Option(
         "--dtype-b", help="... or in this dtype.", rich_help_panel=STATS)], None),
-    ("quantize_b", Annotated[Optional[str], typer.Option(
+    ("quantize_b", Annotated[str | None, typer.Option(
         "--quantize-b", help="... or quantized on load (int8, int4).",
         rich_help_panel=STATS)], None),
 )

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 
@@ -25,7 +25,7 @@ from fptrace.cli.options import (
 @chat_options()
 @model_options(placement=False, tp=True)
 def explain(
-    prompt: Annotated[Optional[str], typer.Argument(
+    prompt: Annotated[str | None, typer.Argument(
         help="The text whose forward pass is explained (or --messages FILE).")] = None,
     opts: LoadOptions = LoadOptions(),
     chat: ChatOptions = ChatOptions(),
@@ -51,9 +51,8 @@ def explain(
 ) -> None:
     """Recompute one block step by step from the model's weights, check it matches the model,
     then follow the last position to the logits and the sampling choices."""
-    from fptrace.core.sampling import check_options
-
     from fptrace.addresses import parse_block, parse_index
+    from fptrace.core.sampling import check_options
 
     check_options(temperature, top_k, top_p)
     block, h = parse_block(layer, "--layer"), parse_index(head, "--head", "head")

@@ -11,17 +11,16 @@ from __future__ import annotations
 
 import contextlib
 import copy
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 from fptrace.addresses import Block, Index, resolve_block, resolve_index
 from fptrace.commands.explain.embedding import embedding
+from fptrace.commands.explain.notes import END_OF_PASS, MATRIX_LIMIT
 from fptrace.commands.explain.result import AttentionMatrix, Explanation, Sampling, SamplingRow
 from fptrace.core import sampling
 from fptrace.core.hooks import Hook, first_output, hooked
 from fptrace.core.routing import routers
-from fptrace.commands.explain.notes import END_OF_PASS, MATRIX_LIMIT
-from fptrace.points import Point
-from fptrace.results import Check, Token, TopToken
 from fptrace.core.trace import base_notes, model_info, sizes
 from fptrace.errors import BadInput, UnsupportedModel
 from fptrace.families import Family, with_walkthrough
@@ -29,6 +28,8 @@ from fptrace.families.ops import Steps
 from fptrace.models.loading import LoadedModel
 from fptrace.models.prompts import Prompt
 from fptrace.models.tensor_parallel import full
+from fptrace.points import Point
+from fptrace.results import Check, Token, TopToken
 
 # (atol, rtol) of a recomputed tensor against the model's, by its dtype (see _close). The
 # recomputation runs in float32, so against
@@ -103,7 +104,7 @@ def _whole(module: Any) -> Any:
                                     for name, child in module.named_children()})
     for name, p in module.named_parameters(recurse=False):
         setattr(tree, name, full(p).detach().float())
-    if hasattr(module, "bias") and getattr(module, "bias") is None:
+    if hasattr(module, "bias") and module.bias is None:
         tree.bias = None
     return tree
 

@@ -5,15 +5,16 @@ the model's own matrices and checked against the stream that enters block 0."""
 from __future__ import annotations
 
 import math
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import torch
 
 from fptrace.commands.explain.result import EmbeddingRow
-from fptrace.points import Point
 from fptrace.families.kinds import EmbedScale
 from fptrace.families.ops import Steps
 from fptrace.models.tensor_parallel import full
+from fptrace.points import Point
 
 
 def embedding(lm: Any, ids: Sequence[int], s: Steps, n: int = 4) -> tuple[Any, tuple]:

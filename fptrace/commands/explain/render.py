@@ -10,12 +10,12 @@ from rich.rule import Rule
 from rich.text import Text
 
 from fptrace.commands.explain.result import AttentionMatrix, Explanation
-from fptrace.results import Check, ExplainStep
 from fptrace.errors import BadInput
 from fptrace.render.figures import pyplot
 from fptrace.render.fit import Col, fit_table
 from fptrace.render.tables import header, token_table
 from fptrace.render.text import bar, bullets, shape, visible
+from fptrace.results import Check, ExplainStep
 
 SECTION_TITLES = {"attention": "attention", "mlp": "MLP", "end": "end of the pass",
                   "embedding": "embedding"}

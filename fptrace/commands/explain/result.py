@@ -2,15 +2,7 @@
 
 from __future__ import annotations
 
-from fptrace.results import (
-    SCHEMA_VERSION,
-    Check,
-    ExplainStep,
-    ModelInfo,
-    Token,
-    TopToken,
-    result,
-)
+from fptrace.results import SCHEMA_VERSION, Check, ExplainStep, ModelInfo, Token, TopToken, result
 
 # the targets of the checks this command's results carry (Check.target; `fptrace schema` joins
 # every command's, in the order of `fptrace --help`)

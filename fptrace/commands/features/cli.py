@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 
@@ -27,42 +27,42 @@ TRAIN = "Training (features train PROMPTS...)"
 @chat_options()
 @model_options()
 def features(
-    args: Annotated[Optional[list[str]], typer.Argument(
+    args: Annotated[list[str] | None, typer.Argument(
         metavar="PROMPT | train PROMPTS...",
         help="The prompt to read through the dictionaries (or --messages FILE); or `train` and "
         ".txt/.jsonl prompt files (or folders) to train a TopK SAE on.")] = None,
     opts: LoadOptions = LoadOptions(),
     chat: ChatOptions = ChatOptions(),
-    sae: Annotated[Optional[list[str]], typer.Option(
+    sae: Annotated[list[str] | None, typer.Option(
         "--sae", help="A folder holding an SAE of the stream: SAELens (cfg.json + "
         "sae_weights.safetensors), Gemma Scope (params.npz) or sparsify (cfg.json + "
         "sae.safetensors). Repeat it for several blocks.", rich_help_panel=DICTIONARY)] = None,
-    transcoder: Annotated[Optional[list[str]], typer.Option(
+    transcoder: Annotated[list[str] | None, typer.Option(
         "--transcoder", help="A folder holding a transcoder (the MLP's input → its output), in "
         "the same formats.", rich_help_panel=DICTIONARY)] = None,
-    site: Annotated[Optional[str], typer.Option(
+    site: Annotated[str | None, typer.Option(
         "--site", help="Where the dictionary reads (blocks.L.hook_resid_post, ...), for weights "
         "whose files do not say; where they do, it must agree.",
         rich_help_panel=DICTIONARY)] = None,
-    latent: Annotated[Optional[int], typer.Option(
+    latent: Annotated[int | None, typer.Option(
         "--latent", help="Follow latent N over the positions (and the dictionaries given).",
         rich_help_panel=STATS)] = None,
-    top_prompts: Annotated[Optional[str], typer.Option(
+    top_prompts: Annotated[str | None, typer.Option(
         "--top-prompts", help="With --latent: the prompts of this .txt/.jsonl file (or folder) "
         "and positions where the latent is largest, streamed a group of prompts at a time.",
         rich_help_panel=STATS)] = None,
     top_n: Annotated[int, typer.Option("--top-n", help="Places --top-prompts lists.",
                                        rich_help_panel=STATS)] = 10,
-    target: Annotated[Optional[str], typer.Option(
+    target: Annotated[str | None, typer.Option(
         "--target", help="The token whose logit is split through the dictionary (default: the "
         "model's top-1).", rich_help_panel=STATS)] = None,
     top: Annotated[int, typer.Option("--top", help="Latents listed per position and in the "
                                      "logit split.", rich_help_panel=STATS)] = 5,
-    layer: Annotated[Optional[str], typer.Option(
+    layer: Annotated[str | None, typer.Option(
         "--layer", "-l", metavar="L", help="train: the block after which the stream is read "
         "(-1: the last).",
         rich_help_panel=TRAIN)] = None,
-    out: Annotated[Optional[str], typer.Option(
+    out: Annotated[str | None, typer.Option(
         "--out", help="train: the new folder for the SAE (SAELens's layout).",
         rich_help_panel=TRAIN)] = None,
     latents: Annotated[int, typer.Option("--latents", help="train: latents (d_sae).",
@@ -138,8 +138,14 @@ def train_cli(inputs: list[str], opts: LoadOptions, layer: str | None, out: str 
     lm = load(opts)
     options = TrainOptions(layer=resolve_block(block, sizes(lm), "--layer").layer, latents=latents,
                            k=k, tokens=tokens, batch_tokens=batch_tokens, lr=lr, seed=seed)
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
-    from rich.progress import TimeElapsedColumn, TimeRemainingColumn
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeElapsedColumn,
+        TimeRemainingColumn,
+    )
 
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                   TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn(),

@@ -26,14 +26,9 @@ is refused, naming both.
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
-from fptrace.core.dictionaries import (
-    Dictionary,
-    check_model,
-    check_role,
-    read_dictionary,
-)
 from fptrace.commands.features.notes import ATTRIBUTION_WITHHELD, MASSIVE, NOT_IN_STREAM, SOFTCAP
 from fptrace.commands.features.result import (
     DictionaryReadout,
@@ -45,9 +40,10 @@ from fptrace.commands.features.result import (
     PositionFeatures,
     TopActivation,
 )
-from fptrace.core.dictionary_sites import Site
 from fptrace.commands.features.streams import Captured, capture, stream_index
 from fptrace.core.attribution import frozen_norm, rtol_for, through_frozen
+from fptrace.core.dictionaries import Dictionary, check_model, check_role, read_dictionary
+from fptrace.core.dictionary_sites import Site
 from fptrace.core.fragments import token_id
 from fptrace.core.trace import base_notes, model_info, ranked_token
 from fptrace.errors import BadInput
@@ -343,4 +339,4 @@ def largest(lm: Any, d: Dictionary, latent: int, path: str, n: int, batch_size: 
                  for v, _, pid, p, tok, ctx in found), summary.traced
 
 
-__all__ = ["features", "load_dictionaries", "check_latent", "fvu", "massive_rows", "largest"]
+__all__ = ["check_latent", "features", "fvu", "largest", "load_dictionaries", "massive_rows"]

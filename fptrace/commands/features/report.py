@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Optional
+from typing import Annotated, Any
 
 import typer
 
@@ -11,7 +11,7 @@ from fptrace.cli.sections import Page, ReportSection
 from fptrace.render.html import section
 
 OPTIONS = (
-    ("sae", Annotated[Optional[str], typer.Option(
+    ("sae", Annotated[str | None, typer.Option(
         "--sae", help="Also a features section: the prompt read through the SAE in this folder "
         "(SAELens, Gemma Scope or sparsify), as `fptrace features`.",
         rich_help_panel=STATS)], None),

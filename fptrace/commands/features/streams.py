@@ -7,8 +7,9 @@ The stream between blocks is numbered as transformers' hidden states are: 0 is t
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any, Iterable
+from typing import Any
 
 from fptrace.core.dictionary_sites import Site
 from fptrace.core.hooks import Hook, first_output, hooked

@@ -24,13 +24,14 @@ from __future__ import annotations
 import json
 import os
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Callable, Sequence
+from typing import Any
 
 from fptrace.atomic import write_atomic
 from fptrace.commands.features.result import TrainResult
-from fptrace.core.dictionary_sites import Site
 from fptrace.commands.features.streams import capture, stream_index
+from fptrace.core.dictionary_sites import Site
 from fptrace.core.trace import model_info
 from fptrace.errors import BadInput
 
@@ -330,4 +331,4 @@ def _write_saelens(out: str, sae: TopK, opts: TrainOptions, lm: Any) -> None:
     atomic_write(os.path.join(out, "cfg.json"), json.dumps(cfg, indent=2).encode())
 
 
-__all__ = ["train", "TrainOptions", "collect", "TopK", "check_out"]
+__all__ = ["TopK", "TrainOptions", "check_out", "collect", "train"]

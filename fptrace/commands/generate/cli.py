@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Callable, Optional
+from collections.abc import Callable
+from typing import Annotated, Any
 
 import typer
 
@@ -23,7 +24,7 @@ from fptrace.cli.options import (
 @chat_options()
 @model_options(tp=True)
 def generate(
-    prompt: Annotated[Optional[str], typer.Argument(
+    prompt: Annotated[str | None, typer.Argument(
         help="The text to continue (or --messages FILE).")] = None,
     opts: LoadOptions = LoadOptions(),
     chat: ChatOptions = ChatOptions(),

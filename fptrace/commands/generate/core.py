@@ -12,17 +12,18 @@ from __future__ import annotations
 import contextlib
 import inspect
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
+from fptrace.commands.generate.notes import TENSOR_PARALLEL_KV
 from fptrace.commands.generate.result import Generation, GenStep
 from fptrace.core import sampling, stats
 from fptrace.core.hooks import Capture, Hook, capture_stats, hooked
-from fptrace.commands.generate.notes import TENSOR_PARALLEL_KV
-from fptrace.results import FinalNormStats, TopToken
 from fptrace.core.trace import base_notes, first_nonfinite, layer_stats, model_info, ranked_token
 from fptrace.errors import BadInput
 from fptrace.models.loading import LoadedModel
 from fptrace.models.prompts import Prepared, Prompt
+from fptrace.results import FinalNormStats, TopToken
 
 
 def _cache_kwarg(model: Any) -> str:
@@ -200,4 +201,4 @@ def _decode(lm: LoadedModel, ids: list[int]) -> str:
     return lm.tokenizer.decode(ids)
 
 
-__all__ = ["generate", "check_length"]
+__all__ = ["check_length", "generate"]

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 
@@ -24,18 +24,18 @@ from fptrace.cli.options import (
 @chat_options()
 @model_options()
 def patch(
-    prompt: Annotated[Optional[str], typer.Argument(
+    prompt: Annotated[str | None, typer.Argument(
         help="The clean prompt (or --messages FILE).")] = None,
     opts: LoadOptions = LoadOptions(),
     chat: ChatOptions = ChatOptions(),
-    noise: Annotated[Optional[str], typer.Option(
+    noise: Annotated[str | None, typer.Option(
         "--noise", help="Corrupt by adding Gaussian noise to the embeddings of this subject's "
         "tokens (e.g. ' France'): the tokens whose characters overlap it.",
         rich_help_panel=STATS)] = None,
-    noise_occurrence: Annotated[Optional[int], typer.Option(
+    noise_occurrence: Annotated[int | None, typer.Option(
         "--noise-occurrence", min=1, help="Which occurrence of the subject, when the prompt "
         "holds it more than once (1 = the first).", rich_help_panel=STATS)] = None,
-    corrupt: Annotated[Optional[str], typer.Option(
+    corrupt: Annotated[str | None, typer.Option(
         "--corrupt", help="Corrupt with this prompt instead (same number of tokens).",
         rich_help_panel=STATS)] = None,
     what: Annotated[str, typer.Option("--what", help="Restore resid (the block's output), "
@@ -43,7 +43,7 @@ def patch(
                                       rich_help_panel=STATS)] = "resid",
     window: Annotated[int, typer.Option("--window", help="With attn/mlp: layers restored "
                                         "around each row's layer.", rich_help_panel=STATS)] = 1,
-    target: Annotated[Optional[str], typer.Option(
+    target: Annotated[str | None, typer.Option(
         "--target", help="The token whose probability is measured (default: the clean top-1).",
         rich_help_panel=STATS)] = None,
     noise_scale: Annotated[float, typer.Option(

@@ -13,12 +13,13 @@ happens (hooks.hooked).
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
+from fptrace.commands.patch.notes import WEAK_CORRUPTION
 from fptrace.commands.patch.result import PatchCell, PatchResult
 from fptrace.core.fragments import subject_positions, token_id
 from fptrace.core.hooks import Hook, first_output, hooked
-from fptrace.commands.patch.notes import WEAK_CORRUPTION
 from fptrace.core.trace import base_notes, model_info, ranked_token
 from fptrace.errors import BadInput
 from fptrace.families.kinds import EmbedScale

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Optional
+from typing import Annotated, Any
 
 import typer
 
@@ -11,7 +11,7 @@ from fptrace.cli.sections import Page, ReportSection
 from fptrace.render.html import section
 
 OPTIONS = (
-    ("noise", Annotated[Optional[str], typer.Option(
+    ("noise", Annotated[str | None, typer.Option(
         "--noise", help="Also a causal-tracing section: noise on this subject's embeddings "
         "(as `fptrace patch --noise`).", rich_help_panel=STATS)], None),
 )

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Optional
+from typing import Annotated, Any
 
 import typer
 
@@ -25,7 +25,7 @@ from fptrace.cli.sections import section_options
 def report(
     out: Annotated[str, typer.Option("--out", "-o", help="The .html file to write.",
                                      rich_help_panel=OUTPUT)],
-    prompt: Annotated[Optional[str], typer.Argument(
+    prompt: Annotated[str | None, typer.Argument(
         help="The text to trace (or --messages FILE).")] = None,
     opts: LoadOptions = LoadOptions(),
     chat: ChatOptions = ChatOptions(),

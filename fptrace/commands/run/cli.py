@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 
@@ -30,7 +30,7 @@ from fptrace.cli.options import (
 @chat_options()
 @model_options(tp=True)
 def run(
-    prompt: Annotated[Optional[str], typer.Argument(
+    prompt: Annotated[str | None, typer.Argument(
         help="The text to trace (or --messages FILE).")] = None,
     opts: LoadOptions = LoadOptions(),
     chat: ChatOptions = ChatOptions(),

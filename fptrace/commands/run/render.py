@@ -9,12 +9,12 @@ from rich.panel import Panel
 from rich.text import Text
 
 from fptrace.commands.run.notes import TOKENIZED
-from fptrace.results import ShapeStep, Trace
 from fptrace.render.figures import nan_if_none, pyplot
 from fptrace.render.fit import Col, fit_table
 from fptrace.render.routing import routing_table, top1_grid
 from fptrace.render.tables import header, layers, token_table, top_k
 from fptrace.render.text import duration, num, shape, visible
+from fptrace.results import ShapeStep, Trace
 
 
 def _lens_metrics(ax: Any, x: list, rows: Any, series: dict) -> None:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 
@@ -13,11 +13,11 @@ from fptrace.models.registry import RESOLUTION_HELP
 
 @command(order=20, docs="shapes")
 def shapes(
-    prompt: Annotated[Optional[str], typer.Argument(help="Text to tokenize offline "
+    prompt: Annotated[str | None, typer.Argument(help="Text to tokenize offline "
                                                     "(optional; else --seq-len).")] = None,
     model: Annotated[str, typer.Option("--model", "-m", help=RESOLUTION_HELP,
                                        rich_help_panel="Model")] = "gpt2",
-    seq_len: Annotated[Optional[int], typer.Option("--seq-len", "-T", help="Sequence length "
+    seq_len: Annotated[int | None, typer.Option("--seq-len", "-T", help="Sequence length "
                                                    "when no prompt is given (default 8).",
                                                    rich_help_panel=STATS)] = None,
     batch: Annotated[int, typer.Option("--batch", "-B", help="Batch size.",
@@ -25,7 +25,7 @@ def shapes(
     dtype: Annotated[str, typer.Option("--dtype", help="Precision of activations for the "
                                        "memory figures: float32, bfloat16 or float16.",
                                        rich_help_panel=STATS)] = "float32",
-    gpu_memory: Annotated[Optional[str], typer.Option(
+    gpu_memory: Annotated[str | None, typer.Option(
         "--gpu-memory", help="Plan for GPUs of this memory (e.g. 80GiB): how many the weights "
         "and the KV cache need, and the smallest valid --tp.", rich_help_panel=STATS)] = None,
     as_json: JsonOpt = False,

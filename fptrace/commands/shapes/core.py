@@ -11,6 +11,7 @@ import math
 import time
 from typing import Any
 
+from fptrace.commands.shapes.notes import BEYOND_CONTEXT
 from fptrace.commands.shapes.result import (
     BlockCount,
     CostReport,
@@ -20,11 +21,10 @@ from fptrace.commands.shapes.result import (
     ShapeReport,
 )
 from fptrace.core.hooks import Hook, hooked
-from fptrace.commands.shapes.notes import BEYOND_CONTEXT
-from fptrace.results import ShapeStep, Token
 from fptrace.errors import BadInput, FptraceError
 from fptrace.families.kinds import PositionKind
 from fptrace.families.parts import dims, resolve_parts
+from fptrace.results import ShapeStep, Token
 
 BYTES = {"float32": 4, "bfloat16": 2, "float16": 2, "int8": 1, "4-bit": 0.5}
 
@@ -478,7 +478,7 @@ def _moe_count(model: Any, parts: Any, moe: Any, L: int, tied: bool) -> tuple[Mo
             i = int(pname[len(blocks) + 1:].split(".", 1)[0])
             per_block_total[i] += n
             per_block_active[i] += used
-            if p.dim() == 2 and pname not in share or p.dim() == 3:
+            if (p.dim() == 2 and pname not in share) or p.dim() == 3:
                 matmul += used  # the blocks' matrices (experts: the chosen ones), no biases
     matmul += parts.lm_head.weight.numel()
     kinds = []

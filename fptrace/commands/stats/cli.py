@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 
@@ -21,7 +21,7 @@ def stats(
         "..., \"prompt\": ...} per line), folders of them, or - for stdin. With --merge: "
         "statistics files.", show_default=False)],
     opts: LoadOptions,
-    out: Annotated[Optional[str], typer.Option(
+    out: Annotated[str | None, typer.Option(
         "--out", "-o", help="The statistics file to write (JSON, everything --json prints); "
         "rewritten every --checkpoint seconds and at the end.", rich_help_panel=OUTPUT)] = None,
     resume: Annotated[bool, typer.Option("--resume", help="Continue the statistics of an "
@@ -34,7 +34,7 @@ def stats(
     merge: Annotated[bool, typer.Option(
         "--merge", help="INPUTS are statistics files: merge them, in the order given, into one "
         "(exactly what one pass over their prompts gives).", rich_help_panel=OUTPUT)] = False,
-    save_scales: Annotated[Optional[str], typer.Option(
+    save_scales: Annotated[str | None, typer.Option(
         "--save-scales", help="Also write SmoothQuant's activation scales: every linear "
         "layer's per-channel |x| max, keyed by module name (.safetensors).",
         rich_help_panel=OUTPUT)] = None,
@@ -56,13 +56,13 @@ def stats(
         "this share of its attention to one position.", rich_help_panel=STATS)] = 0.3,
     top: Annotated[int, typer.Option("--top", min=1, help="Top channels shown per layer.",
                                      rich_help_panel=STATS)] = 3,
-    ray: Annotated[Optional[str], typer.Option(
+    ray: Annotated[str | None, typer.Option(
         "--ray", help="Count on a Ray cluster: auto (the cluster `ray start` or RAY_ADDRESS "
         "names, else a local one) or its address; shards are merged here.",
         rich_help_panel=RAY)] = None,
     workers: Annotated[int, typer.Option("--workers", help="With --ray: actors, each loading "
                                          "the model once.", rich_help_panel=RAY)] = 1,
-    gpus_per_worker: Annotated[Optional[float], typer.Option(
+    gpus_per_worker: Annotated[float | None, typer.Option(
         "--gpus-per-worker", help="With --ray: GPUs per actor (default 1 when the cluster has "
         "GPUs, else 0).", rich_help_panel=RAY)] = None,
     plot: PlotOpt = None,
@@ -161,10 +161,10 @@ def _check_new_out(out: str, force: bool) -> None:
                            "--out")
 
 
-def _count(inputs: list[str], opts: LoadOptions, *, out: Optional[str], resume: bool,
+def _count(inputs: list[str], opts: LoadOptions, *, out: str | None, resume: bool,
            force: bool, sinks: bool, batch_size: int, truncate: bool, checkpoint: float,
-           sink_threshold: float, top: int, ray: Optional[str], workers: int,
-           gpus_per_worker: Optional[float]):
+           sink_threshold: float, top: int, ray: str | None, workers: int,
+           gpus_per_worker: float | None):
     from fptrace.commands.stats import core
     from fptrace.models.registry import resolve
     from fptrace.render.progress import prompts_progress

@@ -20,7 +20,8 @@ from __future__ import annotations
 import dataclasses
 import os
 import time
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 from fptrace.commands.stats.findings import (
     OUTLIER_LAYERS,
@@ -36,8 +37,8 @@ from fptrace.commands.stats.result import Stats, StatsSettings
 from fptrace.core.activation_stats import ActivationStats, FailedPrompt, read_statistics
 from fptrace.core.inputs import PromptItem, prompt_from_json, prompt_to_json, read_inputs
 from fptrace.core.prompt_groups import Failure, Summary, run_groups, sigterm_interrupts
-from fptrace.results import ModelInfo
 from fptrace.errors import BadInput
+from fptrace.results import ModelInfo
 
 TOP = 3
 
@@ -146,7 +147,6 @@ def collect_on_ray(items: Sequence[PromptItem], stats: ActivationStats, *, addre
     import json
 
     from fptrace.jsontext import loads
-
     from fptrace.models.ray_pool import ray_map
 
     done = stats.done_ids()
@@ -438,5 +438,16 @@ def check_scales_path(path: str, force: bool = False) -> None:
                        "file *.safetensors")
 
 
-__all__ = ["activation_stats", "collect", "collect_on_ray", "count_block", "stats_run", "merge_files", "build",
-           "save_scales", "write_stats", "new_statistics", "check_scales_path"]
+__all__ = [
+    "activation_stats",
+    "build",
+    "check_scales_path",
+    "collect",
+    "collect_on_ray",
+    "count_block",
+    "merge_files",
+    "new_statistics",
+    "save_scales",
+    "stats_run",
+    "write_stats",
+]

@@ -145,5 +145,13 @@ def sink_heads(stats: ActivationStats, threshold: float) -> tuple[SinkHead, ...]
     return tuple(out)
 
 
-__all__ = ["massive_activations", "outlier_dimensions", "top_channels", "sink_heads",
-           "OUTLIER_MIN", "OUTLIER_POSITIONS", "OUTLIER_LAYERS", "SINK_THRESHOLD"]
+__all__ = [
+    "OUTLIER_LAYERS",
+    "OUTLIER_MIN",
+    "OUTLIER_POSITIONS",
+    "SINK_THRESHOLD",
+    "massive_activations",
+    "outlier_dimensions",
+    "sink_heads",
+    "top_channels",
+]

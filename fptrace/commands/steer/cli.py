@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 
@@ -19,7 +19,6 @@ from fptrace.cli.options import (
     chat_options,
     model_options,
 )
-
 from fptrace.errors import BadInput
 
 VECTOR = "Steering vector"
@@ -29,36 +28,36 @@ VECTOR = "Steering vector"
 @chat_options()
 @model_options()
 def steer(
-    prompt: Annotated[Optional[str], typer.Argument(
+    prompt: Annotated[str | None, typer.Argument(
         help="The prompt to steer (or --messages FILE).")] = None,
     opts: LoadOptions = LoadOptions(),
     chat: ChatOptions = ChatOptions(),
-    add: Annotated[Optional[str], typer.Option(
+    add: Annotated[str | None, typer.Option(
         "--add", help="The vector is this text's stream after --layer minus --subtract's (plain "
         "text: --chat does not template it).",
         rich_help_panel=VECTOR)] = None,
-    subtract: Annotated[Optional[str], typer.Option(
+    subtract: Annotated[str | None, typer.Option(
         "--subtract", help="The prompt subtracted (with --add).", rich_help_panel=VECTOR)] = None,
-    pairs: Annotated[Optional[str], typer.Option(
+    pairs: Annotated[str | None, typer.Option(
         "--pairs", help='JSON Lines of {"positive": ..., "negative": ...}: the vector is their '
         "mean difference (--method mean) or its first principal direction (pca).",
         rich_help_panel=VECTOR)] = None,
     method: Annotated[str, typer.Option("--method", help="With --pairs: mean or pca.",
                                         rich_help_panel=VECTOR)] = "mean",
-    vector: Annotated[Optional[str], typer.Option(
+    vector: Annotated[str | None, typer.Option(
         "--vector", help="A llama.cpp control vector (.gguf, direction.N added to block N's "
         "output), a .safetensors or a .npy of (d_model,) or (n_layers, d_model).",
         rich_help_panel=VECTOR)] = None,
-    token: Annotated[Optional[str], typer.Option(
+    token: Annotated[str | None, typer.Option(
         "--token", help="The LM head's row of this token (e.g. ' Paris').",
         rich_help_panel=VECTOR)] = None,
-    sae: Annotated[Optional[str], typer.Option(
+    sae: Annotated[str | None, typer.Option(
         "--sae", help="With --latent N: the direction is latent N's decoder row in this SAE "
         "(SAELens, Gemma Scope or sparsify folder), added at the block whose output it reads; "
         "--scale S adds S·dᵢ.", rich_help_panel=VECTOR)] = None,
-    latent: Annotated[Optional[int], typer.Option(
+    latent: Annotated[int | None, typer.Option(
         "--latent", help="With --sae: the latent.", rich_help_panel=VECTOR)] = None,
-    layer: Annotated[Optional[str], typer.Option(
+    layer: Annotated[str | None, typer.Option(
         "--layer", "-l", metavar="L", help="The block whose output receives the vector (and "
         "where --add, --subtract and --pairs are measured); -1: the last.",
         rich_help_panel=VECTOR)] = None,
@@ -68,7 +67,7 @@ def steer(
     norm_match: Annotated[bool, typer.Option(
         "--norm-match", help="Scale the vector to the clean stream's norm at that block (last "
         "position).", rich_help_panel=VECTOR)] = False,
-    save_vector: Annotated[Optional[str], typer.Option(
+    save_vector: Annotated[str | None, typer.Option(
         "--save-vector", help="Write the vector: .gguf in llama.cpp's control-vector layout "
         "(--control-vector-scaled F.gguf:S), .safetensors or .npy.",
         rich_help_panel=OUTPUT)] = None,
@@ -79,7 +78,7 @@ def steer(
         "--positions", help="Where the vector is added: all (every position, generated tokens "
         "included), last, or prompt positions such as 0,3,-1 or 0-3.",
         rich_help_panel=STATS)] = "all",
-    target: Annotated[Optional[str], typer.Option(
+    target: Annotated[str | None, typer.Option(
         "--target", help="The token whose logit and probability are followed (default: the "
         "clean top-1).", rich_help_panel=STATS)] = None,
     new_tokens: Annotated[int, typer.Option(

@@ -18,10 +18,13 @@ from __future__ import annotations
 
 import math
 import os
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from fptrace.addresses import Block, Selection, resolve_selection
+from fptrace.commands.steer.notes import STEER_BLOCK0, STEER_GGUF_BLOCKS, STEER_POSITIONS
 from fptrace.commands.steer.result import Steering, SteeringVectorInfo, SteerRow
+from fptrace.commands.steer.vectors import SteeringVector, match_norms, steering_vector
 from fptrace.core import sampling, stats
 from fptrace.core.attribution import rtol_for
 from fptrace.core.fragments import token_id
@@ -32,13 +35,11 @@ from fptrace.core.interventions import (
     run_rows,
     steering_hooks,
 )
-from fptrace.commands.steer.notes import STEER_BLOCK0, STEER_GGUF_BLOCKS, STEER_POSITIONS
-from fptrace.results import Check, TopToken
 from fptrace.core.trace import base_notes, model_info, ranked_token
-from fptrace.commands.steer.vectors import SteeringVector, match_norms, steering_vector
 from fptrace.errors import BadInput
 from fptrace.models.loading import LoadedModel
 from fptrace.models.prompts import Prompt
+from fptrace.results import Check, TopToken
 
 LOWER = "sweep fewer strengths (--scale) or shorten the prompt"
 

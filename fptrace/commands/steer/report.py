@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Optional
+from typing import Annotated, Any
 
 import typer
 
@@ -11,13 +11,13 @@ from fptrace.cli.sections import Page, ReportSection
 from fptrace.render.html import section
 
 OPTIONS = (
-    ("add", Annotated[Optional[str], typer.Option(
+    ("add", Annotated[str | None, typer.Option(
         "--add", help="Also a steering section: this prompt's stream minus --subtract's, added "
         "at --steer-layer at strengths 0,1,2,4,8 (as `fptrace steer`).",
         rich_help_panel=STATS)], None),
-    ("subtract", Annotated[Optional[str], typer.Option(
+    ("subtract", Annotated[str | None, typer.Option(
         "--subtract", help="With --add: the prompt subtracted.", rich_help_panel=STATS)], None),
-    ("steer_layer", Annotated[Optional[str], typer.Option(
+    ("steer_layer", Annotated[str | None, typer.Option(
         "--steer-layer", metavar="L", help="With --add: the block whose output receives the "
         "vector.", rich_help_panel=STATS)], None),
 )

@@ -22,13 +22,13 @@ vectors are added one block later than where they were measured.)
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any
 
 from fptrace.addresses import Block, resolve_block
 from fptrace.core.trace import sizes
 from fptrace.errors import BadInput
-from fptrace.numbers import parse_int
 from fptrace.models.loading import LoadedModel
 from fptrace.numbers import parse_int
 
@@ -120,9 +120,8 @@ def block_outputs(lm: LoadedModel, prompts: Sequence[Any], layers: Sequence[int]
     import torch
 
     from fptrace.core.hooks import Hook, first_output, hooked
-    from fptrace.core.trace import padded_batch
-
     from fptrace.core.prompt_files import encode_listed
+    from fptrace.core.trace import padded_batch
 
     rows = [lm.encode(p) for p in prompts] if wheres is None else \
         encode_listed(lm, prompts, wheres)
@@ -443,4 +442,4 @@ def write_vector(path: str, vec: SteeringVector, lm: LoadedModel, force: bool = 
     write_atomic(path, write, suffix)
 
 
-__all__ = ["SteeringVector", "steering_vector", "match_norms", "read_vector", "write_vector"]
+__all__ = ["SteeringVector", "match_norms", "read_vector", "steering_vector", "write_vector"]

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 
@@ -14,7 +14,7 @@ from fptrace.cli.options import ChatOptions, LoadOptions, chat_options, model_op
 @chat_options()
 @model_options(placement=False)
 def tui(
-    prompt: Annotated[Optional[str], typer.Argument(help="A first prompt to trace.")] = None,
+    prompt: Annotated[str | None, typer.Argument(help="A first prompt to trace.")] = None,
     opts: LoadOptions = LoadOptions(),
     chat: ChatOptions = ChatOptions(),
 ) -> None:
