@@ -222,3 +222,16 @@ def _seed_from_shared_cache(root, path) -> None:
                     os.environ["FPTRACE_CACHE_DIR"] = old
             (root / "fptrace-cache-shared.done").touch()
     shutil.copytree(shared, path, dirs_exist_ok=True)
+
+
+# The longest test files first: pytest-xdist (make test: --dist loadfile) hands out whole files
+# in the order collected, so the long ones start at once and the short ones fill in around
+# them, instead of one long file running alone at the end.
+SLOW_FIRST = ("test_transcripts.py", "test_ray.py", "test_tensor_parallel.py", "test_stats.py",
+              "test_bundled.py", "test_batch.py", "test_hardening.py", "test_hostile.py",
+              "test_steer.py", "test_ablate.py", "test_llamacpp_faults.py")
+
+
+def pytest_collection_modifyitems(config, items):
+    rank = {name: i for i, name in enumerate(SLOW_FIRST)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(SLOW_FIRST)))
