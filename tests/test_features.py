@@ -236,6 +236,12 @@ def test_cli_json_and_view(tmp_path):
                "--plot", str(tmp_path / "f.png"))
     assert res.exit_code == 0, res.output
     assert "Latent 3 over the positions" in res.stdout and os.path.getsize(tmp_path / "f.png")
+    mine = tmp_path / "notes.png"  # a user's file where the figure would go
+    mine.write_bytes(b"my picture")
+    res = _cli("The cat sat", "-m", folder, "--sae", sae, "--plot", str(mine))
+    assert res.exit_code == 2 and mine.read_bytes() == b"my picture", res.output
+    res = _cli("The cat sat", "-m", folder, "--sae", sae, "--plot", str(mine), "--force")
+    assert res.exit_code == 0 and mine.read_bytes() != b"my picture", res.output
 
 
 def test_cli_bad_inputs_are_one_line(tmp_path):

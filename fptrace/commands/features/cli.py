@@ -10,6 +10,7 @@ from fptrace.cli.io import command, load, load_for, output, require_checks, stde
 from fptrace.cli.options import (
     STATS,
     ChatOptions,
+    ForceOpt,
     JsonOpt,
     LoadOptions,
     PlotOpt,
@@ -83,6 +84,7 @@ def features(
                                          "training written in --out.",
                                          rich_help_panel=TRAIN)] = False,
     plot: PlotOpt = None,
+    force: ForceOpt = False,
     as_json: JsonOpt = False,
     wide: WideOpt = False,
 ) -> None:
@@ -104,7 +106,7 @@ def features(
     given = [(p, "sae") for p in sae or []] + [(p, "transcoder") for p in transcoder or []]
     dicts = [read_dictionary(p, site=site) for p, _ in given]  # a bad folder costs no load
     check_latent(dicts, latent)
-    lm, prompt = load_for(prompt, opts, plot, chat)
+    lm, prompt = load_for(prompt, opts, plot, chat, force)
     from fptrace.commands.features.core import features as run_features
 
     result = run_features(
@@ -113,7 +115,8 @@ def features(
         top=top, latent=latent, target=target, top_prompts=top_prompts, top_n=top_n)
     from fptrace.commands.features.render import features_figure, features_view
 
-    output(result, features_view, as_json=as_json, wide=wide, plot=plot, figure=features_figure)
+    output(result, features_view, as_json=as_json, wide=wide, plot=plot, figure=features_figure,
+           force=force)
     require_checks(result.checks, "the decomposition")
 
 
