@@ -1,3 +1,3 @@
-from fptrace.cli.main import main
+from fptrace.client import main
 
 main()

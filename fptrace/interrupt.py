@@ -94,6 +94,17 @@ def settled() -> None:
             pass
 
 
+def reset() -> None:
+    """A resident server's next command (commands/serve/): nothing seen, nothing said, and
+    the handler of a running command installed again (settled() had set SIGINT aside)."""
+    _state.update(phase="", seen=False, said=False)
+    try:
+        _signal.signal(_signal.SIGINT, _signal.default_int_handler)
+    except ValueError:
+        return
+    running()
+
+
 def leave() -> None:
     """End an interrupted run with 130. Not through the interpreter's own exit: CPython remembers
     a KeyboardInterrupt that once escaped code run by PyRun_String (pybind11 extensions do that
@@ -112,4 +123,4 @@ def leave() -> None:
         os._exit(EXIT)
 
 
-__all__ = ["EXIT", "LINE", "is_cli", "leave", "running", "said", "say", "seen", "settled", "starting"]
+__all__ = ["EXIT", "LINE", "is_cli", "leave", "reset", "running", "said", "say", "seen", "settled", "starting"]

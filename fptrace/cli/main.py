@@ -52,20 +52,30 @@ for _order, _name, _fn in discover():
 
 
 def main(argv: list[str] | None = None) -> None:
-    """The console entry point. Usage errors (a bad option value, a missing argument, an
-    unknown command) get the same single line as every other error, not a multi-line box; an
-    interrupt at any moment is `fptrace: error: interrupted` and exit 130 (fptrace/interrupt.py,
-    whose handler `fptrace/__init__.py` installed before the imports above)."""
+    """The console entry point (after fptrace/client.py found no server to answer). Usage
+    errors (a bad option value, a missing argument, an unknown command) get the same single
+    line as every other error, not a multi-line box; an interrupt at any moment is
+    `fptrace: error: interrupted` and exit 130 (fptrace/interrupt.py, whose handler
+    `fptrace/__init__.py` installed before the imports above)."""
+    rc = answer(argv)
+    if rc == interrupt.EXIT:  # never lost: an interrupted run is not 0
+        interrupt.leave()
+    sys.exit(rc)
+
+
+def answer(argv: list[str] | None = None) -> int:
+    """Run one command line and return its exit code, never raising: what `main` does in a
+    process of its own, and what a resident server (commands/serve/) does for each client."""
     interrupt.running()
     try:
         rc = _run(argv)
     except KeyboardInterrupt:
         rc = interrupt.EXIT
     interrupt.settled()
-    if interrupt.seen() or rc == interrupt.EXIT:  # never lost: an interrupted run is not 0
+    if interrupt.seen() or rc == interrupt.EXIT:
         interrupt.say()
-        interrupt.leave()
-    sys.exit(rc)
+        return interrupt.EXIT
+    return rc
 
 
 def _run(argv: list[str] | None) -> int:

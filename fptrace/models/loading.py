@@ -250,7 +250,7 @@ def load_model(name: str = DEFAULT_MODEL, *, random_weights: bool = False, seed:
     from fptrace.models import tensor_parallel as tp
     from fptrace.models.quantize import quiet_torchao
 
-    quiet_torchao()  # transformers imports torchao, when installed, with every model
+    quiet_torchao(needed=quantize is not None)  # transformers would import it with every model
     spec = resolve(name)
     dev = pick_device(device)
     dt = pick_dtype(dtype, dev)

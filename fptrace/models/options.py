@@ -3,6 +3,7 @@ instead of ten separate arguments."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import Any
@@ -29,7 +30,21 @@ class LoadOptions:
         """The LoadedModel these options describe."""
         from fptrace.models.loading import load_model
 
+        from fptrace.models import resident
+
         args = asdict(self)
         name = args.pop("model")
         args.pop("tp")  # the launcher's business (cli.load); each rank loads its shard
-        return load_model(name, **args, **({"progress": progress} if progress else {}))
+        key = resident.key_of(self) if resident.holding() else None
+        held = resident.loaded(key) if key is not None else None
+        if held is not None:  # a resident server loaded it before, the same way
+            if progress:
+                progress(f"{held.name}: held by the server")
+            return held
+        t0 = time.perf_counter()
+        lm = load_model(name, **args, **({"progress": progress} if progress else {}))
+        if key is not None:
+            refused = resident.keep(key, lm, time.perf_counter() - t0)
+            if refused and progress:
+                progress(refused)
+        return lm

@@ -13,6 +13,7 @@ as they are. Activations keep the model's dtype: each layer dequantizes its weig
 from __future__ import annotations
 
 import logging
+import sys
 from typing import Any
 
 from fptrace.errors import BadInput
@@ -22,12 +23,54 @@ INT4_GROUP = 32
 INSTALL = 'pip install "torchao>=0.15" (or pip install "fptrace[quant]")'
 
 
-def quiet_torchao() -> None:
+def quiet_torchao(needed: bool = False) -> None:
     """torchao logs, on import, the CUDA extensions it cannot load on a CPU machine, and torch's
-    pytree complains about its enums; neither matters to fptrace. transformers imports torchao
-    whenever it is installed, so this runs before any model is loaded."""
+    pytree complains about its enums; neither matters to fptrace. And transformers imports
+    torchao whenever it is installed (seconds of a command's start), though only a quantized
+    load uses it: so until one is `needed`, transformers is told that torchao is not there.
+    Runs before any model is loaded."""
     for name in ("torchao", "torch.utils._pytree"):
         logging.getLogger(name).setLevel(logging.ERROR)
+    if needed:
+        show_torchao()
+    elif "torchao" not in sys.modules:
+        hide_torchao()
+
+
+def _absent(*args: Any, **kwargs: Any) -> bool:
+    return False
+
+
+_real_check: dict[str, Any] = {}
+
+
+def hide_torchao() -> None:
+    """transformers' `is_torchao_available` answers False (its modules import torchao at their
+    own import only where it answers True)."""
+    from transformers.utils import import_utils
+
+    if "check" in _real_check:
+        return
+    _real_check["check"] = import_utils.is_torchao_available
+    for module in transformers_modules():
+        if getattr(module, "is_torchao_available", None) is _real_check["check"]:
+            module.is_torchao_available = _absent
+
+
+def show_torchao() -> None:
+    """Undo hide_torchao in every transformers module that took the stand-in (a quantized load
+    in a process, a resident server, that hid it before)."""
+    real = _real_check.pop("check", None)
+    if real is None:
+        return
+    for module in transformers_modules():
+        if getattr(module, "is_torchao_available", None) is _absent:
+            module.is_torchao_available = real
+
+
+def transformers_modules() -> list[Any]:
+    return [m for name, m in list(sys.modules.items())
+            if m is not None and (name == "transformers" or name.startswith("transformers."))]
 
 
 def check_quantization(kind: str, device: Any, config: Any = None, *,
@@ -62,7 +105,7 @@ def check_quantization(kind: str, device: Any, config: Any = None, *,
 
 def quantization_config(kind: str) -> Any:
     """The TorchAoConfig of a scheme, or BadInput with the one line that installs torchao."""
-    quiet_torchao()
+    quiet_torchao(needed=True)
     try:
         import torch
         from torchao.quantization import Int8WeightOnlyConfig, IntxWeightOnlyConfig, PerGroup
@@ -123,7 +166,9 @@ __all__ = [
     "check_quantization",
     "check_quantized",
     "describe",
+    "hide_torchao",
     "quantization_config",
     "quantized_layers",
     "quiet_torchao",
+    "show_torchao",
 ]

@@ -1,0 +1,419 @@
+"""The resident server: one process that keeps models loaded (models/resident.py) and answers
+the command lines that fptrace/client.py sends it, one at a time, as if each had run in the
+client's own process.
+
+For a request the server takes on the client's standard streams (the descriptors came with it:
+they are put in place of its own 0, 1 and 2, so the terminal's width, whether it is a terminal,
+and every byte written are the client's), its working folder, environment, umask and argv, runs
+the command through cli/main.py's `answer` and sends back the exit code; then it puts its own
+back. A `C` from the client (its Ctrl-C) interrupts the command the way Ctrl-C does in a process
+of its own (`fptrace: error: interrupted`, 130), and the server goes on. Requests from another
+user are refused (SO_PEERCRED). The socket is created with mode 0600 in a folder of mode 0700;
+a lock file beside it lets one server at a time listen there. After `idle` seconds without a
+request the server ends and removes its socket.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import os
+import queue
+import signal
+import socket
+import struct
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from fptrace import client
+from fptrace.errors import FptraceError
+
+
+class ServerRunning(FptraceError):
+    """`fptrace serve` where a server already listens on the socket."""
+
+    exit_code = 1
+
+
+@dataclass
+class Request:
+    conn: socket.socket
+    header: dict
+    fds: list[int]
+    cancelled: bool = False
+    started: bool = False
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+
+@dataclass
+class Server:
+    path: str
+    idle: float  # seconds without a request before it ends; 0: never
+    budget: int
+    started_at: float = field(default_factory=time.time)
+    served: int = 0
+    stopping: bool = False
+    current: Request | None = None
+    pending: queue.Queue = field(default_factory=queue.Queue)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+
+def prepare_folder(path: str) -> None:
+    """The socket's folder, created closed to other users; refused where it is not ours."""
+    folder = os.path.dirname(path)
+    os.makedirs(folder, mode=0o700, exist_ok=True)
+    st = os.lstat(folder)
+    if st.st_uid != os.getuid():
+        raise FptraceError(f"{folder} belongs to another user: choose another socket with "
+                           f"{client.SOCKET_ENV}")
+    if st.st_mode & 0o077 and os.path.dirname(client.socket_path()) == folder:
+        os.chmod(folder, 0o700)  # our own runtime folder, opened by someone's umask
+
+
+def listen(path: str) -> tuple[socket.socket, Any]:
+    """Bind the socket at `path` (mode 0600), holding the lock that makes this the one server
+    there; a stale socket left by a server that died is replaced."""
+    import fcntl
+
+    prepare_folder(path)
+    lock = open(path + ".lock", "a+")  # noqa: SIM115 (held for the server's life)
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        lock.close()
+        status = client.request({"op": "status"}, path)
+        pid = f" (pid {status['pid']})" if status else ""
+        raise ServerRunning(f"a server already listens at {path}{pid}") from None
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(path)  # stale: its server is gone, or it would hold the lock
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    old = os.umask(0o177)
+    try:
+        sock.bind(path)
+    finally:
+        os.umask(old)
+    os.chmod(path, 0o600)
+    sock.listen(16)
+    return sock, lock
+
+
+def serve(path: str, idle: float, budget: int, ready: Any = None) -> None:
+    """Listen at `path` until stopped or idle; `ready()` is called once it listens."""
+    from fptrace.models import resident
+
+    sock, lock = listen(path)
+    server = Server(path, idle, budget)
+    resident.hold(budget)
+    signal.signal(signal.SIGTERM, lambda *_: stop(server))
+    signal.signal(signal.SIGINT, lambda *_: stop(server))  # in the foreground: Ctrl-C stops it
+    threading.Thread(target=accept, args=(server, sock), daemon=True).start()
+    log(f"listening at {path} (pid {os.getpid()}, idle timeout "
+        f"{idle:g} s, memory budget {budget} bytes)")
+    if ready:
+        ready()
+    try:
+        while not server.stopping:
+            try:
+                req = server.pending.get(timeout=idle or None)
+            except queue.Empty:
+                log(f"idle for {idle:g} s: stopping")
+                break
+            if req is None:
+                break
+            answer(server, req)
+    finally:
+        with contextlib.suppress(OSError):
+            if os.path.exists(path) and os.stat(path).st_ino == os.fstat(sock.fileno()).st_ino:
+                os.unlink(path)
+        sock.close()
+        lock.close()
+        resident.release()
+
+
+def stop(server: Server) -> None:
+    server.stopping = True
+    server.pending.put(None)
+
+
+def log(line: str) -> None:
+    with contextlib.suppress(OSError, ValueError):
+        sys.__stderr__.write(f"{time.strftime('%H:%M:%S')} {line}\n")
+        sys.__stderr__.flush()
+
+
+def accept(server: Server, sock: socket.socket) -> None:
+    while True:
+        try:
+            conn, _ = sock.accept()
+        except OSError:
+            return
+        threading.Thread(target=receive, args=(server, conn), daemon=True).start()
+
+
+def receive(server: Server, conn: socket.socket) -> None:
+    """Read a request's header; answer status and stop at once, queue a command and watch its
+    connection for a cancel."""
+    try:
+        if client.peer_uid(conn) not in (None, os.getuid()):
+            conn.close()
+            return
+        msg, fds, _, _ = socket.recv_fds(conn, 1 << 20, 3)
+        size = struct.unpack("!I", msg[:4])[0]
+        body = msg[4:]
+        while len(body) < size:
+            more = conn.recv(size - len(body))
+            if not more:
+                raise OSError("short header")
+            body += more
+        header = json.loads(body)
+    except (OSError, ValueError, struct.error):
+        conn.close()
+        return
+    op = header.get("op")
+    if op in ("status", "stop"):
+        for fd in fds:
+            os.close(fd)
+        reply = status(server)
+        if op == "stop":
+            stop(server)
+        data = json.dumps(reply).encode("utf-8")
+        with contextlib.suppress(OSError):
+            conn.sendall(struct.pack("!I", len(data)) + data)
+        conn.close()
+        return
+    if op != "run" or len(fds) != 3:
+        for fd in fds:
+            os.close(fd)
+        conn.close()
+        return
+    req = Request(conn, header, list(fds))
+    server.pending.put(req)
+    watch(server, req)
+
+
+def watch(server: Server, req: Request) -> None:
+    """A `C` from the client, or the client gone: cancel its request (interrupt it where it
+    runs, drop it where it waits)."""
+    while True:
+        try:
+            data = req.conn.recv(1)
+        except OSError:
+            data = b""
+        if data == client.CANCEL or not data:
+            with req.lock:
+                if not req.cancelled:
+                    req.cancelled = True
+                    if req.started and server.current is req:
+                        signal.pthread_kill(threading.main_thread().ident, signal.SIGINT)
+            if not data:
+                return
+
+
+def status(server: Server) -> dict:
+    from fptrace.models import resident
+
+    return {"pid": os.getpid(), "socket": server.path, "started_at": server.started_at,
+            "served": server.served, "idle_timeout": server.idle, "budget": server.budget,
+            "rss": rss_bytes(), "models": resident.status(),
+            "busy": server.current is not None, "waiting": server.pending.qsize()}
+
+
+def rss_bytes() -> int | None:
+    try:
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError):
+        return None
+
+
+def answer(server: Server, req: Request) -> None:
+    """Run one request in the client's streams, folder and environment; send its exit code."""
+    from fptrace import interrupt
+    from fptrace.models import resident
+
+    with req.lock:
+        if req.cancelled:
+            close(req)
+            return
+        req.started = True
+        server.current = req
+    rc = 70
+    try:
+        req.conn.sendall(client.STARTED)
+        with as_client(req):
+            rc = run_command(req.header["argv"])
+    except OSError:
+        pass
+    finally:
+        interrupt.settled()  # a cancel that comes late is ignored, never raised here
+        with req.lock:
+            server.current = None
+        signal.signal(signal.SIGINT, lambda *_: stop(server))
+        for name in resident.sweep():
+            log(f"{name}: changed by a request, dropped (the next one loads it afresh)")
+        server.served += 1
+    with contextlib.suppress(OSError):
+        req.conn.sendall(client.DONE + struct.pack("!i", rc))
+    close(req)
+
+
+def close(req: Request) -> None:
+    with contextlib.suppress(OSError):
+        req.conn.close()
+    for fd in req.fds:
+        with contextlib.suppress(OSError):
+            os.close(fd)
+    req.fds = []
+
+
+def run_command(argv: list[str]) -> int:
+    from fptrace import interrupt
+    from fptrace.cli.main import answer as run_line
+
+    interrupt.reset()
+    try:
+        return run_line(argv)
+    except KeyboardInterrupt:  # the cancel came between the command's end and its settling
+        interrupt.say()
+        return interrupt.EXIT
+    except SystemExit as e:
+        return e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+    except BaseException as e:  # noqa: BLE001 (the server must outlive any command)
+        with contextlib.suppress(OSError, ValueError):
+            sys.stderr.write(f"fptrace: error: internal error in the server: "
+                             f"{type(e).__name__}: {e}\n")
+        return 70
+    finally:
+        interrupt.settled()  # from here a late cancel is ignored (SIGINT set aside)
+
+
+@contextlib.contextmanager
+def as_client(req: Request):
+    """The process as the client's for the time of one command: its descriptors 0-2, the
+    Python streams over them, its working folder, environment, umask and argv."""
+    header = req.header
+    saved_fds = [os.dup(i) for i in range(3)]
+    saved_streams = (sys.stdin, sys.stdout, sys.stderr)
+    saved_env = dict(os.environ)
+    saved_cwd = os.getcwd()
+    saved_argv = sys.argv[:]
+    saved_umask = os.umask(int(header.get("umask", 0o022)))
+    enc = (header.get("encoding") or ["utf-8"] * 3) + ["utf-8"] * 3
+    try:
+        for i, fd in enumerate(req.fds):
+            os.dup2(fd, i)
+        sys.stdin = io.TextIOWrapper(io.FileIO(0, "r", closefd=False), encoding=enc[0])
+        sys.stdout = io.TextIOWrapper(io.FileIO(1, "w", closefd=False), encoding=enc[1],
+                                      line_buffering=os.isatty(1), write_through=False)
+        sys.stderr = io.TextIOWrapper(io.FileIO(2, "w", closefd=False), encoding=enc[2],
+                                      errors="backslashreplace", line_buffering=True)
+        os.environ.clear()
+        os.environ.update({str(k): str(v) for k, v in header.get("env", {}).items()})
+        os.chdir(header.get("cwd") or "/")
+        sys.argv = ["fptrace", *header["argv"]]
+        yield
+    finally:
+        for stream in (sys.stdout, sys.stderr):
+            with contextlib.suppress(OSError, ValueError):
+                stream.flush()
+        sys.stdin, sys.stdout, sys.stderr = saved_streams
+        for i, fd in enumerate(saved_fds):
+            os.dup2(fd, i)
+            os.close(fd)
+        os.environ.clear()
+        os.environ.update(saved_env)
+        with contextlib.suppress(OSError):
+            os.chdir(saved_cwd)
+        sys.argv = saved_argv
+        os.umask(saved_umask)
+
+
+def budget_bytes(text: str | None) -> int:
+    """--memory-budget as bytes; by default half of this machine's memory."""
+    if text is None:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // 2
+    from fptrace.models.devices import parse_size
+
+    return parse_size(text, "--memory-budget")
+
+
+def start_background(path: str, idle: float, budget: int, wait: float = 300.0) -> int:
+    """Start `fptrace serve --foreground` as a process of its own session (its log beside the
+    socket) and return its pid once it answers; a server already there is one line and its
+    pid."""
+    import subprocess
+
+    running = client.request({"op": "status"}, path)
+    if running is not None:
+        raise ServerRunning(f"a server already listens at {path} (pid {running['pid']})")
+    prepare_folder(path)
+    log_path = path + ".log"
+    with open(log_path, "ab") as log_file:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "fptrace", "serve", "--foreground", "--idle-timeout",
+             str(int(idle)), "--memory-budget", f"{budget}B"],
+            stdin=subprocess.DEVNULL, stdout=log_file, stderr=log_file,
+            env=dict(os.environ, **{client.SOCKET_ENV: path, client.SWITCH_ENV: "off"}),
+            start_new_session=True, cwd="/")
+    deadline = time.monotonic() + wait
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise FptraceError(f"the server stopped at its start (exit {proc.returncode}): "
+                               f"{last_line(log_path)}")
+        answer = client.request({"op": "status"}, path)
+        if answer is not None and answer.get("pid") == proc.pid:
+            return proc.pid
+        time.sleep(0.05)
+    proc.terminate()
+    raise FptraceError(f"the server did not answer within {wait:g} s (log: {log_path})")
+
+
+def last_line(path: str) -> str:
+    try:
+        with open(path, encoding="utf-8", errors="replace") as f:
+            lines = [line.strip() for line in f if line.strip()]
+    except OSError:
+        return "no log"
+    return lines[-1] if lines else "no log"
+
+
+def wait_gone(path: str, wait: float = 30.0) -> None:
+    """Until the server at `path` stopped answering (it finishes the request it runs first)."""
+    deadline = time.monotonic() + wait
+    while time.monotonic() < deadline and os.path.exists(path):
+        time.sleep(0.05)
+
+
+def describe(answer: dict) -> str:
+    """A status answer as lines to read."""
+    from fptrace.models.memory import human_bytes
+
+    up = int(time.time() - answer["started_at"])
+    idle = answer["idle_timeout"]
+    lines = [f"server   pid {answer['pid']}, listening at {answer['socket']}",
+             f"uptime   {up // 3600}:{up // 60 % 60:02d}:{up % 60:02d}, {answer['served']} "
+             f"requests answered{', one running' if answer['busy'] else ''}"
+             f"{', ' + str(answer['waiting']) + ' waiting' if answer['waiting'] else ''}; "
+             f"idle timeout {f'{idle:g} s' if idle else 'none'}",
+             f"memory   {human_bytes(answer['rss']) if answer['rss'] else '?'} resident; "
+             f"weights held {human_bytes(sum(m['bytes'] for m in answer['models']))} of a "
+             f"budget of {human_bytes(answer['budget'])}"]
+    if not answer["models"]:
+        lines.append("models   none held yet (the first command that loads one keeps it)")
+    for i, m in enumerate(answer["models"]):
+        opts = m["options"]
+        how = ", ".join(f"{k} {v}" for k, v in opts.items()
+                        if v not in (None, False, "auto") and k != "seed"
+                        or (k == "seed" and opts.get("random_weights")))
+        lines.append(f"{'models' if i == 0 else '':8} {m['model']}{f' ({how})' if how else ''}"
+                     f": {human_bytes(m['bytes'])}, loaded in {m['load_seconds']:g} s, used "
+                     f"{m['uses']} time{'s' if m['uses'] != 1 else ''}")
+    return "\n".join(lines)
+
+
+__all__ = ["Request", "Server", "ServerRunning", "budget_bytes", "describe", "listen", "rss_bytes",
+           "serve", "start_background", "status", "stop", "wait_gone"]

@@ -1,0 +1,311 @@
+"""Issue 36: a resident server answers every command as the command would have answered in
+its own process: the same --json (measured times aside), the same table at the caller's width;
+its socket is the user's alone (0600); a stale socket, another user's server and a killed server
+cost a line and the in-process run; Ctrl-C in the client cancels the request, not the server."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from conftest import tiny_gpt2
+from fptrace import client
+from fptrace.cli.main import app
+
+ROOT = Path(__file__).resolve().parent.parent
+P = "The cat sat on the"
+
+
+def env_for(sock: Path, **extra: str) -> dict:
+    env = dict(os.environ, **{client.SOCKET_ENV: str(sock), "COLUMNS": "120", "TERM": "dumb"})
+    env.pop(client.SWITCH_ENV, None)
+    env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
+    env.update(extra)
+    return env
+
+
+def fptrace(args: list[str], sock: Path, cwd: Path | None = None, **extra: str):
+    return subprocess.run([sys.executable, "-m", "fptrace", *args], env=env_for(sock, **extra),
+                          cwd=cwd, capture_output=True, text=True, timeout=600)
+
+
+def stop_server(sock: Path) -> None:
+    """Stop the server at `sock`, by its process id where asking is not enough."""
+    answer = client.request({"op": "status"}, str(sock))
+    if answer is None:
+        return
+    client.request({"op": "stop"}, str(sock))
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        try:
+            os.kill(answer["pid"], 0)
+        except ProcessLookupError:
+            return
+        time.sleep(0.1)
+    os.kill(answer["pid"], signal.SIGKILL)
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    sock = tmp_path_factory.mktemp("serve") / "run" / "s.sock"
+    done = fptrace(["serve", "--idle-timeout", "600"], sock)
+    assert done.returncode == 0, done.stderr
+    assert "listening at" in done.stderr
+    yield sock
+    stop_server(sock)
+
+
+def without_times(value):
+    """A JSON value with its measured times and rates (keys ending in `seconds`, `_per_s`) left
+    out."""
+    if isinstance(value, dict):
+        return {k: without_times(v) for k, v in value.items() if not k.endswith(("seconds", "_per_s"))}
+    if isinstance(value, list):
+        return [without_times(v) for v in value]
+    return value
+
+
+def test_the_socket_is_the_users_alone(server):
+    assert os.stat(server).st_mode & 0o777 == 0o600
+    assert os.stat(server.parent).st_mode & 0o777 == 0o700
+    assert client.owner_problem(str(server)) is None
+
+
+def test_status_names_the_server_and_its_models(server):
+    done = fptrace(["serve", "--status", "--json"], server)
+    assert done.returncode == 0, done.stderr
+    answer = json.loads(done.stdout)
+    assert answer["socket"] == str(server)
+    os.kill(answer["pid"], 0)  # it is a process of ours
+    assert answer["rss"] > 0
+
+
+@pytest.fixture(scope="module")
+def work(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("work")
+    (folder / "prompts.txt").write_text("The cat sat\nA dog ran to the\nOne two three\n")
+    return folder
+
+
+def commands(tiny: str) -> list[list[str]]:
+    """Every command that loads a model, as a --json call on a tiny GPT-2."""
+    m = ["-m", tiny]
+    return [
+        ["run", P, *m, "--json"],
+        ["run", P, *m, "--json", "--all-positions", "-k", "3"],
+        ["explain", P, *m, "--layer", "1", "--json"],
+        ["attribute", P, *m, "--json"],
+        ["attribute", P, *m, "--qk", "1.0", "--json"],
+        ["diff", P, *m, "--dtype-b", "bfloat16", "--json"],
+        ["patch", P, *m, "--noise", " cat", "--json"],
+        ["steer", P, *m, "--token", " dog", "--layer", "1", "--scale", "0,1", "-n", "2",
+         "--json"],
+        ["ablate", P, *m, "--head", "1.0", "--json"],
+        ["stats", "prompts.txt", *m, "--json"],
+        ["generate", P, *m, "-n", "3", "--json"],
+        ["generate", P, *m, "-n", "3", "--temperature", "0.8", "--seed", "3", "--json"],
+        ["shapes", *m, P, "--json"],
+    ]
+
+
+def in_process(args: list[str], cwd: Path) -> tuple[int, str]:
+    old = os.getcwd()
+    os.chdir(cwd)
+    try:
+        r = CliRunner().invoke(app, args, env={"COLUMNS": "120", "TERM": "dumb"})
+    finally:
+        os.chdir(old)
+    return r.exit_code, r.stdout
+
+
+@pytest.mark.slow
+def test_every_command_answers_the_same_through_the_server(server, work):
+    tiny = tiny_gpt2()
+    for args in commands(tiny):
+        remote = fptrace(args, server, cwd=work)
+        code, here = in_process(args, work)
+        assert remote.returncode == code == 0, (args, remote.stderr[-600:])
+        assert without_times(json.loads(remote.stdout)) == without_times(json.loads(here)), args
+    held = client.request({"op": "status"}, str(server))["models"]
+    assert any(m["uses"] > 1 for m in held)  # answered from a model loaded once
+
+
+def test_the_table_fits_the_callers_width(server, work):
+    tiny = tiny_gpt2()
+    for columns in ("80", "150"):
+        args = ["run", P, "-m", tiny, "-k", "3"]
+        remote = fptrace(args, server, cwd=work, COLUMNS=columns)
+        old = os.getcwd()
+        os.chdir(work)
+        try:
+            here = CliRunner().invoke(app, args, env={"COLUMNS": columns, "TERM": "dumb"})
+        finally:
+            os.chdir(old)
+        assert remote.returncode == 0, remote.stderr
+        width = max(len(line) for line in remote.stdout.splitlines())
+        assert width <= int(columns)
+        mask = [line for line in remote.stdout.splitlines() if "µs" not in line]
+        assert mask == [line for line in here.stdout.splitlines() if "µs" not in line]
+
+
+def test_batch_writes_the_same_records(server, work):
+    tiny = tiny_gpt2()
+    for name, env in (("remote.jsonl", {}), ("here.jsonl", {client.SWITCH_ENV: "off"})):
+        done = fptrace(["batch", "prompts.txt", "-m", tiny, "--out", name], server, cwd=work,
+                       **env)
+        assert done.returncode == 0, done.stderr
+    remote = [without_times(json.loads(x)) for x in (work / "remote.jsonl").read_text().splitlines()]
+    here = [without_times(json.loads(x)) for x in (work / "here.jsonl").read_text().splitlines()]
+    assert remote == here and len(remote) >= 3
+
+
+def test_bad_input_is_the_same_line_and_code(server, work):
+    remote = fptrace(["run", P, "--top-k", "0"], server, cwd=work)
+    here = fptrace(["run", P, "--top-k", "0"], server, cwd=work, **{client.SWITCH_ENV: "off"})
+    assert remote.returncode == here.returncode == 2
+    assert remote.stderr == here.stderr and remote.stderr.count("\n") == 1
+
+
+def test_ctrl_c_cancels_the_request_not_the_server(server, work):
+    tiny = tiny_gpt2()
+    (work / "many.txt").write_text("The cat sat on the mat\n" * 50000)
+    p = subprocess.Popen([sys.executable, "-m", "fptrace", "stats", "many.txt", "-m", tiny,
+                          "--json"], env=env_for(server), cwd=work, stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:  # until the server runs it
+        answer = client.request({"op": "status"}, str(server))
+        if answer and answer["busy"]:
+            break
+        time.sleep(0.1)
+    time.sleep(0.5)
+    p.send_signal(signal.SIGINT)
+    out, err = p.communicate(timeout=120)
+    assert p.returncode == 130, err
+    assert err.strip().splitlines()[-1].startswith("fptrace: error: interrupted")
+    assert "Traceback" not in err
+    after = fptrace(["run", P, "-m", tiny, "--json"], server, cwd=work)
+    assert after.returncode == 0 and json.loads(after.stdout)["top_k"]
+    assert client.request({"op": "status"}, str(server))["busy"] is False
+
+
+def test_a_stale_socket_is_one_line_and_the_run_here(tmp_path):
+    sock = tmp_path / "run" / "s.sock"
+    sock.parent.mkdir(mode=0o700)
+    s = socket.socket(socket.AF_UNIX)
+    s.bind(str(sock))
+    s.close()  # the file stays, nobody listens: what a killed server leaves
+    done = fptrace(["schema"], sock)
+    assert done.returncode == 0 and json.loads(done.stdout)
+    assert done.stderr.count("\n") == 1 and "stale socket" in done.stderr
+    assert not sock.exists()
+
+
+def test_a_killed_server_costs_the_in_process_run(tmp_path):
+    sock = tmp_path / "run" / "s.sock"
+    done = fptrace(["serve"], sock)
+    assert done.returncode == 0, done.stderr
+    pid = client.request({"op": "status"}, str(sock))["pid"]
+    os.kill(pid, signal.SIGKILL)
+    with contextlib.suppress(ChildProcessError):
+        os.waitpid(pid, 0)
+    done = fptrace(["models", "--json"], sock)
+    assert done.returncode == 0 and json.loads(done.stdout)
+    assert done.stderr.count("\n") == 1 and "stale" in done.stderr
+
+
+def test_another_users_socket_is_not_used(tmp_path, monkeypatch, capsys):
+    sock = tmp_path / "run" / "s.sock"
+    sock.parent.mkdir(mode=0o700)
+    s = socket.socket(socket.AF_UNIX)
+    s.bind(str(sock))
+    try:
+        s.listen(1)
+        monkeypatch.setattr(os, "getuid", lambda: os.stat(sock).st_uid + 1)
+        assert client.connect(str(sock)) is None
+    finally:
+        s.close()
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "not to this user" in err
+
+
+def test_a_folder_open_to_others_is_not_trusted(tmp_path):
+    sock = tmp_path / "run" / "s.sock"
+    sock.parent.mkdir(mode=0o700)
+    sock.write_text("")
+    os.chmod(sock.parent, 0o777)
+    assert "open to other users" in client.owner_problem(str(sock))
+
+
+def test_a_second_server_is_refused(server):
+    done = fptrace(["serve"], server)
+    assert done.returncode == 1 and "already listens" in done.stderr
+    assert done.stderr.count("\n") == 1
+
+
+def test_what_runs_here_always():
+    assert not client.wants_server(["serve", "--status"])
+    assert not client.wants_server(["tui"])
+    assert not client.wants_server(["run", "x", "--tp", "2"])
+    assert not client.wants_server(["batch", "p.txt", "--ray"])
+    assert client.wants_server(["run", "x"])
+
+
+def test_a_request_that_changes_a_held_model_drops_it():
+    import torch
+
+    from fptrace.models import resident
+    from fptrace.models.loading import load_model
+
+    lm = load_model(tiny_gpt2(), device="cpu")
+    resident.hold(1 << 40)
+    try:
+        for change, undo in (
+                (lambda: lm.model.transformer.h[0].register_forward_hook(lambda *a: None), None),
+                (lambda: lm.model.transformer.h[0].mlp.c_fc.weight.mul_(1.0), None),
+                (lambda: lm.model.train(), lambda: lm.model.eval())):
+            resident.keep(("k",), lm, 0.0)
+            assert resident.sweep() == []
+            with torch.no_grad():
+                handle = change()
+            assert resident.sweep() == [lm.name] and resident.loaded(("k",)) is None
+            if hasattr(handle, "remove"):
+                handle.remove()
+            if undo:
+                undo()
+    finally:
+        resident.release()
+        resident.hold(None)
+
+
+def test_the_client_imports_no_heavy_library():
+    code = ("import sys, fptrace.client; heavy = [m for m in ('torch', 'transformers', 'typer', "
+            "'rich', 'numpy') if m in sys.modules]; print(','.join(heavy))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          env=dict(os.environ, PYTHONPATH=str(ROOT)))
+    assert done.returncode == 0 and done.stdout.strip() == "", done.stdout
+
+
+def test_commands_import_only_what_they_use():
+    """Nothing imports torchao, Ray, matplotlib, Textual or playwright unless the command uses
+    it: --help, and a run without --plot or --quantize."""
+    tiny = tiny_gpt2()
+    code = ("import sys\nfrom fptrace.cli.main import answer\n"
+            "rc = answer(sys.argv[1:])\n"
+            "heavy = [m for m in ('torchao', 'ray', 'matplotlib', 'textual', 'playwright') "
+            "if m in sys.modules]\nprint('HEAVY', ','.join(heavy))\n")
+    for args in (["--help"], ["run", P, "-m", tiny, "--json"]):
+        done = subprocess.run([sys.executable, "-c", code, *args], capture_output=True,
+                              text=True, env=dict(os.environ, PYTHONPATH=str(ROOT)))
+        assert done.returncode == 0, done.stderr[-500:]
+        assert done.stdout.strip().splitlines()[-1] == "HEAVY", (args, done.stdout[-200:])
