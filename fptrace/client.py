@@ -11,59 +11,37 @@ here cancels the request, not the server.
 
 Where no server answers, the command runs in this process (cli/main.py), as it always did: a
 missing server costs nothing; a stale socket, a server of another user or one that died is one
-line on stderr, then the same. The server is never used for what must run here: `serve` itself,
-the TUI (it owns the terminal), `--tp` (ranks of this command), `--ray`, a process under
-torchrun, or with FPTRACE_SERVER=off.
+line on stderr, then the same. What must run here runs here: a command that the server
+leaves to its caller (the server itself, the TUI, which owns the terminal: it answers so), `--tp`
+(ranks of this command), `--ray`, a process under torchrun, or any with FPTRACE_SERVER=off.
 
-The protocol, one connection a request: the client sends a 4-byte length and a JSON header
-({"op": "run" | "status" | "stop", ...}) with its three descriptors attached (SCM_RIGHTS); the
-server answers `S` when it starts the command and `X` with a 4-byte exit code when it is done (or
-a length and a JSON body for status and stop). The client sends `C` to cancel.
+The socket and the protocol: fptrace/serving.py.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 
-SOCKET_ENV = "FPTRACE_SOCKET"  # the socket's path, instead of the one below
-SWITCH_ENV = "FPTRACE_SERVER"  # "off": never use a server
+from fptrace.serving import (
+    CANCEL,
+    DONE,
+    ELSEWHERE,
+    SOCKET_ENV,
+    STARTED,
+    SWITCH_ENV,
+    connect,
+    note,
+    read_exact,
+    send_header,
+    socket_path,
+)
+
 KEEP_WARM_ENV = "FPTRACE_KEEP_WARM"  # "1": start a server on first use
 KEEP_WARM = "--keep-warm"  # the same, for one call
-LOCAL = ("serve", "tui")  # commands that always run in the calling process
 LOCAL_OPTIONS = ("--tp", "--ray")
-STARTED, DONE, CANCEL = b"S", b"X", b"C"
 STALE_EXIT = 75  # the server stopped while it answered: the output may be partial
-
-
-def socket_path() -> str:
-    """The server's socket: $FPTRACE_SOCKET, else serve.sock in this user's runtime folder
-    ($XDG_RUNTIME_DIR/fptrace, or /tmp/fptrace-UID where there is none)."""
-    if os.environ.get(SOCKET_ENV):
-        return os.path.abspath(os.environ[SOCKET_ENV])
-    return os.path.join(runtime_folder(), "serve.sock")
-
-
-def runtime_folder() -> str:
-    base = os.environ.get("XDG_RUNTIME_DIR")
-    if base and os.path.isdir(base):
-        return os.path.join(base, "fptrace")
-    return os.path.join("/tmp", f"fptrace-{os.getuid()}")
-
-
-def owner_problem(path: str) -> str | None:
-    """Why the socket at `path` (and its folder) must not be trusted, or None: both must belong
-    to this user, and the folder be closed to others (another user could otherwise answer in
-    our place, or read what we send)."""
-    uid = os.getuid()
-    folder = os.path.dirname(path)
-    for where in (folder, path):
-        st = os.lstat(where)
-        if st.st_uid != uid:
-            return f"{where} belongs to user {st.st_uid}, not to this user ({uid})"
-    if os.lstat(folder).st_mode & 0o077:
-        return f"{folder} is open to other users (mode {os.lstat(folder).st_mode & 0o777:o})"
-    return None
 
 
 def wants_server(argv: list[str]) -> bool:
@@ -72,109 +50,7 @@ def wants_server(argv: list[str]) -> bool:
         return False
     if os.environ.get("WORLD_SIZE") or os.environ.get("RANK"):  # a rank under torchrun
         return False
-    words = [a for a in argv if not a.startswith("-")]
-    if words and words[0] in LOCAL:
-        return False
     return not any(a == o or a.startswith(o + "=") for a in argv for o in LOCAL_OPTIONS)
-
-
-def note(line: str) -> None:
-    try:
-        sys.stderr.write(f"fptrace: {line}\n")
-        sys.stderr.flush()
-    except (OSError, ValueError):
-        pass
-
-
-def connect(path: str) -> object | None:
-    """A connection to the server at `path`, or None (with one line where there was something
-    to say: a stale socket is removed)."""
-    import socket
-
-    try:
-        os.lstat(path)
-    except OSError:
-        return None  # no server: the usual case, nothing to say
-    problem = owner_problem(path)
-    if problem:
-        note(f"not using the server socket {path}: {problem}; running here")
-        return None
-    conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    try:
-        conn.connect(path)
-    except OSError as e:
-        conn.close()
-        if isinstance(e, ConnectionRefusedError):
-            try:
-                os.unlink(path)
-                what = "removed it"
-            except OSError:
-                what = "left it"
-            note(f"no server answers at {path} (a stale socket: {what}); running here")
-        else:
-            note(f"the server at {path} cannot be reached ({e.strerror or e}); running here")
-        return None
-    if peer_uid(conn) not in (None, os.getuid()):
-        conn.close()
-        note(f"the server at {path} runs as another user; running here")
-        return None
-    return conn
-
-
-def peer_uid(conn: object) -> int | None:
-    import socket
-    import struct
-
-    try:
-        creds = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED,  # type: ignore[attr-defined]
-                                struct.calcsize("3i"))
-    except (OSError, AttributeError):
-        return None
-    return struct.unpack("3i", creds)[1]
-
-
-def send_header(conn: object, header: dict, fds: list[int] | None = None) -> None:
-    import json
-    import socket
-    import struct
-
-    body = json.dumps(header).encode("utf-8")
-    data = struct.pack("!I", len(body)) + body
-    if fds:
-        socket.send_fds(conn, [data], fds)  # type: ignore[arg-type]
-    else:
-        conn.sendall(data)  # type: ignore[attr-defined]
-
-
-def read_exact(conn: object, n: int) -> bytes:
-    """n bytes, or fewer where the other side closed."""
-    chunks = b""
-    while len(chunks) < n:
-        part = conn.recv(n - len(chunks))  # type: ignore[attr-defined]
-        if not part:
-            break
-        chunks += part
-    return chunks
-
-
-def request(header: dict, path: str | None = None) -> dict | None:
-    """A status or stop request: the server's JSON answer, or None where no server answers."""
-    import json
-    import struct
-
-    conn = connect(path or socket_path())
-    if conn is None:
-        return None
-    try:
-        send_header(conn, header)
-        size = read_exact(conn, 4)
-        if len(size) < 4:
-            return None
-        return json.loads(read_exact(conn, struct.unpack("!I", size)[0]))
-    except OSError:
-        return None
-    finally:
-        conn.close()  # type: ignore[attr-defined]
 
 
 def open_streams() -> list[int] | None:
@@ -207,7 +83,7 @@ def run_remote(argv: list[str], path: str) -> int | None:
     conn = connect(path)
     if conn is None:
         return None
-    header = {"op": "run", "argv": argv, "cwd": os.getcwd(), "env": dict(os.environ),
+    header = {"op": "command", "argv": argv, "cwd": os.getcwd(), "env": dict(os.environ),
               "umask": current_umask(),
               "encoding": [getattr(s, "encoding", None) or "utf-8" for s in
                            (sys.stdin, sys.stdout, sys.stderr)]}
@@ -218,15 +94,11 @@ def run_remote(argv: list[str], path: str) -> int | None:
             note("error: interrupted")
             os._exit(130)
         cancels["sent"] = True
-        try:
+        with contextlib.suppress(OSError):
             conn.sendall(CANCEL)  # type: ignore[attr-defined]
-        except OSError:
-            pass
 
-    try:
+    with contextlib.suppress(ValueError):  # not the main thread
         _signal.signal(_signal.SIGINT, on_sigint)
-    except ValueError:
-        pass
     started = False
     try:
         send_header(conn, header, fds)
@@ -235,6 +107,8 @@ def run_remote(argv: list[str], path: str) -> int | None:
             if kind == STARTED:
                 started = True
                 continue
+            if kind == ELSEWHERE:  # a command the server leaves to its caller
+                return None
             if kind == DONE:
                 code = read_exact(conn, 4)
                 if len(code) == 4:
@@ -284,10 +158,8 @@ def main() -> None:
         if rc is None and keep_warm and not os.path.exists(path) and start_server(path):
             rc = run_remote(argv, path)
         if rc is not None:
-            try:
+            with contextlib.suppress(OSError, ValueError):
                 sys.stdout.flush()
-            except (OSError, ValueError):
-                pass
             os._exit(rc)
     sys.argv[1:] = argv  # what the command sees of its own line (--tp relaunches it)
     from fptrace.cli.main import main as here
@@ -295,5 +167,4 @@ def main() -> None:
     here(argv)
 
 
-__all__ = ["KEEP_WARM", "SOCKET_ENV", "SWITCH_ENV", "main", "owner_problem", "request",
-           "runtime_folder", "socket_path", "wants_server"]
+__all__ = ["KEEP_WARM", "main", "run_remote", "start_server", "wants_server"]

@@ -32,6 +32,9 @@ ALLOWED = {
     # the statistics file format is shared by the command that writes it and diff --stats,
     # which reads it: its reader checks the file's kind, which is that command's name
     ("fptrace/core/activation_stats.py", "stats"): "a statistics file's kind",
+    # --keep-warm: the client starts the server as `python -m fptrace serve` (it cannot import
+    # the command: it must stay light)
+    ("fptrace/client.py", "serve"): "the command line that starts a server",
 }
 
 

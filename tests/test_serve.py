@@ -16,10 +16,10 @@ import time
 from pathlib import Path
 
 import pytest
+from conftest import tiny_gpt2
 from typer.testing import CliRunner
 
-from conftest import tiny_gpt2
-from fptrace import client
+from fptrace import client, serving
 from fptrace.cli.main import app
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -27,8 +27,8 @@ P = "The cat sat on the"
 
 
 def env_for(sock: Path, **extra: str) -> dict:
-    env = dict(os.environ, **{client.SOCKET_ENV: str(sock), "COLUMNS": "120", "TERM": "dumb"})
-    env.pop(client.SWITCH_ENV, None)
+    env = dict(os.environ, **{serving.SOCKET_ENV: str(sock), "COLUMNS": "120", "TERM": "dumb"})
+    env.pop(serving.SWITCH_ENV, None)
     env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
     env.update(extra)
     return env
@@ -41,10 +41,10 @@ def fptrace(args: list[str], sock: Path, cwd: Path | None = None, **extra: str):
 
 def stop_server(sock: Path) -> None:
     """Stop the server at `sock`, by its process id where asking is not enough."""
-    answer = client.request({"op": "status"}, str(sock))
+    answer = serving.request({"op": "status"}, str(sock))
     if answer is None:
         return
-    client.request({"op": "stop"}, str(sock))
+    serving.request({"op": "stop"}, str(sock))
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
         try:
@@ -69,7 +69,8 @@ def without_times(value):
     """A JSON value with its measured times and rates (keys ending in `seconds`, `_per_s`) left
     out."""
     if isinstance(value, dict):
-        return {k: without_times(v) for k, v in value.items() if not k.endswith(("seconds", "_per_s"))}
+        return {k: without_times(v) for k, v in value.items()
+                if not k.endswith(("seconds", "_per_s"))}
     if isinstance(value, list):
         return [without_times(v) for v in value]
     return value
@@ -78,7 +79,7 @@ def without_times(value):
 def test_the_socket_is_the_users_alone(server):
     assert os.stat(server).st_mode & 0o777 == 0o600
     assert os.stat(server.parent).st_mode & 0o777 == 0o700
-    assert client.owner_problem(str(server)) is None
+    assert serving.owner_problem(str(server)) is None
 
 
 def test_status_names_the_server_and_its_models(server):
@@ -136,7 +137,7 @@ def test_every_command_answers_the_same_through_the_server(server, work):
         code, here = in_process(args, work)
         assert remote.returncode == code == 0, (args, remote.stderr[-600:])
         assert without_times(json.loads(remote.stdout)) == without_times(json.loads(here)), args
-    held = client.request({"op": "status"}, str(server))["models"]
+    held = serving.request({"op": "status"}, str(server))["held"]
     assert any(m["uses"] > 1 for m in held)  # answered from a model loaded once
 
 
@@ -160,18 +161,18 @@ def test_the_table_fits_the_callers_width(server, work):
 
 def test_batch_writes_the_same_records(server, work):
     tiny = tiny_gpt2()
-    for name, env in (("remote.jsonl", {}), ("here.jsonl", {client.SWITCH_ENV: "off"})):
+    for name, env in (("remote.jsonl", {}), ("here.jsonl", {serving.SWITCH_ENV: "off"})):
         done = fptrace(["batch", "prompts.txt", "-m", tiny, "--out", name], server, cwd=work,
                        **env)
         assert done.returncode == 0, done.stderr
-    remote = [without_times(json.loads(x)) for x in (work / "remote.jsonl").read_text().splitlines()]
-    here = [without_times(json.loads(x)) for x in (work / "here.jsonl").read_text().splitlines()]
+    remote, here = ([without_times(json.loads(x)) for x in (work / name).read_text().splitlines()]
+                    for name in ("remote.jsonl", "here.jsonl"))
     assert remote == here and len(remote) >= 3
 
 
 def test_bad_input_is_the_same_line_and_code(server, work):
     remote = fptrace(["run", P, "--top-k", "0"], server, cwd=work)
-    here = fptrace(["run", P, "--top-k", "0"], server, cwd=work, **{client.SWITCH_ENV: "off"})
+    here = fptrace(["run", P, "--top-k", "0"], server, cwd=work, **{serving.SWITCH_ENV: "off"})
     assert remote.returncode == here.returncode == 2
     assert remote.stderr == here.stderr and remote.stderr.count("\n") == 1
 
@@ -184,19 +185,19 @@ def test_ctrl_c_cancels_the_request_not_the_server(server, work):
                          stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:  # until the server runs it
-        answer = client.request({"op": "status"}, str(server))
+        answer = serving.request({"op": "status"}, str(server))
         if answer and answer["busy"]:
             break
         time.sleep(0.1)
     time.sleep(0.5)
     p.send_signal(signal.SIGINT)
-    out, err = p.communicate(timeout=120)
+    _, err = p.communicate(timeout=120)
     assert p.returncode == 130, err
     assert err.strip().splitlines()[-1].startswith("fptrace: error: interrupted")
     assert "Traceback" not in err
     after = fptrace(["run", P, "-m", tiny, "--json"], server, cwd=work)
     assert after.returncode == 0 and json.loads(after.stdout)["top_k"]
-    assert client.request({"op": "status"}, str(server))["busy"] is False
+    assert serving.request({"op": "status"}, str(server))["busy"] is False
 
 
 def test_a_stale_socket_is_one_line_and_the_run_here(tmp_path):
@@ -215,7 +216,7 @@ def test_a_killed_server_costs_the_in_process_run(tmp_path):
     sock = tmp_path / "run" / "s.sock"
     done = fptrace(["serve"], sock)
     assert done.returncode == 0, done.stderr
-    pid = client.request({"op": "status"}, str(sock))["pid"]
+    pid = serving.request({"op": "status"}, str(sock))["pid"]
     os.kill(pid, signal.SIGKILL)
     with contextlib.suppress(ChildProcessError):
         os.waitpid(pid, 0)
@@ -232,7 +233,7 @@ def test_another_users_socket_is_not_used(tmp_path, monkeypatch, capsys):
     try:
         s.listen(1)
         monkeypatch.setattr(os, "getuid", lambda: os.stat(sock).st_uid + 1)
-        assert client.connect(str(sock)) is None
+        assert serving.connect(str(sock)) is None
     finally:
         s.close()
     err = capsys.readouterr().err
@@ -244,7 +245,7 @@ def test_a_folder_open_to_others_is_not_trusted(tmp_path):
     sock.parent.mkdir(mode=0o700)
     sock.write_text("")
     os.chmod(sock.parent, 0o777)
-    assert "open to other users" in client.owner_problem(str(sock))
+    assert "open to other users" in serving.owner_problem(str(sock))
 
 
 def test_a_second_server_is_refused(server):
@@ -254,8 +255,6 @@ def test_a_second_server_is_refused(server):
 
 
 def test_what_runs_here_always():
-    assert not client.wants_server(["serve", "--status"])
-    assert not client.wants_server(["tui"])
     assert not client.wants_server(["run", "x", "--tp", "2"])
     assert not client.wants_server(["batch", "p.txt", "--ray"])
     assert client.wants_server(["run", "x"])
@@ -309,3 +308,17 @@ def test_commands_import_only_what_they_use():
                               text=True, env=dict(os.environ, PYTHONPATH=str(ROOT)))
         assert done.returncode == 0, done.stderr[-500:]
         assert done.stdout.strip().splitlines()[-1] == "HEAVY", (args, done.stdout[-200:])
+
+
+def test_keep_warm_starts_a_server_on_first_use(tmp_path):
+    sock = tmp_path / "run" / "s.sock"
+    try:
+        first = fptrace(["schema", "--keep-warm"], sock)
+        assert first.returncode == 0 and json.loads(first.stdout), first.stderr
+        answer = serving.request({"op": "status"}, str(sock))
+        assert answer is not None and answer["served"] == 1  # it answered the first call
+        second = fptrace(["schema"], sock, **{"FPTRACE_KEEP_WARM": "1"})
+        assert second.stdout == first.stdout
+        assert serving.request({"op": "status"}, str(sock))["served"] == 2
+    finally:
+        stop_server(sock)

@@ -19,14 +19,16 @@ from fptrace.errors import BadInput, FptraceError
 COMMAND_MARK = "__fptrace_command__"
 
 
-def command(order: int, docs: str | None = None) -> Callable[[Callable[..., Any]], Any]:
+def command(order: int, docs: str | None = None, resident: bool = True
+            ) -> Callable[[Callable[..., Any]], Any]:
     """Mark the function of a command's cli.py as `fptrace <its folder>` (cli/main.py finds it):
-    order places it in `fptrace --help`; docs names its page under docs/ for the epilog. The
-    function is wrapped by `guarded`, so an error is one line and an exit code."""
+    order places it in `fptrace --help`; docs names its page under docs/ for the epilog;
+    resident=False keeps it out of a resident server (it owns the terminal, or is the server).
+    The function is wrapped by `guarded`, so an error is one line and an exit code."""
 
     def mark(fn: Callable[..., Any]) -> Any:
         wrapped = guarded(fn)
-        setattr(wrapped, COMMAND_MARK, {"order": order, "typer": (
+        setattr(wrapped, COMMAND_MARK, {"order": order, "resident": resident, "typer": (
             {"epilog": docs_epilog(docs)} if docs else {})})
         return wrapped
 

@@ -47,8 +47,17 @@ def discover() -> list[tuple[int, str, object]]:
     return sorted(found, key=lambda t: (t[0], t[1]))
 
 
-for _order, _name, _fn in discover():
+COMMANDS = discover()
+for _order, _name, _fn in COMMANDS:
     app.command(name=_name, **getattr(_fn, COMMAND_MARK)["typer"])(_fn)
+
+
+def resident_may_answer(argv: list[str]) -> bool:
+    """Whether a resident server may run this command line for a client: not for a command
+    marked resident=False (the server itself, the TUI, which owns the terminal)."""
+    words = [a for a in argv if not a.startswith("-")]
+    return not words or all(getattr(fn, COMMAND_MARK)["resident"]
+                            for _, name, fn in COMMANDS if name == words[0])
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -8,12 +8,12 @@ from typing import Annotated
 import typer
 
 from fptrace.cli.io import command, stderr_console
-from fptrace.cli.options import OUTPUT, JsonOpt
+from fptrace.cli.options import JsonOpt
 
 SERVER = "Server"
 
 
-@command(order=130, docs="serve")
+@command(order=130, docs="serve", resident=False)
 def serve(
     stop: Annotated[bool, typer.Option("--stop", help="Stop the running server.",
                                        rich_help_panel=SERVER)] = False,
@@ -36,16 +36,16 @@ def serve(
     """Keep models loaded in one background process: every fptrace command then sends its
     arguments there and prints what it would have printed, without loading anything (a
     Unix socket of this user, mode 0600; `FPTRACE_SERVER=off` runs a command here)."""
-    from fptrace import client
+    from fptrace import serving
     from fptrace.commands.serve import core
 
-    path = client.socket_path()
+    path = serving.socket_path()
     if stop or status:
         if stop and status:
             from fptrace.errors import BadInput
 
             raise BadInput("give --stop or --status, not both")
-        answer = client.request({"op": "stop" if stop else "status"}, path)
+        answer = serving.request({"op": "stop" if stop else "status"}, path)
         if answer is None:
             stderr_console().print(f"no fptrace server is running (socket {path})",
                                    markup=False, soft_wrap=True)

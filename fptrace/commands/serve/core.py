@@ -1,5 +1,5 @@
 """The resident server: one process that keeps models loaded (models/resident.py) and answers
-the command lines that fptrace/client.py sends it, one at a time, as if each had run in the
+the command lines that fptrace/serving.py sends it, one at a time, as if each had run in the
 client's own process.
 
 For a request the server takes on the client's standard streams (the descriptors came with it:
@@ -29,7 +29,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from fptrace import client
+from fptrace import serving
 from fptrace.errors import FptraceError
 
 
@@ -69,8 +69,8 @@ def prepare_folder(path: str) -> None:
     st = os.lstat(folder)
     if st.st_uid != os.getuid():
         raise FptraceError(f"{folder} belongs to another user: choose another socket with "
-                           f"{client.SOCKET_ENV}")
-    if st.st_mode & 0o077 and os.path.dirname(client.socket_path()) == folder:
+                           f"{serving.SOCKET_ENV}")
+    if st.st_mode & 0o077 and os.path.dirname(serving.socket_path()) == folder:
         os.chmod(folder, 0o700)  # our own runtime folder, opened by someone's umask
 
 
@@ -85,7 +85,7 @@ def listen(path: str) -> tuple[socket.socket, Any]:
         fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except OSError:
         lock.close()
-        status = client.request({"op": "status"}, path)
+        status = serving.request({"op": "status"}, path)
         pid = f" (pid {status['pid']})" if status else ""
         raise ServerRunning(f"a server already listens at {path}{pid}") from None
     with contextlib.suppress(FileNotFoundError):
@@ -158,7 +158,7 @@ def receive(server: Server, conn: socket.socket) -> None:
     """Read a request's header; answer status and stop at once, queue a command and watch its
     connection for a cancel."""
     try:
-        if client.peer_uid(conn) not in (None, os.getuid()):
+        if serving.peer_uid(conn) not in (None, os.getuid()):
             conn.close()
             return
         msg, fds, _, _ = socket.recv_fds(conn, 1 << 20, 3)
@@ -185,7 +185,7 @@ def receive(server: Server, conn: socket.socket) -> None:
             conn.sendall(struct.pack("!I", len(data)) + data)
         conn.close()
         return
-    if op != "run" or len(fds) != 3:
+    if op != "command" or len(fds) != 3:
         for fd in fds:
             os.close(fd)
         conn.close()
@@ -203,7 +203,7 @@ def watch(server: Server, req: Request) -> None:
             data = req.conn.recv(1)
         except OSError:
             data = b""
-        if data == client.CANCEL or not data:
+        if data == serving.CANCEL or not data:
             with req.lock:
                 if not req.cancelled:
                     req.cancelled = True
@@ -218,7 +218,7 @@ def status(server: Server) -> dict:
 
     return {"pid": os.getpid(), "socket": server.path, "started_at": server.started_at,
             "served": server.served, "idle_timeout": server.idle, "budget": server.budget,
-            "rss": rss_bytes(), "models": resident.status(),
+            "rss": rss_bytes(), "held": resident.status(),
             "busy": server.current is not None, "waiting": server.pending.qsize()}
 
 
@@ -235,6 +235,13 @@ def answer(server: Server, req: Request) -> None:
     from fptrace import interrupt
     from fptrace.models import resident
 
+    from fptrace.cli.main import resident_may_answer
+
+    if not resident_may_answer(req.header["argv"]):
+        with contextlib.suppress(OSError):
+            req.conn.sendall(serving.ELSEWHERE)
+        close(req)
+        return
     with req.lock:
         if req.cancelled:
             close(req)
@@ -243,7 +250,7 @@ def answer(server: Server, req: Request) -> None:
         server.current = req
     rc = 70
     try:
-        req.conn.sendall(client.STARTED)
+        req.conn.sendall(serving.STARTED)
         with as_client(req):
             rc = run_command(req.header["argv"])
     except OSError:
@@ -257,7 +264,7 @@ def answer(server: Server, req: Request) -> None:
             log(f"{name}: changed by a request, dropped (the next one loads it afresh)")
         server.served += 1
     with contextlib.suppress(OSError):
-        req.conn.sendall(client.DONE + struct.pack("!i", rc))
+        req.conn.sendall(serving.DONE + struct.pack("!i", rc))
     close(req)
 
 
@@ -347,7 +354,7 @@ def start_background(path: str, idle: float, budget: int, wait: float = 300.0) -
     pid."""
     import subprocess
 
-    running = client.request({"op": "status"}, path)
+    running = serving.request({"op": "status"}, path)
     if running is not None:
         raise ServerRunning(f"a server already listens at {path} (pid {running['pid']})")
     prepare_folder(path)
@@ -357,14 +364,14 @@ def start_background(path: str, idle: float, budget: int, wait: float = 300.0) -
             [sys.executable, "-m", "fptrace", "serve", "--foreground", "--idle-timeout",
              str(int(idle)), "--memory-budget", f"{budget}B"],
             stdin=subprocess.DEVNULL, stdout=log_file, stderr=log_file,
-            env=dict(os.environ, **{client.SOCKET_ENV: path, client.SWITCH_ENV: "off"}),
+            env=dict(os.environ, **{serving.SOCKET_ENV: path, serving.SWITCH_ENV: "off"}),
             start_new_session=True, cwd="/")
     deadline = time.monotonic() + wait
     while time.monotonic() < deadline:
         if proc.poll() is not None:
             raise FptraceError(f"the server stopped at its start (exit {proc.returncode}): "
                                f"{last_line(log_path)}")
-        answer = client.request({"op": "status"}, path)
+        answer = serving.request({"op": "status"}, path)
         if answer is not None and answer.get("pid") == proc.pid:
             return proc.pid
         time.sleep(0.05)
@@ -400,16 +407,16 @@ def describe(answer: dict) -> str:
              f"{', ' + str(answer['waiting']) + ' waiting' if answer['waiting'] else ''}; "
              f"idle timeout {f'{idle:g} s' if idle else 'none'}",
              f"memory   {human_bytes(answer['rss']) if answer['rss'] else '?'} resident; "
-             f"weights held {human_bytes(sum(m['bytes'] for m in answer['models']))} of a "
+             f"weights held {human_bytes(sum(m['bytes'] for m in answer['held']))} of a "
              f"budget of {human_bytes(answer['budget'])}"]
-    if not answer["models"]:
-        lines.append("models   none held yet (the first command that loads one keeps it)")
-    for i, m in enumerate(answer["models"]):
+    if not answer["held"]:
+        lines.append("held     no model yet (the first command that loads one keeps it)")
+    for i, m in enumerate(answer["held"]):
         opts = m["options"]
         how = ", ".join(f"{k} {v}" for k, v in opts.items()
-                        if v not in (None, False, "auto") and k != "seed"
+                        if (v not in (None, False, "auto") and k != "seed")
                         or (k == "seed" and opts.get("random_weights")))
-        lines.append(f"{'models' if i == 0 else '':8} {m['model']}{f' ({how})' if how else ''}"
+        lines.append(f"{'held' if i == 0 else '':8} {m['model']}{f' ({how})' if how else ''}"
                      f": {human_bytes(m['bytes'])}, loaded in {m['load_seconds']:g} s, used "
                      f"{m['uses']} time{'s' if m['uses'] != 1 else ''}")
     return "\n".join(lines)

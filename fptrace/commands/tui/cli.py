@@ -10,7 +10,7 @@ from fptrace.cli.io import command, quiet_libraries
 from fptrace.cli.options import ChatOptions, LoadOptions, chat_options, model_options
 
 
-@command(order=100)
+@command(order=100, resident=False)
 @chat_options()
 @model_options(placement=False)
 def tui(
