@@ -3,9 +3,10 @@
 only: the client imports it before anything else.
 
 The protocol, one connection a request: a 4-byte length and a JSON header ({"op": "command"
-| "status" | "stop", ...}), with the client's three standard descriptors attached (SCM_RIGHTS) for a
-run; the server answers `S` when it starts the command and `X` with a 4-byte exit code when it is
-done, or `L` for a command it leaves to the caller's own process (or a length and a JSON body for status and stop). The client sends `C` to cancel.
+| "status" | "stop", ...}), with the client's three standard descriptors attached (SCM_RIGHTS)
+for a command. The server answers `S` when it starts the command and `X` with a 4-byte exit code
+when it is done, or `L` for a command it leaves to the caller's own process; for status and stop,
+a length and a JSON body. The client sends `C` to cancel.
 """
 
 from __future__ import annotations

@@ -28,9 +28,8 @@ class LoadOptions:
 
     def load(self, progress: Callable[[str], None] | None = None) -> Any:
         """The LoadedModel these options describe."""
-        from fptrace.models.loading import load_model
-
         from fptrace.models import resident
+        from fptrace.models.loading import load_model
 
         args = asdict(self)
         name = args.pop("model")

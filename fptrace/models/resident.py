@@ -58,7 +58,7 @@ def key_of(opts: Any) -> tuple:
     name = args.pop("model")
     spec = resolve(name)
     files: tuple = ()
-    if getattr(spec, "path", None):
+    if spec.path:
         path = os.path.abspath(spec.path)
         names = [path] if os.path.isfile(path) else sorted(
             os.path.join(path, f) for f in os.listdir(path))

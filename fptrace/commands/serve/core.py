@@ -32,6 +32,8 @@ from typing import Any
 from fptrace import serving
 from fptrace.errors import FptraceError
 
+MAIN_THREAD = threading.main_thread().ident or 0  # where the commands run
+
 
 class ServerRunning(FptraceError):
     """`fptrace serve` where a server already listens on the socket."""
@@ -140,9 +142,11 @@ def stop(server: Server) -> None:
 
 
 def log(line: str) -> None:
-    with contextlib.suppress(OSError, ValueError):
-        sys.__stderr__.write(f"{time.strftime('%H:%M:%S')} {line}\n")
-        sys.__stderr__.flush()
+    err = sys.__stderr__
+    if err is not None:
+        with contextlib.suppress(OSError, ValueError):
+            err.write(f"{time.strftime('%H:%M:%S')} {line}\n")
+            err.flush()
 
 
 def accept(server: Server, sock: socket.socket) -> None:
@@ -208,7 +212,7 @@ def watch(server: Server, req: Request) -> None:
                 if not req.cancelled:
                     req.cancelled = True
                     if req.started and server.current is req:
-                        signal.pthread_kill(threading.main_thread().ident, signal.SIGINT)
+                        signal.pthread_kill(MAIN_THREAD, signal.SIGINT)
             if not data:
                 return
 
@@ -233,9 +237,8 @@ def rss_bytes() -> int | None:
 def answer(server: Server, req: Request) -> None:
     """Run one request in the client's streams, folder and environment; send its exit code."""
     from fptrace import interrupt
-    from fptrace.models import resident
-
     from fptrace.cli.main import resident_may_answer
+    from fptrace.models import resident
 
     if not resident_may_answer(req.header["argv"]):
         with contextlib.suppress(OSError):
