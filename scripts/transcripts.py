@@ -9,10 +9,17 @@ tests/test_transcripts.py runs the same check in the suite. Commands run in a sc
 that holds a link to prompts/, with COLUMNS=100 unless the command sets it, stdout only (add
 `2>&1` to a command to show its stderr). Before comparing, what differs from run to run or
 machine to machine is masked on both sides: durations, rates, free memory and install paths.
+
+Both run the commands through a resident server of their own (`fptrace serve` on a private
+socket, stopped at the end): each model is loaded once instead of once per command, and the
+output is what the command prints by itself (tests/test_serve.py holds the two equal). With
+FPTRACE_SERVER=off every command runs in a process of its own, as before.
 """
 
 from __future__ import annotations
 
+import contextlib
+import json
 import os
 import re
 import shlex
@@ -137,6 +144,37 @@ def all_examples() -> list[Example]:
     return [e for p in paths for e in examples(p)]
 
 
+@contextlib.contextmanager
+def resident_server():
+    """A server on a private socket for the commands run inside (nothing with
+    FPTRACE_SERVER=off); stopped at the end, by its process id if asking is not enough."""
+    if os.environ.get("FPTRACE_SERVER", "").lower() == "off":
+        yield
+        return
+    folder = Path(tempfile.mkdtemp(prefix="fptrace-serve-"))
+    sock = folder / "run" / "serve.sock"
+    env = dict(os.environ, FPTRACE_SOCKET=str(sock))
+    fptrace = [sys.executable, "-m", "fptrace"]
+    subprocess.run([*fptrace, "serve", "--idle-timeout", "3600"], env=env, check=True,
+                   capture_output=True, timeout=300)
+    status = subprocess.run([*fptrace, "serve", "--status", "--json"], env=env,
+                            capture_output=True, text=True, timeout=60)
+    pid = json.loads(status.stdout)["pid"]
+    old = os.environ.get("FPTRACE_SOCKET")
+    os.environ["FPTRACE_SOCKET"] = str(sock)
+    try:
+        yield
+    finally:
+        if old is None:
+            os.environ.pop("FPTRACE_SOCKET", None)
+        else:
+            os.environ["FPTRACE_SOCKET"] = old
+        subprocess.run([*fptrace, "serve", "--stop"], env=env, capture_output=True, timeout=120)
+        with contextlib.suppress(ProcessLookupError, ChildProcessError):
+            os.kill(pid, 9)
+        shutil.rmtree(folder, ignore_errors=True)
+
+
 def run(command: str, scratch: Path) -> str:
     env = dict(os.environ)
     env["PATH"] = os.path.dirname(sys.executable) + os.pathsep + env.get("PATH", "")
@@ -161,6 +199,14 @@ def main() -> int:
     check = "--check" in sys.argv
     named = [(ROOT / a).resolve() for a in sys.argv[1:] if not a.startswith("--")]
     scratch = scratch_folder()
+    with resident_server():
+        bad = rewrite(named, check, scratch)
+    return 1 if bad else 0
+
+
+def rewrite(named: list[Path], check: bool, scratch: Path) -> int:
+    """Run the examples of the pages (those named, or all) and rewrite them (or, with check,
+    count those that print something else now)."""
     bad = 0
     try:
         for path in [ROOT / "README.md"] + sorted((ROOT / "docs").glob("*.md")):
@@ -183,7 +229,7 @@ def main() -> int:
                 print(f"updated {path.relative_to(ROOT)}")
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
-    return 1 if bad else 0
+    return bad
 
 
 if __name__ == "__main__":

@@ -17,10 +17,12 @@ EXAMPLES = transcripts.all_examples()
 
 @pytest.fixture(scope="module")
 def scratch():
+    """The scratch folder, and a resident server that holds the models for every example."""
     import shutil
 
     folder = transcripts.scratch_folder()
-    yield folder
+    with transcripts.resident_server():
+        yield folder
     shutil.rmtree(folder, ignore_errors=True)
 
 
