@@ -322,3 +322,26 @@ def test_keep_warm_starts_a_server_on_first_use(tmp_path):
         assert serving.request({"op": "status"}, str(sock))["served"] == 2
     finally:
         stop_server(sock)
+
+
+def test_stop_ends_the_server_and_removes_its_socket(tmp_path):
+    sock = tmp_path / "run" / "s.sock"
+    assert fptrace(["serve"], sock).returncode == 0
+    pid = serving.request({"op": "status"}, str(sock))["pid"]
+    t0 = time.monotonic()
+    done = fptrace(["serve", "--stop"], sock)
+    assert done.returncode == 0 and f"pid {pid}" in done.stderr
+    assert not sock.exists() and time.monotonic() - t0 < 20
+    with contextlib.suppress(ChildProcessError):
+        os.waitpid(pid, 0)
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            break
+        time.sleep(0.1)
+    else:
+        os.kill(pid, signal.SIGKILL)
+        raise AssertionError("the server did not end")
+    assert fptrace(["serve", "--status"], sock).returncode == 1

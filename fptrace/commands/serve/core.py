@@ -108,6 +108,7 @@ def serve(path: str, idle: float, budget: int, ready: Any = None) -> None:
     from fptrace.models import resident
 
     sock, lock = listen(path)
+    ours = os.stat(path).st_ino  # the file to remove at the end, if nobody replaced it
     server = Server(path, idle, budget)
     resident.hold(budget)
     signal.signal(signal.SIGTERM, lambda *_: stop(server))
@@ -129,7 +130,7 @@ def serve(path: str, idle: float, budget: int, ready: Any = None) -> None:
             answer(server, req)
     finally:
         with contextlib.suppress(OSError):
-            if os.path.exists(path) and os.stat(path).st_ino == os.fstat(sock.fileno()).st_ino:
+            if os.stat(path).st_ino == ours:
                 os.unlink(path)
         sock.close()
         lock.close()
