@@ -35,8 +35,8 @@ import sys
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 folder = sys.argv[1]
-tok = AutoTokenizer.from_pretrained(folder)
-model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32).eval()
+tok = AutoTokenizer.from_pretrained(folder + "/tokenizer")
+model = AutoModelForCausalLM.from_pretrained(folder + "/model", dtype=torch.float32).eval()
 with torch.no_grad():
     logits = model(**tok(sys.argv[2], return_tensors="pt")).logits
 print(int(logits[0, -1].argmax()))
@@ -54,7 +54,8 @@ def wall(cmd: list[str], env: dict) -> float:
 
 
 def cache_folder() -> str:
-    """The bundled model's dequantized weights, as fptrace caches them (an HF model folder)."""
+    """The bundled model's dequantized weights and tokenizer, as fptrace caches them (two HF
+    folders, model/ and tokenizer/)."""
     from fptrace.models.gguf_cache import gguf_entry
     from fptrace.models.registry import known_models
 
