@@ -93,8 +93,11 @@ def test_status_names_the_server_and_its_models(server):
 
 @pytest.fixture(scope="module")
 def work(tmp_path_factory):
+    from fptrace.commands.features.examples import write_seeded
+
     folder = tmp_path_factory.mktemp("work")
     (folder / "prompts.txt").write_text("The cat sat\nA dog ran to the\nOne two three\n")
+    write_seeded(str(folder / "sae"), 32, 64)
     return folder
 
 
@@ -116,6 +119,7 @@ def commands(tiny: str) -> list[list[str]]:
         ["generate", P, *m, "-n", "3", "--json"],
         ["generate", P, *m, "-n", "3", "--temperature", "0.8", "--seed", "3", "--json"],
         ["shapes", *m, P, "--json"],
+        ["features", P, *m, "--sae", "sae", "--json"],
     ]
 
 
@@ -157,6 +161,31 @@ def test_the_table_fits_the_callers_width(server, work):
         assert width <= int(columns)
         mask = [line for line in remote.stdout.splitlines() if "µs" not in line]
         assert mask == [line for line in here.stdout.splitlines() if "µs" not in line]
+
+
+def page_without_times(text: str) -> str:
+    """A report page with its measured times left out: the JSON it embeds (as data: links,
+    base64) compared without them, and the tokenizer's time in the sentence that says it."""
+    import base64
+    import re
+
+    def decoded(m: re.Match) -> str:
+        doc = json.loads(base64.b64decode(m.group(1)))
+        return json.dumps(without_times(doc), sort_keys=True)
+
+    text = re.sub(r"data:application/json;base64,([A-Za-z0-9+/=]+)", decoded, text)
+    text = re.sub(r'"[a-z_]*seconds": ?[-+0-9.e]+', '"<seconds>"', text)
+    return re.sub(r"takes [0-9.,]+ ?µs", "takes <time>", text)
+
+
+def test_report_writes_the_same_page(server, work):
+    tiny = tiny_gpt2()
+    for name, env in (("remote.html", {}), ("here.html", {serving.SWITCH_ENV: "off"})):
+        done = fptrace(["report", P, "-m", tiny, "--out", name], server, cwd=work, **env)
+        assert done.returncode == 0, done.stderr
+    remote, here = (page_without_times((work / n).read_text(encoding="utf-8"))
+                    for n in ("remote.html", "here.html"))
+    assert remote == here and "data:application/json" not in remote
 
 
 def test_batch_writes_the_same_records(server, work):
