@@ -374,3 +374,21 @@ def test_stop_ends_the_server_and_removes_its_socket(tmp_path):
         os.kill(pid, signal.SIGKILL)
         raise AssertionError("the server did not end")
     assert fptrace(["serve", "--status"], sock).returncode == 1
+
+
+def test_the_server_computes_with_the_callers_threads(server, work):
+    """OMP_NUM_THREADS of the caller is what the command runs with (a sum over other threads
+    rounds otherwise in its last digits)."""
+    code = ("import torch, json, sys; print(torch.get_num_threads())")
+    tiny = tiny_gpt2()
+    for threads in ("1", "2"):
+        remote = fptrace(["run", P, "-m", tiny, "--json"], server, cwd=work,
+                         OMP_NUM_THREADS=threads)
+        here = subprocess.run([sys.executable, "-m", "fptrace", "run", P, "-m", tiny, "--json"],
+                              env=env_for(server, OMP_NUM_THREADS=threads,
+                                          **{serving.SWITCH_ENV: "off"}),
+                              cwd=work, capture_output=True, text=True, timeout=600)
+        assert remote.returncode == here.returncode == 0
+        assert without_times(json.loads(remote.stdout)) == without_times(json.loads(here.stdout))
+    assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          env=dict(os.environ, OMP_NUM_THREADS="1")).stdout.strip() == "1"

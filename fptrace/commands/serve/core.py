@@ -302,6 +302,40 @@ def run_command(argv: list[str]) -> int:
         interrupt.settled()  # from here a late cancel is ignored (SIGINT set aside)
 
 
+_FRESH: dict[str, int] = {}
+
+
+def fresh_torch() -> None:
+    """torch with as many threads as a new process of the client's would have: its
+    OMP_NUM_THREADS, else torch's own default. It changes numbers: a sum split over other
+    threads rounds otherwise in its last digits. (torch's global random generator starts at a
+    random seed in every process: no command depends on it.)"""
+    torch = sys.modules.get("torch")
+    if torch is None:  # imported by the command, in the client's environment
+        return
+    if not _FRESH:
+        _FRESH["threads"] = default_threads(torch)
+    from fptrace.numbers import is_int
+
+    want = os.environ.get("OMP_NUM_THREADS", "").strip()
+    threads = int(want) if is_int(want) and int(want) > 0 else _FRESH["threads"]
+    if torch.get_num_threads() != threads:
+        torch.set_num_threads(threads)
+
+
+def default_threads(torch: Any) -> int:
+    """The threads torch gives a process whose environment does not set them: its own count
+    where the server's environment did not set OMP_NUM_THREADS, else this machine's cores
+    available to it."""
+    if "OMP_NUM_THREADS" not in SERVER_ENV:
+        return torch.get_num_threads()
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else \
+        (os.cpu_count() or 1)
+
+
+SERVER_ENV = dict(os.environ)  # the server's own environment, before any request's
+
+
 @contextlib.contextmanager
 def as_client(req: Request):
     """The process as the client's for the time of one command: its descriptors 0-2, the
@@ -326,6 +360,7 @@ def as_client(req: Request):
         os.environ.update({str(k): str(v) for k, v in header.get("env", {}).items()})
         os.chdir(header.get("cwd") or "/")
         sys.argv = ["fptrace", *header["argv"]]
+        fresh_torch()
         yield
     finally:
         for stream in (sys.stdout, sys.stderr):
