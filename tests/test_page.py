@@ -87,3 +87,158 @@ def test_lens_grid_cells_are_what_the_model_computed(tiny):
         assert t.lens_grid[k][-1].resid_norm == pytest.approx(layer.resid_norm_last, rel=1e-5)
         if layer.attn_norm_last is not None and t.lens_grid[k][-1].attn_norm is not None:
             assert t.lens_grid[k][-1].attn_norm == pytest.approx(layer.attn_norm_last, rel=1e-5)
+
+
+# ---- the page and --html (a tiny GPT-2 folder with the real GPT-2 tokenizer)
+
+from typer.testing import CliRunner  # noqa: E402
+
+from conftest import make_gpt2_folder  # noqa: E402
+from fptrace.cli.main import app  # noqa: E402
+
+runner = CliRunner()
+PROMPT = "The cat sat on"
+
+
+@pytest.fixture(scope="module")
+def folder(tmp_path_factory):
+    return str(make_gpt2_folder(tmp_path_factory.mktemp("page-model"), n_layer=3)[0])
+
+
+@pytest.fixture(scope="module")
+def lm(folder):
+    from fptrace.models.loading import load_model
+
+    return load_model(folder)
+
+
+@pytest.fixture(scope="module")
+def report(folder, tmp_path_factory):
+    """The report with every section that offers the page data: explain (block 1), attribution,
+    causal tracing and ablation."""
+    out = tmp_path_factory.mktemp("page") / "report.html"
+    r = runner.invoke(app, ["report", PROMPT, "-m", folder, "--out", str(out), "--layer", "1",
+                            "--noise", " cat", "--ablate"])
+    assert r.exit_code == 0, r.stderr
+    return out
+
+
+def _block(html, name):
+    m = re.search(rf'<script type="application/json" id="{name}">(.*?)</script>', html, re.S)
+    assert m, name
+    return json.loads(m.group(1))
+
+
+def _section(data, title):
+    return next(s for s in data["sections"] if s["title"].startswith(title))
+
+
+def test_report_page_is_one_file_holding_the_typed_results(report, lm):
+    from fptrace.commands.ablate.core import ablate
+    from fptrace.commands.attribute.core import attribute
+    from fptrace.commands.explain.core import explain
+    from fptrace.commands.patch.core import patch
+
+    html = report.read_text(encoding="utf-8")
+    # one file: inline style and script, nothing to fetch, and a policy that forbids fetching
+    assert not re.search(r"<(script|img|iframe|link)[^>]*\s(src|href)=\"(?!data:)", html)
+    assert "<link" not in html and "@import" not in html and "url(" not in html
+    assert "http://" not in html and "https://" not in html
+    assert "default-src 'none'" in html
+    t = run_trace(lm, PROMPT, lens_grid=True)
+    trace = _block(html, "fptrace-trace")
+    assert trace["kind"] == "trace" and trace["tokens"] == [
+        {"position": x.position, "id": x.id, "text": x.text, "template": x.template}
+        for x in t.tokens]
+    for row, own in zip(trace["lens_grid"], t.lens_grid, strict=True):
+        for c, o in zip(row, own, strict=True):
+            assert (c["id"], c["text"]) == (o.id, o.text)
+            assert c["prob"] == pytest.approx(o.prob, rel=1e-6)
+            assert c["resid_norm"] == pytest.approx(o.resid_norm, rel=1e-6)
+            assert [x["id"] for x in c["top_k"]] == [x.id for x in o.top_k]
+    data = _block(html, "fptrace-data")
+    grid = _section(data, "Causal tracing")["heatmaps"][0]
+    own_patch = patch(lm, PROMPT, noise=" cat", seed=0)
+    assert grid["values"] == [pytest.approx(list(r), rel=1e-6) for r in own_patch.grid]
+    assert grid["blocks"] == list(range(len(own_patch.grid)))
+    grid = _section(data, "Ablation")["heatmaps"][0]
+    own_ablation = ablate(lm, PROMPT, all_heads=True, all_mlps=True)
+    assert grid["values"] == [pytest.approx(list(h) + [m], rel=1e-6, abs=1e-9) for h, m in
+                              zip(own_ablation.head_grid, own_ablation.mlp_column)]
+    assert grid["columns"][-1] == "MLP"
+    own_attr = attribute(lm, PROMPT)
+    blocks = _section(data, "Direct logit attribution")["blocks"]
+    for b, la in zip(blocks, own_attr.layers, strict=True):
+        assert b["block"] == la.layer
+        assert b["rows"][0][1] == pytest.approx(la.attn, rel=1e-6, abs=1e-9)
+        assert b["rows"][1][1] == pytest.approx(la.mlp, rel=1e-6, abs=1e-9)
+    steps = _section(data, "Block 1")["blocks"][0]
+    own_explain = explain(lm, PROMPT, layer=1, head=0)
+    assert steps["block"] == 1
+    assert [r[0] for r in steps["rows"]] == [f"{s.index}. {s.name}" for s in own_explain.steps]
+
+
+def test_a_prompt_cannot_end_the_data_block(folder, tmp_path):
+    out = tmp_path / "p.html"
+    hostile = "</script><script>alert(1)</script> <!-- x"
+    r = runner.invoke(app, ["run", hostile, "-m", folder, "--html", str(out)])
+    assert r.exit_code == 0, r.stderr
+    html = out.read_text(encoding="utf-8")
+    assert html.count("<script") == 3 and html.count("</script>") == 3
+    assert _block(html, "fptrace-trace")["prompt"] == hostile
+
+
+@pytest.mark.parametrize("argv,title", [
+    (["run"], None),
+    (["explain", "--layer", "1"], "Block 1"),
+    (["attribute"], "Direct logit attribution"),
+    (["attribute", "--qk", "1.0"], "Direct logit attribution"),
+    (["patch", "--noise", " cat"], "Causal tracing"),
+    (["ablate", "--all-heads", "--all-mlps"], "Ablation"),
+    (["steer", "--add", " dog", "--subtract", " cat", "--layer", "0"], None),
+])
+def test_html_on_the_analysis_commands(folder, tmp_path, argv, title):
+    out = tmp_path / "page.html"
+    r = runner.invoke(app, [argv[0], PROMPT, "-m", folder, *argv[1:], "--json",
+                            "--html", str(out)])
+    assert r.exit_code == 0, r.stderr
+    json.loads(r.stdout)  # stdout is still the result's JSON, and only that
+    assert f"wrote {out}" in r.stderr
+    html = out.read_text(encoding="utf-8")
+    trace = _block(html, "fptrace-trace")
+    assert trace["lens_grid"] and trace["prompt"] == PROMPT
+    data = _block(html, "fptrace-data")
+    if title is not None:
+        assert _section(data, title)
+    if argv[:2] == ["attribute", "--qk"]:
+        maps = _section(data, title)["heatmaps"]
+        assert any(m["title"].startswith("head 1.0's score") for m in maps)
+    # written by fptrace: a second run replaces it without --force
+    r = runner.invoke(app, [argv[0], PROMPT, "-m", folder, *argv[1:], "--html", str(out)])
+    assert r.exit_code == 0, r.stderr
+
+
+@pytest.mark.parametrize("name,argv,needle", [
+    ("page.txt", [], "a report is an .html file"),
+    ("missing/page.html", [], "does not exist"),
+    ("theirs.html", [], "not a file fptrace wrote"),
+    ("page.html", ["--engine", "llama.cpp"], "--html is not available with --engine llama.cpp"),
+])
+def test_bad_html_paths_are_one_line_before_loading(folder, tmp_path, name, argv, needle):
+    theirs = tmp_path / "theirs.html"
+    theirs.write_text("<p>mine</p>")
+    r = runner.invoke(app, ["run", PROMPT, "-m", folder, *argv, "--html", str(tmp_path / name)])
+    assert r.exit_code == 2
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("fptrace: error: ") and needle in lines[0]
+    assert "Traceback" not in r.output
+    assert theirs.read_text() == "<p>mine</p>"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["theirs.html"]
+
+
+def test_html_replaces_someone_elses_file_with_force(folder, tmp_path):
+    theirs = tmp_path / "theirs.html"
+    theirs.write_text("<p>mine</p>")
+    r = runner.invoke(app, ["explain", PROMPT, "-m", folder, "--html", str(theirs), "--force"])
+    assert r.exit_code == 0, r.stderr
+    assert 'id="fptrace-trace"' in theirs.read_text(encoding="utf-8")
