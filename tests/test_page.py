@@ -242,3 +242,157 @@ def test_html_replaces_someone_elses_file_with_force(folder, tmp_path):
     r = runner.invoke(app, ["explain", PROMPT, "-m", folder, "--html", str(theirs), "--force"])
     assert r.exit_code == 0, r.stderr
     assert 'id="fptrace-trace"' in theirs.read_text(encoding="utf-8")
+
+
+# ---- a real browser: every request refused, hover, click, keys
+
+def _chromium():
+    import shutil
+
+    return next((p for p in map(shutil.which, ("chromium", "chromium-browser")) if p), None)
+
+
+def _numbers(text, name):
+    """The value after `name = ` in a tooltip's text."""
+    m = re.search(re.escape(name) + r" = (\S+)", text)
+    assert m, (name, text)
+    return float(m.group(1))
+
+
+def _rows(page, selector):
+    return page.evaluate(
+        "s => Array.from(document.querySelectorAll(s + ' tbody tr')).map("
+        "tr => Array.from(tr.cells).map(td => td.textContent))", selector)
+
+
+@pytest.mark.skipif(_chromium() is None, reason="Debian's chromium is not installed "
+                                                 "(scripts/install_browser.sh installs it)")
+def test_the_page_in_chromium_with_every_request_refused(report, lm, tmp_path):
+    pytest.importorskip("playwright")
+    from playwright.sync_api import sync_playwright
+
+    from fptrace.commands.attribute.core import attribute
+    from fptrace.commands.patch.core import patch
+    from fptrace.render.text import visible
+
+    t = run_trace(lm, PROMPT, lens_grid=True)  # the typed results the page must show
+    own_patch = patch(lm, PROMPT, noise=" cat", seed=0)
+    own_attr = attribute(lm, PROMPT)
+    uri = report.as_uri()
+    refused, requests, console, errors = [], [], [], []
+
+    def route(r):
+        if r.request.url == uri:
+            r.continue_()
+        else:
+            refused.append(r.request.url)
+            r.abort()
+
+    with sync_playwright() as p:
+        browser = p.chromium.launch(
+            executable_path=_chromium(), headless=True, chromium_sandbox=False,
+            args=["--no-sandbox", "--disable-gpu", "--disable-background-networking",
+                  "--disable-component-update", "--no-first-run"])
+        page = browser.new_page(viewport={"width": 1280, "height": 900})
+        page.route("**/*", route)
+        page.on("request", lambda req: requests.append(req.url))
+        page.on("console", lambda m: console.append((m.type, m.text)))
+        page.on("pageerror", lambda e: errors.append(str(e)))
+        page.goto(uri, wait_until="load")
+        n_images = page.evaluate("Array.from(document.images).filter(i => i.complete && "
+                                 "i.naturalWidth > 0).length")
+        L1, N = len(t.lens_grid), len(t.lens_positions)
+        assert page.locator("#lens tbody td").count() == L1 * N
+
+        # hover a lens cell: its tooltip holds the trace's values for that cell
+        k, j = 2, 1
+        page.hover(f'#lens td[data-row="{k}"][data-pos="{j}"]')
+        tip = page.inner_text("#tip")
+        cell = t.lens_grid[k][j]
+        assert f"block {k - 1} · position {t.lens_positions[j]}" in tip
+        assert f"“{visible(cell.text)}” (id {cell.id})" in tip
+        assert _numbers(tip, "p") == pytest.approx(cell.prob, rel=1e-5)
+        assert _numbers(tip, "‖resid‖") == pytest.approx(cell.resid_norm, rel=1e-5)
+        assert _numbers(tip, "‖attn‖") == pytest.approx(cell.attn_norm, rel=1e-5)
+        assert _numbers(tip, "‖mlp‖") == pytest.approx(cell.mlp_norm, rel=1e-5)
+
+        # click a token: its row across blocks opens
+        assert page.is_hidden("#token-panel")
+        page.click('.strip button[data-pos="0"]')
+        assert page.is_visible("#token-panel")
+        assert f"position {t.lens_positions[0]}" in page.inner_text("#token-panel h3")
+        rows = _rows(page, "#token-panel")
+        assert len(rows) == L1
+        for k, row in enumerate(rows):
+            c = t.lens_grid[k][0]
+            assert float(row[1]) == pytest.approx(c.resid_norm, rel=1e-5)
+            assert row[5] == visible(c.text) and float(row[6]) == pytest.approx(c.prob, rel=1e-5)
+            if k:
+                assert float(row[3]) == pytest.approx(c.attn_norm, rel=1e-5)
+                assert float(row[4]) == pytest.approx(c.mlp_norm, rel=1e-5)
+
+        # click a block: what its attention and MLP added at each position, its explain steps
+        # and its attribution terms
+        page.click('#lens th button[data-row="2"]')
+        assert page.is_visible("#block-panel")
+        panel = page.inner_text("#block-panel")
+        assert "Block 1: what its attention and MLP added" in panel
+        rows = _rows(page, "#block-panel")
+        for j in range(N):
+            c = t.lens_grid[2][j]
+            assert float(rows[j][4]) == pytest.approx(c.attn_norm, rel=1e-5)
+            assert float(rows[j][5]) == pytest.approx(c.mlp_norm, rel=1e-5)
+        assert "Explain: block 1 recomputed step by step" in panel
+        terms = {r[0]: r[1] for r in rows if len(r) == 2}
+        la = own_attr.layers[1]
+        assert float(terms["attention (every head and the W_O bias)"]) == pytest.approx(
+            la.attn, rel=1e-5, abs=1e-9)
+        assert float(terms["MLP"]) == pytest.approx(la.mlp, rel=1e-5, abs=1e-9)
+
+        # keys: arrows move the selection, Escape closes, Enter opens
+        page.click('#lens td[data-row="1"][data-pos="1"]')
+        assert page.get_attribute("#explore", "data-pos") == "1"
+        page.keyboard.press("ArrowRight")
+        page.keyboard.press("ArrowDown")
+        assert (page.get_attribute("#explore", "data-pos"),
+                page.get_attribute("#explore", "data-row")) == ("2", "2")
+        assert page.evaluate("document.activeElement.dataset.row + ','"
+                             " + document.activeElement.dataset.pos") == "2,2"
+        assert page.get_attribute('.strip button[data-pos="2"]', "aria-pressed") == "true"
+        assert f"position {t.lens_positions[2]}" in page.inner_text("#token-panel h3")
+        for _ in range(N + 2):
+            page.keyboard.press("ArrowLeft")
+        page.keyboard.press("ArrowUp")
+        assert (page.get_attribute("#explore", "data-pos"),
+                page.get_attribute("#explore", "data-row")) == ("0", "1")
+        page.keyboard.press("Escape")
+        assert page.is_hidden("#token-panel") and page.is_hidden("#block-panel")
+        page.keyboard.press("Enter")
+        assert page.is_visible("#token-panel") and page.is_visible("#block-panel")
+        assert "Block 0:" in page.inner_text("#block-panel h3")
+
+        # another section's heatmap: causal tracing, hovered cell by cell
+        box = page.locator(".section-heatmap", has_text="Causal tracing")
+        box.locator('td[data-i="1"][data-j="2"]').hover()
+        tip = page.inner_text("#tip")
+        assert "block 1 · 2 ␣sat" in tip
+        assert float(tip.rsplit("= ", 1)[1]) == pytest.approx(own_patch.grid[1][2], rel=1e-5)
+        box.locator('td[data-i="1"][data-j="2"]').click()  # a cell opens its block
+        assert "Block 1:" in page.inner_text("#block-panel h3")
+
+        # the route sees what a page asks for: a page that fetches an image is caught
+        fetching = tmp_path / "fetching.html"
+        fetching.write_text('<img src="http://example.invalid/x.png">')
+        other = browser.new_page()
+        caught = []
+        other.route("**/*", lambda r: (caught.append(r.request.url), r.abort())
+                    if r.request.url != fetching.as_uri() else r.continue_())
+        other.goto(fetching.as_uri(), wait_until="load")
+        assert caught == ["http://example.invalid/x.png"]
+        browser.close()
+
+    assert refused == [] and errors == []
+    assert [c for c in console if c[0] == "error"] == []
+    assert [u for u in requests if u != uri and not u.startswith("data:")] == []
+    # trace, attention, attribution, QK split, causal tracing, ablation: decoded, none refused
+    assert n_images == 6
