@@ -33,8 +33,8 @@ def result(cls: type[T]) -> type[T]:
 # of those, so a new kind edits nothing outside its folder; SCHEMA_BASE is the version of the
 # shared types of this module (1.4: Trace.routing and ModelInfo.moe for mixture-of-experts
 # models, Trace.engine; 1.5: the lens grid's cells carry the lens top-k and the stream's norms
-# at their position, for the report's page). The result modules import this one, so their declarations are read as
-# text here, not imported (a test checks the two agree).
+# at their position, for the report's page). The result modules import this one, so their
+# declarations are read as text here, not imported (a test checks the two agree).
 SCHEMA_BASE = "1.5"
 SINCE = re.compile(r'^SCHEMA_SINCE\s*=\s*"(\d+)\.(\d+)"', re.M)
 

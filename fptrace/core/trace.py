@@ -288,10 +288,12 @@ def _lens_grid(lm: LoadedModel, cap: Capture, T: int) -> tuple[tuple, tuple]:
     resid = stats.norms(streams).tolist()  # (L+1, n)
     added = stats.norms(streams[1:] - streams[:-1]).tolist()  # (L, n)
     measured = [a is not None and m is not None
-                for a, m in zip(cap.attn_positions, cap.mlp_positions)]
+                for a, m in zip(cap.attn_positions, cap.mlp_positions, strict=True)]
     zero = torch.zeros_like(streams[0])  # (n, d)
-    attn = torch.stack([a if ok else zero for a, ok in zip(cap.attn_positions, measured)])
-    mlp = torch.stack([m if ok else zero for m, ok in zip(cap.mlp_positions, measured)])
+    attn = torch.stack([a if ok else zero  # (L, n, d)
+                        for a, ok in zip(cap.attn_positions, measured, strict=True)])
+    mlp = torch.stack([m if ok else zero  # (L, n, d)
+                       for m, ok in zip(cap.mlp_positions, measured, strict=True)])
     mismatch, bound = stats.decomposition(streams[:-1], streams[1:], attn, mlp,
                                           str(lm.dtype).replace("torch.", ""))  # (L, n)
     holds = ((mismatch <= bound) & torch.tensor(measured, device=mismatch.device)[:, None]
@@ -306,7 +308,7 @@ def _lens_grid(lm: LoadedModel, cap: Capture, T: int) -> tuple[tuple, tuple]:
 
     def cell(k: int, j: int) -> LensCell:
         top = tuple(TopToken(r + 1, i, text(i), p, v) for r, (i, p, v)
-                    in enumerate(zip(ids[k][j], probs[k][j], values[k][j])))
+                    in enumerate(zip(ids[k][j], probs[k][j], values[k][j], strict=True)))
         split = k > 0 and holds[k - 1][j]
         return LensCell(top[0].id, top[0].text, top[0].prob, top_k=top,
                         resid_norm=resid[k][j],

@@ -2,8 +2,8 @@
 library is fetched. The script reads the JSON block `fptrace-data` (the trace and what each
 section offers, render/pagedata.py) and builds the explorer: the token strip, the logit-lens
 heatmap (one HTML cell per layer and position, its exact values on hover or focus), the panels
-a token or a block opens, and each section's heatmaps. Keys: ←/→ move the selected token, ↑/↓
-the selected block, Enter opens both panels, Escape closes them."""
+a token or a block opens, and each section's heatmaps. Keys: ←/→ move the selected token,
+↑/↓ the selected block, Enter opens both panels, Escape closes them."""
 
 from __future__ import annotations
 
@@ -15,15 +15,16 @@ h3 { font-size: 1.05em; margin: 1.2em 0 .4em; }
 pre.term { font-family: ui-monospace, "DejaVu Sans Mono", Menlo, Consolas, monospace;
            font-size: 12px; line-height: 1.25; padding: 1em; overflow-x: auto; border-radius: 6px; }
 img { max-width: 100%; border: 1px solid #eee; }
-.verdict-ok { color: #0a7a2f; font-weight: bold; } .verdict-bad { color: #b00020; font-weight: bold; }
+.verdict-ok { color: #0a7a2f; font-weight: bold; }
+.verdict-bad { color: #b00020; font-weight: bold; }
 .tokens span { display: inline-block; border: 1px solid #bbb; border-radius: 4px; padding: 0 .3em;
                margin: .1em; font-family: ui-monospace, monospace; background: #f6f6f6; }
 .mono, .heat td, .strip button, .panel td { font-family: ui-monospace, "DejaVu Sans Mono", Menlo,
   Consolas, monospace; }
 .hint { color: #555; font-size: .9em; }
 .strip { display: flex; flex-wrap: wrap; gap: .25em; margin: .5em 0 1em; }
-.strip button { border: 1px solid #999; border-radius: 4px; background: #f6f6f6; padding: .15em .45em;
-                cursor: pointer; font-size: 13px; }
+.strip button { border: 1px solid #999; border-radius: 4px; background: #f6f6f6;
+                padding: .15em .45em; cursor: pointer; font-size: 13px; }
 .strip button.sel { background: #1a4f9c; color: #fff; border-color: #1a4f9c; }
 .scroll { overflow-x: auto; max-width: 100%; }
 table.heat { border-collapse: collapse; font-size: 11px; }
@@ -132,7 +133,8 @@ SCRIPT = r"""
   function lensTip(k, j) {
     var c = G[k][j];
     var lines = [rowName(k) + " \u00b7 " + tokenName(j),
-                 "lens top-1: \u201c" + vis(c.text) + "\u201d (id " + c.id + ")  p = " + num(c.prob),
+                 "lens top-1: \u201c" + vis(c.text) + "\u201d (id " + c.id + ")  p = " +
+                 num(c.prob),
                  "\u2016resid\u2016 = " + num(c.resid_norm)];
     if (k > 0) {
       lines.push("\u2016\u0394\u2016 = " + num(c.added_norm) + "  \u2016attn\u2016 = " +
@@ -166,7 +168,9 @@ SCRIPT = r"""
   var lensTable = el("table", { "class": "heat lens", id: "lens",
                                 "aria-label": "logit lens: layers by positions" });
   var head = el("tr", {}, [el("th", { text: "" })]);
-  for (j = 0; j < N; j++) { head.appendChild(el("th", { scope: "col", text: vis(tokenAt(j).text) })); }
+  for (j = 0; j < N; j++) {
+    head.appendChild(el("th", { scope: "col", text: vis(tokenAt(j).text) }));
+  }
   lensTable.appendChild(el("thead", {}, [head]));
   var body = el("tbody");
   var cells = [], rowButtons = [];
@@ -207,7 +211,8 @@ SCRIPT = r"""
   root.appendChild(panels);
 
   function closeButton(which) {
-    var b = el("button", { type: "button", "class": "close", "aria-label": "close", text: "\u00d7" });
+    var b = el("button", { type: "button", "class": "close", "aria-label": "close",
+                           text: "\u00d7" });
     b.addEventListener("click", function () {
       if (which === "token") { open.token = false; } else { open.block = false; }
       render();
@@ -272,7 +277,8 @@ SCRIPT = r"""
                  k ? c.attn_norm : "", k ? c.mlp_norm : "", vis(c.text), c.prob]);
     }
     blockPanel.appendChild(table([["pos"], ["token", true], ["\u2016resid\u2016"],
-      ["\u2016\u0394\u2016"], ["\u2016attn\u2016"], ["\u2016mlp\u2016"], ["lens top-1", true], ["p"]],
+      ["\u2016\u0394\u2016"], ["\u2016attn\u2016"], ["\u2016mlp\u2016"], ["lens top-1", true],
+      ["p"]],
       rows, sel.pos));
     if (layer) {
       var last = [["cos(previous stream)", layer.cos_prev],
@@ -335,7 +341,8 @@ SCRIPT = r"""
 
   root.addEventListener("keydown", function (e) {
     var t = e.target;
-    var move = { ArrowLeft: [-1, 0], ArrowRight: [1, 0], ArrowUp: [0, -1], ArrowDown: [0, 1] }[e.key];
+    var move = { ArrowLeft: [-1, 0], ArrowRight: [1, 0], ArrowUp: [0, -1],
+                 ArrowDown: [0, 1] }[e.key];
     if (move) {
       e.preventDefault();
       var inStrip = t && t.parentNode === strip, inRows = rowButtons.indexOf(t) >= 0;
@@ -352,7 +359,11 @@ SCRIPT = r"""
     }
   });
   document.addEventListener("keydown", function (e) {
-    if (e.key === "Escape" && !root.contains(e.target)) { open.token = open.block = false; hideTip(); render(); }
+    if (e.key === "Escape" && !root.contains(e.target)) {
+      open.token = open.block = false;
+      hideTip();
+      render();
+    }
   });
 
   // ---- each section's heatmaps, hoverable the same way
@@ -379,13 +390,15 @@ SCRIPT = r"""
         } else { label.textContent = h.rows[i]; }
         var tr = el("tr", {}, [label]);
         r.forEach(function (v, jj) {
-          var color = v === null ? ["#eee", "#111"] : (h.diverging ? diverging(v, top) : sequential(v, top));
+          var color = v === null ? ["#eee", "#111"] :
+            (h.diverging ? diverging(v, top) : sequential(v, top));
           var td = el("td", { "data-i": String(i), "data-j": String(jj),
                               tabindex: i === 0 && jj === 0 ? "0" : "-1",
                               text: v === null ? "" : short(v) });
           td.style.background = color[0]; td.style.color = color[1];
           tipped(td, function () {
-            return h.title + "\n" + h.rows[i] + " \u00b7 " + h.columns[jj] + "\n" + h.value + " = " + num(v);
+            return h.title + "\n" + h.rows[i] + " \u00b7 " + h.columns[jj] + "\n" + h.value +
+              " = " + num(v);
           });
           if (block !== null && block !== undefined) {
             td.addEventListener("click", function () { selectBlock(block); });
@@ -396,13 +409,19 @@ SCRIPT = r"""
       });
       t.appendChild(tb);
       t.addEventListener("keydown", function (e) {  // arrows move between this grid's cells
-        var move = { ArrowLeft: [0, -1], ArrowRight: [0, 1], ArrowUp: [-1, 0], ArrowDown: [1, 0] }[e.key];
+        var move = { ArrowLeft: [0, -1], ArrowRight: [0, 1], ArrowUp: [-1, 0],
+                     ArrowDown: [1, 0] }[e.key];
         var at = e.target;
         if (!move || at.tagName !== "TD") { return; }
         e.preventDefault(); e.stopPropagation();
-        var i = Number(at.getAttribute("data-i")) + move[0], jj = Number(at.getAttribute("data-j")) + move[1];
+        var i = Number(at.getAttribute("data-i")) + move[0];
+        var jj = Number(at.getAttribute("data-j")) + move[1];
         var next = t.querySelector('td[data-i="' + i + '"][data-j="' + jj + '"]');
-        if (next) { at.setAttribute("tabindex", "-1"); next.setAttribute("tabindex", "0"); next.focus(); }
+        if (next) {
+          at.setAttribute("tabindex", "-1");
+          next.setAttribute("tabindex", "0");
+          next.focus();
+        }
       });
       box.appendChild(el("div", { "class": "scroll" }, [t]));
       root.appendChild(box);
