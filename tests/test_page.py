@@ -195,7 +195,7 @@ def test_a_prompt_cannot_end_the_data_block(folder, tmp_path):
     (["attribute", "--qk", "1.0"], "Direct logit attribution"),
     (["patch", "--noise", " cat"], "Causal tracing"),
     (["ablate", "--all-heads", "--all-mlps"], "Ablation"),
-    (["steer", "--add", " dog", "--subtract", " cat", "--layer", "0"], None),
+    (["steer", "--add", " dog", "--subtract", " cat", "--layer", "0"], "Steering"),
 ])
 def test_html_on_the_analysis_commands(folder, tmp_path, argv, title):
     out = tmp_path / "page.html"
@@ -396,3 +396,36 @@ def test_the_page_in_chromium_with_every_request_refused(report, lm, tmp_path):
     assert [u for u in requests if u != uri and not u.startswith("data:")] == []
     # trace, attention, attribution, QK split, causal tracing, ablation: decoded, none refused
     assert n_images == 6
+
+
+def test_html_on_features_and_diff_deep(folder, lm, tmp_path):
+    from test_features_dictionary import weights, write_saelens
+
+    from fptrace.commands.diff.deep import deep_diff
+    from fptrace.models.loading import load_model
+
+    d = int(lm.config.hidden_size)
+    sae = write_saelens(tmp_path / "sae", weights(d_in=d, n=4 * d, d_out=d),
+                        hook="blocks.1.hook_resid_post")
+    out = tmp_path / "features.html"
+    r = runner.invoke(app, ["features", PROMPT, "-m", folder, "--sae", str(sae),
+                            "--html", str(out)])
+    assert r.exit_code == 0, r.stderr
+    maps = _section(_block(out.read_text(encoding="utf-8"), "fptrace-data"),
+                    "Features")["heatmaps"]
+    assert len(maps) == 1 and len(maps[0]["columns"]) == len(_block(
+        out.read_text(encoding="utf-8"), "fptrace-trace")["tokens"])
+    r = runner.invoke(app, ["features", "train", "p.txt", "--html", str(tmp_path / "t.html")])
+    assert r.exit_code == 2 and "--html is the page of a prompt's features" in r.stderr
+
+    out = tmp_path / "diff.html"
+    r = runner.invoke(app, ["diff", PROMPT, "-m", folder, "--dtype-b", "bfloat16", "--deep",
+                            "--html", str(out)])
+    assert r.exit_code in (0, 1), r.stderr
+    data = _block(out.read_text(encoding="utf-8"), "fptrace-data")
+    own = deep_diff(lm, load_model(folder, dtype="bfloat16"), PROMPT)
+    stream, points = _section(data, "Two runs compared")["heatmaps"]
+    assert stream["values"] == [[pytest.approx(r.rel_diff, rel=1e-6)] for r in own.layers]
+    assert points["columns"] == list(own.deep.points)
+    r = runner.invoke(app, ["diff", PROMPT, "The dog", "-m", folder, "--html", str(out)])
+    assert r.exit_code == 2 and "--html writes the page of `diff --deep`" in r.stderr
