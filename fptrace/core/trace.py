@@ -279,9 +279,9 @@ def _lens_grid(lm: LoadedModel, cap: Capture, T: int) -> tuple[tuple, tuple]:
     with torch.inference_mode():
         L1, _, d = streams.shape
         logits = lm.parts.project(streams.reshape(L1 * n, d).to(lm.dtype)).float()  # (L1*n, V)
-        logp = torch.log_softmax(logits, dim=-1)
-        top_lp, top_ids = logp.topk(min(LENS_GRID_TOP, logp.shape[-1]), dim=-1)  # (L1*n, k)
-        top_logits = logits.gather(-1, top_ids)
+        top_logits, top_ids = logits.topk(min(LENS_GRID_TOP, logits.shape[-1]), dim=-1)
+        # the softmax of the top k without a second (L1*n, V) tensor: x − logsumexp(x)
+        top_lp = top_logits - torch.logsumexp(logits, dim=-1, keepdim=True)  # (L1*n, k)
     ids = top_ids.reshape(L1, n, -1).tolist()
     probs = top_lp.exp().reshape(L1, n, -1).tolist()
     values = top_logits.reshape(L1, n, -1).tolist()
