@@ -429,3 +429,19 @@ def test_html_on_features_and_diff_deep(folder, lm, tmp_path):
     assert points["columns"] == list(own.deep.points)
     r = runner.invoke(app, ["diff", PROMPT, "The dog", "-m", folder, "--html", str(out)])
     assert r.exit_code == 2 and "--html writes the page of `diff --deep`" in r.stderr
+
+
+@pytest.mark.slow
+def test_the_bundled_models_default_report_is_under_2_mb(smollm, tmp_path):
+    """docs/report.md gives the measured size; the goal is 2 MB (PNGs shrunk, never data
+    dropped, if it grew past it)."""
+    out = tmp_path / "r.html"
+    r = runner.invoke(app, ["report", "-o", str(out), "The capital of France is"])
+    assert r.exit_code == 0, r.stderr
+    size = out.stat().st_size
+    assert size <= 2_000_000, size
+    html = out.read_text(encoding="utf-8")
+    trace = _block(html, "fptrace-trace")
+    assert len(trace["lens_grid"]) == 31 and len(trace["lens_grid"][0]) == 5
+    assert all(len(c["top_k"]) == 5 for row in trace["lens_grid"] for c in row)
+    assert html.count('src="data:image/png;base64,') == 4
