@@ -42,10 +42,13 @@ table.heat { border-collapse: collapse; font-size: 11px; }
 :focus-visible { outline: 3px solid #1a73e8 !important; outline-offset: 1px; }
 #tip { position: absolute; z-index: 10; background: #111; color: #fff; padding: .4em .6em;
        border-radius: 4px; font: 12px/1.35 ui-monospace, "DejaVu Sans Mono", Menlo, monospace;
-       white-space: pre; pointer-events: none; max-width: 40em; }
-.panels { display: flex; flex-wrap: wrap; gap: 1em; align-items: flex-start; }
-.panel { border: 1px solid #bbb; border-radius: 6px; padding: .5em 1em 1em; flex: 1 1 30em;
-         min-width: 0; overflow-x: auto; background: #fcfcfc; }
+       white-space: pre-wrap; pointer-events: none; max-width: 36em; }
+.lens-row { display: flex; flex-wrap: wrap; gap: 1em; align-items: flex-start; }
+.lens-row > .scroll { flex: 0 1 auto; }
+.panels { display: flex; flex-direction: column; gap: 1em; flex: 1 1 28em; min-width: 0;
+          position: sticky; top: 0; max-height: 100vh; overflow-y: auto; }
+.panel { border: 1px solid #bbb; border-radius: 6px; padding: .5em 1em 1em; min-width: 0;
+         overflow-x: auto; background: #fcfcfc; }
 .panel table { border-collapse: collapse; font-size: 12px; }
 .panel th, .panel td { padding: 1px 8px; text-align: right; border-bottom: 1px solid #eee;
                        white-space: nowrap; }
@@ -118,7 +121,13 @@ SCRIPT = r"""
       var r = cell.getBoundingClientRect();
       x = r.right + window.scrollX; y = r.bottom + window.scrollY;
     }
-    tip.style.left = (x + 12) + "px"; tip.style.top = (y + 12) + "px";
+    // beside the pointer, kept inside the window
+    var w = tip.offsetWidth, h = tip.offsetHeight;
+    var right = window.scrollX + document.documentElement.clientWidth - 4;
+    var bottom = window.scrollY + document.documentElement.clientHeight - 4;
+    var left = x + 12 + w > right ? Math.max(window.scrollX + 4, x - 12 - w) : x + 12;
+    var top = y + 12 + h > bottom ? Math.max(window.scrollY + 4, y - 12 - h) : y + 12;
+    tip.style.left = left + "px"; tip.style.top = top + "px";
   }
   function hideTip() { tip.hidden = true; }
   function tipped(cell, text) {
@@ -199,7 +208,9 @@ SCRIPT = r"""
   lensTable.appendChild(body);
   root.appendChild(el("h3", { text: "Logit lens: the top-1 token at every block and position " +
                                    "(colour: its probability)" }));
-  root.appendChild(el("div", { "class": "scroll" }, [lensTable]));
+  var lensRow = el("div", { "class": "lens-row" }, [el("div", { "class": "scroll" },
+                                                        [lensTable])]);
+  root.appendChild(lensRow);
 
   var panels = el("div", { "class": "panels" });
   var tokenPanel = el("div", { "class": "panel", id: "token-panel", role: "region",
@@ -208,7 +219,7 @@ SCRIPT = r"""
                                "aria-label": "the selected block" });
   tokenPanel.hidden = blockPanel.hidden = true;
   panels.appendChild(tokenPanel); panels.appendChild(blockPanel);
-  root.appendChild(panels);
+  lensRow.appendChild(panels);
 
   function closeButton(which) {
     var b = el("button", { type: "button", "class": "close", "aria-label": "close",
