@@ -32,9 +32,10 @@ def result(cls: type[T]) -> type[T]:
 # (`SCHEMA_SINCE = "1.4"`, the version its additions arrive in), and the version is the newest
 # of those, so a new kind edits nothing outside its folder; SCHEMA_BASE is the version of the
 # shared types of this module (1.4: Trace.routing and ModelInfo.moe for mixture-of-experts
-# models, Trace.engine). The result modules import this one, so their declarations are read as
-# text here, not imported (a test checks the two agree).
-SCHEMA_BASE = "1.4"
+# models, Trace.engine; 1.5: the lens grid's cells carry the lens top-k and the stream's norms
+# at their position, for the report's page). The result modules import this one, so their
+# declarations are read as text here, not imported (a test checks the two agree).
+SCHEMA_BASE = "1.5"
 SINCE = re.compile(r'^SCHEMA_SINCE\s*=\s*"(\d+)\.(\d+)"', re.M)
 
 
@@ -349,7 +350,8 @@ class FinalNormStats:
 
 @result
 class LensCell:
-    """The logit lens at one layer and position: top-1 of final norm + LM head."""
+    """The stream at one layer and position: the logit lens (final norm + LM head applied to it)
+    and the sizes of the stream and of what the block added there."""
 
     id: int
     """Token id."""
@@ -357,6 +359,20 @@ class LensCell:
     """The token's text."""
     prob: float
     """Its probability."""
+    top_k: tuple[TopToken, ...] = ()
+    """The lens's most probable tokens at this layer and position (the first is id/text/prob; the
+    logit is the lens's own)."""
+    resid_norm: float | None = None
+    """L2 norm of the stream at this layer and position."""
+    added_norm: float | None = None
+    """L2 norm of what the block added at this position (resid_post − resid_pre); null for the
+    embedding row."""
+    attn_norm: float | None = None
+    """L2 norm of what attention added at this position; null for the embedding row, and where
+    attention + MLP do not make up what the block added at this position (the check of
+    `Decomposition`, at every position)."""
+    mlp_norm: float | None = None
+    """L2 norm of what the MLP added at this position; null as attn_norm."""
 
 
 @result

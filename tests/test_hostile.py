@@ -271,6 +271,9 @@ OUTPUTS = {  # option: (file name, the arguments of a command writing it)
     "patch --plot": ("c.png", lambda t, f: ["patch", P, "-m", t, "--noise", " cat", "--plot",
                                             f]),
     "report --out": ("r.html", lambda t, f: ["report", P, "-m", t, "--out", f]),
+    "run --html": ("h.html", lambda t, f: ["run", P, "-m", t, "--html", f]),
+    "patch --html": ("p.html", lambda t, f: ["patch", P, "-m", t, "--noise", " cat", "--html",
+                                             f]),
 }
 
 

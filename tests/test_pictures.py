@@ -126,7 +126,8 @@ def test_report_opens_offline_in_chromium(folder, tmp_path):
     assert r.exit_code == 0, r.stderr
     html = out.read_text(encoding="utf-8")
     assert "causal tracing" in html and "direct logit attribution" in html
-    assert "<script" not in html and "http://" not in html.replace(
+    # its script and style are inline (tests/test_page.py drives them): nothing is fetched
+    assert "<script src" not in html and "<link" not in html and "http://" not in html.replace(
         "http://www.w3.org", "") and "https://" not in html
     requests, failed, console, errors = [], [], [], []
     profile = tmp_path / "profile"

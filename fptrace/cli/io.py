@@ -174,15 +174,20 @@ def prompt_of(prompt: str | None, chat: ChatOptions | None = None) -> Any:
 
 
 def load_for(prompt: str | None, opts: LoadOptions, plot: str | None = None,
-             chat: ChatOptions | None = None, force: bool = False) -> tuple[Any, Any]:
+             chat: ChatOptions | None = None, force: bool = False, html: str | None = None
+             ) -> tuple[Any, Any]:
     """What a command that traces one prompt does first: check the prompt (and turn it into a
-    conversation with --chat/--messages) and the --plot path, before anything is loaded, so a
-    mistake costs nothing; then load the model. Returns (model, what to trace)."""
+    conversation with --chat/--messages) and the --plot and --html paths, before anything is
+    loaded, so a mistake costs nothing; then load the model. Returns (model, what to trace)."""
     from fptrace.render.figures import check_path
 
     traced = prompt_of(prompt, chat)
     if plot is not None:
         check_path(plot, force=force)
+    if html is not None:
+        from fptrace.cli.page import check_page
+
+        check_page(html, force=force)
     return load(opts), traced
 
 

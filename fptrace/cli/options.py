@@ -78,8 +78,12 @@ PlotOpt = Annotated[str | None, typer.Option(
     "--plot", help="Also write a figure (.png, .svg, .pdf, .jpg or .webp; no display needed).",
     rich_help_panel=OUTPUT)]
 ForceOpt = Annotated[bool, typer.Option(
-    "--force", help="Replace an existing output file (--plot, --out, --save-vector, "
+    "--force", help="Replace an existing output file (--plot, --html, --out, --save-vector, "
     "--save-scales) even if fptrace did not write it.", rich_help_panel=OUTPUT)]
+HtmlOpt = Annotated[str | None, typer.Option(
+    "--html", metavar="FILE", help="Also write this result as the interactive report page: one "
+    "self-contained .html file (hover, click, keys), no network request.",
+    rich_help_panel=OUTPUT)]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Write the result as one JSON object on "
                                        "stdout.", rich_help_panel=OUTPUT)]
 WideOpt = Annotated[bool, typer.Option(

@@ -4,8 +4,9 @@ commands/<name>/report.py defines SECTION = ReportSection(...): the options the 
 it (Typer options, shown in the report's --help), the check of those options before the model
 is loaded, the computation (from the loaded model, the prompt and the results of the sections
 before it; None: the options did not ask for the section), the HTML it adds (images to the
-page's figures, parts to its body) and the checks that set the exit code once the page is
-written. The report collects the sections of every folder, in their order on the page, and
+page's figures, parts to its body), optionally what the page's script shows of its result
+(render/pagedata.py: heatmaps hoverable cell by cell, details of a block) and the checks that
+set the exit code once the page is written. The report collects the sections of every folder, in their order on the page, and
 names none of them.
 """
 
@@ -52,6 +53,9 @@ class ReportSection:
     options: tuple[Option, ...] = ()
     check: Callable[[dict[str, Any]], None] = _nothing  # before loading: BadInput on bad values
     verify: Callable[[Any], None] = _nothing  # after the page is written: its own checks
+    # what the page's script shows of the result: a render.pagedata.SectionData, or None
+    data: Callable[[Any], Any] = _nothing
+    trace: bool = False  # its result is the page's trace: it comes with every command's --html
 
 
 def collect() -> list[tuple[str, ReportSection]]:

@@ -102,6 +102,10 @@ class Capture:
     last_block: int | None = None  # the last block whose forward finished
     keep_positions: int = 0  # > 0: also keep the last N positions of every stream (row 0)
     streams: list = field(default_factory=list)  # embed, block 0, ...: (N, d) float32 each
+    # with keep_positions, per block: (N, d) float32 of what attention / the MLP added at those
+    # positions (None if its module never ran)
+    attn_positions: list = field(default_factory=list)
+    mlp_positions: list = field(default_factory=list)
 
     def take_last(self, h: Any) -> Any:
         """(B, T, d) -> (B, d) float32 copy of the last position (rows are left-padded, so the
@@ -161,6 +165,8 @@ def capture_stats(parts: ModelParts, cap: Capture) -> Iterator[Capture]:
     cap.attn_last = [None] * n
     cap.mlp_last = [None] * n
     cap.streams = [None] * (n + 1) if cap.keep_positions else []
+    cap.attn_positions = [None] * n if cap.keep_positions else []
+    cap.mlp_positions = [None] * n if cap.keep_positions else []
 
     def embed_hook(module: Any, args: tuple, kwargs: dict) -> None:
         h = args[0] if args else kwargs["hidden_states"]
@@ -181,9 +187,12 @@ def capture_stats(parts: ModelParts, cap: Capture) -> Iterator[Capture]:
             cap.last_block = i
         return hook
 
-    def part_hook(store: list, i: int):
+    def part_hook(store: list, kept: list, i: int):
         def hook(module: Any, args: tuple, output: Any) -> None:
-            store[i] = cap.take_last(first_output(output))
+            h = first_output(output)
+            store[i] = cap.take_last(h)
+            if cap.keep_positions:
+                kept[i] = cap.take_positions(h)
         return hook
 
     def final_hook(module: Any, args: tuple, output: Any) -> None:
@@ -195,8 +204,9 @@ def capture_stats(parts: ModelParts, cap: Capture) -> Iterator[Capture]:
     for i, block in enumerate(parts.blocks):
         hooks.append(Hook.after(block, block_hook(i), kwargs=True))
         # what the stream receives: the post-norm output where the family has one
-        hooks.append(Hook.after(parts.attn_adds[i], part_hook(cap.attn_last, i)))
-        hooks.append(Hook.after(parts.mlp_adds[i], part_hook(cap.mlp_last, i)))
+        hooks.append(Hook.after(parts.attn_adds[i],
+                                part_hook(cap.attn_last, cap.attn_positions, i)))
+        hooks.append(Hook.after(parts.mlp_adds[i], part_hook(cap.mlp_last, cap.mlp_positions, i)))
     hooks.append(Hook.after(parts.final_norm, final_hook))
     with hooked(hooks):
         try:

@@ -80,6 +80,7 @@ def _model_info(lm: LoadedModel) -> ModelInfo:
 
 
 LENS_GRID_POSITIONS = 64  # the logit-lens grid covers at most the last 64 positions
+LENS_GRID_TOP = 5  # and holds the lens's top 5 tokens at each of its cells
 
 
 def run_trace(lm: LoadedModel, prompt: Prompt, *, top_k: int = 10,
@@ -267,14 +268,55 @@ def _positions(lm: LoadedModel, prepared: Prepared, logits: Any
 
 
 def _lens_grid(lm: LoadedModel, cap: Capture, T: int) -> tuple[tuple, tuple]:
-    """The logit lens at every kept position (the last 64 at most) of row 0."""
+    """The stream at every kept position (the last 64 at most) of row 0, layer by layer: the
+    logit lens (its top LENS_GRID_TOP tokens), ‖stream‖, and what each block, its attention
+    and its MLP added there; attention's and the MLP's norms are null at a position where the
+    two do not make up what the block added (the decomposition check, position by position)."""
     import torch
 
     n = cap.keep_positions
-    ids_g, probs_g, _ = _logit_lens(lm, torch.stack(cap.streams), metrics=False)  # (L+1, n)
-    grid = tuple(tuple(LensCell(int(i), lm.token_text(int(i)), float(p))
-                       for i, p in zip(ri.tolist(), rp.tolist()))
-                 for ri, rp in zip(ids_g, probs_g))
+    streams = torch.stack(cap.streams)  # (L+1, n, d) float32
+    with torch.inference_mode():
+        L1, _, d = streams.shape
+        logits = lm.parts.project(streams.reshape(L1 * n, d).to(lm.dtype)).float()  # (L1*n, V)
+        top_logits, top_ids = logits.topk(min(LENS_GRID_TOP, logits.shape[-1]), dim=-1)
+        # the softmax of the top k without a second (L1*n, V) tensor: x − logsumexp(x)
+        top_lp = top_logits - torch.logsumexp(logits, dim=-1, keepdim=True)  # (L1*n, k)
+    ids = top_ids.reshape(L1, n, -1).tolist()
+    probs = top_lp.exp().reshape(L1, n, -1).tolist()
+    values = top_logits.reshape(L1, n, -1).tolist()
+    resid = stats.norms(streams).tolist()  # (L+1, n)
+    added = stats.norms(streams[1:] - streams[:-1]).tolist()  # (L, n)
+    measured = [a is not None and m is not None
+                for a, m in zip(cap.attn_positions, cap.mlp_positions, strict=True)]
+    zero = torch.zeros_like(streams[0])  # (n, d)
+    attn = torch.stack([a if ok else zero  # (L, n, d)
+                        for a, ok in zip(cap.attn_positions, measured, strict=True)])
+    mlp = torch.stack([m if ok else zero  # (L, n, d)
+                       for m, ok in zip(cap.mlp_positions, measured, strict=True)])
+    mismatch, bound = stats.decomposition(streams[:-1], streams[1:], attn, mlp,
+                                          str(lm.dtype).replace("torch.", ""))  # (L, n)
+    holds = ((mismatch <= bound) & torch.tensor(measured, device=mismatch.device)[:, None]
+             ).tolist()
+    attn_n, mlp_n = stats.norms(attn).tolist(), stats.norms(mlp).tolist()  # (L, n)
+    texts: dict[int, str] = {}
+
+    def text(i: int) -> str:
+        if i not in texts:
+            texts[i] = lm.token_text(i)
+        return texts[i]
+
+    def cell(k: int, j: int) -> LensCell:
+        top = tuple(TopToken(r + 1, i, text(i), p, v) for r, (i, p, v)
+                    in enumerate(zip(ids[k][j], probs[k][j], values[k][j], strict=True)))
+        split = k > 0 and holds[k - 1][j]
+        return LensCell(top[0].id, top[0].text, top[0].prob, top_k=top,
+                        resid_norm=resid[k][j],
+                        added_norm=None if k == 0 else added[k - 1][j],
+                        attn_norm=attn_n[k - 1][j] if split else None,
+                        mlp_norm=mlp_n[k - 1][j] if split else None)
+
+    grid = tuple(tuple(cell(k, j) for j in range(n)) for k in range(L1))
     return grid, tuple(range(T - n, T))
 
 

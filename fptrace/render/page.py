@@ -1,54 +1,64 @@
-"""The HTML page of a report: one self-contained file (no scripts, no network requests:
-figures are inline PNG data, styles inline, the JSON trace a data: link) holding the trace's
-header and the parts of each section (cli/sections.py), in their order on the page. The report
-and the TUI's export build it."""
+"""The HTML page of a report: one self-contained file (its style and script inline, figures as
+inline PNG data, no request of any kind) holding the trace's header, the explorer (the script of
+render/page_script.py drawing the trace and what each section offers, render/pagedata.py, from
+the JSON block embedded here), and the figures and terminal views of each section
+(cli/sections.py), in their order on the page. The report, `--html` on the analysis commands and
+the TUI's export build it."""
 
 from __future__ import annotations
 
-import base64
 import html
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from fptrace.results import Trace
 
-PAGE = """<!DOCTYPE html>
+HEAD = """<!DOCTYPE html>
 <html lang="en">
 <head>
 <meta charset="utf-8">
 <meta name="generator" content="fptrace">
 <meta name="viewport" content="width=device-width, initial-scale=1">
+<meta http-equiv="Content-Security-Policy" content="default-src 'none'; img-src data:; \
+style-src 'unsafe-inline'; script-src 'unsafe-inline'">
 <title>{title}</title>
-<style>
-body {{ font-family: system-ui, sans-serif; margin: 2em auto; max-width: 1200px; color: #222;
-       background: #fff; line-height: 1.45; }}
-h1 {{ font-size: 1.5em; }} h2 {{ font-size: 1.2em; margin-top: 2em; border-bottom: 1px solid #ddd; }}
-pre.term {{ font-family: ui-monospace, "DejaVu Sans Mono", Menlo, Consolas, monospace;
-           font-size: 12px; line-height: 1.25; padding: 1em; overflow-x: auto; border-radius: 6px; }}
-img {{ max-width: 100%; border: 1px solid #eee; }}
-.verdict-ok {{ color: #0a7a2f; font-weight: bold; }} .verdict-bad {{ color: #b00020; font-weight: bold; }}
-.tokens span {{ display: inline-block; border: 1px solid #bbb; border-radius: 4px; padding: 0 .3em;
-               margin: .1em; font-family: ui-monospace, monospace; background: #f6f6f6; }}
-</style>
-</head>
-<body>
-{body}
-</body>
-</html>
 """
 
 
-def build_html(trace: Trace, parts: Sequence[tuple[Any, Any]]) -> str:
-    """The page: the trace's header, then each section's figures under one heading, then each
-    section's body, in the order of `parts` (each a section of cli/sections.py
-    with its result)."""
+@dataclass(frozen=True)
+class PageData:
+    """What the page's script reads besides the trace: each section's heatmaps and block
+    details (render/pagedata.py), in page order."""
+
+    sections: tuple[Any, ...]
+
+
+def embedded(text: str) -> str:
+    """JSON text safe inside a <script> block: `<` written as its escape, so that no text of
+    a prompt can end the block (the JSON's value is unchanged)."""
+    return text.replace("<", "\\u003c")
+
+
+def page_data(parts: Sequence[tuple[Any, Any]]) -> str:
+    """The sections' JSON block: what each offers (its `data`), through render/json.py."""
     from fptrace.render.json import to_json
+
+    offered = tuple(d for section, result in parts
+                    if (d := section.data(result)) is not None)
+    return embedded(to_json(PageData(offered), indent=None))
+
+
+def build_html(trace: Trace, parts: Sequence[tuple[Any, Any]]) -> str:
+    """The page: the trace's header, the explorer, then each section's figures under one
+    heading, then each section's body, in the order of `parts` (each a section of
+    cli/sections.py with its result)."""
+    from fptrace.render.json import to_json
+    from fptrace.render.page_script import SCRIPT, STYLE
     from fptrace.render.text import visible
 
     esc = html.escape
     top = trace.top_k[0]
-    json_href = "data:application/json;base64," + base64.b64encode(
-        to_json(trace).encode("utf-8")).decode("ascii")
     tokens = "".join(f'<span title="id {t.id}">{esc(visible(t.text))}</span>'
                      for t in trace.tokens)
     body = [
@@ -57,12 +67,24 @@ def build_html(trace: Trace, parts: Sequence[tuple[Any, Any]]) -> str:
         f'<p class="tokens">Tokens: {tokens}</p>',
         f"<p>Top-1 next token: <b>{esc(visible(top.text))}</b> (id {top.id}, p = "
         f"{top.prob:.4f})</p>",
-        f'<p><a download="trace.json" href="{json_href}">Download the trace as JSON</a> '
-        f"(schema version {esc(trace.schema_version)})</p>",
+        '<p><a id="download" download="trace.json" href="#fptrace-trace">Download the trace as '
+        f"JSON</a> (schema version {esc(trace.schema_version)}; it is also in this file's "
+        "source, the block <code>fptrace-trace</code>)</p>",
+        '<h2>Explore</h2>',
+        '<section id="explore" aria-label="explore the trace">'
+        + ("<noscript>The explorer needs JavaScript; the figures and tables below do not."
+           "</noscript>" if trace.lens_grid else
+           "<p>No logit-lens grid in this trace: nothing to explore.</p>") + "</section>",
         "<h2>Figures</h2>",
     ]
     for section, result in parts:
         body += section.figures(result)
     for section, result in parts:
         body += section.body(result)
-    return PAGE.format(title=esc(f"fptrace: {trace.prompt[:60]}"), body="\n".join(body))
+    return "".join([
+        HEAD.format(title=esc(f"fptrace: {trace.prompt[:60]}")),
+        f"<style>{STYLE}</style>\n</head>\n<body>\n", "\n".join(body), "\n",
+        '<script type="application/json" id="fptrace-trace">',
+        embedded(to_json(trace, indent=None)), "</script>\n",
+        f'<script type="application/json" id="fptrace-data">{page_data(parts)}</script>\n',
+        f"<script>{SCRIPT}</script>\n</body>\n</html>\n"])

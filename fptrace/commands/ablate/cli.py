@@ -11,6 +11,7 @@ from fptrace.cli.options import (
     STATS,
     ChatOptions,
     ForceOpt,
+    HtmlOpt,
     JsonOpt,
     LoadOptions,
     PlotOpt,
@@ -62,6 +63,7 @@ def ablate(
     batch_size: Annotated[int, typer.Option("--batch-size", "-b", help="Ablated runs per "
                                             "forward pass.", rich_help_panel=STATS)] = 32,
     plot: PlotOpt = None,
+    html: HtmlOpt = None,
     force: ForceOpt = False,
     as_json: JsonOpt = False,
     wide: WideOpt = False,
@@ -72,7 +74,7 @@ def ablate(
 
     heads = [parse_head(h, "--head") for h in head or ()]
     mlps = [parse_block(m, "--mlp") for m in mlp or ()]
-    lm, prompt = load_for(prompt, opts, plot, chat, force)
+    lm, prompt = load_for(prompt, opts, plot, chat, force, html)
     from fptrace.commands.ablate.core import ablate as run_ablate
 
     result = run_ablate(lm, prompt, heads=heads, mlps=mlps, all_heads=all_heads,
@@ -82,4 +84,8 @@ def ablate(
 
     output(result, ablate_view, as_json=as_json, wide=wide, plot=plot, figure=ablate_figure,
            force=force)
+    if html is not None:
+        from fptrace.cli.page import write_page
+
+        write_page(html, lm, prompt, "ablate", result)
     require_checks(result.checks, "the ablation")

@@ -38,5 +38,26 @@ def _verify(ablation: Any) -> None:
     require_checks(ablation.checks, "the ablation")
 
 
+def _data(ablation: Any) -> Any:
+    """The target's logit change with each head or MLP removed, as a heatmap (blocks × heads,
+    then the MLP)."""
+    from fptrace.render.pagedata import Heatmap, SectionData
+    from fptrace.render.text import visible
+
+    heads = max((len(r) for r in ablation.head_grid), default=0)
+    n = max(len(ablation.head_grid), len(ablation.mlp_column))
+    if not n:
+        return None
+    rows = tuple((tuple(ablation.head_grid[i]) if i < len(ablation.head_grid) else (None,) * heads)
+                 + ((ablation.mlp_column[i] if i < len(ablation.mlp_column) else None,)
+                    if ablation.mlp_column else ()) for i in range(n))
+    target = visible(ablation.target.text)
+    return SectionData("Ablation", heatmaps=(Heatmap(
+        f"change of “{target}”'s logit with one part removed ({ablation.mode})",
+        f"Δ logit of “{target}”", tuple(f"block {i}" for i in range(n)),
+        tuple(f"head {h}" for h in range(heads)) + (("MLP",) if ablation.mlp_column else ()),
+        rows, blocks=tuple(range(n)), diverging=True),))
+
+
 SECTION = ReportSection(order=70, compute=_compute, body=_body, options=OPTIONS,
-                        verify=_verify)
+                        verify=_verify, data=_data)

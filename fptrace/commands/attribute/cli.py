@@ -11,6 +11,7 @@ from fptrace.cli.options import (
     STATS,
     ChatOptions,
     ForceOpt,
+    HtmlOpt,
     JsonOpt,
     LoadOptions,
     PlotOpt,
@@ -50,6 +51,7 @@ def attribute(
         "--group", help="With --qk: list terms (query part × key part), or sources (each "
         "side's parts summed over the other side).", rich_help_panel=STATS)] = "term",
     plot: PlotOpt = None,
+    html: HtmlOpt = None,
     force: ForceOpt = False,
     as_json: JsonOpt = False,
     wide: WideOpt = False,
@@ -64,10 +66,10 @@ def attribute(
     qk_request(head, query, key, group, target, versus)
     i = None if query is None else parse_position(query, "--query")
     j = None if key is None else parse_position(key, "--key")
-    lm, prompt = load_for(prompt, opts, plot, chat, force)
+    lm, prompt = load_for(prompt, opts, plot, chat, force, html)
     if head is not None:
         return attribute_qk_cli(lm, prompt, head, i, j, group, top, plot, as_json, wide,
-                                force)
+                                force, html)
     from fptrace.commands.attribute.core import attribute as run_attribute
 
     result = run_attribute(lm, prompt, target=target, versus=versus, top=top)
@@ -75,6 +77,10 @@ def attribute(
 
     output(result, attribution_view, as_json=as_json, wide=wide, plot=plot,
            figure=attribution_figure, force=force)
+    if html is not None:
+        from fptrace.cli.page import write_page
+
+        write_page(html, lm, prompt, "attribute", (result, None))
     if not result.ok:
         from fptrace.errors import Mismatch
 
@@ -86,7 +92,7 @@ def attribute(
 
 def attribute_qk_cli(lm: Any, prompt: str, head: Any, query: Any, key: Any, group: str,
                      top: int, plot: str | None, as_json: bool, wide: bool,
-                     force: bool = False) -> None:
+                     force: bool = False, html: str | None = None) -> None:
     """`attribute --qk`: the split of one attention score, printed; exit 5 when it does not
     match the model."""
     from fptrace.commands.attribute.qk import attribute_qk
@@ -94,6 +100,11 @@ def attribute_qk_cli(lm: Any, prompt: str, head: Any, query: Any, key: Any, grou
 
     result = attribute_qk(lm, prompt, head, query=query, key=key, top=top, group=group)
     output(result, qk_view, as_json=as_json, wide=wide, plot=plot, figure=qk_figure, force=force)
+    if html is not None:  # the page's attribution section: the top-1's, with this split
+        from fptrace.cli.page import write_page
+        from fptrace.commands.attribute.core import attribute as run_attribute
+
+        write_page(html, lm, prompt, "attribute", (run_attribute(lm, prompt), result))
     if not result.ok:
         from fptrace.errors import Mismatch
 

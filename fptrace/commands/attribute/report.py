@@ -61,6 +61,36 @@ def _body(result: Any) -> list[str]:
     return out
 
 
+def _data(result: Any) -> Any:
+    """Each head's direct contribution as a heatmap (blocks × heads), each block's attention,
+    MLP and heads when the block is opened, and the head's score split part by part."""
+    from fptrace.commands.attribute.render import part_name
+    from fptrace.render.pagedata import BlockDetail, Heatmap, SectionData
+    from fptrace.render.text import visible
+
+    a, qk = result
+    target = visible(a.target.text)
+    width = max((len(r) for r in a.head_grid), default=0)
+    maps = []
+    if width:
+        maps.append(Heatmap(
+            f"each head's direct logit contribution to “{target}”", "logits",
+            tuple(f"block {i}" for i in range(len(a.head_grid))),
+            tuple(f"head {h}" for h in range(width)),
+            tuple(tuple(r) + (None,) * (width - len(r)) for r in a.head_grid),
+            blocks=tuple(range(len(a.head_grid))), diverging=True))
+    if qk is not None and qk.grid:
+        maps.append(Heatmap(
+            f"head {qk.layer}.{qk.head}'s score at query {qk.query}, key {qk.key}: query part × "
+            "key part", "score", tuple(part_name(p, "q") for p in qk.grid_rows),
+            tuple(part_name(p, "k") for p in qk.grid_columns), qk.grid, diverging=True))
+    blocks = tuple(BlockDetail(la.layer, f"Attribution: direct logits to “{target}”", (
+        ("attention (every head and the W_O bias)", la.attn), ("MLP", la.mlp),
+        *((f"head {la.layer}.{h}", v) for h, v in enumerate(
+            a.head_grid[la.layer] if la.layer < len(a.head_grid) else ())))) for la in a.layers)
+    return SectionData("Direct logit attribution", heatmaps=tuple(maps), blocks=blocks)
+
+
 def _verify(result: Any) -> None:
     from fptrace.cli.io import check_match
 
@@ -70,4 +100,4 @@ def _verify(result: Any) -> None:
 
 
 SECTION = ReportSection(order=30, compute=_compute, body=_body, options=OPTIONS, check=_check,
-                        verify=_verify)
+                        verify=_verify, data=_data)

@@ -14,6 +14,8 @@ from fptrace.cli.options import (
     EngineBOpt,
     FlashAttn,
     FlashAttnOpt,
+    ForceOpt,
+    HtmlOpt,
     JsonOpt,
     KvCache,
     KvCacheOpt,
@@ -66,6 +68,8 @@ def diff(
     engine_b: EngineBOpt = Engine.transformers,
     flash_attn: FlashAttnOpt = FlashAttn.auto,
     kv_cache: KvCacheOpt = KvCache.f16,
+    html: HtmlOpt = None,
+    force: ForceOpt = False,
     as_json: JsonOpt = False,
     wide: WideOpt = False,
 ) -> None:
@@ -80,6 +84,14 @@ def diff(
         from fptrace.numbers import check_finite
 
         check_finite(tolerance, "--tolerance", low=0.0)
+    deep_run = (deep or deep_layers is not None) and engine_b != Engine.llamacpp
+    if html is not None:
+        from fptrace.cli.page import check_page
+
+        if stats or not deep_run:
+            raise BadInput("--html writes the page of `diff --deep` (one prompt on two models "
+                           "or settings, transformers on both sides)")
+        check_page(html, force=force)
     if stats:
         from fptrace.commands.diff.channels import diff_stats
         from fptrace.commands.diff.render import stats_diff_view
@@ -107,7 +119,7 @@ def diff(
     elif deep or deep_layers is not None:
         result = _deep(first, second, opts, chat, _settings_b(model_b, dtype_b, device_b,
                                                               random_weights_b, quantize_b),
-                       layers, tolerance)
+                       layers, tolerance, html)
     else:
         a, b, labels, same = _diff_inputs(first, second, opts, chat, model_b, dtype_b, device_b,
                                           random_weights_b, quantize_b)
@@ -129,8 +141,10 @@ def _settings_b(model_b: str | None, dtype_b: str | None, device_b: str | None,
 
 
 def _deep(first: str | None, second: str | None, opts: LoadOptions, chat: ChatOptions,
-          settings_b: dict, deep_layers: object, tolerance: float | None) -> object:
-    """--deep: one prompt on two loaded models (a and the -b options)."""
+          settings_b: dict, deep_layers: object, tolerance: float | None,
+          html: str | None = None) -> object:
+    """--deep: one prompt on two loaded models (a and the -b options); with --html, its page
+    (the trace of side a beside the comparison)."""
     import dataclasses
 
     from fptrace.cli.io import prompt_of
@@ -143,7 +157,12 @@ def _deep(first: str | None, second: str | None, opts: LoadOptions, chat: ChatOp
     prompt = prompt_of(first, chat)
     lm_a = load(opts)
     lm_b = load(dataclasses.replace(opts, **settings_b))
-    return deep_diff(lm_a, lm_b, prompt, layers=deep_layers, tolerance=tolerance)
+    result = deep_diff(lm_a, lm_b, prompt, layers=deep_layers, tolerance=tolerance)
+    if html is not None:
+        from fptrace.cli.page import write_page
+
+        write_page(html, lm_a, prompt, "diff", result)
+    return result
 
 
 def _diff_inputs(first: str | None, second: str | None, opts: LoadOptions, chat: ChatOptions,

@@ -47,4 +47,29 @@ def _body(against: Any) -> list[str]:
                    diff_view(against, 130))
 
 
-SECTION = ReportSection(order=50, compute=_compute, body=_body, options=OPTIONS)
+def _data(against: Any) -> Any:
+    """The relative difference at every point of every block (deep), and each row of the
+    stream's, as heatmaps; a NaN/Inf point has no number (null) and its tooltip says n/a."""
+    from fptrace.render.pagedata import Heatmap, SectionData
+
+    maps = [Heatmap("‖a − b‖ / ‖a‖ of the stream after each layer (last position)",
+                    "‖a − b‖ / ‖a‖",
+                    tuple("embed" if r.layer is None else f"block {r.layer}"
+                          for r in against.layers), ("stream",),
+                    tuple((r.rel_diff,) for r in against.layers),
+                    blocks=tuple(r.layer for r in against.layers))]
+    deep = against.deep
+    if deep is not None and deep.blocks:
+        rows = []
+        for blk in deep.blocks:
+            rels = {p.point: p for p in blk.points}
+            rows.append(tuple(None if p not in rels or rels[p].nonfinite else rels[p].rel
+                              for p in deep.points))
+        maps.append(Heatmap(f"‖a − b‖ / ‖a‖ at each point (tolerance {deep.tolerance:g}; "
+                            "empty: NaN/Inf or not compared)", "‖a − b‖ / ‖a‖",
+                            tuple(f"block {b}" for b in deep.layers), tuple(deep.points),
+                            tuple(rows), blocks=tuple(deep.layers)))
+    return SectionData("Two runs compared", heatmaps=tuple(maps))
+
+
+SECTION = ReportSection(order=50, compute=_compute, body=_body, options=OPTIONS, data=_data)

@@ -12,6 +12,7 @@ from fptrace.cli.options import (
     STATS,
     ChatOptions,
     ForceOpt,
+    HtmlOpt,
     JsonOpt,
     LoadOptions,
     PlotOpt,
@@ -45,6 +46,7 @@ def explain(
     show_rows: Annotated[int, typer.Option("--show", help="Most probable tokens listed in the "
                                            "sampling table.", rich_help_panel=SAMPLING)] = 8,
     plot: PlotOpt = None,
+    html: HtmlOpt = None,
     force: ForceOpt = False,
     as_json: JsonOpt = False,
     wide: WideOpt = False,
@@ -56,16 +58,20 @@ def explain(
 
     check_options(temperature, top_k, top_p)
     block, h = parse_block(layer, "--layer"), parse_index(head, "--head", "head")
-    lm, prompt = load_for(prompt, opts, plot, chat, force)
+    lm, prompt = load_for(prompt, opts, plot, chat, force, html)
     from fptrace.commands.explain.core import covered
     from fptrace.commands.explain.core import explain as run_explain
 
     covered(lm.parts.family)
     result = run_explain(lm, prompt, layer=block, head=h, temperature=temperature,
                          top_k=top_k, top_p=top_p, seed=opts.seed, show=show_rows,
-                         all_heads=plot is not None)
+                         all_heads=plot is not None or html is not None)
     from fptrace.commands.explain.render import attention_figure, explain_view
 
     output(result, explain_view, as_json=as_json, wide=wide, plot=plot, figure=attention_figure,
            force=force)
+    if html is not None:
+        from fptrace.cli.page import write_page
+
+        write_page(html, lm, prompt, "explain", result)
     check_match(result.match, [c.name for c in result.checks if not c.ok])

@@ -54,6 +54,25 @@ def _body(e: Any) -> list[str]:
     return [f"<h2>Block {e.layer}, step by step</h2>", verdict, terminal(explain_view(e))]
 
 
+def _data(e: Any) -> Any:
+    """Its steps and checks, shown when block e.layer is opened; the shown head's attention
+    weights as a heatmap."""
+    from fptrace.render.pagedata import BlockDetail, Heatmap, SectionData
+    from fptrace.render.text import visible
+
+    steps = tuple((f"{s.index}. {s.name}", f"{s.formula}   shape {tuple(s.shape)}")
+                  for s in e.steps)
+    checks = tuple((f"check: {c.name} ({c.tolerance}{'' if c.ok else ', FAILED'})", c.value)
+                   for c in e.checks)
+    labels = tuple(f"{i} {visible(t.text)}" for i, t in enumerate(e.tokens))
+    maps = tuple(Heatmap(f"head {e.layer}.{m.head}, attention weights (rows: queries, columns: "
+                         "keys)", "weight", labels[:len(m.rows)], labels[:len(m.rows)], m.rows)
+                 for m in e.matrices if m.name == "weights")
+    return SectionData(f"Block {e.layer}, step by step", heatmaps=maps, blocks=(
+        BlockDetail(e.layer, f"Explain: block {e.layer} recomputed step by step", steps),
+        BlockDetail(e.layer, "Explain: its checks against the model", checks)))
+
+
 def _verify(e: Any) -> None:
     from fptrace.cli.io import check_match
 
@@ -61,4 +80,4 @@ def _verify(e: Any) -> None:
 
 
 SECTION = ReportSection(order=20, compute=_compute, figures=_figures, body=_body,
-                        options=OPTIONS, check=_check, verify=_verify)
+                        options=OPTIONS, check=_check, verify=_verify, data=_data)

@@ -11,6 +11,7 @@ from fptrace.cli.options import (
     STATS,
     ChatOptions,
     ForceOpt,
+    HtmlOpt,
     JsonOpt,
     LoadOptions,
     PlotOpt,
@@ -84,6 +85,7 @@ def features(
                                          "training written in --out.",
                                          rich_help_panel=TRAIN)] = False,
     plot: PlotOpt = None,
+    html: HtmlOpt = None,
     force: ForceOpt = False,
     as_json: JsonOpt = False,
     wide: WideOpt = False,
@@ -93,6 +95,8 @@ def features(
     b_dec, the error and the rest, summing to the model's logit."""
     words = list(args or [])
     if words[:1] == ["train"]:
+        if html is not None:
+            raise BadInput("--html is the page of a prompt's features, not of `features train`")
         return train_cli(words[1:], opts, layer, out, latents, k, tokens, batch_tokens, lr,
                          train_seed,
                          resume, as_json, wide)
@@ -106,7 +110,7 @@ def features(
     given = [(p, "sae") for p in sae or []] + [(p, "transcoder") for p in transcoder or []]
     dicts = [read_dictionary(p, site=site) for p, _ in given]  # a bad folder costs no load
     check_latent(dicts, latent)
-    lm, prompt = load_for(prompt, opts, plot, chat, force)
+    lm, prompt = load_for(prompt, opts, plot, chat, force, html)
     from fptrace.commands.features.core import features as run_features
 
     result = run_features(
@@ -117,6 +121,10 @@ def features(
 
     output(result, features_view, as_json=as_json, wide=wide, plot=plot, figure=features_figure,
            force=force)
+    if html is not None:
+        from fptrace.cli.page import write_page
+
+        write_page(html, lm, prompt, "features", result)
     require_checks(result.checks, "the decomposition")
 
 

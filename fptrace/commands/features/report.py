@@ -46,5 +46,17 @@ def _verify(result: Any) -> None:
     require_checks(result.checks, "the decomposition")
 
 
+def _data(result: Any) -> Any:
+    """Each dictionary's readout, position by position: ‖x‖, ‖error‖, its share and L0."""
+    from fptrace.render.pagedata import Heatmap, SectionData
+    from fptrace.render.text import visible
+
+    labels = tuple(f"{i} {visible(t.text)}" for i, t in enumerate(result.tokens))
+    return SectionData("Features", heatmaps=tuple(Heatmap(
+        f"{d.site}, read by {d.path}: ‖error‖² / ‖x‖² at each position", "‖error‖² / ‖x‖²",
+        ("‖error‖² / ‖x‖²",), tuple(labels[p.position] for p in d.positions),
+        (tuple(p.relative_error for p in d.positions),)) for d in result.dictionaries))
+
+
 SECTION = ReportSection(order=65, compute=_compute, body=_body, options=OPTIONS, check=_check,
-                        verify=_verify)
+                        verify=_verify, data=_data)

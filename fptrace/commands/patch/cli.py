@@ -11,6 +11,7 @@ from fptrace.cli.options import (
     STATS,
     ChatOptions,
     ForceOpt,
+    HtmlOpt,
     JsonOpt,
     LoadOptions,
     PlotOpt,
@@ -52,6 +53,7 @@ def patch(
     batch_size: Annotated[int, typer.Option("--batch-size", "-b", help="Patched runs per "
                                             "forward pass.", rich_help_panel=STATS)] = 32,
     plot: PlotOpt = None,
+    html: HtmlOpt = None,
     force: ForceOpt = False,
     as_json: JsonOpt = False,
     wide: WideOpt = False,
@@ -62,7 +64,7 @@ def patch(
     from fptrace.cli.io import prompt_of
 
     corrupted = None if corrupt is None else prompt_of(corrupt, None if chat.messages else chat)
-    lm, prompt = load_for(prompt, opts, plot, chat, force)
+    lm, prompt = load_for(prompt, opts, plot, chat, force, html)
     from fptrace.commands.patch.core import patch as run_patch
 
     result = run_patch(lm, prompt, noise=noise, corrupt=corrupted, what=what, window=window,
@@ -72,3 +74,7 @@ def patch(
 
     output(result, patch_view, as_json=as_json, wide=wide, plot=plot, figure=patch_figure,
            force=force)
+    if html is not None:
+        from fptrace.cli.page import write_page
+
+        write_page(html, lm, prompt, "patch", result)

@@ -32,4 +32,18 @@ def _body(patching: Any) -> list[str]:
                    patch_figure(patching)[0], patch_view(patching, 130))
 
 
-SECTION = ReportSection(order=40, compute=_compute, body=_body, options=OPTIONS)
+def _data(patching: Any) -> Any:
+    """The restored probability of every (block, position) as a heatmap."""
+    from fptrace.render.pagedata import Heatmap, SectionData
+    from fptrace.render.text import visible
+
+    target = visible(patching.target.text)
+    return SectionData("Causal tracing", heatmaps=(Heatmap(
+        f"p(“{target}”) with the clean state restored (clean {patching.p_clean:.4g}, corrupted "
+        f"{patching.p_corrupt:.4g})", f"p(“{target}”)",
+        tuple(f"block {i}" for i in range(len(patching.grid))),
+        tuple(f"{i} {visible(t.text)}" for i, t in enumerate(patching.tokens)), patching.grid,
+        blocks=tuple(range(len(patching.grid)))),))
+
+
+SECTION = ReportSection(order=40, compute=_compute, body=_body, options=OPTIONS, data=_data)

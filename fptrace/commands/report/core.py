@@ -3,17 +3,11 @@ the command folders offer, cli/sections.py): where it may be written, and writin
 
 from __future__ import annotations
 
-import os
-
-from fptrace.errors import BadInput
-
 
 def check_out(path: str, force: bool = False) -> None:
-    from fptrace.atomic import check_target
+    from fptrace.cli.page import check_page
 
-    check_target(path, "--out", "report.html", force)
-    if os.path.splitext(path)[1].lower() not in (".html", ".htm"):
-        raise BadInput(f"--out {path}: a report is an .html file")
+    check_page(path, "--out", force)
 
 
 def write_report(path: str, text: str) -> None:

@@ -15,6 +15,7 @@ from fptrace.cli.options import (
     FlashAttn,
     FlashAttnOpt,
     ForceOpt,
+    HtmlOpt,
     JsonOpt,
     KvCache,
     KvCacheOpt,
@@ -46,6 +47,7 @@ def run(
         "--truncate", help="Keep the last tokens of a prompt longer than the context window.",
         rich_help_panel=STATS)] = False,
     plot: PlotOpt = None,
+    html: HtmlOpt = None,
     force: ForceOpt = False,
     as_json: JsonOpt = False,
     wide: WideOpt = False,
@@ -61,18 +63,22 @@ def run(
                                kv_cache=kv_cache.value,
                                top_k=top_k, snippet=snippet, **{
                                    "--all-positions": all_positions, "--truncate": truncate,
-                                   "--plot": plot})
+                                   "--plot": plot, "--html": html})
     else:
-        lm, prompt = load_for(prompt, opts, plot, chat, force)
+        lm, prompt = load_for(prompt, opts, plot, chat, force, html)
         from fptrace.core.trace import run_trace
 
         trace = run_trace(lm, prompt, top_k=top_k, snippet=snippet,
                           all_positions=all_positions, truncate=truncate,
-                          lens_grid=plot is not None)
+                          lens_grid=plot is not None or html is not None)
     from fptrace.commands.run.render import trace_figure, trace_view
 
     output(trace, trace_view, as_json=as_json, wide=wide, plot=plot, figure=trace_figure,
            force=force)
+    if html is not None:
+        from fptrace.cli.page import write_page
+
+        write_page(html, lm, prompt, "run", trace, trace)
     if trace.first_nonfinite:
         from fptrace.errors import NonFiniteValues
 

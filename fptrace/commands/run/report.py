@@ -25,4 +25,4 @@ def _compute(page: Page, values: dict[str, Any]) -> Any:
     return page.trace  # every report traces the prompt (with the lens grid)
 
 
-SECTION = ReportSection(order=10, compute=_compute, figures=_figures, body=_body)
+SECTION = ReportSection(order=10, compute=_compute, figures=_figures, body=_body, trace=True)

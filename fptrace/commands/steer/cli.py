@@ -12,6 +12,7 @@ from fptrace.cli.options import (
     STATS,
     ChatOptions,
     ForceOpt,
+    HtmlOpt,
     JsonOpt,
     LoadOptions,
     PlotOpt,
@@ -87,6 +88,7 @@ def steer(
     top: Annotated[int, typer.Option("--top", help="Next tokens listed per strength.",
                                      rich_help_panel=STATS)] = 5,
     plot: PlotOpt = None,
+    html: HtmlOpt = None,
     force: ForceOpt = False,
     as_json: JsonOpt = False,
     wide: WideOpt = False,
@@ -103,7 +105,7 @@ def steer(
         from fptrace.commands.steer.vectors import check_vector_path
 
         check_vector_path(save_vector, force=force)
-    lm, prompt = load_for(prompt, opts, plot, chat, force)
+    lm, prompt = load_for(prompt, opts, plot, chat, force, html)
     from fptrace.commands.steer.core import steer as run_steer
     from fptrace.commands.steer.vectors import match_norms, steering_vector, write_vector
 
@@ -132,4 +134,8 @@ def steer(
 
     output(result, steer_view, as_json=as_json, wide=wide, plot=plot, figure=steer_figure,
            force=force)
+    if html is not None:
+        from fptrace.cli.page import write_page
+
+        write_page(html, lm, prompt, "steer", result)
     require_checks(result.checks, "the steered run")

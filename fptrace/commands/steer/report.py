@@ -62,5 +62,18 @@ def _verify(steering: Any) -> None:
     require_checks(steering.checks, "the steered run")
 
 
+def _data(steering: Any) -> Any:
+    """KL(steered ‖ clean) of the lens after each block, strength by strength, as a heatmap
+    whose tooltips also name the lens's top-1 there."""
+    from fptrace.render.pagedata import Heatmap, SectionData
+
+    rows = steering.rows
+    return SectionData("Steering", heatmaps=(Heatmap(
+        "KL(steered ‖ clean) of the logit lens at the last position, after each block (nats)",
+        "KL (nats)", tuple(f"strength {r.scale:g}" + (" (clean)" if r.clean else "")
+                           for r in rows),
+        tuple(f"block {b}" for b in steering.kl_layers), tuple(r.kl for r in rows)),))
+
+
 SECTION = ReportSection(order=60, compute=_compute, body=_body, options=OPTIONS, check=_check,
-                        verify=_verify)
+                        verify=_verify, data=_data)
