@@ -114,16 +114,42 @@ def fit_table(cols: Sequence[Col], rows: Sequence[Sequence[Any] | RowStyle], wid
     if width is None:
         return Fitted(_build(cols, rows, every, table_kw, sections, widths))
     order = sorted(every, key=lambda i: (cols[i].priority, i))
-    keep: list[int] = []
-    for i in order:
-        trial = sorted(keep + [i])
-        table = _build(cols, rows, trial, {**table_kw, "title": None, "caption": None},
-                       sections, widths)
-        if measure(table).minimum > width and cols[i].priority > 0:
-            break
-        keep = trial
+    bare = {**table_kw, "title": None, "caption": None}
+
+    def minimum(keep: list[int]) -> int:
+        return measure(_build(cols, rows, keep, bare, sections, widths)).minimum
+
+    keep = _chosen(order, cols, width, minimum)
     left_out = [_name(cols[i]) for i in every if i not in keep]
     return Fitted(_build(cols, rows, keep, table_kw, sections, widths), left_out, width)
+
+
+def _chosen(order: list[int], cols: Sequence[Col], width: int, minimum: Any) -> list[int]:
+    """The columns kept: in `order`, each while the table's minimum width stays within `width`
+    (a column of priority 0 always). A table's minimum width is the sum of its columns' own
+    (each with its padding) and of the rules between them, so it is predicted from each
+    column measured alone and one pair; the prediction is checked against rich on the set
+    chosen and on the first column refused, and where it misses, every trial is measured."""
+    alone = {i: minimum([i]) for i in order}
+    rule = alone[order[0]] + alone[order[1]] - minimum(sorted(order[:2])) \
+        if len(order) > 1 else 0
+
+    def predicted(keep: list[int]) -> int:
+        return sum(alone[i] for i in keep) - rule * (len(keep) - 1)
+
+    for guess in (predicted, minimum):
+        keep: list[int] = []
+        refused: list[int] | None = None
+        for i in order:
+            trial = sorted(keep + [i])
+            if guess(trial) > width and cols[i].priority > 0:
+                refused = trial
+                break
+            keep = trial
+        if guess is minimum or all(minimum(s) == predicted(s)
+                                   for s in (keep, refused) if s):
+            return keep
+    raise AssertionError("unreachable")
 
 
 def natural_width(renderable: RenderableType, at_least: int = 80) -> int:
