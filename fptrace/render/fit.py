@@ -141,7 +141,7 @@ def _chosen(order: list[int], cols: Sequence[Col], width: int, minimum: Any) -> 
         keep: list[int] = []
         refused: list[int] | None = None
         for i in order:
-            trial = sorted(keep + [i])
+            trial = sorted([*keep, i])
             if guess(trial) > width and cols[i].priority > 0:
                 refused = trial
                 break
