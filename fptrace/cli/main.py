@@ -21,6 +21,9 @@ from fptrace.cli.io import COMMAND_MARK, stderr_console
 app = typer.Typer(
     name="fptrace",
     help="Trace one forward pass of a transformer language model, block by block.",
+    epilog="With `fptrace serve` running, every command answers from the models it holds "
+           "(`--keep-warm` on any command starts one; FPTRACE_SERVER=off runs here): "
+           "docs/serve.md.",
     no_args_is_help=True,
     pretty_exceptions_show_locals=False,
     rich_markup_mode="rich",
