@@ -220,37 +220,66 @@ class LastRoute:
     bias: Any
 
 
+def last_route_hooks(parts: ModelParts, layers: Sequence[int], got: dict[int, dict]
+                     ) -> list[Hook]:
+    """Hooks that keep, for each MoE block of `layers`, the last row (the last position of a
+    one-row batch) of its router's output (got[i]["route"]: logits, weights, indices) and of
+    its experts module's input (got[i]["x"])."""
+    found = dict(routers(parts))
+
+    def keep_route(i: int):
+        def hook(module: Any, args: tuple, output: Any) -> None:
+            got.setdefault(i, {})["route"] = tuple(o[-1].detach().clone() for o in output[:3])
+        return hook
+
+    def keep_input(i: int):
+        def hook(module: Any, args: tuple) -> None:
+            got.setdefault(i, {})["x"] = args[0][-1].detach().clone()
+        return hook
+
+    return [h for i in layers for h in (
+        Hook.after(found[i], keep_route(i)),
+        Hook.before(parts.mlps[i].get_submodule(parts.family.experts), keep_input(i)))]
+
+
+def kept_routes(parts: ModelParts, got: dict[int, dict]) -> dict[int, LastRoute]:
+    """What last_route_hooks kept, as LastRoute values."""
+    found = dict(routers(parts))
+    out = {}
+    for i, kept in got.items():
+        bias = score_bias(parts, found[i])
+        logits, weights, indices = kept["route"]
+        out[i] = LastRoute(layer=i, x=kept["x"], logits=logits, weights=weights,
+                           indices=indices, bias=None if bias is None else bias.detach().float())
+    return out
+
+
 def last_routes(parts: ModelParts, model: Any, ids: Sequence[int], layers: Sequence[int],
                 device: Any) -> dict[int, LastRoute]:
     """One clean forward pass of ids (one row): each MoE block of `layers` at the last
     position, as its router and experts module saw it."""
     import torch
 
-    found = dict(routers(parts))
-    got: dict[int, dict] = {i: {} for i in layers}
-
-    def keep_route(i: int):
-        def hook(module: Any, args: tuple, output: Any) -> None:
-            got[i]["route"] = tuple(o[-1].detach().clone() for o in output[:3])
-        return hook
-
-    def keep_input(i: int):
-        def hook(module: Any, args: tuple) -> None:
-            got[i]["x"] = args[0][-1].detach().clone()
-        return hook
-
-    hooks = [h for i in layers for h in (
-        Hook.after(found[i], keep_route(i)),
-        Hook.before(parts.mlps[i].get_submodule(parts.family.experts), keep_input(i)))]
-    with torch.inference_mode(), hooked(hooks):
+    got: dict[int, dict] = {}
+    with torch.inference_mode(), hooked(last_route_hooks(parts, layers, got)):
         model(torch.tensor([list(ids)], device=device), use_cache=False, logits_to_keep=1)
-    out = {}
-    for i in layers:
-        bias = score_bias(parts, found[i])
-        logits, weights, indices = got[i]["route"]
-        out[i] = LastRoute(layer=i, x=got[i]["x"], logits=logits, weights=weights, indices=indices,
-                           bias=None if bias is None else bias.detach().float())
-    return out
+    return kept_routes(parts, got)
+
+
+def shared_output(parts: ModelParts, layer: int, x: Any) -> Any:
+    """What the shared experts of block `layer` add on x (C,), their own gate included, by the
+    model's own modules: (C,) float32, or None where the family has none."""
+    import torch
+
+    fam = parts.family
+    if not fam.shared_experts:
+        return None
+    mlp = parts.mlps[layer]
+    with torch.inference_mode():
+        y = mlp.get_submodule(fam.shared_experts)(x[None])  # (1, C)
+        if fam.shared_expert_gate:
+            y = torch.sigmoid(mlp.get_submodule(fam.shared_expert_gate)(x[None])) * y
+    return y[0].float()
 
 
 def expert_output(parts: ModelParts, layer: int, x: Any, e: int) -> Any:
@@ -284,5 +313,6 @@ def removal_change(parts: ModelParts, config: Any, r: LastRoute, removed: Sequen
     return total
 
 
-__all__ = ["ROUTES", "capture_routing", "moe_facts", "renormalises", "route", "routers",
-           "routing_of_rows", "without"]
+__all__ = ["ROUTES", "LastRoute", "capture_routing", "expert_output", "kept_routes",
+           "last_route_hooks", "last_routes", "moe_facts", "removal_change", "renormalises",
+           "route", "routers", "routing_of_rows", "shared_output", "without"]

@@ -230,8 +230,9 @@ def _direct(d: DirectLogits, parts: tuple[Part, ...], means: Means | None, route
         for p in parts:
             if p.expert is not None:
                 continue
-            if p.head is None:
-                value = contrib[("mlp", p.layer, None)]
+            if p.head is None:  # the MLP: whole, or its experts (a mixture of experts)
+                value = sum(v for k, l, _, v in d.parts if l == p.layer
+                            and k in ("mlp", "expert", "shared_experts"))
                 if means is not None:
                     value -= float(d.value(means.mlps[p.layer].to(d.u.device)))
             else:
