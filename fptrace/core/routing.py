@@ -167,6 +167,26 @@ def routing_of_rows(cap: RouterCapture, moe: Moe, B: int, T: int,
     return out
 
 
+def tally(cap: RouterCapture, moe: Moe, rows: Any = None) -> tuple[Any, int, Any]:
+    """One pass's routing, counted: (load (blocks, E) int64 numpy, positions per expert; the
+    positions counted; entropy (blocks,) float64 numpy, the sums of the router's entropy over
+    them). rows: the flat (B·T) indices of the real positions (None: all)."""
+    import numpy as np
+    import torch
+
+    logits, _, indices = _stacked(cap)  # (nb, N, E), (nb, N, k)
+    if rows is not None:
+        logits = logits.index_select(1, rows.to(logits.device))
+        indices = indices.index_select(1, rows.to(indices.device))
+    nb, N, E = logits.shape
+    load = torch.zeros(nb, E, dtype=torch.int64, device=indices.device)
+    load.scatter_add_(1, indices.reshape(nb, -1).long(), torch.ones_like(
+        indices.reshape(nb, -1), dtype=torch.int64))
+    p = route_distribution(logits.reshape(nb * N, E), moe).double()  # (nb·N, E)
+    entropy = -(p * torch.log(p.clamp(min=1e-300))).sum(dim=-1).view(nb, N)  # (nb, N)
+    return load.cpu().numpy(), N, entropy.sum(dim=-1).cpu().numpy().astype(np.float64)
+
+
 ROUTES = ("renormalise", "next")  # what a position does without an expert it chose
 
 
@@ -315,4 +335,4 @@ def removal_change(parts: ModelParts, config: Any, r: LastRoute, removed: Sequen
 
 __all__ = ["ROUTES", "LastRoute", "capture_routing", "expert_output", "kept_routes",
            "last_route_hooks", "last_routes", "moe_facts", "removal_change", "renormalises",
-           "route", "routers", "routing_of_rows", "shared_output", "without"]
+           "route", "routers", "routing_of_rows", "shared_output", "tally", "without"]
