@@ -217,3 +217,63 @@ def test_all_positions_grid_shows_each_blocks_top1(tmp_path):
     for block, row in zip(blocks, rows):
         assert row[0] == str(block["layer"])
         assert [int(x) for x in row[1:]] == [e[0] for e in block["experts"]]
+
+
+def test_report_shows_the_routing_table_and_grid(tmp_path):
+    """`fptrace report` on an MoE model: the run section has the routing table and the
+    blocks × positions grid of the top-1 expert, each block's row the router's first choice at
+    every position (the trace's JSON, checked against the router above)."""
+    import html
+    import json
+
+    from typer.testing import CliRunner
+
+    from fptrace.cli.main import app
+
+    folder, _ = _moe_folder(tmp_path)
+    runner = CliRunner()
+    prompt = "The cat sat on the mat"
+    out = tmp_path / "r.html"
+    res = runner.invoke(app, ["report", prompt, "--model", str(folder), "-o", str(out)])
+    assert res.exit_code == 0, res.stderr
+    import re
+
+    page = " ".join(re.sub("<[^>]+>", " ", html.unescape(out.read_text(encoding="utf-8"))
+                           ).split())
+    assert "Routing at the last position (5)" in page
+    grid = page.split("Top-1 expert per block and position (all 6 positions)")[1][:400]
+    data = json.loads(runner.invoke(app, ["run", prompt, "--model", str(folder), "--json"]
+                                    ).stdout)
+    for block in data["routing"]["blocks"]:
+        row = f"{block['layer']} " + " ".join(str(e[0]) for e in block["experts"])
+        assert row in grid, row
+
+
+def test_batch_records_carry_the_routing_of_each_prompt(tmp_path):
+    """`fptrace batch` on an MoE model: every record's routing is that prompt's own, as `run`
+    gives it alone (rows are padded together in one group)."""
+    import json
+
+    from typer.testing import CliRunner
+
+    from fptrace.cli.main import app
+
+    folder, _ = _moe_folder(tmp_path)
+    src = tmp_path / "p.txt"
+    prompts = ["The cat sat", "A dog ran far away from home", "Hi"]
+    src.write_text("\n".join(prompts) + "\n")
+    out = tmp_path / "out.jsonl"
+    runner = CliRunner()
+    res = runner.invoke(app, ["batch", str(src), "--model", str(folder), "--out", str(out)])
+    assert res.exit_code == 0, res.stderr
+    records = [json.loads(line) for line in out.read_text().splitlines()]
+    assert len(records) == 3
+    for prompt, rec in zip(prompts, records):
+        alone = json.loads(runner.invoke(app, ["run", prompt, "--model", str(folder), "--json"]
+                                         ).stdout)["routing"]
+        got = rec["routing"]
+        assert got["checked"] and got["n_experts"] == 8
+        for x, y in zip(got["blocks"], alone["blocks"]):
+            assert x["layer"] == y["layer"] and x["experts"] == y["experts"]
+            for p, q in zip(x["weights"], y["weights"]):
+                assert p == pytest.approx(q, abs=1e-5)

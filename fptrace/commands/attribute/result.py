@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from fptrace.results import SCHEMA_VERSION, Check, ModelInfo, Token, TopToken, result
 
+SCHEMA_SINCE = "1.5"  # Contribution.expert and the `expert`, `shared_experts` components
+
 # the targets of the checks this command's results carry (Check.target; `fptrace schema` joins
 # every command's, in the order of `fptrace --help`)
 CHECK_TARGETS = ("for `attribute --qk`: `qk_stream` (the parts sum to the streams), `qk_score` "

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from fptrace.results import SCHEMA_VERSION, result
 
+SCHEMA_SINCE = "1.5"  # TraceDiff.routing (RoutingDiff, RoutingFlip)
+
 
 @result
 class DiffSide:

@@ -6,6 +6,8 @@ from __future__ import annotations
 from fptrace.core.activation_stats import Statistics
 from fptrace.results import SCHEMA_VERSION, ModelInfo, result
 
+SCHEMA_SINCE = "1.5"  # Stats.experts (ExpertLoad); statistics.experts and .routing
+
 
 @result
 class StatsSettings:
