@@ -238,13 +238,15 @@ def test_bad_input(tmp_path):
 HOSTILE = ["²", "٣", "１", "-", "1.", ".1", "1.2.3", "99999999999999999999", "", "1 2", "+1"]
 
 
-@pytest.mark.parametrize("option", ["--head", "--mlp"])
+@pytest.mark.parametrize("option", ["--head", "--mlp", "--expert"])
 @pytest.mark.parametrize("value", HOSTILE + ["1.²", "².1", "L1H²", "23:4"])
 def test_hostile_addresses_get_one_line_before_loading(option, value):
     """Every bad place is refused by the one address parser: exit 2, one line that names the
     option and the value, before any model loads (issue 32: `--head 1.²` was exit 70)."""
     if option == "--mlp" and value in ("L1H²",):
         value = "L1²"
+    if option == "--expert" and value in ("L1H²",):
+        value = "L1E²"
     r = runner.invoke(app, ["ablate", PROMPT, "-m", tiny_gpt2(), "--random-weights", option,
                             value])
     assert r.exit_code == 2, (option, value, r.stdout, r.stderr)
