@@ -534,3 +534,14 @@ def test_cli_expert_json(tmp_path):
     data = json.loads(res.stdout)
     assert [r["parts"] for r in data["runs"]] == [["L1E3"], ["L0E2"], ["L0E2", "L1E3"]]
     assert any(c["target"] == "ablated_experts" and c["ok"] for c in data["checks"])
+
+
+def test_expert_view_says_how_an_expert_is_removed(tmp_path):
+    from conftest import make_moe_folder
+
+    folder, _ = make_moe_folder(tmp_path)
+    res = CliRunner().invoke(app, ["ablate", "The cat sat on the mat", "--model", str(folder),
+                                   "--expert", "1.3", "--wide"])
+    assert res.exit_code == 0, res.stderr
+    assert "(an expert: taken out of its router's choice)" in res.stdout
+    assert "L1E3" in res.stdout and "✓ what the MoE block output without" in res.stdout
