@@ -16,7 +16,6 @@ from fptrace.render.fit import Col, fit_table
 from fptrace.render.tables import check_lines, header
 from fptrace.render.text import bullets, visible
 
-
 EXPERT = re.compile(r"^L\d+E\d+$")  # a routed expert's label (Part.label)
 
 
