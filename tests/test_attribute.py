@@ -131,3 +131,88 @@ def test_cli_target_of_several_tokens():
     assert r.exit_code == 2
     line = r.stderr.strip().splitlines()[-1]
     assert "is 3 tokens" in line and "' on'" in line
+
+
+MOE = ["deepseek_v3", "gpt_oss", "mixtral", "olmoe", "qwen2_moe", "qwen3_moe"]
+MOE_IDS = [5, 17, 42, 7, 9, 311, 2, 80]
+
+
+@pytest.mark.parametrize("family", MOE)
+def test_each_chosen_expert_is_a_term_of_its_own(family):
+    """On a mixture of experts, each expert the last position chose is a term (its output ×
+    its routing weight, here from the model's own experts module run with every other
+    weight zeroed), the shared experts another (the MoE block's output minus the experts
+    module's, both from hooks), each through the final norm frozen at the model's own final
+    stream; the parts still sum to the model's logit."""
+    from conftest import build_tiny_moe
+
+    model = build_tiny_moe(family)
+    lm = wrap_model(model, name=f"tiny-{family}", random_weights=True)
+    a = attribute(lm, MOE_IDS, top=100)
+    assert a.ok, a.difference
+    seen, hooks = {}, []
+    for i, layer in enumerate(model.model.layers):
+        experts = getattr(layer.mlp, "experts", None)
+        if experts is None:
+            continue
+        hooks.append(experts.register_forward_pre_hook(
+            lambda m, args, i=i: seen.setdefault(i, {}).update(args=args)))
+        hooks.append(experts.register_forward_hook(
+            lambda m, args, out, i=i: seen[i].update(experts=out[-1].clone())))
+        hooks.append(layer.mlp.register_forward_hook(
+            lambda m, args, out, i=i: seen[i].update(
+                mlp=(out[0] if isinstance(out, tuple) else out)[0, -1].clone())))
+    hooks.append(model.model.norm.register_forward_pre_hook(
+        lambda m, args: seen.update(final=args[0][0, -1].clone())))
+    try:
+        with torch.no_grad():
+            model(torch.tensor([MOE_IDS]), use_cache=False)
+    finally:
+        for h in hooks:
+            h.remove()
+    norm = model.model.norm
+    x = seen.pop("final")
+    with torch.no_grad():
+        gain = norm.weight * torch.rsqrt(x.pow(2).mean() + norm.variance_epsilon)
+        u = model.lm_head.weight[a.target.id]
+    got = {(c.layer, c.component, c.expert): c.value for c in a.contributions}
+    assert seen, "no MoE block"
+    for i, kept in seen.items():
+        hidden, idx, w = kept["args"][:3]
+        assert (i, "mlp", None) not in got  # the block is split
+        experts = model.model.layers[i].mlp.experts
+        for e in idx[-1].tolist():
+            with torch.no_grad():
+                only = experts(hidden[-1:], idx[-1:], torch.where(idx[-1:] == e, w[-1:], 0))
+                want = float((only[0] * gain) @ u)
+            assert got[(i, "expert", e)] == pytest.approx(want, rel=1e-4, abs=1e-5), (i, e)
+        n_experts = sum(1 for (l, k, _) in got if l == i and k == "expert")
+        assert n_experts == idx.shape[-1]
+        if family in ("qwen2_moe", "deepseek_v3"):
+            with torch.no_grad():
+                want = float(((kept["mlp"] - kept["experts"]) * gain) @ u)
+            assert got[(i, "shared_experts", None)] == pytest.approx(want, rel=1e-4, abs=1e-5)
+        else:
+            assert (i, "shared_experts", None) not in got
+        layer = a.layers[i]
+        assert layer.mlp == pytest.approx(sum(v for (l, k, _), v in got.items() if l == i and
+                                              k in ("expert", "shared_experts")))
+    if family == "deepseek_v3":  # block 0 is dense: one MLP part
+        assert (0, "mlp", None) in got
+
+
+def test_experts_that_do_not_add_up_are_one_part(monkeypatch):
+    """Where the experts' terms do not add up to the block's output, the block is one `mlp`
+    part, a note says so, and the parts still sum to the logit."""
+    from conftest import build_tiny_moe
+    from fptrace.core import attribution as engine
+
+    lm = wrap_model(build_tiny_moe("mixtral"), name="tiny-mixtral", random_weights=True)
+    good = attribute(lm, MOE_IDS)
+    real = engine.expert_output
+    monkeypatch.setattr(engine, "expert_output", lambda p, l, x, e: real(p, l, x, e) * 1.5)
+    bad = attribute(lm, MOE_IDS)
+    assert bad.ok and bad.total == pytest.approx(good.total)
+    assert {c.component for c in bad.contributions if c.layer == 1} == {"attn_head", "mlp"}
+    assert any("do not add up to the mixture of experts' output" in n for n in bad.notes)
+    assert not any("mixture of experts' output" in n for n in good.notes)

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from conftest import build_tiny
+from conftest import build_tiny, build_tiny_moe
 from fptrace.commands.explain.core import explain
 from fptrace.families import FAMILIES
 from fptrace.families.ops import Steps
@@ -19,11 +19,7 @@ IDS = [5, 17, 42, 7, 9, 311, 2]
 
 @pytest.mark.parametrize("name", EXPLAINED_MOE)
 def test_every_moe_step_against_the_model(name):
-    model = build_tiny(name, seed=2)
-    with torch.no_grad():  # a choice-only bias that matters (DeepSeek-V3's starts at zero)
-        for n, buf in model.named_buffers():
-            if n.endswith("e_score_correction_bias"):
-                buf.copy_(torch.randn_like(buf) * 0.02)
+    model = build_tiny_moe(name, seed=2)
     lm = wrap_model(model, name=f"tiny-{name}", random_weights=True)
     fam = lm.parts.family
     moe = fam.moe(lm.config)

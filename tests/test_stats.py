@@ -623,3 +623,108 @@ def test_an_activation_changed_in_place_is_refused_not_counted():
             count(lm, id_prompts(int(lm.config.vocab_size), lengths=(4,)))
     finally:
         handle.remove()
+
+
+# ---- mixture of experts: expert load --------------------------------------------------------
+
+def _own_routing(model, prompts):
+    """Per MoE block, from the model itself, one prompt at a time (no padding): the experts
+    its router handed the experts module (a pre-hook on that module), counted; and the
+    router's entropy from the logits transformers returns with output_router_logits."""
+    moe = [i for i, layer in enumerate(model.model.layers) if hasattr(layer.mlp, "experts")]
+    sigmoid = model.config.model_type == "deepseek_v3"
+    E = model.model.layers[moe[0]].mlp.experts.num_experts
+    load = {i: np.zeros(E, dtype=np.int64) for i in moe}
+    entropy = {i: 0.0 for i in moe}
+    hooks = []
+    for i in moe:
+        def pre(module, args, i=i):
+            np.add.at(load[i], args[1].flatten().numpy(), 1)
+        hooks.append(model.model.layers[i].mlp.experts.register_forward_pre_hook(pre))
+    try:
+        for ids in prompts:
+            with torch.no_grad():
+                out = model(torch.tensor([ids]), output_router_logits=True, use_cache=False)
+            for i, logits in zip(moe, out.router_logits):
+                p = logits.double().sigmoid() if sigmoid else logits.double().softmax(-1)
+                p = p / p.sum(-1, keepdim=True)
+                entropy[i] += float(-(p * p.log()).sum())
+    finally:
+        for h in hooks:
+            h.remove()
+    return moe, load, entropy
+
+
+# (DeepSeek-V3's latent attention has a third input stats does not know: it is refused)
+@pytest.mark.parametrize("family", ["gpt_oss", "mixtral", "olmoe", "qwen2_moe", "qwen3_moe"])
+def test_expert_load_is_a_count_of_the_routers_own_choices(family):
+    """Padded groups of prompts: each MoE block's load per expert equals the count of the
+    router's own choices at the real positions, its entropy sum the router's (padded and
+    unpadded float32 logits round apart: 1e-6); any split merges into what one pass gives
+    (counts equal, entropy sums to 1e-12)."""
+    from conftest import build_tiny_moe
+    from fptrace.commands.stats.findings import expert_loads
+    from fptrace.models.loading import wrap_model
+
+    model = build_tiny_moe(family)
+    lm = wrap_model(model, name=family, random_weights=True)
+    prompts = id_prompts(int(lm.config.vocab_size), lengths=(4, 1, 6, 2, 5, 3, 7, 2))
+    whole = count(lm, prompts, batch_size=3, sinks=False)
+    blocks, load, entropy = _own_routing(model, prompts)
+    assert whole.moe_blocks == tuple(blocks)
+    for j, i in enumerate(blocks):
+        np.testing.assert_array_equal(whole.expert_load[j], load[i])
+        assert whole.route_positions[j] == sum(len(p) for p in prompts)
+        assert whole.route_entropy[j] == pytest.approx(entropy[i], rel=1e-6)
+    found = expert_loads(whole)
+    for e, i in zip(found, blocks):
+        want = load[i]
+        assert e.layer == i and e.load == tuple(want.tolist())
+        assert e.never_chosen == tuple(np.flatnonzero(want == 0).tolist())
+        assert e.max_over_mean == pytest.approx(want.max() / want.mean())
+        assert e.cv == pytest.approx(want.std() / want.mean())
+        assert e.entropy == pytest.approx(entropy[i] / sum(len(p) for p in prompts), rel=1e-6)
+    # the same groups as the whole pass (the same padding, so the same float32 logits)
+    halves = [count(lm, prompts[:3], batch_size=3, sinks=False),
+              count(lm, prompts[3:], batch_size=3, sinks=False)]
+    halves[1].prompts = [f"p{3 + k}" for k in range(len(prompts) - 3)]
+    back = ActivationStats.from_dict(json.loads(json.dumps(
+        _plain(halves[0].merge_(halves[1]).to_record()))))
+    np.testing.assert_array_equal(back.expert_load, whole.expert_load)
+    np.testing.assert_array_equal(back.route_positions, whole.route_positions)
+    np.testing.assert_allclose(back.route_entropy, whole.route_entropy, rtol=1e-12)
+
+
+def _plain(record):
+    from fptrace.render.json import to_dict
+
+    return to_dict(record)
+
+
+def test_cli_expert_load_and_merge(tmp_path):
+    """`stats` on an MoE folder shows the expert load; `--merge` of two halves gives the
+    figures of one run over all the prompts."""
+    from conftest import make_moe_folder
+
+    folder, _ = make_moe_folder(tmp_path)
+    a, b, both = tmp_path / "a.txt", tmp_path / "b.txt", tmp_path / "both.txt"
+    a.write_text("The cat sat\nOne two three four\n")
+    b.write_text("A dog\nThe sky is blue today\nHi\n")
+    both.write_text(a.read_text() + b.read_text())
+    m = ("-m", folder, "--no-sinks", "-b", "1")  # one prompt a pass: the same float32 logits
+    r = invoke("stats", both, *m)
+    assert r.exit_code == 0, r.stderr
+    assert "Expert load: positions per expert of 8" in r.stdout
+    one = json.loads(invoke("stats", both, *m, "--json").stdout)
+    sa, sb = tmp_path / "sa.json", tmp_path / "sb.json"
+    assert invoke("stats", a, *m, "--out", sa).exit_code == 0
+    assert invoke("stats", b, *m, "--out", sb).exit_code == 0
+    merged = json.loads(invoke("stats", "--merge", sa, sb, "--json").stdout)
+    assert len(one["experts"]) == 2
+    for x, y in zip(merged["experts"], one["experts"]):
+        assert x["load"] == y["load"] and x["positions"] == y["positions"] == one["tokens"]
+        assert x["never_chosen"] == y["never_chosen"]
+        assert x["entropy"] == pytest.approx(y["entropy"], rel=1e-12)
+        assert sum(x["load"]) == 2 * x["positions"]
+    dense = json.loads(invoke("stats", a, "-m", make_llama_folder(tmp_path), "--json").stdout)
+    assert dense["experts"] == [] and dense["statistics"]["routing"] == []

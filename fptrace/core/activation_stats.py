@@ -134,6 +134,22 @@ class LayerRecord:
 
 
 @result
+class RouteRecord:
+    """One mixture-of-experts block's routing, counted over every position."""
+
+    layer: int
+    """The block."""
+    load: tuple[int, ...]
+    """Per routed expert: the positions whose router chose it (a position counts once for each
+    of its k experts)."""
+    positions: int
+    """Positions routed."""
+    entropy_sum: float
+    """The sum over those positions of the router's entropy (nats; the distribution of
+    `run`'s routing: the softmax of its logits, or each sigmoid score over their sum)."""
+
+
+@result
 class FailedPrompt:
     """A prompt that is not counted."""
 
@@ -181,6 +197,10 @@ class Statistics:
     """The final norm's output, which the LM head reads."""
     massive: tuple[MassiveRecord, ...]
     """Massive activations, by layer then channel."""
+    experts: int = 0
+    """Routed experts per mixture-of-experts block (0: a dense model)."""
+    routing: tuple[RouteRecord, ...] = ()
+    """Per mixture-of-experts block, its routing (empty for a dense model)."""
 
 
 # ---- the accumulator ------------------------------------------------------------------------
@@ -229,8 +249,16 @@ class ActivationStats:
 
     def __init__(self, n_layers: int, n_heads: int, *, sinks: bool = True,
                  sink_positions: int = SINK_POSITIONS, massive_min: float = MASSIVE_MIN,
-                 massive_ratio: float = MASSIVE_RATIO, bins: tuple[float, ...] = BINS) -> None:
+                 massive_ratio: float = MASSIVE_RATIO, bins: tuple[float, ...] = BINS,
+                 moe_blocks: tuple[int, ...] = (), n_experts: int = 0) -> None:
         import numpy as np
+
+        # routing, per mixture-of-experts block: positions per expert, positions, the sum of
+        # the router's entropy (counts add; the entropy is a sum, so merges add too)
+        self.moe_blocks, self.n_experts = tuple(moe_blocks), n_experts
+        self.expert_load = np.zeros((len(moe_blocks), n_experts), dtype=np.int64)
+        self.route_positions = np.zeros(len(moe_blocks), dtype=np.int64)
+        self.route_entropy = np.zeros(len(moe_blocks), dtype=np.float64)
 
         self.n_layers, self.n_heads = n_layers, n_heads if sinks else 0
         self.sinks, self.sink_positions = sinks, sink_positions
@@ -247,7 +275,15 @@ class ActivationStats:
         self.token_texts: dict[int, str] = {}
 
     def empty_like(self) -> ActivationStats:
-        return ActivationStats(self.n_layers, self.n_heads, **self.settings())
+        return ActivationStats(self.n_layers, self.n_heads, **self.settings(),
+                               moe_blocks=self.moe_blocks, n_experts=self.n_experts)
+
+    def add_routing(self, load: Any, positions: int, entropy: Any) -> None:
+        """One pass's routing: load (blocks, experts) positions per expert, the positions
+        routed, entropy (blocks,) the sums of the router's entropy over them."""
+        self.expert_load += load
+        self.route_positions += positions
+        self.route_entropy += entropy
 
     def settings(self) -> dict:
         """What two statistics must share to merge."""
@@ -301,6 +337,12 @@ class ActivationStats:
                 where = "the final norm" if layer is None else f"layer {layer}"
                 raise BadInput(f"{a} and {b} differ at {where} {s.name} (modules or width): "
                                "statistics of different models do not merge")
+        if (self.moe_blocks, self.n_experts) != (other.moe_blocks, other.n_experts) and \
+                self.prompts and other.prompts:
+            raise BadInput(f"{a} routes {self.n_experts} experts in blocks "
+                           f"{list(self.moe_blocks)}, {b} {other.n_experts} in "
+                           f"{list(other.moe_blocks)}: statistics of different models do not "
+                           "merge")
         both = set(self.prompts) & set(other.prompts)
         if both:
             first = next(p for p in other.prompts if p in both)
@@ -316,6 +358,17 @@ class ActivationStats:
             self.site(layer, s.name, s.modules, s.stats.width).stats.merge_(s.stats, offset)
         for key, t in other.massive.items():
             self.massive.setdefault(key, MassiveTally()).merge_(t, offset)
+        if not other.prompts:  # nothing counted there (its routing, if any, is zeros)
+            pass
+        elif not self.prompts and (self.moe_blocks, self.n_experts) != \
+                (other.moe_blocks, other.n_experts):  # nothing counted here yet: its layout
+            self.moe_blocks, self.n_experts = other.moe_blocks, other.n_experts
+            self.expert_load = other.expert_load.copy()
+            self.route_positions = other.route_positions.copy()
+            self.route_entropy = other.route_entropy.copy()
+        else:
+            self.add_routing(other.expert_load, 0, other.route_entropy)
+            self.route_positions += other.route_positions
         self.sink_sums += other.sink_sums
         self.sink_queries += other.sink_queries
         for mine, theirs in zip(self.position_tokens, other.position_tokens):
@@ -372,7 +425,11 @@ class ActivationStats:
             position_tokens=tuple(_pairs(c) for c in self.position_tokens),
             token_texts={str(k): v for k, v in sorted(self.token_texts.items())},
             layers=layers, final=None if self.final is None else site_record(self.final),
-            massive=massive)
+            massive=massive, experts=self.n_experts, routing=tuple(RouteRecord(
+                layer=layer, load=tuple(int(x) for x in self.expert_load[j]),
+                positions=int(self.route_positions[j]),
+                entropy_sum=float(self.route_entropy[j]))
+                for j, layer in enumerate(self.moe_blocks)))
 
     @classmethod
     def from_dict(cls, d: Any, where: str = "the statistics") -> ActivationStats:
@@ -393,9 +450,18 @@ def _from_dict(cls: Any, d: dict) -> ActivationStats:
     bins = (0.0, *(float(e) for e in d["bins"]), math.inf)
     layers = d["layers"]
     heads = len(layers[0]["sink_sums"]) if layers and d["sinks"] else 0
+    routing = d.get("routing") or []
     out = cls(len(layers), heads, sinks=bool(d["sinks"]), sink_positions=int(d["sink_positions"]),
               massive_min=float(d["massive_min"]), massive_ratio=float(d["massive_ratio"]),
-              bins=bins)
+              bins=bins, moe_blocks=tuple(int(r["layer"]) for r in routing),
+              n_experts=int(d.get("experts") or 0))
+    for j, r in enumerate(routing):
+        load = np.asarray(r["load"], dtype=np.int64)
+        if load.shape != (out.n_experts,) or (load < 0).any():
+            raise BadInput(f"block {r['layer']}'s expert load is not {out.n_experts} counts")
+        out.expert_load[j] = load
+        out.route_positions[j] = int(r["positions"])
+        out.route_entropy[j] = float(r["entropy_sum"])
 
     def site(rec: dict) -> Site:
         ch = dict(rec["channels"], bins=[*bins[:-1], "inf"])
@@ -502,6 +568,7 @@ __all__ = [
     "LayerRecord",
     "MassiveRecord",
     "MassiveTally",
+    "RouteRecord",
     "Site",
     "SiteRecord",
     "Statistics",

@@ -23,13 +23,21 @@ from typing import Any
 
 from fptrace.core.fragments import token_id
 from fptrace.core.hooks import Capture, Hook, capture_stats, first_output, hooked
+from fptrace.core.routing import (
+    expert_output,
+    kept_routes,
+    last_route_hooks,
+    moe_facts,
+    routers,
+    shared_output,
+)
 from fptrace.core.trace import layer_stats, model_info
 from fptrace.errors import BadInput, UnsupportedModel
 from fptrace.families.kinds import NormKind
 from fptrace.families.parts import output_projection
 from fptrace.models.loading import LoadedModel
 from fptrace.models.prompts import Prepared, Prompt
-from fptrace.notes import HEADS_UNSPLIT
+from fptrace.notes import EXPERTS_UNSPLIT, HEADS_UNSPLIT
 
 RTOL = 1e-4  # float32: |sum − logit| ≤ RTOL · max(1, Σ|parts|)
 HALF_RTOL = 2e-2  # a half-precision model rounds its own stream and logits at this level
@@ -76,9 +84,10 @@ def through_frozen(parts: Any, centre: bool, gain: Any) -> Any:
 class DirectLogits:
     """One clean forward pass of a prompt with its last position's stream taken apart.
 
-    parts: (component, layer, head, logits) in stream order: `embed`, per block each
-    `attn_head` (and `attn_bias`) or `attn` (a block whose heads do not add up), `mlp`, then
-    `final_norm_bias` and `lm_head_bias`."""
+    parts: (component, layer, index, logits) in stream order: `embed`, per block each
+    `attn_head` (index: the head; and `attn_bias`) or `attn` (a block whose heads do not add
+    up), then `mlp`, or for a mixture of experts each chosen `expert` (index: the expert) and
+    `shared_experts`, then `final_norm_bias` and `lm_head_bias`."""
 
     lm: LoadedModel
     prepared: Prepared  # the prompt as the model took it
@@ -97,6 +106,7 @@ class DirectLogits:
     gain: Any = None  # the frozen final norm's gain (d,)
     u: Any = None  # the target's unembedding row minus versus's (d,)
     notes: list[str] = field(default_factory=list)
+    routes: dict = field(default_factory=dict)  # per MoE block: its LastRoute (core/routing)
 
     @property
     def total(self) -> float:
@@ -200,6 +210,9 @@ def direct_logits(lm: LoadedModel, prompt: Prompt, *, target: str | None = None,
         if fam.attn_added:
             hooks.append(Hook.before(lm.parts.attn_adds[i], _keep_input(got["o"], i, cap)))
     hooks.append(Hook.after(lm.parts.lm_head, _keep_output(got, "pre_cap", cap)))
+    moe_blocks = [i for i, _ in routers(lm.parts)] if moe_facts(lm.parts, lm.config) else []
+    kept: dict[int, dict] = {}
+    hooks += last_route_hooks(lm.parts, moe_blocks, kept)
     with torch.inference_mode(), hooked(hooks), capture_stats(lm.parts, cap):
         logits = lm.model(torch.tensor([ids], device=lm.device), use_cache=False,
                           logits_to_keep=1).logits[0, -1].float()  # (V,)
@@ -213,7 +226,8 @@ def direct_logits(lm: LoadedModel, prompt: Prompt, *, target: str | None = None,
     pre_cap = got["pre_cap"]
     d = DirectLogits(lm=lm, prepared=prepared, ids=ids, logits=logits, target=t, versus=v, parts=[],
                      model_logit=float(pre_cap[t] - (pre_cap[v] if v is not None else 0)),
-                     rtol=rtol_for(info.dtype), cap=cap, y=got["y"], o=got["o"], w_o=w_o)
+                     rtol=rtol_for(info.dtype), cap=cap, y=got["y"], o=got["o"], w_o=w_o,
+                     routes=kept_routes(lm.parts, kept))
     with torch.inference_mode():
         _take_apart(d)
     return d
@@ -244,7 +258,8 @@ def _take_apart(d: DirectLogits) -> None:
     d.u = W_U[t] - (W_U[v] if v is not None else 0)  # (d,)
     head_bias = getattr(lm.parts.lm_head, "bias", None)
 
-    parts = [("embed", None, None, float(d.value(cap.embed_last[0])))]
+    parts: list[tuple[str, int | None, int | None, float]] = [
+        ("embed", None, None, float(d.value(cap.embed_last[0])))]
     for layer in range(info.n_layers):
         per_head = _split(d, layer)
         if per_head is None:
@@ -255,13 +270,40 @@ def _take_apart(d: DirectLogits) -> None:
             parts += [("attn_head", layer, h, float(c)) for h, c in enumerate(heads)]
             if bias is not None:
                 parts.append(("attn_bias", layer, None, bias))
-        parts.append(("mlp", layer, None, float(d.value(cap.mlp_last[layer][0]))))
+        split = _experts(d, layer) if layer in d.routes else None
+        if split is None:
+            parts.append(("mlp", layer, None, float(d.value(cap.mlp_last[layer][0]))))
+            if layer in d.routes:
+                d.notes.append(EXPERTS_UNSPLIT(layer=layer))
+        else:
+            parts += split
     if norm_bias is not None:
         parts.append(("final_norm_bias", None, None, float(norm_bias @ d.u)))
     if head_bias is not None:
         parts.append(("lm_head_bias", None, None,
                       float(head_bias[t] - (head_bias[v] if v is not None else 0))))
     d.parts = parts
+
+
+def _experts(d: DirectLogits, layer: int) -> list[tuple[str, int, int | None, float]] | None:
+    """An MoE block's output at the last position as its parts: each chosen expert's output
+    (its experts module run on that expert alone) × its weight, and the shared experts' (their
+    own modules); None when they do not add up to what the block added (then it is one part)."""
+    r = d.routes[layer]
+    writes = [(e, w * expert_output(d.lm.parts, layer, r.x, e)) for e, w in
+              zip(r.indices.tolist(), r.weights.float().tolist(), strict=True)]
+    shared = shared_output(d.lm.parts, layer, r.x)
+    total = sum((v for _, v in writes), start=shared if shared is not None else 0)
+    added = d.cap.mlp_last[layer][0].float()
+    if float((total - added.to(total.device)).abs().max()) > \
+            rtol_for(model_info(d.lm).dtype) * max(1.0, float(added.abs().max())):
+        return None
+    writes.sort(key=lambda p: p[0])  # by expert
+    out: list[tuple[str, int, int | None, float]] = [
+        ("expert", layer, e, float(d.value(v.to(d.u.device)))) for e, v in writes]
+    if shared is not None:
+        out.append(("shared_experts", layer, None, float(d.value(shared.to(d.u.device)))))
+    return out
 
 
 def _split(d: DirectLogits, layer: int) -> tuple[Any, float | None] | None:

@@ -22,7 +22,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from fptrace.addresses import Block, Head, many, resolve_block, resolve_head
+from fptrace.addresses import Block, Expert, Head, many, resolve_block, resolve_expert, resolve_head
 from fptrace.core.hooks import Capture, Hook, capture_stats, first_output, hooked, is_oom
 from fptrace.core.trace import sizes
 from fptrace.errors import BadInput
@@ -34,20 +34,29 @@ MODES = ("zero", "mean")
 
 @dataclass(frozen=True)
 class Part:
-    """A part that can be removed: attention head `head` of block `layer`, or (head None) the
-    MLP of block `layer`."""
+    """A part that can be removed: attention head `head` of block `layer`, routed expert
+    `expert` of its mixture of experts, or (both None) the MLP of block `layer`."""
 
     layer: int
     head: int | None = None
+    expert: int | None = None
 
     @property
     def order(self) -> tuple[int, int, int]:
-        """Stream order: by block, a block's heads before its MLP."""
-        return (self.layer, 1 if self.head is None else 0, self.head or 0)
+        """Stream order: by block, a block's heads, then its experts, then its MLP."""
+        if self.head is not None:
+            return (self.layer, 0, self.head)
+        return (self.layer, 1, self.expert) if self.expert is not None else (self.layer, 2, 0)
+
+    @property
+    def is_mlp(self) -> bool:
+        return self.head is None and self.expert is None
 
     @property
     def label(self) -> str:
-        """`L.H` for a head, `mlp L` for an MLP."""
+        """`L.H` for a head, `L3E4` for an expert, `mlp L` for an MLP."""
+        if self.expert is not None:
+            return str(Expert(self.layer, self.expert))
         return f"mlp {self.layer}" if self.head is None else str(Head(self.layer, self.head))
 
 
@@ -55,14 +64,33 @@ def _blocks(lm: LoadedModel) -> int:
     return len(lm.parts.blocks)
 
 
-def parts_of(lm: LoadedModel, heads: Sequence[Head], mlps: Sequence[int | Block]
-             ) -> list[Part]:
-    """The parts named by the API's `heads=` (Head values) and `mlps=` (blocks), checked
-    against the model (negative blocks and heads count from the end)."""
+def parts_of(lm: LoadedModel, heads: Sequence[Head], mlps: Sequence[int | Block],
+             experts: Sequence[Expert] = ()) -> list[Part]:
+    """The parts named by the API's `heads=` (Head values), `mlps=` (blocks) and `experts=`
+    (Expert values), checked against the model (negative blocks and heads count from the
+    end; an expert's block must be one with a router)."""
+    from fptrace.core.routing import routers
+
     sz = sizes(lm)
     chosen = [resolve_head(h, sz, "heads") for h in many(heads, Head, "heads")]
     blocks = [resolve_block(m, sz, "mlps") for m in many(mlps, Block, "mlps")]
-    return [Part(h.layer, h.head) for h in chosen] + [Part(b.layer) for b in blocks]
+    routed = [resolve_expert(e, sz, "experts") for e in many(experts, Expert, "experts")]
+    if routed:
+        moe_blocks = [i for i, _ in routers(lm.parts)]
+        for e in routed:
+            if e.layer not in moe_blocks:
+                where = e.origin or f"experts: {e!r}"
+                raise BadInput(f"{where}: block {e.layer} of {lm.name} is dense (no router); its "
+                               f"mixture-of-experts blocks are {_ranges(moe_blocks)}")
+    return [Part(h.layer, h.head) for h in chosen] + [Part(b.layer) for b in blocks] + \
+        [Part(e.layer, expert=e.expert) for e in routed]
+
+
+def _ranges(blocks: Sequence[int]) -> str:
+    """`1-26` for consecutive blocks, else the list."""
+    if blocks and list(blocks) == list(range(blocks[0], blocks[-1] + 1)) and len(blocks) > 2:
+        return f"{blocks[0]}-{blocks[-1]}"
+    return ", ".join(map(str, blocks)) or "none"
 
 
 # ----------------------------------------------------------------------------- steering
@@ -128,9 +156,10 @@ def mean_outputs(lm: LoadedModel, prompts: Sequence[Sequence[int]]) -> Means:
                  mlps=[x / count for x in sums["mlps"]], positions=count)
 
 
-def ablation_hooks(lm: LoadedModel, rows: Sequence[Sequence[Part]], means: Means | None
-                   ) -> list[Hook]:
-    """Hooks that remove, in batch row r, every part of rows[r]: zero (means None) or mean."""
+def ablation_hooks(lm: LoadedModel, rows: Sequence[Sequence[Part]], means: Means | None,
+                   route: str = "renormalise") -> list[Hook]:
+    """Hooks that remove, in batch row r, every part of rows[r]: zero (means None) or mean; a
+    routed expert by its router's choice (core/routing.without: `renormalise` or `next`)."""
     import torch
 
     B = len(rows)
@@ -143,7 +172,13 @@ def ablation_hooks(lm: LoadedModel, rows: Sequence[Sequence[Part]], means: Means
     hooks: list[Hook] = []
     for layer, items in sorted(by_layer.items()):
         heads = [(r, p.head) for r, p in items if p.head is not None]
-        mlps = sorted({r for r, p in items if p.head is None})
+        mlps = sorted({r for r, p in items if p.is_mlp})
+        experts: dict[int, list[int]] = {}
+        for r, p in items:
+            if p.expert is not None:
+                experts.setdefault(r, []).append(p.expert)
+        if experts:
+            hooks.append(_expert_removal(lm, layer, B, experts, route))
         if heads:
             proj, _ = output_projection(lm.parts.attns[layer], lm.parts.family.w_o)
             width = dm.n_heads * hd
@@ -180,6 +215,37 @@ def latent_removal_hooks(lm: LoadedModel, block: int, encode: Any, direction: An
         new = h - (mask * a[..., None] * direction.to(h.device)).to(h.dtype)  # (B, T, d)
         return (new, *output[1:]) if isinstance(output, tuple) else new
     return [Hook.after(lm.parts.blocks[block], hook)]
+
+
+def _expert_removal(lm: LoadedModel, layer: int, B: int, removed: dict[int, list[int]],
+                    how: str) -> Hook:
+    """A hook on block `layer`'s router: in batch row r, the experts removed[r] are gone from
+    what it hands the experts (its logits unchanged)."""
+    import torch
+
+    from fptrace.core.routing import moe_facts, routers, score_bias, without
+
+    router = dict(routers(lm.parts))[layer]
+    moe = moe_facts(lm.parts, lm.config)
+    assert moe is not None  # parts_of takes experts of MoE blocks only
+    bias = score_bias(lm.parts, router)
+    sets: dict[tuple[int, ...], list[int]] = {}
+    for r, es in removed.items():
+        sets.setdefault(tuple(sorted(set(es))), []).append(r)
+
+    def hook(module: Any, args: tuple, output: Any) -> Any:
+        logits, weights, indices = output[0], output[1], output[2]  # (N, E), (N, k), (N, k)
+        T = indices.shape[0] // B  # the rows are B copies of T positions, row-major
+        w, idx = weights, indices
+        for es, rs in sets.items():
+            row = torch.zeros(B, dtype=torch.bool, device=indices.device)
+            row[rs] = True
+            row = row.repeat_interleave(T)[:, None]  # (N, 1)
+            i2, w2 = without(logits, weights, indices, moe, es, how,
+                             None if bias is None else bias.float())
+            idx, w = torch.where(row, i2, idx), torch.where(row, w2, w)
+        return (logits, w, idx, *output[3:])
+    return Hook.after(router, hook)
 
 
 def _replace_input(keep: Any, fill: Any) -> Any:

@@ -20,6 +20,7 @@ from typing import Any
 
 from fptrace.core.hooks import Hook, hooked
 from fptrace.families import Moe
+from fptrace.families.kinds import Scoring
 from fptrace.families.ops import route, route_distribution
 from fptrace.families.parts import ModelParts
 from fptrace.results import BlockRoute, Routing
@@ -166,4 +167,172 @@ def routing_of_rows(cap: RouterCapture, moe: Moe, B: int, T: int,
     return out
 
 
-__all__ = ["capture_routing", "moe_facts", "route", "routers", "routing_of_rows"]
+def tally(cap: RouterCapture, moe: Moe, rows: Any = None) -> tuple[Any, int, Any]:
+    """One pass's routing, counted: (load (blocks, E) int64 numpy, positions per expert; the
+    positions counted; entropy (blocks,) float64 numpy, the sums of the router's entropy over
+    them). rows: the flat (B·T) indices of the real positions (None: all)."""
+    import numpy as np
+    import torch
+
+    logits, _, indices = _stacked(cap)  # (nb, N, E), (nb, N, k)
+    if rows is not None:
+        logits = logits.index_select(1, rows.to(logits.device))
+        indices = indices.index_select(1, rows.to(indices.device))
+    nb, N, E = logits.shape
+    load = torch.zeros(nb, E, dtype=torch.int64, device=indices.device)
+    load.scatter_add_(1, indices.reshape(nb, -1).long(), torch.ones_like(
+        indices.reshape(nb, -1), dtype=torch.int64))
+    p = route_distribution(logits.reshape(nb * N, E), moe).double()  # (nb·N, E)
+    entropy = -(p * torch.log(p.clamp(min=1e-300))).sum(dim=-1).view(nb, N)  # (nb, N)
+    return load.cpu().numpy(), N, entropy.sum(dim=-1).cpu().numpy().astype(np.float64)
+
+
+ROUTES = ("renormalise", "next")  # what a position does without an expert it chose
+
+
+def renormalises(moe: Moe) -> bool:
+    """Whether the family's weights of the chosen experts always sum to the same (1, or its
+    scale): renormalised top-k probabilities or scores, or gpt-oss's softmax over the top k."""
+    return moe.renormalise or moe.scoring is Scoring.softmax_top_k
+
+
+def without(logits: Any, weights: Any, indices: Any, moe: Moe, removed: Sequence[int],
+            how: str, bias: Any = None) -> tuple[Any, Any]:
+    """The router's choice (indices (N, k), weights (N, k)) with the experts `removed` gone, at
+    the positions that chose one of them (the others keep theirs, bit for bit):
+
+    - `renormalise`: their weight is 0; where the family renormalises (renormalises()), the
+      remaining chosen experts' weights are scaled back to the family's sum; where it does not,
+      they keep theirs;
+    - `next`: the family's rule runs again on the router's logits with the removed experts
+      out of the choice: each such position takes its next choice, every weight as the rule
+      gives it."""
+    import torch
+
+    gone = torch.zeros(logits.shape[-1], dtype=torch.bool, device=indices.device)
+    gone[list(removed)] = True
+    hit = gone[indices]  # (N, k): a removed expert in that slot
+    rows = hit.any(dim=-1, keepdim=True)  # (N, 1)
+    if how == "next":
+        idx, w = route(logits, moe, bias, exclude=gone)
+        return torch.where(rows, idx.to(indices.dtype), indices), \
+            torch.where(rows, w.to(weights.dtype), weights)
+    w = weights.masked_fill(hit, 0.0)  # (N, k)
+    if renormalises(moe):
+        total = w.float().sum(dim=-1, keepdim=True)  # (N, 1)
+        scaled = torch.where(total > 0, w.float() / total.clamp(min=1e-30) * moe.scale,
+                             torch.zeros_like(total))
+        w = torch.where(rows, scaled.to(weights.dtype), weights)
+    return indices, w
+
+
+@dataclass
+class LastRoute:
+    """One MoE block at the last position of a clean pass: what its experts module received
+    (x (C,), in the model's dtype) and its router's output there (logits (E,), weights (k,),
+    indices (k,)), with the router's choice-only bias (or None)."""
+
+    layer: int
+    x: Any
+    logits: Any
+    weights: Any
+    indices: Any
+    bias: Any
+
+
+def last_route_hooks(parts: ModelParts, layers: Sequence[int], got: dict[int, dict]
+                     ) -> list[Hook]:
+    """Hooks that keep, for each MoE block of `layers`, the last row (the last position of a
+    one-row batch) of its router's output (got[i]["route"]: logits, weights, indices) and of
+    its experts module's input (got[i]["x"])."""
+    found = dict(routers(parts))
+
+    def keep_route(i: int):
+        def hook(module: Any, args: tuple, output: Any) -> None:
+            got.setdefault(i, {})["route"] = tuple(o[-1].detach().clone() for o in output[:3])
+        return hook
+
+    def keep_input(i: int):
+        def hook(module: Any, args: tuple) -> None:
+            got.setdefault(i, {})["x"] = args[0][-1].detach().clone()
+        return hook
+
+    return [h for i in layers for h in (
+        Hook.after(found[i], keep_route(i)),
+        Hook.before(parts.mlps[i].get_submodule(parts.family.experts), keep_input(i)))]
+
+
+def kept_routes(parts: ModelParts, got: dict[int, dict]) -> dict[int, LastRoute]:
+    """What last_route_hooks kept, as LastRoute values."""
+    found = dict(routers(parts))
+    out = {}
+    for i, kept in got.items():
+        bias = score_bias(parts, found[i])
+        logits, weights, indices = kept["route"]
+        out[i] = LastRoute(layer=i, x=kept["x"], logits=logits, weights=weights,
+                           indices=indices, bias=None if bias is None else bias.detach().float())
+    return out
+
+
+def last_routes(parts: ModelParts, model: Any, ids: Sequence[int], layers: Sequence[int],
+                device: Any) -> dict[int, LastRoute]:
+    """One clean forward pass of ids (one row): each MoE block of `layers` at the last
+    position, as its router and experts module saw it."""
+    import torch
+
+    got: dict[int, dict] = {}
+    with torch.inference_mode(), hooked(last_route_hooks(parts, layers, got)):
+        model(torch.tensor([list(ids)], device=device), use_cache=False, logits_to_keep=1)
+    return kept_routes(parts, got)
+
+
+def shared_output(parts: ModelParts, layer: int, x: Any) -> Any:
+    """What the shared experts of block `layer` add on x (C,), their own gate included, by the
+    model's own modules: (C,) float32, or None where the family has none."""
+    import torch
+
+    fam = parts.family
+    if not fam.shared_experts:
+        return None
+    mlp = parts.mlps[layer]
+    with torch.inference_mode():
+        y = mlp.get_submodule(fam.shared_experts)(x[None])  # (1, C)
+        if fam.shared_expert_gate:
+            y = torch.sigmoid(mlp.get_submodule(fam.shared_expert_gate)(x[None])) * y
+    return y[0].float()
+
+
+def expert_output(parts: ModelParts, layer: int, x: Any, e: int) -> Any:
+    """Routed expert e of block `layer` on x (C,), weight 1, by the model's own experts
+    module: (C,) float32."""
+    import torch
+
+    experts = parts.mlps[layer].get_submodule(parts.family.experts)
+    idx = torch.tensor([[e]], device=x.device)
+    w = torch.ones(1, 1, device=x.device, dtype=x.dtype)
+    with torch.inference_mode():
+        return experts(x[None], idx, w)[0].float()
+
+
+def removal_change(parts: ModelParts, config: Any, r: LastRoute, removed: Sequence[int],
+                   how: str) -> Any:
+    """What the MoE block's output at that position becomes minus what it was, (C,) float32,
+    when the experts `removed` are gone (without(); nothing else changed): Σ over the new
+    choice of w'_e·y_e − Σ over the old of w_e·y_e, each y_e from the experts module."""
+    moe = moe_facts(parts, config)
+    assert moe is not None
+    idx, w = without(r.logits[None], r.weights[None], r.indices[None], moe, removed, how,
+                     r.bias)
+    total: Any = 0
+    for e, weight in zip(idx[0].tolist(), w[0].float().tolist(), strict=True):
+        if weight == 0.0:  # a removed expert's slot (renormalise)
+            continue
+        total = total + weight * expert_output(parts, r.layer, r.x, e)
+    for e, weight in zip(r.indices.tolist(), r.weights.float().tolist(), strict=True):
+        total = total - weight * expert_output(parts, r.layer, r.x, e)
+    return total
+
+
+__all__ = ["ROUTES", "LastRoute", "capture_routing", "expert_output", "kept_routes",
+           "last_route_hooks", "last_routes", "moe_facts", "removal_change", "renormalises",
+           "route", "routers", "routing_of_rows", "shared_output", "tally", "without"]

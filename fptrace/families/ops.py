@@ -317,25 +317,36 @@ def gated_mlp(h: Any, mlp: Any, s: Steps, act: str = "silu", src: str = "h",
 
 # ---------------------------------------------------------------- mixture of experts
 
-def route(logits: Any, moe: Any, bias: Any = None) -> tuple[Any, Any]:
+def route(logits: Any, moe: Any, bias: Any = None, exclude: Any = None) -> tuple[Any, Any]:
     """A family's routing rule (moe: its Moe facts) on router logits (N, E): (indices (N, k),
-    weights (N, k)), the chosen experts and what their outputs are multiplied by."""
+    weights (N, k)), the chosen experts and what their outputs are multiplied by.
+
+    exclude: a bool mask (E,) of experts the choice may not take (`ablate --expert --route
+    next`: each position takes its next choice instead); the scores are unchanged, so a
+    position's other experts keep the weight the rule gives them."""
     import torch
 
     k = moe.top_k
     x = logits.float()  # (N, E)
     if moe.scoring is Scoring.softmax_top_k:  # gpt-oss: the top k logits, a softmax of them
+        if exclude is not None:
+            x = x.masked_fill(exclude.to(x.device), float("-inf"))
         top, idx = torch.topk(x, k, dim=-1)  # (N, k) each
         return idx, torch.softmax(top, dim=-1)
     if moe.scoring is Scoring.softmax:  # Mixtral, Qwen-MoE, OLMoE
         probs = torch.softmax(x, dim=-1)  # (N, E)
-        w, idx = torch.topk(probs, k, dim=-1)  # (N, k) each
+        choice = probs if exclude is None else \
+            probs.masked_fill(exclude.to(x.device), float("-inf"))  # (N, E)
+        idx = torch.topk(choice, k, dim=-1).indices  # (N, k)
+        w = probs.gather(1, idx)  # (N, k)
         if moe.renormalise:
             w = w / w.sum(dim=-1, keepdim=True)
         return idx, w * moe.scale
     # sigmoid (DeepSeek-V3): scores; the choice adds the bias and keeps the best groups only
     scores = torch.sigmoid(x)  # (N, E)
     choice = scores if bias is None else scores + bias  # (N, E)
+    if exclude is not None:
+        choice = choice.masked_fill(exclude.to(x.device), float("-inf"))
     N, E = choice.shape
     G = moe.n_groups
     if G > 1:  # a group's worth: the sum of its two best scores

@@ -37,6 +37,14 @@ def ablate(
     mlp: Annotated[list[str] | None, typer.Option(
         "--mlp", metavar="L", help="Remove the MLP of block L (-1: the last; repeat for "
         "several).", rich_help_panel=PARTS)] = None,
+    expert: Annotated[list[str] | None, typer.Option(
+        "--expert", metavar="L.E", help="Remove routed expert E of block L's mixture of experts "
+        "(3.5, or L3E5; repeat for several) from its router's choice: see --route.",
+        rich_help_panel=PARTS)] = None,
+    route: Annotated[str, typer.Option(
+        "--route", help="With --expert, what a position that chose it does: renormalise (keep "
+        "its other chosen experts, their weights renormalised where the family renormalises) "
+        "or next (take its next choice).", rich_help_panel=PARTS)] = "renormalise",
     all_heads: Annotated[bool, typer.Option(
         "--all-heads", help="One head at a time, every head: a blocks × heads grid.",
         rich_help_panel=PARTS)] = False,
@@ -68,18 +76,21 @@ def ablate(
     as_json: JsonOpt = False,
     wide: WideOpt = False,
 ) -> None:
-    """What if a head or an MLP were gone? The target's logit with parts removed (zero or mean),
-    the total effect next to the direct effect from attribution; --all-heads as a grid."""
-    from fptrace.addresses import parse_block, parse_head
+    """What if a head, an MLP or an expert were gone? The target's logit with parts removed
+    (zero or mean; an expert from its router's choice), the total effect next to the direct
+    effect from attribution; --all-heads as a grid."""
+    from fptrace.addresses import parse_block, parse_expert, parse_head
 
     heads = [parse_head(h, "--head") for h in head or ()]
     mlps = [parse_block(m, "--mlp") for m in mlp or ()]
+    experts = [parse_expert(e, "--expert") for e in expert or ()]
     lm, prompt = load_for(prompt, opts, plot, chat, force, html)
     from fptrace.commands.ablate.core import ablate as run_ablate
 
     result = run_ablate(lm, prompt, heads=heads, mlps=mlps, all_heads=all_heads,
                         all_mlps=all_mlps, mode=mode, mean_over=mean_over, target=target,
-                        batch_size=batch_size, top=top, sae=sae, latent=latent)
+                        batch_size=batch_size, top=top, sae=sae, latent=latent,
+                        experts=experts, route=route)
     from fptrace.commands.ablate.render import ablate_figure, ablate_view
 
     output(result, ablate_view, as_json=as_json, wide=wide, plot=plot, figure=ablate_figure,

@@ -20,8 +20,16 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from fptrace.addresses import Block, Head
-from fptrace.commands.ablate.notes import ABLATE_MEAN, ABLATE_SOFTCAP, ABLATE_WO_BIAS
+from fptrace.addresses import Block, Expert, Head
+from fptrace.commands.ablate.notes import (
+    ABLATE_EXPERT_KEPT,
+    ABLATE_EXPERT_NEXT,
+    ABLATE_EXPERT_RENORM,
+    ABLATE_EXPERT_UNCHOSEN,
+    ABLATE_MEAN,
+    ABLATE_SOFTCAP,
+    ABLATE_WO_BIAS,
+)
 from fptrace.commands.ablate.result import AblatedRun, Ablation
 from fptrace.core import stats
 from fptrace.core.attribution import DirectLogits, direct_logits
@@ -35,6 +43,7 @@ from fptrace.core.interventions import (
     parts_of,
     run_rows,
 )
+from fptrace.core.routing import ROUTES
 from fptrace.core.trace import base_notes, model_info, ranked_token
 from fptrace.errors import BadInput
 from fptrace.models.loading import LoadedModel
@@ -48,27 +57,40 @@ def ablate(lm: LoadedModel, prompt: Prompt, *, heads: Sequence[Head] = (),
            mlps: Sequence[int | Block] = (), all_heads: bool = False, all_mlps: bool = False,
            mode: str = "zero", mean_over: str | Sequence[str] | None = None,
            target: str | None = None, batch_size: int = 32, top: int = 10,
-           sae: str | None = None, latent: int | None = None) -> Ablation:
-    """The target's logit with parts removed: each of `heads` (`Head(layer, head)` values) and
-    `mlps` (block indices) alone and all together, and with all_heads / all_mlps one part per
-    run (negative blocks and heads count from the end); or, with sae and latent, what latent N
-    of that SAE wrote, removed at every position."""
+           sae: str | None = None, latent: int | None = None, experts: Sequence[Expert] = (),
+           route: str = "renormalise") -> Ablation:
+    """The target's logit with parts removed: each of `heads` (`Head(layer, head)` values),
+    `mlps` (block indices) and `experts` (`Expert(layer, expert)` values: a routed expert of a
+    mixture of experts, gone from its router's choice as `route` says: `renormalise` or
+    `next`) alone and all together, and with all_heads / all_mlps one part per run (negative
+    blocks and heads count from the end); or, with sae and latent, what latent N of that SAE
+    wrote, removed at every position."""
     if sae is not None or latent is not None:
-        if heads or mlps or all_heads or all_mlps or mode != "zero" or mean_over is not None:
+        if heads or mlps or experts or all_heads or all_mlps or mode != "zero" \
+                or mean_over is not None:
             raise BadInput("--sae/--latent removes one latent: give it without --head, --mlp, "
-                           "--all-heads, --all-mlps and --mode mean")
+                           "--expert, --all-heads, --all-mlps and --mode mean")
         return _ablate_latent(lm, prompt, sae, latent, target)
     if mode not in MODES:
         raise BadInput(f"--mode {mode!r}: use zero or mean")
+    if route not in ROUTES:
+        raise BadInput(f"--route {route!r}: use renormalise or next")
+    if route != "renormalise" and not experts:
+        raise BadInput("--route goes with --expert: it says what a position does without an "
+                       "expert it chose")
+    if experts and mode != "zero":
+        raise BadInput("--expert removes an expert from its router's choice (--route); give it "
+                       "without --mode mean")
     if mean_over is not None and mode != "mean":
         raise BadInput("--mean-over goes with --mode mean")
     if batch_size < 1:
         raise BadInput("--batch-size must be at least 1")
     if top < 1:
         raise BadInput("--top must be at least 1")
-    chosen = parts_of(lm, heads, mlps)
+    chosen = parts_of(lm, heads, mlps, experts)
     if not chosen and not (all_heads or all_mlps):
-        raise BadInput("say what to remove: --head L.H, --mlp L, --all-heads or --all-mlps")
+        raise BadInput("say what to remove: --head L.H, --mlp L, --expert L.E, --all-heads or "
+                       "--all-mlps")
     info = model_info(lm)
     L, nh = info.n_layers, info.n_heads
     runs: list[tuple[Part, ...]] = [(p,) for p in dict.fromkeys(chosen)]
@@ -81,6 +103,8 @@ def ablate(lm: LoadedModel, prompt: Prompt, *, heads: Sequence[Head] = (),
     d = direct_logits(lm, prompt, target=target)
     ids, t = d.ids, d.target
     passes = 1
+    routed = Routed(lm, ids, route, sorted({p.layer for p in chosen if p.expert is not None}))
+    passes += bool(routed.layers)
     means, prompts_n = None, None
     if mode == "mean":
         means, prompts_n = _means(lm, ids, mean_over)
@@ -89,18 +113,20 @@ def ablate(lm: LoadedModel, prompt: Prompt, *, heads: Sequence[Head] = (),
                    f"a batch of {min(batch_size, len(todo))} ablated runs of {len(ids)} tokens",
                    LOWER)
     done: dict[tuple[Part, ...], AblatedRun] = {}
-    worst = {"attn": 0.0, "attn_bound": 0.0, "block": 0.0, "block_bound": 0.0}
+    worst = {"attn": 0.0, "attn_bound": 0.0, "block": 0.0, "block_bound": 0.0, "expert": 0.0,
+             "expert_bound": 0.0}
     failed: dict[str, float] = {}
     for start in range(0, len(todo), batch_size):
         chunk = todo[start:start + batch_size]
-        out = run_rows(lm, ids, len(chunk), ablation_hooks(lm, chunk, means), LOWER)
+        out = run_rows(lm, ids, len(chunk), ablation_hooks(lm, chunk, means, route), LOWER)
         passes += 1
         for r, parts in enumerate(chunk):
-            done[parts] = _run(lm, d, out, r, parts, means)
-            _check(lm, d, out, r, parts, means, worst, failed)
+            done[parts] = _run(lm, d, out, r, parts, means, routed)
+            _check(lm, d, out, r, parts, means, worst, failed, routed)
     clean_logit = d.model_logit
     checks = _checks(worst, failed, bool(grid_heads or any(p.head is not None for p in chosen)),
-                     bool(grid_mlps or any(p.head is None for p in chosen)), d.rtol)
+                     bool(grid_mlps or any(p.is_mlp for p in chosen)), d.rtol,
+                     any(p.expert is not None for p in chosen))
     grid = tuple(tuple(done[(Part(l, h),)].logit_change for h in range(nh)) for l in range(L)) \
         if all_heads else ()
     column = tuple(done[(Part(l),)].logit_change for l in range(L)) if all_mlps else ()
@@ -113,7 +139,7 @@ def ablate(lm: LoadedModel, prompt: Prompt, *, heads: Sequence[Head] = (),
         target=ranked_token(lm, d.logits, t), clean_logit=clean_logit,
         runs=tuple(done[p] for p in runs), head_grid=grid, mlp_column=column,
         largest=tuple(largest), checks=tuple(checks), ok=all(c.ok for c in checks),
-        forward_passes=passes, notes=tuple(_notes(lm, d, mode, means, todo)))
+        forward_passes=passes, notes=tuple(_notes(lm, d, mode, means, todo, routed)))
 
 
 def _means(lm: LoadedModel, ids: list[int], mean_over: str | Sequence[str] | None
@@ -130,8 +156,42 @@ def _means(lm: LoadedModel, ids: list[int], mean_over: str | Sequence[str] | Non
     return mean_outputs(lm, prompts), len(prompts)
 
 
+class Routed:
+    """The MoE blocks a run removes experts from, at the last position of the clean pass, and
+    what removing a set of a block's experts changes in its output there (cached)."""
+
+    def __init__(self, lm: LoadedModel, ids: list[int], route: str, layers: list[int]) -> None:
+        from fptrace.core.routing import last_routes
+
+        self.lm, self.route, self.layers = lm, route, layers
+        self.routes = last_routes(lm.parts, lm.model, ids, layers, lm.device) if layers else {}
+        self._changes: dict[tuple[int, tuple[int, ...]], Any] = {}
+
+    def change(self, layer: int, experts: Sequence[int]) -> Any:
+        """(C,) float32: the MoE output at the last position with `experts` gone minus the
+        clean one, every other input unchanged."""
+        from fptrace.core.routing import removal_change
+
+        key = (layer, tuple(sorted(set(experts))))
+        if key not in self._changes:
+            self._changes[key] = removal_change(self.lm.parts, self.lm.config,
+                                                self.routes[layer], key[1], self.route)
+        return self._changes[key]
+
+    def by_layer(self, parts: Sequence[Part]) -> dict[int, list[int]]:
+        out: dict[int, list[int]] = {}
+        for p in parts:
+            if p.expert is not None:
+                out.setdefault(p.layer, []).append(p.expert)
+        return out
+
+    def chosen_at(self, layer: int, experts: Sequence[int]) -> bool:
+        """Whether the last position chose one of `experts` at that block."""
+        return bool(set(self.routes[layer].indices.tolist()) & set(experts))
+
+
 def _run(lm: LoadedModel, d: DirectLogits, out: Any, r: int, parts: tuple[Part, ...],
-         means: Means | None) -> AblatedRun:
+         means: Means | None, routed: Routed) -> AblatedRun:
     t = d.target
     logit = float(out.pre_cap[r, t])
     clean = ranked_token(lm, d.logits, t)
@@ -139,7 +199,7 @@ def _run(lm: LoadedModel, d: DirectLogits, out: Any, r: int, parts: tuple[Part, 
     probs = _softmax(logits)
     prob = float(probs[t])
     top_id = int(logits.argmax())
-    direct = _direct(d, parts, means)
+    direct = _direct(d, parts, means, routed)
     change = logit - d.model_logit
     return AblatedRun(
         parts=tuple(p.label for p in parts), logit=logit, prob=prob,
@@ -155,16 +215,24 @@ def _softmax(logits: Any) -> Any:
     return torch.softmax(logits.float(), -1)
 
 
-def _direct(d: DirectLogits, parts: tuple[Part, ...], means: Means | None) -> float | None:
-    """Minus the parts' direct logit attribution (mean mode: of part minus its mean)."""
+def _direct(d: DirectLogits, parts: tuple[Part, ...], means: Means | None, routed: Routed
+            ) -> float | None:
+    """Minus the parts' direct logit attribution (mean mode: of part minus its mean); for the
+    experts of a block, the change their removal makes to the block's output at the last
+    position (every input of the block unchanged), through the frozen final norm."""
     import torch
 
     contrib = {(k, l, h): v for k, l, h, v in d.parts}
     total = 0.0
     with torch.inference_mode():
+        for layer, es in routed.by_layer(parts).items():
+            total += float(d.value(routed.change(layer, es).to(d.u.device)))
         for p in parts:
-            if p.head is None:
-                value = contrib[("mlp", p.layer, None)]
+            if p.expert is not None:
+                continue
+            if p.head is None:  # the MLP: whole, or its experts (a mixture of experts)
+                value = sum(v for k, l, _, v in d.parts if l == p.layer
+                            and k in ("mlp", "expert", "shared_experts"))
                 if means is not None:
                     value -= float(d.value(means.mlps[p.layer].to(d.u.device)))
             else:
@@ -180,14 +248,24 @@ def _direct(d: DirectLogits, parts: tuple[Part, ...], means: Means | None) -> fl
 
 
 def _check(lm: LoadedModel, d: DirectLogits, out: Any, r: int, parts: tuple[Part, ...],
-           means: Means | None, worst: dict, failed: dict) -> None:
-    """At the first block the run changes: the attention output the stream received, and the
-    block's decomposition (what it added = attention + MLP outputs)."""
+           means: Means | None, worst: dict, failed: dict, routed: Routed) -> None:
+    """At the first block the run changes: the attention output the stream received, the MoE
+    output where only experts are removed there, and the block's decomposition (what it added
+    = attention + MLP outputs)."""
     import torch
 
     fam = lm.parts.family
     L = min(p.layer for p in parts)
     heads = [p.head for p in parts if p.layer == L and p.head is not None]
+    experts = routed.by_layer(parts).get(L, [])
+    if experts and all(p.expert is not None for p in parts if p.layer == L):
+        with torch.inference_mode():
+            expected = d.cap.mlp_last[L][0].float() + routed.change(L, experts).to(
+                d.cap.mlp_last[L][0].device)
+            got = out.cap.mlp_last[L][r].float()
+            gap = float((got - expected.to(got.device)).abs().max())
+        bound = d.rtol * max(1.0, float(expected.abs().max()))
+        _worst(worst, "expert", gap, bound, failed)
     cap, clean = out.cap, d.cap
     dtype = model_info(lm).dtype
     with torch.inference_mode():
@@ -221,8 +299,17 @@ def _worst(worst: dict, key: str, gap: float, bound: float, failed: dict) -> Non
         worst[key], worst[key + "_bound"] = gap, bound
 
 
-def _checks(worst: dict, failed: dict, heads: bool, mlps: bool, rtol: float) -> list[Check]:
+def _checks(worst: dict, failed: dict, heads: bool, mlps: bool, rtol: float,
+            experts: bool = False) -> list[Check]:
     out = []
+    if experts:
+        out.append(Check(
+            name="what the MoE block output without the removed experts = its clean output "
+            "with their weighted outputs taken out and the new weights' put in, each expert "
+            "run alone by its own module (largest gap over the runs)",
+            value=failed.get("expert", worst["expert"]),
+            tolerance=f"≤ {rtol:g}·max(1, |expected|) = {worst['expert_bound']:.3g}",
+            ok="expert" not in failed, target="ablated_experts"))
     if heads:
         out.append(Check(
             name="what the stream received from attention = the clean output with the removed "
@@ -239,8 +326,10 @@ def _checks(worst: dict, failed: dict, heads: bool, mlps: bool, rtol: float) -> 
 
 
 def _notes(lm: LoadedModel, d: DirectLogits, mode: str, means: Means | None,
-           runs: Sequence[tuple[Part, ...]]) -> list[str]:
+           runs: Sequence[tuple[Part, ...]], routed: Routed) -> list[str]:
     notes = base_notes(lm) + list(d.notes)
+    if routed.layers:
+        notes += _expert_notes(lm, runs, routed)
     if lm.parts.final_softcap is not None:
         notes.append(ABLATE_SOFTCAP(cap=lm.parts.final_softcap))
     removed = {p.layer for parts in runs for p in parts if p.head is not None}
@@ -249,6 +338,28 @@ def _notes(lm: LoadedModel, d: DirectLogits, mode: str, means: Means | None,
     if mode == "mean" and means is not None:
         notes.append(ABLATE_MEAN(n=means.positions))
     return notes
+
+
+def _expert_notes(lm: LoadedModel, runs: Sequence[tuple[Part, ...]], routed: Routed
+                  ) -> list[str]:
+    """What the router does without the expert (the family's rule), and the experts the last
+    position did not choose (their direct effect is 0)."""
+    from fptrace.core.routing import moe_facts, renormalises
+
+    moe = moe_facts(lm.parts, lm.config)
+    assert moe is not None
+    fam = lm.parts.family.title
+    if routed.route == "next":
+        out = [ABLATE_EXPERT_NEXT(family=fam)]
+    elif renormalises(moe):
+        out = [ABLATE_EXPERT_RENORM(family=fam, total=f"{moe.scale:g}")]
+    else:
+        out = [ABLATE_EXPERT_KEPT(family=fam)]
+    unchosen = [str(Expert(p.layer, p.expert)) for parts in runs for p in parts
+                if p.expert is not None and not routed.chosen_at(p.layer, [p.expert])]
+    if unchosen:
+        out.append(ABLATE_EXPERT_UNCHOSEN(experts=", ".join(dict.fromkeys(unchosen))))
+    return out
 
 
 def _ablate_latent(lm: LoadedModel, prompt: Prompt, sae: str | None, latent: int | None,

@@ -32,9 +32,34 @@ def _mean(bench: Bench) -> tuple[Any, Any]:
     return _ablated(bench.lm("llama")), _ablated(bench.lm("llama"), mode="mean")
 
 
+def _expert(family: str, route: str = "renormalise", expert: int | None = None
+            ) -> Callable[[Bench], tuple[Any, Any]]:
+    """Removing an MLP of the same model: no expert note; removing expert 0 of its last block
+    (or `expert`, default the one the last position chose first) with `route`: the note."""
+    def run(bench: Bench) -> tuple[Any, Any]:
+        from fptrace.addresses import Expert
+        from fptrace.core.trace import run_trace
+
+        lm = bench.lm(family)
+        ids = [5, 6, 7]
+        routing = run_trace(lm, ids).routing
+        assert routing is not None
+        last = routing.blocks[-1]
+        e = last.experts[-1][0] if expert is None else expert
+        if expert is not None and e in last.experts[-1]:  # an expert the last position skipped
+            e = next(i for i in range(lm.config.num_experts) if i not in last.experts[-1])
+        return (_ablated(lm, heads=(), mlps=[last.layer]),
+                _ablated(lm, heads=(), experts=[Expert(last.layer, e)], route=route))
+    return run
+
+
 NOTE_CASES = (NoteCase("ablate_softcap", _softcap),
               NoteCase("ablate_wo_bias", _wo_bias),
-              NoteCase("ablate_mean", _mean))
+              NoteCase("ablate_mean", _mean),
+              NoteCase("ablate_expert_renormalise", _expert("mixtral")),
+              NoteCase("ablate_expert_kept", _expert("olmoe")),
+              NoteCase("ablate_expert_next", _expert("olmoe", "next")),
+              NoteCase("ablate_expert_unchosen", _expert("olmoe", expert=0)))
 
 
 def _view(lm: Any, bench: Bench) -> Callable[[Any], Any]:
@@ -56,4 +81,5 @@ def bad_inputs(at: Setup) -> tuple[Case, ...]:
         Case(63, "ablate: a head out of range", ("ablate", "hi", *m, "--head", "1.9")),
         Case(64, "ablate: nothing to remove", ("ablate", "hi", *m)),
         Case(89, "ablate: a head in Unicode digits", ("ablate", "hi", *m, "--head", "1.\u00b2")),
+        Case(90, "ablate: an expert of a dense model", ("ablate", "hi", *m, "--expert", "1.0")),
     )

@@ -21,3 +21,30 @@ ABLATE_MEAN = note(
     "--mode mean: a removed part's output is replaced by its mean",
     "mean ablation: each removed part output its mean over {n} positions, the same at every "
     "position")
+
+ABLATE_EXPERT_RENORM = note(
+    "ablate_expert_renormalise", ("ablate",),
+    "--expert with --route renormalise on a family whose chosen experts' weights always sum to "
+    "the same",
+    "an expert removed: each position that chose it keeps its other chosen experts, their "
+    "weights renormalised to sum to {total} again, as {family} renormalises them")
+
+ABLATE_EXPERT_KEPT = note(
+    "ablate_expert_kept", ("ablate",),
+    "--expert with --route renormalise on a family (or config) that does not renormalise its "
+    "chosen experts' weights",
+    "an expert removed: {family} does not renormalise its chosen experts' weights (this "
+    "config), so each position that chose it keeps the others at their weights; --route next "
+    "gives it its next choice instead")
+
+ABLATE_EXPERT_NEXT = note(
+    "ablate_expert_next", ("ablate",),
+    "--expert with --route next",
+    "an expert removed: each position that chose it took its next choice, the router's rule "
+    "({family}'s) run again without it, every weight as the rule gives it")
+
+ABLATE_EXPERT_UNCHOSEN = note(
+    "ablate_expert_unchosen", ("ablate",),
+    "an expert removed that the last position did not choose at its block",
+    "the last position did not choose {experts}: the direct effect is 0, any total effect "
+    "comes through earlier positions")

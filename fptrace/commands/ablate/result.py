@@ -6,7 +6,8 @@ from fptrace.results import SCHEMA_VERSION, Check, ModelInfo, Token, TopToken, r
 
 # the targets of the checks this command's results carry (Check.target; `fptrace schema` joins
 # every command's, in the order of `fptrace --help`)
-CHECK_TARGETS = "`ablated_attention`, `ablated_block` or `ablated_latent` (ablate)"
+CHECK_TARGETS = ("`ablated_attention`, `ablated_block`, `ablated_experts` or `ablated_latent` "
+                 "(ablate)")
 
 
 @result
@@ -15,7 +16,8 @@ class AblatedRun:
 
     parts: tuple[str, ...]
     """The parts removed together in this run: `L.H` for attention head H of block L, `mlp L` for
-    the MLP of block L, `latent N (site)` for what latent N of an SAE wrote (`--sae --latent`)."""
+    the MLP of block L, `LnEm` for routed expert m of block n's mixture of experts (`--expert`),
+    `latent N (site)` for what latent N of an SAE wrote (`--sae --latent`)."""
     logit: float
     """The target's logit with them removed (before any final softcap, like `fptrace attribute`)."""
     prob: float
@@ -31,7 +33,10 @@ class AblatedRun:
     """The direct effect: the change their writes into the stream make straight through the final
     norm (frozen at its clean value) and the LM head, without later blocks reacting: minus their
     contributions in `fptrace attribute` (mean mode: minus the contribution of the part minus that
-    of its mean). Null for heads of a block whose heads do not add up to its attention output."""
+    of its mean); for experts, the change their removal makes to their block's output at the last
+    position (the block's input unchanged: minus their weighted outputs, plus what the other
+    experts' new weights add) through the same frozen norm. Null for heads of a block whose heads
+    do not add up to its attention output."""
     indirect: float | None
     """logit_change − direct: what later blocks did with the change (and the final norm's
     rescaling); null with direct."""
@@ -75,7 +80,10 @@ class Ablation:
     """Checks of this run's own numbers: at the first block a run changes, what the stream
     received from attention is the clean attention output minus the removed heads' writes through
     W_O plus their replacement (`ablated_attention`), and what the block added is its attention and
-    MLP outputs, the replaced MLP output included (`ablated_block`); with `--sae --latent`, after
+    MLP outputs, the replaced MLP output included (`ablated_block`); where only experts are removed
+    at that block, its MoE output is the clean one with the removed experts' weighted outputs
+    taken out and the new weights' put in, each expert run alone by the model's own experts
+    module (`ablated_experts`); with `--sae --latent`, after
     the SAE's block the ablated stream differs from the clean one by exactly −aᵢ·dᵢ at the last
     position (`ablated_latent`)."""
     ok: bool

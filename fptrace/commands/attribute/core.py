@@ -15,6 +15,8 @@ from fptrace.core.trace import base_notes, model_info, ranked_token
 from fptrace.models.loading import LoadedModel
 from fptrace.models.prompts import Prompt
 
+MLP_PARTS = ("mlp", "expert", "shared_experts")  # a block's MLP, whole or as its experts
+
 
 def attribute(lm: LoadedModel, prompt: Prompt, *, target: str | None = None,
               versus: str | None = None, top: int = 12) -> Attribution:
@@ -29,12 +31,13 @@ def attribution(d: DirectLogits, top: int = 12) -> Attribution:
     info = model_info(lm)
     t, v = d.target, d.versus
     absolute = sum(abs(p[3]) for p in d.parts) or 1.0
-    contributions = tuple(Contribution(component=k, layer=l, head=h, value=val,
-                                       share=val / absolute) for k, l, h, val in d.parts)
+    contributions = tuple(Contribution(
+        component=k, layer=l, head=None if k == "expert" else i, value=val,
+        share=val / absolute, expert=i if k == "expert" else None) for k, l, i, val in d.parts)
     per_layer = tuple(LayerAttribution(
         layer=l, attn=sum(c.value for c in contributions if c.layer == l and
                           c.component.startswith("attn")),
-        mlp=sum(c.value for c in contributions if c.layer == l and c.component == "mlp"))
+        mlp=sum(c.value for c in contributions if c.layer == l and c.component in MLP_PARTS))
         for l in range(info.n_layers))
     head_grid = []
     for l in range(info.n_layers):

@@ -23,7 +23,7 @@ from fptrace.render.text import bar, bullets, visible
 
 NAMES = {"embed": "embedding", "attn_head": "attention head", "attn_bias": "attention W_O bias",
          "attn": "attention (not split)", "mlp": "MLP", "final_norm_bias": "final norm bias",
-         "lm_head_bias": "LM head bias"}
+         "lm_head_bias": "LM head bias", "shared_experts": "shared experts"}
 
 
 def _what(a: Attribution) -> str:
@@ -54,7 +54,8 @@ TOP_COLS = (Col("#", 0, "right"), Col("part", 0), Col("layer", 0, "right"),
 
 
 def _row(k: int, c: Contribution, top: float) -> list:
-    return [str(k), NAMES.get(c.component, c.component),
+    part = f"expert {c.expert}" if c.expert is not None else NAMES.get(c.component, c.component)
+    return [str(k), part,
             "" if c.layer is None else str(c.layer), "" if c.head is None else str(c.head),
             f"{c.value:+.3f}", Text(bar(abs(c.value), top, 10),
                                     style="green" if c.value >= 0 else "red"),

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from fptrace.results import SCHEMA_VERSION, Check, ModelInfo, Token, TopToken, result
 
+SCHEMA_SINCE = "1.5"  # Contribution.expert and the `expert`, `shared_experts` components
+
 # the targets of the checks this command's results carry (Check.target; `fptrace schema` joins
 # every command's, in the order of `fptrace --help`)
 CHECK_TARGETS = ("for `attribute --qk`: `qk_stream` (the parts sum to the streams), `qk_score` "
@@ -18,7 +20,10 @@ class Contribution:
 
     component: str
     """`embed`, `attn_head`, `attn_bias`, `attn` (a block whose heads could not be split), `mlp`,
-    `final_norm_bias` or `lm_head_bias`."""
+    `expert` (one routed expert a mixture-of-experts block chose at the last position: its output
+    × its routing weight), `shared_experts` (that block's shared experts, their gate included),
+    `final_norm_bias` or `lm_head_bias`. A mixture-of-experts block shows as its experts, not as
+    `mlp`, unless they do not add up to its output."""
     #                 final_norm_bias, lm_head_bias
     layer: int | None
     """The block, or null."""
@@ -29,6 +34,8 @@ class Contribution:
     this position, then the target's unembedding row."""
     share: float
     """value / the sum of |value| over every part."""
+    expert: int | None = None
+    """For `expert`: the routed expert (of block `layer`); else null."""
 
 
 @result
@@ -40,7 +47,7 @@ class LayerAttribution:
     attn: float
     """Every head of this block and its W_O bias, in logits."""
     mlp: float
-    """This block's MLP, in logits."""
+    """This block's MLP (a mixture of experts: its chosen and shared experts), in logits."""
 
 
 @result

@@ -15,6 +15,7 @@ import math
 
 from fptrace.commands.diff import notes as notes_
 from fptrace.commands.diff.result import DiffSide, LayerDiff, TokenDiff, TraceDiff
+from fptrace.commands.diff.routing import routing_diff
 from fptrace.errors import BadInput
 from fptrace.jsontext import loads
 from fptrace.results import Trace
@@ -139,7 +140,7 @@ def diff_traces(a: dict, b: dict, *, labels: tuple[str, str] = ("a", "b"),
     return TraceDiff(
         a=side_a, b=side_b, layers=tuple(rows), tolerance=tolerance, tolerance_reason=reason,
         first_over=first_over, comparable=comparable, within=comparable and first_over is None,
-        top_k=_top_k(a, b), notes=tuple(notes))
+        top_k=_top_k(a, b), notes=tuple(notes), routing=routing_diff(a, b, rows))
 
 
 def _top_k(a: dict, b: dict) -> tuple[TokenDiff, ...]:

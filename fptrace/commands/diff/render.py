@@ -163,9 +163,43 @@ def verdict(d: TraceDiff) -> Text:
                 f"relative difference {worst:.2e}", style="bold red")
 
 
+def _chosen(experts: tuple[int, ...], weights: tuple[float, ...]) -> str:
+    return ", ".join(f"{e} ({w:.3f})" for e, w in zip(experts, weights, strict=False))
+
+
+def _parted(x: float | None) -> str:
+    return "unknown" if x is None else f"{x:.2e}"
+
+
+def routing_table(d: TraceDiff, width: int | None) -> RenderableType:
+    """Where the two runs' routers chose different experts (nothing without routing)."""
+    r = d.routing
+    if r is None:
+        return Group()
+    if r.first is None:
+        return Text(f"Routing: the same experts at all {r.compared:,} block-positions\n",
+                    style="bold green")
+    f = r.first
+    title = Text(f"Routing flips: {r.flipped:,} of {r.compared:,} block-positions chose other "
+                 f"experts; the first at block {f.layer}, position {f.position} "
+                 f"({visible(f.text)!r}), where the last position's streams part by "
+                 f"{_parted(r.parted_before)} entering the block and {_parted(r.parted_at)} "
+                 "leaving it",
+                 style="bold")
+    cols = (Col("block", 0, "right"), Col("position", 0, "right"), Col("token", 1),
+            Col("a: experts (weights)", 0, wrap=True), Col("b: experts (weights)", 0, wrap=True))
+    rows = [[str(x.layer), str(x.position), visible(x.text), _chosen(x.experts_a, x.weights_a),
+             _chosen(x.experts_b, x.weights_b)] for x in r.flips]
+    more = [] if len(r.flips) == r.flipped else \
+        [Text(f"(the first {len(r.flips)} of {r.flipped:,} listed)", style="dim")]
+    return Group(title, fit_table(cols, rows, width), *more)
+
+
 def diff_view(d: TraceDiff, width: int | None = 120) -> RenderableType:
     notes = bullets(d.notes + (d.deep.notes if d.deep else ()))
     parts: list[RenderableType] = [_side(d.a), _side(d.b), layers_table(d, width)]
+    if d.routing is not None:
+        parts.append(routing_table(d, width))
     if d.deep and d.deep.parted:
         parts.append(points_table(d.deep, d.deep.parted.layer, width))
     parts += [top_table(d, width), notes, verdict(d)]

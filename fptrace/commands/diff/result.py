@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from fptrace.results import SCHEMA_VERSION, result
 
+SCHEMA_SINCE = "1.5"  # TraceDiff.routing (RoutingDiff, RoutingFlip)
+
 
 @result
 class DiffSide:
@@ -201,6 +203,45 @@ class DeepDiff:
 
 
 @result
+class RoutingFlip:
+    """One block and position where the two runs' routers chose different sets of experts."""
+
+    layer: int
+    """The block."""
+    position: int
+    """The position."""
+    text: str
+    """The token there (of the first run)."""
+    experts_a: tuple[int, ...]
+    """The experts the first run chose there, by weight (largest first) ..."""
+    weights_a: tuple[float, ...]
+    """... and their weights."""
+    experts_b: tuple[int, ...]
+    """The experts the second run chose there ..."""
+    weights_b: tuple[float, ...]
+    """... and their weights."""
+
+
+@result
+class RoutingDiff:
+    """Two mixture-of-experts runs' routing, block by block and position by position."""
+
+    compared: int
+    """Block-positions compared (every MoE block at every position both runs hold)."""
+    flipped: int
+    """Those where the chosen sets of experts differ."""
+    flips: tuple[RoutingFlip, ...]
+    """The flips, by block then position (the first `--top`-like 50 of them)."""
+    first: RoutingFlip | None
+    """The first flip (lowest block, then position); null when the runs route alike."""
+    parted_before: float | None
+    """Before the first flip's block (the stream entering it), ‖a − b‖ / ‖a‖ at the last position:
+    how far the runs had parted before routing flipped; null when unknown."""
+    parted_at: float | None
+    """After that block, the same: how far the outputs part there; null when unknown."""
+
+
+@result
 class TraceDiff:
     """`fptrace diff --json`: two traces compared layer by layer."""
 
@@ -229,6 +270,9 @@ class TraceDiff:
     """Sentences a reader should see with the numbers (random weights, truncation, ...)."""
     deep: DeepDiff | None = None
     """With `--deep`: the points inside the blocks compared; null otherwise."""
+    routing: RoutingDiff | None = None
+    """Two runs of a mixture of experts on the same tokens: where their routing flips; null
+    otherwise."""
     kind: str = "diff"
     schema_version: str = SCHEMA_VERSION
 

@@ -18,7 +18,12 @@ def _figures(trace: Any) -> list[str]:
 def _body(trace: Any) -> list[str]:
     from fptrace.commands.run.render import trace_view
 
-    return ["<h2>The forward pass, block by block</h2>", terminal(trace_view(trace, 130))]
+    out = ["<h2>The forward pass, block by block</h2>", terminal(trace_view(trace, 130))]
+    if trace.routing is not None and not trace.all_positions:  # a mixture of experts: the
+        from fptrace.render.routing import top1_grid  # routing at every position too
+
+        out.append(terminal(top1_grid(trace.routing, trace.tokens, 130)))
+    return out
 
 
 def _compute(page: Page, values: dict[str, Any]) -> Any:

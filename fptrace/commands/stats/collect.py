@@ -27,6 +27,7 @@ from typing import Any
 from fptrace.core.activation_stats import FINAL, ActivationStats, MassiveTally
 from fptrace.core.hooks import Hook, first_output, hooked
 from fptrace.core.prompt_groups import Encoded
+from fptrace.core.routing import capture_routing, moe_facts, tally
 from fptrace.errors import Mismatch, NonFiniteValues, UnsupportedModel
 
 CONTAINER_SITES = {"attn": ("attn_in", "z"), "mlp": ("mlp_in", "mlp_act")}
@@ -69,10 +70,15 @@ class Collector:
         pass_ = _Pass(self, part, rows, mask, B, T, n)
         # no_grad, not inference_mode: tensors keep their version counters, so that a staged
         # activation changed in place before it is counted is caught (see flush)
-        with torch.no_grad(), hooked(pass_.hooks()):
+        with torch.no_grad(), hooked(pass_.hooks()), \
+                capture_routing(lm.parts, lm.config) as routes:
             lm.model(input_ids, **kwargs)
             pass_.finish()
         pass_.check()
+        if routes is not None and part.moe_blocks:
+            moe = moe_facts(lm.parts, lm.config)
+            assert moe is not None
+            part.add_routing(*tally(routes, moe, None if mask is None else pass_.flat))
         part.tokens = int(n.sum())
         if part.sinks:
             part.sink_queries = int(np.maximum(n - 1, 0).sum())

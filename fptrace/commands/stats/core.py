@@ -28,6 +28,7 @@ from fptrace.commands.stats.findings import (
     OUTLIER_MIN,
     OUTLIER_POSITIONS,
     SINK_THRESHOLD,
+    expert_loads,
     massive_activations,
     outlier_dimensions,
     sink_heads,
@@ -44,10 +45,14 @@ TOP = 3
 
 
 def new_statistics(lm: Any, sinks: bool = True) -> ActivationStats:
+    from fptrace.core.routing import moe_facts, routers
     from fptrace.families.parts import dims
 
     dm = dims(lm.config, lm.parts.family)
-    return ActivationStats(len(lm.parts.blocks), dm.n_heads, sinks=sinks)
+    moe = moe_facts(lm.parts, lm.config)
+    blocks = tuple(i for i, _ in routers(lm.parts)) if moe is not None else ()
+    return ActivationStats(len(lm.parts.blocks), dm.n_heads, sinks=sinks, moe_blocks=blocks,
+                           n_experts=moe.n_experts if moe is not None else 0)
 
 
 def build(stats: ActivationStats, model: ModelInfo, *, sink_threshold: float = SINK_THRESHOLD,
@@ -70,7 +75,8 @@ def build(stats: ActivationStats, model: ModelInfo, *, sink_threshold: float = S
                  massive=massive_activations(stats), outliers=outlier_dimensions(stats),
                  top_channels=top_channels(stats, top),
                  sink_heads=sink_heads(stats, sink_threshold), notes=tuple(notes),
-                 statistics=stats.to_record(), weights=weights)
+                 statistics=stats.to_record(), weights=weights,
+                 experts=expert_loads(stats))
 
 
 def model_of(doc: dict) -> ModelInfo:

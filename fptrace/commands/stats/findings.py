@@ -9,6 +9,7 @@ from collections import Counter
 from typing import Any
 
 from fptrace.commands.stats.result import (
+    ExpertLoad,
     MassiveActivation,
     OutlierDimension,
     Share,
@@ -155,3 +156,22 @@ __all__ = [
     "sink_heads",
     "top_channels",
 ]
+
+
+def expert_loads(stats: ActivationStats) -> tuple[ExpertLoad, ...]:
+    """Per mixture-of-experts block: its load per expert, the experts never chosen, the
+    imbalance (max/mean, coefficient of variation) and the router's mean entropy."""
+    import numpy as np
+
+    out = []
+    for j, layer in enumerate(stats.moe_blocks):
+        load = stats.expert_load[j].astype(np.float64)
+        n = int(stats.route_positions[j])
+        mean = float(load.mean()) if load.size else 0.0
+        out.append(ExpertLoad(
+            layer=layer, positions=n, load=tuple(int(x) for x in stats.expert_load[j]),
+            never_chosen=tuple(int(e) for e in np.flatnonzero(stats.expert_load[j] == 0)),
+            max_over_mean=float(load.max()) / mean if mean > 0 else float("nan"),
+            cv=float(load.std()) / mean if mean > 0 else float("nan"),
+            entropy=float(stats.route_entropy[j]) / n if n else float("nan")))
+    return tuple(out)

@@ -133,9 +133,29 @@ def sink_table(r: Stats, width: int | None) -> RenderableType:
     return section(title, Group(fit_table(cols, rows, width), note))
 
 
+def experts_table(r: Stats, width: int | None) -> RenderableType:
+    """Per mixture-of-experts block: the load of its least and most chosen experts, the
+    imbalance, the experts never chosen and the router's mean entropy (nothing for a dense
+    model)."""
+    if not r.experts:
+        return Group()
+    n_experts = len(r.experts[0].load)
+    cols = (Col("block", 0, "right"), Col("positions", 1, "right"), Col("min load", 0, "right"),
+            Col("max load", 0, "right"), Col("max/mean", 0, "right"), Col("CV", 0, "right"),
+            Col("entropy", 1, "right"), Col("never chosen", 0, wrap=True))
+    rows = [[str(e.layer), f"{e.positions:,}", f"{min(e.load):,}", f"{max(e.load):,}",
+             f"{e.max_over_mean:.2f}", f"{e.cv:.2f}", f"{e.entropy:.3f}",
+             ", ".join(map(str, e.never_chosen)) or "none"] for e in r.experts]
+    title = (f"Expert load: positions per expert of {n_experts}, per block (max/mean and CV: "
+             f"1 and 0 when balanced; entropy: the router's mean, ln {n_experts} = "
+             f"{math.log(n_experts):.3f} when uniform)")
+    return section(title, fit_table(cols, rows, width))
+
+
 def stats_view(r: Stats, width: int | None = 120) -> RenderableType:
     return Group(header(r.model), summary(r), massive_table(r, width), outlier_table(r, width),
-                 top_table(r, width), sink_table(r, width), bullets(r.notes))
+                 top_table(r, width), sink_table(r, width), experts_table(r, width),
+                 bullets(r.notes))
 
 
 def stats_figure(r: Stats) -> tuple[Any, dict]:

@@ -6,6 +6,8 @@ from __future__ import annotations
 from fptrace.core.activation_stats import Statistics
 from fptrace.results import SCHEMA_VERSION, ModelInfo, result
 
+SCHEMA_SINCE = "1.5"  # Stats.experts (ExpertLoad); statistics.experts and .routing
+
 
 @result
 class StatsSettings:
@@ -136,6 +138,28 @@ class SinkHead:
 
 
 @result
+class ExpertLoad:
+    """One mixture-of-experts block's expert load over every position counted."""
+
+    layer: int
+    """The block."""
+    positions: int
+    """Positions routed."""
+    load: tuple[int, ...]
+    """Per routed expert: the positions whose router chose it."""
+    never_chosen: tuple[int, ...]
+    """The experts no position chose."""
+    max_over_mean: float
+    """The largest load over the mean load (1: perfectly balanced; E/k: one expert's worth of
+    positions on every choice ... the larger, the less balanced)."""
+    cv: float
+    """The coefficient of variation of the load: its standard deviation (over the experts) over
+    its mean (0: balanced)."""
+    entropy: float
+    """The router's mean entropy per position, in nats (ln E: uniform over the experts)."""
+
+
+@result
 class Stats:
     """`fptrace stats`: per-channel statistics of every layer's activations over many prompts,
     with the massive activations, outlier dimensions, top channels and attention sinks they
@@ -163,6 +187,9 @@ class Stats:
     """What to know when reading the numbers."""
     statistics: Statistics
     """Everything accumulated: what `--merge` and `--resume` read back."""
+    experts: tuple[ExpertLoad, ...] = ()
+    """A mixture of experts: per MoE block, its expert load, imbalance and router entropy
+    (empty for a dense model)."""
     weights: str | None = None
     """A fingerprint of the model's tensors (names, dtypes, shapes, bytes): `--merge` and
     `--resume` refuse statistics of other weights, whatever their name; null when the tensors
