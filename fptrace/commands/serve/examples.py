@@ -8,8 +8,8 @@ from fptrace.examples import Case, Setup
 def bad_inputs(at: Setup) -> tuple[Case, ...]:
     """The bad inputs of `fptrace serve` (rows of docs/bad-inputs.md)."""
     return (
-        Case(90, "serve: a memory budget in non-ASCII digits", ("serve", "--memory-budget",
+        Case(93, "serve: a memory budget in non-ASCII digits", ("serve", "--memory-budget",
                                                                 "²GiB")),
-        Case(91, "serve: a negative idle timeout", ("serve", "--idle-timeout", "-5")),
-        Case(92, "serve: --stop and --status together", ("serve", "--stop", "--status")),
+        Case(94, "serve: a negative idle timeout", ("serve", "--idle-timeout", "-5")),
+        Case(95, "serve: --stop and --status together", ("serve", "--stop", "--status")),
     )
