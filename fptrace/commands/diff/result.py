@@ -201,6 +201,41 @@ class DeepDiff:
 
 
 @result
+class EmulationRung:
+    """One rung of `--emulate`'s ladder: transformers with some of llama.cpp's numerics, against
+    llama.cpp."""
+
+    steps: tuple[str, ...]
+    """The steps on (none for the first rung)."""
+    label: str
+    """`off`, then `+STEP` for the step this rung adds."""
+    rel: tuple[float | None, ...]
+    """Per row of `layers` (the embedding, then each block): ‖a − b‖ / ‖a‖ of the last
+    position's stream, as `layers[i].rel_diff` with these steps on."""
+    worst: float | None
+    """The largest of `rel` over the blocks."""
+    median: float | None
+    """Their median."""
+
+
+@result
+class Emulation:
+    """`diff --engine-b llama.cpp --emulate STEPS`: llama.cpp's numerics reproduced on the
+    transformers side, step by step (docs/llamacpp.md)."""
+
+    steps: tuple[str, ...]
+    """The steps, in the order they were added (the main comparison has them all on)."""
+    cache: str
+    """The K/V cache type the `kv` step rounds to (llama.cpp's --kv-cache)."""
+    kernel: str
+    """The attention kernel the `attn` step reproduces: `flash` or `plain` (--flash-attn)."""
+    rungs: tuple[EmulationRung, ...]
+    """off, then each step added in turn; the last rung is the main comparison."""
+    fall: float | None
+    """The largest block error with no step on, divided by the largest with every step on."""
+
+
+@result
 class TraceDiff:
     """`fptrace diff --json`: two traces compared layer by layer."""
 
@@ -229,6 +264,9 @@ class TraceDiff:
     """Sentences a reader should see with the numbers (random weights, truncation, ...)."""
     deep: DeepDiff | None = None
     """With `--deep`: the points inside the blocks compared; null otherwise."""
+    emulation: Emulation | None = None
+    """With `--engine-b llama.cpp --emulate`: the per-block error with each step on; null
+    otherwise."""
     kind: str = "diff"
     schema_version: str = SCHEMA_VERSION
 
