@@ -281,3 +281,57 @@ def test_the_off_rung_is_the_plain_comparison(ladder, smollm, gguf):
     off = ladder["emulation"]["rungs"][0]["rel"]
     assert off == pytest.approx([r.rel_diff for r in plain.layers], rel=1e-6, abs=1e-9)
     assert plain.emulation is None
+
+
+# ---------------------------------------------------------------- a Q4_K_M file, made offline
+
+def test_q4_k_m_types_follow_llamacpps_rule():
+    from fptrace.models.llamacpp.quantize import more_bits, q4_k_m_type
+
+    assert [k for k in range(30) if more_bits(k, 30)] == [0, 1, 2, 5, 8, 11, 14, 17, 20, 23,
+                                                          26, 27, 28, 29]
+    assert q4_k_m_type("blk.4.ffn_down.weight", (576, 1536), 30, False) == "Q4_K"
+    assert q4_k_m_type("blk.5.ffn_down.weight", (576, 1536), 30, False) == "Q6_K"
+    assert q4_k_m_type("blk.5.attn_v.weight", (192, 576), 30, False) == "Q8_0"  # 576: no K
+    assert q4_k_m_type("blk.4.attn_q.weight", (576, 576), 30, False) == "Q5_0"
+    assert q4_k_m_type("token_embd.weight", (49152, 576), 30, False) == "Q8_0"  # the tied head
+    assert q4_k_m_type("token_embd.weight", (49152, 512), 30, True) == "Q4_K"
+    assert q4_k_m_type("output_norm.weight", (576,), 30, False) == "F32"
+
+
+@pytest.fixture(scope="module")
+def q4_k_m(gguf, tmp_path_factory):
+    from fptrace.models.llamacpp.quantize import write_q4_k_m
+
+    path = str(tmp_path_factory.mktemp("q4km") / "smollm2-q4_k_m.gguf")
+    return path, write_q4_k_m(gguf, path)
+
+
+@pytest.mark.slow
+@needs_lib
+def test_act_q8_gives_llamacpps_products_on_k_quants(q4_k_m):
+    """On the Q4_K_M file: a Q6_K and a Q4_K product (Q8_K input blocks of 256) and a Q5_0 and
+    Q8_0 one (Q8_0 blocks of 32), fed llama.cpp's own inputs, give llama.cpp's own outputs."""
+    from gguf import GGUFReader
+    from gguf.quants import dequantize
+
+    from fptrace.models.llamacpp.engine import EngineOptions, run_pass
+
+    path, types = q4_k_m
+    p = run_pass(path, PROMPT, EngineOptions(threads=1))
+    weights = {t.name: (t.tensor_type.name, dequantize(t.data, t.tensor_type))
+               for t in GGUFReader(path).tensors if t.name.startswith(("blk.0.", "blk.3."))}
+    cases = [("ffn_swiglu-0", "ffn_out-0", "blk.0.ffn_down.weight", "Q6_K"),
+             ("ffn_swiglu-3", "ffn_out-3", "blk.3.ffn_down.weight", "Q4_K"),
+             ("ffn_norm-0", "ffn_up-0", "blk.0.ffn_up.weight", "Q5_0"),
+             ("attn_norm-0", "Vcur-0", "blk.0.attn_v.weight", "Q8_0")]
+    for src, dst, name, kind in cases:
+        got_kind, w = weights[name]
+        assert got_kind == kind == types[name]
+        x = torch.from_numpy(flat(p, src).copy())
+        W = torch.from_numpy(np.ascontiguousarray(w, dtype=np.float32))
+        emulated = E.quantized_product(x, W, None, kind).numpy()
+        plain = torch.nn.functional.linear(x, W).numpy()
+        want = flat(p, dst)
+        assert rel(want, emulated) < 2e-6, (dst, kind, rel(want, emulated))
+        assert rel(want, plain) > 1e-4, dst
