@@ -38,12 +38,10 @@ def q4_k_m_type(name: str, shape: tuple[int, ...], n_layer: int, has_output: boo
     """The GGUF type llama.cpp's Q4_K_M gives the tensor `name` of numpy shape `shape`."""
     if len(shape) < 2:
         return "F32"
-    kind = "Q4_K"
-    if name == "output.weight" or (not has_output and name == "token_embd.weight"):
-        kind = "Q6_K"
-    elif name.startswith("blk.") and name.endswith((".attn_v.weight", ".ffn_down.weight")):
-        if more_bits(int(name.split(".")[1]), n_layer):
-            kind = "Q6_K"
+    head = name == "output.weight" or (not has_output and name == "token_embd.weight")
+    more = name.startswith("blk.") and name.endswith((".attn_v.weight", ".ffn_down.weight")) \
+        and more_bits(int(name.split(".")[1]), n_layer)
+    kind = "Q6_K" if head or more else "Q4_K"
     if shape[-1] % QK_K:
         kind = FALLBACK[kind]
     return kind
