@@ -335,3 +335,19 @@ def test_act_q8_gives_llamacpps_products_on_k_quants(q4_k_m):
         want = flat(p, dst)
         assert rel(want, emulated) < 2e-6, (dst, kind, rel(want, emulated))
         assert rel(want, plain) > 1e-4, dst
+
+
+@pytest.mark.slow
+@needs_lib
+def test_act_q8_scales_by_one_over_d_as_ggml_does(smollm, gguf):
+    """ggml multiplies a block by 1 / d, not by 127 / max|x|: on this prompt one value of token
+    2's row rounds the other way with the second, and the whole row's products part by 4e-3."""
+    from fptrace.models.llamacpp.engine import EngineOptions, run_pass
+
+    prompt = "What is the capital of France?"
+    p = run_pass(gguf, prompt, EngineOptions(threads=1), ids=smollm.encode(prompt))
+    W = smollm.parts.blocks[0].self_attn.v_proj.weight.detach().float()
+    x = torch.from_numpy(flat(p, "attn_norm-0").copy())
+    out = E.quantized_product(x, W, None, "Q4_1", E.block_minimums(W)).numpy()
+    want = flat(p, "Vcur-0")
+    assert max(rel(want[t], out[t]) for t in range(len(want))) < 2e-6
