@@ -66,7 +66,7 @@ def engine_diff(lm: LoadedModel, path: str, prompt: str, *, options: EngineOptio
     base = dataclasses.replace(base, notes=base.notes + notes)
     if steps:
         base = dataclasses.replace(base, emulation=ladder_of(lm, path, ids, trace_b, base, steps,
-                                                             options))
+                                                             options, lm_pass))
     if not deep:
         return base
     order = tuple(p for p in BLOCK if p == Point.resid_pre or p in names.points)
@@ -93,32 +93,70 @@ def engine_diff(lm: LoadedModel, path: str, prompt: str, *, options: EngineOptio
                                within=base.within and deep_result.parted is None)
 
 
+def blocks_alone(lm: LoadedModel, lm_pass: Any) -> list[float] | None:
+    """Each block of `lm` fed llama.cpp's own input (its `l_out` of the block before, `embd` for
+    block 0): the relative difference of its output to llama.cpp's `l_out`, over every
+    position; None when the model's rotary embedding is not where a Llama keeps it."""
+    import numpy as np
+    import torch
+
+    from fptrace.core.llamacpp_trace import squeeze
+
+    rotary = getattr(getattr(lm.model, "model", None), "rotary_emb", None)
+    if rotary is None:
+        return None
+    T = len(lm_pass.ids)
+    pos = torch.arange(T, device=lm.device)[None]
+    out = []
+    with torch.inference_mode():
+        for k, blk in enumerate(lm.parts.blocks):
+            src = "embd" if k == 0 else f"l_out-{k - 1}"
+            x = torch.from_numpy(squeeze(lm_pass.tensors[src], 2).copy())[None]
+            x = x.to(lm.device, lm.dtype)
+            y = blk(x, position_embeddings=rotary(x, pos), position_ids=pos)
+            y = (y[0] if isinstance(y, tuple) else y)[0].float().cpu().numpy()
+            want = squeeze(lm_pass.tensors[f"l_out-{k}"], 2)
+            scale = float(np.linalg.norm(y))
+            diff_ = float(np.linalg.norm(y.astype(np.float64) - want))
+            out.append(diff_ / scale if scale > 0 else 0.0)
+    return out
+
+
 def ladder_of(lm: LoadedModel, path: str, ids: list[int], trace_b: Any, full: TraceDiff,
-              steps: Sequence[str], options: EngineOptions) -> Emulation:
+              steps: Sequence[str], options: EngineOptions, lm_pass: Any) -> Emulation:
     """The per-block error to llama.cpp's trace_b with no step on, then each added in turn (the
-    last rung is `full`, the comparison with every step on)."""
+    last rung is `full`, the comparison with every step on), and the error each block adds on
+    its own (fed llama.cpp's input)."""
     from fptrace.core.trace import run_trace
 
     d = int(lm.config.hidden_size)
     flash = options.flash_attn != "off"
     rungs = []
     for on in E.ladder(steps):
-        if len(on) == len(steps):
-            rows = full.layers
-        else:
-            with emulating(lm, path, on, cache=options.cache_type, flash=flash):
+        with emulating(lm, path, on, cache=options.cache_type, flash=flash):
+            if len(on) == len(steps):
+                rows = full.layers
+            else:
                 trace_a = run_trace(lm, ids, snippet=d)
-            rows = diff(trace_a, trace_b, labels=LABELS, same_input=True).layers
+                rows = diff(trace_a, trace_b, labels=LABELS, same_input=True).layers
+            alone = blocks_alone(lm, lm_pass) or []
         rel = tuple(r.rel_diff for r in rows)
         blocks = [x for r, x in zip(rows, rel, strict=True)
                   if r.layer is not None and x is not None]
-        rungs.append(EmulationRung(steps=on, label=f"+{on[-1]}" if on else "off", rel=rel,
-                                   worst=max(blocks) if blocks else None,
-                                   median=statistics.median(blocks) if blocks else None))
-    first, last = rungs[0].worst, rungs[-1].worst
+        rungs.append(EmulationRung(
+            steps=on, label=f"+{on[-1]}" if on else "off", rel=rel,
+            worst=max(blocks) if blocks else None,
+            median=statistics.median(blocks) if blocks else None, alone=tuple(alone),
+            alone_worst=max(alone) if alone else None,
+            alone_median=statistics.median(alone) if alone else None))
+
+    def fall(a: float | None, b: float | None) -> float | None:
+        return a / b if a is not None and b else None
+
     return Emulation(steps=tuple(steps), cache=options.cache_type,
                      kernel="flash" if flash else "plain", rungs=tuple(rungs),
-                     fall=first / last if first is not None and last else None)
+                     fall=fall(rungs[0].worst, rungs[-1].worst),
+                     fall_alone=fall(rungs[0].alone_worst, rungs[-1].alone_worst))
 
 
 def check_combination(second: Any, settings_b: dict) -> str | None:
@@ -159,4 +197,4 @@ def from_cli(first: str | None, second: str | None, opts: Any, chat: Any, settin
                        name_b=settings_b.get("model"), emulate=emulate)
 
 
-__all__ = ["LABELS", "check_combination", "engine_diff", "from_cli", "ladder_of"]
+__all__ = ["LABELS", "blocks_alone", "check_combination", "engine_diff", "from_cli", "ladder_of"]

@@ -183,7 +183,12 @@ def emulation_table(d: TraceDiff, em: Emulation, width: int | None) -> Renderabl
             for i, r in enumerate(d.layers)]
     rows.append(["largest", *(_sci(r.worst) for r in em.rungs)])
     rows.append(["median", *(_sci(r.median) for r in em.rungs)])
+    if any(r.alone for r in em.rungs):  # each block fed llama.cpp's own input
+        rows.append(["alone, largest", *(_sci(r.alone_worst) for r in em.rungs)])
+        rows.append(["alone, median", *(_sci(r.alone_median) for r in em.rungs)])
     fall = "" if em.fall is None else f"; the largest falls {em.fall:.1f}× with every step"
+    if em.fall_alone is not None:
+        fall += f", {em.fall_alone:.1f}× for a block alone (fed llama.cpp's own input)"
     return fit_table(cols, rows, width, title="‖transformers − llama.cpp‖ / ‖transformers‖ of "
                      "the last position's stream, llama.cpp's numerics emulated step by step "
                      f"(K/V cache {em.cache}, attention {em.kernel}){fall}",

@@ -216,6 +216,14 @@ class EmulationRung:
     """The largest of `rel` over the blocks."""
     median: float | None
     """Their median."""
+    alone: tuple[float | None, ...] = ()
+    """Per block: the error the block adds on its own with these steps on, ‖a − b‖ / ‖a‖ over
+    every position of its output when transformers' block is fed llama.cpp's own input (its
+    output of the block before), so that no error carried in from upstream counts."""
+    alone_worst: float | None = None
+    """The largest of `alone`."""
+    alone_median: float | None = None
+    """Their median."""
 
 
 @result
@@ -233,6 +241,8 @@ class Emulation:
     """off, then each step added in turn; the last rung is the main comparison."""
     fall: float | None
     """The largest block error with no step on, divided by the largest with every step on."""
+    fall_alone: float | None = None
+    """The same for the error each block adds on its own (`alone`)."""
 
 
 @result
