@@ -359,3 +359,30 @@ def test_act_q8_scales_by_one_over_d_as_ggml_does(smollm, gguf):
     out = E.quantized_product(x, W, None, "Q4_1", E.block_minimums(W)).numpy()
     want = flat(p, "Vcur-0")
     assert max(rel(want[t], out[t]) for t in range(len(want))) < 2e-6
+
+
+@pytest.mark.slow
+@needs_lib
+@pytest.mark.parametrize("T", [63, 64])
+def test_flash_attention_takes_its_tiled_kernel_from_64_rows(gguf, T, monkeypatch):
+    """Below 64 query rows llama.cpp's flash attention rounds Q and its accumulator to f16; from
+    64 rows on it takes its tiled kernel (f32): the emulated kernel switches at the same row
+    count, and the one it picks is the one that gives llama.cpp's own z."""
+    from fptrace.core.llamacpp_trace import block_points, names_for
+    from fptrace.models.llamacpp.engine import EngineOptions, run_pass
+    from fptrace.points import Point
+
+    ids = [(7 * i + 11) % 49000 + 100 for i in range(T)]
+    p = run_pass(gguf, "", EngineOptions(threads=1), ids=ids)
+    pts = block_points(p, names_for(p), 1, 9, 3)
+    q, k, v = (torch.from_numpy(pts[x])[None] for x in (Point.q, Point.k, Point.v))
+    k16, v16 = E.round_to(k, "f16"), E.round_to(v, "f16")
+
+    def z(rows: int) -> float:
+        monkeypatch.setattr(E, "TILED_ROWS", rows)
+        out, _ = E.attention(q, k16, v16, None, 0.125, cache="f16", kernel="flash")
+        return rel(pts[Point.z], out[0].reshape(T, -1).numpy())
+
+    picked, one_chunk, tiled = z(64), z(10**9), z(0)
+    assert picked == (tiled if T >= 64 else one_chunk)
+    assert picked * 10 < max(one_chunk, tiled) and picked < 1e-4
