@@ -386,3 +386,26 @@ def test_flash_attention_takes_its_tiled_kernel_from_64_rows(gguf, T, monkeypatc
     picked, one_chunk, tiled = z(64), z(10**9), z(0)
     assert picked == (tiled if T >= 64 else one_chunk)
     assert picked * 10 < max(one_chunk, tiled) and picked < 1e-4
+
+
+@pytest.mark.slow
+@needs_lib
+def test_a_block_alone_is_the_deep_diffs_block_output(ladder, smollm, gguf):
+    """Block 0 reads the same embedding on both engines, so its error alone is what --deep
+    measures at its output (the model's own pass, hooked); and an eager attention gives the same
+    figures (the causal mask is given, not assumed)."""
+    from fptrace.commands.diff.engine import blocks_alone, engine_diff
+    from fptrace.models.llamacpp.engine import EngineOptions, run_pass
+
+    deep = engine_diff(smollm, gguf, PROMPT, deep=True, layers=[0]).deep
+    out = next(p for p in deep.blocks[0].points if p.point == "resid_post")
+    off = ladder["emulation"]["rungs"][0]["alone"]
+    assert off[0] == pytest.approx(out.rel, rel=1e-4)
+    p = run_pass(gguf, PROMPT, EngineOptions(), ids=smollm.encode(PROMPT))
+    previous = smollm.config._attn_implementation
+    smollm.model.set_attn_implementation("eager")
+    try:
+        eager = blocks_alone(smollm, p)
+    finally:
+        smollm.model.set_attn_implementation(previous)
+    assert eager == pytest.approx(off, rel=1e-4)

@@ -107,13 +107,16 @@ def blocks_alone(lm: LoadedModel, lm_pass: Any) -> list[float] | None:
         return None
     T = len(lm_pass.ids)
     pos = torch.arange(T, device=lm.device)[None]
+    # causal, given explicitly: an eager attention reads no mask as "every key"
+    mask = torch.full((T, T), float("-inf"), device=lm.device, dtype=lm.dtype).triu(1)[None, None]
     out = []
     with torch.inference_mode():
         for k, blk in enumerate(lm.parts.blocks):
             src = "embd" if k == 0 else f"l_out-{k - 1}"
             x = torch.from_numpy(squeeze(lm_pass.tensors[src], 2).copy())[None]
             x = x.to(lm.device, lm.dtype)
-            y = blk(x, position_embeddings=rotary(x, pos), position_ids=pos)
+            y = blk(x, attention_mask=mask, position_embeddings=rotary(x, pos),
+                    position_ids=pos)
             y = (y[0] if isinstance(y, tuple) else y)[0].float().cpu().numpy()
             want = squeeze(lm_pass.tensors[f"l_out-{k}"], 2)
             scale = float(np.linalg.norm(y))
