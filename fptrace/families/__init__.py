@@ -103,11 +103,17 @@ class LlamaCppNames:
     Point -> the graph name without its `-{layer}` suffix (block points) or whole (embed,
     final_norm, logits); rope_adjacent: llama.cpp's q and k keep each rotary pair side by side
     (the GGUF converter permuted W_Q and W_K for its rotation), so they are put back in the
-    checkpoint's order (first halves, then second halves) before they are compared."""
+    checkpoint's order (first halves, then second halves) before they are compared;
+    weights: the GGUF name (`blk.{layer}.NAME.weight`) of each linear module of a block, by its
+    path in the block, and heads: the GGUF names the LM head's weight may have, the first
+    present (a tied head is the token embedding), for `--emulate act-q8`, which quantizes each
+    product's input the way llama.cpp does for that weight's type."""
 
     archs: tuple[str, ...]
     points: dict
     rope_adjacent: bool = False
+    weights: dict = field(default_factory=dict)
+    heads: tuple[str, ...] = ("output", "token_embd")
 
 
 @dataclass(frozen=True)

@@ -137,7 +137,10 @@ LLAMACPP_NAMES = LlamaCppNames(
             Point.resid_mid: "ffn_inp", Point.ln2: "ffn_norm", Point.mlp_gate: "ffn_gate",
             Point.mlp_up: "ffn_up", Point.mlp_act: "ffn_swiglu", Point.mlp_out: "ffn_out",
             Point.resid_post: "l_out", Point.final_norm: "result_norm",
-            Point.logits: "result_output"})
+            Point.logits: "result_output"},
+    weights={"self_attn.q_proj": "attn_q", "self_attn.k_proj": "attn_k",
+             "self_attn.v_proj": "attn_v", "self_attn.o_proj": "attn_output",
+             "mlp.gate_proj": "ffn_gate", "mlp.up_proj": "ffn_up", "mlp.down_proj": "ffn_down"})
 
 FAMILY = Family(
     name="llama", title="Llama", model_types=("llama",),

@@ -70,6 +70,13 @@ def diff(
     kv_cache: KvCacheOpt = KvCache.f16,
     html: HtmlOpt = None,
     force: ForceOpt = False,
+    emulate: Annotated[str | None, typer.Option(
+        "--emulate", help="With --engine-b llama.cpp: put llama.cpp's numerics on the "
+        "transformers side, steps separated by commas, added in that order: kv (K/V rounded to "
+        "the --kv-cache type), act-q8 (each quantized product's input in llama.cpp's 8-bit "
+        "blocks), norm (RMSNorm summed in double), attn (llama.cpp's attention kernel), or all; "
+        "the table then gives each block's error with none, then each step added.",
+        rich_help_panel=STATS)] = None,
     as_json: JsonOpt = False,
     wide: WideOpt = False,
 ) -> None:
@@ -92,6 +99,14 @@ def diff(
             raise BadInput("--html writes the page of `diff --deep` (one prompt on two models "
                            "or settings, transformers on both sides)")
         check_page(html, force=force)
+    steps: tuple[str, ...] = ()
+    if emulate is not None:
+        from fptrace.models.llamacpp.emulate import parse_steps
+
+        if engine_b != Engine.llamacpp:
+            raise BadInput("--emulate reproduces llama.cpp's numerics in transformers: give it "
+                           "with --engine-b llama.cpp")
+        steps = parse_steps(emulate)
     if stats:
         from fptrace.commands.diff.channels import diff_stats
         from fptrace.commands.diff.render import stats_diff_view
@@ -115,7 +130,8 @@ def diff(
         result = from_cli(first, second, opts, chat, _settings_b(
             model_b, dtype_b, device_b, random_weights_b, quantize_b),
             flash_attn=flash_attn.value, kv_cache=kv_cache.value,
-            deep=deep or deep_layers is not None, layers=layers, tolerance=tolerance)
+            deep=deep or deep_layers is not None, layers=layers, tolerance=tolerance,
+            emulate=steps)
     elif deep or deep_layers is not None:
         result = _deep(first, second, opts, chat, _settings_b(model_b, dtype_b, device_b,
                                                               random_weights_b, quantize_b),

@@ -370,11 +370,13 @@ def run_sides(lm_a: LoadedModel, lm_b: LoadedModel, prompt: Any, layers: Sequenc
                 _attention(s.lm, impl)
 
 
-def record(lm: LoadedModel, prompt: Any, layers: Sequence[int]) -> tuple[Any, Any, dict]:
+def record(lm: LoadedModel, prompt: Any, layers: Sequence[int], attention: str = "eager"
+           ) -> tuple[Any, Any, dict]:
     """One model's pass with the points of `layers` recorded, for a comparison against another
-    engine's numbers: (trace, lens, {layer: points}). Eager attention while it runs."""
+    engine's numbers: (trace, lens, {layer: points}). The attention implementation `attention`
+    while it runs (eager: its weights are recorded; another engine's, emulated: that one)."""
     side = _Side(lm, prompt, layers)
-    before = _attention(lm, "eager") if layers else None
+    before = _attention(lm, attention) if layers else None
     points: dict = {}
     try:
         side.thread.start()

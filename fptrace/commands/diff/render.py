@@ -8,7 +8,14 @@ from typing import Any
 from rich.console import Group, RenderableType
 from rich.text import Text
 
-from fptrace.commands.diff.result import DeepDiff, DiffSide, ErrorShare, StatsDiff, TraceDiff
+from fptrace.commands.diff.result import (
+    DeepDiff,
+    DiffSide,
+    Emulation,
+    ErrorShare,
+    StatsDiff,
+    TraceDiff,
+)
 from fptrace.render.fit import Col, RowStyle, fit_table
 from fptrace.render.text import bullets, compact, norm, num, visible
 
@@ -195,11 +202,38 @@ def routing_table(d: TraceDiff, width: int | None) -> RenderableType:
     return Group(title, fit_table(cols, rows, width), *more)
 
 
+def _sci(x: float | None) -> str:
+    return "—" if x is None else f"{x:.2e}"
+
+
+def emulation_table(d: TraceDiff, em: Emulation, width: int | None) -> RenderableType:
+    """--emulate: each block's error to llama.cpp with none of its numerics, then each step
+    added (a column a rung), with the largest and the median over the blocks."""
+    cols = (Col("layer", 0, "right"), *(Col(r.label, 0, "right") for r in em.rungs))
+    rows = [["embed" if r.layer is None else str(r.layer),
+             *("—" if rung.rel[i] is None else f"{rung.rel[i]:.2e}" for rung in em.rungs)]
+            for i, r in enumerate(d.layers)]
+    rows.append(["largest", *(_sci(r.worst) for r in em.rungs)])
+    rows.append(["median", *(_sci(r.median) for r in em.rungs)])
+    if any(r.alone for r in em.rungs):  # each block fed llama.cpp's own input
+        rows.append(["alone, largest", *(_sci(r.alone_worst) for r in em.rungs)])
+        rows.append(["alone, median", *(_sci(r.alone_median) for r in em.rungs)])
+    fall = "" if em.fall is None else f"; the largest falls {em.fall:.1f}× with every step"
+    if em.fall_alone is not None:
+        fall += f", {em.fall_alone:.1f}× for a block alone (fed llama.cpp's own input)"
+    return fit_table(cols, rows, width, title="‖transformers − llama.cpp‖ / ‖transformers‖ of "
+                     "the last position's stream, llama.cpp's numerics emulated step by step "
+                     f"(K/V cache {em.cache}, attention {em.kernel}){fall}",
+                     title_justify="left")
+
+
 def diff_view(d: TraceDiff, width: int | None = 120) -> RenderableType:
     notes = bullets(d.notes + (d.deep.notes if d.deep else ()))
     parts: list[RenderableType] = [_side(d.a), _side(d.b), layers_table(d, width)]
     if d.routing is not None:
         parts.append(routing_table(d, width))
+    if d.emulation is not None:
+        parts.append(emulation_table(d, d.emulation, width))
     if d.deep and d.deep.parted:
         parts.append(points_table(d.deep, d.deep.parted.layer, width))
     parts += [top_table(d, width), notes, verdict(d)]

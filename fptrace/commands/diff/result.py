@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from fptrace.results import SCHEMA_VERSION, result
 
-SCHEMA_SINCE = "1.5"  # TraceDiff.routing (RoutingDiff, RoutingFlip)
+SCHEMA_SINCE = "1.5"  # TraceDiff.routing (RoutingDiff, RoutingFlip), TraceDiff.emulation
 
 
 @result
@@ -242,6 +242,51 @@ class RoutingDiff:
 
 
 @result
+class EmulationRung:
+    """One rung of `--emulate`'s ladder: transformers with some of llama.cpp's numerics, against
+    llama.cpp."""
+
+    steps: tuple[str, ...]
+    """The steps on (none for the first rung)."""
+    label: str
+    """`off`, then `+STEP` for the step this rung adds."""
+    rel: tuple[float | None, ...]
+    """Per row of `layers` (the embedding, then each block): ‖a − b‖ / ‖a‖ of the last
+    position's stream, as `layers[i].rel_diff` with these steps on."""
+    worst: float | None
+    """The largest of `rel` over the blocks."""
+    median: float | None
+    """Their median."""
+    alone: tuple[float | None, ...] = ()
+    """Per block: the error the block adds on its own with these steps on, ‖a − b‖ / ‖a‖ over
+    every position of its output when transformers' block is fed llama.cpp's own input (its
+    output of the block before), so that no error carried in from upstream counts."""
+    alone_worst: float | None = None
+    """The largest of `alone`."""
+    alone_median: float | None = None
+    """Their median."""
+
+
+@result
+class Emulation:
+    """`diff --engine-b llama.cpp --emulate STEPS`: llama.cpp's numerics reproduced on the
+    transformers side, step by step (docs/llamacpp.md)."""
+
+    steps: tuple[str, ...]
+    """The steps, in the order they were added (the main comparison has them all on)."""
+    cache: str
+    """The K/V cache type the `kv` step rounds to (llama.cpp's --kv-cache)."""
+    kernel: str
+    """The attention kernel the `attn` step reproduces: `flash` or `plain` (--flash-attn)."""
+    rungs: tuple[EmulationRung, ...]
+    """off, then each step added in turn; the last rung is the main comparison."""
+    fall: float | None
+    """The largest block error with no step on, divided by the largest with every step on."""
+    fall_alone: float | None = None
+    """The same for the error each block adds on its own (`alone`)."""
+
+
+@result
 class TraceDiff:
     """`fptrace diff --json`: two traces compared layer by layer."""
 
@@ -272,6 +317,9 @@ class TraceDiff:
     """With `--deep`: the points inside the blocks compared; null otherwise."""
     routing: RoutingDiff | None = None
     """Two runs of a mixture of experts on the same tokens: where their routing flips; null
+    otherwise."""
+    emulation: Emulation | None = None
+    """With `--engine-b llama.cpp --emulate`: the per-block error with each step on; null
     otherwise."""
     kind: str = "diff"
     schema_version: str = SCHEMA_VERSION
