@@ -6,7 +6,9 @@ minutes on 2 cores.
         [--tokens 200000] [--threads 2] [--out DIR] [--json results-features-train.json]
 
 CORPUS: .txt (one prompt a line) / .jsonl files or folders, read as `fptrace features train`
-reads them (each prompt's first position left out; a tenth of the prompts held out). The script
+reads them; or `--docstrings PACKAGE --corpus-out FILE`, which first writes an offline corpus of
+English prose (the docstrings of an installed package's modules, one paragraph a line; e.g.
+transformers, Apache-2.0) and trains on it (each prompt's first position left out; a tenth of the prompts held out). The script
 times the collection of the stream and the training separately, then reports the held-out FVU,
 L0 and dead latents from the trainer's result, the distinct training positions (not only the
 tokens the optimiser saw), and whether each goal is met. Method and figures: benchmarks/README.md.
@@ -28,7 +30,10 @@ sys.path.insert(0, ROOT)
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("corpus", nargs="+")
+    ap.add_argument("corpus", nargs="*")
+    ap.add_argument("--docstrings", help="build the corpus from these installed packages "
+                    "(comma-separated)")
+    ap.add_argument("--corpus-out", help="where --docstrings writes its corpus (a .txt)")
     ap.add_argument("--layer", type=int, default=15)
     ap.add_argument("--latents", type=int, default=2048)
     ap.add_argument("--k", type=int, default=32)
@@ -38,6 +43,16 @@ def main() -> None:
     ap.add_argument("--out", default=None)
     ap.add_argument("--json", default=None)
     a = ap.parse_args()
+    if a.docstrings:
+        if not a.corpus_out:
+            raise SystemExit("--docstrings needs --corpus-out FILE")
+        lines = [x for p in a.docstrings.split(",") for x in docstring_corpus(p.strip())]
+        with open(a.corpus_out, "w", encoding="utf-8") as f:
+            f.write("\n".join(lines) + "\n")
+        print(f"wrote {len(lines):,} paragraphs to {a.corpus_out}", file=sys.stderr)
+        a.corpus = [*a.corpus, a.corpus_out]
+    if not a.corpus:
+        raise SystemExit("give CORPUS files or --docstrings PACKAGE")
 
     import torch
 
@@ -84,6 +99,40 @@ def main() -> None:
     if a.json:
         with open(a.json, "w", encoding="utf-8") as f:
             json.dump(figures, f, indent=2)
+
+
+def docstring_corpus(package: str, shortest: int = 200, longest: int = 700) -> list[str]:
+    """Paragraphs of prose from the docstrings of an installed package's modules, classes and
+    functions (argument lists, examples and code left out), each once, in file order."""
+    import ast
+    import importlib.util
+    import pathlib
+    import re
+
+    spec = importlib.util.find_spec(package)
+    if spec is None or not spec.submodule_search_locations:
+        raise SystemExit(f"{package} is not an installed package")
+    root = pathlib.Path(next(iter(spec.submodule_search_locations)))
+    code = re.compile(r"(>>>|```|::|\bArgs:|\bReturns:|\bExample|\bParameters\b|==|\{|\}|\w\.\w+\(|https?:)")
+    seen: set[str] = set()
+    out = []
+    for path in sorted(root.rglob("*.py")):
+        try:
+            tree = ast.parse(path.read_text(encoding="utf-8"))
+        except (SyntaxError, UnicodeDecodeError, ValueError):
+            continue
+        for node in ast.walk(tree):
+            if not isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef,
+                                     ast.AsyncFunctionDef)):
+                continue
+            doc = ast.get_docstring(node) or ""
+            for para in re.split(r"\n\s*\n", doc):
+                text = " ".join(para.split())
+                if shortest <= len(text) <= longest and not code.search(text) \
+                        and text not in seen:
+                    seen.add(text)
+                    out.append(text)
+    return out
 
 
 if __name__ == "__main__":
