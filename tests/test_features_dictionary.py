@@ -252,3 +252,33 @@ def test_bad_folders_are_one_line(tmp_path):
         read_dictionary(write_saelens(tmp_path / "g", weights(), arch="gated"))
     with pytest.raises(BadInput, match="k '³'"):
         read_dictionary(write_saelens(tmp_path / "k", weights(), arch="topk", k="³"))
+
+
+@pytest.mark.parametrize("kind, role, site", [
+    ("resid_post_all", "sae", Site(7, "resid_post")),
+    ("resid_post", "sae", Site(7, "resid_post")),
+    ("mlp_out_all", "sae", Site(7, "mlp_out")),
+    ("transcoder_all", "transcoder", Site(7, "mlp_in")),
+])
+def test_gemma_scope_2_places_from_its_layout(tmp_path, kind, role, site):
+    """Gemma Scope 2 names a dictionary kind_all/layer_L_width_W_l0_S/params.safetensors."""
+    folder = tmp_path / kind / "layer_7_width_16k_l0_big"
+    d = read_dictionary(write_gemmascope(folder, weights(9), npz=False))
+    assert (d.format, d.role, d.site) == ("gemmascope", role, site)
+
+
+def test_only_the_folder_above_the_layer_names_the_site(tmp_path):
+    """A user's folder further up that happens to say mlp or res changes nothing."""
+    mine = tmp_path / "mlp-experiments" / "gemma-scope-2b-pt-res" / "layer_3" / "width_16k" / "x"
+    assert read_dictionary(write_gemmascope(mine, weights(10))).site == Site(3, "resid_post")
+    vague = tmp_path / "results" / "mine" / "layer_3"
+    with pytest.raises(BadInput, match="give --site"):
+        read_dictionary(write_gemmascope(vague, weights(10)))
+
+
+def test_an_affine_transcoder_is_refused_not_read_without_its_skip(tmp_path):
+    w = weights(11)
+    w["W_skip"] = np.zeros((w["W_enc"].shape[0], w["W_dec"].shape[1]), dtype=np.float32)
+    folder = tmp_path / "transcoder_all" / "layer_2_width_16k_l0_small_affine"
+    with pytest.raises(BadInput, match="affine transcoder"):
+        read_dictionary(write_gemmascope(folder, w, npz=False))

@@ -11,8 +11,9 @@ Formats (learned from their documentation and code, read here independently):
                  under `metadata`/`meta`), hook_name_out for transcoders
     Gemma Scope  params.npz or params.safetensors: W_enc, W_dec, b_enc, b_dec, threshold
                  (JumpReLU, the input not shifted by b_dec); the place from config.json when
-                 there is one, else from the folder's path (`layer_12`, `res`/`resid_post`,
-                 `mlp`, `transcoder`)
+                 there is one, else from the folder's path: `layer_N`, and the folder
+                 above it (`...-res`/`resid_post_all`, `...-mlp`, `...-transcoders`/
+                 `transcoder_all`)
     sparsify     cfg.json + sae.safetensors: encoder.weight (d_sae, d_in), encoder.bias, W_dec
                  (d_sae, d_out), b_dec; cfg: k, num_latents or expansion_factor, transcode; the
                  place is the folder's name (`layers.6`, `layers.6.mlp`) as sparsify saves it
@@ -348,6 +349,10 @@ def _gemmascope(path: str, site: str | None) -> Dictionary:
         folder, "params.npz" if "params.npz" in names else "params.safetensors")
     t = _tensors(file)
     _need(t, ("W_enc", "W_dec", "b_enc", "b_dec", "threshold"), file)
+    if "W_skip" in t:  # Gemma Scope 2's affine transcoders add x @ W_skip to the output
+        raise BadInput(f"--sae {file!r}: an affine transcoder (W_skip: a linear term beside the "
+                       "latents), which fptrace does not read yet; its readout would leave that "
+                       "term out")
     d_in, d_sae = (int(x) for x in t["W_enc"].shape)
     d_out = int(t["W_dec"].shape[-1])
     _shape(t["W_dec"], (d_sae, d_out), "W_dec", file)
@@ -375,21 +380,28 @@ def _gemmascope_place(folder: str, site: str | None) -> tuple[str, Site, Site]:
                 return "sae", s_in, s_in
             return "transcoder", Site(s_in.block, "mlp_in") if s_in.point == "mlp_out" else s_in, \
                 s_out
-    full = os.path.abspath(folder).replace(os.sep, "/").lower()
-    m = list(_LAYER.finditer(full))
-    if not m:
+    # the releases' layouts: gemma-scope-2b-pt-res/layer_12/width_16k/average_l0_82 (Gemma
+    # Scope) and resid_post_all/layer_7_width_16k_l0_big (Gemma Scope 2): the layer is the last
+    # component that starts with layer_N, what was read is named by the component before it
+    # (never by a folder further up, whose name is the user's)
+    parts = os.path.abspath(folder).replace(os.sep, "/").lower().split("/")
+    at = [i for i, part in enumerate(parts) if _LAYER.match(part)]
+    if not at:
         if site is None:
             raise BadInput(f"--sae {folder!r}: Gemma Scope weights whose folder does not say where "
                            "they were trained (no config.json, no layer_N in the path); give "
                            "--site, e.g. blocks.12.hook_resid_post")
         s = dictionary_site(site, "--site")
         return "sae", s, s
-    block = parse_int(m[-1].group(1), f"{folder!r}: layer", low=0)
-    if "transcoder" in full:
+    m = _LAYER.match(parts[at[-1]])
+    assert m is not None
+    block = parse_int(m.group(1), f"{folder!r}: layer", low=0)
+    words = set(re.split(r"[-_.]", parts[at[-1] - 1])) if at[-1] > 0 else set()
+    if words & {"transcoder", "transcoders"}:
         return "transcoder", Site(block, "mlp_in"), Site(block, "mlp_out")
-    if "mlp" in full:
+    if "mlp" in words:
         s = Site(block, "mlp_out")
-    elif "res" in full:
+    elif words & {"res", "resid"}:
         s = Site(block, "resid_post")
     else:
         if site is None:
