@@ -53,6 +53,13 @@ def test_training_lowers_the_loss_and_reads_back(lm, prompts, tmp_path):
     cfg = json.load(open(os.path.join(out, "cfg.json")))
     assert cfg["architecture"] == "topk" and cfg["hook_name"] == "blocks.1.hook_resid_post"
     assert cfg["metadata"]["hook_name"] == "blocks.1.hook_resid_post" and cfg["k"] == 4
+    # GPT-2's tokenizer adds no begin-of-text token (its <|endoftext|> is the bos id): the
+    # config says so, for a reader that reruns the model on its own prompts
+    from transformers import AutoTokenizer
+
+    hf = AutoTokenizer.from_pretrained(tiny_gpt2())
+    first = hf("The capital of France is")["input_ids"][0]
+    assert cfg["metadata"]["prepend_bos"] is (first == hf.bos_token_id) is False
     d = read_dictionary(out)
     assert (d.format, d.kind, d.d_sae, d.k) == ("saelens", "topk", 64, 4)
     # the trainer's own encoding of the held-out stream, from the weights it saved

@@ -318,12 +318,17 @@ def _write_saelens(out: str, sae: TopK, opts: TrainOptions, lm: Any) -> None:
     from safetensors.torch import save
 
     hook = Site(opts.layer, "resid_post").name
+    tok = lm.tokenizer
+    bos = getattr(tok, "bos_id", None) if tok is not None else None
+    # what the tokenizer did to the prompts trained on (SmolLM2's GGUF adds no begin-of-text
+    # token): a reader that reruns the model must prepare its prompts the same way
+    prepend_bos = bool(bos is not None and tok.encode("The", special=True)[:1] == [bos])
     cfg = {"architecture": "topk", "d_in": int(sae.W_dec.shape[1]), "d_sae": opts.latents,
            "k": opts.k, "dtype": "float32", "device": "cpu", "apply_b_dec_to_input": True,
            "normalize_activations": "none", "reshape_activations": "none",
            "hook_name": hook, "hook_layer": opts.layer, "model_name": lm.name,
            "metadata": {"model_name": lm.name, "hook_name": hook, "hook_layer": opts.layer,
-                        "prepend_bos": True, "context_size": None,
+                        "prepend_bos": prepend_bos, "context_size": None,
                         "seqpos_slice": [1, None]}}
     weights = {n: t.detach().clone().contiguous() for n, t in
                zip(("W_enc", "b_enc", "W_dec", "b_dec"), sae.params())}
