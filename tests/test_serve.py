@@ -123,11 +123,12 @@ def commands(tiny: str) -> list[list[str]]:
     ]
 
 
-def in_process(args: list[str], cwd: Path) -> tuple[int, str]:
+def in_process(args: list[str], cwd: Path, columns: str = "120") -> tuple[int, str]:
+    """The command run in this process, in `cwd`, at `columns`: (exit code, stdout)."""
     old = os.getcwd()
     os.chdir(cwd)
     try:
-        r = CliRunner().invoke(app, args, env={"COLUMNS": "120", "TERM": "dumb"})
+        r = CliRunner().invoke(app, args, env={"COLUMNS": columns, "TERM": "dumb"})
     finally:
         os.chdir(old)
     return r.exit_code, r.stdout
@@ -150,17 +151,12 @@ def test_the_table_fits_the_callers_width(server, work):
     for columns in ("80", "150"):
         args = ["run", P, "-m", tiny, "-k", "3"]
         remote = fptrace(args, server, cwd=work, COLUMNS=columns)
-        old = os.getcwd()
-        os.chdir(work)
-        try:
-            here = CliRunner().invoke(app, args, env={"COLUMNS": columns, "TERM": "dumb"})
-        finally:
-            os.chdir(old)
-        assert remote.returncode == 0, remote.stderr
+        code, here = in_process(args, work, columns)
+        assert remote.returncode == code == 0, remote.stderr
         width = max(len(line) for line in remote.stdout.splitlines())
         assert width <= int(columns)
         mask = [line for line in remote.stdout.splitlines() if "µs" not in line]
-        assert mask == [line for line in here.stdout.splitlines() if "µs" not in line]
+        assert mask == [line for line in here.splitlines() if "µs" not in line]
 
 
 def page_without_times(text: str) -> str:

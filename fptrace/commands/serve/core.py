@@ -61,7 +61,6 @@ class Server:
     stopping: bool = False
     current: Request | None = None
     pending: queue.Queue = field(default_factory=queue.Queue)
-    lock: threading.Lock = field(default_factory=threading.Lock)
 
 
 def prepare_folder(path: str) -> None:
@@ -103,8 +102,8 @@ def listen(path: str) -> tuple[socket.socket, Any]:
     return sock, lock
 
 
-def serve(path: str, idle: float, budget: int, ready: Any = None) -> None:
-    """Listen at `path` until stopped or idle; `ready()` is called once it listens."""
+def serve(path: str, idle: float, budget: int) -> None:
+    """Listen at `path` until stopped or idle."""
     from fptrace.models import resident
 
     sock, lock = listen(path)
@@ -116,8 +115,6 @@ def serve(path: str, idle: float, budget: int, ready: Any = None) -> None:
     threading.Thread(target=accept, args=(server, sock), daemon=True).start()
     log(f"listening at {path} (pid {os.getpid()}, idle timeout "
         f"{idle:g} s, memory budget {budget} bytes)")
-    if ready:
-        ready()
     try:
         while not server.stopping:
             try:
