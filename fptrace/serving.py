@@ -60,16 +60,16 @@ def note(line: str) -> None:
 def connect(path: str) -> object | None:
     """A connection to the server at `path`, or None (with one line where there was something
     to say: a stale socket is removed)."""
-    import socket
-
     try:
         os.lstat(path)
     except OSError:
-        return None  # no server: the usual case, nothing to say
+        return None  # no server: the usual case, nothing to say (nor anything imported)
     problem = owner_problem(path)
     if problem:
         note(f"not using the server socket {path}: {problem}; running here")
         return None
+    import socket
+
     conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
         conn.connect(path)
