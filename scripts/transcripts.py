@@ -6,7 +6,8 @@
     python scripts/transcripts.py --check    # exit 1 and show the first difference
 
 tests/test_transcripts.py runs the same check in the suite. Commands run in a scratch folder
-that holds a link to prompts/, with COLUMNS=100 unless the command sets it, stdout only (add
+that holds a link to prompts/, with COLUMNS=100 unless the command sets it and
+OMP_NUM_THREADS=1 (the same digits on every machine), stdout only (add
 `2>&1` to a command to show its stderr). Before comparing, what differs from run to run or
 machine to machine is masked on both sides: durations, rates, free memory and install paths.
 
@@ -33,6 +34,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 FILES = ("README.md", "docs/*.md")
 WIDTH = "100"
+# every example computes on one thread: sums split over threads round differently in their
+# last bits, which can move a printed digit (an output then depended on the machine's cores)
+THREADS = "1"
 
 _MASKS = (
     (re.compile(r"\d[\d,]*(\.\d+)? ?(ms|s|µs)\b"), "<time>"),
@@ -182,6 +186,7 @@ def run(command: str, scratch: Path) -> str:
     if not command.lstrip().startswith("COLUMNS="):
         env["COLUMNS"] = WIDTH
     env["TERM"] = "dumb"
+    env["OMP_NUM_THREADS"] = THREADS
     done = subprocess.run(["bash", "-o", "pipefail", "-c", command], cwd=scratch, env=env,
                           capture_output=True, text=True, timeout=600)
     return done.stdout.rstrip("\n")
