@@ -28,7 +28,8 @@ demo: install
 	$(BIN)/fptrace run "$(PROMPT)"
 
 # the suite on both cores: two pytest-xdist workers, each test file on one of them (its module
-# fixtures built once); the bundled model is dequantized once for both (tests/conftest.py)
+# fixtures built once), one compute thread each; the bundled model is dequantized once for both
+# (tests/conftest.py)
 test: install lint
 	bash scripts/install_browser.sh
 	$(BIN)/python -m pytest -q -n 2 --dist loadfile

@@ -25,7 +25,8 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
     # test starts). With torch's default, a thread per core in every worker, two workers on two
     # cores wait on each other's threads: the suite took 15 min 30 s instead of 8 min 15 s
     # (docs/development.md).
-    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    if not os.environ.get("OMP_NUM_THREADS"):
+        os.environ["OMP_NUM_THREADS"] = "1"
     if "torch" in sys.modules:  # a plugin imported it before this file: tell it too
         sys.modules["torch"].set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
 
@@ -269,16 +270,3 @@ def _seed_from_shared_cache(root, path) -> None:
                     os.environ["FPTRACE_CACHE_DIR"] = old
             (root / "fptrace-cache-shared.done").touch()
     shutil.copytree(shared, path, dirs_exist_ok=True)
-
-
-# The longest test files first: pytest-xdist (make test: --dist loadfile) hands out whole files
-# in the order collected, so the long ones start at once and the short ones fill in around
-# them, instead of one long file running alone at the end.
-SLOW_FIRST = ("test_transcripts.py", "test_ray.py", "test_tensor_parallel.py", "test_stats.py",
-              "test_bundled.py", "test_batch.py", "test_hardening.py", "test_hostile.py",
-              "test_steer.py", "test_ablate.py", "test_llamacpp_faults.py")
-
-
-def pytest_collection_modifyitems(config, items):
-    rank = {name: i for i, name in enumerate(SLOW_FIRST)}
-    items.sort(key=lambda item: rank.get(item.path.name, len(SLOW_FIRST)))

@@ -24,6 +24,7 @@ to a model is the diff command's business.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from typing import Any
 
@@ -298,7 +299,17 @@ def attention_function(cache: str, kv: bool, kernel: str | None):
 
 def weight_types(path: str) -> dict[str, str]:
     """The element type of every tensor of a GGUF file, by its GGUF name (blk.3.attn_q.weight:
-    Q4_1)."""
+    Q4_1). Reading a file parses its whole vocabulary (~4 s for SmolLM2's), so what was read is
+    kept for as long as the file keeps its size and modification time (a ladder asks once per
+    rung)."""
+    import os
+
+    st = os.stat(path)
+    return dict(_weight_types(os.path.realpath(path), st.st_size, st.st_mtime_ns))
+
+
+@functools.lru_cache(maxsize=8)
+def _weight_types(path: str, size: int, mtime_ns: int) -> dict[str, str]:
     from gguf import GGUFReader
 
     return {t.name: t.tensor_type.name for t in GGUFReader(path).tensors}
