@@ -162,3 +162,37 @@ def test_what_if_keys_ablate_and_steer_the_selected_block():
                         for m in lm.model.modules())
             assert hooks == 0
     asyncio.run(go())
+
+
+def test_exports_never_replace_a_file_of_someone_else(tmp_path, monkeypatch):
+    """j, r and p write in the current folder under the one output policy: a file there that
+    fptrace did not write stays as it was, and the refusal is a message in the app."""
+    monkeypatch.chdir(tmp_path)
+    lm = _model()
+    theirs = {"fptrace-trace.json": "{\"mine\": 1}\n", "fptrace-report.html": "<p>mine</p>\n",
+              "fptrace-trace.png": "not a figure\n"}
+    for name, text in theirs.items():
+        (tmp_path / name).write_text(text)
+
+    async def go():
+        app = FptraceApp(lm=lm)
+        async with app.run_test(size=(120, 40)) as pilot:
+            await _type(pilot, "The cat")
+            await pilot.press("enter")
+            await pilot.pause()
+            assert app.trace is not None
+            await pilot.press("escape")
+            for key, name in (("j", "fptrace-trace.json"), ("r", "fptrace-report.html"),
+                              ("p", "fptrace-trace.png")):
+                await pilot.press(key)
+                await pilot.pause()
+                status = _text(app, "#status")
+                assert name in status and "not a file fptrace wrote" in status, status
+                assert (tmp_path / name).read_text() == theirs[name]
+            (tmp_path / "fptrace-trace.json").unlink()
+            for _ in range(2):  # written, then replaced: the file is fptrace's own
+                await pilot.press("j")
+                await pilot.pause()
+                assert _text(app, "#status") == "wrote fptrace-trace.json"
+                assert '"kind": "trace"' in (tmp_path / "fptrace-trace.json").read_text()
+    asyncio.run(go())

@@ -31,6 +31,9 @@ block's output toward the attributed token (its LM-head row, norm-matched, × 0,
 [b]j[/b] export the trace as JSON   [b]r[/b] export the HTML report   [b]p[/b] export a PNG figure
 [b]?[/b] this help   [b]q[/b] quit"""
 
+# where j and r export, in the current folder (p: commands/run/tui.py)
+EXPORT_JSON, EXPORT_REPORT = "fptrace-trace.json", "fptrace-report.html"
+
 # the app's own keys and tabs, merged with the folders' by order (cli/actions.py)
 OWN_ACTIONS = (
     TuiAction(0, "slash", "Prompt", lambda app: app.action_focus_prompt()),
@@ -234,7 +237,10 @@ class FptraceApp(App):
         self.query_one("#layers", DataTable).focus()
 
     def action_key(self, index: int) -> None:
-        ACTIONS[index].run(self)
+        try:  # a key's error (an export path refused, a computation) is a message in the app
+            ACTIONS[index].run(self)
+        except FptraceError as e:
+            self.status(str(e))
 
     def whatif(self, compute: Any, view: Any, done: str) -> None:
         """Run a what-if (ablate or steer) and show its view in the layer pane, under the
@@ -257,16 +263,19 @@ class FptraceApp(App):
                     "export · q quit")
 
     def action_export_json(self) -> None:
-        from fptrace.atomic import write_text_atomic
+        from fptrace.atomic import check_target, write_text_atomic
         from fptrace.render.json import to_json
 
-        if self.trace is not None:
-            write_text_atomic("fptrace-trace.json", to_json(self.trace) + "\n", ".json")
-            self.status("wrote fptrace-trace.json")
+        if self.trace is None:
+            return
+        check_target(EXPORT_JSON, "export", EXPORT_JSON)  # someone else's file stays
+        write_text_atomic(EXPORT_JSON, to_json(self.trace) + "\n", ".json")
+        self.status(f"wrote {EXPORT_JSON}")
 
     def action_export_report(self) -> None:
         """The report `fptrace report` writes for this prompt, at the selected block and head."""
         from fptrace.atomic import write_text_atomic
+        from fptrace.cli.page import check_page
         from fptrace.cli.sections import Page, compute, defaults
         from fptrace.core.trace import run_trace
         from fptrace.render.page import build_html
@@ -276,15 +285,11 @@ class FptraceApp(App):
         values = defaults()
         values.update({k: v for k, v in (("layer", max(self.layer - 1, 0)), ("head", self.head))
                        if k in values})
-        try:
-            page = Page(self.lm, self.traced, self.load_options,
-                        run_trace(self.lm, self.traced, lens_grid=True))
-            write_text_atomic("fptrace-report.html",
-                              build_html(page.trace, compute(page, values)), ".html")
-        except FptraceError as e:
-            self.status(str(e))
-            return
-        self.status("wrote fptrace-report.html")
+        check_page(EXPORT_REPORT, "export")  # before the work, as report's --out
+        page = Page(self.lm, self.traced, self.load_options,
+                    run_trace(self.lm, self.traced, lens_grid=True))
+        write_text_atomic(EXPORT_REPORT, build_html(page.trace, compute(page, values)), ".html")
+        self.status(f"wrote {EXPORT_REPORT}")
 
     def on_unmount(self) -> None:
         self.lm = self.trace = self.explanation = self.attribution = None  # free the model
