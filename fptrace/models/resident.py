@@ -62,8 +62,8 @@ def key_of(opts: Any) -> tuple:
         path = os.path.abspath(spec.path)
         names = [path] if os.path.isfile(path) else sorted(
             os.path.join(path, f) for f in os.listdir(path))
-        files = tuple((f, os.stat(f).st_size, os.stat(f).st_mtime_ns) for f in names
-                      if os.path.isfile(f))
+        stats = ((f, os.stat(f)) for f in names if os.path.isfile(f))
+        files = tuple((f, st.st_size, st.st_mtime_ns) for f, st in stats)
     if args.get("offload_folder"):
         args["offload_folder"] = os.path.abspath(args["offload_folder"])
     return (spec.name, spec.kind, getattr(spec, "hub_id", None), files,
