@@ -6,9 +6,9 @@
     python scripts/transcripts.py --check    # exit 1 and show the first difference
 
 tests/test_transcripts.py runs the same check in the suite. Commands run in a scratch folder
-that holds a link to prompts/, with COLUMNS=100 unless the command sets it and
-OMP_NUM_THREADS=1 (the same digits on every machine), stdout only (add
-`2>&1` to a command to show its stderr). Before comparing, what differs from run to run or
+that holds a link to prompts/, on one compute thread (OMP_NUM_THREADS=1: the same digits on
+every machine), with COLUMNS=100 unless the command sets it, stdout only (add `2>&1` to a
+command to show its stderr). Before comparing, what differs from run to run or
 machine to machine is masked on both sides: durations, rates, free memory and install paths.
 
 Both run the commands through a resident server of their own (`fptrace serve` on a private
