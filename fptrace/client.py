@@ -97,8 +97,9 @@ def run_remote(argv: list[str], path: str) -> int | None:
         with contextlib.suppress(OSError):
             conn.sendall(CANCEL)  # type: ignore[attr-defined]
 
+    previous = None
     with contextlib.suppress(ValueError):  # not the main thread
-        _signal.signal(_signal.SIGINT, on_sigint)
+        previous = _signal.signal(_signal.SIGINT, on_sigint)
     started = False
     try:
         send_header(conn, header, fds)
@@ -118,6 +119,8 @@ def run_remote(argv: list[str], path: str) -> int | None:
         pass
     finally:
         conn.close()  # type: ignore[attr-defined]
+        if previous is not None:  # run here after all: Ctrl-C is the command's again
+            _signal.signal(_signal.SIGINT, previous)
     if cancels["sent"] and not started:
         note("error: interrupted")
         return 130

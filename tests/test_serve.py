@@ -388,3 +388,18 @@ def test_the_server_computes_with_the_callers_threads(server, work):
         assert without_times(json.loads(remote.stdout)) == without_times(json.loads(here.stdout))
     assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           env=dict(os.environ, OMP_NUM_THREADS="1")).stdout.strip() == "1"
+
+
+def test_a_command_left_to_the_caller_gets_ctrl_c_back(server):
+    """The client listens for Ctrl-C while the server answers; where the server leaves the
+    command to its caller (the TUI), the handler it replaced is back before the command runs
+    here, so the first Ctrl-C interrupts it."""
+    def mine(signum, frame):
+        raise KeyboardInterrupt
+
+    before = signal.signal(signal.SIGINT, mine)
+    try:
+        assert client.run_remote(["tui", "--help"], str(server)) is None
+        assert signal.getsignal(signal.SIGINT) is mine
+    finally:
+        signal.signal(signal.SIGINT, before)
