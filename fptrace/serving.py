@@ -64,7 +64,10 @@ def connect(path: str) -> object | None:
         os.lstat(path)
     except OSError:
         return None  # no server: the usual case, nothing to say (nor anything imported)
-    problem = owner_problem(path)
+    try:
+        problem = owner_problem(path)
+    except OSError:  # gone since: a server that stopped on its own
+        return None
     if problem:
         note(f"not using the server socket {path}: {problem}; running here")
         return None

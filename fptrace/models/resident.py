@@ -142,9 +142,10 @@ def seal(lm: Any) -> tuple:
 
 def status() -> list[dict]:
     """The held models, most recently used last."""
+    held = list(_held.values())  # a copy: asked from the server's receiving thread
     return [{"model": h.lm.name, "options": dict(h.key[-1]), "bytes": h.nbytes,
              "loaded_at": h.loaded_at, "load_seconds": round(h.load_seconds, 2),
-             "uses": h.uses} for h in _held.values()]
+             "uses": h.uses} for h in held]
 
 
 __all__ = ["Held", "hold", "holding", "keep", "key_of", "loaded", "release", "seal", "status",

@@ -159,6 +159,7 @@ def accept(server: Server, sock: socket.socket) -> None:
 def receive(server: Server, conn: socket.socket) -> None:
     """Read a request's header; answer status and stop at once, queue a command and watch its
     connection for a cancel."""
+    fds: list[int] = []
     try:
         if serving.peer_uid(conn) not in (None, os.getuid()):
             conn.close()
@@ -166,13 +167,14 @@ def receive(server: Server, conn: socket.socket) -> None:
         msg, fds, _, _ = socket.recv_fds(conn, 1 << 20, 3)
         size = struct.unpack("!I", msg[:4])[0]
         body = msg[4:]
-        while len(body) < size:
-            more = conn.recv(size - len(body))
-            if not more:
-                raise OSError("short header")
-            body += more
+        if len(body) < size:
+            body += serving.read_exact(conn, size - len(body))
+        if len(body) != size:
+            raise OSError("short header")
         header = json.loads(body)
     except (OSError, ValueError, struct.error):
+        for fd in fds:  # the caller's streams are not kept open by a request that failed
+            os.close(fd)
         conn.close()
         return
     op = header.get("op")
@@ -182,9 +184,8 @@ def receive(server: Server, conn: socket.socket) -> None:
         reply = status(server)
         if op == "stop":
             stop(server)
-        data = json.dumps(reply).encode("utf-8")
         with contextlib.suppress(OSError):
-            conn.sendall(struct.pack("!I", len(data)) + data)
+            serving.send_header(conn, reply)
         conn.close()
         return
     if op != "command" or len(fds) != 3:
