@@ -274,18 +274,6 @@ def kept_routes(parts: ModelParts, got: dict[int, dict]) -> dict[int, LastRoute]
     return out
 
 
-def last_routes(parts: ModelParts, model: Any, ids: Sequence[int], layers: Sequence[int],
-                device: Any) -> dict[int, LastRoute]:
-    """One clean forward pass of ids (one row): each MoE block of `layers` at the last
-    position, as its router and experts module saw it."""
-    import torch
-
-    got: dict[int, dict] = {}
-    with torch.inference_mode(), hooked(last_route_hooks(parts, layers, got)):
-        model(torch.tensor([list(ids)], device=device), use_cache=False, logits_to_keep=1)
-    return kept_routes(parts, got)
-
-
 def shared_output(parts: ModelParts, layer: int, x: Any) -> Any:
     """What the shared experts of block `layer` add on x (C,), their own gate included, by the
     model's own modules: (C,) float32, or None where the family has none."""
@@ -334,5 +322,5 @@ def removal_change(parts: ModelParts, config: Any, r: LastRoute, removed: Sequen
 
 
 __all__ = ["ROUTES", "LastRoute", "capture_routing", "expert_output", "kept_routes",
-           "last_route_hooks", "last_routes", "moe_facts", "removal_change", "renormalises",
+           "last_route_hooks", "moe_facts", "removal_change", "renormalises",
            "route", "routers", "routing_of_rows", "shared_output", "tally", "without"]

@@ -32,7 +32,7 @@ from fptrace.commands.ablate.notes import (
 )
 from fptrace.commands.ablate.result import AblatedRun, Ablation
 from fptrace.core import stats
-from fptrace.core.attribution import DirectLogits, direct_logits
+from fptrace.core.attribution import MLP_PARTS, DirectLogits, direct_logits
 from fptrace.core.interventions import (
     MODES,
     Means,
@@ -103,8 +103,7 @@ def ablate(lm: LoadedModel, prompt: Prompt, *, heads: Sequence[Head] = (),
     d = direct_logits(lm, prompt, target=target)
     ids, t = d.ids, d.target
     passes = 1
-    routed = Routed(lm, ids, route, sorted({p.layer for p in chosen if p.expert is not None}))
-    passes += bool(routed.layers)
+    routed = Routed(lm, d, route, sorted({p.layer for p in chosen if p.expert is not None}))
     means, prompts_n = None, None
     if mode == "mean":
         means, prompts_n = _means(lm, ids, mean_over)
@@ -157,14 +156,13 @@ def _means(lm: LoadedModel, ids: list[int], mean_over: str | Sequence[str] | Non
 
 
 class Routed:
-    """The MoE blocks a run removes experts from, at the last position of the clean pass, and
-    what removing a set of a block's experts changes in its output there (cached)."""
+    """The MoE blocks a run removes experts from, at the last position of the clean pass (as
+    direct_logits's pass saw them), and what removing a set of a block's experts changes in its
+    output there (cached)."""
 
-    def __init__(self, lm: LoadedModel, ids: list[int], route: str, layers: list[int]) -> None:
-        from fptrace.core.routing import last_routes
-
+    def __init__(self, lm: LoadedModel, d: DirectLogits, route: str, layers: list[int]) -> None:
         self.lm, self.route, self.layers = lm, route, layers
-        self.routes = last_routes(lm.parts, lm.model, ids, layers, lm.device) if layers else {}
+        self.routes = {layer: d.routes[layer] for layer in layers}
         self._changes: dict[tuple[int, tuple[int, ...]], Any] = {}
 
     def change(self, layer: int, experts: Sequence[int]) -> Any:
@@ -232,7 +230,7 @@ def _direct(d: DirectLogits, parts: tuple[Part, ...], means: Means | None, route
                 continue
             if p.head is None:  # the MLP: whole, or its experts (a mixture of experts)
                 value = sum(v for k, l, _, v in d.parts if l == p.layer
-                            and k in ("mlp", "expert", "shared_experts"))
+                            and k in MLP_PARTS)
                 if means is not None:
                     value -= float(d.value(means.mlps[p.layer].to(d.u.device)))
             else:
