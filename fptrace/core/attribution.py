@@ -39,6 +39,8 @@ from fptrace.models.loading import LoadedModel
 from fptrace.models.prompts import Prepared, Prompt
 from fptrace.notes import EXPERTS_UNSPLIT, HEADS_UNSPLIT
 
+# the parts a block's MLP writes: whole, or (a mixture of experts) as its experts
+MLP_PARTS = ("mlp", "expert", "shared_experts")
 RTOL = 1e-4  # float32: |sum − logit| ≤ RTOL · max(1, Σ|parts|)
 HALF_RTOL = 2e-2  # a half-precision model rounds its own stream and logits at this level
 
@@ -296,7 +298,7 @@ def _experts(d: DirectLogits, layer: int) -> list[tuple[str, int, int | None, fl
     total = sum((v for _, v in writes), start=shared if shared is not None else 0)
     added = d.cap.mlp_last[layer][0].float()
     if float((total - added.to(total.device)).abs().max()) > \
-            rtol_for(model_info(d.lm).dtype) * max(1.0, float(added.abs().max())):
+            d.rtol * max(1.0, float(added.abs().max())):
         return None
     writes.sort(key=lambda p: p[0])  # by expert
     out: list[tuple[str, int, int | None, float]] = [
@@ -320,6 +322,7 @@ def _split(d: DirectLogits, layer: int) -> tuple[Any, float | None] | None:
 
 __all__ = [
     "HALF_RTOL",
+    "MLP_PARTS",
     "RTOL",
     "DirectLogits",
     "direct_logits",

@@ -10,12 +10,10 @@ from __future__ import annotations
 
 from fptrace.commands.attribute.notes import SOFTCAP
 from fptrace.commands.attribute.result import Attribution, Contribution, LayerAttribution
-from fptrace.core.attribution import DirectLogits, direct_logits
+from fptrace.core.attribution import MLP_PARTS, DirectLogits, direct_logits
 from fptrace.core.trace import base_notes, model_info, ranked_token
 from fptrace.models.loading import LoadedModel
 from fptrace.models.prompts import Prompt
-
-MLP_PARTS = ("mlp", "expert", "shared_experts")  # a block's MLP, whole or as its experts
 
 
 def attribute(lm: LoadedModel, prompt: Prompt, *, target: str | None = None,
