@@ -278,9 +278,10 @@ class ActivationStats:
         return ActivationStats(self.n_layers, self.n_heads, **self.settings(),
                                moe_blocks=self.moe_blocks, n_experts=self.n_experts)
 
-    def add_routing(self, load: Any, positions: int, entropy: Any) -> None:
-        """One pass's routing: load (blocks, experts) positions per expert, the positions
-        routed, entropy (blocks,) the sums of the router's entropy over them."""
+    def add_routing(self, load: Any, positions: Any, entropy: Any) -> None:
+        """Routing counted: load (blocks, experts) positions per expert, the positions routed
+        (one count for every block, as one pass has, or (blocks,) counts), entropy (blocks,)
+        the sums of the router's entropy over them."""
         self.expert_load += load
         self.route_positions += positions
         self.route_entropy += entropy
@@ -367,8 +368,7 @@ class ActivationStats:
             self.route_positions = other.route_positions.copy()
             self.route_entropy = other.route_entropy.copy()
         else:
-            self.add_routing(other.expert_load, 0, other.route_entropy)
-            self.route_positions += other.route_positions
+            self.add_routing(other.expert_load, other.route_positions, other.route_entropy)
         self.sink_sums += other.sink_sums
         self.sink_queries += other.sink_queries
         for mine, theirs in zip(self.position_tokens, other.position_tokens):

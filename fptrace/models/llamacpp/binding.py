@@ -222,6 +222,8 @@ def declare(lib: C.CDLL) -> None:
         "ggml_backend_tensor_get": (None, [p, p, C.c_size_t, C.c_size_t]),
         "ggml_fp16_to_fp32_row": (None, [p, p, C.c_int64]),
         "ggml_bf16_to_fp32_row": (None, [p, p, C.c_int64]),
+        "ggml_quantize_chunk": (C.c_size_t, [C.c_int, p, p, C.c_int64, C.c_int64, C.c_int64,
+                                             p]),
     }
     for name, (res, args) in sig.items():
         fn = getattr(lib, name)

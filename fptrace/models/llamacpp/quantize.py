@@ -56,9 +56,6 @@ def quantize_rows(lib: C.CDLL, kind: str, x: np.ndarray) -> np.ndarray:
     rows, n = x.shape
     x = np.ascontiguousarray(x, dtype=np.float32)
     out = np.empty((rows, n // block * size), dtype=np.uint8)
-    lib.ggml_quantize_chunk.restype = C.c_size_t
-    lib.ggml_quantize_chunk.argtypes = [C.c_int, C.c_void_p, C.c_void_p, C.c_int64, C.c_int64,
-                                        C.c_int64, C.c_void_p]
     written = lib.ggml_quantize_chunk(int(qtype), x.ctypes.data, out.ctypes.data, 0, rows, n,
                                       None)
     if written != out.nbytes:
