@@ -20,10 +20,13 @@ def check_page(path: str, option: str = "--html", force: bool = False) -> None:
         raise BadInput(f"{option} {path}: a report is an .html file")
 
 
-def write_page(path: str, lm: Any, prompt: Any, name: str, result: Any,
+def write_page(path: str | None, lm: Any, prompt: Any, name: str, result: Any,
                trace: Any = None) -> None:
     """Write the page of `result`, the result of command `name`'s report section, with the
-    trace of `prompt` (traced here, with its lens grid, unless `trace` already has one)."""
+    trace of `prompt` (traced here, with its lens grid, unless `trace` already has one);
+    nothing where `path` is None (no --html)."""
+    if path is None:
+        return
     from rich.console import Console
 
     from fptrace.atomic import write_text_atomic

@@ -19,6 +19,7 @@ from fptrace.cli.options import (
     chat_options,
     model_options,
 )
+from fptrace.cli.page import write_page
 
 PARTS = "Parts"
 
@@ -95,8 +96,5 @@ def ablate(
 
     output(result, ablate_view, as_json=as_json, wide=wide, plot=plot, figure=ablate_figure,
            force=force)
-    if html is not None:
-        from fptrace.cli.page import write_page
-
-        write_page(html, lm, prompt, "ablate", result)
+    write_page(html, lm, prompt, "ablate", result)
     require_checks(result.checks, "the ablation")

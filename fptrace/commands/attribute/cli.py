@@ -19,6 +19,7 @@ from fptrace.cli.options import (
     chat_options,
     model_options,
 )
+from fptrace.cli.page import write_page
 
 
 @command(order=40, docs="attribute")
@@ -77,10 +78,7 @@ def attribute(
 
     output(result, attribution_view, as_json=as_json, wide=wide, plot=plot,
            figure=attribution_figure, force=force)
-    if html is not None:
-        from fptrace.cli.page import write_page
-
-        write_page(html, lm, prompt, "attribute", (result, None))
+    write_page(html, lm, prompt, "attribute", (result, None))
     if not result.ok:
         from fptrace.errors import Mismatch
 
@@ -101,7 +99,6 @@ def attribute_qk_cli(lm: Any, prompt: str, head: Any, query: Any, key: Any, grou
     result = attribute_qk(lm, prompt, head, query=query, key=key, top=top, group=group)
     output(result, qk_view, as_json=as_json, wide=wide, plot=plot, figure=qk_figure, force=force)
     if html is not None:  # the page's attribution section: the top-1's, with this split
-        from fptrace.cli.page import write_page
         from fptrace.commands.attribute.core import attribute as run_attribute
 
         write_page(html, lm, prompt, "attribute", (run_attribute(lm, prompt), result))

@@ -24,6 +24,7 @@ from fptrace.cli.options import (
     chat_options,
     model_options,
 )
+from fptrace.cli.page import write_page
 from fptrace.errors import BadInput
 
 
@@ -174,10 +175,7 @@ def _deep(first: str | None, second: str | None, opts: LoadOptions, chat: ChatOp
     lm_a = load(opts)
     lm_b = load(dataclasses.replace(opts, **settings_b))
     result = deep_diff(lm_a, lm_b, prompt, layers=deep_layers, tolerance=tolerance)
-    if html is not None:
-        from fptrace.cli.page import write_page
-
-        write_page(html, lm_a, prompt, "diff", result)
+    write_page(html, lm_a, prompt, "diff", result)
     return result
 
 

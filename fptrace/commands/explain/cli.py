@@ -20,6 +20,7 @@ from fptrace.cli.options import (
     chat_options,
     model_options,
 )
+from fptrace.cli.page import write_page
 
 
 @command(order=30, docs="explain")
@@ -70,8 +71,5 @@ def explain(
 
     output(result, explain_view, as_json=as_json, wide=wide, plot=plot, figure=attention_figure,
            force=force)
-    if html is not None:
-        from fptrace.cli.page import write_page
-
-        write_page(html, lm, prompt, "explain", result)
+    write_page(html, lm, prompt, "explain", result)
     check_match(result.match, [c.name for c in result.checks if not c.ok])

@@ -19,6 +19,7 @@ from fptrace.cli.options import (
     chat_options,
     model_options,
 )
+from fptrace.cli.page import write_page
 from fptrace.errors import BadInput
 
 DICTIONARY = "Dictionary"
@@ -121,10 +122,7 @@ def features(
 
     output(result, features_view, as_json=as_json, wide=wide, plot=plot, figure=features_figure,
            force=force)
-    if html is not None:
-        from fptrace.cli.page import write_page
-
-        write_page(html, lm, prompt, "features", result)
+    write_page(html, lm, prompt, "features", result)
     require_checks(result.checks, "the decomposition")
 
 

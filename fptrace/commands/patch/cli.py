@@ -19,6 +19,7 @@ from fptrace.cli.options import (
     chat_options,
     model_options,
 )
+from fptrace.cli.page import write_page
 
 
 @command(order=60, docs="patch")
@@ -74,7 +75,4 @@ def patch(
 
     output(result, patch_view, as_json=as_json, wide=wide, plot=plot, figure=patch_figure,
            force=force)
-    if html is not None:
-        from fptrace.cli.page import write_page
-
-        write_page(html, lm, prompt, "patch", result)
+    write_page(html, lm, prompt, "patch", result)

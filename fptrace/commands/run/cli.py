@@ -25,6 +25,7 @@ from fptrace.cli.options import (
     chat_options,
     model_options,
 )
+from fptrace.cli.page import write_page
 
 
 @command(order=10, docs="run")
@@ -75,10 +76,7 @@ def run(
 
     output(trace, trace_view, as_json=as_json, wide=wide, plot=plot, figure=trace_figure,
            force=force)
-    if html is not None:
-        from fptrace.cli.page import write_page
-
-        write_page(html, lm, prompt, "run", trace, trace)
+    write_page(html, lm, prompt, "run", trace, trace)
     if trace.first_nonfinite:
         from fptrace.errors import NonFiniteValues
 

@@ -20,6 +20,7 @@ from fptrace.cli.options import (
     chat_options,
     model_options,
 )
+from fptrace.cli.page import write_page
 from fptrace.errors import BadInput
 
 VECTOR = "Steering vector"
@@ -134,8 +135,5 @@ def steer(
 
     output(result, steer_view, as_json=as_json, wide=wide, plot=plot, figure=steer_figure,
            force=force)
-    if html is not None:
-        from fptrace.cli.page import write_page
-
-        write_page(html, lm, prompt, "steer", result)
+    write_page(html, lm, prompt, "steer", result)
     require_checks(result.checks, "the steered run")
