@@ -1,6 +1,6 @@
 """The report page's style and script, inlined into the page (render/page.py): no file, font or
-library is fetched. The script reads the JSON block `fptrace-data` (the trace and what each
-section offers, render/pagedata.py) and builds the explorer: the token strip, the logit-lens
+library is fetched. The script reads the JSON blocks `fptrace-trace` (the trace) and
+`fptrace-data` (what each section offers, render/pagedata.py) and builds the explorer: the token strip, the logit-lens
 heatmap (one HTML cell per layer and position, its exact values on hover or focus), the panels
 a token or a block opens, and each section's heatmaps. Keys: ←/→ move the selected token,
 ↑/↓ the selected block, Enter opens both panels, Escape closes them."""
@@ -19,7 +19,7 @@ img { max-width: 100%; border: 1px solid #eee; }
 .verdict-bad { color: #b00020; font-weight: bold; }
 .tokens span { display: inline-block; border: 1px solid #bbb; border-radius: 4px; padding: 0 .3em;
                margin: .1em; font-family: ui-monospace, monospace; background: #f6f6f6; }
-.mono, .heat td, .strip button, .panel td { font-family: ui-monospace, "DejaVu Sans Mono", Menlo,
+.heat td, .strip button, .panel td { font-family: ui-monospace, "DejaVu Sans Mono", Menlo,
   Consolas, monospace; }
 .hint { color: #555; font-size: .9em; }
 .strip { display: flex; flex-wrap: wrap; gap: .25em; margin: .5em 0 1em; }
