@@ -76,7 +76,8 @@ def run(
 
     output(trace, trace_view, as_json=as_json, wide=wide, plot=plot, figure=trace_figure,
            force=force)
-    write_page(html, lm, prompt, "run", trace, trace)
+    if engine != Engine.llamacpp:  # llama.cpp's trace refuses --html: no model loaded here
+        write_page(html, lm, prompt, "run", trace, trace)
     if trace.first_nonfinite:
         from fptrace.errors import NonFiniteValues
 
