@@ -1,9 +1,9 @@
 """The report page's style and script, inlined into the page (render/page.py): no file, font or
 library is fetched. The script reads the JSON blocks `fptrace-trace` (the trace) and
-`fptrace-data` (what each section offers, render/pagedata.py) and builds the explorer: the token strip, the logit-lens
-heatmap (one HTML cell per layer and position, its exact values on hover or focus), the panels
-a token or a block opens, and each section's heatmaps. Keys: ←/→ move the selected token,
-↑/↓ the selected block, Enter opens both panels, Escape closes them."""
+`fptrace-data` (what each section offers, render/pagedata.py) and builds the explorer: the
+token strip, the logit-lens heatmap (one HTML cell per layer and position, its exact values on
+hover or focus), the panels a token or a block opens, and each section's heatmaps. Keys: ←/→
+move the selected token, ↑/↓ the selected block, Enter opens both panels, Escape closes them."""
 
 from __future__ import annotations
 
