@@ -477,6 +477,79 @@ def test_expert_removal_equals_a_hook_on_the_models_router(family, how):
     assert run.indirect == pytest.approx(run.logit_change - run.direct)
 
 
+@pytest.mark.parametrize("family", sorted(MOE_RULES))
+def test_every_expert_removed_leaves_the_routed_output_zero(family):
+    """With every routed expert of a block gone there is nothing left to choose: `next` and
+    `renormalise` alike give the model whose experts module adds zero there (a hook on the
+    model's own experts module, shared experts kept). `next` used to keep k removed experts,
+    weighted by their unmasked probabilities (OLMoE's last block: -0.011 for -0.0052)."""
+    from conftest import build_tiny_moe
+    from fptrace.addresses import Expert
+
+    model = build_tiny_moe(family)
+    lm = wrap_model(model, name=f"tiny-{family}", random_weights=True)
+    layer = model.config.num_hidden_layers - 1
+    E = lm.config.num_local_experts if hasattr(lm.config, "num_local_experts") else \
+        lm.config.num_experts if hasattr(lm.config, "num_experts") else lm.config.n_routed_experts
+    every = [Expert(layer, e) for e in range(E)]
+    experts = model.model.layers[layer].mlp.experts
+    with torch.no_grad():
+        clean = model(torch.tensor([MOE_IDS]), use_cache=False).logits[0, -1]
+        h = experts.register_forward_hook(lambda m, a, o: torch.zeros_like(o))
+        try:
+            zeroed = model(torch.tensor([MOE_IDS]), use_cache=False).logits[0, -1]
+        finally:
+            h.remove()
+    for how in ("next", "renormalise"):
+        r = ablate(lm, MOE_IDS, experts=every, route=how)
+        assert r.ok, (how, r.checks)
+        t = r.target.id
+        run = r.runs[-1]  # all of them together
+        assert len(run.parts) == E
+        assert run.logit == pytest.approx(float(zeroed[t]), rel=1e-5, abs=1e-5), how
+        assert abs(float(zeroed[t] - clean[t])) > 1e-5  # the removal matters: the test can fail
+        assert any(n.startswith(f"with L{layer}E0, L{layer}E1") and
+                   f"no expert is left for the last position to take at block {layer}" in n
+                   for n in r.notes), (how, r.notes)
+
+
+def test_the_expert_check_is_not_the_rule_it_checks(monkeypatch):
+    """The `ablated_experts` check computes the new choice by hand, not with the route() the
+    hooks run: a hook rule that ignores the removal (keeps the removed expert) fails it."""
+    from conftest import build_tiny_moe
+    from fptrace.addresses import Expert
+    from fptrace.core import routing
+
+    model = build_tiny_moe("olmoe")
+    lm = wrap_model(model, name="tiny-olmoe", random_weights=True)
+    layer = model.config.num_hidden_layers - 1
+    e = _last_choice(model, layer)[0]
+    assert ablate(lm, MOE_IDS, experts=[Expert(layer, e)], route="next").ok
+    real = routing.route
+    monkeypatch.setattr(routing, "route", lambda logits, moe, bias=None, exclude=None:
+                        real(logits, moe, bias))
+    r = ablate(lm, MOE_IDS, experts=[Expert(layer, e)], route="next")
+    check = next(c for c in r.checks if c.target == "ablated_experts")
+    assert not check.ok and not r.ok
+
+
+def test_cli_every_expert_of_a_block_next_equals_renormalise(tmp_path):
+    from conftest import make_moe_folder
+
+    folder, model = make_moe_folder(tmp_path)
+    E = model.config.num_experts
+    args = [a for e in range(E) for a in ("--expert", f"1.{e}")]
+    got = {}
+    for how in ("next", "renormalise"):
+        res = CliRunner().invoke(app, ["ablate", "The cat sat on the mat", "--model",
+                                       str(folder), *args, "--route", how, "--json"])
+        assert res.exit_code == 0, res.stderr
+        data = json.loads(res.stdout)
+        assert all(c["ok"] for c in data["checks"])
+        got[how] = data["runs"][-1]["logit"]
+    assert got["next"] == pytest.approx(got["renormalise"], rel=1e-5, abs=1e-6)
+
+
 def test_expert_notes_say_what_the_family_does():
     from conftest import build_tiny_moe
     from fptrace.addresses import Expert

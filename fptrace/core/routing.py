@@ -302,19 +302,72 @@ def expert_output(parts: ModelParts, layer: int, x: Any, e: int) -> Any:
         return experts(x[None], idx, w)[0].float()
 
 
+def choice_by_hand(r: LastRoute, moe: Moe, removed: Sequence[int], how: str
+                   ) -> list[tuple[int, float]]:
+    """One position's choice with the experts `removed` gone, (expert, weight) pairs, in plain
+    Python from the router's logits and the family's rule as docs/ablate.md states it: a second
+    computation, sharing no code with route() and without(), which the ablation's hooks run, so
+    that the `ablated_experts` check holds the hooks to the rule rather than to themselves.
+
+    `renormalise`: the chosen experts left, their weights scaled back to the family's sum
+    where it renormalises. `next`: the rule again with the removed experts out of the choice,
+    at most k taken from those that remain (fewer where fewer remain; none where none do)."""
+    old = list(zip(r.indices.tolist(), r.weights.float().tolist(), strict=True))
+    gone = set(removed)
+    if not any(e in gone for e, _ in old):
+        return old
+    if how == "renormalise":
+        kept = [(e, w) for e, w in old if e not in gone]
+        total = sum(w for _, w in kept)
+        if not renormalises(moe):
+            return kept
+        return [(e, w / total * moe.scale) for e, w in kept] if total > 0 else []
+    x = [float(v) for v in r.logits.float().tolist()]
+    remaining = [e for e in range(len(x)) if e not in gone]
+    if not remaining:
+        return []
+    k = moe.top_k
+    if moe.scoring is Scoring.softmax_top_k:  # the k largest logits left, a softmax of them
+        chosen = sorted(remaining, key=lambda e: -x[e])[:k]
+        top = max(x[e] for e in chosen)
+        ex = {e: math.exp(x[e] - top) for e in chosen}
+        return [(e, ex[e] / sum(ex.values())) for e in chosen]
+    if moe.scoring is Scoring.softmax:  # probabilities over all E, the k largest left
+        top = max(x)
+        ex = [math.exp(v - top) for v in x]
+        p = [v / sum(ex) for v in ex]
+        chosen = sorted(remaining, key=lambda e: -p[e])[:k]
+        w = {e: p[e] for e in chosen}
+    else:  # sigmoid scores, the choice by score + bias within the best groups
+        sc = [1.0 / (1.0 + math.exp(-v)) for v in x]
+        b = [0.0] * len(x) if r.bias is None else [float(v) for v in r.bias.tolist()]
+        key = {e: sc[e] + b[e] for e in remaining}
+        if moe.n_groups > 1:
+            size = len(x) // moe.n_groups
+            worth = {}
+            for g in range(moe.n_groups):
+                inside = sorted((key[e] for e in remaining if e // size == g), reverse=True)
+                if inside:  # a group with no expert left is out of the choice
+                    worth[g] = sum(inside[:2])
+            best = set(sorted(worth, key=lambda g: -worth[g])[:moe.topk_groups])
+            key = {e: v for e, v in key.items() if e // size in best}
+        chosen = sorted(key, key=lambda e: -key[e])[:k]
+        w = {e: sc[e] for e in chosen}
+    if moe.renormalise:
+        total = sum(w.values())
+        w = {e: v / total for e, v in w.items()}
+    return [(e, v * moe.scale) for e, v in w.items()]
+
+
 def removal_change(parts: ModelParts, config: Any, r: LastRoute, removed: Sequence[int],
                    how: str) -> Any:
     """What the MoE block's output at that position becomes minus what it was, (C,) float32,
-    when the experts `removed` are gone (without(); nothing else changed): Σ over the new
-    choice of w'_e·y_e − Σ over the old of w_e·y_e, each y_e from the experts module."""
+    when the experts `removed` are gone (choice_by_hand(); nothing else changed): Σ over the
+    new choice of w'_e·y_e − Σ over the old of w_e·y_e, each y_e from the experts module."""
     moe = moe_facts(parts, config)
     assert moe is not None
-    idx, w = without(r.logits[None], r.weights[None], r.indices[None], moe, removed, how,
-                     r.bias)
     total: Any = 0
-    for e, weight in zip(idx[0].tolist(), w[0].float().tolist(), strict=True):
-        if weight == 0.0:  # a removed expert's slot (renormalise)
-            continue
+    for e, weight in choice_by_hand(r, moe, removed, how):
         total = total + weight * expert_output(parts, r.layer, r.x, e)
     for e, weight in zip(r.indices.tolist(), r.weights.float().tolist(), strict=True):
         total = total - weight * expert_output(parts, r.layer, r.x, e)
@@ -322,5 +375,5 @@ def removal_change(parts: ModelParts, config: Any, r: LastRoute, removed: Sequen
 
 
 __all__ = ["ROUTES", "LastRoute", "capture_routing", "expert_output", "kept_routes",
-           "last_route_hooks", "moe_facts", "removal_change", "renormalises",
+           "choice_by_hand", "last_route_hooks", "moe_facts", "removal_change", "renormalises",
            "route", "routers", "routing_of_rows", "shared_output", "tally", "without"]

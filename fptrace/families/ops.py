@@ -323,40 +323,54 @@ def route(logits: Any, moe: Any, bias: Any = None, exclude: Any = None) -> tuple
 
     exclude: a bool mask (E,) of experts the choice may not take (`ablate --expert --route
     next`: each position takes its next choice instead); the scores are unchanged, so a
-    position's other experts keep the weight the rule gives them."""
+    position's other experts keep the weight the rule gives them. Where fewer than k experts
+    remain to choose from, the slots past them hold an expert the rule may not take, with
+    weight 0 (torch's top k still returns k indices): every remaining expert is taken and none
+    removed is. In
+    grouped routing (DeepSeek-V3) a group is worth the sum of its two best remaining experts
+    (one, if one remains); a group with none is out of the choice."""
     import torch
 
     k = moe.top_k
     x = logits.float()  # (N, E)
+    gone = None if exclude is None else exclude.to(x.device)  # (E,)
     if moe.scoring is Scoring.softmax_top_k:  # gpt-oss: the top k logits, a softmax of them
-        if exclude is not None:
-            x = x.masked_fill(exclude.to(x.device), float("-inf"))
-        top, idx = torch.topk(x, k, dim=-1)  # (N, k) each
-        return idx, torch.softmax(top, dim=-1)
+        choice = x if gone is None else x.masked_fill(gone, float("-inf"))
+        top, idx = torch.topk(choice, k, dim=-1)  # (N, k) each
+        if gone is None:
+            return idx, torch.softmax(top, dim=-1)
+        taken = torch.isfinite(top)  # (N, k): a remaining expert in that slot
+        w = torch.softmax(top.masked_fill(~taken, 0.0), dim=-1) * taken  # (N, k)
+        return idx, w / w.sum(dim=-1, keepdim=True).clamp(min=1e-30)
     if moe.scoring is Scoring.softmax:  # Mixtral, Qwen-MoE, OLMoE
         probs = torch.softmax(x, dim=-1)  # (N, E)
-        choice = probs if exclude is None else \
-            probs.masked_fill(exclude.to(x.device), float("-inf"))  # (N, E)
+        choice = probs if gone is None else probs.masked_fill(gone, float("-inf"))  # (N, E)
         idx = torch.topk(choice, k, dim=-1).indices  # (N, k)
         w = probs.gather(1, idx)  # (N, k)
+        if gone is not None:
+            w = w * torch.isfinite(choice.gather(1, idx))  # 0 in a slot past the remaining
         if moe.renormalise:
-            w = w / w.sum(dim=-1, keepdim=True)
+            w = w / w.sum(dim=-1, keepdim=True).clamp(min=1e-30)
         return idx, w * moe.scale
     # sigmoid (DeepSeek-V3): scores; the choice adds the bias and keeps the best groups only
     scores = torch.sigmoid(x)  # (N, E)
     choice = scores if bias is None else scores + bias  # (N, E)
-    if exclude is not None:
-        choice = choice.masked_fill(exclude.to(x.device), float("-inf"))
+    if gone is not None:
+        choice = choice.masked_fill(gone, float("-inf"))
     N, E = choice.shape
     G = moe.n_groups
-    if G > 1:  # a group's worth: the sum of its two best scores
-        group = choice.view(N, G, E // G).topk(2, dim=-1).values.sum(dim=-1)  # (N, G)
+    if G > 1:  # a group's worth: the sum of its two best scores (remaining ones)
+        best2 = choice.view(N, G, E // G).topk(2, dim=-1).values  # (N, G, 2)
+        group = best2.masked_fill(best2 == float("-inf"), 0.0).sum(dim=-1)  # (N, G)
+        group = group.masked_fill(best2[..., 0] == float("-inf"), float("-inf"))
         best = torch.topk(group, moe.topk_groups, dim=-1).indices  # (N, topk_groups)
         keep = torch.zeros_like(group).scatter_(1, best, 1.0).bool()  # (N, G)
         keep = keep[:, :, None].expand(N, G, E // G).reshape(N, E)  # (N, E)
         choice = choice.masked_fill(~keep, float("-inf"))
     idx = torch.topk(choice, k, dim=-1).indices  # (N, k)
     w = scores.gather(1, idx)  # (N, k): the uncorrected scores
+    if gone is not None:  # 0 in a slot past the remaining (removed, or outside the best groups)
+        w = w * torch.isfinite(choice.gather(1, idx))
     if moe.renormalise:
         w = w / (w.sum(dim=-1, keepdim=True) + 1e-20)
     return idx, w * moe.scale

@@ -24,6 +24,7 @@ from fptrace.addresses import Block, Expert, Head
 from fptrace.commands.ablate.notes import (
     ABLATE_EXPERT_KEPT,
     ABLATE_EXPERT_NEXT,
+    ABLATE_EXPERT_NONE_LEFT,
     ABLATE_EXPERT_RENORM,
     ABLATE_EXPERT_UNCHOSEN,
     ABLATE_MEAN,
@@ -182,6 +183,13 @@ class Routed:
             if p.expert is not None:
                 out.setdefault(p.layer, []).append(p.expert)
         return out
+
+    def none_left(self, layer: int, experts: Sequence[int]) -> bool:
+        """Whether removing `experts` leaves the last position no expert to take at that
+        block: every one it chose (renormalise), every one of the block (next)."""
+        if self.route == "next":
+            return set(range(len(self.routes[layer].logits))) <= set(experts)
+        return set(self.routes[layer].indices.tolist()) <= set(experts)
 
     def chosen_at(self, layer: int, experts: Sequence[int]) -> bool:
         """Whether the last position chose one of `experts` at that block."""
@@ -347,12 +355,19 @@ def _expert_notes(lm: LoadedModel, runs: Sequence[tuple[Part, ...]], routed: Rou
     moe = moe_facts(lm.parts, lm.config)
     assert moe is not None
     fam = lm.parts.family.title
+    # (run's removal at one block, block) where the last position has no expert left to take
+    emptied = [(", ".join(str(Expert(layer, e)) for e in gone), layer) for parts in runs
+               for layer, gone in routed.by_layer(parts).items() if routed.none_left(layer, gone)]
+    some_left = len(emptied) < sum(len(routed.by_layer(parts)) for parts in runs)
+    out = []
     if routed.route == "next":
         out = [ABLATE_EXPERT_NEXT(family=fam)]
-    elif renormalises(moe):
+    elif some_left and renormalises(moe):
         out = [ABLATE_EXPERT_RENORM(family=fam, total=f"{moe.scale:g}")]
-    else:
+    elif some_left:
         out = [ABLATE_EXPERT_KEPT(family=fam)]
+    out += [ABLATE_EXPERT_NONE_LEFT(removed=removed, block=layer)
+            for removed, layer in dict.fromkeys(emptied)]
     unchosen = [str(Expert(p.layer, p.expert)) for parts in runs for p in parts
                 if p.expert is not None and not routed.chosen_at(p.layer, [p.expert])]
     if unchosen:

@@ -53,13 +53,31 @@ def _expert(family: str, route: str = "renormalise", expert: int | None = None
     return run
 
 
+def _every_chosen(family: str) -> Callable[[Bench], tuple[Any, Any]]:
+    """One expert the last position chose removed at its last block: the others stay; every
+    one it chose removed: none is left."""
+    def run(bench: Bench) -> tuple[Any, Any]:
+        from fptrace.addresses import Expert
+        from fptrace.core.trace import run_trace
+
+        lm = bench.lm(family)
+        routing = run_trace(lm, [5, 6, 7]).routing
+        assert routing is not None
+        last = routing.blocks[-1]
+        chosen = [Expert(last.layer, e) for e in last.experts[-1]]
+        return (_ablated(lm, heads=(), experts=chosen[:1]),
+                _ablated(lm, heads=(), experts=chosen))
+    return run
+
+
 NOTE_CASES = (NoteCase("ablate_softcap", _softcap),
               NoteCase("ablate_wo_bias", _wo_bias),
               NoteCase("ablate_mean", _mean),
               NoteCase("ablate_expert_renormalise", _expert("mixtral")),
               NoteCase("ablate_expert_kept", _expert("olmoe")),
               NoteCase("ablate_expert_next", _expert("olmoe", "next")),
-              NoteCase("ablate_expert_unchosen", _expert("olmoe", expert=0)))
+              NoteCase("ablate_expert_unchosen", _expert("olmoe", expert=0)),
+              NoteCase("ablate_expert_none_left", _every_chosen("mixtral")))
 
 
 def _view(lm: Any, bench: Bench) -> Callable[[Any], Any]:

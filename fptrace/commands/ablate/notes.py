@@ -43,6 +43,14 @@ ABLATE_EXPERT_NEXT = note(
     "an expert removed: each position that chose it took its next choice, the router's rule "
     "({family}'s) run again without it, every weight as the rule gives it")
 
+ABLATE_EXPERT_NONE_LEFT = note(
+    "ablate_expert_none_left", ("ablate",),
+    "--expert removing every expert the last position chose at a block (--route renormalise), or "
+    "every expert of the block (--route next)",
+    "with {removed} removed, no expert is left for the last position to take at block "
+    "{block}: the routed experts add nothing there (shared experts, where the family has "
+    "them, still do)")
+
 ABLATE_EXPERT_UNCHOSEN = note(
     "ablate_expert_unchosen", ("ablate",),
     "an expert removed that the last position did not choose at its block",
