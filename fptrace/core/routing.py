@@ -374,6 +374,6 @@ def removal_change(parts: ModelParts, config: Any, r: LastRoute, removed: Sequen
     return total
 
 
-__all__ = ["ROUTES", "LastRoute", "capture_routing", "expert_output", "kept_routes",
-           "choice_by_hand", "last_route_hooks", "moe_facts", "removal_change", "renormalises",
+__all__ = ["ROUTES", "LastRoute", "capture_routing", "choice_by_hand", "expert_output",
+           "kept_routes", "last_route_hooks", "moe_facts", "removal_change", "renormalises",
            "route", "routers", "routing_of_rows", "shared_output", "tally", "without"]
