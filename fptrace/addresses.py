@@ -257,9 +257,13 @@ def _int(piece: str, label: str, part: str, forms: str) -> int:
         raise BadInput(f"{label}: the {part} {piece!r} is too large (at most {MAX_DIGITS} "
                        f"digits)")
     try:
-        return parse_int(piece, f"{label}: the {part}")
+        value = parse_int(piece, f"{label}: the {part}")
     except BadInput as e:
         raise BadInput(f"{e}; {forms}") from None
+    if value == 0 and piece.startswith("-"):  # neither the first nor one from the end
+        raise BadInput(f"{label}: the {part} {piece!r} is ambiguous: 0 is the first, -1 the "
+                       f"last; {forms}")
+    return value
 
 
 def _text(text: object, what: str, forms: str) -> str:

@@ -152,6 +152,11 @@ def start_server(path: str) -> bool:
 
 
 def main() -> None:
+    if sys.stdout is None:  # started with its standard output closed (`>&-`)
+        print("fptrace: error: standard output is closed: fptrace writes its tables and JSON "
+              "there; redirect it (> FILE, or > /dev/null) instead of closing it",
+              file=sys.stderr)
+        raise SystemExit(2)
     argv = sys.argv[1:]
     keep_warm = KEEP_WARM in argv or os.environ.get(KEEP_WARM_ENV, "") in ("1", "yes", "true")
     argv = [a for a in argv if a != KEEP_WARM]

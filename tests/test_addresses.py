@@ -183,6 +183,31 @@ def test_bad_sites_say_what_is_meant(text, hint):
     assert hint in str(e.value)
 
 
+@pytest.mark.parametrize("kind, text", [(parse_block, "-0"), (parse_block, "L-00"),
+                                        (parse_head, "-0.1"), (parse_head, "1.-0"),
+                                        (parse_expert, "L-0E2"), (parse_selection, "-0"),
+                                        (parse_selection, "1--0")])
+def test_minus_zero_is_no_place(kind, text):
+    """-0 is neither the first (0) nor one counted from the end (-1 is the last): refused,
+    not read as the first block, head or expert."""
+    with pytest.raises(BadInput, match="ambiguous: 0 is the first, -1 the last"):
+        kind(text, "--x")
+
+
+def test_minus_zero_through_the_command_line(tmp_path):
+    from typer.testing import CliRunner
+
+    from conftest import make_gpt2_folder
+    from fptrace.cli.main import app
+
+    folder = str(make_gpt2_folder(tmp_path)[0])
+    r = CliRunner().invoke(app, ["ablate", "The cat", "-m", folder, "--head", "-0.1"])
+    assert r.exit_code == 2
+    assert r.stderr.strip().splitlines() == [
+        "fptrace: error: --head '-0.1': the block '-0' is ambiguous: 0 is the first, -1 the "
+        "last; give a block and a head as 23.4 or L23H4"]
+
+
 def test_a_long_number_is_too_large_and_long_text_is_not_a_number():
     with pytest.raises(BadInput, match=r"^--layer '1234567890': the block '1234567890' is too "
                        r"large \(at most 9 digits\)$"):
