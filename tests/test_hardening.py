@@ -385,3 +385,21 @@ def test_out_of_memory_on_load_says_what_to_try(folder, monkeypatch):
     assert r.exit_code == 2
     line = r.stderr.strip().splitlines()[-1]
     assert "the weights need" in line and "--device-map auto" in line and "bfloat16" in line
+
+
+@pytest.mark.parametrize("argv", [["run", "The cat"], ["--help"]])
+def test_a_closed_standard_output_is_one_line(folder, argv, tmp_path):
+    """`fptrace run ... >&-`: one line saying so and exit 2, before the model loads (it was
+    "internal error: 'NoneType' object has no attribute 'isatty'", exit 70, after the load);
+    with or without a server (the check runs before the client looks for one)."""
+    import shlex
+
+    args = " ".join(shlex.quote(a) for a in [sys.executable, "-m", "fptrace", *argv,
+                                              *(["-m", folder] if argv[0] == "run" else [])])
+    env = dict(os.environ, FPTRACE_SOCKET=str(tmp_path / "none.sock"))
+    r = subprocess.run(["bash", "-c", f"{args} >&-"], capture_output=True, text=True,
+                       env=env, timeout=120)
+    assert r.returncode == 2
+    assert r.stderr.splitlines() == [
+        "fptrace: error: standard output is closed: fptrace writes its tables and JSON there; "
+        "redirect it (> FILE, or > /dev/null) instead of closing it"]
