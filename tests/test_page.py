@@ -188,6 +188,22 @@ def test_a_prompt_cannot_end_the_data_block(folder, tmp_path):
     assert _block(html, "fptrace-trace")["prompt"] == hostile
 
 
+def test_a_right_to_left_override_is_inert_in_the_title_and_prompt_line(folder, tmp_path):
+    """U+202E reverses what follows it wherever it is live: the page writes it (and every
+    other character the terminal escapes) as its escape in the title and the prompt line, as
+    the terminal does; the trace's JSON keeps the prompt as typed."""
+    out = tmp_path / "p.html"
+    hostile = "invoice\u202egpj.exe\u202c and\nmore"
+    r = runner.invoke(app, ["run", hostile, "-m", folder, "--html", str(out)])
+    assert r.exit_code == 0, r.stderr
+    page = out.read_text(encoding="utf-8")
+    head, _, _ = page.partition('<script type="application/json"')
+    assert "\u202e" not in head and "\u202c" not in head
+    assert "<title>fptrace: invoice\\u202egpj.exe\\u202c and\\nmore</title>" in head
+    assert "<p>Prompt: <code>invoice\\u202egpj.exe\\u202c and\\nmore</code></p>" in head
+    assert _block(page, "fptrace-trace")["prompt"] == hostile
+
+
 @pytest.mark.parametrize("argv,title", [
     (["run"], None),
     (["explain", "--layer", "1"], "Block 1"),

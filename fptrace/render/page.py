@@ -55,7 +55,7 @@ def build_html(trace: Trace, parts: Sequence[tuple[Any, Any]]) -> str:
     cli/sections.py with its result)."""
     from fptrace.render.json import to_json
     from fptrace.render.page_script import SCRIPT, STYLE
-    from fptrace.render.text import visible
+    from fptrace.render.text import inert, visible
 
     esc = html.escape
     top = trace.top_k[0]
@@ -63,7 +63,7 @@ def build_html(trace: Trace, parts: Sequence[tuple[Any, Any]]) -> str:
                      for t in trace.tokens)
     body = [
         f"<h1>fptrace report: {esc(trace.model.name)}</h1>",
-        f"<p>Prompt: <code>{esc(trace.prompt)}</code></p>",
+        f"<p>Prompt: <code>{esc(inert(trace.prompt))}</code></p>",
         f'<p class="tokens">Tokens: {tokens}</p>',
         f"<p>Top-1 next token: <b>{esc(visible(top.text))}</b> (id {top.id}, p = "
         f"{top.prob:.4f})</p>",
@@ -82,7 +82,7 @@ def build_html(trace: Trace, parts: Sequence[tuple[Any, Any]]) -> str:
     for section, result in parts:
         body += section.body(result)
     return "".join([
-        HEAD.format(title=esc(f"fptrace: {trace.prompt[:60]}")),
+        HEAD.format(title=esc(f"fptrace: {inert(trace.prompt[:60])}")),
         f"<style>{STYLE}</style>\n</head>\n<body>\n", "\n".join(body), "\n",
         '<script type="application/json" id="fptrace-trace">',
         embedded(to_json(trace, indent=None)), "</script>\n",

@@ -22,6 +22,15 @@ def visible(text: str) -> str:
     return "".join(out) or "∅"
 
 
+def inert(text: str) -> str:
+    """Text as a line of prose shows it: spaces as they are, every other character that is not
+    printable (controls, line breaks, right-to-left overrides and other format characters,
+    which would reorder what follows them) written as its escape (`\\u202e`), as the terminal
+    shows it."""
+    return "".join(ch if ch == " " or ch.isprintable() else
+                   ch.encode("unicode_escape").decode("ascii") for ch in text)
+
+
 def bullets(notes: tuple[str, ...] | list[str]) -> Any:
     """Notes as bullet lines: the random-weights warning in bold red, the others dim."""
     from rich.text import Text
