@@ -403,3 +403,24 @@ def test_a_closed_standard_output_is_one_line(folder, argv, tmp_path):
     assert r.stderr.splitlines() == [
         "fptrace: error: standard output is closed: fptrace writes its tables and JSON there; "
         "redirect it (> FILE, or > /dev/null) instead of closing it"]
+
+
+def test_a_weights_file_truncated_after_the_load_is_no_sigbus(tmp_path):
+    """Weights are read into memory, not mapped from the user's file: truncating the file
+    while the model is held (by a command, or a server for its whole life) changes nothing in
+    what it computes (mapped, the next pass died of SIGBUS, exit 135, with no line)."""
+    folder = make_gpt2_folder(tmp_path)[0]
+    script = (
+        "import os, sys\n"
+        "from fptrace.models.loading import load_model\n"
+        "from fptrace.core.trace import run_trace\n"
+        "lm = load_model(sys.argv[1], device='cpu')\n"
+        "before = run_trace(lm, 'The cat sat').top_k[0].logit\n"
+        "with open(os.path.join(sys.argv[1], 'model.safetensors'), 'r+b') as f:\n"
+        "    f.truncate(100)\n"
+        "after = run_trace(lm, 'The cat sat').top_k[0].logit\n"
+        "print(before == after)\n")
+    r = subprocess.run([sys.executable, "-c", script, str(folder)], capture_output=True,
+                       text=True, timeout=300, env=dict(os.environ, HF_HUB_OFFLINE="1"))
+    assert r.returncode == 0, (r.returncode, r.stderr[-2000:])
+    assert r.stdout.strip() == "True"

@@ -130,17 +130,19 @@ def gguf_tokenizer(path: str, progress: Progress) -> HFTokenizer:
 
 
 def gguf_model(path: str, dtype: Any, progress: Progress, placed: dict | None = None) -> Any:
-    """The dequantized model, from the cache when it holds it. `placed`: more from_pretrained
-    arguments, a device map or a quantization (then the model is always read from the cache
-    entry)."""
+    """The dequantized model, always read from the cache entry (built first when missing),
+    so that the run that dequantizes computes what every later run computes, bit for bit (the
+    model transformers' GGUF reader builds in memory holds its weights otherwise: its last
+    digits differed). Read into memory, not mapped (a truncated file is no SIGBUS). `placed`:
+    more from_pretrained arguments, a device map or a quantization."""
     import torch
     from transformers import AutoModelForCausalLM
 
     entry = os.path.join(gguf_entry(path), "model")
     if entry_ok(entry):
         try:
-            return alias_tied_offload(
-                AutoModelForCausalLM.from_pretrained(entry, dtype=dtype, **(placed or {})))
+            return alias_tied_offload(AutoModelForCausalLM.from_pretrained(
+                entry, dtype=dtype, disable_mmap=True, **(placed or {})))
         except Exception as e:
             progress(f"cache entry {entry} is unreadable ({short_error(e)}); rebuilding it")
             shutil.rmtree(entry, ignore_errors=True)
@@ -160,10 +162,10 @@ def gguf_model(path: str, dtype: Any, progress: Progress, placed: dict | None = 
             json.dump(config, f, indent=1)
         save_model(model, os.path.join(tmp, "model.safetensors"))
         publish(tmp, entry, path)
-    if hasattr(model.config, "quantization_config"):
-        del model.config.quantization_config
-    if placed:
-        del model
-        return alias_tied_offload(AutoModelForCausalLM.from_pretrained(entry, dtype=dtype,
-                                                                       **placed))
-    return model.to(dtype)
+    del model
+    try:
+        return alias_tied_offload(AutoModelForCausalLM.from_pretrained(
+            entry, dtype=dtype, disable_mmap=True, **(placed or {})))
+    except Exception as e:
+        raise ModelLoadError(f"cannot read the cache entry {entry} just written from {path}: "
+                             f"{short_error(e)}") from None

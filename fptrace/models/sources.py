@@ -145,9 +145,11 @@ def from_pretrained(folder: str, safe: bool, trust_remote_code: bool, dtype: Any
     from transformers import AutoModelForCausalLM
 
     try:
+        # read into memory, not mapped from the user's file: a file truncated or rewritten
+        # while a pass reads a mapped weight kills the process (SIGBUS) with no line at all
         return alias_tied_offload(AutoModelForCausalLM.from_pretrained(
             folder, dtype=dtype, use_safetensors=safe, trust_remote_code=trust_remote_code,
-            **(placed or {})))
+            disable_mmap=True, **(placed or {})))
     except FptraceError:
         raise
     except ValueError as e:
