@@ -158,6 +158,11 @@ def main() -> None:
               file=sys.stderr)
         raise SystemExit(2)
     argv = sys.argv[1:]
+    if argv in (["--version"], ["-V"]):  # from the packages' metadata: nothing to import
+        from fptrace.version import describe
+
+        print(describe())
+        return
     keep_warm = KEEP_WARM in argv or os.environ.get(KEEP_WARM_ENV, "") in ("1", "yes", "true")
     argv = [a for a in argv if a != KEEP_WARM]
     if wants_server(argv):

@@ -239,10 +239,10 @@ LETTERS = {
 
         import typer
 
-        from fptrace.cli.io import command, show
+        from fptrace.cli.io import Group, command, show
 
 
-        @command(order=95)
+        @command(order=95, group=Group.reference)
         def letters(word: Annotated[str, typer.Argument(help="A word.")]) -> None:
             """Count the letters of a word."""
             from fptrace.commands.letters.core import letters as count

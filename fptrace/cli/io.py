@@ -8,6 +8,7 @@ import functools
 import os
 import sys
 from collections.abc import Callable
+from enum import Enum
 from typing import Any
 
 import typer
@@ -19,20 +20,54 @@ from fptrace.errors import BadInput, FptraceError
 COMMAND_MARK = "__fptrace_command__"
 
 
-def command(order: int, docs: str | None = None, resident: bool = True
-            ) -> Callable[[Callable[..., Any]], Any]:
+class Group(str, Enum):
+    """The panels of `fptrace --help`, in the order a reader looks for a command."""
+
+    trace = "Trace and look"
+    why = "Why this answer"
+    compare = "Compare and collect"
+    pages = "Pages and servers"
+    reference = "Reference"
+
+
+def command(order: int, group: Group, docs: str | None = None, examples: tuple[str, ...] = (),
+            resident: bool = True) -> Callable[[Callable[..., Any]], Any]:
     """Mark the function of a command's cli.py as `fptrace <its folder>` (cli/main.py finds it):
-    order places it in `fptrace --help`; docs names its page under docs/ for the epilog;
-    resident=False keeps it out of a resident server (it owns the terminal, or is the server).
-    The function is wrapped by `guarded`, so an error is one line and an exit code."""
+    order places it in `fptrace --help`, in group's panel, where the first paragraph of its
+    docstring is its one line; examples (command lines from its docs' console examples, which
+    the transcript test runs) and docs (its page under docs/) end its --help; resident=False
+    keeps it out of a resident server (it owns the terminal, or is the server). The docstring's
+    paragraphs are reflowed: no hard line break inside one at any width. The function is
+    wrapped by `guarded`, so an error is one line and an exit code."""
 
     def mark(fn: Callable[..., Any]) -> Any:
         wrapped = guarded(fn)
-        setattr(wrapped, COMMAND_MARK, {"order": order, "resident": resident, "typer": (
-            {"epilog": docs_epilog(docs)} if docs else {})})
+        paragraphs = reflowed(fn.__doc__ or "")
+        setattr(wrapped, COMMAND_MARK, {
+            "order": order, "resident": resident, "group": group, "examples": examples,
+            "typer": {"help": "\n\n".join(paragraphs), "short_help": paragraphs[0],
+                      "rich_help_panel": group.value,
+                      "epilog": epilog(examples, docs)}})
         return wrapped
 
     return mark
+
+
+def reflowed(doc: str) -> list[str]:
+    """A docstring's paragraphs, each on one line (the terminal wraps them at its width)."""
+    import inspect
+
+    return [" ".join(p.split()) for p in inspect.cleandoc(doc).split("\n\n") if p.strip()] \
+        or [""]
+
+
+def epilog(examples: tuple[str, ...], docs: str | None) -> str:
+    """The end of a command's --help: its examples, one a line, then its docs page."""
+    from rich.markup import escape
+
+    shown = "Examples:\n" + "\n".join(f"  $ {escape(e)}" for e in examples) if examples else ""
+    page = f"A worked example and every option explained: docs/{docs}.md." if docs else ""
+    return "\n\n".join(x for x in (shown, page) if x)
 
 
 def command_order(name: str) -> int:
@@ -43,11 +78,6 @@ def command_order(name: str) -> int:
     module = importlib.import_module(f"fptrace.commands.{name}.cli")
     return next(getattr(f, COMMAND_MARK)["order"] for f in vars(module).values()
                 if hasattr(f, COMMAND_MARK))
-
-
-def docs_epilog(command: str) -> str:
-    """The line every command's --help ends with."""
-    return f"\n\nA worked example and every option explained: docs/{command}.md."
 
 
 def stderr_console() -> Console:

@@ -12,6 +12,7 @@ import importlib
 import os
 import pkgutil
 import sys
+from typing import Annotated
 
 import typer
 
@@ -29,6 +30,22 @@ app = typer.Typer(
     rich_markup_mode="rich",
     context_settings={"help_option_names": ["-h", "--help"]},
 )
+
+
+def _version(value: bool) -> None:
+    if value:
+        from fptrace.version import describe
+
+        typer.echo(describe())
+        raise typer.Exit()
+
+
+@app.callback()
+def _options(version: Annotated[bool, typer.Option(
+        "--version", "-V", is_eager=True, callback=_version,
+        help="The versions of fptrace, torch and transformers, and which optional parts are "
+        "installed.")] = False) -> None:
+    """Trace one forward pass of a transformer language model, block by block."""
 
 
 def discover() -> list[tuple[int, str, object]]:

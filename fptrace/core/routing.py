@@ -330,8 +330,8 @@ def choice_by_hand(r: LastRoute, moe: Moe, removed: Sequence[int], how: str
     if moe.scoring is Scoring.softmax_top_k:  # the k largest logits left, a softmax of them
         chosen = sorted(remaining, key=lambda e: -x[e])[:k]
         top = max(x[e] for e in chosen)
-        ex = {e: math.exp(x[e] - top) for e in chosen}
-        return [(e, ex[e] / sum(ex.values())) for e in chosen]
+        top_k = {e: math.exp(x[e] - top) for e in chosen}
+        return [(e, top_k[e] / sum(top_k.values())) for e in chosen]
     if moe.scoring is Scoring.softmax:  # probabilities over all E, the k largest left
         top = max(x)
         ex = [math.exp(v - top) for v in x]

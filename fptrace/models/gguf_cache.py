@@ -135,17 +135,31 @@ def gguf_model(path: str, dtype: Any, progress: Progress, placed: dict | None = 
     model transformers' GGUF reader builds in memory holds its weights otherwise: its last
     digits differed). Read into memory, not mapped (a truncated file is no SIGBUS). `placed`:
     more from_pretrained arguments, a device map or a quantization."""
-    import torch
     from transformers import AutoModelForCausalLM
 
     entry = os.path.join(gguf_entry(path), "model")
-    if entry_ok(entry):
+    for attempt in range(2):  # a cache entry that cannot be read is rebuilt once
+        if not entry_ok(entry):
+            _dequantize(path, entry, progress)
         try:
             return alias_tied_offload(AutoModelForCausalLM.from_pretrained(
                 entry, dtype=dtype, disable_mmap=True, **(placed or {})))
         except Exception as e:
+            if attempt:
+                raise ModelLoadError(f"cannot read the cache entry {entry} built from {path}: "
+                                     f"{short_error(e)}") from None
             progress(f"cache entry {entry} is unreadable ({short_error(e)}); rebuilding it")
             shutil.rmtree(entry, ignore_errors=True)
+    raise AssertionError("unreachable")
+
+
+def _dequantize(path: str, entry: str, progress: Progress) -> None:
+    """Dequantize the GGUF file through transformers' GGUF reader into the cache entry (a
+    float32 safetensors folder), published whole or not at all."""
+    import torch
+    from safetensors.torch import save_model
+    from transformers import AutoModelForCausalLM
+
     progress(f"dequantizing {os.path.basename(path)} (once, ~20 s; cached in {entry})")
     try:
         model = AutoModelForCausalLM.from_pretrained(
@@ -153,8 +167,6 @@ def gguf_model(path: str, dtype: Any, progress: Progress, placed: dict | None = 
             dtype=torch.float32)
     except Exception as e:
         raise ModelLoadError(f"cannot read the GGUF file {path}: {short_error(e)}") from None
-    from safetensors.torch import save_model
-
     with building(os.path.dirname(entry)) as tmp:
         config = model.config.to_dict()
         config.pop("quantization_config", None)
@@ -162,10 +174,3 @@ def gguf_model(path: str, dtype: Any, progress: Progress, placed: dict | None = 
             json.dump(config, f, indent=1)
         save_model(model, os.path.join(tmp, "model.safetensors"))
         publish(tmp, entry, path)
-    del model
-    try:
-        return alias_tied_offload(AutoModelForCausalLM.from_pretrained(
-            entry, dtype=dtype, disable_mmap=True, **(placed or {})))
-    except Exception as e:
-        raise ModelLoadError(f"cannot read the cache entry {entry} just written from {path}: "
-                             f"{short_error(e)}") from None

@@ -6,7 +6,7 @@ from typing import Annotated
 
 import typer
 
-from fptrace.cli.io import command, load_for, output, require_checks
+from fptrace.cli.io import Group, command, load_for, output, require_checks
 from fptrace.cli.options import (
     STATS,
     ChatOptions,
@@ -24,7 +24,9 @@ from fptrace.cli.page import write_page
 PARTS = "Parts"
 
 
-@command(order=66, docs="ablate")
+@command(order=66, group=Group.why, docs="ablate",
+         examples=('fptrace ablate "The capital of France is" --head 23.4 --mlp 27 --mlp 29',
+                   'fptrace ablate "The capital of France is" --all-heads --top 5'))
 @chat_options()
 @model_options()
 def ablate(
@@ -77,7 +79,9 @@ def ablate(
     as_json: JsonOpt = False,
     wide: WideOpt = False,
 ) -> None:
-    """What if a head, an MLP or an expert were gone? The target's logit with parts removed
+    """Remove heads, MLPs or experts: how the answer changes.
+
+    What if a head, an MLP or an expert were gone? The target's logit with parts removed
     (zero or mean; an expert from its router's choice), the total effect next to the direct
     effect from attribution; --all-heads as a grid."""
     from fptrace.addresses import parse_block, parse_expert, parse_head

@@ -6,7 +6,7 @@ from typing import Annotated, Any
 
 import typer
 
-from fptrace.cli.io import command, load_for, output
+from fptrace.cli.io import Group, command, load_for, output
 from fptrace.cli.options import (
     STATS,
     ChatOptions,
@@ -22,7 +22,9 @@ from fptrace.cli.options import (
 from fptrace.cli.page import write_page
 
 
-@command(order=40, docs="attribute")
+@command(order=40, group=Group.why, docs="attribute",
+         examples=('fptrace attribute "The capital of France is" --top 8',
+                   'fptrace attribute "The capital of France is" --qk 23.4 --group source --top 5'))
 @chat_options()
 @model_options()
 def attribute(
@@ -57,7 +59,9 @@ def attribute(
     as_json: JsonOpt = False,
     wide: WideOpt = False,
 ) -> None:
-    """Which heads and MLPs made this answer: direct logit attribution that sums exactly to the
+    """Which heads and MLPs wrote the answer's logit, exactly.
+
+    Which heads and MLPs made this answer: direct logit attribution that sums exactly to the
     model's own logit (exit 5 when it does not). With --qk: why one head attends where it does."""
 
     from fptrace.addresses import parse_head, parse_position

@@ -6,12 +6,13 @@ from typing import Annotated
 
 import typer
 
-from fptrace.cli.io import command, fail, launch_ranks, load, stderr_console
+from fptrace.cli.io import Group, command, fail, launch_ranks, load, stderr_console
 from fptrace.cli.options import OUTPUT, STATS, LoadOptions, model_options
 from fptrace.errors import BadInput
 
 
-@command(order=80, docs="batch")
+@command(order=80, group=Group.compare, docs="batch",
+         examples=('fptrace batch prompts/capitals.txt prompts/stories.jsonl --out traces.jsonl',))
 @model_options(tp=True)
 def batch(
     inputs: Annotated[list[str], typer.Argument(
@@ -45,7 +46,9 @@ def batch(
         "--gpus-per-worker", help="With --ray: GPUs per actor (default 1 when the cluster has "
         "GPUs, else 0).", rich_help_panel="Ray")] = None,
 ) -> None:
-    """Trace many prompts into JSON Lines, one record per prompt; rerun to resume.
+    """Trace many prompts into resumable JSON Lines.
+
+    Trace many prompts into JSON Lines, one record per prompt; rerun to resume.
 
     Exit code 0 when every prompt was traced, 1 when some failed (their records carry an
     `error` field), 130 when interrupted (rerun the same command to resume)."""

@@ -6,7 +6,7 @@ from typing import Annotated
 
 import typer
 
-from fptrace.cli.io import command, load, output
+from fptrace.cli.io import Group, command, load, output
 from fptrace.cli.options import (
     STATS,
     ChatOptions,
@@ -28,7 +28,9 @@ from fptrace.cli.page import write_page
 from fptrace.errors import BadInput
 
 
-@command(order=50, docs="diff")
+@command(order=50, group=Group.compare, docs="diff",
+         examples=('fptrace diff "The capital of France is" --dtype-b float16',
+                   'fptrace diff "The capital of France is" --quantize-b int8 --deep'))
 @chat_options()
 @model_options(quantize=True)
 def diff(
@@ -81,7 +83,9 @@ def diff(
     as_json: JsonOpt = False,
     wide: WideOpt = False,
 ) -> None:
-    """Do two runs compute the same? Two traces side by side, layer by layer: two prompts, one
+    """Do two runs compute the same? Layer by layer, to the op.
+
+    Do two runs compute the same? Two traces side by side, layer by layer: two prompts, one
     prompt under two settings (--model-b, --dtype-b, --device-b, --quantize-b,
     --random-weights-b), or two saved traces; with --deep, inside the blocks too, down to the
     first operation where they part; with --engine-b llama.cpp, transformers against llama.cpp

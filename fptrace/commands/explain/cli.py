@@ -6,7 +6,7 @@ from typing import Annotated
 
 import typer
 
-from fptrace.cli.io import check_match, command, load_for, output
+from fptrace.cli.io import Group, check_match, command, load_for, output
 from fptrace.cli.options import (
     SAMPLING,
     STATS,
@@ -23,7 +23,8 @@ from fptrace.cli.options import (
 from fptrace.cli.page import write_page
 
 
-@command(order=30, docs="explain")
+@command(order=30, group=Group.trace, docs="explain",
+         examples=('fptrace explain "The capital of France is" --layer 3 --head 2',))
 @chat_options()
 @model_options(placement=False, tp=True)
 def explain(
@@ -52,7 +53,9 @@ def explain(
     as_json: JsonOpt = False,
     wide: WideOpt = False,
 ) -> None:
-    """Recompute one block step by step from the model's weights, check it matches the model,
+    """Recompute one block step by step, checked against the model.
+
+    Recompute one block step by step from the model's weights, check it matches the model,
     then follow the last position to the logits and the sampling choices."""
     from fptrace.addresses import parse_block, parse_index
     from fptrace.core.sampling import check_options

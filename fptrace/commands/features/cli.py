@@ -6,7 +6,7 @@ from typing import Annotated
 
 import typer
 
-from fptrace.cli.io import command, load, load_for, output, require_checks, stderr_console
+from fptrace.cli.io import Group, command, load, load_for, output, require_checks, stderr_console
 from fptrace.cli.options import (
     STATS,
     ChatOptions,
@@ -26,7 +26,10 @@ DICTIONARY = "Dictionary"
 TRAIN = "Training (features train PROMPTS...)"
 
 
-@command(order=67, docs="features")
+@command(order=67, group=Group.why, docs="features",
+         examples=("fptrace features train prompts/ --layer 15 --out sae15 --latents 512 "
+                   "--k 16 --tokens 16384",
+                   'fptrace features "The capital of France is" --sae sae15 --top 3'))
 @chat_options()
 @model_options()
 def features(
@@ -91,7 +94,9 @@ def features(
     as_json: JsonOpt = False,
     wide: WideOpt = False,
 ) -> None:
-    """What the stream is made of: each position read through sparse dictionaries (SAEs,
+    """Read the stream through sparse dictionaries; train them.
+
+    What the stream is made of: each position read through sparse dictionaries (SAEs,
     transcoders), with the error term, and the target's logit split into one term per latent,
     b_dec, the error and the rest, summing to the model's logit."""
     words = list(args or [])

@@ -7,7 +7,7 @@ from typing import Annotated, Any
 
 import typer
 
-from fptrace.cli.io import command, emit_json, load_for, show, stdout_console
+from fptrace.cli.io import Group, command, emit_json, load_for, show, stdout_console
 from fptrace.cli.options import (
     SAMPLING,
     STATS,
@@ -20,7 +20,8 @@ from fptrace.cli.options import (
 )
 
 
-@command(order=70, docs="generate")
+@command(order=70, group=Group.compare, docs="generate",
+         examples=('fptrace generate "The capital of France is" -n 12',))
 @chat_options()
 @model_options(tp=True)
 def generate(
@@ -48,7 +49,9 @@ def generate(
     as_json: JsonOpt = False,
     wide: WideOpt = False,
 ) -> None:
-    """Generate token by token: each step's input, stream and KV-cache shapes, the chosen token
+    """Generate token by token, every step traced.
+
+    Generate token by token: each step's input, stream and KV-cache shapes, the chosen token
     and its alternatives, and the time of the prefill and of each decode step."""
     from fptrace.commands.generate.core import check_new_tokens
     from fptrace.core.sampling import check_generation

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
-from fptrace.cli.io import command, emit_json, show
+from fptrace.cli.io import Group, command, emit_json, show
 from fptrace.cli.options import JsonOpt, WideOpt
 
 
-@command(order=110)
+@command(order=110, group=Group.reference,
+         examples=('fptrace models',))
 def models(as_json: JsonOpt = False, wide: WideOpt = False) -> None:
-    """List the built-in models and whether their weights are available here."""
+    """The built-in models, and whether their weights are here.
+
+    List the built-in models and whether their weights are available here."""
     from fptrace.commands.models.core import list_models
 
     rows = list_models()

@@ -6,7 +6,7 @@ from typing import Annotated
 
 import typer
 
-from fptrace.cli.io import command, load_for, output
+from fptrace.cli.io import Group, command, load_for, output
 from fptrace.cli.options import (
     STATS,
     ChatOptions,
@@ -22,7 +22,8 @@ from fptrace.cli.options import (
 from fptrace.cli.page import write_page
 
 
-@command(order=60, docs="patch")
+@command(order=60, group=Group.why, docs="patch",
+         examples=('fptrace patch "The capital of France is" --noise " France"',))
 @chat_options()
 @model_options()
 def patch(
@@ -59,7 +60,9 @@ def patch(
     as_json: JsonOpt = False,
     wide: WideOpt = False,
 ) -> None:
-    """Where is the prediction carried? Causal tracing: corrupt the prompt, then restore one
+    """Where the prediction is carried: causal tracing.
+
+    Where is the prediction carried? Causal tracing: corrupt the prompt, then restore one
     state (layer, position) at a time from the clean run and measure the target's probability."""
 
     from fptrace.cli.io import prompt_of

@@ -6,7 +6,7 @@ from typing import Annotated, Any
 
 import typer
 
-from fptrace.cli.io import command, load_for, stderr_console
+from fptrace.cli.io import Group, command, load_for, stderr_console
 from fptrace.cli.options import (
     OUTPUT,
     ChatOptions,
@@ -18,7 +18,8 @@ from fptrace.cli.options import (
 from fptrace.cli.sections import section_options
 
 
-@command(order=90, docs="report")
+@command(order=90, group=Group.pages, docs="report",
+         examples=('fptrace report "The capital of France is" --out report.html',))
 @chat_options()
 @model_options(placement=False)
 @section_options()
@@ -32,7 +33,9 @@ def report(
     force: ForceOpt = False,
     values: dict[str, Any] | None = None,
 ) -> None:
-    """One self-contained HTML file: the run tables, the figures, the explain walkthrough of
+    """One offline HTML page: tables, figures, walkthrough.
+
+    One self-contained HTML file: the run tables, the figures, the explain walkthrough of
     one layer, the attribution of the top-1, why one head attends where it does (and with
     --noise, causal tracing) and the JSON trace. It makes no network request and opens offline."""
     from fptrace.cli.sections import Page, collect, compute

@@ -6,7 +6,7 @@ from typing import Annotated
 
 import typer
 
-from fptrace.cli.io import command, load_for, output
+from fptrace.cli.io import Group, command, load_for, output
 from fptrace.cli.options import (
     STATS,
     ChatOptions,
@@ -28,7 +28,9 @@ from fptrace.cli.options import (
 from fptrace.cli.page import write_page
 
 
-@command(order=10, docs="run")
+@command(order=10, group=Group.trace, docs="run",
+         examples=('fptrace run "The capital of France is" -k 5',
+                   'fptrace run --chat "What is the capital of France?" -k 3'))
 @chat_options()
 @model_options(tp=True)
 def run(
@@ -56,7 +58,9 @@ def run(
     flash_attn: FlashAttnOpt = FlashAttn.auto,
     kv_cache: KvCacheOpt = KvCache.f16,
 ) -> None:
-    """Trace PROMPT through the model: tokens, shapes, per-layer residual stream, top-k."""
+    """Trace a prompt block by block: stream, logit lens, top-k.
+
+    Trace PROMPT through the model: tokens, shapes, per-layer residual stream, top-k."""
     if engine == Engine.llamacpp:
         from fptrace.commands.run.llamacpp import trace_llamacpp
 

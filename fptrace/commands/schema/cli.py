@@ -7,17 +7,20 @@ from typing import Annotated
 
 import typer
 
-from fptrace.cli.io import command
+from fptrace.cli.io import Group, command
 from fptrace.cli.options import OUTPUT
 
 
-@command(order=120, docs="schema")
+@command(order=120, group=Group.reference, docs="schema",
+         examples=('fptrace schema',))
 def schema(
     markdown: Annotated[bool, typer.Option("--markdown", help="Print the field-by-field "
                                            "documentation (docs/schema.md) instead.",
                                            rich_help_panel=OUTPUT)] = False,
 ) -> None:
-    """Print the JSON Schema of every JSON output (every command's --json, batch lines)."""
+    """The JSON Schema of every JSON output.
+
+    Print the JSON Schema of every JSON output (every command's --json, batch lines)."""
     from fptrace.commands.schema.core import schema_text
 
     sys.stdout.write(schema_text(markdown))

@@ -7,13 +7,15 @@ from typing import Annotated
 
 import typer
 
-from fptrace.cli.io import command, stderr_console
+from fptrace.cli.io import Group, command, stderr_console
 from fptrace.cli.options import JsonOpt
 
 SERVER = "Server"
 
 
-@command(order=130, docs="serve", resident=False)
+@command(order=130, group=Group.pages, docs="serve", resident=False,
+         examples=('fptrace serve',
+                   'fptrace serve --status'))
 def serve(
     stop: Annotated[bool, typer.Option("--stop", help="Stop the running server.",
                                        rich_help_panel=SERVER)] = False,
@@ -33,7 +35,9 @@ def serve(
         rich_help_panel=SERVER)] = None,
     as_json: JsonOpt = False,
 ) -> None:
-    """Keep models loaded in one background process: every fptrace command then sends its
+    """Keep models loaded: every command answers from them.
+
+    Keep models loaded in one background process: every fptrace command then sends its
     arguments there and prints what it would have printed, without loading anything (a
     Unix socket of this user, mode 0600; `FPTRACE_SERVER=off` runs a command here)."""
     from fptrace import serving

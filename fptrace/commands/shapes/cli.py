@@ -6,12 +6,13 @@ from typing import Annotated
 
 import typer
 
-from fptrace.cli.io import command, emit_json, quiet_libraries, show, stderr_console
+from fptrace.cli.io import Group, command, emit_json, quiet_libraries, show, stderr_console
 from fptrace.cli.options import STATS, JsonOpt, WideOpt
 from fptrace.models.registry import RESOLUTION_HELP
 
 
-@command(order=20, docs="shapes")
+@command(order=20, group=Group.trace, docs="shapes",
+         examples=('fptrace shapes --model llama-3.1-8b "The capital of France is"',))
 def shapes(
     prompt: Annotated[str | None, typer.Argument(help="Text to tokenize offline "
                                                     "(optional; else --seq-len).")] = None,
@@ -31,7 +32,9 @@ def shapes(
     as_json: JsonOpt = False,
     wide: WideOpt = False,
 ) -> None:
-    """Shape flow, parameters, memory and FLOPs of a model, without reading its weights."""
+    """Shapes, parameters, memory and FLOPs, without the weights.
+
+    Shape flow, parameters, memory and FLOPs of a model, without reading its weights."""
     quiet_libraries()
     from fptrace.commands.shapes.core import shape_report
 

@@ -6,14 +6,16 @@ from typing import Annotated
 
 import typer
 
-from fptrace.cli.io import command, fail, load, show, stderr_console, write_plot
+from fptrace.cli.io import Group, command, fail, load, show, stderr_console, write_plot
 from fptrace.cli.options import OUTPUT, STATS, JsonOpt, LoadOptions, PlotOpt, WideOpt, model_options
 from fptrace.errors import BadInput
 
 RAY = "Ray"
 
 
-@command(order=85, docs="stats")
+@command(order=85, group=Group.compare, docs="stats",
+         examples=('fptrace stats prompts/capitals.txt --out stats.json',
+                   'fptrace stats --merge stats.json --top 2'))
 @model_options()
 def stats(
     inputs: Annotated[list[str], typer.Argument(
@@ -69,7 +71,9 @@ def stats(
     as_json: JsonOpt = False,
     wide: WideOpt = False,
 ) -> None:
-    """Per-channel statistics of every layer's activations over many prompts: massive
+    """Per-channel activation statistics over many prompts.
+
+    Per-channel statistics of every layer's activations over many prompts: massive
     activations, LLM.int8() outlier dimensions, top channels, attention sinks; calibration
     scales for quantizers.
 

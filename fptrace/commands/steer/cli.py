@@ -6,7 +6,7 @@ from typing import Annotated
 
 import typer
 
-from fptrace.cli.io import command, load_for, output, require_checks, stderr_console
+from fptrace.cli.io import Group, command, load_for, output, require_checks, stderr_console
 from fptrace.cli.options import (
     OUTPUT,
     STATS,
@@ -26,7 +26,9 @@ from fptrace.errors import BadInput
 VECTOR = "Steering vector"
 
 
-@command(order=65, docs="steer")
+@command(order=65, group=Group.why, docs="steer",
+         examples=('fptrace steer "I think that you are" --add " love" --subtract " hate" '
+                   "--layer 6 --scale 0,0.25,0.5,1 -n 8",))
 @chat_options()
 @model_options()
 def steer(
@@ -94,7 +96,9 @@ def steer(
     as_json: JsonOpt = False,
     wide: WideOpt = False,
 ) -> None:
-    """What if the stream had a direction added? Activation steering at a sweep of strengths in
+    """Add a direction to the stream at a sweep of strengths.
+
+    What if the stream had a direction added? Activation steering at a sweep of strengths in
     one batched forward pass, measured against the clean run block by block."""
     from fptrace.addresses import parse_block, parse_selection
     from fptrace.commands.steer.core import parse_scales

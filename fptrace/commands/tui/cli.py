@@ -6,11 +6,12 @@ from typing import Annotated
 
 import typer
 
-from fptrace.cli.io import command, quiet_libraries
+from fptrace.cli.io import Group, command, quiet_libraries
 from fptrace.cli.options import ChatOptions, LoadOptions, chat_options, model_options
 
 
-@command(order=100, resident=False)
+@command(order=100, group=Group.pages, resident=False,
+         examples=('fptrace tui "The capital of France is"',))
 @chat_options()
 @model_options(placement=False)
 def tui(
@@ -18,7 +19,9 @@ def tui(
     opts: LoadOptions = LoadOptions(),
     chat: ChatOptions = ChatOptions(),
 ) -> None:
-    """Explore forward passes interactively in the terminal, with the model loaded once:
+    """Explore forward passes interactively in the terminal.
+
+    Explore forward passes interactively in the terminal, with the model loaded once:
     edit the prompt, move through the layers, switch heads, attribute, export. With --chat
     (--system, --messages) the prompt box holds the user's message."""
     quiet_libraries()
