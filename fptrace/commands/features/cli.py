@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Annotated
 
 import typer
@@ -139,14 +140,16 @@ def train_cli(inputs: list[str], opts: LoadOptions, layer: str | None, out: str 
         raise BadInput("features train needs --layer L and --out DIR")
     check_finite(lr, "--lr", low=0.0)
     from fptrace.addresses import parse_block, resolve_block
-    from fptrace.commands.features.train import TrainOptions, check_out, train
+    from fptrace.commands.features.train import TrainOptions, check_before_load, check_out, train
     from fptrace.core.trace import sizes
 
     block = parse_block(layer, "--layer")
     check_out(out, resume)
+    options = TrainOptions(layer=0, latents=latents, k=k, tokens=tokens,
+                           batch_tokens=batch_tokens, lr=lr, seed=seed)
+    check_before_load(options, inputs, opts.model)
     lm = load(opts)
-    options = TrainOptions(layer=resolve_block(block, sizes(lm), "--layer").layer, latents=latents,
-                           k=k, tokens=tokens, batch_tokens=batch_tokens, lr=lr, seed=seed)
+    options = replace(options, layer=resolve_block(block, sizes(lm), "--layer").layer)
     from rich.progress import (
         BarColumn,
         MofNCompleteColumn,
