@@ -147,7 +147,7 @@ def train_cli(inputs: list[str], opts: LoadOptions, layer: str | None, out: str 
     check_out(out, resume)
     options = TrainOptions(layer=0, latents=latents, k=k, tokens=tokens,
                            batch_tokens=batch_tokens, lr=lr, seed=seed)
-    check_before_load(options, inputs, opts.model)
+    items = check_before_load(options, inputs, opts.model)
     lm = load(opts)
     options = replace(options, layer=resolve_block(block, sizes(lm), "--layer").layer)
     from rich.progress import (
@@ -171,7 +171,7 @@ def train_cli(inputs: list[str], opts: LoadOptions, layer: str | None, out: str 
             bar.update(tasks[phase], advance=done if phase == "prompts" else None,
                        completed=None if phase == "prompts" else done)
 
-        result = train(lm, inputs, out, options, resume=resume, progress=progress)
+        result = train(lm, inputs, out, options, resume=resume, progress=progress, items=items)
     from fptrace.commands.features.render import train_view
 
     output(result, train_view, as_json=as_json, wide=wide)

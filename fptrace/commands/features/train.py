@@ -125,10 +125,11 @@ def check_memory(d: int, opts: TrainOptions, positions: int) -> None:
             "train on fewer prompts")
 
 
-def check_before_load(opts: TrainOptions, inputs: Sequence[str], model: str) -> None:
+def check_before_load(opts: TrainOptions, inputs: Sequence[str], model: str) -> list:
     """What the command line checks before the model is loaded: the options, the prompts (read
-    whole) and the memory, with d_model from the model's config where it can be read without its
-    weights (a GGUF file or a hub snapshot not yet fetched: train checks again once loaded)."""
+    whole, once: they are returned for `train`, stdin included) and the memory, with d_model
+    from the model's config where it can be read without its weights (a GGUF file or a hub
+    snapshot not yet fetched: train checks again once loaded)."""
     from fptrace.core.inputs import read_inputs
     from fptrace.models.registry import resolve
     from fptrace.models.sources import load_config
@@ -140,6 +141,7 @@ def check_before_load(opts: TrainOptions, inputs: Sequence[str], model: str) -> 
         d = int(getattr(load_config(spec), "hidden_size", 0) or 0)
         if d > 0:
             check_memory(d, opts, estimated_positions(items))
+    return items
 
 
 def inputs_digest(items: Sequence[Any]) -> str:
@@ -230,9 +232,11 @@ class TopK:
 
 
 def train(lm: Any, inputs: Sequence[str], out: str, opts: TrainOptions, *, resume: bool = False,
-          progress: Callable[[str, int, int], None] | None = None) -> TrainResult:
+          progress: Callable[[str, int, int], None] | None = None,
+          items: Sequence[Any] | None = None) -> TrainResult:
     """Train and write the SAE (see the module's text). progress(phase, done, total): phase
-    `prompts` while collecting (done in prompts), `steps` while training."""
+    `prompts` while collecting (done in prompts), `steps` while training. `items`: the prompts
+    of `inputs` already read (check_before_load's), so that stdin is read once."""
     import torch
 
     from fptrace.core.inputs import read_inputs
@@ -243,7 +247,7 @@ def train(lm: Any, inputs: Sequence[str], out: str, opts: TrainOptions, *, resum
         raise BadInput(f"--layer {opts.layer}: {lm.name} has blocks 0 to {info.n_layers - 1}")
     check_options(opts)
     check_out(out, resume)
-    items = read_inputs(list(inputs))
+    items = list(items) if items is not None else read_inputs(list(inputs))
     if len(items) < 2:
         raise BadInput("give two prompts or more: a tenth of them (at least one) is held out")
     check_memory(info.d_model, opts, estimated_positions(items))
