@@ -171,8 +171,8 @@ def test_a_training_too_large_is_refused_before_the_load(prompts, tmp_path):
     from fptrace.commands.features.train import training_bytes
 
     part = training_bytes(32, OPTS, 1000)
-    assert part["sae"] == 4 * 4 * (2 * 32 * 64 + 64 + 32)
-    assert part["step"] == 4 * 8 * 64 * 64 and part["stream"] == 4 * 1000 * 32
+    assert part["sae"] == 10 * 4 * (2 * 32 * 64 + 64 + 32)
+    assert part["step"] == 2 * 4 * 64 * 64 and part["stream"] == 4 * 1000 * 32
     from fptrace.errors import OutOfMemory
     from fptrace.models.loading import load_model
 
