@@ -22,6 +22,14 @@ Encoding, for every kind: pre = (x − b_dec if the format shifts the input) @ W
 ReLU: relu(pre); JumpReLU: relu(pre) where pre > threshold, else 0; TopK: the k largest of pre,
 through ReLU, the rest 0; BatchTopK: JumpReLU with its stored threshold (how a BatchTopK SAE runs
 at inference). Decoding: a @ W_dec + b_dec.
+
+Checked here, before any number is used (each a BadInput of one line): the files are regular
+files (fptrace/userfiles.py: a FIFO is refused, not waited on); every tensor's number of
+dimensions, then its shape against the config and the other tensors (Gemma Scope has no
+config: the latents are b_enc's length, the output width b_dec's), a matrix whose rows and
+columns are swapped called transposed; no dictionary of 0 latents; TopK's k at most the
+latents; cfg.json's switches real JSON booleans ("false", a string, is refused, not read as
+true). The widths against the model are `check_model`'s, once the model is known.
 """
 
 from __future__ import annotations
