@@ -19,6 +19,7 @@ from typing import Any
 
 from fptrace.errors import BadInput
 from fptrace.jsontext import loads
+from fptrace.userfiles import read_bytes
 
 SUFFIXES = (".txt", ".jsonl")
 
@@ -145,7 +146,7 @@ def read_inputs(inputs: Sequence[str], stdin: Any = None, exclude: str | None = 
             if skip is not None and f.resolve() == skip:
                 continue
             try:
-                data = f.read_bytes()
+                data = read_bytes(f)
             except OSError as e:
                 raise BadInput(f"cannot read {f}: {e.strerror}") from e
             items += _parse(data, str(f), f.stem, f.suffix == ".jsonl")

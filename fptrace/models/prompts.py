@@ -103,8 +103,10 @@ def read_messages(path: str) -> Chat:
     if not p.is_file():
         raise BadInput(f"no such file: {path}" if not p.exists() else
                        f"--messages {path} is not a file")
+    from fptrace.userfiles import read_text
+
     try:
-        text = p.read_text(encoding="utf-8-sig")
+        text = read_text(p, "utf-8-sig", "--messages")
     except UnicodeDecodeError as e:
         raise BadInput(f"--messages {path}: not UTF-8 text (byte {e.start})") from None
     try:

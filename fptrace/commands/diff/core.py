@@ -37,9 +37,10 @@ def default_tolerance(dtype_a: str, dtype_b: str) -> tuple[float, str]:
 
 def read_trace(path: str) -> dict:
     """A trace saved by `fptrace run --json` (or one `batch` record), as a dict."""
+    from fptrace.userfiles import read_text
+
     try:
-        with open(path, encoding="utf-8-sig") as f:
-            text = f.read()
+        text = read_text(path, "utf-8-sig")
     except OSError as e:
         raise BadInput(f"{path}: {e.strerror}") from None
     lines = [ln for ln in text.splitlines() if ln.strip()]
