@@ -11,6 +11,7 @@ from fptrace.cli.io import command, stderr_console
 from fptrace.cli.options import JsonOpt
 
 SERVER = "Server"
+IDLE_MAX = 10**9  # seconds of --idle-timeout at most (about 31 years; 0 is never)
 
 
 @command(order=130, docs="serve", resident=False)
@@ -24,7 +25,8 @@ def serve(
                                              "(logs on stderr; Ctrl-C stops it) instead of "
                                              "starting a background one.",
                                              rich_help_panel=SERVER)] = False,
-    idle_timeout: Annotated[int, typer.Option("--idle-timeout", min=0, metavar="SECONDS",
+    idle_timeout: Annotated[int, typer.Option("--idle-timeout", min=0, max=IDLE_MAX,
+                                              metavar="SECONDS",
                                               help="Stop after this long without a request "
                                               "(0: never).", rich_help_panel=SERVER)] = 1800,
     memory_budget: Annotated[str | None, typer.Option(
@@ -51,8 +53,12 @@ def serve(
                                    markup=False, soft_wrap=True)
             raise typer.Exit(0 if stop else 1)
         if stop:
-            core.wait_gone(path)
-            stderr_console().print(f"stopped the server (pid {answer['pid']})", markup=False)
+            gone = core.wait_gone(path)
+            stderr_console().print(f"stopped the server (pid {answer['pid']})" if gone else
+                                   f"asked the server (pid {answer['pid']}) to stop; it still "
+                                   f"listens at {path}", markup=False, soft_wrap=True)
+            if not gone:
+                raise typer.Exit(1)
         elif as_json:
             import json
 
