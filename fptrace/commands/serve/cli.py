@@ -16,7 +16,8 @@ IDLE_MAX = 10**9  # seconds of --idle-timeout at most (about 31 years; 0 is neve
 
 @command(order=130, docs="serve", resident=False)
 def serve(
-    stop: Annotated[bool, typer.Option("--stop", help="Stop the running server.",
+    stop: Annotated[bool, typer.Option("--stop", help="Stop the running server (a command "
+                                       "it runs is interrupted).",
                                        rich_help_panel=SERVER)] = False,
     status: Annotated[bool, typer.Option("--status", help="Show the running server: its "
                                          "models, memory and requests.",

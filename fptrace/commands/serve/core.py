@@ -30,6 +30,7 @@ import struct
 import sys
 import threading
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -508,11 +509,11 @@ class FolderGone(Exception):
     """The client's working folder no longer exists (removed since the client started)."""
 
 
-def hub_offline(env: dict) -> None:
+def hub_offline(env: Mapping[str, str]) -> None:
     """huggingface_hub's offline switch as `env` sets it. The library reads HF_HUB_OFFLINE (and
     TRANSFORMERS_OFFLINE) once, when it is imported, and transformers asks it: without this the
     server's environment at that import would decide for every client."""
-    constants = sys.modules.get("huggingface_hub.constants")
+    constants: Any = sys.modules.get("huggingface_hub.constants")
     if constants is None:  # imported later, by the command, in the client's environment
         return
     value = env.get("HF_HUB_OFFLINE") or env.get("TRANSFORMERS_OFFLINE")
