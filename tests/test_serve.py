@@ -675,3 +675,15 @@ def test_the_socket_appears_only_once_it_listens(tmp_path, monkeypatch):
     finally:
         sock.close()
         lock.close()
+
+
+def test_serve_itself_never_says_running_here(tmp_path):
+    """`serve --status` by a stale socket: the server's own line, not the front door's
+    "...; running here" before it (serve runs here always)."""
+    sock = tmp_path / "run" / "s.sock"
+    sock.parent.mkdir(mode=0o700)
+    s = socket.socket(socket.AF_UNIX)
+    s.bind(str(sock))
+    s.close()
+    done = fptrace(["serve", "--status"], sock)
+    assert done.returncode == 1 and done.stderr == f"no fptrace server is running (socket {sock})\n"
