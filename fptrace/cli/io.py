@@ -115,6 +115,7 @@ def fail(message: str, code: int = 2) -> None:
     line = " ".join(str(message).split())
     if code == interrupt.EXIT:
         interrupt.said()
+        line = interrupt.with_reason(line)
     stderr_console().print(f"fptrace: error: {line}", markup=False, soft_wrap=True)
     raise typer.Exit(code)
 
