@@ -16,6 +16,7 @@ from typing import Any
 
 from fptrace.errors import ModelLoadError
 from fptrace.models.devices import alias_tied_offload
+from fptrace.models.gguf_metadata import check as check_metadata
 from fptrace.models.sources import short_error
 from fptrace.models.tokenizers import HFTokenizer
 
@@ -136,6 +137,7 @@ def gguf_model(path: str, dtype: Any, progress: Progress, placed: dict | None = 
     import torch
     from transformers import AutoModelForCausalLM
 
+    check_metadata(path)  # what llama.cpp would abort on, transformers fails on unclearly
     entry = os.path.join(gguf_entry(path), "model")
     if entry_ok(entry):
         try:
