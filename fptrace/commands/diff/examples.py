@@ -130,4 +130,9 @@ def bad_inputs(at: Setup) -> tuple[Case, ...]:
              ("diff", "hi", *m, "--engine-b", "llama.cpp", "--emulate", "kv,q4")),
         Case(92, "diff: --emulate without --engine-b llama.cpp",
              ("diff", "hi", *m, "--dtype-b", "float16", "--emulate", "kv")),
+        Case(135, "diff --engine-b llama.cpp: --model-b a GGUF whose RMS epsilon is negative",
+             ("diff", "hi", "-m", p("model.gguf"), "--model-b", p("eps-negative.gguf"),
+              "--engine-b", "llama.cpp")),
+        Case(136, "diff --engine-b llama.cpp: --emulate all with another step",
+             ("diff", "hi", *m, "--engine-b", "llama.cpp", "--emulate", "all,kv")),
     )
