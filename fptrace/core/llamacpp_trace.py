@@ -266,7 +266,7 @@ def llamacpp_trace(lm: LoadedModel, lm_pass: LlamaCppPass, *, top_k: int = 10,
     first_bad = first_nonfinite(rows)
     if first_bad is None and not stats.is_finite(cap.final_last[0], logits):
         first_bad = "final_norm"
-    first_bad = first_bad or c.nonfinite  # llama.cpp's own tensors, where the table's rows hold none
+    first_bad = first_bad or c.nonfinite  # in llama.cpp's tensors though not in the rows
     T, V = len(lm_pass.ids), lm_pass.logits.shape[-1]
     trace = Trace(
         prompt=lm_pass.prompt, model=info, tokens=lm.tokens(list(lm_pass.ids)),

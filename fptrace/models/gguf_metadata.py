@@ -19,6 +19,7 @@ import math
 import mmap
 import struct
 from dataclasses import dataclass, field
+from typing import Any
 
 from fptrace.errors import ModelLoadError
 
@@ -39,7 +40,7 @@ class GGUFMetadata:
     """What the header of a GGUF file states."""
 
     path: str
-    values: dict[str, object] = field(repr=False)  # key -> scalar, str, or tuple (array)
+    values: dict[str, Any] = field(repr=False)  # key -> scalar, str, or tuple (array)
     array_lengths: dict[str, int] = field(repr=False)  # every array key -> its length
     shapes: dict[str, tuple[int, ...]] = field(repr=False)  # tensor -> ggml dims (ne order)
 
@@ -48,7 +49,7 @@ class GGUFMetadata:
         arch = self.values.get("general.architecture")
         return arch if isinstance(arch, str) else None
 
-    def hparam(self, name: str) -> object:
+    def hparam(self, name: str) -> Any:
         """`{architecture}.{name}`, or None."""
         return self.values.get(f"{self.architecture}.{name}")
 
@@ -68,7 +69,7 @@ class Reader:
         return ModelLoadError(f"the GGUF file {self.path!r} is damaged: {what} (at byte "
                               f"{self.at:,} of {len(self.buf):,})")
 
-    def take(self, fmt: str) -> object:
+    def take(self, fmt: str) -> Any:
         size = struct.calcsize("<" + fmt)
         if self.at + size > len(self.buf):
             raise self.damaged("it ends inside its header")
@@ -87,7 +88,7 @@ class Reader:
         self.skip(n)
         return bytes(self.buf[start:self.at]).decode("utf-8", "replace")
 
-    def value(self, kind: int, key: str, lengths: dict[str, int]) -> object:
+    def value(self, kind: int, key: str, lengths: dict[str, int]) -> Any:
         if kind in SCALAR:
             return self.take(SCALAR[kind])
         if kind == STRING:
@@ -97,6 +98,8 @@ class Reader:
         inner, n = int(self.take("I")), int(self.take("Q"))
         lengths[key] = n
         if inner == STRING:
+            if n * 8 > len(self.buf) - self.at:  # each string is at least its 8-byte length
+                raise self.damaged(f"array {key!r} claims {n:,} strings")
             for _ in range(n):
                 self.skip(int(self.take("Q")))
             return None
@@ -129,7 +132,7 @@ def read(path: str) -> GGUFMetadata:
         if version not in (2, 3):
             raise r.damaged(f"GGUF version {version} (fptrace reads versions 2 and 3)")
         n_tensors, n_kv = int(r.take("Q")), int(r.take("Q"))
-        values: dict[str, object] = {}
+        values: dict[str, Any] = {}
         lengths: dict[str, int] = {}
         for _ in range(n_kv):
             key = r.string()
@@ -156,7 +159,7 @@ def shown(value: object) -> str:
     return repr(value) if isinstance(value, str) else str(value)
 
 
-def per_block(value: object) -> tuple[object, ...] | None:
+def per_block(value: Any) -> tuple[Any, ...] | None:
     """A hyperparameter as its values (one for a scalar, one per block for an array)."""
     if value is None:
         return None

@@ -231,11 +231,11 @@ def run_pass(path: str, prompt: str, options: EngineOptions | None = None,
             del keep
         finally:
             lib.llama_free(ctx)
-        meta = C.create_string_buffer(128)
-        lib.llama_model_meta_val_str(model, b"general.architecture", meta, 128)
+        arch = C.create_string_buffer(128)
+        lib.llama_model_meta_val_str(model, b"general.architecture", arch, 128)
         return LlamaCppPass(
             path=path, prompt=prompt, own_ids=own, decode_seconds=seconds,
-            architecture=meta.value.decode("utf-8", "replace"),
+            architecture=arch.value.decode("utf-8", "replace"),
             n_layer=int(lib.llama_model_n_layer(model)), ids=tuple(ids),
             pieces=tuple(piece(lib, vocab, i) for i in ids),
             tensors=dict(grab.tensors) if grab else {}, logits=logits.astype(np.float32),
