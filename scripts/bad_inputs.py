@@ -80,6 +80,7 @@ def cases(tmp: str, folder: str) -> list[tuple[str, list[str | bytes]]]:
     w.close()
     stats_files(tmp, folder)
     hostile_files(tmp)
+    gguf_files(tmp)
     from fptrace.examples import Setup
 
     return [(c.what, list(c.argv)) for c in collected(Setup(tmp, folder))]
@@ -124,6 +125,24 @@ def hostile_files(tmp: str) -> None:
         f.write('[{"role": "robot", "content": "hi"}]')
     with open(p("long-pairs.jsonl"), "w") as f:
         f.write('{"positive": "good", "negative": "' + " ".join(["word"] * 60) + '"}\n')
+
+
+def gguf_files(tmp: str) -> None:
+    """GGUF files whose metadata llama.cpp would abort on (issue 41): no blocks, a NaN and a
+    negative RMS epsilon."""
+    import gguf
+    import numpy as np
+
+    for name, edit in (("blocks0", lambda w: w.add_block_count(0)),
+                       ("eps-nan", lambda w: w.add_layer_norm_rms_eps(float("nan"))),
+                       ("eps-negative", lambda w: w.add_layer_norm_rms_eps(-1e-5))):
+        w = gguf.GGUFWriter(os.path.join(tmp, f"{name}.gguf"), arch="llama")
+        edit(w)
+        w.add_tensor("token_embd.weight", np.zeros((4, 4), dtype=np.float32))
+        w.write_header_to_file()
+        w.write_kv_data_to_file()
+        w.write_tensors_to_file()
+        w.close()
 
 
 def stats_files(tmp: str, folder: str) -> None:

@@ -11,7 +11,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from fptrace.errors import BadInput, ModelLoadError, ModelNotFound, PromptTooLong
+from fptrace.errors import BadInput, ModelLoadError, ModelNotFound
 from fptrace.families.parts import ModelParts, resolve_parts
 from fptrace.models.devices import (
     dispatch,
@@ -91,7 +91,7 @@ class LoadedModel:
         Chat through the chat template, token ids as they are; checked against the vocabulary
         and the context window (with truncate, a prompt longer than the context keeps its last
         tokens; without, it is refused with a clear message)."""
-        from fptrace.models.prompts import Chat, Prepared, content_spans, template_flags
+        from fptrace.models.prompts import Chat, Prepared, content_spans, template_flags, too_long
         from fptrace.models.tokenizers import encode_prompt
 
         if isinstance(prompt, Prepared):
@@ -127,9 +127,7 @@ class LoadedModel:
         dropped = 0
         if ctx and len(ids) > ctx:
             if not truncate:
-                raise PromptTooLong(f"the prompt is {len(ids)} tokens but {self.name} reads at "
-                                    f"most {ctx}; shorten it or pass --truncate to keep the last "
-                                    f"{ctx} tokens", len(ids), int(ctx))
+                raise too_long(len(ids), int(ctx), self.name)
             dropped = len(ids) - ctx
             ids, template = ids[dropped:], template[dropped:]
         return Prepared(ids=tuple(ids), text=text, template=template, dropped=dropped,

@@ -17,11 +17,19 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from fptrace.errors import BadInput
+from fptrace.errors import BadInput, PromptTooLong
 from fptrace.jsontext import loads
 
 ROLES = ("system", "user", "assistant", "tool")
 ROLES_HINT = "each message is {\"role\": \"system\"|\"user\"|\"assistant\", \"content\": TEXT}"
+
+
+def too_long(tokens: int, limit: int, model: str, truncate: bool = True) -> PromptTooLong:
+    """The refusal of a prompt of `tokens` tokens for a model that reads at most `limit`, in the
+    same words on every engine (truncate: whether --truncate is there to offer)."""
+    hint = f" or pass --truncate to keep the last {limit} tokens" if truncate else ""
+    return PromptTooLong(f"the prompt is {tokens} tokens but {model} reads at most {limit}; "
+                         f"shorten it{hint}", tokens, limit)
 
 
 @dataclass(frozen=True)
