@@ -98,6 +98,20 @@ NO_BOS = note(
     "position 0 is the prompt's first word {first}: no begin-of-text token was added to this "
     "prompt (the tokenizer's is {token}, id {id})")
 
+BOS_GIVEN = note(
+    "bos_given", TRACING + ("generate",),
+    "the prompt was given as token ids (--ids, --ids-file, a record's \"ids\") and the first is "
+    "the tokenizer's begin-of-text token",
+    "position 0 is the begin-of-text token {token} (id {id}), as the given ids have it")
+
+PROMPT_IDS = TRACING + ("generate", "explain", "attribute", "patch", "steer", "ablate", "features")
+
+IDS_RETOKENIZED = note(
+    "ids_retokenized", PROMPT_IDS,
+    "the prompt was given as token ids, and the text they decode to tokenizes to other ids",
+    "the {n} ids were traced as given; the text they decode to tokenizes to other ids ({m} "
+    "tokens; from position {pos}: {given} given, {got} from the text)")
+
 CHAT_TEMPLATE = note(
     "chat_template", TRACING + ("generate",),
     "the prompt went through the model's chat template (--chat, --system, --messages)",

@@ -119,10 +119,7 @@ class LoadedModel:
             start = time.perf_counter()  # run also pays for its start-up
             self.tokenizer.encode(text, special=not isinstance(prompt, Chat))
             seconds = time.perf_counter() - start
-        vocab = int(self.config.vocab_size)
-        bad = [i for i in ids if not 0 <= i < vocab]
-        if bad:
-            raise BadInput(f"token id {bad[0]} is outside the vocabulary (0..{vocab - 1})")
+        self.check_ids(ids)
         ctx = getattr(self.config, "max_position_embeddings", None)
         dropped = 0
         if ctx and len(ids) > ctx:
@@ -170,7 +167,7 @@ class LoadedModel:
     def bos_note(self, prepared: Prepared) -> str | None:
         """Who wrote the first tokens: the chat template, or the tokenizer's begin-of-text token
         (the seeds' Llama adds one, SmolLM2's GGUF does not)."""
-        from fptrace.notes import BOS_ADDED, CHAT_TEMPLATE, NO_BOS
+        from fptrace.notes import BOS_ADDED, BOS_GIVEN, CHAT_TEMPLATE, NO_BOS
 
         ids = prepared.ids
         if prepared.chat:
@@ -180,8 +177,24 @@ class LoadedModel:
             return None
         name = repr(self.token_text(bos))
         if ids[0] == bos:
-            return BOS_ADDED(token=name, id=bos)
+            return (BOS_GIVEN if prepared.from_ids else BOS_ADDED)(token=name, id=bos)
         return NO_BOS(first=repr(self.token_text(ids[0])), token=name, id=bos)
+
+    def check_ids(self, ids: Sequence[int]) -> None:
+        """Refuse (BadInput) an id outside the model's vocabulary: the one check of token ids
+        against a model (their text is read by models/prompts.py's parse_ids)."""
+        vocab = int(self.config.vocab_size)
+        bad = next((k for k, i in enumerate(ids) if not 0 <= i < vocab), None)
+        if bad is not None:
+            raise BadInput(f"token id {ids[bad]} (position {bad}) is outside the vocabulary of "
+                           f"{self.name} (0..{vocab - 1})")
+
+    def retokenized_note(self, prepared: Prepared) -> str | None:
+        """For ids given as they are: the note that the text they decode to tokenizes to other
+        ids (with or without the tokens the tokenizer adds to a whole prompt), else None."""
+        if not prepared.from_ids or self.tokenizer is None:
+            return None
+        return retokenized(self.tokenizer, prepared.ids)
 
     def tokens(self, ids: Sequence[int] | Prepared, start: int = 0) -> tuple[Token, ...]:
         """Token rows (position, id, text) of ids, positions counted from `start`; of a
@@ -193,6 +206,31 @@ class LoadedModel:
         return tuple(Token(start + i, t, self.token_text(t),
                            template=bool(flags[i]) if flags else False)
                      for i, t in enumerate(ids))
+
+
+def retokenized(tokenizer: TextTokenizer, ids: Sequence[int]) -> str | None:
+    """The note (notes.IDS_RETOKENIZED) when decoding ids and tokenizing the text again gives
+    other ids, with the tokens added to a whole prompt (a begin-of-text id) or without (the
+    ids' own special tokens are then read back from the text); None when either gives ids."""
+    from fptrace.notes import IDS_RETOKENIZED
+
+    ids = list(ids)
+    try:
+        text = tokenizer.decode(ids)
+    except Exception:  # an id the model's vocabulary has and its tokenizer lacks (padding)
+        return None
+    again = [tokenizer.encode(text, special) for special in (True, False)]
+    if ids in again:
+        return None
+    got = again[0]
+    pos = next((k for k, (a, b) in enumerate(zip(ids, got)) if a != b), min(len(ids), len(got)))
+    return IDS_RETOKENIZED(n=len(ids), m=len(got), pos=pos, given=_few(ids[pos:]),
+                           got=_few(got[pos:]))
+
+
+def _few(ids: Sequence[int], n: int = 4) -> str:
+    """The first ids of a list as text: '[504, 3575, …]', '[]' for none."""
+    return "[" + ", ".join([str(i) for i in ids[:n]] + (["…"] if len(ids) > n else [])) + "]"
 
 
 def tokenizer_for(spec: ModelSpec, config: Any, progress: Progress) -> TextTokenizer | None:
