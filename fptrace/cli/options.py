@@ -124,6 +124,13 @@ class ChatOptions:
         return self.messages is not None or self.ids is not None or self.ids_file is not None
 
 
+IdsOpt = Annotated[str | None, typer.Option(
+    "--ids", metavar="IDS", help="Token ids instead of the text, taken as they are, e.g. "
+    "504,3575,282 (`fptrace tokens --ids` shows what they are).", rich_help_panel=PROMPT)]
+IdsFileOpt = Annotated[str | None, typer.Option(
+    "--ids-file", metavar="FILE", help="The token ids in FILE (a JSON list, or one id a line) "
+    "instead of the text.", rich_help_panel=PROMPT)]
+
 CHAT_OPTIONS: tuple[tuple[str, Any, Any], ...] = (
     ("chat", Annotated[bool, typer.Option(
         "--chat", help="PROMPT is a user's message: apply the model's chat template (with the "
@@ -135,12 +142,8 @@ CHAT_OPTIONS: tuple[tuple[str, Any, Any], ...] = (
         "--messages", help="A JSON file holding a whole conversation, "
         '[{"role": "user", "content": "..."}, ...], traced through the chat template instead '
         "of PROMPT.", rich_help_panel=CHAT)], None),
-    ("ids", Annotated[str | None, typer.Option(
-        "--ids", metavar="IDS", help="Trace exactly these token ids instead of PROMPT, e.g. "
-        "504,3575,282 (`fptrace tokens` shows what they are).", rich_help_panel=PROMPT)], None),
-    ("ids_file", Annotated[str | None, typer.Option(
-        "--ids-file", metavar="FILE", help="Trace the token ids in FILE (a JSON list, or one id "
-        "a line) instead of PROMPT.", rich_help_panel=PROMPT)], None),
+    ("ids", IdsOpt, None),
+    ("ids_file", IdsFileOpt, None),
 )
 assert {n for n, _, _ in CHAT_OPTIONS} == {f.name for f in fields(ChatOptions)}
 

@@ -167,27 +167,19 @@ class LoadedModel:
     def bos_note(self, prepared: Prepared) -> str | None:
         """Who wrote the first tokens: the chat template, or the tokenizer's begin-of-text token
         (the seeds' Llama adds one, SmolLM2's GGUF does not)."""
-        from fptrace.notes import BOS_ADDED, BOS_GIVEN, CHAT_TEMPLATE, NO_BOS
+        from fptrace.notes import CHAT_TEMPLATE
 
         ids = prepared.ids
         if prepared.chat:
             return CHAT_TEMPLATE(template=sum(prepared.flags()), n=len(ids))
-        bos = getattr(self.tokenizer, "bos_id", None) if self.tokenizer is not None else None
-        if bos is None or not ids:
+        if self.tokenizer is None:
             return None
-        name = repr(self.token_text(bos))
-        if ids[0] == bos:
-            return (BOS_GIVEN if prepared.from_ids else BOS_ADDED)(token=name, id=bos)
-        return NO_BOS(first=repr(self.token_text(ids[0])), token=name, id=bos)
+        return bos_said(self.tokenizer, ids, prepared.from_ids)
 
     def check_ids(self, ids: Sequence[int]) -> None:
         """Refuse (BadInput) an id outside the model's vocabulary: the one check of token ids
         against a model (their text is read by models/prompts.py's parse_ids)."""
-        vocab = int(self.config.vocab_size)
-        bad = next((k for k, i in enumerate(ids) if not 0 <= i < vocab), None)
-        if bad is not None:
-            raise BadInput(f"token id {ids[bad]} (position {bad}) is outside the vocabulary of "
-                           f"{self.name} (0..{vocab - 1})")
+        check_vocabulary(ids, int(self.config.vocab_size), self.name)
 
     def retokenized_note(self, prepared: Prepared) -> str | None:
         """For ids given as they are: the note that the text they decode to tokenizes to other
@@ -206,6 +198,28 @@ class LoadedModel:
         return tuple(Token(start + i, t, self.token_text(t),
                            template=bool(flags[i]) if flags else False)
                      for i, t in enumerate(ids))
+
+
+def check_vocabulary(ids: Sequence[int], vocab: int, model: str) -> None:
+    """Refuse (BadInput) an id outside a vocabulary of `vocab` ids, naming its position."""
+    bad = next((k for k, i in enumerate(ids) if not 0 <= i < vocab), None)
+    if bad is not None:
+        raise BadInput(f"token id {ids[bad]} (position {bad}) is outside the vocabulary of "
+                       f"{model} (0..{vocab - 1})")
+
+
+def bos_said(tokenizer: TextTokenizer, ids: Sequence[int], from_ids: bool) -> str | None:
+    """Whether position 0 is the tokenizer's begin-of-text token (added by the tokenizer, or
+    given in the ids) or not; None when the tokenizer has none."""
+    from fptrace.notes import BOS_ADDED, BOS_GIVEN, NO_BOS
+
+    bos = tokenizer.bos_id
+    if bos is None or not ids:
+        return None
+    name = repr(tokenizer.token_text(bos))
+    if ids[0] == bos:
+        return (BOS_GIVEN if from_ids else BOS_ADDED)(token=name, id=bos)
+    return NO_BOS(first=repr(tokenizer.token_text(ids[0])), token=name, id=bos)
 
 
 def retokenized(tokenizer: TextTokenizer, ids: Sequence[int]) -> str | None:
@@ -234,8 +248,8 @@ def _few(ids: Sequence[int], n: int = 4) -> str:
 
 
 def tokenizer_for(spec: ModelSpec, config: Any, progress: Progress) -> TextTokenizer | None:
-    from transformers import AutoTokenizer
-
+    """The model's tokenizer from local files only, never its weights (None when there is none
+    offline); the offline tokenizers of known models load without transformers."""
     if spec.kind == "gguf" and spec.path:
         return gguf_tokenizer(spec.path, progress)
     if spec.known is not None and spec.known.tokenizer in OFFLINE:
@@ -243,6 +257,8 @@ def tokenizer_for(spec: ModelSpec, config: Any, progress: Progress) -> TextToken
     if spec.kind == "folder":
         if any(os.path.exists(os.path.join(spec.path, n)) for n in
                ("tokenizer.json", "tokenizer_config.json", "vocab.json", "tokenizer.model")):
+            from transformers import AutoTokenizer
+
             try:
                 return HFTokenizer(AutoTokenizer.from_pretrained(spec.path), spec.name)
             except Exception as e:
@@ -250,6 +266,8 @@ def tokenizer_for(spec: ModelSpec, config: Any, progress: Progress) -> TextToken
                                      f"{short_error(e)}") from None
         return None
     if spec.kind == "hub":
+        from transformers import AutoTokenizer
+
         try:
             return HFTokenizer(AutoTokenizer.from_pretrained(spec.hub_id, local_files_only=True),
                                spec.name)
