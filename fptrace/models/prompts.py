@@ -215,7 +215,7 @@ def read_ids(path: str) -> tuple[int, ...]:
         text = p.read_text(encoding="utf-8-sig")
     except UnicodeDecodeError as e:
         raise BadInput(f"--ids-file {path}: not UTF-8 text (byte {e.start})") from None
-    if text.lstrip().startswith("["):
+    if text.lstrip().startswith(("[", "{")):
         try:
             data = loads(text)
         except json.JSONDecodeError as e:

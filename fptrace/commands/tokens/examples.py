@@ -1,0 +1,57 @@
+"""Examples of `fptrace tokens`: its golden view and its bad inputs (those of --ids, which
+every command that takes a prompt shares, among them)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from fptrace.examples import Bench, Case, Setup, View
+
+
+def _view(lm: Any, bench: Bench) -> Callable[[Any], Any]:
+    import dataclasses
+
+    from fptrace.commands.tokens.core import tokens
+    from fptrace.commands.tokens.render import tokens_view
+
+    result = dataclasses.replace(tokens("gpt2", "The cat sat on the mat"), seconds=0.0)
+    return lambda w: tokens_view(result, w)
+
+
+def _ids_view(lm: Any, bench: Bench) -> Callable[[Any], Any]:
+    import dataclasses
+
+    from fptrace.commands.tokens.core import tokens
+    from fptrace.commands.tokens.render import tokens_view
+
+    result = dataclasses.replace(tokens("gpt2", (0, 319, 866, 50256)), seconds=0.0)
+    return lambda w: tokens_view(result, w)
+
+
+VIEWS = (View("tokens", _view), View("tokens-ids", _ids_view))
+
+
+def bad_inputs(at: Setup) -> tuple[Case, ...]:
+    """The bad inputs of `fptrace tokens` and of --ids / --ids-file (rows of
+    docs/bad-inputs.md; the files they read are made by scripts/bad_inputs.py)."""
+    m = at.model
+    return (
+        Case(220, "--ids: an id beyond the vocabulary", ("tokens", "--ids", "5,50257", "-m",
+                                                         "gpt2")),
+        Case(221, "--ids: a negative id", ("tokens", "--ids", "5,-1", "-m", "gpt2")),
+        Case(222, "--ids: an Arabic-Indic digit", ("tokens", "--ids", "\u0663", "-m", "gpt2")),
+        Case(223, "--ids: an empty list", ("tokens", "--ids", " , ", "-m", "gpt2")),
+        Case(224, "--ids-file: 10⁶ ids, beyond the context",
+             ("run", "--ids-file", at.path("ids-1e6.txt"), *m)),
+        Case(225, "both a prompt and --ids", ("run", "The cat", "--ids", "5,6", *m)),
+        Case(226, "--ids beyond the vocabulary, on a command that runs the model",
+             ("explain", "--ids", "5,50257", *m)),
+        Case(227, "--ids with --chat", ("generate", "--ids", "5,6", "--chat", *m)),
+        Case(228, "both --ids and --ids-file",
+             ("tokens", "--ids", "5", "--ids-file", at.path("ids-1e6.txt"), "-m", "gpt2")),
+        Case(229, "--ids-file: not a list of ids",
+             ("tokens", "--ids-file", at.path("robot.json"), "-m", "gpt2")),
+        Case(230, "tokens: neither a text nor --ids", ("tokens", "-m", "gpt2")),
+        Case(231, "tui: --ids", ("tui", "--ids", "5,6", *m)),
+    )
