@@ -287,3 +287,33 @@ def test_parse_ids_forms():
     for bad in ([], [True], [1.0], ["1"], {"a": 1}):
         with pytest.raises(BadInput):
             check_ids(bad, "x")
+
+
+def _llamacpp_installed() -> bool:
+    from fptrace.models.llamacpp import binding as B
+
+    return B.installed_version() is not None
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not _llamacpp_installed(), reason="the [llamacpp] extra is not installed")
+def test_llamacpp_runs_the_ids_given(smollm_cli):
+    """run --engine llama.cpp and diff --engine-b llama.cpp with --ids: llama.cpp runs exactly
+    the ids given (its own tokenizer is not asked), and the ids of a text give the text's
+    trace; ids that llama.cpp's tokenizer would split otherwise are still traced as given."""
+    text = "The capital of France is"
+    ids = _ids(text, "smollm2-135m")
+    a = smollm_cli(["run", text, "--engine", "llama.cpp", "--json"])
+    b = smollm_cli(["run", "--ids", ",".join(map(str, ids)), "--engine", "llama.cpp",
+                    "--json"])
+    assert _same(a, b) == []
+    split = _ids(" c", "smollm2-135m") + _ids("at", "smollm2-135m")
+    c = smollm_cli(["run", "--ids", ",".join(map(str, split)), "--engine", "llama.cpp",
+                    "--json"])
+    assert [t["id"] for t in c["tokens"]] == split
+    r = subprocess.run([sys.executable, "-m", "fptrace", "diff", "--engine-b", "llama.cpp",
+                        "--ids", ",".join(map(str, split)), "--json"], capture_output=True,
+                       text=True, env={**__import__("os").environ, "HF_HUB_OFFLINE": "1"})
+    assert r.returncode in (0, 1), r.stderr  # 1: beyond the tolerance, as with a text
+    d = json.loads(r.stdout)
+    assert [t[0] for t in d["a"]["tokens"]] == [t[0] for t in d["b"]["tokens"]] == split

@@ -89,4 +89,9 @@ def bad_inputs(at: Setup) -> tuple[Case, ...]:
         Case(44, "a messages file with a message lacking its content",
              ("run", "--messages", p("messages.json"), *m)),
         Case(45, "a missing messages file", ("run", "--messages", p("nope.json"), *m)),
+        Case(224, "--ids-file: 10⁶ ids, beyond the context",
+             ("run", "--ids-file", p("ids-1e6.txt"), *m)),
+        Case(225, "both a prompt and --ids", ("run", "The cat", "--ids", "5,6", *m)),
+        Case(231, "--ids with --engine llama.cpp beyond the vocabulary",
+             ("run", "--ids", "5,50257", "--engine", "llama.cpp", *m)),
     )

@@ -7,6 +7,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
+from fptrace.commands.tokens.notes import NOT_IN_TOKENIZER
 from fptrace.commands.tokens.result import TokenPiece, Tokenization
 from fptrace.errors import BadInput, PromptTooLong
 
@@ -67,9 +68,8 @@ def tokens(model: str, prompt: str | Sequence[int]) -> Tokenization:
             again = tuple(tok.encode(tok.decode(ids)))
     lacking = [i for i in ids if i >= known]
     if lacking:
-        notes.append(f"{len(lacking)} of the ids ({lacking[0]}, ...) are in the model's "
-                     f"vocabulary ({vocab}) but not in its tokenizer ({known} ids): padding rows "
-                     "no text encodes to")
+        notes.append(NOT_IN_TOKENIZER(k=len(lacking), first=lacking[0], vocab=vocab,
+                                      known=known))
     return Tokenization(
         model=spec.name, tokenizer=tok.name, vocab_size=vocab,
         text=None if from_ids else str(prompt), from_ids=from_ids, tokens=rows,

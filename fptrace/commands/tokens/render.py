@@ -21,7 +21,9 @@ def tokens_view(r: Tokenization, width: int | None = None) -> RenderableType:
         f"{inert(repr(r.text))[:80]} → {len(r.tokens)} tokens"
     title = Text(f"{r.model} ({r.tokenizer}, vocabulary {r.vocab_size:,}): {what}",
                  style="bold")
-    parts: list[RenderableType] = [title, fit_table(COLS, rows, width)]
+    cols = COLS[:-1] if r.from_ids else COLS  # ids given have no offsets in a text
+    parts: list[RenderableType] = [title, fit_table(cols, [row[:len(cols)] for row in rows],
+                                                    width)]
     if r.from_ids:
         parts.append(Text("decoded: " + inert(repr(r.decoded)), style="dim"))
     if r.notes:
