@@ -110,7 +110,7 @@ PROMPT_IDS = TRACING + ("generate", "explain", "attribute", "patch", "steer", "a
 IDS_RETOKENIZED = note(
     "ids_retokenized", PROMPT_IDS,
     "the prompt was given as token ids, and the text they decode to tokenizes to other ids",
-    "the text these {n} ids decode to tokenizes to other ids ({m} tokens; from position {pos}: "
+    "the text these {n} ids decode to tokenizes to other ids (length {m}; from position {pos}: "
     "{given} given, {got} from the text); the ids are taken as given")
 
 CHAT_TEMPLATE = note(
