@@ -99,13 +99,13 @@ NO_BOS = note(
     "prompt (the tokenizer's is {token}, id {id})")
 
 BOS_GIVEN = note(
-    "bos_given", TRACING + ("generate", "tokens"),
+    "bos_given", (*TRACING, "generate", "tokens"),
     "the prompt was given as token ids (--ids, --ids-file, a record's \"ids\") and the first is "
     "the tokenizer's begin-of-text token",
     "position 0 is the begin-of-text token {token} (id {id}), as the given ids have it")
 
-PROMPT_IDS = TRACING + ("generate", "explain", "attribute", "patch", "steer", "ablate", "features",
-                        "tokens")
+PROMPT_IDS = (*TRACING, "generate", "explain", "attribute", "patch", "steer", "ablate", "features",
+              "tokens")
 
 IDS_RETOKENIZED = note(
     "ids_retokenized", PROMPT_IDS,

@@ -11,10 +11,10 @@ import sys
 import time
 
 import pytest
-from typer.testing import CliRunner
-
 import tokenizer_fixtures
 from conftest import tiny_gpt2
+from typer.testing import CliRunner
+
 from fptrace.cli.main import app
 from fptrace.notes import BOS_GIVEN, IDS_RETOKENIZED
 
@@ -47,7 +47,7 @@ def test_tokens_of_ids_are_the_tokenizers_own(style, folders):
     folder = folders[style]
     hf = AutoTokenizer.from_pretrained(folder)
     ids = hf("The capital of France is Paris. The cat sat.")["input_ids"]
-    ids = ids + [hf.eos_token_id]  # an end-of-text id too
+    ids = [*ids, hf.eos_token_id]  # an end-of-text id too
     doc = _json(["tokens", "--ids", ",".join(map(str, ids)), "-m", folder, "--json"])
     assert doc["kind"] == "tokens" and doc["from_ids"] and doc["text"] is None
     assert [t["id"] for t in doc["tokens"]] == ids
@@ -74,7 +74,7 @@ def test_tokens_of_a_text(style, folders):
     assert [t["id"] for t in doc["tokens"]] == got["input_ids"]
     assert [t["piece"] for t in doc["tokens"]] == hf.convert_ids_to_tokens(got["input_ids"])
     raw = text.encode("utf-8")
-    for t, (a, b) in zip(doc["tokens"], got["offset_mapping"]):  # characters -> bytes
+    for t, (a, b) in zip(doc["tokens"], got["offset_mapping"], strict=True):  # chars: bytes
         assert (t["start"], t["end"]) == (len(text[:a].encode()), len(text[:b].encode()))
     assert raw[doc["tokens"][-1]["start"]:doc["tokens"][-1]["end"]].decode().endswith("é")
     bos = hf.bos_token_id
@@ -135,7 +135,7 @@ def _same(a, b, path=""):
         keys = {k for k in a.keys() | b.keys() if "seconds" not in k and "per_s" not in k}
         return [d for k in sorted(keys) for d in _same(a.get(k), b.get(k), f"{path}.{k}")]
     if isinstance(a, list) and isinstance(b, list) and len(a) == len(b):
-        return [d for x, y in zip(a, b) for d in _same(x, y, path)]
+        return [d for x, y in zip(a, b, strict=True) for d in _same(x, y, path)]
     return [] if a == b else [path]
 
 

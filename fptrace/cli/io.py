@@ -167,8 +167,8 @@ def prompt_of(prompt: str | None, chat: ChatOptions | None = None) -> Any:
                 check_prompt(m.content)
         return conversation
     if prompt is None:
-        raise BadInput("give a PROMPT to trace (or a conversation with --messages FILE, or token ids "
-                       "with --ids)")
+        raise BadInput("give a PROMPT to trace (or a conversation with --messages FILE, or "
+                       "token ids with --ids)")
     check_prompt(prompt)
     if chat.system is not None:
         check_prompt(chat.system, "--system")

@@ -229,10 +229,9 @@ def retokenized(tokenizer: TextTokenizer, ids: Sequence[int]) -> str | None:
     from fptrace.notes import IDS_RETOKENIZED
 
     ids = list(ids)
-    try:
-        text = tokenizer.decode(ids)
-    except Exception:  # an id the model's vocabulary has and its tokenizer lacks (padding)
+    if max(ids) >= tokenizer.size():  # an id of a vocabulary padded past the tokenizer's
         return None
+    text = tokenizer.decode(ids)
     again = [tokenizer.encode(text, special) for special in (True, False)]
     if ids in again:
         return None

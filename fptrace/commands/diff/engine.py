@@ -32,7 +32,8 @@ from fptrace.points import BLOCK, Point
 LABELS = ("transformers", "llama.cpp")
 
 
-def engine_diff(lm: LoadedModel, path: str, prompt: str | Sequence[int], *, options: EngineOptions | None = None,
+def engine_diff(lm: LoadedModel, path: str, prompt: str | Sequence[int], *,
+                options: EngineOptions | None = None,
                 deep: bool = False, layers: Sequence[int] | Selection | None = None,
                 tolerance: float | None = None, name_b: str | None = None,
                 emulate: Sequence[str] = ()) -> TraceDiff:

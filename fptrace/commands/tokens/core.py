@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from fptrace.commands.tokens.notes import NOT_IN_TOKENIZER
-from fptrace.commands.tokens.result import TokenPiece, Tokenization
+from fptrace.commands.tokens.result import Tokenization, TokenPiece
 from fptrace.errors import BadInput, PromptTooLong
 
 
