@@ -236,7 +236,8 @@ def retokenized(tokenizer: TextTokenizer, ids: Sequence[int]) -> str | None:
     if ids in again:
         return None
     got = again[0]
-    pos = next((k for k, (a, b) in enumerate(zip(ids, got)) if a != b), min(len(ids), len(got)))
+    pos = next((k for k, (a, b) in enumerate(zip(ids, got, strict=False)) if a != b),
+               min(len(ids), len(got)))
     return IDS_RETOKENIZED(n=len(ids), m=len(got), pos=pos, given=_few(ids[pos:]),
                            got=_few(got[pos:]))
 

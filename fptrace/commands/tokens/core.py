@@ -40,7 +40,10 @@ def tokens(model: str, prompt: str | Sequence[int]) -> Tokenization:
     if tok is None:
         raise BadInput(f"no tokenizer for {spec.name} is available offline")
     from_ids = not isinstance(prompt, str)
-    if from_ids:
+    if isinstance(prompt, str):
+        ids = encode_prompt(tok, prompt)
+        spans = _byte_spans(prompt, tok.spans(prompt))
+    else:
         ids = [int(i) for i in prompt]
         if not ids:
             raise BadInput("no token ids")
@@ -49,9 +52,6 @@ def tokens(model: str, prompt: str | Sequence[int]) -> Tokenization:
             raise PromptTooLong(f"the {len(ids):,} ids are more than {spec.name} reads (at most "
                                 f"{ctx:,})", len(ids), ctx)
         spans = None
-    else:
-        ids = encode_prompt(tok, prompt)
-        spans = _byte_spans(prompt, tok.spans(prompt))
     known = tok.size()
     special = tok.special_ids()
     rows = tuple(TokenPiece(
