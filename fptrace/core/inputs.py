@@ -100,8 +100,8 @@ def _parse(data: bytes, name: str, stem: str, as_jsonl: bool) -> list[PromptItem
         if not isinstance(obj, dict) or len(given) != 1 or \
                 (given == ["prompt"] and not isinstance(obj["prompt"], str)):
             items.append(PromptItem(f"{stem}:{n}", None, where, error=f'{where}: expected an '
-                                    'object with one of a "prompt" string, a "messages" list or '
-                                    'an "ids" list'))
+                                    'object with a "prompt" string or a "messages" list, or an '
+                                    '"ids" list of token ids (one of them)'))
             continue
         prompt: Any = obj.get("prompt")
         if "ids" in obj:
