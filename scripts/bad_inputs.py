@@ -103,7 +103,8 @@ def collected(setup: Any) -> list[Case]:
 def hostile_files(tmp: str) -> None:
     """The files of the hostile cases (issue 32): JSON nested 100,000 deep, control vectors
     with a tensor named direction.² or holding NaN, .npy files of text and of complex numbers,
-    a user's file where a vector would be saved, an unknown chat role, an over-long pair."""
+    a user's file where a vector would be saved, an unknown chat role, an over-long pair, a
+    million token ids."""
     import numpy as np
     from safetensors.numpy import save_file
 
@@ -123,6 +124,8 @@ def hostile_files(tmp: str) -> None:
         f.write("my notes\n")
     with open(p("robot.json"), "w") as f:
         f.write('[{"role": "robot", "content": "hi"}]')
+    with open(p("ids-1e6.txt"), "w") as f:  # a million token ids, one a line
+        f.write("11\n" * 1_000_000)
     with open(p("long-pairs.jsonl"), "w") as f:
         f.write('{"positive": "good", "negative": "' + " ".join(["word"] * 60) + '"}\n')
 

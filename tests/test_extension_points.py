@@ -38,6 +38,12 @@ ALLOWED = {
 }
 
 
+# Command names that are also ordinary words of the data: the string "tokens" is the key of
+# every token list (Trace.tokens, a statistics file's counts), not `fptrace tokens`. For these,
+# an import of the folder or a string holding its module path is a mention; the bare word is not.
+WORDS = {"tokens"}
+
+
 def _allowed(rel: str, name: str) -> bool:
     return any(Path(rel).match(f) and n in ("*", name) for f, n in ALLOWED)
 
@@ -79,7 +85,8 @@ def mentions(path: Path, names: list[str]) -> list[tuple[int, str, str]]:
         if isinstance(node, ast.Constant) and isinstance(node.value, str) and \
                 id(node) not in prose:
             for name in names:
-                if node.value == name or re.search(rf"commands[./]{name}\b", node.value):
+                if (node.value == name and name not in WORDS) or \
+                        re.search(rf"commands[./]{name}\b", node.value):
                     found.append((node.lineno, name, repr(node.value[:60])))
     return sorted(found)
 

@@ -101,6 +101,7 @@ def work(tmp_path_factory):
     folder = tmp_path_factory.mktemp("work")
     (folder / "prompts.txt").write_text("The cat sat\nA dog ran to the\nOne two three\n")
     write_seeded(str(folder / "sae"), 32, 64)
+    (folder / "ids.txt").write_text("464\n3797\n3332\n")  # --ids-file, read from the caller's folder
     return folder
 
 
@@ -123,6 +124,10 @@ def commands(tiny: str) -> list[list[str]]:
         ["generate", P, *m, "-n", "3", "--temperature", "0.8", "--seed", "3", "--json"],
         ["shapes", *m, P, "--json"],
         ["features", P, *m, "--sae", "sae", "--json"],
+        ["run", "--ids", "464,3797,3332", *m, "--json"],
+        ["run", "--ids-file", "ids.txt", *m, "--json"],
+        ["tokens", P, *m, "--json"],
+        ["tokens", "--ids", "464,269,265", *m, "--json"],
     ]
 
 
@@ -203,6 +208,30 @@ def test_bad_input_is_the_same_line_and_code(server, work):
     here = fptrace(["run", P, "--top-k", "0"], server, cwd=work, **{serving.SWITCH_ENV: "off"})
     assert remote.returncode == here.returncode == 2
     assert remote.stderr == here.stderr and remote.stderr.count("\n") == 1
+
+
+@pytest.mark.parametrize("args", [["run", "--ids", "5,50257"], ["tokens", "--ids", "\u0663"],
+                                  ["run", P, "--ids", "5"]])
+def test_bad_ids_are_the_same_line_and_code(server, work, args):
+    args = [*args, "-m", tiny_gpt2()]
+    remote = fptrace(args, server, cwd=work)
+    here = fptrace(args, server, cwd=work, **{serving.SWITCH_ENV: "off"})
+    assert remote.returncode == here.returncode == 2
+    assert remote.stderr.splitlines()[-1] == here.stderr.splitlines()[-1]
+    assert remote.stderr.splitlines()[-1].startswith("fptrace: error: ")
+
+
+def test_tokens_answers_at_once_through_the_server(server, work):
+    """With a server, `tokens` costs the client's start and the tokenizer's work: no import of
+    transformers or torch, no weights (measured: about 0.3 s on an idle machine)."""
+    args = ["tokens", P, "-m", tiny_gpt2(), "--json"]
+    fptrace(args, server, cwd=work)  # the server's first tokenizer of this folder
+    t0 = time.perf_counter()
+    done = fptrace(args, server, cwd=work)
+    seconds = time.perf_counter() - t0
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["tokens"][0]["id"] == 464
+    assert seconds < 10, seconds  # a shared machine; the number is in the report
 
 
 def test_ctrl_c_cancels_the_request_not_the_server(server, work):

@@ -99,4 +99,9 @@ def bad_inputs(at: Setup) -> tuple[Case, ...]:
              ("run", "hi", "-m", p("model.gguf"), "--engine", "llama.cpp")),
         Case(134, "run --engine llama.cpp: a prompt longer than the context (bundled model)",
              ("run", "word " * 8300, "--engine", "llama.cpp")),
+        Case(224, "--ids-file: 10⁶ ids, beyond the context",
+             ("run", "--ids-file", p("ids-1e6.txt"), *m)),
+        Case(225, "both a prompt and --ids", ("run", "The cat", "--ids", "5,6", *m)),
+        Case(231, "--ids with --engine llama.cpp beyond the vocabulary",
+             ("run", "--ids", "5,50257", "--engine", "llama.cpp", *m)),
     )
