@@ -283,7 +283,7 @@ def test_truncated_gguf_never_poisons_the_cache(tmp_path, cut):
     cache = tmp_path / "cache"
     p = _cli("run", "hi", "--model", str(bad), env={"FPTRACE_CACHE_DIR": str(cache)})
     line = _one_line(p)
-    assert "cut.gguf" in line
+    assert "cut.gguf" in line and "truncated" in line  # from the header, before any dequantizing
     # no published entry, no leftover temporary folder
     published = [r for r, _, files in os.walk(cache) if "fptrace-cache.json" in files]
     assert published == []

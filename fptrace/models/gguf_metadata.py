@@ -114,6 +114,21 @@ class Reader:
         return struct.unpack_from(f"<{n}{SCALAR[inner]}", self.buf, start)
 
 
+def data_bytes(kind: int, dims: tuple[int, ...], r: Reader) -> int:
+    """How many bytes a tensor of ggml type `kind` and these dims holds (gguf's table of block
+    sizes: a quantized type stores blocks of values)."""
+    from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType
+
+    try:
+        block, size = GGML_QUANT_SIZES[GGMLQuantizationType(kind)]
+    except (ValueError, KeyError):
+        raise r.damaged(f"a tensor of unknown type {kind}") from None
+    count = 1
+    for n in dims:
+        count *= n
+    return count // block * size
+
+
 def read(path: str) -> GGUFMetadata:
     """The header of the GGUF file at `path` (its keys and tensor shapes); ModelLoadError when
     it is not a GGUF or ends early."""
@@ -138,13 +153,24 @@ def read(path: str) -> GGUFMetadata:
             key = r.string()
             values[key] = r.value(int(r.take("I")), key, lengths)
         shapes: dict[str, tuple[int, ...]] = {}
+        extents: list[tuple[str, int, int]] = []  # (tensor, element type, data offset)
         for _ in range(n_tensors):
             name = r.string()
             n_dims = int(r.take("I"))
             if n_dims > 8:
                 raise r.damaged(f"tensor {name!r} has {n_dims} dimensions")
             shapes[name] = tuple(int(r.take("Q")) for _ in range(n_dims))
-            r.skip(4 + 8)  # element type, data offset
+            extents.append((name, int(r.take("I")), int(r.take("Q"))))
+        alignment = values.get("general.alignment", 32)
+        if not isinstance(alignment, int) or isinstance(alignment, bool) or alignment < 1:
+            raise r.damaged(f"general.alignment is {shown(alignment)}")
+        data = -(-r.at // alignment) * alignment
+        for name, kind, offset in extents:
+            end = data + offset + data_bytes(kind, shapes[name], r)
+            if end > len(buf):
+                raise ModelLoadError(
+                    f"the GGUF file {path!r} is truncated: tensor {name!r} ends at byte {end:,} "
+                    f"but the file has {len(buf):,} (an interrupted download or copy?)")
         return GGUFMetadata(path=path, values=values, array_lengths=lengths, shapes=shapes)
     finally:
         buf.close()
