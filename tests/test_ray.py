@@ -15,8 +15,12 @@ import numpy as np
 import pytest
 
 from conftest import make_llama_folder
+from typer.testing import CliRunner
+
+from fptrace.cli.main import app
 
 pytest.importorskip("ray")
+runner = CliRunner()
 pytestmark = [pytest.mark.slow,
               pytest.mark.skipif(shutil.which("unshare") is None or shutil.which("ip") is None,
                                  reason="needs unshare and ip (util-linux, iproute2)")]
@@ -60,18 +64,37 @@ def _same(a, b):
         assert [t["id"] for t in x["top_k"]] == [t["id"] for t in y["top_k"]]
 
 
-def test_ray_file_equals_local_batch(setup):
+@pytest.fixture(scope="module")
+def on_ray(setup):
+    """batch and stats on one cluster that `ray start` began (what `--ray auto` joins), in one
+    namespace: one cluster's start for both, and joining a running cluster is the path run."""
     tmp, model, prompts = setup
-    py = sys.executable
-    local, on_ray = tmp / "local.jsonl", tmp / "ray.jsonl"
-    r = subprocess.run([py, "-m", "fptrace", "batch", prompts, "--out", str(local), "-m", model,
-                        "-b", "4"], capture_output=True, text=True, timeout=240)
-    assert r.returncode == 0, r.stderr[-1500:]
-    r = _in_namespace(f"{py} -m fptrace batch {prompts} --out {on_ray} -m {model} -b 4 "
-                      "--ray auto --workers 2")
-    assert r.returncode == 0, (r.stdout + r.stderr)[-3000:]
-    assert r.stdout == ""  # the records went to the file; Ray's messages are not on stdout
-    _same(_records(on_ray), _records(local))
+    py, ray = sys.executable, os.path.join(os.path.dirname(sys.executable), "ray")
+    script = f"""
+{ray} start --head --num-cpus 2 --include-dashboard=false --disable-usage-stats \
+  > {tmp}/ray-start.log 2>&1 || {{ cat {tmp}/ray-start.log; exit 90; }}
+{py} -m fptrace batch {prompts} --out {tmp}/ray.jsonl -m {model} -b 4 --ray auto --workers 2 \
+  > {tmp}/batch.out 2> {tmp}/batch.err
+echo "batch $?"
+{py} -m fptrace stats {prompts} --out {tmp}/stats-ray.json -m {model} -b 1 --ray auto \
+  --workers 2 --json > {tmp}/stats.out 2> {tmp}/stats.err
+echo "stats $?"
+{ray} stop --force > /dev/null 2>&1
+"""
+    r = _in_namespace(script, timeout=400)
+    assert "batch" in r.stdout and "stats" in r.stdout, (r.stdout + r.stderr)[-3000:]
+    return {line.split()[0]: int(line.split()[1]) for line in r.stdout.splitlines()
+            if line.split()[:1] in (["batch"], ["stats"])}
+
+
+def test_ray_file_equals_local_batch(setup, on_ray):
+    tmp, model, prompts = setup
+    assert on_ray["batch"] == 0, (tmp / "batch.err").read_text()[-3000:]
+    assert (tmp / "batch.out").read_text() == ""  # the records went to the file, Ray's words not
+    r = runner.invoke(app, ["batch", prompts, "--out", str(tmp / "local.jsonl"), "-m", model,
+                            "-b", "4"])
+    assert r.exit_code == 0, r.output[-1500:]
+    _same(_records(tmp / "ray.jsonl"), _records(tmp / "local.jsonl"))
 
 
 def test_killed_worker_loses_nothing(setup):
@@ -112,21 +135,18 @@ def test_ray_missing_or_unreachable(setup):
     assert r.stderr.strip().splitlines()[-1].startswith("fptrace: error: --ray 127.0.0.1:1")
 
 
-def test_stats_on_ray_equals_local(setup):
+def test_stats_on_ray_equals_local(setup, on_ray):
     """stats --ray: shards counted by two actors and merged in input order give, statistic for
     statistic, what the local pass gives (one prompt per forward pass: the same arithmetic)."""
     tmp, model, prompts = setup
-    py = sys.executable
-    local, on_ray = tmp / "stats-local.json", tmp / "stats-ray.json"
-    r = subprocess.run([py, "-m", "fptrace", "stats", prompts, "--out", str(local), "-m", model,
-                        "-b", "1"], capture_output=True, text=True, timeout=240)
-    assert r.returncode == 0, r.stderr[-1500:]
-    r = _in_namespace(f"{py} -m fptrace stats {prompts} --out {on_ray} -m {model} -b 1 "
-                      "--ray auto --workers 2 --json")
-    assert r.returncode == 0, (r.stdout + r.stderr)[-3000:]
-    assert json.loads(r.stdout)["kind"] == "stats"  # stdout holds the result, nothing of Ray's
+    assert on_ray["stats"] == 0, (tmp / "stats.err").read_text()[-3000:]
+    # stdout holds the result, nothing of Ray's
+    assert json.loads((tmp / "stats.out").read_text())["kind"] == "stats"
+    local = tmp / "stats-local.json"
+    r = runner.invoke(app, ["stats", prompts, "--out", str(local), "-m", model, "-b", "1"])
+    assert r.exit_code == 0, r.output[-1500:]
+    b = json.loads((tmp / "stats-ray.json").read_text())
     a = json.loads(local.read_text())
-    b = json.loads(on_ray.read_text())
     assert a["statistics"]["prompts"] == b["statistics"]["prompts"]
     for la, lb in zip(a["statistics"]["layers"], b["statistics"]["layers"]):
         for sa, sb in zip(la["sites"], lb["sites"]):
