@@ -198,10 +198,11 @@ def test_run_ids_on_the_bundled_model(smollm_cli):
 
 @pytest.fixture(scope="module")
 def smollm_cli():
+    """A command on the bundled model, in this process (a subprocess each paid torch's and
+    transformers' imports again)."""
     def call(args):
-        r = subprocess.run([sys.executable, "-m", "fptrace", *args], capture_output=True,
-                           text=True, env={**__import__("os").environ, "HF_HUB_OFFLINE": "1"})
-        assert r.returncode == 0, r.stderr
+        r = runner.invoke(app, args)
+        assert r.exit_code == 0, r.output[-2000:]
         return json.loads(r.stdout)
     return call
 
@@ -311,9 +312,8 @@ def test_llamacpp_runs_the_ids_given(smollm_cli):
     c = smollm_cli(["run", "--ids", ",".join(map(str, split)), "--engine", "llama.cpp",
                     "--json"])
     assert [t["id"] for t in c["tokens"]] == split
-    r = subprocess.run([sys.executable, "-m", "fptrace", "diff", "--engine-b", "llama.cpp",
-                        "--ids", ",".join(map(str, split)), "--json"], capture_output=True,
-                       text=True, env={**__import__("os").environ, "HF_HUB_OFFLINE": "1"})
-    assert r.returncode in (0, 1), r.stderr  # 1: beyond the tolerance, as with a text
+    r = runner.invoke(app, ["diff", "--engine-b", "llama.cpp", "--ids", ",".join(map(str, split)),
+                            "--json"])
+    assert r.exit_code in (0, 1), r.output[-2000:]  # 1: beyond the tolerance, as with a text
     d = json.loads(r.stdout)
     assert [t[0] for t in d["a"]["tokens"]] == [t[0] for t in d["b"]["tokens"]] == split
