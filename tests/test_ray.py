@@ -13,7 +13,6 @@ import sys
 
 import numpy as np
 import pytest
-
 from conftest import make_llama_folder
 from typer.testing import CliRunner
 
