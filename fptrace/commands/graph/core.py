@@ -36,7 +36,6 @@ from fptrace.commands.graph.rows import Rows, Target, rows
 from fptrace.core.attribution import rtol_for
 from fptrace.core.fragments import token_id
 from fptrace.core.trace import base_notes, model_info
-from fptrace.errors import BadInput
 from fptrace.models.loading import LoadedModel
 from fptrace.models.prompts import Prompt
 
@@ -46,21 +45,21 @@ MAX_LOGITS = 10  # ... at most this many (circuit-tracer's defaults)
 BATCH = 32  # targets per backward pass
 
 
-def query_positions(positions: tuple[int, ...] | None, n: int) -> list[int]:
-    """The query positions (negative ones count from the end), checked against a prompt of n
-    tokens; default: the last."""
-    if not positions:
+def query_positions(positions: Any, n: int) -> list[int]:
+    """The query positions of a prompt of n tokens: a Selection (`--positions 3,-1`, `all`) or
+    a list of ints (negative ones count from the end), checked against the prompt; default
+    (None): the last."""
+    from fptrace.addresses import Selection, resolve_selection
+
+    if positions is None:
         return [n - 1]
-    out = set()
-    for p in positions:
-        if not -n <= p < n:
-            raise BadInput(f"--positions {p}: outside the prompt (positions 0..{n - 1}, or "
-                           f"-{n}..-1 from the end)")
-        out.add(p % n)
-    return sorted(out)
+    got = resolve_selection(positions, n, "positions", "the prompt", "position", "token")
+    if got is None and isinstance(positions, Selection):
+        return list(range(n))
+    return list(got or [n - 1])
 
 
-def graph(lm: LoadedModel, prompt: Prompt, *, positions: tuple[int, ...] | None = None,
+def graph(lm: LoadedModel, prompt: Prompt, *, positions: Any = None,
           target: str | None = None, node_threshold: float = 0.8, edge_threshold: float = 0.98,
           max_nodes: int = 64, per_site: int = 4, batch: int = BATCH) -> AttributionGraph:
     """The attribution graph of the prompt's next tokens at the query positions (see the
