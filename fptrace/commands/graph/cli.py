@@ -66,11 +66,14 @@ def graph(
     linear, every edge is a direct effect, and every node's edges plus its bias terms equal
     its value (checked on every run: exit 5 when they do not). Pruned by circuit-tracer's
     definitions; --graph-json writes a file its viewer opens."""
+    from fptrace.addresses import parse_selection
     from fptrace.commands.graph.inputs import check_request
 
     req = check_request(neurons=neurons, node_threshold=node_threshold,
                         edge_threshold=edge_threshold, max_nodes=max_nodes, per_site=per_site,
-                        positions=positions, graph_json=graph_json, force=force)
+                        positions=None if positions is None
+                        else parse_selection(positions, "--positions"),
+                        graph_json=graph_json, force=force)
     lm, prompt = load_for(prompt, opts, chat=chat)
     from fptrace.commands.graph.core import graph as run_graph
     from fptrace.commands.graph.render import graph_view

@@ -23,7 +23,6 @@ from typing import Any
 from fptrace.commands.graph.freezing import EDGE_MEANING, FREEZING, frozen, mlp_sites
 from fptrace.commands.graph.influence import partial_influence, prune, scores
 from fptrace.commands.graph.model64 import float64_copy, real_pass
-from fptrace.commands.graph.notes import NO_ERROR_NODES
 from fptrace.commands.graph.paths import strongest_paths
 from fptrace.commands.graph.result import (
     AttributionGraph,
@@ -105,7 +104,7 @@ def graph(lm: LoadedModel, prompt: Prompt, *, positions: Any = None,
         if not len(order):
             break
         targets = [layout.target(int(c), chosen) for c in order]
-        pairs = sorted(zip(targets, order.tolist(), strict=True), key=lambda x: x[0].layer)
+        pairs = sorted(zip(targets, order.tolist(), strict=True), key=lambda x: x[0].layer or 0)
         for i in range(0, len(pairs), batch):
             part = pairs[i:i + batch]
             _keep(done, [t for t, _ in part], rows(p, [t for t, _ in part], chosen),
@@ -223,7 +222,7 @@ def _assemble(lm: LoadedModel, prepared: Any, queries: list[int], ids: list[int]
     A = np.zeros((n, n))
     bias: dict[int, float] = {}
     cand_index = {c: i for i, c in enumerate(neurons)}
-    for t, r, node in done:
+    for _, r, node in done:
         full = layout.row(r)
         row = full[col]
         # the candidates not computed join their site's remainder
@@ -253,10 +252,10 @@ def _assemble(lm: LoadedModel, prepared: Any, queries: list[int], ids: list[int]
     tgt, src = np.nonzero(pr.edges)
     edges = sorted((GraphEdge(source=ids_of[s], target=ids_of[t], weight=float(A[t, s]))
                     for t, s in zip(tgt, src, strict=True)), key=lambda e: -abs(e.weight))
-    paths = strongest_paths(A, pr.edges, pr.nodes, w, ids_of, layer_of=[
-        -1 if nodes[i].kind == "embedding" else (L if nodes[i].layer is None else nodes[i].layer)
-        for i in range(n)])
-    notes = base_notes(lm) + [NO_ERROR_NODES()]
+    layer_of = [-1 if nd.node_type == "embedding" else L if nd.layer is None else nd.layer
+                for nd in nodes]  # tokens first, logits past the last block
+    paths = strongest_paths(A, pr.edges, pr.nodes, w, ids_of, layer_of=layer_of)
+    notes = base_notes(lm)
     info = model_info(lm)
     return AttributionGraph(
         prompt=prepared.text, model=info, tokens=lm.tokens(prepared)[:len(ids)],
@@ -278,28 +277,28 @@ def _node(lm: LoadedModel, i: int, neurons: list[int], layout: _Layout, chosen: 
           bias: float | None, w: Any) -> GraphNode:
     L, T = layout.L, layout.T
     nn_ = len(neurons)
-    common = dict(influence=float(pr.influence[i]), cumulative=float(pr.cumulative[i]),
-                  bias=bias)
+    common: dict[str, Any] = {"influence": float(pr.influence[i]),
+                              "cumulative": float(pr.cumulative[i]), "bias": bias}
     if i < nn_:
         t = layout.target(neurons[i], chosen)
-        return GraphNode(node_id=f"{t.layer}_{t.index}_{t.position}", kind="neuron",
+        return GraphNode(node_id=f"{t.layer}_{t.index}_{t.position}", node_type="neuron",
                          layer=t.layer, position=t.position, index=t.index,
                          label=f"L{t.layer} N{t.index} @{t.position}",
                          value=float(real.acts[t.layer, t.position, t.index]), **common)
     i -= nn_
     if i < L * T:
         layer, pos = divmod(i, T)
-        return GraphNode(node_id=f"0_{layer}_{pos}", kind="other neurons", layer=layer,
+        return GraphNode(node_id=f"0_{layer}_{pos}", node_type="other neurons", layer=layer,
                          position=pos, index=None, label=f"L{layer} rest @{pos}", value=None,
                          **common)
     i -= L * T
     if i < T:
-        return GraphNode(node_id=f"E_{ids[i]}_{i}", kind="embedding", layer=None, position=i,
+        return GraphNode(node_id=f"E_{ids[i]}_{i}", node_type="embedding", layer=None, position=i,
                          index=ids[i], label=f"{lm.token_text(ids[i])!r} @{i}", value=None,
                          **common)
     t = logits[i - T]
     pos = queries[t.position]
-    return GraphNode(node_id=f"{L + 1}_{t.index}_{pos}", kind="logit", layer=None,
+    return GraphNode(node_id=f"{L + 1}_{t.index}_{pos}", node_type="logit", layer=None,
                      position=pos, index=t.index, label=f"{lm.token_text(t.index)!r}",
                      value=float(real.logits[t.position, t.index]),
                      prob=float(real.probs[t.position, t.index]), **common)

@@ -69,6 +69,10 @@ def mlp_sites(family: Any) -> MlpSites:
     if family.mlp_type is MlpKind.moe:
         raise BadInput(f"graph --neurons: the {family.title} family's MLP is a mixture of "
                        "experts; fptrace cannot freeze its routing yet (dense MLPs only)")
+    if family.name.startswith("generic:"):
+        raise BadInput(f"graph --neurons: fptrace has no family file for model type "
+                       f"{family.title!r}, so it cannot tell where its MLP's neurons are to "
+                       "freeze them")
     if family.mlp_type is MlpKind.unknown or up is None or act is None or act.side != "in" \
             or up.side != "out":
         raise BadInput(f"graph --neurons: fptrace cannot freeze the MLP of the {family.title} "
@@ -125,7 +129,7 @@ def _register_attention() -> None:
     AttentionMaskInterface.register(ATTENTION, eager_mask)
 
 
-def _is_norm(module: Any) -> bool:
+def is_norm(module: Any) -> bool:
     name = type(module).__name__
     return name.endswith("Norm") and ("RMS" in name or "LayerNorm" in name)
 
@@ -194,7 +198,7 @@ def float64_norms(model: Any, parts: Any, state: Pass | None = None) -> list[Hoo
     input (frozen_norm): the real pass (with no gradient) and the frozen pass use them."""
     state = Pass() if state is None else state
     return [Hook.after(m, _norm_hook(parts.family.norm_type, state)) for m in model.modules()
-            if _is_norm(m)]
+            if is_norm(m)]
 
 
 @contextlib.contextmanager
@@ -212,7 +216,7 @@ def frozen(model: Any, parts: Any, sites: MlpSites) -> Iterator[Pass]:
         hooks.append(Hook.before(blk.get_submodule(sites.down), _down_hook(state, layer)))
     hooks += float64_norms(model, parts, state)
     for m in model.modules():
-        if not _is_norm(m) and getattr(m, "bias", None) is not None and hasattr(m.bias, "dim") \
+        if not is_norm(m) and getattr(m, "bias", None) is not None and hasattr(m.bias, "dim") \
                 and m.bias.dim() == 1 and m is not parts.embed:
             hooks.append(Hook.after(m, _bias_hook(state)))
     hooks.append(Hook.after(parts.lm_head, _keep_logits(state)))

@@ -23,12 +23,14 @@ FEATURE_TYPES = {"embedding": "embedding", "neuron": "cross layer transcoder",
 
 def _node(g: AttributionGraph, n: GraphNode) -> dict[str, Any]:
     L = g.model.n_layers
-    layer = "E" if n.kind == "embedding" else str(L + 1) if n.kind == "logit" else str(n.layer)
-    if n.kind == "embedding":
+    layer = "E" if n.node_type == "embedding" else \
+        str(L + 1) if n.node_type == "logit" else str(n.layer)
+    feature: int | None
+    if n.node_type == "embedding":
         feature, js = n.position, f"E_{n.index}-{n.position}"
-    elif n.kind == "neuron":
+    elif n.node_type == "neuron":
         feature, js = n.index, f"{n.layer}_{n.index}-0"
-    elif n.kind == "other neurons":
+    elif n.node_type == "other neurons":
         feature, js = -1, f"{n.layer}_{n.position}-0"
     else:
         feature, js = n.index, f"L_{n.index}-{n.position}"
@@ -37,16 +39,16 @@ def _node(g: AttributionGraph, n: GraphNode) -> dict[str, Any]:
              "other neurons": f"the other neurons of block {n.layer} at position {n.position} "
                               "(exact remainder, not an error)",
              "logit": f'Output "{n.label.strip(chr(39))}" (p={n.prob or 0:.3f})',
-             "embedding": ""}[n.kind]
+             "embedding": ""}[n.node_type]
     return {"node_id": n.node_id, "feature": feature, "layer": layer, "ctx_idx": n.position,
-            "feature_type": FEATURE_TYPES[n.kind], "token_prob": n.prob or 0.0,
-            "is_target_logit": n.kind == "logit" and n is _first_logit(g),
+            "feature_type": FEATURE_TYPES[n.node_type], "token_prob": n.prob or 0.0,
+            "is_target_logit": n.node_type == "logit" and n is _first_logit(g),
             "run_idx": 0, "reverse_ctx_idx": 0, "jsNodeId": js, "clerp": clerp,
             "influence": n.cumulative, "activation": n.value}
 
 
 def _first_logit(g: AttributionGraph) -> GraphNode | None:
-    logits = [n for n in g.nodes if n.kind == "logit"]
+    logits = [n for n in g.nodes if n.node_type == "logit"]
     return max(logits, key=lambda n: n.prob or 0.0) if logits else None
 
 

@@ -1,8 +1,8 @@
 """The options of `fptrace graph`, checked before the model is loaded (one line on stderr,
 exit 2, nothing written): the thresholds are fractions in [0, 1], the counts positive whole
-numbers, the query positions a selection (resolved against the prompt later, in core.py), the
-graph file a path fptrace may write, and --neurons given (the transcoder graph is not built
-yet)."""
+numbers, the graph file a path fptrace may write, and --neurons given (the transcoder graph is
+not built yet). The query positions arrive parsed (cli.py, through fptrace.addresses) and are
+resolved against the prompt in core.py."""
 
 from __future__ import annotations
 
@@ -25,10 +25,10 @@ class GraphRequest:
 
 
 def check_request(*, neurons: bool, node_threshold: str, edge_threshold: str,
-                  max_nodes: str, per_site: str, positions: str | None, graph_json: str | None,
+                  max_nodes: str, per_site: str, positions: Any, graph_json: str | None,
                   force: bool) -> GraphRequest:
-    """The request, or BadInput naming the option at fault."""
-    from fptrace.addresses import parse_selection
+    """The request, or BadInput naming the option at fault (positions: a Selection parsed by
+    the command line, or None)."""
 
     if not neurons:
         raise BadInput("graph: pass --neurons (the nodes are the model's own MLP neurons); "
@@ -37,7 +37,6 @@ def check_request(*, neurons: bool, node_threshold: str, edge_threshold: str,
     edge = parse_float(str(edge_threshold), "--edge-threshold", low=0.0, high=1.0)
     n_max = parse_int(str(max_nodes), "--max-nodes", low=1)
     k = parse_int(str(per_site), "--per-site", low=1)
-    selection = None if positions is None else parse_selection(positions, "--positions")
     if graph_json is not None:
         from fptrace.atomic import check_target
 
@@ -45,7 +44,7 @@ def check_request(*, neurons: bool, node_threshold: str, edge_threshold: str,
             raise BadInput(f"--graph-json {graph_json}: give a .json file name")
         check_target(graph_json, "--graph-json", "graph.json", force)
     return GraphRequest(node_threshold=node, edge_threshold=edge, max_nodes=n_max, per_site=k,
-                        positions=selection)
+                        positions=positions)
 
 
 __all__ = ["GraphRequest", "check_request"]

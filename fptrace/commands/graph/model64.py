@@ -67,7 +67,7 @@ def real_pass(lm: LoadedModel, model: Any, parts: ModelParts, sites: MlpSites, i
     hooks += float64_norms(model, parts)
     x = torch.tensor([ids])
     keep_idx = torch.tensor(queries)
-    with torch.no_grad(), hooked(hooks + [Hook.after(parts.lm_head, keep("logits"))],
+    with torch.no_grad(), hooked([*hooks, Hook.after(parts.lm_head, keep("logits"))],
                                  prepend=True):
         final = model(x, use_cache=False, logits_to_keep=keep_idx).logits[0]  # (Q, V)
     with torch.inference_mode(), hooked([Hook.after(lm.parts.lm_head, keep("own"))]):

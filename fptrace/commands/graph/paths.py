@@ -29,7 +29,7 @@ def strongest_paths(A: Any, edges: Any, kept: Any, weights: Any, ids: list[str],
         found = []
         for t in np.flatnonzero(edges[:, s]):
             for strength, path in best.get(int(t), ()):
-                found.append((strength * float(Ah[t, s]), [s] + path))
+                found.append((strength * float(Ah[t, s]), [s, *path]))
         found.sort(key=lambda x: -x[0])
         if found:
             best[s] = found[:k]

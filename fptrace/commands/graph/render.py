@@ -18,11 +18,11 @@ def _names(g: AttributionGraph) -> dict[str, str]:
     """node_id -> a short name: `'cat'@2`, `L3 N417@5`, `L3 rest@5`, `→' Paris'`."""
     out = {}
     for n in g.nodes:
-        if n.kind == "embedding":
+        if n.node_type == "embedding":
             out[n.node_id] = f"{visible(g.tokens[n.position].text)!r}@{n.position}"
-        elif n.kind == "neuron":
+        elif n.node_type == "neuron":
             out[n.node_id] = f"L{n.layer} N{n.index}@{n.position}"
-        elif n.kind == "other neurons":
+        elif n.node_type == "other neurons":
             out[n.node_id] = f"L{n.layer} rest@{n.position}"
         else:
             out[n.node_id] = f"→{visible(n.label.strip(chr(39)))!r}"
@@ -40,7 +40,7 @@ def freezing(g: AttributionGraph) -> Text:
 
 def summary(g: AttributionGraph) -> Text:
     queries = ", ".join(str(q) for q in g.queries)
-    kept_n = sum(1 for n in g.nodes if n.kind == "neuron")
+    kept_n = sum(1 for n in g.nodes if n.node_type == "neuron")
     text = Text(f"Graph of the next token at position {queries}: {g.computed} neurons "
                 f"computed (of {g.candidates} candidates, the {g.per_site} largest |activation| "
                 f"per layer and position; --max-nodes {g.max_nodes}); kept after pruning "
@@ -59,7 +59,7 @@ LOGIT_COLS = (Col("logit", 0), Col("p", 0, "right"), Col("value", 0, "right"),
 
 def logits_table(g: AttributionGraph, width: int | None) -> RenderableType:
     rows = [[visible(n.label), f"{n.prob:.3f}", f"{n.value:+.3f}", f"{n.bias:+.3f}",
-             str(n.position)] for n in g.nodes if n.kind == "logit"]
+             str(n.position)] for n in g.nodes if n.node_type == "logit"]
     return fit_table(LOGIT_COLS, rows, width, title="Logit nodes (their value: the LM head's "
                      "output; the edges into each plus its bias terms sum to it)",
                      title_justify="left")
@@ -92,8 +92,8 @@ def _cell(x: float | None) -> str:
 
 def nodes_table(g: AttributionGraph, width: int | None) -> RenderableType:
     names = _names(g)
-    top: list[GraphNode] = [n for n in g.nodes if n.kind != "logit"][:TOP_NODES]
-    rows = [[str(k), names[n.node_id], n.kind, f"{n.influence:.3f}", f"{n.cumulative:.3f}",
+    top: list[GraphNode] = [n for n in g.nodes if n.node_type != "logit"][:TOP_NODES]
+    rows = [[str(k), names[n.node_id], n.node_type, f"{n.influence:.3f}", f"{n.cumulative:.3f}",
              _cell(n.value), _cell(n.bias)] for k, n in enumerate(top, 1)]
     return fit_table(NODE_COLS, rows, width, title=f"The {len(top)} most influential nodes "
                      "(influence on the logits, circuit-tracer's definition)",

@@ -20,7 +20,7 @@ class GraphNode:
     """The node's id, as circuit-tracer's frontend spells it: `E_{token}_{position}` (a token),
     `{layer}_{neuron}_{position}` (a neuron), `0_{layer}_{position}` (the neurons of a site left
     out of the graph), `{n_layers + 1}_{token}_{position}` (a logit)."""
-    kind: str
+    node_type: str
     """`embedding` (a token at a position), `neuron` (one MLP neuron at a position), `other
     neurons` (every neuron of one (layer, position) that is not a node of the graph, summed: an
     exact remainder, not an error) or `logit`."""

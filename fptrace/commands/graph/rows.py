@@ -80,13 +80,13 @@ def rows(p: Pass, targets: list[Target], chosen: Any) -> Rows:
     L, T, k = chosen.shape
     sites = torch.zeros((n, L, T), dtype=tokens.dtype)
     kept = torch.zeros((n, L, T, k), dtype=tokens.dtype)
-    for layer, g in zip(layers, got[:len(layers)]):
+    for layer, g in zip(layers, got[:len(layers)], strict=True):
         if g is None:
             continue
         e = (g * p.leaves[layer])[:, 0]  # (n, T, m): each neuron's edge
         sites[:, layer] = e.sum(-1)
         kept[:, layer] = e.gather(-1, chosen[layer].unsqueeze(0).expand(n, T, k))
-    for (b, _), g in zip(p.biases, got[len(layers):]):
+    for (b, _), g in zip(p.biases, got[len(layers):], strict=True):
         if g is not None:
             bias += (g * b).reshape(n, -1).sum(1)
     return Rows(tokens=tokens.detach().numpy(), chosen=kept.detach().numpy(),
