@@ -4,6 +4,7 @@ paths from the tokens to the answer, the top nodes by influence."""
 from __future__ import annotations
 
 from rich.console import Group, RenderableType
+from rich.table import Table
 from rich.text import Text
 
 from fptrace.commands.graph.result import AttributionGraph, GraphNode
@@ -29,13 +30,16 @@ def _names(g: AttributionGraph) -> dict[str, str]:
     return out
 
 
-def freezing(g: AttributionGraph) -> Text:
-    text = Text("Frozen at their values in this forward pass (the model is then linear):\n",
-                style="bold")
+def freezing(g: AttributionGraph) -> RenderableType:
+    """What is held, one bullet a line (wrapped lines indented under their bullet)."""
+    grid = Table.grid(padding=(0, 1))
+    grid.add_column(no_wrap=True)
+    grid.add_column(overflow="fold")
     for line in g.freezing:
-        text.append(f"  • {line}\n")
-    text.append(f"  {g.edge}; error nodes: {g.error_nodes}.", style="dim")
-    return text
+        grid.add_row("  •", line)
+    grid.add_row("", Text(f"{g.edge}; error nodes: {g.error_nodes}.", style="dim"))
+    return Group(Text("Frozen at their values in this forward pass (the model is then "
+                      "linear):", style="bold"), grid)
 
 
 def summary(g: AttributionGraph) -> Text:
@@ -60,8 +64,7 @@ LOGIT_COLS = (Col("logit", 0), Col("p", 0, "right"), Col("value", 0, "right"),
 def logits_table(g: AttributionGraph, width: int | None) -> RenderableType:
     rows = [[visible(n.label), f"{n.prob:.3f}", f"{n.value:+.3f}", f"{n.bias:+.3f}",
              str(n.position)] for n in g.nodes if n.node_type == "logit"]
-    return fit_table(LOGIT_COLS, rows, width, title="Logit nodes (their value: the LM head's "
-                     "output; the edges into each plus its bias terms sum to it)",
+    return fit_table(LOGIT_COLS, rows, width, title="Logit nodes (edges in + bias terms = value)",
                      title_justify="left")
 
 
@@ -81,7 +84,7 @@ def paths_table(g: AttributionGraph, width: int | None) -> RenderableType:
                      "brackets)", title_justify="left")
 
 
-NODE_COLS = (Col("#", 0, "right"), Col("node", 0), Col("kind", 1), Col("influence", 0, "right"),
+NODE_COLS = (Col("#", 0, "right"), Col("node", 0), Col("type", 1), Col("influence", 0, "right"),
              Col("cumulative", 2, "right"), Col("activation", 1, "right"),
              Col("bias terms", 3, "right"))
 
