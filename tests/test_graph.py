@@ -334,3 +334,17 @@ def test_a_family_it_cannot_freeze_is_refused():
         graph(lm, IDS)
     r = runner.invoke(app, ["graph", "x"])  # before anything is loaded
     assert r.exit_code == 2 and "--neurons" in r.stderr
+
+
+def test_the_api_names_its_parameters_and_takes_query_positions():
+    lm = wrap_model(build_tiny("gpt2"), random_weights=True)
+    for kw, name in (({"node_threshold": float("nan")}, "node_threshold"),
+                     ({"edge_threshold": 2}, "edge_threshold"), ({"max_nodes": 0}, "max_nodes"),
+                     ({"positions": [9]}, "positions")):
+        with pytest.raises(BadInput, match=name):
+            graph(lm, IDS, **kw)
+    g = graph(lm, IDS, positions=[2, -1], target="#7", max_nodes=4, per_site=2)
+    assert g.ok and g.queries == (2, 5)
+    logits = [n for n in g.nodes if n.node_type == "logit"]
+    assert sorted((n.position, n.index) for n in logits) == [(2, 7), (5, 7)]
+    assert len(g.tokens) == 6

@@ -67,6 +67,7 @@ def graph(lm: LoadedModel, prompt: Prompt, *, positions: Any = None,
     import torch
 
     start = time.perf_counter()
+    _check_numbers(node_threshold, edge_threshold, max_nodes, per_site, batch)
     sites = mlp_sites(lm.parts.family)
     prepared = lm.prepare(prompt)
     queries = query_positions(positions, len(prepared.ids))
@@ -113,6 +114,22 @@ def graph(lm: LoadedModel, prompt: Prompt, *, positions: Any = None,
     checks = [_sums_check(done, value, lm, layout), _model_check(real, model_info(lm).dtype)]
     return _assemble(lm, prepared, queries, ids, real, chosen, done, layout, visited, weights,
                      checks, node_threshold, edge_threshold, max_nodes, k, start)
+
+
+def _check_numbers(node_threshold: float, edge_threshold: float, max_nodes: int,
+                   per_site: int, batch: int) -> None:
+    """The API's numbers, refused naming its parameters (the command line checks its flags
+    before loading: inputs.py)."""
+    from fptrace.errors import BadInput
+    from fptrace.numbers import check_finite
+
+    for value, name in ((node_threshold, "node_threshold"), (edge_threshold, "edge_threshold")):
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise BadInput(f"{name}={value!r}: give a number from 0 to 1")
+        check_finite(float(value), name, low=0.0, high=1.0)
+    for value, name in ((max_nodes, "max_nodes"), (per_site, "per_site"), (batch, "batch")):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise BadInput(f"{name}={value!r}: give a positive whole number")
 
 
 class _Layout:
