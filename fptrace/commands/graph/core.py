@@ -78,8 +78,10 @@ def graph(lm: LoadedModel, prompt: Prompt, *, positions: Any = None,
     k = max(1, min(per_site, m))
     chosen = real.acts.abs().topk(k, dim=-1).indices  # (L, T, k)
     logit_targets, probs = _logit_nodes(lm, real, target, prepared, len(queries))
+    device = parts.embed.weight.device
     with frozen(model, parts, sites) as p:
-        model(torch.tensor([ids]), use_cache=False, logits_to_keep=torch.tensor(queries))
+        model(torch.tensor([ids], device=device), use_cache=False,
+              logits_to_keep=torch.tensor(queries, device=device))
     n_cand = L * T * k
     layout = _Layout(L, T, k, len(logit_targets))
 

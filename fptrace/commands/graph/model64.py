@@ -54,26 +54,27 @@ def real_pass(lm: LoadedModel, model: Any, parts: ModelParts, sites: MlpSites, i
 
     def keep_act(layer: int) -> Any:
         def hook(module: Any, args: tuple) -> None:
-            acts[layer] = args[0][0].detach().clone()  # (T, m)
+            acts[layer] = args[0][0].detach().cpu().clone()  # (T, m)
         return hook
 
     def keep(key: str) -> Any:
         def hook(module: Any, args: tuple, output: Any) -> None:
-            got[key] = first_output(output)[0].detach().to(torch.float64)  # (Q, V)
+            got[key] = first_output(output)[0].detach().to(torch.float64).cpu()  # (Q, V)
         return hook
 
     hooks = [Hook.before(b.get_submodule(sites.down), keep_act(i))
              for i, b in enumerate(parts.blocks)]
     hooks += float64_norms(model, parts)
-    x = torch.tensor([ids])
-    keep_idx = torch.tensor(queries)
+    device = parts.embed.weight.device
+    x = torch.tensor([ids], device=device)
+    keep_idx = torch.tensor(queries, device=device)
     with torch.no_grad(), hooked([*hooks, Hook.after(parts.lm_head, keep("logits"))],
                                  prepend=True):
         final = model(x, use_cache=False, logits_to_keep=keep_idx).logits[0]  # (Q, V)
     with torch.inference_mode(), hooked([Hook.after(lm.parts.lm_head, keep("own"))]):
         lm.model(x.to(lm.device), use_cache=False, logits_to_keep=keep_idx.to(lm.device))
     return Real(acts=torch.stack([acts[i] for i in range(len(parts.blocks))]),
-                logits=got["logits"], probs=torch.softmax(final, dim=-1), own=got["own"].cpu())
+                logits=got["logits"], probs=torch.softmax(final, dim=-1).cpu(), own=got["own"])
 
 
 __all__ = ["Real", "float64_copy", "real_pass"]

@@ -62,7 +62,7 @@ def rows(p: Pass, targets: list[Target], chosen: Any) -> Rows:
         by_layer.setdefault(t.layer, []).append((b, t))
     for layer, ts in by_layer.items():
         out = p.logits if layer is None else p.acts[layer]  # (1, T or Q, m or V)
-        g = torch.zeros((n, *out.shape), dtype=out.dtype)  # (n, 1, T, m): one-hot per target
+        g = torch.zeros((n, *out.shape), dtype=out.dtype, device=out.device)  # (n, 1, T, m)
         for b, t in ts:
             g[b, 0, t.position, t.index] = 1.0
         outputs.append(out)
@@ -73,13 +73,14 @@ def rows(p: Pass, targets: list[Target], chosen: Any) -> Rows:
                               is_grads_batched=True)
     g_embed, got = got[0], got[1:]
     tokens = (g_embed * p.embed).sum(-1)[:, 0]  # (n, T)
-    bias = torch.zeros(n, dtype=tokens.dtype)
+    bias = torch.zeros(n, dtype=tokens.dtype, device=tokens.device)
     if p.pos is not None:
         bias += (got[0] * p.pos).sum((1, 2, 3))
         got = got[1:]
     L, T, k = chosen.shape
-    sites = torch.zeros((n, L, T), dtype=tokens.dtype)
-    kept = torch.zeros((n, L, T, k), dtype=tokens.dtype)
+    sites = torch.zeros((n, L, T), dtype=tokens.dtype, device=tokens.device)
+    kept = torch.zeros((n, L, T, k), dtype=tokens.dtype, device=tokens.device)
+    chosen = chosen.to(tokens.device)
     for layer, g in zip(layers, got[:len(layers)], strict=True):
         if g is None:
             continue
@@ -89,8 +90,8 @@ def rows(p: Pass, targets: list[Target], chosen: Any) -> Rows:
     for (b, _), g in zip(p.biases, got[len(layers):], strict=True):
         if g is not None:
             bias += (g * b).reshape(n, -1).sum(1)
-    return Rows(tokens=tokens.detach().numpy(), chosen=kept.detach().numpy(),
-                sites=sites.detach().numpy(), bias=bias.detach().numpy())
+    return Rows(tokens=tokens.detach().cpu().numpy(), chosen=kept.detach().cpu().numpy(),
+                sites=sites.detach().cpu().numpy(), bias=bias.detach().cpu().numpy())
 
 
 __all__ = ["Rows", "Target", "rows"]
