@@ -134,7 +134,18 @@ def test_a_failing_graph_exits_5_and_writes_nothing(monkeypatch, tmp_path):
     r = runner.invoke(app, ["graph", "The cat sat", "-m", tiny_gpt2(), "--neurons",
                             "--max-nodes", "3", "--graph-json", str(out)])
     assert r.exit_code == 5, r.output
-    assert "graph_sums" in r.stderr and not out.exists()
+    assert "graph_sums" in r.stderr and " at L" in r.stderr and not out.exists()
+
+
+def test_the_terminal_view_at_80_columns():
+    r = runner.invoke(app, ["graph", "The cat sat on the", "-m", tiny_gpt2(), "--neurons",
+                            "--max-nodes", "4"], env={"COLUMNS": "80"})
+    assert r.exit_code == 0, r.output
+    lines = r.stdout.splitlines()
+    assert max(len(line.rstrip()) for line in lines) <= 80
+    for text in ("Frozen at their values", "attention patterns", "Strongest paths",
+                 "most influential nodes", "✓ exact"):
+        assert text in r.stdout
 
 
 def _replayed(model, parts, sites, ids, clean):

@@ -82,9 +82,12 @@ def graph(
                        node_threshold=req.node_threshold, edge_threshold=req.edge_threshold,
                        max_nodes=req.max_nodes, per_site=req.per_site)
     output(result, graph_view, as_json=as_json, wide=wide)
-    from fptrace.cli.io import require_checks
+    if not result.ok:  # exit 5, naming the node, before any file is written
+        from fptrace.errors import Mismatch
 
-    require_checks(result.checks, "the graph")
+        raise Mismatch("the graph is not exact: " + "; ".join(
+            f"{c.name} {c.value:.2e} at {c.worst} ({c.tolerance})" for c in result.checks
+            if not c.ok))
     if graph_json is not None:
         from fptrace.cli.io import stderr_console
         from fptrace.commands.graph.frontend import write_graph_file
