@@ -11,9 +11,9 @@ import json
 import numpy as np
 import pytest
 import torch
+from conftest import build_tiny, tiny_gpt2
 from typer.testing import CliRunner
 
-from conftest import build_tiny, tiny_gpt2
 from fptrace.cli.main import app
 from fptrace.commands.graph import core as graph_core
 from fptrace.commands.graph import freezing

@@ -35,8 +35,9 @@ from fptrace.commands.graph.rows import Rows, Target, rows
 from fptrace.core.attribution import rtol_for
 from fptrace.core.fragments import token_id
 from fptrace.core.trace import base_notes, model_info
+from fptrace.errors import PromptTooLong
 from fptrace.models.loading import LoadedModel
-from fptrace.models.prompts import Prompt
+from fptrace.models.prompts import Prompt, too_long
 
 RTOL = 1e-5  # |Σ edges + bias − value| ≤ RTOL · max(|value|, 1e-6 · Σ|terms|), float64
 LOGIT_PROB = 0.95  # logit nodes: the top tokens until they hold this probability ...
@@ -69,15 +70,19 @@ def graph(lm: LoadedModel, prompt: Prompt, *, positions: Any = None,
     start = time.perf_counter()
     _check_numbers(node_threshold, edge_threshold, max_nodes, per_site, batch)
     sites = mlp_sites(lm.parts.family)
-    prepared = lm.prepare(prompt)
+    try:
+        prepared = lm.prepare(prompt)
+    except PromptTooLong as e:  # graph has no --truncate to offer
+        raise too_long(e.tokens, e.limit, lm.name, truncate=False) from None
     queries = query_positions(positions, len(prepared.ids))
+    fixed = None if target is None else token_id(lm, target, "--target", prepared)
     ids = list(prepared.ids)[:queries[-1] + 1]
     model, parts = float64_copy(lm)
     real = real_pass(lm, model, parts, sites, ids, queries)
     L, T, m = real.acts.shape
     k = max(1, min(per_site, m))
     chosen = real.acts.abs().topk(k, dim=-1).indices  # (L, T, k)
-    logit_targets, probs = _logit_nodes(lm, real, target, prepared, len(queries))
+    logit_targets, probs = _logit_nodes(real, fixed, len(queries))
     device = parts.embed.weight.device
     with frozen(model, parts, sites) as p:
         model(torch.tensor([ids], device=device), use_cache=False,
@@ -167,14 +172,13 @@ def _keep(done: list, targets: list[Target], got: Rows, nodes: list[int]) -> Non
                              sites=got.sites[b:b + 1], bias=got.bias[b:b + 1]), i))
 
 
-def _logit_nodes(lm: LoadedModel, real: Any, target: str | None, prepared: Any, n_q: int
-                 ) -> tuple[list[Target], Any]:
-    """The logit nodes of each query position and their probabilities."""
+def _logit_nodes(real: Any, fixed: int | None, n_q: int) -> tuple[list[Target], Any]:
+    """The logit nodes of each query position (the token `fixed`, or the top ones) and their
+    probabilities."""
     import numpy as np
     import torch
 
     targets, probs = [], []
-    fixed = None if target is None else token_id(lm, target, "--target", prepared)
     for q in range(n_q):
         row = real.probs[q]
         if fixed is not None:
