@@ -61,14 +61,15 @@ def query_positions(positions: Any, n: int) -> list[int]:
 
 def graph(lm: LoadedModel, prompt: Prompt, *, positions: Any = None,
           target: str | None = None, node_threshold: float = 0.8, edge_threshold: float = 0.98,
-          max_nodes: int = 64, per_site: int = 4, batch: int = BATCH) -> AttributionGraph:
+          max_nodes: int = 64, per_site: int = 4, batch_size: int = BATCH) -> AttributionGraph:
     """The attribution graph of the prompt's next tokens at the query positions (see the
     module's text)."""
     import numpy as np
     import torch
 
     start = time.perf_counter()
-    _check_numbers(node_threshold, edge_threshold, max_nodes, per_site, batch)
+    _check_numbers(node_threshold, edge_threshold, max_nodes, per_site, batch_size)
+    batch = batch_size
     sites = mlp_sites(lm.parts.family)
     try:
         prepared = lm.prepare(prompt)
@@ -124,7 +125,7 @@ def graph(lm: LoadedModel, prompt: Prompt, *, positions: Any = None,
 
 
 def _check_numbers(node_threshold: float, edge_threshold: float, max_nodes: int,
-                   per_site: int, batch: int) -> None:
+                   per_site: int, batch_size: int) -> None:
     """The API's numbers, refused naming its parameters (the command line checks its flags
     before loading: inputs.py)."""
     from fptrace.errors import BadInput
@@ -134,7 +135,8 @@ def _check_numbers(node_threshold: float, edge_threshold: float, max_nodes: int,
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise BadInput(f"{name}={value!r}: give a number from 0 to 1")
         check_finite(float(value), name, low=0.0, high=1.0)
-    for value, name in ((max_nodes, "max_nodes"), (per_site, "per_site"), (batch, "batch")):
+    for value, name in ((max_nodes, "max_nodes"), (per_site, "per_site"),
+                        (batch_size, "batch_size")):
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise BadInput(f"{name}={value!r}: give a positive whole number")
 
