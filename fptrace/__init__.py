@@ -35,6 +35,7 @@ if TYPE_CHECKING:
     from fptrace.commands.explain.result import Explanation
     from fptrace.commands.features.core import features
     from fptrace.commands.generate.core import generate
+    from fptrace.commands.graph.core import graph
     from fptrace.commands.patch.core import patch
     from fptrace.commands.shapes.core import shape_report as shapes
     from fptrace.commands.stats.core import activation_stats as stats

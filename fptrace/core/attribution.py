@@ -56,7 +56,7 @@ def frozen_norm(module: Any, x: Any, norm_type: NormKind) -> tuple[bool, Any, An
     (N, d)."""
     import torch
 
-    x = x.float()
+    x = x if x.dtype == torch.float64 else x.float()  # float64 stays (graph's exact pass)
     eps = getattr(module, "variance_epsilon", None)
     eps = getattr(module, "eps", 1e-5) if eps is None else eps
     w = module.weight.float().to(x.device) if getattr(module, "weight", None) is not None \

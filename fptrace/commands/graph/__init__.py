@@ -1,0 +1,1 @@
+"""`fptrace graph`: attribution graphs of the model's own neurons, exact under their freezing."""

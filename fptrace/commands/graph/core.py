@@ -1,0 +1,332 @@
+"""`fptrace graph --neurons`: an attribution graph of the model's own MLP neurons, exact.
+
+1. The model runs once in float64 (model64.py): every neuron's activation, the logits.
+2. The nodes: the tokens per position; at each (layer, position) the `per_site` neurons of
+   largest |activation| (the candidates); the logits of each query position (the top ones
+   covering 0.95 of the probability, at most 10, as circuit-tracer's compute_salient_logits; or
+   --target's); and per (layer, position) one remainder: the neurons that are not nodes,
+   summed, so that nothing is dropped.
+3. The model runs once more, frozen (freezing.py); the incoming edges of the logits, then of
+   the candidates in order of their influence on the logits over the rows computed so far
+   (circuit-tracer's attribute with max_feature_nodes), at most max_nodes, come from batched
+   backward passes (rows.py).
+4. Every computed node is checked: its edges from all sources plus its bias terms equal its
+   value in the model within RTOL (float64); the float64 copy's logits equal the model's own.
+5. The graph is pruned and scored by circuit-tracer's definitions (influence.py).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from fptrace.commands.graph.freezing import EDGE_MEANING, FREEZING, frozen, mlp_sites
+from fptrace.commands.graph.influence import partial_influence, prune, scores
+from fptrace.commands.graph.model64 import float64_copy, real_pass
+from fptrace.commands.graph.paths import strongest_paths
+from fptrace.commands.graph.result import (
+    AttributionGraph,
+    GraphCheck,
+    GraphEdge,
+    GraphNode,
+    GraphScores,
+)
+from fptrace.commands.graph.rows import Rows, Target, rows
+from fptrace.core.attribution import rtol_for
+from fptrace.core.fragments import token_id
+from fptrace.core.trace import base_notes, model_info
+from fptrace.errors import PromptTooLong
+from fptrace.models.loading import LoadedModel
+from fptrace.models.prompts import Prompt, too_long
+
+RTOL = 1e-5  # |Σ edges + bias − value| ≤ RTOL · max(|value|, 1e-6 · Σ|terms|), float64
+LOGIT_PROB = 0.95  # logit nodes: the top tokens until they hold this probability ...
+MAX_LOGITS = 10  # ... at most this many (circuit-tracer's defaults)
+BATCH = 32  # targets per backward pass
+
+
+def query_positions(positions: Any, n: int) -> list[int]:
+    """The query positions of a prompt of n tokens: a Selection (`--positions 3,-1`, `all`) or
+    a list of ints (negative ones count from the end), checked against the prompt; default
+    (None): the last."""
+    from fptrace.addresses import Selection, resolve_selection
+
+    if positions is None:
+        return [n - 1]
+    got = resolve_selection(positions, n, "positions", "the prompt", "position", "token")
+    if got is None and isinstance(positions, Selection):
+        return list(range(n))
+    return list(got or [n - 1])
+
+
+def graph(lm: LoadedModel, prompt: Prompt, *, positions: Any = None,
+          target: str | None = None, node_threshold: float = 0.8, edge_threshold: float = 0.98,
+          max_nodes: int = 64, per_site: int = 4, batch_size: int = BATCH) -> AttributionGraph:
+    """The attribution graph of the prompt's next tokens at the query positions (see the
+    module's text)."""
+    import numpy as np
+    import torch
+
+    start = time.perf_counter()
+    _check_numbers(node_threshold, edge_threshold, max_nodes, per_site, batch_size)
+    batch = batch_size
+    sites = mlp_sites(lm.parts.family)
+    try:
+        prepared = lm.prepare(prompt)
+    except PromptTooLong as e:  # graph has no --truncate to offer
+        raise too_long(e.tokens, e.limit, lm.name, truncate=False) from None
+    queries = query_positions(positions, len(prepared.ids))
+    fixed = None if target is None else token_id(lm, target, "--target", prepared)
+    ids = list(prepared.ids)[:queries[-1] + 1]
+    model, parts = float64_copy(lm)
+    real = real_pass(lm, model, parts, sites, ids, queries)
+    L, T, m = real.acts.shape
+    k = max(1, min(per_site, m))
+    chosen = real.acts.abs().topk(k, dim=-1).indices  # (L, T, k)
+    logit_targets, probs = _logit_nodes(real, fixed, len(queries))
+    device = parts.embed.weight.device
+    with frozen(model, parts, sites) as p:
+        model(torch.tensor([ids], device=device), use_cache=False,
+              logits_to_keep=torch.tensor(queries, device=device))
+    n_cand = L * T * k
+    layout = _Layout(L, T, k, len(logit_targets))
+
+    def value(t: Target) -> float:
+        if t.layer is None:
+            return float(real.logits[t.position, t.index])
+        return float(real.acts[t.layer, t.position, t.index])
+
+    done: list[tuple[Target, Rows, int]] = []  # (target, its rows (one), its node index)
+    for i in range(0, len(logit_targets), batch):
+        ts = logit_targets[i:i + batch]
+        _keep(done, ts, rows(p, ts, chosen), [layout.logit(j) for j in range(i, i + len(ts))])
+    weights = np.zeros(layout.n)
+    weights[layout.logit(0):] = probs
+    visited = np.zeros(n_cand, dtype=bool)
+    budget = min(max_nodes, n_cand)
+    while int(visited.sum()) < budget:
+        R = np.stack([layout.row(r) for _, r, _ in done])
+        infl = partial_influence(R, weights, np.array([i for _, _, i in done]))[:n_cand]
+        infl[visited] = -1
+        order = np.argsort(-infl, kind="stable")
+        order = order[infl[order] > 0][:min(4 * batch, budget - int(visited.sum()))]
+        if not len(order):
+            break
+        targets = [layout.target(int(c), chosen) for c in order]
+        pairs = sorted(zip(targets, order.tolist(), strict=True), key=lambda x: x[0].layer or 0)
+        for i in range(0, len(pairs), batch):
+            part = pairs[i:i + batch]
+            _keep(done, [t for t, _ in part], rows(p, [t for t, _ in part], chosen),
+                  [c for _, c in part])
+        visited[order] = True
+    checks = [_sums_check(done, value, lm, layout), _model_check(real, model_info(lm).dtype)]
+    return _assemble(lm, prepared, queries, ids, real, chosen, done, layout, visited, weights,
+                     checks, node_threshold, edge_threshold, max_nodes, k, start)
+
+
+def _check_numbers(node_threshold: float, edge_threshold: float, max_nodes: int,
+                   per_site: int, batch_size: int) -> None:
+    """The API's numbers, refused naming its parameters (the command line checks its flags
+    before loading: inputs.py)."""
+    from fptrace.errors import BadInput
+    from fptrace.numbers import check_finite
+
+    for value, name in ((node_threshold, "node_threshold"), (edge_threshold, "edge_threshold")):
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise BadInput(f"{name}={value!r}: give a number from 0 to 1")
+        check_finite(float(value), name, low=0.0, high=1.0)
+    for value, name in ((max_nodes, "max_nodes"), (per_site, "per_site"),
+                        (batch_size, "batch_size")):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise BadInput(f"{name}={value!r}: give a positive whole number")
+
+
+class _Layout:
+    """Where each node sits in the candidate-level matrix: candidates (layer, position, slot),
+    then the per-site remainders (everything but the candidates), tokens, logits."""
+
+    def __init__(self, L: int, T: int, k: int, n_logits: int) -> None:
+        self.L, self.T, self.k, self.n_logits = L, T, k, n_logits
+        self.n_cand = L * T * k
+        self.n = self.n_cand + L * T + T + n_logits
+
+    def logit(self, j: int) -> int:
+        return self.n_cand + self.L * self.T + self.T + j
+
+    def target(self, c: int, chosen: Any) -> Target:
+        site, slot = divmod(c, self.k)
+        layer, pos = divmod(site, self.T)
+        return Target(layer, pos, int(chosen[layer, pos, slot]))
+
+    def row(self, r: Rows) -> Any:
+        """One target's Rows as a row of the candidate-level matrix."""
+        import numpy as np
+
+        cand = r.chosen[0]  # (L, T, k)
+        rest = r.sites[0] - cand.sum(-1)  # (L, T)
+        return np.concatenate([cand.ravel(), rest.ravel(), r.tokens[0],
+                               np.zeros(self.n_logits)])
+
+
+def _keep(done: list, targets: list[Target], got: Rows, nodes: list[int]) -> None:
+    for b, (t, i) in enumerate(zip(targets, nodes, strict=True)):
+        done.append((t, Rows(tokens=got.tokens[b:b + 1], chosen=got.chosen[b:b + 1],
+                             sites=got.sites[b:b + 1], bias=got.bias[b:b + 1]), i))
+
+
+def _logit_nodes(real: Any, fixed: int | None, n_q: int) -> tuple[list[Target], Any]:
+    """The logit nodes of each query position (the token `fixed`, or the top ones) and their
+    probabilities."""
+    import numpy as np
+    import torch
+
+    targets, probs = [], []
+    for q in range(n_q):
+        row = real.probs[q]
+        if fixed is not None:
+            idx, p = [fixed], [float(row[fixed])]
+        else:
+            top_p, top_i = torch.topk(row, min(MAX_LOGITS, row.shape[0]))
+            cut = int(torch.searchsorted(torch.cumsum(top_p, 0), LOGIT_PROB)) + 1
+            idx, p = top_i[:cut].tolist(), top_p[:cut].tolist()
+        targets += [Target(None, q, int(i)) for i in idx]
+        probs += p
+    return targets, np.array(probs)
+
+
+def _sums_check(done: list, value: Any, lm: LoadedModel, layout: _Layout) -> GraphCheck:
+    """Every computed node: Σ edges + bias terms = its value in the model."""
+    import numpy as np
+
+    worst, where = 0.0, ""
+    for t, r, _ in done:
+        terms = float(np.abs(r.tokens).sum() + np.abs(r.sites).sum() + abs(r.bias[0]))
+        v = value(t)
+        rel = abs(float(r.total[0]) - v) / max(abs(v), 1e-6 * terms, 1e-300)
+        if rel >= worst:
+            worst, where = rel, _label(lm, t, layout)
+    return GraphCheck(name="graph_sums", value=worst, ok=worst <= RTOL, worst=where,
+                      tolerance=f"|Σ edges + bias − value| ≤ {RTOL:g}·max(|value|, "
+                                "1e-6·Σ|terms|) for every computed node (float64)")
+
+
+def _model_check(real: Any, dtype: str) -> GraphCheck:
+    """The float64 copy's logits equal the model's own, within the model dtype's tolerance."""
+    diff = (real.logits - real.own).abs()
+    scale = max(1.0, float(real.own.abs().max()))
+    worst = float(diff.max()) / scale
+    rtol = rtol_for(dtype)
+    q, v = divmod(int(diff.argmax()), diff.shape[1])
+    return GraphCheck(name="graph_model", value=worst, ok=worst <= rtol,
+                      worst=f"logit of token #{v} at query {q}",
+                      tolerance=f"max |float64 logit − the model's {dtype} logit| ≤ {rtol:g}·"
+                                "max(1, max |logit|)")
+
+
+def _label(lm: LoadedModel, t: Target, layout: _Layout) -> str:
+    if t.layer is None:
+        return f"logit {lm.token_text(t.index)!r} (query {t.position})"
+    return f"L{t.layer} N{t.index} @{t.position}"
+
+
+def _assemble(lm: LoadedModel, prepared: Any, queries: list[int], ids: list[int], real: Any,
+              chosen: Any, done: list, layout: _Layout, visited: Any, weights: Any,
+              checks: list[GraphCheck], node_threshold: float, edge_threshold: float,
+              max_nodes: int, k: int, start: float) -> AttributionGraph:
+    """The graph over the computed neurons: their rows with the candidates not computed folded
+    into their site's remainder; pruned, scored, described."""
+    L, T = layout.L, layout.T
+    import numpy as np
+
+    neurons = [int(c) for c in np.flatnonzero(visited)]
+    nn_ = len(neurons)
+    n_rest, n_log = L * T, layout.n_logits
+    n = nn_ + n_rest + T + n_log
+    col = np.concatenate([np.array(neurons, dtype=int),
+                          np.arange(layout.n_cand, layout.n)]).astype(int)
+    A = np.zeros((n, n))
+    bias: dict[int, float] = {}
+    cand_index = {c: i for i, c in enumerate(neurons)}
+    for _, r, node in done:
+        full = layout.row(r)
+        row = full[col]
+        # the candidates not computed join their site's remainder
+        cand = full[:layout.n_cand].copy()
+        cand[neurons] = 0
+        row[nn_:nn_ + n_rest] += cand.reshape(L * T, layout.k).sum(-1)
+        i = cand_index[node] if node < layout.n_cand else nn_ + (node - layout.n_cand)
+        A[i] = row
+        bias[i] = float(r.bias[0])
+    w = np.zeros(n)
+    w[-n_log:] = weights[-n_log:]
+    tokens = np.zeros(n, dtype=bool)
+    tokens[nn_ + n_rest:nn_ + n_rest + T] = True
+    rest = np.zeros(n, dtype=bool)
+    rest[nn_:nn_ + n_rest] = True
+    repl, compl = scores(A, w, np.zeros(n, dtype=bool), tokens)
+    repl_n, compl_n = scores(A, w, rest, tokens)
+    pr = prune(A, w, nn_, n_rest, node_threshold, edge_threshold)
+    nodes = []
+    ids_of: list[str] = []
+    logit_targets = [t for t, _, node in done if node >= layout.n_cand]
+    for i in range(n):
+        nodes.append(_node(lm, i, neurons, layout, chosen, ids, queries, real, logit_targets,
+                           pr, bias.get(i), w))
+        ids_of.append(nodes[-1].node_id)
+    kept = [i for i in np.argsort(-pr.influence, kind="stable") if pr.nodes[i]]
+    tgt, src = np.nonzero(pr.edges)
+    edges = sorted((GraphEdge(source=ids_of[s], target=ids_of[t], weight=float(A[t, s]))
+                    for t, s in zip(tgt, src, strict=True)), key=lambda e: -abs(e.weight))
+    layer_of = [-1 if nd.node_type == "embedding" else L if nd.layer is None else nd.layer
+                for nd in nodes]  # tokens first, logits past the last block
+    paths = strongest_paths(A, pr.edges, pr.nodes, w, ids_of, layer_of=layer_of)
+    notes = base_notes(lm)
+    info = model_info(lm)
+    return AttributionGraph(
+        prompt=prepared.text, model=info, tokens=lm.tokens(prepared)[:len(ids)],
+        queries=tuple(queries), freezing=FREEZING, edge=EDGE_MEANING,
+        error_nodes="none: under this freezing the model is exactly linear between neurons, so "
+                    "every node's inputs are accounted for; what is not a node is summed in its "
+                    "site's remainder",
+        node_threshold=node_threshold, edge_threshold=edge_threshold, max_nodes=max_nodes,
+        per_site=k, candidates=layout.n_cand, computed=nn_,
+        scores=GraphScores(replacement=repl, completeness=compl, replacement_nodes=repl_n,
+                           completeness_nodes=compl_n),
+        nodes=tuple(nodes[i] for i in kept), edges=tuple(edges), paths=tuple(paths),
+        checks=tuple(checks), ok=all(c.ok for c in checks), notes=tuple(notes),
+        seconds=time.perf_counter() - start)
+
+
+def _node(lm: LoadedModel, i: int, neurons: list[int], layout: _Layout, chosen: Any,
+          ids: list[int], queries: list[int], real: Any, logits: list[Target], pr: Any,
+          bias: float | None, w: Any) -> GraphNode:
+    L, T = layout.L, layout.T
+    nn_ = len(neurons)
+    common: dict[str, Any] = {"influence": float(pr.influence[i]),
+                              "cumulative": float(pr.cumulative[i]), "bias": bias}
+    if i < nn_:
+        t = layout.target(neurons[i], chosen)
+        return GraphNode(node_id=f"{t.layer}_{t.index}_{t.position}", node_type="neuron",
+                         layer=t.layer, position=t.position, index=t.index,
+                         label=f"L{t.layer} N{t.index} @{t.position}",
+                         value=float(real.acts[t.layer, t.position, t.index]), **common)
+    i -= nn_
+    if i < L * T:
+        layer, pos = divmod(i, T)
+        return GraphNode(node_id=f"0_{layer}_{pos}", node_type="other neurons", layer=layer,
+                         position=pos, index=None, label=f"L{layer} rest @{pos}", value=None,
+                         **common)
+    i -= L * T
+    if i < T:
+        return GraphNode(node_id=f"E_{ids[i]}_{i}", node_type="embedding", layer=None, position=i,
+                         index=ids[i], label=f"{lm.token_text(ids[i])!r} @{i}", value=None,
+                         **common)
+    t = logits[i - T]
+    pos = queries[t.position]
+    return GraphNode(node_id=f"{L + 1}_{t.index}_{pos}", node_type="logit", layer=None,
+                     position=pos, index=t.index, label=f"{lm.token_text(t.index)!r}",
+                     value=float(real.logits[t.position, t.index]),
+                     prob=float(real.probs[t.position, t.index]), **common)
+
+
+__all__ = ["RTOL", "graph", "query_positions"]

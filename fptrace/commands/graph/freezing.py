@@ -1,0 +1,235 @@
+"""The model made linear: what `fptrace graph --neurons` holds fixed, and the hooks that hold it.
+
+In one forward pass of the prompt (a float64 copy of the model), each nonlinear step is replaced
+by the linear map it is at its actual input, so the values are the model's own while the
+gradients are those of a linear model:
+
+- every norm (RMSNorm, LayerNorm; the attention and MLP post-norms, the Q/K norms, the final
+  norm): x ↦ (x − mean x if LayerNorm) · g + β, with g = γ / √(var x + ε) frozen (core/
+  attribution.py's frozen_norm);
+- attention: the pattern softmax(q·kᵀ) frozen (q and k detached), so a head's output is the
+  frozen pattern times its values: linear in the stream;
+- the MLP: a neuron's activation a = r · u, u its up-projection pre-activation, r frozen at
+  a / u (SwiGLU and GeGLU: r = act(gate); a GELU MLP: r = gelu(u) / u), so a is linear in u;
+  and the activation entering the down projection is a leaf, so that a gradient stops there:
+  an edge is a direct effect (it passes through no other neuron).
+
+Where each part lives comes from the family file: the points `mlp_up` (u) and `mlp_act` (a, the
+down projection's input) of its taps. A family without them (a mixture of experts, a model type
+without a family file) is refused before anything runs.
+
+The logits are the LM head's output (before any final softcap). What is constant under the
+freezing (every bias of a linear map or a norm, a learned position embedding) is a bias term:
+its contribution to a node is the bias times the gradient of the module's output.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from fptrace.core.attribution import frozen_norm
+from fptrace.core.hooks import Hook, first_output, hooked
+from fptrace.errors import BadInput
+from fptrace.families.kinds import MlpKind
+from fptrace.points import Point
+
+ATTENTION = "fptrace-frozen-pattern"  # the attention implementation registered for the pass
+
+# what is held fixed, printed with every graph (render.py) and carried in its JSON
+FREEZING = (
+    "attention patterns: softmax(q·kᵀ) at its value in this forward pass (q and k held)",
+    "every norm's scale (RMSNorm/LayerNorm: γ / √(var + ε)) at its value for each position",
+    "each neuron's gate: activation = r · u with r held at its value (SwiGLU/GeGLU: "
+    "r = act(gate); GELU: r = gelu(u)/u), so it is linear in its up pre-activation u",
+    "the logit: the LM head's output, before any final softcap",
+)
+EDGE_MEANING = ("an edge is the direct effect of a source (its value × the gradient of the "
+                "target under this freezing, through no other neuron) on a neuron's activation "
+                "or a logit")
+
+
+@dataclass(frozen=True)
+class MlpSites:
+    """Where one family's MLP shows the two values a neuron is made of: the up pre-activation
+    u (a module's output, or one slice of a fused projection) and the activation a (the down
+    projection's input)."""
+
+    up: str  # block-relative path of the module whose output holds u
+    up_part: tuple[int, int] | None  # (i, n): u is the i-th of n slices of that output
+    down: str  # block-relative path of the down projection (its input is a)
+
+
+def mlp_sites(family: Any) -> MlpSites:
+    """The family's MLP sites, or BadInput saying why its MLP cannot be frozen."""
+    up = family.taps.get(Point.mlp_up)
+    act = family.taps.get(Point.mlp_act)
+    if family.mlp_type is MlpKind.moe:
+        raise BadInput(f"graph --neurons: the {family.title} family's MLP is a mixture of "
+                       "experts; fptrace cannot freeze its routing yet (dense MLPs only)")
+    if family.name.startswith("generic:"):
+        raise BadInput(f"graph --neurons: fptrace has no family file for model type "
+                       f"{family.title!r}, so it cannot tell where its MLP's neurons are to "
+                       "freeze them")
+    if family.mlp_type is MlpKind.unknown or up is None or act is None or act.side != "in" \
+            or up.side != "out":
+        raise BadInput(f"graph --neurons: fptrace cannot freeze the MLP of the {family.title} "
+                       "family (its file does not show the up pre-activation and the "
+                       "activation)")
+    return MlpSites(up=up.module, up_part=up.part, down=act.module)
+
+
+@dataclass
+class Pass:
+    """What one frozen forward pass left behind (tensors of the float64 copy, batch B)."""
+
+    embed: Any = None  # (B, T, d) the token embeddings, a leaf
+    pos: Any = None  # (B, T, d) a learned position embedding's output, a leaf, or None
+    u: dict = field(default_factory=dict)  # layer -> (B, T, m) the up pre-activation
+    acts: dict = field(default_factory=dict)  # layer -> (B, T, m) a = r·u, linear in u
+    leaves: dict = field(default_factory=dict)  # layer -> (B, T, m) a, a leaf
+    biases: list = field(default_factory=list)  # (bias (n,), the module's output (..., n))
+    logits: Any = None  # (B, Q, V) the LM head's output at the query positions
+
+
+def _frozen_attention(module: Any, query: Any, key: Any, value: Any, attention_mask: Any,
+                      scaling: float | None = None, dropout: float = 0.0,
+                      softcap: float | None = None, **kwargs: Any) -> tuple[Any, Any]:
+    """The AttentionInterface function of the frozen pass: eager attention with q and k
+    detached, so the pattern is a constant and the output is linear in the values."""
+    import torch
+
+    if kwargs.get("s_aux") is not None or kwargs.get("sinks") is not None:
+        raise BadInput("graph --neurons: attention sinks cannot be frozen yet")
+    q, k = query.detach(), key.detach()  # (B, nh, T, hd), (B, nkv, T, hd)
+    n_rep = q.shape[1] // k.shape[1]
+    k = k.repeat_interleave(n_rep, dim=1)  # (B, nh, T, hd)
+    v = value.repeat_interleave(n_rep, dim=1)  # (B, nh, T, hd)
+    scale = scaling if scaling is not None else q.shape[-1] ** -0.5
+    scores = q @ k.transpose(2, 3) * scale  # (B, nh, T, T)
+    if softcap:
+        scores = torch.tanh(scores / softcap) * softcap
+    if attention_mask is not None:
+        if attention_mask.dtype == torch.bool:
+            scores = scores.masked_fill(~attention_mask, float("-inf"))
+        else:
+            scores = scores + attention_mask[:, :, :, : k.shape[-2]]
+    pattern = torch.softmax(scores, dim=-1)  # (B, nh, T, T), a constant
+    out = (pattern @ v).transpose(1, 2).contiguous()  # (B, T, nh, hd)
+    return out, pattern
+
+
+def _register_attention() -> None:
+    from transformers import AttentionInterface
+    from transformers.masking_utils import AttentionMaskInterface, eager_mask
+
+    AttentionInterface.register(ATTENTION, _frozen_attention)
+    AttentionMaskInterface.register(ATTENTION, eager_mask)
+
+
+def is_norm(module: Any) -> bool:
+    name = type(module).__name__
+    return name.endswith("Norm") and ("RMS" in name or "LayerNorm" in name)
+
+
+def _norm_hook(norm_type: Any, state: Pass) -> Any:
+    def hook(module: Any, args: tuple, output: Any) -> Any:
+        x = args[0]
+        centre, gain, bias = frozen_norm(module, x.detach(), norm_type)
+        y = (x - x.mean(dim=-1, keepdim=True)) if centre else x
+        y = y * gain.to(x.dtype)  # (B, T, d): linear in x
+        if bias is not None:
+            b = bias.to(x.dtype)
+            y = y + b
+            state.biases.append((b, y))
+        return y
+    return hook
+
+
+def _bias_hook(state: Pass) -> Any:
+    def hook(module: Any, args: tuple, output: Any) -> None:
+        out = first_output(output)
+        if out.requires_grad:
+            state.biases.append((module.bias, out))
+    return hook
+
+
+def _leaf_hook(state: Pass, key: str) -> Any:
+    def hook(module: Any, args: tuple, output: Any) -> Any:
+        leaf = first_output(output).detach().requires_grad_(True)
+        setattr(state, key, leaf)
+        return leaf
+    return hook
+
+
+def _up_hook(state: Pass, layer: int, part: tuple[int, int] | None) -> Any:
+    def hook(module: Any, args: tuple, output: Any) -> None:
+        u = first_output(output)
+        if part is not None:
+            i, n = part
+            u = u.chunk(n, dim=-1)[i]
+        state.u[layer] = u
+    return hook
+
+
+def _down_hook(state: Pass, layer: int) -> Any:
+    def hook(module: Any, args: tuple) -> tuple:
+        import torch
+
+        a, u = args[0], state.u[layer]
+        r = torch.where(u != 0, a / torch.where(u != 0, u, 1.0), 0.0).detach()  # frozen gate
+        state.acts[layer] = r * u  # (B, T, m): linear in u
+        leaf = a.detach().requires_grad_(True)  # a gradient stops here: edges are direct
+        state.leaves[layer] = leaf
+        return (leaf, *args[1:])
+    return hook
+
+
+def _keep_logits(state: Pass) -> Any:
+    def hook(module: Any, args: tuple, output: Any) -> None:
+        state.logits = first_output(output)
+    return hook
+
+
+def float64_norms(model: Any, parts: Any, state: Pass | None = None) -> list[Hook]:
+    """Hooks that compute every norm of `model` in float64 as the linear map it is at its
+    input (frozen_norm): the real pass (with no gradient) and the frozen pass use them."""
+    state = Pass() if state is None else state
+    return [Hook.after(m, _norm_hook(parts.family.norm_type, state)) for m in model.modules()
+            if is_norm(m)]
+
+
+@contextlib.contextmanager
+def frozen(model: Any, parts: Any, sites: MlpSites) -> Iterator[Pass]:
+    """Inside: a forward of `model` (the float64 copy, its ModelParts `parts`) runs frozen
+    (see the module's text) and fills the Pass yielded."""
+    state = Pass()
+    fam = parts.family
+    hooks = [Hook.after(parts.embed, _leaf_hook(state, "embed"))]
+    if fam.pos_embed:
+        hooks.append(Hook.after(model.get_submodule(fam.pos_embed), _leaf_hook(state, "pos")))
+    for layer, blk in enumerate(parts.blocks):
+        hooks.append(Hook.after(blk.get_submodule(sites.up), _up_hook(state, layer,
+                                                                       sites.up_part)))
+        hooks.append(Hook.before(blk.get_submodule(sites.down), _down_hook(state, layer)))
+    hooks += float64_norms(model, parts, state)
+    for m in model.modules():
+        if not is_norm(m) and getattr(m, "bias", None) is not None and hasattr(m.bias, "dim") \
+                and m.bias.dim() == 1 and m is not parts.embed:
+            hooks.append(Hook.after(m, _bias_hook(state)))
+    hooks.append(Hook.after(parts.lm_head, _keep_logits(state)))
+    _register_attention()
+    before = getattr(model.config, "_attn_implementation", None)
+    model.set_attn_implementation(ATTENTION)
+    try:
+        with hooked(hooks, prepend=True):
+            yield state
+    finally:
+        if before is not None:
+            model.set_attn_implementation(before)
+
+
+__all__ = ["ATTENTION", "EDGE_MEANING", "FREEZING", "MlpSites", "Pass", "float64_norms", "frozen",
+           "mlp_sites"]

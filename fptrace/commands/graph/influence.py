@@ -1,0 +1,141 @@
+"""Influence, pruning and the graph's scores, by circuit-tracer's definitions (circuit_tracer/
+graph.py and attribution.py, safety-research/circuit-tracer), written here in numpy.
+
+The adjacency A is square over the nodes, rows the targets and columns the sources, nodes in
+circuit-tracer's order: neurons (their "features"), the per-site remainders (in the place of its
+error nodes), tokens, logits. A row normalised is the share of the target's incoming |edges| each
+source holds (`normalized`, as its normalize_matrix). A node's influence on the logits is the
+sum over every path to a logit of the product of those shares, each logit weighted by its
+probability (`influence`, as its compute_influence / compute_node_influence: w·Â + w·Â² + ...).
+
+- `partial_influence` follows its compute_partial_influences (attribution.py): the same sum
+  over the rows computed so far, which ranks the neurons whose rows are computed next.
+- `prune` follows its prune_graph: nodes kept by cumulative influence (find_threshold at
+  node_threshold; tokens and logits always kept), edges by the edge scores of
+  compute_edge_influence at edge_threshold, then nodes left without an outgoing edge (neurons,
+  remainders) or an incoming one (neurons) dropped until nothing changes.
+- `scores` follows its compute_graph_scores: the replacement score (the share of the tokens'
+  influence among tokens and error nodes) and the completeness score (the share of each node's
+  input not from error nodes, weighted by its influence plus its logit weight).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+MAX_ITER = 1000
+
+
+def normalized(A: Any) -> Any:
+    """|A| with each row divided by its sum (rows without input stay zero)."""
+    import numpy as np
+
+    N = np.abs(A)
+    return N / np.maximum(N.sum(axis=1, keepdims=True), 1e-10)
+
+
+def influence(A: Any, weights: Any) -> Any:
+    """(n,) each node's influence on the weighted logits: weights·(Â + Â² + ...), Â =
+    normalized(A). A must be acyclic (it is: an edge always goes up a layer or along a
+    position)."""
+    Ah = normalized(A)
+    step = weights @ Ah
+    total = step.copy()
+    for _ in range(MAX_ITER):
+        if not step.any():
+            return total
+        step = step @ Ah
+        total += step
+    raise RuntimeError("influence did not converge: the graph has a cycle")
+
+
+def partial_influence(rows: Any, weights: Any, row_nodes: Any) -> Any:
+    """Influence over the rows computed so far: rows (r, n) the incoming edges of the nodes
+    row_nodes (r,), weights (n,) the logit weights; (n,) each node's influence."""
+    import numpy as np
+
+    Ah = normalized(rows)
+    step = weights.copy()
+    total = np.zeros(rows.shape[1])
+    for _ in range(MAX_ITER):
+        step = step[row_nodes] @ Ah
+        if not step.any():
+            return total
+        total += step
+    raise RuntimeError("influence did not converge")
+
+
+def find_threshold(scores: Any, fraction: float) -> float:
+    """The score above which the largest scores hold `fraction` of their sum."""
+    import numpy as np
+
+    s = np.sort(scores.ravel())[::-1]
+    total = s.sum()
+    if total <= 0:
+        return 0.0
+    i = int(np.searchsorted(np.cumsum(s) / total, fraction))
+    return float(s[min(i, len(s) - 1)])
+
+
+@dataclass(frozen=True)
+class Pruned:
+    """Which nodes and edges a pruning keeps, and each node's cumulative influence (the share of
+    the total influence held by the nodes at least as influential: circuit-tracer's
+    `influence` in its JSON)."""
+
+    nodes: Any  # (n,) bool
+    edges: Any  # (n, n) bool, rows the targets
+    influence: Any  # (n,) the node influence
+    cumulative: Any  # (n,)
+
+
+def prune(A: Any, weights: Any, n_neurons: int, n_rest: int, node_threshold: float,
+          edge_threshold: float) -> Pruned:
+    """circuit-tracer's prune_graph on A (nodes: n_neurons neurons, then n_rest remainders,
+    then tokens and logits, where `weights` is nonzero)."""
+    import numpy as np
+
+    inf = influence(A, weights)
+    n = A.shape[0]
+    fixed = n_neurons + n_rest  # tokens and logits from here on: always kept
+    nodes = inf >= find_threshold(inf, node_threshold)
+    nodes[fixed:] = True
+    P = A.copy()
+    P[~nodes] = 0
+    P[:, ~nodes] = 0
+    Ph = normalized(P)
+    edge_scores = Ph * (influence(P, weights) + weights)[:, None]
+    edges = edge_scores >= find_threshold(edge_scores, edge_threshold)
+    edges &= P != 0
+    while True:
+        before = nodes.copy()
+        edges[~nodes] = False
+        edges[:, ~nodes] = False
+        nodes[:fixed] &= edges[:, :fixed].any(axis=0)  # an outgoing edge
+        nodes[:n_neurons] &= edges[:n_neurons].any(axis=1)  # an incoming edge
+        if (nodes == before).all():
+            break
+    order = np.argsort(-inf, kind="stable")
+    cum = np.zeros(n)
+    total = inf.sum()
+    cum[order] = np.cumsum(inf[order]) / total if total > 0 else 0.0
+    return Pruned(nodes=nodes, edges=edges, influence=inf, cumulative=cum)
+
+
+def scores(A: Any, weights: Any, errors: Any, tokens: Any) -> tuple[float, float]:
+    """(replacement, completeness) as circuit-tracer's compute_graph_scores, with the nodes
+    `errors` (bool mask) in the role of its error nodes and `tokens` (bool mask) its tokens.
+    Without error nodes both are 1."""
+    Ah = normalized(A)
+    inf = influence(A, weights)
+    tok, err = float(inf[tokens].sum()), float(inf[errors].sum())
+    replacement = tok / (tok + err) if tok + err > 0 else 1.0
+    own = 1.0 - Ah[:, errors].sum(axis=1)
+    out = inf + weights
+    completeness = float((own * out).sum() / out.sum()) if out.sum() > 0 else 1.0
+    return replacement, completeness
+
+
+__all__ = ["Pruned", "find_threshold", "influence", "normalized", "partial_influence", "prune",
+           "scores"]

@@ -1,0 +1,50 @@
+"""The options of `fptrace graph`, checked before the model is loaded (one line on stderr,
+exit 2, nothing written): the thresholds are fractions in [0, 1], the counts positive whole
+numbers, the graph file a path fptrace may write, and --neurons given (the transcoder graph is
+not built yet). The query positions arrive parsed (cli.py, through fptrace.addresses) and are
+resolved against the prompt in core.py."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from fptrace.errors import BadInput
+from fptrace.numbers import parse_float, parse_int
+
+
+@dataclass(frozen=True)
+class GraphRequest:
+    """The options of one `fptrace graph`, checked."""
+
+    node_threshold: float
+    edge_threshold: float
+    max_nodes: int
+    per_site: int
+    positions: Any  # a Selection, or None for the last position
+
+
+def check_request(*, neurons: bool, node_threshold: str, edge_threshold: str,
+                  max_nodes: str, per_site: str, positions: Any, graph_json: str | None,
+                  force: bool) -> GraphRequest:
+    """The request, or BadInput naming the option at fault (positions: a Selection parsed by
+    the command line, or None)."""
+
+    if not neurons:
+        raise BadInput("graph: pass --neurons (the nodes are the model's own MLP neurons); "
+                       "graphs over transcoders (--transcoders DIR) are not built yet")
+    node = parse_float(str(node_threshold), "--node-threshold", low=0.0, high=1.0)
+    edge = parse_float(str(edge_threshold), "--edge-threshold", low=0.0, high=1.0)
+    n_max = parse_int(str(max_nodes), "--max-nodes", low=1)
+    k = parse_int(str(per_site), "--per-site", low=1)
+    if graph_json is not None:
+        from fptrace.atomic import check_target
+
+        if not graph_json.lower().endswith(".json"):
+            raise BadInput(f"--graph-json {graph_json}: give a .json file name")
+        check_target(graph_json, "--graph-json", "graph.json", force)
+    return GraphRequest(node_threshold=node, edge_threshold=edge, max_nodes=n_max, per_site=k,
+                        positions=positions)
+
+
+__all__ = ["GraphRequest", "check_request"]

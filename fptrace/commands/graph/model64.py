@@ -1,0 +1,80 @@
+"""The model in float64, and the values the graph must reproduce: one real forward pass.
+
+The graph is computed on a float64 copy of the model, so that its sums are exact to float64's
+rounding. Its norms are computed in float64 too (transformers' RMSNorm casts to float32 inside
+whatever the weights' dtype). The real pass reads each neuron's activation where the down
+projection takes it and each logit from the LM head's output (before any final softcap); the
+copy's logits are checked against the model's own forward pass in its own dtype.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass
+from typing import Any
+
+from fptrace.commands.graph.freezing import MlpSites, float64_norms
+from fptrace.core.hooks import Hook, first_output, hooked
+from fptrace.errors import BadInput
+from fptrace.families.parts import ModelParts, resolve_parts
+from fptrace.models.loading import LoadedModel
+
+
+@dataclass(frozen=True)
+class Real:
+    """What the float64 model computed on the prompt."""
+
+    acts: Any  # (L, T, m) every neuron's activation
+    logits: Any  # (Q, V) the LM head's output at the query positions (before any softcap)
+    probs: Any  # (Q, V) the probabilities (after any softcap), float64
+    own: Any  # (Q, V) the model's own LM head output in its dtype, as float64
+
+
+def float64_copy(lm: LoadedModel) -> tuple[Any, ModelParts]:
+    """A float64 copy of the model (its gradients off) and its parts."""
+    import torch
+
+    if lm.quantization:
+        raise BadInput("graph needs the weights in floating point; drop --quantize")
+    if lm.tensor_parallel > 1 or getattr(lm.model, "hf_device_map", None):
+        raise BadInput("graph runs the whole model in one process: drop --tp and --device-map")
+    model = copy.deepcopy(lm.model).to(torch.float64)
+    for p in model.parameters():
+        p.requires_grad_(False)
+    return model.eval(), resolve_parts(model)
+
+
+def real_pass(lm: LoadedModel, model: Any, parts: ModelParts, sites: MlpSites, ids: list[int],
+              queries: list[int]) -> Real:
+    """The float64 copy's activations and logits on ids, and the model's own logits."""
+    import torch
+
+    acts: dict[int, Any] = {}
+    got: dict[str, Any] = {}
+
+    def keep_act(layer: int) -> Any:
+        def hook(module: Any, args: tuple) -> None:
+            acts[layer] = args[0][0].detach().cpu().clone()  # (T, m)
+        return hook
+
+    def keep(key: str) -> Any:
+        def hook(module: Any, args: tuple, output: Any) -> None:
+            got[key] = first_output(output)[0].detach().to(torch.float64).cpu()  # (Q, V)
+        return hook
+
+    hooks = [Hook.before(b.get_submodule(sites.down), keep_act(i))
+             for i, b in enumerate(parts.blocks)]
+    hooks += float64_norms(model, parts)
+    device = parts.embed.weight.device
+    x = torch.tensor([ids], device=device)
+    keep_idx = torch.tensor(queries, device=device)
+    with torch.no_grad(), hooked([*hooks, Hook.after(parts.lm_head, keep("logits"))],
+                                 prepend=True):
+        final = model(x, use_cache=False, logits_to_keep=keep_idx).logits[0]  # (Q, V)
+    with torch.inference_mode(), hooked([Hook.after(lm.parts.lm_head, keep("own"))]):
+        lm.model(x.to(lm.device), use_cache=False, logits_to_keep=keep_idx.to(lm.device))
+    return Real(acts=torch.stack([acts[i] for i in range(len(parts.blocks))]),
+                logits=got["logits"], probs=torch.softmax(final, dim=-1).cpu(), own=got["own"])
+
+
+__all__ = ["Real", "float64_copy", "real_pass"]

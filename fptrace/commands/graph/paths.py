@@ -1,0 +1,43 @@
+"""The strongest paths from a token to a logit through a pruned graph.
+
+A path's strength is its term of the token's influence (influence.py): the product of each
+edge's share of its target's input (|edge| / Σ|edges into the target| in the unpruned graph),
+times the logit's probability. The k strongest are found by dynamic programming from the
+logits down, layer by layer (an edge always goes to a later layer, or from a token).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fptrace.commands.graph.influence import normalized
+from fptrace.commands.graph.result import GraphPath
+
+
+def strongest_paths(A: Any, edges: Any, kept: Any, weights: Any, ids: list[str],
+                    layer_of: list[int], k: int = 5) -> list[GraphPath]:
+    """The k strongest token-to-logit paths over the kept nodes and edges of A (rows the
+    targets); layer_of: each node's layer (tokens -1, logits past the last block)."""
+    import numpy as np
+
+    Ah = normalized(A)
+    best: dict[int, list[tuple[float, list[int]]]] = {
+        int(i): [(float(weights[i]), [int(i)])] for i in np.flatnonzero(weights) if kept[i]}
+    order = sorted((int(i) for i in np.flatnonzero(kept) if weights[i] == 0),
+                   key=lambda i: -layer_of[i])
+    for s in order:
+        found = []
+        for t in np.flatnonzero(edges[:, s]):
+            for strength, path in best.get(int(t), ()):
+                found.append((strength * float(Ah[t, s]), [s, *path]))
+        found.sort(key=lambda x: -x[0])
+        if found:
+            best[s] = found[:k]
+    starts = [(st, path) for s in order if layer_of[s] == -1 for st, path in best.get(s, ())]
+    starts.sort(key=lambda x: -x[0])
+    return [GraphPath(nodes=tuple(ids[i] for i in path), strength=st,
+                      weights=tuple(float(A[path[j + 1], path[j]]) for j in range(len(path) - 1)))
+            for st, path in starts[:k]]
+
+
+__all__ = ["strongest_paths"]

@@ -1,0 +1,124 @@
+"""The terminal view of `fptrace graph`: the freezing, the check, the logits, the strongest
+paths from the tokens to the answer, the top nodes by influence."""
+
+from __future__ import annotations
+
+from rich.console import Group, RenderableType
+from rich.table import Table
+from rich.text import Text
+
+from fptrace.commands.graph.result import AttributionGraph, GraphNode
+from fptrace.render.fit import Col, fit_table
+from fptrace.render.tables import header
+from fptrace.render.text import bullets, visible
+
+TOP_NODES = 12
+
+
+def _names(g: AttributionGraph) -> dict[str, str]:
+    """node_id -> a short name: `'cat'@2`, `L3 N417@5`, `L3 rest@5`, `→' Paris'`."""
+    out = {}
+    for n in g.nodes:
+        if n.node_type == "embedding":
+            out[n.node_id] = f"{visible(g.tokens[n.position].text)!r}@{n.position}"
+        elif n.node_type == "neuron":
+            out[n.node_id] = f"L{n.layer} N{n.index}@{n.position}"
+        elif n.node_type == "other neurons":
+            out[n.node_id] = f"L{n.layer} rest@{n.position}"
+        else:
+            out[n.node_id] = f"→{visible(n.label.strip(chr(39)))!r}"
+    return out
+
+
+def freezing(g: AttributionGraph) -> RenderableType:
+    """What is held, one bullet a line (wrapped lines indented under their bullet)."""
+    grid = Table.grid(padding=(0, 1))
+    grid.add_column(no_wrap=True)
+    grid.add_column(overflow="fold")
+    for line in g.freezing:
+        grid.add_row("  •", line)
+    grid.add_row("", Text(f"{g.edge}; error nodes: {g.error_nodes}.", style="dim"))
+    return Group(Text("Frozen at their values in this forward pass (the model is then "
+                      "linear):", style="bold"), grid)
+
+
+def summary(g: AttributionGraph) -> Text:
+    queries = ", ".join(str(q) for q in g.queries)
+    kept_n = sum(1 for n in g.nodes if n.node_type == "neuron")
+    text = Text(f"Graph of the next token at position {queries}: {g.computed} neurons "
+                f"computed (of {g.candidates} candidates, the {g.per_site} largest |activation| "
+                f"per layer and position; --max-nodes {g.max_nodes}); kept after pruning "
+                f"(node {g.node_threshold:g}, edge {g.edge_threshold:g}): {len(g.nodes)} nodes "
+                f"({kept_n} neurons), {len(g.edges)} edges.\n")
+    s = g.scores
+    text.append(f"replacement {s.replacement:.3f}  completeness {s.completeness:.3f} "
+                f"(1 by construction: no error nodes); with the remainders as error nodes: "
+                f"replacement {s.replacement_nodes:.3f}  completeness {s.completeness_nodes:.3f}")
+    return text
+
+
+LOGIT_COLS = (Col("logit", 0), Col("p", 0, "right"), Col("value", 0, "right"),
+              Col("bias terms", 2, "right"), Col("position", 1, "right"))
+
+
+def logits_table(g: AttributionGraph, width: int | None) -> RenderableType:
+    rows = [[visible(n.label), f"{n.prob:.3f}", f"{n.value:+.3f}", f"{n.bias:+.3f}",
+             str(n.position)] for n in g.nodes if n.node_type == "logit"]
+    return fit_table(LOGIT_COLS, rows, width, title="Logit nodes (edges in + bias terms = value)",
+                     title_justify="left")
+
+
+PATH_COLS = (Col("#", 0, "right"), Col("strength", 0, "right"), Col("path", 0, wrap=True))
+
+
+def paths_table(g: AttributionGraph, width: int | None) -> RenderableType:
+    names = _names(g)
+    rows = []
+    for k, p in enumerate(g.paths, 1):
+        steps = [names.get(p.nodes[0], p.nodes[0])]
+        for node, w in zip(p.nodes[1:], p.weights, strict=True):
+            steps.append(f"({w:+.2f})→ {names.get(node, node)}")
+        rows.append([str(k), f"{p.strength:.2e}", " ".join(steps)])
+    return fit_table(PATH_COLS, rows, width, title="Strongest paths from a token to the answer "
+                     "(strength: the path's share of the influence; edge weights in "
+                     "brackets)", title_justify="left")
+
+
+NODE_COLS = (Col("#", 0, "right"), Col("node", 0), Col("type", 1), Col("influence", 0, "right"),
+             Col("cumulative", 2, "right"), Col("activation", 1, "right"),
+             Col("bias terms", 3, "right"))
+
+
+def _cell(x: float | None) -> str:
+    return "" if x is None else f"{x:+.3f}"
+
+
+def nodes_table(g: AttributionGraph, width: int | None) -> RenderableType:
+    names = _names(g)
+    top: list[GraphNode] = [n for n in g.nodes if n.node_type != "logit"][:TOP_NODES]
+    rows = [[str(k), names[n.node_id], n.node_type, f"{n.influence:.3f}", f"{n.cumulative:.3f}",
+             _cell(n.value), _cell(n.bias)] for k, n in enumerate(top, 1)]
+    return fit_table(NODE_COLS, rows, width, title=f"The {len(top)} most influential nodes "
+                     "(influence on the logits, circuit-tracer's definition)",
+                     title_justify="left")
+
+
+def verdict(g: AttributionGraph) -> Text:
+    if g.ok:
+        c = g.checks[0]
+        return Text(f"✓ exact: every computed node's edges plus its bias terms equal its value "
+                    f"in the model (largest relative difference {c.value:.1e}, at {c.worst}); "
+                    f"float64 logits match the model's ({g.checks[1].value:.1e})",
+                    style="bold green")
+    bad = "; ".join(f"{c.name}: {c.value:.2e} at {c.worst} ({c.tolerance})" for c in g.checks
+                    if not c.ok)
+    return Text(f"✗ THE GRAPH IS NOT EXACT: {bad}. Do not trust the numbers above.",
+                style="bold white on red")
+
+
+def graph_view(g: AttributionGraph, width: int | None = 120) -> RenderableType:
+    return Group(header(g.model), freezing(g), summary(g), logits_table(g, width),
+                 paths_table(g, width), nodes_table(g, width), bullets(g.notes), verdict(g))
+
+
+__all__ = ["graph_view"]

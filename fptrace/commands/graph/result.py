@@ -1,0 +1,161 @@
+"""The result of `fptrace graph --neurons`."""
+
+from __future__ import annotations
+
+from fptrace.results import SCHEMA_VERSION, ModelInfo, Token, result
+
+# 1.6: `fptrace graph` (this kind)
+SCHEMA_SINCE = "1.6"
+
+CHECK_TARGETS = ("for `graph`: `graph_sums` (every computed node's incoming edges plus its bias "
+                 "terms equal its value in the model, float64) and `graph_model` (the float64 "
+                 "copy's logits equal the model's own)")
+
+
+@result
+class GraphNode:
+    """One node of the attribution graph."""
+
+    node_id: str
+    """The node's id, as circuit-tracer's frontend spells it: `E_{token}_{position}` (a token),
+    `{layer}_{neuron}_{position}` (a neuron), `0_{layer}_{position}` (the neurons of a site left
+    out of the graph), `{n_layers + 1}_{token}_{position}` (a logit)."""
+    node_type: str
+    """`embedding` (a token at a position), `neuron` (one MLP neuron at a position), `other
+    neurons` (every neuron of one (layer, position) that is not a node of the graph, summed: an
+    exact remainder, not an error) or `logit`."""
+    layer: int | None
+    """The block of a neuron or remainder; null for tokens and logits."""
+    position: int
+    """The position in the prompt."""
+    index: int | None
+    """A neuron's index in its MLP, or the token id of a token or logit; null for a remainder."""
+    label: str
+    """What the node is, in words (`L3 N417 @5`, `' Paris'`)."""
+    value: float | None
+    """A neuron's activation or a logit's value in the model (float64); null for tokens and
+    remainders (a vector, not a number)."""
+    influence: float
+    """The node's influence on the logits (circuit-tracer's node influence: the sum over its
+    paths to the logits of the products of each edge's share of its target's input, weighted by
+    each logit's probability)."""
+    cumulative: float
+    """The share of the total influence held by the nodes at least as influential as this one
+    (what circuit-tracer's graph file calls `influence`)."""
+    bias: float | None
+    """For a computed node (neuron, logit): its bias terms, the part of its value no source
+    carries (biases of linear maps and norms, a learned position embedding); else null."""
+    prob: float | None = None
+    """For a logit: the token's probability at that position; else null."""
+
+
+@result
+class GraphEdge:
+    """One edge: the direct effect of a source on a target under the freezing."""
+
+    source: str
+    """The source's node_id."""
+    target: str
+    """The target's node_id."""
+    weight: float
+    """The source's value × the gradient of the target (a neuron's activation, or a logit) with
+    respect to it, in the model with attention patterns, norm scales and neuron gates frozen,
+    through no other neuron."""
+
+
+@result
+class GraphPath:
+    """A path from a token to a logit through the pruned graph."""
+
+    nodes: tuple[str, ...]
+    """node_ids from the token to the logit."""
+    strength: float
+    """The product of each edge's share of its target's input (|edge| / Σ|edges into the
+    target|), times the logit's probability: this path's term of the token's influence."""
+    weights: tuple[float, ...]
+    """Each edge's weight along the path."""
+
+
+@result
+class GraphCheck:
+    """The check that the graph is exact."""
+
+    name: str
+    """`graph_sums` or `graph_model`."""
+    value: float
+    """The largest relative difference measured."""
+    tolerance: str
+    """The rule it must meet, in words."""
+    ok: bool
+    """Whether it holds."""
+    worst: str
+    """The node (or logit) where the difference is largest."""
+
+
+@result
+class GraphScores:
+    """circuit-tracer's two scores of a graph (its compute_graph_scores), and the same with the
+    remainders in the role of error nodes."""
+
+    replacement: float
+    """The replacement score: 1, since the freezing is exact and there is no error node."""
+    completeness: float
+    """The completeness score: 1 by construction, for the same reason."""
+    replacement_nodes: float
+    """The replacement score with each site's remainder (the neurons that are not nodes) as its
+    error node: how much of the tokens' influence reaches the logits through the graph's own
+    neurons."""
+    completeness_nodes: float
+    """The completeness score with the remainders as error nodes: the influence-weighted share of
+    the nodes' inputs that comes from the graph's neurons and tokens."""
+
+
+@result
+class AttributionGraph:
+    """`fptrace graph --neurons --json`: an attribution graph whose nodes are the model's own MLP
+    neurons, exact under its freezing, pruned by circuit-tracer's definitions."""
+
+    prompt: str
+    """The prompt as given."""
+    model: ModelInfo
+    """The model that was run."""
+    tokens: tuple[Token, ...]
+    """The prompt's tokens (up to the last query position)."""
+    queries: tuple[int, ...]
+    """The query positions: those whose logits are the graph's outputs."""
+    freezing: tuple[str, ...]
+    """What is held at its value in the real forward pass, so that the model is linear."""
+    edge: str
+    """What an edge is, in words."""
+    error_nodes: str
+    """Why the graph has no error node."""
+    node_threshold: float
+    """Nodes kept until they hold this share of the influence (--node-threshold)."""
+    edge_threshold: float
+    """Edges kept until they hold this share of the edge scores (--edge-threshold)."""
+    max_nodes: int
+    """At most this many neurons have their incoming edges computed (--max-nodes)."""
+    per_site: int
+    """At each (layer, position), the candidate neurons: the per_site of largest |activation|."""
+    candidates: int
+    """Candidate neurons (per_site × layers × positions)."""
+    computed: int
+    """Neurons whose incoming edges were computed (and checked), chosen by influence."""
+    scores: GraphScores
+    """Replacement and completeness scores of the unpruned graph."""
+    nodes: tuple[GraphNode, ...]
+    """The nodes the pruning keeps, by influence (tokens and logits always)."""
+    edges: tuple[GraphEdge, ...]
+    """The edges the pruning keeps."""
+    paths: tuple[GraphPath, ...]
+    """The strongest paths from a token to a logit through the kept graph."""
+    checks: tuple[GraphCheck, ...]
+    """The checks that the graph is exact (exit 5 when one fails)."""
+    ok: bool
+    """Whether every check holds."""
+    notes: tuple[str, ...]
+    """What to know about these numbers."""
+    seconds: float
+    """Time the graph took (the model's loading excluded)."""
+    kind: str = "graph"
+    schema_version: str = SCHEMA_VERSION

@@ -1,0 +1,97 @@
+"""The edges into a batch of target nodes: one backward pass of the frozen model per batch.
+
+The frozen pass (freezing.py) runs the prompt once; each batch of targets (a neuron's
+activation, or a logit) is one vector-Jacobian product of that pass, batched over targets with
+autograd's `is_grads_batched` (the forward is not replicated). For each target the gradient at
+every source, times the source's value, is its edge: the token embeddings per position, each
+neuron's activation, and the bias terms (each bias times the gradient of its module's output,
+summed). By Euler's theorem for the linear model the frozen pass is, a target's edges plus its
+bias terms are its value: `Rows.total` is that sum, which core.py checks against the real
+model's value.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from fptrace.commands.graph.freezing import Pass
+
+
+@dataclass(frozen=True)
+class Target:
+    """A node whose incoming edges are computed: a neuron (layer, position, neuron) or a logit
+    (layer None, the index of its query position, its token id)."""
+
+    layer: int | None
+    position: int  # a neuron's position; a logit's index among the query positions
+    index: int  # the neuron, or the token id
+
+
+@dataclass(frozen=True)
+class Rows:
+    """The incoming edges of n targets, in float64 (numpy arrays, n first).
+
+    tokens (n, T): from each position's token embedding; chosen (n, L, T, k): from each chosen
+    neuron (Columns.chosen); sites (n, L, T): from every neuron of a (layer, position), chosen
+    or not; bias (n,): the bias terms (and a learned position embedding)."""
+
+    tokens: Any
+    chosen: Any
+    sites: Any
+    bias: Any
+
+    @property
+    def total(self) -> Any:
+        """(n,) each target's edges from all sources plus its bias terms."""
+        return self.tokens.sum(1) + self.sites.sum((1, 2)) + self.bias
+
+
+def rows(p: Pass, targets: list[Target], chosen: Any) -> Rows:
+    """The Rows of `targets` from the frozen pass p; chosen: (L, T, k) long, the neurons whose
+    edges are kept one by one at each (layer, position)."""
+    import torch
+
+    n = len(targets)
+    top = max((t.layer for t in targets if t.layer is not None), default=None)
+    any_logit = any(t.layer is None for t in targets)
+    layers = sorted(p.leaves) if any_logit else [l for l in sorted(p.leaves) if l < top]
+    outputs, grads = [], []
+    by_layer: dict[Any, list[tuple[int, Target]]] = {}
+    for b, t in enumerate(targets):
+        by_layer.setdefault(t.layer, []).append((b, t))
+    for layer, ts in by_layer.items():
+        out = p.logits if layer is None else p.acts[layer]  # (1, T or Q, m or V)
+        g = torch.zeros((n, *out.shape), dtype=out.dtype, device=out.device)  # (n, 1, T, m)
+        for b, t in ts:
+            g[b, 0, t.position, t.index] = 1.0
+        outputs.append(out)
+        grads.append(g)
+    inputs = [p.embed] + ([p.pos] if p.pos is not None else []) + \
+        [p.leaves[l] for l in layers] + [out for _, out in p.biases]
+    got = torch.autograd.grad(outputs, inputs, grads, retain_graph=True, allow_unused=True,
+                              is_grads_batched=True)
+    g_embed, got = got[0], got[1:]
+    tokens = (g_embed * p.embed).sum(-1)[:, 0]  # (n, T)
+    bias = torch.zeros(n, dtype=tokens.dtype, device=tokens.device)
+    if p.pos is not None:
+        bias += (got[0] * p.pos).sum((1, 2, 3))
+        got = got[1:]
+    L, T, k = chosen.shape
+    sites = torch.zeros((n, L, T), dtype=tokens.dtype, device=tokens.device)
+    kept = torch.zeros((n, L, T, k), dtype=tokens.dtype, device=tokens.device)
+    chosen = chosen.to(tokens.device)
+    for layer, g in zip(layers, got[:len(layers)], strict=True):
+        if g is None:
+            continue
+        e = (g * p.leaves[layer])[:, 0]  # (n, T, m): each neuron's edge
+        sites[:, layer] = e.sum(-1)
+        kept[:, layer] = e.gather(-1, chosen[layer].unsqueeze(0).expand(n, T, k))
+    for (b, _), g in zip(p.biases, got[len(layers):], strict=True):
+        if g is not None:
+            bias += (g * b).reshape(n, -1).sum(1)
+    return Rows(tokens=tokens.detach().cpu().numpy(), chosen=kept.detach().cpu().numpy(),
+                sites=sites.detach().cpu().numpy(), bias=bias.detach().cpu().numpy())
+
+
+__all__ = ["Rows", "Target", "rows"]

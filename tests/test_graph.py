@@ -1,0 +1,361 @@
+"""`fptrace graph --neurons`: exact on a Llama-like (SwiGLU, grouped-query attention) and a
+GPT-2-like (GELU, biases) model against the real model's hooks and logits; a fault fails the
+check (exit 5, nothing written); an edge equals an intervention in the model with its freezing
+replayed; pruning keeps the logits and grows with its thresholds; the graph file's structure;
+bad inputs."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+from conftest import build_tiny, tiny_gpt2
+from typer.testing import CliRunner
+
+from fptrace.cli.main import app
+from fptrace.commands.graph import core as graph_core
+from fptrace.commands.graph import freezing
+from fptrace.commands.graph.core import graph
+from fptrace.commands.graph.influence import prune
+from fptrace.commands.graph.rows import Rows
+from fptrace.errors import BadInput
+from fptrace.models.loading import wrap_model
+
+IDS = [5, 17, 42, 7, 9, 311]
+FAMILIES = ("llama", "gpt2")
+runner = CliRunner()
+
+
+@pytest.fixture(scope="module", params=FAMILIES)
+def made(request):
+    """(the tiny model ready to trace, its graph)."""
+    lm = wrap_model(build_tiny(request.param), name=f"tiny-{request.param}",
+                    random_weights=True)
+    return lm, graph(lm, IDS, max_nodes=12, per_site=3, node_threshold=1.0, edge_threshold=1.0)
+
+
+def _real(lm, ids):
+    """The real (float32) model's neuron activations (the down projection's input) and its
+    LM head's output at the last position, read by hooks on its own modules."""
+    sites = freezing.mlp_sites(lm.parts.family)
+    acts, got, handles = {}, {}, []
+    for i, blk in enumerate(lm.parts.blocks):
+        handles.append(blk.get_submodule(sites.down).register_forward_pre_hook(
+            lambda m, a, i=i: acts.__setitem__(i, a[0][0].double())))
+    handles.append(lm.parts.lm_head.register_forward_hook(
+        lambda m, a, o: got.__setitem__("logits", o[0, -1].double())))
+    try:
+        with torch.no_grad():
+            lm.model(torch.tensor([ids]), use_cache=False)
+    finally:
+        for h in handles:
+            h.remove()
+    return acts, got["logits"]
+
+
+def test_every_node_sums_to_the_real_model(made):
+    lm, g = made
+    assert g.ok and g.checks[0].name == "graph_sums"
+    assert g.checks[0].value < 1e-9  # float64: far inside the 1e-5 rule
+    assert g.computed == 12 and g.scores.replacement == 1.0 and g.scores.completeness == 1.0
+    acts, logits = _real(lm, IDS)
+    neurons = [n for n in g.nodes if n.node_type == "neuron"]
+    assert neurons
+    for n in neurons:  # the value the graph reproduces is the model's own activation
+        assert n.value == pytest.approx(float(acts[n.layer][n.position, n.index]), rel=1e-4,
+                                        abs=1e-6)
+    top = [n for n in g.nodes if n.node_type == "logit"]
+    assert top and {n.index for n in top} >= {int(logits.argmax())}
+    for n in top:
+        assert n.value == pytest.approx(float(logits[n.index]), rel=1e-5, abs=1e-5)
+    assert sum(n.prob for n in top) <= 1.0
+
+
+def test_the_sums_hold_on_every_target_against_hooks():
+    """Independently of core.py's check: each row's edges plus bias terms, from the frozen
+    pass, equal the float64 model's value read by a hook (GPT-2: biases everywhere)."""
+    lm = wrap_model(build_tiny("gpt2"), random_weights=True)
+    model, parts = graph_core.float64_copy(lm)
+    sites = freezing.mlp_sites(parts.family)
+    real = graph_core.real_pass(lm, model, parts, sites, IDS, [len(IDS) - 1])
+    chosen = real.acts.abs().topk(2, dim=-1).indices
+    with freezing.frozen(model, parts, sites) as p:
+        model(torch.tensor([IDS]), use_cache=False, logits_to_keep=torch.tensor([5]))
+    targets = [graph_core.Target(layer, pos, int(chosen[layer, pos, 0]))
+               for layer in range(3) for pos in range(len(IDS))]
+    targets.append(graph_core.Target(None, 0, 7))
+    r = graph_core.rows(p, targets, chosen)
+    want = [float(real.logits[0, 7]) if t.layer is None else
+            float(real.acts[t.layer, t.position, t.index]) for t in targets]
+    np.testing.assert_allclose(r.total, want, rtol=1e-10, atol=1e-12)
+    assert np.abs(r.bias).max() > 1e-3  # the biases matter here
+
+
+def _perturbed_rows(real_rows):
+    def rows(p, targets, chosen):
+        r = real_rows(p, targets, chosen)
+        tokens = r.tokens.copy()
+        tokens[:, 0] += 1e-3
+        return Rows(tokens=tokens, chosen=r.chosen, sites=r.sites, bias=r.bias)
+    return rows
+
+
+def test_a_perturbed_edge_fails_the_check(monkeypatch):
+    lm = wrap_model(build_tiny("gpt2"), random_weights=True)
+    monkeypatch.setattr(graph_core, "rows", _perturbed_rows(graph_core.rows))
+    g = graph(lm, IDS, max_nodes=4, per_site=2)
+    assert not g.ok and not g.checks[0].ok and g.checks[0].value > 1e-5
+    assert g.checks[0].worst  # names the node
+
+
+def test_a_wrong_frozen_gate_fails_the_check(monkeypatch):
+    lm = wrap_model(build_tiny("llama"), random_weights=True)
+    real_hook = freezing._down_hook
+
+    def wrong(state, layer):
+        hook = real_hook(state, layer)
+
+        def changed(module, args):
+            out = hook(module, args)
+            state.acts[layer] = state.acts[layer] * 1.001  # r off by 0.1 %
+            return out
+        return changed
+
+    monkeypatch.setattr(freezing, "_down_hook", wrong)
+    g = graph(lm, IDS, max_nodes=4, per_site=2)
+    assert not g.checks[0].ok and g.checks[0].worst.startswith("L")
+
+
+def test_a_failing_graph_exits_5_and_writes_nothing(monkeypatch, tmp_path):
+    monkeypatch.setattr(graph_core, "rows", _perturbed_rows(graph_core.rows))
+    out = tmp_path / "g.json"
+    r = runner.invoke(app, ["graph", "The cat sat", "-m", tiny_gpt2(), "--neurons",
+                            "--max-nodes", "3", "--graph-json", str(out)])
+    assert r.exit_code == 5, r.output
+    assert "graph_sums" in r.stderr and " at L" in r.stderr and not out.exists()
+
+
+def test_the_terminal_view_at_80_columns():
+    r = runner.invoke(app, ["graph", "The cat sat on the", "-m", tiny_gpt2(), "--neurons",
+                            "--max-nodes", "4"], env={"COLUMNS": "80"})
+    assert r.exit_code == 0, r.output
+    lines = r.stdout.splitlines()
+    assert max(len(line.rstrip()) for line in lines) <= 80
+    for text in ("Frozen at their values", "attention patterns", "Strongest paths",
+                 "most influential nodes", "✓ exact"):
+        assert text in r.stdout
+
+
+def _replayed(model, parts, sites, ids, clean):
+    """The float64 model run with its freezing replayed from a clean run's values (norm gains,
+    attention patterns, neuron gates and every neuron's activation held), written here
+    without autograd: returns the clean constants, and a function that runs it with a source
+    neuron's activation moved by delta and returns every layer's gated pre-activation r·u."""
+    from transformers import AttentionInterface
+
+    from fptrace.core.attribution import frozen_norm
+
+    norms = [m for m in model.modules() if freezing.is_norm(m)]
+    kept: dict = {"gain": {}, "pattern": {}, "r": {}, "a": {}}
+
+    def attend(module, q, k, v, mask, scaling=None, dropout=0.0, **kw):
+        pattern = kept["pattern"][module.layer_idx]  # (1, nh, T, T)
+        v = v.repeat_interleave(q.shape[1] // v.shape[1], dim=1)
+        return (pattern @ v).transpose(1, 2).contiguous(), pattern
+
+    AttentionInterface.register("test-replay", attend)
+    from transformers.masking_utils import AttentionMaskInterface, eager_mask
+
+    AttentionMaskInterface.register("test-replay", eager_mask)
+    for i, p in enumerate(clean["patterns"]):
+        kept["pattern"][i] = p
+    kept["r"], kept["a"] = clean["r"], clean["a"]
+
+    def run(source=None, delta=0.0):
+        handles, u_now, out = [], {}, {}
+        for m in norms:
+            def nh(mod, a, o):
+                x = a[0]
+                if mod not in kept["gain"]:
+                    kept["gain"][mod] = frozen_norm(mod, x, parts.family.norm_type)
+                centre, gain, bias = kept["gain"][mod]
+                y = (x - x.mean(-1, keepdim=True) if centre else x) * gain
+                return y if bias is None else y + bias
+            handles.append(m.register_forward_hook(nh))
+        for i, blk in enumerate(parts.blocks):
+            def up(mod, a, o, i=i):
+                u = o if sites.up_part is None else o.chunk(sites.up_part[1], -1)[sites.up_part[0]]
+                u_now[i] = u
+            def down(mod, a, i=i):
+                out[i] = kept["r"][i] * u_now[i]
+                a_new = kept["a"][i].clone()
+                if source is not None and source[0] == i:
+                    a_new[0, source[1], source[2]] += delta
+                return (a_new,)
+            handles.append(blk.get_submodule(sites.up).register_forward_hook(up))
+            handles.append(blk.get_submodule(sites.down).register_forward_pre_hook(down))
+        before = model.config._attn_implementation
+        model.set_attn_implementation("test-replay")
+        try:
+            with torch.no_grad():
+                model(torch.tensor([ids]), use_cache=False)
+        finally:
+            model.set_attn_implementation(before)
+            for h in handles:
+                h.remove()
+        return out
+    return run
+
+
+def _clean(model, parts, sites, ids):
+    """A clean float64 run: each attention pattern (softmax in float64), each layer's gate
+    r = a/u and activation a."""
+    from transformers import AttentionInterface
+    from transformers.masking_utils import AttentionMaskInterface, eager_mask
+
+    got = {"patterns": {}, "r": {}, "a": {}}
+
+    def attend(module, q, k, v, mask, scaling=None, dropout=0.0, **kw):
+        n = q.shape[1] // k.shape[1]
+        k, v = k.repeat_interleave(n, dim=1), v.repeat_interleave(n, dim=1)
+        scores = q @ k.transpose(2, 3) * (scaling or q.shape[-1] ** -0.5) + mask
+        pattern = torch.softmax(scores, dim=-1)
+        got["patterns"][module.layer_idx] = pattern
+        return (pattern @ v).transpose(1, 2).contiguous(), pattern
+
+    AttentionInterface.register("test-clean", attend)
+    AttentionMaskInterface.register("test-clean", eager_mask)
+    u_now, handles = {}, []
+    for i, blk in enumerate(parts.blocks):
+        def up(mod, a, o, i=i):
+            u_now[i] = o if sites.up_part is None else \
+                o.chunk(sites.up_part[1], -1)[sites.up_part[0]]
+
+        def down(mod, a, i=i):
+            got["a"][i] = a[0].clone()
+            got["r"][i] = torch.where(u_now[i] != 0, a[0] / u_now[i], 0.0)
+        handles.append(blk.get_submodule(sites.up).register_forward_hook(up))
+        handles.append(blk.get_submodule(sites.down).register_forward_pre_hook(down))
+    hooks = freezing.float64_norms(model, parts)
+    handles += [h.module.register_forward_hook(h.fn) for h in hooks]
+    before = model.config._attn_implementation
+    model.set_attn_implementation("test-clean")
+    try:
+        with torch.no_grad():
+            model(torch.tensor([ids]), use_cache=False)
+    finally:
+        model.set_attn_implementation(before)
+        for h in handles:
+            h.remove()
+    got["patterns"] = [got["patterns"][i] for i in range(len(parts.blocks))]
+    return got
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_an_edge_is_an_intervention(family):
+    """Moving a source neuron's activation by delta, with attention patterns, norm scales,
+    gates and every other neuron held at their clean values, moves the target's activation by
+    exactly edge / activation × delta."""
+    lm = wrap_model(build_tiny(family), random_weights=True)
+    g = graph(lm, IDS, max_nodes=20, per_site=3, node_threshold=1.0, edge_threshold=1.0)
+    by_id = {n.node_id: n for n in g.nodes}
+    pairs = [(by_id[e.source], by_id[e.target], e.weight) for e in g.edges
+             if by_id[e.source].node_type == "neuron" and by_id[e.target].node_type == "neuron"
+             and abs(e.weight) > 1e-6]
+    assert pairs
+    model, parts = graph_core.float64_copy(lm)
+    sites = freezing.mlp_sites(parts.family)
+    run = _replayed(model, parts, sites, IDS, _clean(model, parts, sites, IDS))
+    base = run()
+    for s, t, w in sorted(pairs, key=lambda p: -abs(p[2]))[:3]:
+        assert float(base[t.layer][0, t.position, t.index]) == pytest.approx(t.value, rel=1e-9)
+        delta = 0.5 * s.value
+        moved = run((s.layer, s.position, s.index), delta)
+        change = float(moved[t.layer][0, t.position, t.index] - base[t.layer][0, t.position,
+                                                                               t.index])
+        assert change == pytest.approx(w / s.value * delta, rel=1e-8, abs=1e-12)
+
+
+def test_pruning_keeps_the_logits_and_grows_with_its_thresholds():
+    lm = wrap_model(build_tiny("gpt2"), random_weights=True)
+    graphs = {x: graph(lm, IDS, max_nodes=10, per_site=2, node_threshold=x, edge_threshold=1.0)
+              for x in (0.3, 0.6, 0.9)}
+    ids = {x: {n.node_id for n in g.nodes} for x, g in graphs.items()}
+    assert ids[0.3] <= ids[0.6] <= ids[0.9]
+    for g in graphs.values():
+        kinds = [n.node_type for n in g.nodes]
+        assert kinds.count("embedding") == len(IDS) and "logit" in kinds
+    # edges, on a random acyclic graph: more edges kept as the threshold grows
+    rng = np.random.default_rng(0)
+    n = 30
+    A = np.tril(rng.normal(size=(n, n)) * (rng.random((n, n)) < 0.4), k=-1)
+    w = np.zeros(n)
+    w[-2:] = (0.7, 0.3)
+    kept = [prune(A, w, 20, 4, 1.0, x) for x in (0.5, 0.8, 0.95, 1.0)]
+    for a, b in zip(kept, kept[1:]):
+        assert (a.edges <= b.edges).all() and (a.nodes <= b.nodes).all()
+    assert kept[0].nodes[-6:].all()  # tokens and logits always
+
+
+def test_the_graph_file_opens_in_circuit_tracers_format(tmp_path):
+    out = tmp_path / "g.json"
+    args = ["graph", "The cat sat on the", "-m", tiny_gpt2(), "--neurons", "--max-nodes", "6",
+            "--graph-json", str(out), "--json"]
+    r = runner.invoke(app, args)
+    assert r.exit_code == 0, r.output
+    doc = json.loads(r.stdout)
+    assert doc["kind"] == "graph" and doc["ok"]
+    f = json.loads(out.read_text())
+    assert {"metadata", "qParams", "nodes", "links"} <= set(f)
+    assert {"slug", "scan", "prompt_tokens", "prompt", "node_threshold"} <= set(f["metadata"])
+    ids = {n["node_id"] for n in f["nodes"]}
+    for n in f["nodes"]:
+        assert {"node_id", "feature", "layer", "ctx_idx", "feature_type", "influence",
+                "activation", "jsNodeId"} <= set(n)
+    types = {n["feature_type"] for n in f["nodes"]}
+    assert {"embedding", "logit"} <= types
+    assert all(n["layer"] == "E" for n in f["nodes"] if n["feature_type"] == "embedding")
+    assert all(n["layer"] == "3" for n in f["nodes"] if n["feature_type"] == "logit")
+    assert f["links"] and all(e["source"] in ids and e["target"] in ids for e in f["links"])
+    assert runner.invoke(app, args).exit_code == 0  # its own file is replaced without --force
+
+
+@pytest.mark.parametrize("args, says", [
+    (["--node-threshold", "1.5"], "--node-threshold"),
+    (["--edge-threshold", "nan"], "--edge-threshold"),
+    (["--max-nodes", "0"], "--max-nodes"),
+    (["--max-nodes", "x"], "--max-nodes"),
+    (["--positions", "9"], "positions"),
+])
+def test_bad_inputs_exit_2_with_one_line(args, says, tmp_path):
+    out = tmp_path / "g.json"
+    r = runner.invoke(app, ["graph", "The cat sat", "-m", tiny_gpt2(), "--neurons",
+                            "--graph-json", str(out), *args])
+    assert r.exit_code == 2, r.output
+    errors = [line for line in r.stderr.splitlines() if line.startswith("fptrace: error")]
+    assert len(errors) == 1 and says in errors[0]
+    assert not out.exists()
+
+
+def test_a_family_it_cannot_freeze_is_refused():
+    lm = wrap_model(build_tiny("mixtral"), random_weights=True)
+    with pytest.raises(BadInput, match="mixture of experts"):
+        graph(lm, IDS)
+    r = runner.invoke(app, ["graph", "x"])  # before anything is loaded
+    assert r.exit_code == 2 and "--neurons" in r.stderr
+
+
+def test_the_api_names_its_parameters_and_takes_query_positions():
+    lm = wrap_model(build_tiny("gpt2"), random_weights=True)
+    for kw, name in (({"node_threshold": float("nan")}, "node_threshold"),
+                     ({"edge_threshold": 2}, "edge_threshold"), ({"max_nodes": 0}, "max_nodes"),
+                     ({"positions": [9]}, "positions")):
+        with pytest.raises(BadInput, match=name):
+            graph(lm, IDS, **kw)
+    g = graph(lm, IDS, positions=[2, -1], target="#7", max_nodes=4, per_site=2)
+    assert g.ok and g.queries == (2, 5)
+    logits = [n for n in g.nodes if n.node_type == "logit"]
+    assert sorted((n.position, n.index) for n in logits) == [(2, 7), (5, 7)]
+    assert len(g.tokens) == 6
