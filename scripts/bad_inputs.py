@@ -184,10 +184,11 @@ def main() -> None:
         last = err[-1] if err else ""
         if "Traceback" in r.stderr:
             last = "TRACEBACK (a bug)"
-        shown = " ".join(repr(a)[1:] if isinstance(a, bytes) else
-                         a if len(a) < 40 else a[:20] + "…" for a in argv)
-        rows.append((what, shown.replace(tmp, "$TMP"), r.returncode,
-                     last.replace(tmp, "$TMP")))
+        # the temporary folder named as $TMP before a long argument is cut (cut first, a
+        # machine's path showed in the page)
+        words = (repr(a)[1:] if isinstance(a, bytes) else a.replace(tmp, "$TMP") for a in argv)
+        shown = " ".join(a if len(a) < 40 else a[:20] + "…" for a in words)
+        rows.append((what, shown, r.returncode, last.replace(tmp, "$TMP")))
         print(f"{r.returncode:>3}  {what}", file=sys.stderr)
     shutil.rmtree(tmp, ignore_errors=True)
     lines = ["# Bad input, tried on purpose", "",
