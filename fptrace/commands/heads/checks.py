@@ -1,0 +1,96 @@
+"""The checks by intervention that turn a pattern score into a role (docs/heads.md).
+
+- induction: each candidate head removed (zero, ablate's batched hooks: one row a head), the mean
+  loss on the repeated half of the induction sequences; the head is an induction head where the
+  loss rises by more than LOSS_MIN nats;
+- previous-token: on the prompts, one earlier token j replaced by a seeded random token (one row
+  per j, the clean prompt in row 0); the candidate head's output (its slice of W_O's input)
+  changes at each later position; the head reads the previous token where its mean change at
+  j + 1 is larger than its mean change at the positions after j + 1 (the share > 1).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from fptrace.addresses import Head
+from fptrace.core.hooks import Hook, hooked
+from fptrace.core.interventions import Part, ablation_hooks
+from fptrace.families.parts import dims, output_projection
+from fptrace.models.loading import LoadedModel
+
+BATCH = 16  # rows per forward pass
+PREVIOUS_PROMPTS = 6  # prompts the previous-token check replaces tokens in ...
+PREVIOUS_TOKENS = 32  # ... each cut to its first tokens
+
+
+def induction_check(lm: LoadedModel, rand: Sequence[Any], n: int, heads: Sequence[Head],
+                    clean: float | None) -> dict[Head, float]:
+    """Per head: the mean repeated-half loss with it removed minus the clean one (nats)."""
+    import torch
+
+    from fptrace.commands.heads.core import repeated_loss
+
+    out: dict[Head, float] = {}
+    if clean is None:
+        return out
+    for start in range(0, len(heads), BATCH):
+        chunk = list(heads[start:start + BATCH])
+        rows = [(Part(h.layer, h.head),) for h in chunk]
+        totals = [0.0] * len(chunk)
+        for it in rand:
+            x = torch.tensor([list(it.ids)] * len(chunk), device=lm.device)
+            with torch.inference_mode(), hooked(ablation_hooks(lm, rows, None), prepend=True):
+                logits = lm.model(x, use_cache=False).logits.float()  # (B, 2n, V)
+            for r in range(len(chunk)):
+                totals[r] += repeated_loss(logits[r], it.ids, n)
+        for h, t in zip(chunk, totals):
+            out[h] = t / len(rand) - clean
+    return out
+
+
+def previous_check(lm: LoadedModel, items: Sequence[Any], heads: Sequence[Head], seed: int
+                   ) -> dict[Head, float]:
+    """Per head: its mean output change at j + 1 over its mean change at the positions after
+    j + 1, when token j is replaced (j ≥ 1), over the first prompts of 4 tokens or more."""
+    import torch
+
+    dm = dims(lm.config, lm.parts.family)
+    hd, H = dm.head_dim, dm.n_heads
+    layers = sorted({h.layer for h in heads})
+    prompts = [it.ids[:PREVIOUS_TOKENS] for it in items if len(it.ids) >= 4][:PREVIOUS_PROMPTS]
+    nxt = torch.zeros(dm.n_layers, H, dtype=torch.float64)
+    later = torch.zeros(dm.n_layers, H, dtype=torch.float64)
+    g = torch.Generator().manual_seed(seed)
+    for ids in prompts:
+        T = len(ids)
+        js = list(range(1, T - 2))  # a later position after j + 1 exists
+        rows = [list(ids)]
+        for j in js:
+            row = list(ids)
+            new = int(torch.randint(0, dm.vocab_size, (1,), generator=g))
+            row[j] = new if new != ids[j] else (new + 1) % dm.vocab_size
+            rows.append(row)
+        got: dict[int, Any] = {}
+
+        def keep(layer: int):
+            def hook(module: Any, args: tuple) -> None:
+                z = args[0].float().view(len(rows), T, H, hd)  # (B, T, H, hd)
+                got[layer] = torch.linalg.vector_norm(z[1:] - z[:1], dim=-1).double().cpu()
+            return hook
+
+        hooks = [Hook.before(output_projection(lm.parts.attns[l], lm.parts.family.w_o)[0],
+                             keep(l)) for l in layers]
+        with torch.inference_mode(), hooked(hooks):
+            lm.model(torch.tensor(rows, device=lm.device), use_cache=False, logits_to_keep=1)
+        for l in layers:
+            change = got[l]  # (len(js), T, H)
+            for r, j in enumerate(js):
+                nxt[l] += change[r, j + 1]
+                later[l] += change[r, j + 2:].mean(0)
+    return {h: float(nxt[h.layer, h.head] / later[h.layer, h.head].clamp(min=1e-12))
+            for h in heads}
+
+
+__all__ = ["induction_check", "previous_check"]

@@ -1,0 +1,304 @@
+"""`fptrace heads`: what each attention head does, measured (docs/heads.md).
+
+Pattern scores come from the model's own attention weights (transformers' eager attention, one
+prompt a pass): previous-token, duplicate-token, first-token (the sinks of `fptrace stats`),
+subject, and induction on sequences of seeded random tokens repeated once. Position 0 is never
+a key of the previous-token, duplicate-token or induction patterns: a head that gives all its
+attention to the first token (a sink) would otherwise match "the previous token" at position 1.
+
+Weight scores read the weights alone (weights.py): the OV circuit's copying share and its
+eigenvalue sign measure.
+
+A role is given where a score clears its threshold and, for the roles that have a check, the
+check agrees (checks.py): an induction head's removal (ablate's batched zero ablation) raises
+the loss on the repeated half; a previous-token head's output, when one earlier token is
+replaced, changes at the next position more than at the later ones. Where the check disagrees
+the role is "pattern only".
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from fptrace.addresses import Head, resolve_head
+from fptrace.commands.heads.result import Evidence, Heads, HeadScores
+from fptrace.core.activation_stats import SINK_THRESHOLD
+from fptrace.core.hooks import Hook, eager_attention, first_output, hooked
+from fptrace.core.trace import base_notes, model_info, sizes
+from fptrace.errors import BadInput, UnsupportedModel
+from fptrace.models.loading import LoadedModel
+
+ROLES = ("previous-token", "induction", "duplicate-token", "subject")
+THRESHOLDS = {"previous-token": 0.4, "induction": 0.4, "duplicate-token": 0.4, "subject": 0.4,
+              "sink": SINK_THRESHOLD}
+INDUCTION_SEQUENCES = 8
+INDUCTION_LENGTH = 64
+EVIDENCE = 8  # positions listed with --head
+
+
+def shipped_prompts() -> str:
+    """The folder of example prompts next to the package (prompts/ of the repository)."""
+    return str(Path(__file__).resolve().parents[3] / "prompts")
+
+
+@dataclass(frozen=True)
+class Item:
+    """One prompt to score: its name, its token ids, its subject's positions (or None)."""
+
+    name: str
+    ids: tuple[int, ...]
+    subject: tuple[int, ...] | None = None
+
+
+@dataclass
+class Tally:
+    """Running sums of the pattern scores, (L, H) each, and the evidence of one head."""
+
+    L: int
+    H: int
+    sums: dict = field(default_factory=dict)  # score -> (L, H) float64 tensor
+    counts: dict = field(default_factory=dict)  # score -> number of queries
+    evidence: list = field(default_factory=list)
+
+    def add(self, score: str, total: Any, n: int) -> None:
+        if n == 0:
+            return
+        self.sums[score] = self.sums.get(score, 0) + total.double().cpu()
+        self.counts[score] = self.counts.get(score, 0) + n
+
+    def mean(self, score: str) -> Any:
+        return self.sums[score] / self.counts[score] if self.counts.get(score) else None
+
+
+def items_of(lm: LoadedModel, prompts: Sequence[Any], subjects: Sequence[str | None] = ()
+             ) -> list[Item]:
+    """The prompts (text, Chat or token ids) as Items, each subject located by its characters
+    (core/fragments.py), refusing prompts longer than the context."""
+    from fptrace.core.fragments import subject_positions
+
+    out = []
+    for k, p in enumerate(prompts):
+        prepared = lm.prepare(p)
+        subject = subjects[k] if k < len(subjects) else None
+        where = None if subject is None else tuple(subject_positions(lm, p, subject,
+                                                                     what="subject"))
+        name = prepared.text if isinstance(p, str) else f"prompt[{k}]"
+        out.append(Item(name, tuple(prepared.ids), where))
+    return out
+
+
+def induction_items(lm: LoadedModel, n: int, length: int, seed: int) -> list[Item]:
+    """n sequences of `length` seeded random token ids, each repeated once (2·length tokens)."""
+    import torch
+
+    if n < 0 or length < 0:
+        raise BadInput("--induction must be N×LEN with N ≥ 0 and LEN ≥ 2")
+    if n == 0:
+        return []
+    if length < 2:
+        raise BadInput(f"--induction length {length}: a copy needs 2 tokens or more")
+    ctx = model_info(lm).context_length
+    if ctx and 2 * length > ctx:
+        raise BadInput(f"--induction length {length}: the repeated sequence is {2 * length} "
+                       f"tokens, beyond {lm.name}'s context of {ctx}; use {ctx // 2} or less")
+    g = torch.Generator().manual_seed(seed)
+    V = int(lm.config.vocab_size)
+    out = []
+    for k in range(n):
+        r = torch.randint(0, V, (length,), generator=g).tolist()
+        out.append(Item(f"induction[{k}]", tuple(r + r)))
+    return out
+
+
+def attention(lm: LoadedModel, ids: Sequence[int]) -> tuple[list[Any], Any]:
+    """One pass of `ids`: every block's attention weights (H, T, T) float32, and the logits
+    (T, V). The heads are the model's own: transformers' eager attention returns them."""
+    import torch
+
+    weights: list[Any] = [None] * len(lm.parts.attns)
+
+    def keep(i: int):
+        def hook(module: Any, args: tuple, output: Any) -> None:
+            w = output[1] if isinstance(output, (tuple, list)) and len(output) > 1 else None
+            if w is None or w.dim() != 4:
+                raise UnsupportedModel(f"block {i}'s attention returned no weights under eager "
+                                       f"attention: fptrace heads cannot read {lm.name}'s heads")
+            weights[i] = w[0].float()
+        return hook
+
+    hooks = [Hook.after(a, keep(i)) for i, a in enumerate(lm.parts.attns)]
+    with torch.inference_mode(), eager_attention(lm.model), hooked(hooks):
+        logits = lm.model(torch.tensor([list(ids)], device=lm.device), use_cache=False).logits
+    return weights, logits[0].float()
+
+
+def pattern_masks(ids: Sequence[int], induction_half: int | None = None) -> dict[str, Any]:
+    """(T, T) float masks of the keys each pattern names for each query (query rows), by
+    score; position 0 is never a key of these patterns."""
+    import torch
+
+    T = len(ids)
+    t = torch.tensor(list(ids))
+    out = {}
+    prev = torch.zeros(T, T)
+    if T >= 3:
+        i = torch.arange(2, T)
+        prev[i, i - 1] = 1.0
+    out["previous"] = prev
+    same = (t[:, None] == t[None, :]).float().tril(-1)
+    same[:, 0] = 0.0
+    out["duplicate"] = same
+    if induction_half is not None:
+        n = induction_half
+        ind = torch.zeros(T, T)
+        i = torch.arange(n, 2 * n)
+        ind[i, i - n + 1] = 1.0
+        out["induction"] = ind
+    return out
+
+
+def _tally(tally: Tally, weights: list[Any], item: Item, masks: dict, focus: Head | None,
+           lm: LoadedModel) -> None:
+    """Add one prompt's attention to the sums: per score, Σ over queries with a key of the
+    attention on those keys."""
+    import torch
+
+    A = torch.stack(weights)  # (L, H, T, T)
+    T = A.shape[-1]
+    for score, m in masks.items():
+        rows = m.sum(-1) > 0  # (T,) the queries that have a key
+        n = int(rows.sum())
+        if n:
+            got = (A * m.to(A.device)).sum(-1)  # (L, H, T)
+            tally.add(score, got[..., rows.to(A.device)].sum(-1), n)
+    if T >= 2:
+        tally.add("first", A[..., 1:, 0].sum(-1), T - 1)
+    if item.subject:
+        tally.add("subject", A[..., -1, list(item.subject)].sum(-1), 1)
+    if focus is not None:
+        w = A[focus.layer, focus.head]
+        for score, m in masks.items():
+            q, k = m.nonzero(as_tuple=True)
+            for a, b in zip(q.tolist(), k.tolist()):
+                tally.evidence.append((score, float(w[a, b]), item.name, a, b,
+                                       item.ids[a], item.ids[b]))
+
+
+def heads(lm: LoadedModel, prompts: Sequence[Any] = (), *, subjects: Sequence[str | None] = (),
+          seed: int = 0, induction: int = INDUCTION_SEQUENCES,
+          induction_length: int = INDUCTION_LENGTH, check: bool = True,
+          weights: bool = True, head: Head | None = None, ov_tokens: int = 256) -> Heads:
+    """Every attention head's pattern scores over `prompts` (text, Chat or token ids; subjects[k]
+    the subject of prompts[k] or None) and `induction` sequences of `induction_length` seeded
+    random tokens repeated once, its OV weight scores, the checks by intervention, and the
+    roles they support (docs/heads.md)."""
+    from fptrace.commands.heads.checks import induction_check, previous_check
+    from fptrace.commands.heads.story import story
+    from fptrace.commands.heads.weights import ov_scores
+
+    info = model_info(lm)
+    L, H = info.n_layers, info.n_heads
+    focus = None if head is None else resolve_head(head, sizes(lm), "head")
+    items = items_of(lm, prompts, subjects)
+    if items and all(len(it.ids) < 3 for it in items):
+        raise BadInput("every prompt is shorter than 3 tokens: the previous-token score needs a "
+                       "query i ≥ 2 (its previous token not the first); give a longer prompt")
+    ctx = info.context_length
+    for it in items:
+        if ctx and len(it.ids) > ctx:
+            raise BadInput(f"{it.name!r} is {len(it.ids)} tokens, beyond {lm.name}'s context "
+                           f"of {ctx}")
+    rand = induction_items(lm, induction, induction_length, seed)
+    if not rand and not any(pattern_masks(it.ids)["duplicate"].any() for it in items):
+        raise BadInput("no token repeats within a prompt (after the first position) and "
+                       "--induction 0: the duplicate-token score needs one; add a prompt with a "
+                       "repeated word, or induction sequences")
+    if not items and not rand:
+        raise BadInput("nothing to score: give prompts or induction sequences")
+    tally = Tally(L, H)
+    for it in items:
+        w, _ = attention(lm, it.ids)
+        _tally(tally, w, it, pattern_masks(it.ids), focus, lm)
+    clean_losses = []
+    for it in rand:
+        w, logits = attention(lm, it.ids)
+        masks = pattern_masks(it.ids, induction_length)
+        _tally(tally, w, it, {k: masks[k] for k in ("duplicate", "induction")}, focus, lm)
+        clean_losses.append(repeated_loss(logits, it.ids, induction_length))
+    clean_loss = sum(clean_losses) / len(clean_losses) if clean_losses else None
+    scores = {s: tally.mean(s) for s in ("previous", "duplicate", "induction", "first",
+                                         "subject")}
+    ov = ov_scores(lm, seed, ov_tokens) if weights else None
+    notes = base_notes(lm) + ([] if ov is None else list(ov.notes))
+
+    def score(name: str, l: int, h: int) -> float | None:
+        s = scores[name]
+        return None if s is None else float(s[l, h])
+
+    cand = {role: [Head(l, h) for l in range(L) for h in range(H)
+                   if (score(key, l, h) or 0.0) >= THRESHOLDS[role]]
+            for role, key in (("previous-token", "previous"), ("induction", "induction"),
+                              ("duplicate-token", "duplicate"), ("subject", "subject"))}
+    loss = induction_check(lm, rand, induction_length, cand["induction"], clean_loss) \
+        if check and rand and cand["induction"] else {}
+    nxt = previous_check(lm, items, cand["previous-token"], seed) \
+        if check and cand["previous-token"] else {}
+    rows = []
+    for l in range(L):
+        for h in range(H):
+            hd = Head(l, h)
+            roles, only = [], []
+            for role in ROLES:
+                if hd not in cand[role]:
+                    continue
+                agrees = {"induction": loss.get(hd, 0.0) > LOSS_MIN if check else True,
+                          "previous-token": nxt.get(hd, 0.0) > 1.0 if check else True
+                          }.get(role, True)
+                (roles if agrees else only).append(role)
+            first = float(scores["first"][l, h]) if scores["first"] is not None else 0.0
+            if first >= THRESHOLDS["sink"]:
+                roles.append("sink")
+            rows.append(HeadScores(
+                layer=l, head=h, previous=score("previous", l, h),
+                duplicate=score("duplicate", l, h), induction=score("induction", l, h),
+                first=first, subject=score("subject", l, h),
+                copying=None if ov is None or ov.copying is None else float(ov.copying[l][h]),
+                eigen=None if ov is None or ov.eigen is None else float(ov.eigen[l][h]),
+                loss_change=loss.get(hd), next_share=nxt.get(hd), roles=tuple(roles),
+                pattern_only=tuple(only)))
+    evidence = _evidence(lm, tally.evidence)
+    checks = () if ov is None else tuple(ov.checks)
+    result_rows = tuple(rows)
+    return Heads(
+        model=info, prompts=len(items), seed=seed, induction_sequences=len(rand),
+        induction_length=induction_length if rand else 0, clean_loss=clean_loss,
+        thresholds=tuple(THRESHOLDS.items()), heads=result_rows,
+        story=tuple(story(result_rows, L, check)), evidence=evidence,
+        focus=None if focus is None else str(focus), checks=checks,
+        ok=all(c.ok for c in checks), notes=tuple(notes))
+
+
+LOSS_MIN = 1e-3  # nats: an induction head's removal raises the repeated half's loss by more
+
+
+def repeated_loss(logits: Any, ids: Sequence[int], n: int) -> float:
+    """The mean cross-entropy of the predictions of the second copy's tokens 1 … n − 1 (each
+    predicted at the position before it), in nats."""
+    import torch
+
+    t = torch.tensor(list(ids), device=logits.device)
+    pred = logits[n:2 * n - 1]  # positions n … 2n − 2 predict tokens n + 1 … 2n − 1
+    return float(torch.nn.functional.cross_entropy(pred.float(), t[n + 1:2 * n]))
+
+
+def _evidence(lm: LoadedModel, found: list) -> tuple[Evidence, ...]:
+    top = sorted(found, key=lambda e: -e[1])[:EVIDENCE * 3]
+    return tuple(Evidence(prompt=f"{score}: {name}", query=q, key=k, weight=w,
+                          query_text=lm.token_text(qi), key_text=lm.token_text(ki))
+                 for score, w, name, q, k, qi, ki in top)
+
+
+__all__ = ["THRESHOLDS", "heads", "pattern_masks", "repeated_loss"]
