@@ -36,6 +36,9 @@ ALLOWED = {
     # the command: it must stay light)
     ("fptrace/client.py", "serve"): "the command line that starts a server",
 }
+# command names that are also everyday words of the code: a string that is only the word is not
+# a mention (imports and module paths still are)
+WORDS = {"heads": "a model's attention heads: keyword arguments, JSON keys, labels"}
 
 
 def _allowed(rel: str, name: str) -> bool:
@@ -79,7 +82,8 @@ def mentions(path: Path, names: list[str]) -> list[tuple[int, str, str]]:
         if isinstance(node, ast.Constant) and isinstance(node.value, str) and \
                 id(node) not in prose:
             for name in names:
-                if node.value == name or re.search(rf"commands[./]{name}\b", node.value):
+                word = node.value == name and name not in WORDS
+                if word or re.search(rf"commands[./]{name}\b", node.value):
                     found.append((node.lineno, name, repr(node.value[:60])))
     return sorted(found)
 

@@ -45,7 +45,7 @@ def induction_check(lm: LoadedModel, rand: Sequence[Any], n: int, heads: Sequenc
                 logits = lm.model(x, use_cache=False).logits.float()  # (B, 2n, V)
             for r in range(len(chunk)):
                 totals[r] += repeated_loss(logits[r], it.ids, n)
-        for h, t in zip(chunk, totals):
+        for h, t in zip(chunk, totals, strict=True):
             out[h] = t / len(rand) - clean
     return out
 
@@ -74,9 +74,9 @@ def previous_check(lm: LoadedModel, items: Sequence[Any], heads: Sequence[Head],
             rows.append(row)
         got: dict[int, Any] = {}
 
-        def keep(layer: int):
+        def keep(layer: int, got: dict = got, B: int = len(rows), T: int = T):
             def hook(module: Any, args: tuple) -> None:
-                z = args[0].float().view(len(rows), T, H, hd)  # (B, T, H, hd)
+                z = args[0].float().view(B, T, H, hd)  # (B, T, H, hd)
                 got[layer] = torch.linalg.vector_norm(z[1:] - z[:1], dim=-1).double().cpu()
             return hook
 

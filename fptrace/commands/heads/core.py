@@ -26,7 +26,7 @@ from typing import Any
 from fptrace.addresses import Head, resolve_head
 from fptrace.commands.heads.result import Evidence, Heads, HeadScores
 from fptrace.core.activation_stats import SINK_THRESHOLD
-from fptrace.core.hooks import Hook, eager_attention, first_output, hooked
+from fptrace.core.hooks import Hook, eager_attention, hooked
 from fptrace.core.trace import base_notes, model_info, sizes
 from fptrace.errors import BadInput, UnsupportedModel
 from fptrace.models.loading import LoadedModel
@@ -182,7 +182,7 @@ def _tally(tally: Tally, weights: list[Any], item: Item, masks: dict, focus: Hea
         w = A[focus.layer, focus.head]
         for score, m in masks.items():
             q, k = m.nonzero(as_tuple=True)
-            for a, b in zip(q.tolist(), k.tolist()):
+            for a, b in zip(q.tolist(), k.tolist(), strict=True):
                 tally.evidence.append((score, float(w[a, b]), item.name, a, b,
                                        item.ids[a], item.ids[b]))
 

@@ -11,12 +11,12 @@ HEADS_ROLE = note(
     "heads_role", HEADS,
     "some head has the role (its score clears the threshold and, where the role has a check, "
     "the check agrees)",
-    "the {n} {role} head{s} (score ≥ {threshold:g}{checked}) {are} in {blocks}: {heads}")
+    "the {n} {role} head{s} (score ≥ {threshold:g}, {how}) {are} in {blocks}: {heads}")
 
 HEADS_ROLE_NONE = note(
     "heads_role_none", HEADS,
     "no head has the role",
-    "no head is a {role} head (score ≥ {threshold:g}{checked})")
+    "no head is a {role} head (score ≥ {threshold:g}, {how})")
 
 HEADS_PATTERN_ONLY = note(
     "heads_pattern_only", HEADS,

@@ -17,7 +17,7 @@ from fptrace.commands.heads.notes import (
 from fptrace.commands.heads.result import HeadScores
 from fptrace.core.trace import row_ranges
 
-CHECKED = {"previous-token": ", checked", "induction": ", checked"}
+CHECKED = {"previous-token": "checked", "induction": "checked", "sink": "the sinks of stats"}
 WHY = {"induction": "removing it does not raise the loss on the repeated half",
        "previous-token": "replacing a token does not change its output at the next position "
        "more than later"}
@@ -44,14 +44,15 @@ def story(rows: Sequence[HeadScores], L: int, checked: bool = True) -> list[str]
               for role in (*ROLES, "sink")}
     for role in (*ROLES, "sink"):
         hs = having[role]
-        mark = CHECKED.get(role, "") if checked else ""
+        mark = CHECKED.get(role, "pattern alone") if checked or role == "sink" else \
+            "pattern alone"
         if hs:
             out.append(HEADS_ROLE(n=len(hs), role=role, s="" if len(hs) == 1 else "s",
-                                  threshold=THRESHOLDS[role], checked=mark,
+                                  threshold=THRESHOLDS[role], how=mark,
                                   are="is" if len(hs) == 1 else "are",
                                   blocks=_blocks(hs), heads=_listed(hs)))
         else:
-            out.append(HEADS_ROLE_NONE(role=role, threshold=THRESHOLDS[role], checked=mark))
+            out.append(HEADS_ROLE_NONE(role=role, threshold=THRESHOLDS[role], how=mark))
         only = [Head(r.layer, r.head) for r in rows if role in r.pattern_only]
         if only:
             out.append(HEADS_PATTERN_ONLY(heads=", ".join(map(str, only)), role=role,
