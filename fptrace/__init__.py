@@ -40,6 +40,7 @@ if TYPE_CHECKING:
     from fptrace.commands.stats.core import activation_stats as stats
     from fptrace.commands.steer.core import steer
     from fptrace.commands.steer.vectors import steering_vector
+    from fptrace.commands.tokens.core import tokens
     from fptrace.core.trace import run_trace as trace
     from fptrace.core.trace import run_traces as trace_many
     from fptrace.models.loading import load_model

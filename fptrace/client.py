@@ -23,14 +23,17 @@ from __future__ import annotations
 import contextlib
 import os
 import sys
+from collections.abc import Callable
 
 from fptrace.serving import (
     CANCEL,
     DONE,
     ELSEWHERE,
+    GONE_FOLDER,
     SOCKET_ENV,
     STARTED,
     SWITCH_ENV,
+    Refused,
     connect,
     note,
     read_exact,
@@ -71,19 +74,23 @@ def current_umask() -> int:
     return mask
 
 
-def run_remote(argv: list[str], path: str) -> int | None:
+def run_remote(argv: list[str], path: str, say: Callable[[str], None] = note) -> int | None:
     """The exit code of `argv` answered by the server at `path`; None where none answered
-    before starting it (the caller then runs it here)."""
+    before starting it (the caller then runs it here, and `say` has what to tell of why)."""
     import _signal
     import struct
 
     fds = open_streams()
     if fds is None:
         return None
-    conn = connect(path)
+    try:
+        conn = connect(path, then="running here", say=say)
+    except Refused as e:
+        say(f"{e}; running here")
+        return None
     if conn is None:
         return None
-    header = {"op": "command", "argv": argv, "cwd": os.getcwd(), "env": dict(os.environ),
+    header = {"op": "command", "argv": argv, "cwd": working_folder(), "env": dict(os.environ),
               "umask": current_umask(),
               "encoding": [getattr(s, "encoding", None) or "utf-8" for s in
                            (sys.stdin, sys.stdout, sys.stderr)]}
@@ -128,13 +135,13 @@ def run_remote(argv: list[str], path: str) -> int | None:
         note(f"error: the server at {path} stopped while it answered (its output may be "
              f"partial); run again, or with {SWITCH_ENV}=off to run here")
         return STALE_EXIT
-    note(f"the server at {path} closed the connection before answering; running here")
+    say(f"the server at {path} closed the connection before answering; running here")
     return None
 
 
-def start_server(path: str) -> bool:
-    """Start a server in the background (`fptrace serve`, which returns once it listens);
-    whether one answers now."""
+def start_server(path: str) -> str | None:
+    """Start a server in the background (`fptrace serve`, which returns once it listens):
+    None, or why it did not start (a server that another call started first among them)."""
     import subprocess
 
     env = dict(os.environ, **{SOCKET_ENV: path})
@@ -142,13 +149,23 @@ def start_server(path: str) -> bool:
         done = subprocess.run([sys.executable, "-m", "fptrace", "serve"], env=env,
                               stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                               stderr=subprocess.PIPE, timeout=300)
-    except (OSError, subprocess.SubprocessError):
-        return False
+    except (OSError, subprocess.SubprocessError) as e:
+        return str(e)
     if done.returncode != 0:
-        line = done.stderr.decode("utf-8", "replace").strip().splitlines()
-        note(f"could not start a server ({line[-1] if line else done.returncode}); running here")
-        return False
-    return True
+        lines = done.stderr.decode("utf-8", "replace").strip().splitlines()
+        line = lines[-1] if lines else f"exit {done.returncode}"
+        return line.removeprefix("fptrace: ").removeprefix("error: ")
+    return None
+
+
+def working_folder() -> str:
+    """This process's working folder; one line and exit 2 where it was removed (a command
+    could not read or write a relative path, here or in a server)."""
+    try:
+        return os.getcwd()
+    except OSError:
+        note(f"error: {GONE_FOLDER}")
+        sys.exit(2)
 
 
 def main() -> None:
@@ -165,19 +182,29 @@ def main() -> None:
         return
     keep_warm = KEEP_WARM in argv or os.environ.get(KEEP_WARM_ENV, "") in ("1", "yes", "true")
     argv = [a for a in argv if a != KEEP_WARM]
+    working_folder()
+    said: list[str] = []  # why no server answered: told where the command could have used one
     if wants_server(argv):
         path = socket_path()
-        rc = run_remote(argv, path)
-        if rc is None and keep_warm and not os.path.exists(path) and start_server(path):
-            rc = run_remote(argv, path)
+        rc = run_remote(argv, path, said.append)
+        if rc is None and keep_warm and not os.path.lexists(path):
+            why = start_server(path)
+            said.clear()
+            rc = run_remote(argv, path, said.append)  # also where another call's server won
+            if rc is None and why:
+                said.append(f"could not start a server ({why}); running here")
         if rc is not None:
             with contextlib.suppress(OSError, ValueError):
                 sys.stdout.flush()
             os._exit(rc)
     sys.argv[1:] = argv  # what the command sees of its own line (--tp relaunches it)
     from fptrace.cli.main import main as here
+    from fptrace.cli.main import resident_may_answer
 
+    if resident_may_answer(argv):  # not `serve` itself, which speaks of its socket in its words
+        for line in said:
+            note(line)
     here(argv)
 
 
-__all__ = ["KEEP_WARM", "main", "run_remote", "start_server", "wants_server"]
+__all__ = ["KEEP_WARM", "main", "run_remote", "start_server", "wants_server", "working_folder"]

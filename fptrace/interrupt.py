@@ -21,7 +21,7 @@ import sys
 LINE = "fptrace: error: interrupted"
 EXIT = 130
 
-_state = {"phase": "", "seen": False, "said": False}
+_state = {"phase": "", "seen": False, "said": False, "why": ""}
 
 
 def _on_sigint(signum: int, frame: object) -> None:
@@ -73,12 +73,28 @@ def said() -> None:
     _state["said"] = True
 
 
+def because(why: str) -> None:
+    """Why the coming interrupt comes, where it is not the user's Ctrl-C (a resident server
+    that is stopped): said in brackets after `interrupted`."""
+    _state["why"] = why
+
+
+def with_reason(text: str) -> str:
+    """`text` (an interrupted line) with the reason given to `because`, if any, after its
+    first `interrupted`."""
+    why = _state["why"]
+    if not why:
+        return text
+    return text.replace("interrupted", f"interrupted ({why})", 1) if "interrupted" in text \
+        else f"{text} ({why})"
+
+
 def say(line: str = LINE) -> None:
     """Print the line once, however many paths lead here."""
     if not _state["said"]:
         _state["said"] = True
         try:
-            sys.stderr.write(line + "\n")
+            sys.stderr.write(with_reason(line) + "\n")
             sys.stderr.flush()
         except (OSError, ValueError):  # a closed stderr: the exit code still says it
             pass
@@ -97,7 +113,7 @@ def settled() -> None:
 def reset() -> None:
     """A resident server's next command (commands/serve/): nothing seen, nothing said, and
     the handler of a running command installed again (settled() had set SIGINT aside)."""
-    _state.update(phase="", seen=False, said=False)
+    _state.update(phase="", seen=False, said=False, why="")
     try:
         _signal.signal(_signal.SIGINT, _signal.default_int_handler)
     except ValueError:
@@ -123,4 +139,5 @@ def leave() -> None:
         os._exit(EXIT)
 
 
-__all__ = ["EXIT", "LINE", "is_cli", "leave", "reset", "running", "said", "say", "seen", "settled", "starting"]
+__all__ = ["EXIT", "LINE", "because", "is_cli", "leave", "reset", "running", "said", "say", "seen",
+           "settled", "starting", "with_reason"]

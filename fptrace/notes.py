@@ -88,15 +88,30 @@ MASSIVE = note(
     "column")
 
 BOS_ADDED = note(
-    "bos_added", TRACING + ("generate",),
+    "bos_added", TRACING + ("generate", "tokens"),
     "the prompt's first token is the tokenizer's begin-of-text token",
     "position 0 is the begin-of-text token {token} (id {id}), added by the tokenizer")
 
 NO_BOS = note(
-    "no_bos", TRACING + ("generate",),
+    "no_bos", TRACING + ("generate", "tokens"),
     "the tokenizer has a begin-of-text token but this prompt does not start with it",
     "position 0 is the prompt's first word {first}: no begin-of-text token was added to this "
     "prompt (the tokenizer's is {token}, id {id})")
+
+BOS_GIVEN = note(
+    "bos_given", (*TRACING, "generate", "tokens"),
+    "the prompt was given as token ids (--ids, --ids-file, a record's \"ids\") and the first is "
+    "the tokenizer's begin-of-text token",
+    "position 0 is the begin-of-text token {token} (id {id}), as the given ids have it")
+
+PROMPT_IDS = (*TRACING, "generate", "explain", "attribute", "patch", "steer", "ablate", "features",
+              "tokens")
+
+IDS_RETOKENIZED = note(
+    "ids_retokenized", PROMPT_IDS,
+    "the prompt was given as token ids, and the text they decode to tokenizes to other ids",
+    "the text these {n} ids decode to tokenizes to other ids (length {m}; from position {pos}: "
+    "{given} given, {got} from the text); the ids are taken as given")
 
 CHAT_TEMPLATE = note(
     "chat_template", TRACING + ("generate",),

@@ -12,11 +12,16 @@ a length and a JSON body. The client sends `C` to cancel.
 from __future__ import annotations
 
 import os
+import stat
 import sys
+from collections.abc import Callable
+
+from fptrace.errors import FptraceError
 
 SOCKET_ENV = "FPTRACE_SOCKET"  # the socket's path, instead of the one below
 SWITCH_ENV = "FPTRACE_SERVER"  # "off": never use a server
 STARTED, DONE, CANCEL, ELSEWHERE = b"S", b"X", b"C", b"L"
+GONE_FOLDER = "the working folder no longer exists (it was removed): cd to a folder that exists"
 
 
 def socket_path() -> str:
@@ -34,19 +39,56 @@ def runtime_folder() -> str:
     return os.path.join("/tmp", f"fptrace-{os.getuid()}")
 
 
-def owner_problem(path: str) -> str | None:
-    """Why the socket at `path` (and its folder) must not be trusted, or None: both must belong
-    to this user, and the folder be closed to others (another user could otherwise answer in
-    our place, or read what we send)."""
-    uid = os.getuid()
-    folder = os.path.dirname(path)
-    for where in (folder, path):
-        st = os.lstat(where)
-        if st.st_uid != uid:
-            return f"{where} belongs to user {st.st_uid}, not to this user ({uid})"
-    if os.lstat(folder).st_mode & 0o077:
-        return f"{folder} is open to other users (mode {os.lstat(folder).st_mode & 0o777:o})"
+class Refused(FptraceError):
+    """A socket path that is not used: not a socket, someone else's, in a folder open to others,
+    or a server of another user at the other end."""
+
+
+def folder_problem(folder: str) -> str | None:
+    """Why `folder` must not hold this user's server socket, or None: the folder itself
+    (symlinks followed, as binding and connecting follow them) must belong to this user and be
+    closed to others (another user could otherwise put a socket of theirs in its place, and
+    answer ours). The one check of the server, which listens there, and of every client."""
+    real = os.path.realpath(folder)
+    st = os.stat(real)
+    shown = folder if real == folder else f"{folder} (that is {real})"
+    if not stat.S_ISDIR(st.st_mode):
+        return f"{shown} is not a folder"
+    if st.st_uid != os.getuid():
+        return f"{shown} belongs to user {st.st_uid}, not to this user ({os.getuid()})"
+    if st.st_mode & 0o077:
+        return f"{shown} is open to other users (mode {st.st_mode & 0o777:o})"
     return None
+
+
+def kind_of(mode: int) -> str:
+    """What a file of this mode is, in words (for a path that should be a socket)."""
+    for test, name in ((stat.S_ISDIR, "a folder"), (stat.S_ISLNK, "a symbolic link"),
+                       (stat.S_ISREG, "a regular file"), (stat.S_ISFIFO, "a named pipe")):
+        if test(mode):
+            return name
+    return "not a socket"
+
+
+def not_a_socket(path: str) -> str | None:
+    """One line where something other than a socket is at `path` (nothing fptrace removes),
+    or None (a socket, or nothing)."""
+    try:
+        mode = os.lstat(path).st_mode
+    except FileNotFoundError:
+        return None
+    if stat.S_ISSOCK(mode):
+        return None
+    return f"{path} is not a socket ({kind_of(mode)}); not removed"
+
+
+def owner_problem(path: str) -> str | None:
+    """Why the socket at `path` must not be trusted, or None: it must belong to this user, and
+    its folder pass `folder_problem`."""
+    st = os.lstat(path)
+    if st.st_uid != os.getuid():
+        return f"{path} belongs to user {st.st_uid}, not to this user ({os.getuid()})"
+    return folder_problem(os.path.dirname(path))
 
 
 def note(line: str) -> None:
@@ -57,41 +99,45 @@ def note(line: str) -> None:
         pass
 
 
-def connect(path: str) -> object | None:
-    """A connection to the server at `path`, or None (with one line where there was something
-    to say: a stale socket is removed)."""
+def connect(path: str, then: str = "", say: Callable[[str], None] = note) -> object | None:
+    """A connection to the server at `path`, or None where none answers (a stale socket, which
+    is removed, is one line to `say`, ending in `then` where given: what the caller does
+    instead). Raises Refused for a path that is not used."""
     try:
         os.lstat(path)
     except OSError:
         return None  # no server: the usual case, nothing to say (nor anything imported)
     try:
+        odd = not_a_socket(path)
         problem = owner_problem(path)
     except OSError:  # gone since: a server that stopped on its own
         return None
+    if odd:
+        raise Refused(odd)
     if problem:
-        note(f"not using the server socket {path}: {problem}; running here")
-        return None
+        raise Refused(f"not using the server socket {path}: {problem}")
     import socket
 
     conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    tail = f"; {then}" if then else ""
     try:
         conn.connect(path)
     except OSError as e:
         conn.close()
         if isinstance(e, ConnectionRefusedError):
             try:
-                os.unlink(path)
+                if not_a_socket(path) is None:  # still the socket seen above
+                    os.unlink(path)
                 what = "removed it"
             except OSError:
                 what = "left it"
-            note(f"no server answers at {path} (a stale socket: {what}); running here")
+            say(f"no server answers at {path} (a stale socket: {what}){tail}")
         else:
-            note(f"the server at {path} cannot be reached ({e.strerror or e}); running here")
+            say(f"the server at {path} cannot be reached ({e.strerror or e}){tail}")
         return None
     if peer_uid(conn) not in (None, os.getuid()):
         conn.close()
-        note(f"the server at {path} runs as another user; running here")
-        return None
+        raise Refused(f"the server at {path} runs as another user")
     return conn
 
 
@@ -132,7 +178,8 @@ def read_exact(conn: object, n: int) -> bytes:
 
 
 def request(header: dict, path: str | None = None) -> dict | None:
-    """A status or stop request: the server's JSON answer, or None where no server answers."""
+    """A status or stop request: the server's JSON answer, or None where no server answers
+    (Refused where the socket is not used)."""
     import json
     import struct
 
@@ -151,6 +198,7 @@ def request(header: dict, path: str | None = None) -> dict | None:
         conn.close()  # type: ignore[attr-defined]
 
 
-__all__ = ["CANCEL", "DONE", "ELSEWHERE", "SOCKET_ENV", "STARTED", "SWITCH_ENV", "connect", "note",
+__all__ = ["CANCEL", "DONE", "ELSEWHERE", "GONE_FOLDER", "SOCKET_ENV", "STARTED", "SWITCH_ENV",
+           "Refused", "connect", "folder_problem", "kind_of", "not_a_socket", "note",
            "owner_problem", "peer_uid", "read_exact", "request", "runtime_folder", "send_header",
            "socket_path"]

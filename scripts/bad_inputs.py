@@ -80,6 +80,7 @@ def cases(tmp: str, folder: str) -> list[tuple[str, list[str | bytes]]]:
     w.close()
     stats_files(tmp, folder)
     hostile_files(tmp)
+    gguf_files(tmp)
     from fptrace.examples import Setup
 
     return [(c.what, list(c.argv)) for c in collected(Setup(tmp, folder))]
@@ -102,7 +103,8 @@ def collected(setup: Any) -> list[Case]:
 def hostile_files(tmp: str) -> None:
     """The files of the hostile cases (issue 32): JSON nested 100,000 deep, control vectors
     with a tensor named direction.² or holding NaN, .npy files of text and of complex numbers,
-    a user's file where a vector would be saved, an unknown chat role, an over-long pair."""
+    a user's file where a vector would be saved, an unknown chat role, an over-long pair, a
+    million token ids."""
     import numpy as np
     from safetensors.numpy import save_file
 
@@ -122,8 +124,28 @@ def hostile_files(tmp: str) -> None:
         f.write("my notes\n")
     with open(p("robot.json"), "w") as f:
         f.write('[{"role": "robot", "content": "hi"}]')
+    with open(p("ids-1e6.txt"), "w") as f:  # a million token ids, one a line
+        f.write("11\n" * 1_000_000)
     with open(p("long-pairs.jsonl"), "w") as f:
         f.write('{"positive": "good", "negative": "' + " ".join(["word"] * 60) + '"}\n')
+
+
+def gguf_files(tmp: str) -> None:
+    """GGUF files whose metadata llama.cpp would abort on (issue 41): no blocks, a NaN and a
+    negative RMS epsilon."""
+    import gguf
+    import numpy as np
+
+    for name, edit in (("blocks0", lambda w: w.add_block_count(0)),
+                       ("eps-nan", lambda w: w.add_layer_norm_rms_eps(float("nan"))),
+                       ("eps-negative", lambda w: w.add_layer_norm_rms_eps(-1e-5))):
+        w = gguf.GGUFWriter(os.path.join(tmp, f"{name}.gguf"), arch="llama")
+        edit(w)
+        w.add_tensor("token_embd.weight", np.zeros((4, 4), dtype=np.float32))
+        w.write_header_to_file()
+        w.write_kv_data_to_file()
+        w.write_tensors_to_file()
+        w.close()
 
 
 def stats_files(tmp: str, folder: str) -> None:

@@ -93,9 +93,13 @@ class Example:
     # the page says, in a comment right above the block, that its numbers vary with the CPU
     # (half-precision kernels): then only the text around the numbers is compared
     loose: bool = False
+    # ... and that which rows a table lists varies too (the channels that moved most under
+    # bfloat16): then a table's rows are compared by their count and their number of fields
+    rows_vary: bool = False
 
 
-LOOSE = "<!-- numbers vary with the CPU"
+LOOSE = ("<!-- numbers vary with the CPU", "<!-- numbers and rows vary with the CPU")
+_TABLE_RULE = re.compile(r"^\s*─+\s*$")
 _NUMBER = re.compile(r"[+-]?\d[\d,]*(\.\d+)?(e[+-]?\d+)?")
 
 
@@ -106,9 +110,15 @@ def compared(example: Example, text: str) -> str:
     text = mask(text)
     if not example.loose:
         return text
-    return "\n".join(" ".join(_NUMBER.sub("<n>", line.replace("<residual>", "<n>"))
-                               .replace("↑", "").replace("↓", "").split())
-                     for line in text.splitlines())
+    out, in_table = [], False
+    for line in text.splitlines():
+        if in_table and line.strip():
+            out.append(f"<row of {len(line.split())} fields>")
+            continue
+        in_table = example.rows_vary and bool(_TABLE_RULE.match(line))
+        out.append(" ".join(_NUMBER.sub("<n>", line.replace("<residual>", "<n>"))
+                            .replace("↑", "").replace("↓", "").split()))
+    return "\n".join(out)
 
 
 def _last_unit(number: str) -> float:
@@ -174,8 +184,10 @@ def examples(path: Path) -> list[Example]:
             j = i + 1
             while lines[j].strip() != "```":
                 j += 1
-            loose = any(line.startswith(LOOSE) for line in lines[max(0, i - 3):i])
-            found.append(Example(path, i + 1, j, _commands(lines[i + 1:j]), loose))
+            above = lines[max(0, i - 3):i]
+            loose = any(line.startswith(LOOSE) for line in above)
+            rows_vary = any(line.startswith(LOOSE[1]) for line in above)
+            found.append(Example(path, i + 1, j, _commands(lines[i + 1:j]), loose, rows_vary))
             i = j
         i += 1
     return found

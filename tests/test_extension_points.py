@@ -36,9 +36,12 @@ ALLOWED = {
     # the command: it must stay light)
     ("fptrace/client.py", "serve"): "the command line that starts a server",
 }
-# command names that are also everyday words of the code: a string that is only the word is not
-# a mention (imports and module paths still are)
-WORDS = {"heads": "a model's attention heads: keyword arguments, JSON keys, labels"}
+# Command names that are also ordinary words of the code and the data: a string that is only the
+# word is not a mention (an import of the folder or a string holding its module path still is).
+WORDS = {
+    "heads": "a model's attention heads: keyword arguments, JSON keys, labels",
+    "tokens": "the key of every token list (Trace.tokens, a statistics file's counts)",
+}
 
 
 def _allowed(rel: str, name: str) -> bool:

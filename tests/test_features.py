@@ -366,3 +366,104 @@ def test_ablate_by_latent_removes_its_write(tmp_path):
                           (["--sae", sae, "--latent", "1", "--mlp", "0"], "removes one latent")):
         res = runner.invoke(app, ["ablate", "The cat sat", "-m", folder, *args])
         assert res.exit_code == 2 and message in res.stderr, (args, res.stderr)
+
+
+def _one_line(res, code=2):
+    assert res.exit_code == code, res.output
+    lines = [line for line in res.stderr.splitlines() if line.startswith("fptrace: error")]
+    assert len(lines) == 1 and "Traceback" not in res.stderr, res.stderr
+    return lines[0]
+
+
+def test_cli_hostile_dictionaries_are_one_line(tmp_path):
+    """Issue 41: sizes read from the files are checked before use (a Gemma Scope W_enc of one
+    or three dimensions exited 70), and what was misleading says what it is."""
+    from test_features_dictionary import write_gemmascope
+
+    folder = tiny_gpt2()
+    gs = tmp_path / "gemma-scope-2b-pt-res" / "layer_1" / "width_16k"
+    flat = random_weights(32, 64)
+    flat["W_enc"] = flat["W_enc"].reshape(-1)
+    cube = random_weights(32, 64)
+    cube["W_enc"] = cube["W_enc"][None]
+    empty = {n: (v[:, :0] if n == "W_enc" else v[:0] if n != "b_dec" else v)
+             for n, v in random_weights(32, 64).items()}
+    turned = random_weights(32, 64)
+    turned["W_dec"] = np.ascontiguousarray(turned["W_dec"].T)
+    loop = tmp_path / "loop"
+    os.symlink(loop, loop)
+    cases = [
+        (write_gemmascope(gs / "flat", flat), "W_enc has 1 dimension"),
+        (write_gemmascope(gs / "cube", cube), "W_enc has 3 dimensions"),
+        (write_gemmascope(gs / "empty", empty), "0 latents"),
+        (write_saelens(tmp_path / "k", random_weights(32, 64), arch="topk", k=65),
+         "k 65 is larger than the dictionary's 64 latents"),
+        (write_saelens(tmp_path / "b", random_weights(32, 64), apply_b_dec_to_input="false"),
+         "apply_b_dec_to_input 'false' is not a JSON boolean"),
+        (write_saelens(tmp_path / "t", turned), "looks transposed"),
+        (str(loop), "symbolic link loop")]
+    for sae, message in cases:
+        line = _one_line(_cli("The cat sat", "-m", folder, "--sae", sae))
+        assert message in line, (sae, line)
+
+
+def _fifo(path) -> str:
+    os.remove(path) if os.path.exists(path) else None
+    os.mkfifo(path)
+    return str(path)
+
+
+def _subprocess(args, sock=None, timeout=60):
+    """`python -m fptrace ARGS` with a time limit: a command that waits on a FIFO fails the test
+    instead of stalling it (the process is killed at the limit)."""
+    import subprocess
+    import sys
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env = dict(os.environ, PYTHONPATH=root + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    env.pop("FPTRACE_SOCKET", None) if sock is None else env.update(FPTRACE_SOCKET=str(sock))
+    try:
+        return subprocess.run([sys.executable, "-m", "fptrace", *args], env=env, cwd=root,
+                              capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"fptrace {' '.join(map(str, args))} still waits after {timeout} s")
+
+
+def test_a_fifo_is_refused_not_waited_on(tmp_path):
+    """Issue 41: a named pipe where a dictionary's cfg.json or weights or a prompt file should
+    be: opening it waited for a writer forever."""
+    folder = tiny_gpt2()
+    cfg = write_seeded(str(tmp_path / "c"), 32, 64)
+    _fifo(os.path.join(cfg, "cfg.json"))
+    weights = write_seeded(str(tmp_path / "w"), 32, 64)
+    _fifo(os.path.join(weights, "sae_weights.safetensors"))
+    prompts = _fifo(tmp_path / "prompts.txt")
+    for args in (["features", "The cat sat", "-m", folder, "--sae", cfg],
+                 ["features", "The cat sat", "-m", folder, "--sae", weights],
+                 ["features", "train", prompts, "-m", folder, "--layer", "1", "--out",
+                  str(tmp_path / "out")]):
+        res = _subprocess(args)
+        assert res.returncode == 2, (args, res.stderr)
+        assert res.stderr.count("\n") == 1 and "named pipe (FIFO)" in res.stderr, res.stderr
+
+
+def test_a_fifo_does_not_stall_a_resident_server(tmp_path):
+    """Through `fptrace serve`: the request with a FIFO is refused in one line, and the next
+    request is answered (the queue behind it is not stuck)."""
+    from test_serve import stop_server
+
+    folder = tiny_gpt2()
+    sock = tmp_path / "run" / "s.sock"
+    started = _subprocess(["serve", "--idle-timeout", "120"], sock)
+    assert started.returncode == 0, started.stderr
+    try:
+        fifo = write_seeded(str(tmp_path / "c"), 32, 64)
+        _fifo(os.path.join(fifo, "cfg.json"))
+        good = write_seeded(str(tmp_path / "g"), 32, 64)
+        res = _subprocess(["features", "The cat sat", "-m", folder, "--sae", fifo], sock)
+        assert res.returncode == 2 and "named pipe (FIFO)" in res.stderr, res.stderr
+        res = _subprocess(["features", "The cat sat", "-m", folder, "--sae", good, "--json"],
+                          sock)
+        assert res.returncode == 0 and json.loads(res.stdout)["ok"], res.stderr
+    finally:
+        stop_server(sock)

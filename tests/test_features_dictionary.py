@@ -282,3 +282,100 @@ def test_an_affine_transcoder_is_refused_not_read_without_its_skip(tmp_path):
     folder = tmp_path / "transcoder_all" / "layer_2_width_16k_l0_small_affine"
     with pytest.raises(BadInput, match="affine transcoder"):
         read_dictionary(write_gemmascope(folder, w, npz=False))
+
+
+# ---- hostile files (issue 41): sizes checked before use, only regular files, honest answers --
+
+@pytest.mark.parametrize("shape", [(D * N,), (D, N, 1)])
+def test_gemmascope_w_enc_of_another_rank_is_refused_before_use(tmp_path, shape):
+    """W_enc of one or three dimensions: its sizes were unpacked before any check (exit 70)."""
+    w = weights(12)
+    w["W_enc"] = w["W_enc"].reshape(shape)
+    folder = tmp_path / "gemma-scope-2b-pt-res" / "layer_1" / "width_16k" / "l0_8"
+    with pytest.raises(BadInput, match=f"W_enc has {len(shape)} dimension") as e:
+        read_dictionary(write_gemmascope(folder, w))
+    _line(e)
+
+
+def test_every_tensor_is_checked_against_the_others(tmp_path):
+    """Gemma Scope has no config: each width is read from a vector and every tensor checked
+    against it (a b_dec of a 2-D shape, a threshold of another width)."""
+    folder = tmp_path / "gemma-scope-2b-pt-res" / "layer_1" / "width_16k"
+    w = weights(13)
+    w["b_dec"] = w["b_dec"][None]
+    with pytest.raises(BadInput, match="b_dec has 2 dimensions"):
+        read_dictionary(write_gemmascope(folder / "a", w))
+    w = weights(13)
+    w["threshold"] = w["threshold"][:5]
+    with pytest.raises(BadInput, match="threshold has shape"):
+        read_dictionary(write_gemmascope(folder / "b", w))
+    w = weights(13)
+    w["encoder.weight"] = w["W_enc"].T[None]  # sparsify's encoder of three dimensions
+    with pytest.raises(BadInput, match="encoder.weight has 3 dimensions"):
+        from safetensors.numpy import save_file
+
+        path = write_sparsify(str(tmp_path / "s"), weights(13))
+        save_file({"encoder.weight": np.ascontiguousarray(w["encoder.weight"]),
+                   "encoder.bias": w["b_enc"], "W_dec": w["W_dec"], "b_dec": w["b_dec"]},
+                  os.path.join(path, "sae.safetensors"))
+        read_dictionary(path)
+
+
+def test_a_gemmascope_file_of_zero_latents_is_refused(tmp_path):
+    w = {n: (v[:, :0] if n == "W_enc" else v[:0] if n in ("W_dec", "b_enc", "threshold") else v)
+         for n, v in weights(14).items()}
+    folder = tmp_path / "gemma-scope-2b-pt-res" / "layer_1" / "width_0"
+    with pytest.raises(BadInput, match="0 latents") as e:
+        read_dictionary(write_gemmascope(folder, w))
+    _line(e)
+
+
+def test_k_larger_than_the_latents_is_refused(tmp_path):
+    with pytest.raises(BadInput, match=f"k {N + 1} is larger than the dictionary's {N} latents"):
+        read_dictionary(write_saelens(tmp_path / "s", weights(), arch="topk", k=N + 1))
+    with pytest.raises(BadInput, match=f"k {N + 6} is larger"):
+        read_dictionary(write_sparsify(str(tmp_path / "p"), weights(), k=N + 6))
+    assert read_dictionary(write_saelens(tmp_path / "e", weights(), arch="topk", k=N)).k == N
+
+
+@pytest.mark.parametrize("value", ["false", "true", 0, 1])
+def test_a_switch_that_is_not_a_json_boolean_is_refused(tmp_path, value):
+    """"false" (a string) was read as true: the input shifted by b_dec when the config said
+    not to."""
+    folder = write_saelens(tmp_path / "s", weights(), apply_b_dec_to_input=value)
+    with pytest.raises(BadInput, match="apply_b_dec_to_input .* is not a JSON boolean") as e:
+        read_dictionary(folder)
+    _line(e)
+    assert not read_dictionary(write_saelens(tmp_path / "f", weights(),
+                                             apply_b_dec_to_input=False)).shift_input
+    sp = write_sparsify(str(tmp_path / "p"), weights(), transcode=value)
+    with pytest.raises(BadInput, match="transcode .* is not a JSON boolean"):
+        read_dictionary(sp)
+
+
+def test_a_transposed_decoder_is_called_transposed(tmp_path):
+    w = weights()
+    w["W_dec"] = np.ascontiguousarray(w["W_dec"].T)  # (d_model, d_sae)
+    with pytest.raises(BadInput, match=rf"W_dec has shape \({D}, {N}\) where \({N}, {D}\) was "
+                       "expected .*looks transposed") as e:
+        read_dictionary(write_saelens(tmp_path / "s", w))
+    _line(e)
+    w = weights()
+    w["W_enc"] = np.ascontiguousarray(w["W_enc"].T)
+    folder = tmp_path / "gemma-scope-2b-pt-res" / "layer_1" / "width_16k"
+    with pytest.raises(BadInput, match="W_enc has shape .* looks transposed"):
+        read_dictionary(write_gemmascope(folder, w))
+
+
+def test_a_symlink_loop_is_not_called_a_missing_folder(tmp_path):
+    loop = tmp_path / "loop"
+    os.symlink(loop, loop)
+    with pytest.raises(BadInput, match="symbolic link loop") as e:
+        read_dictionary(str(loop))
+    _line(e)
+    gone = tmp_path / "gone"
+    os.symlink(tmp_path / "elsewhere", gone)
+    with pytest.raises(BadInput, match="a symbolic link to .*elsewhere.*which does not exist"):
+        read_dictionary(str(gone))
+    with pytest.raises(BadInput, match="no such folder"):
+        read_dictionary(str(tmp_path / "nowhere"))

@@ -125,3 +125,57 @@ def test_cli_train_and_bad_options(prompts, tmp_path):
         assert res.exit_code == 2, (args, res.output)
         lines = [x for x in res.stderr.splitlines() if x.startswith("fptrace: error")]
         assert len(lines) == 1 and message in lines[0], res.stderr
+
+
+def test_resume_refuses_other_weights_or_other_prompts(lm, prompts, tmp_path):
+    """Issue 41: --resume compared the options only: another model of the same width (here the
+    same folder with random weights: the same name too) or other prompts resumed silently."""
+    from fptrace.models.loading import load_model
+
+    part = str(tmp_path / "part")
+
+    def stop(phase, done, total):
+        if phase == "steps" and done == 25:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        train(lm, [prompts], part, OPTS, progress=stop)
+    state = json.load(open(os.path.join(part, "trainer_state.json")))
+    assert state["step"] == 20 and len(state["weights"]) == 32 and len(state["inputs"]) == 32
+    other = load_model(tiny_gpt2(), device="cpu", random_weights=True, seed=7)
+    assert other.name == lm.name and other.config.hidden_size == lm.config.hidden_size
+    with pytest.raises(BadInput, match="other weights") as e:
+        train(other, [prompts], part, OPTS, resume=True)
+    assert state["weights"] in str(e.value) and "\n" not in str(e.value)
+    fewer = tmp_path / "fewer.txt"
+    fewer.write_text("\n".join(open(prompts).read().splitlines()[:-1]) + "\n", encoding="utf-8")
+    with pytest.raises(BadInput, match="other prompts") as e:
+        train(lm, [str(fewer)], part, OPTS, resume=True)
+    assert state["inputs"] in str(e.value)
+    r = train(lm, [prompts], part, OPTS, resume=True)  # the same model and prompts: resumed
+    assert r.resumed_from == 20
+
+
+def test_a_training_too_large_is_refused_before_the_load(prompts, tmp_path):
+    """Issue 41: --latents 99999999999 ran out of memory after the model load, as an internal
+    error; the memory is estimated up front (the SAE, its gradients and Adam's moments, a step,
+    the stream) and refused with exit 3, before anything is loaded."""
+    res = runner.invoke(app, ["features", "train", prompts, "-m", tiny_gpt2(), "--layer", "1",
+                              "--out", str(tmp_path / "o"), "--latents", "99999999999"])
+    assert res.exit_code == 3, res.output
+    lines = res.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("fptrace: error"), res.stderr  # no load line
+    assert "needs about" in lines[0] and "free on the CPU" in lines[0] and \
+        "--latents" in lines[0], lines[0]
+    assert not os.path.exists(tmp_path / "o")
+    from fptrace.commands.features.train import training_bytes
+
+    part = training_bytes(32, OPTS, 1000)
+    assert part["sae"] == 10 * 4 * (2 * 32 * 64 + 64 + 32)
+    assert part["step"] == 2 * 4 * 64 * 64 and part["stream"] == 4 * 1000 * 32
+    from fptrace.errors import OutOfMemory
+    from fptrace.models.loading import load_model
+
+    with pytest.raises(OutOfMemory, match="99999999999 latents"):
+        train(load_model(tiny_gpt2(), device="cpu"), [prompts], str(tmp_path / "p"),
+              TrainOptions(layer=1, latents=99_999_999_999, k=4))

@@ -41,7 +41,7 @@ def test_steps_are_parsed_in_ladder_order():
 @pytest.mark.parametrize("text, needle", [
     ("kv,fp8", "unknown step 'fp8'"), ("kv,,attn", "separated by commas"),
     ("", "separated by commas"), ("kv,kv", "'kv' is given twice"),
-    ("all,kv", "unknown step 'all'")])
+    ("all,kv", "'all' is every step"), ("kv,all", "give it alone")])
 def test_bad_steps_name_the_value(text, needle):
     with pytest.raises(BadInput, match=needle):
         E.parse_steps(text)

@@ -92,6 +92,23 @@ def _no_bos(f):
     return _said_by_trace(_trace(bos, PROMPT)), _said_by_trace(_trace(_gpt2(), PROMPT))
 
 
+def _bos_given(f):
+    """Ids given that start with the begin-of-text id: said as given, not as added; the same
+    ids as a text's tokens are said as the tokenizer's."""
+    bos = _tokenizer_model("llama3", f)
+    ids = bos.encode(PROMPT)
+    return _said_by_trace(_trace(bos, PROMPT)), _said_by_trace(_trace(bos, ids))
+
+
+def _ids_retokenized(f):
+    """The ids of a text tokenize back to themselves; ' c' + 'at' (two tokens) spells ' cat',
+    one token of GPT-2's BPE."""
+    lm = _tokenizer_model("gpt2", f)
+    split = lm.encode(" c")[-1:] + lm.encode("at")[-1:]
+    assert lm.encode(" cat") != split
+    return _said_by_trace(_trace(lm, lm.encode(PROMPT))), _said_by_trace(_trace(lm, split))
+
+
 def _chat_template(f):
     from fptrace.models.prompts import Chat
 

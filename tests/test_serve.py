@@ -41,7 +41,10 @@ def fptrace(args: list[str], sock: Path, cwd: Path | None = None, **extra: str):
 
 def stop_server(sock: Path) -> None:
     """Stop the server at `sock`, by its process id where asking is not enough."""
-    answer = serving.request({"op": "status"}, str(sock))
+    try:
+        answer = serving.request({"op": "status"}, str(sock))
+    except serving.Refused:  # not a socket: no server there to stop
+        return
     if answer is None:
         return
     serving.request({"op": "stop"}, str(sock))
@@ -98,6 +101,7 @@ def work(tmp_path_factory):
     folder = tmp_path_factory.mktemp("work")
     (folder / "prompts.txt").write_text("The cat sat\nA dog ran to the\nOne two three\n")
     write_seeded(str(folder / "sae"), 32, 64)
+    (folder / "ids.txt").write_text("464\n3797\n3332\n")  # --ids-file, read from the caller's folder
     return folder
 
 
@@ -120,6 +124,10 @@ def commands(tiny: str) -> list[list[str]]:
         ["generate", P, *m, "-n", "3", "--temperature", "0.8", "--seed", "3", "--json"],
         ["shapes", *m, P, "--json"],
         ["features", P, *m, "--sae", "sae", "--json"],
+        ["run", "--ids", "464,3797,3332", *m, "--json"],
+        ["run", "--ids-file", "ids.txt", *m, "--json"],
+        ["tokens", P, *m, "--json"],
+        ["tokens", "--ids", "464,269,265", *m, "--json"],
     ]
 
 
@@ -202,6 +210,30 @@ def test_bad_input_is_the_same_line_and_code(server, work):
     assert remote.stderr == here.stderr and remote.stderr.count("\n") == 1
 
 
+@pytest.mark.parametrize("args", [["run", "--ids", "5,50257"], ["tokens", "--ids", "\u0663"],
+                                  ["run", P, "--ids", "5"]])
+def test_bad_ids_are_the_same_line_and_code(server, work, args):
+    args = [*args, "-m", tiny_gpt2()]
+    remote = fptrace(args, server, cwd=work)
+    here = fptrace(args, server, cwd=work, **{serving.SWITCH_ENV: "off"})
+    assert remote.returncode == here.returncode == 2
+    assert remote.stderr.splitlines()[-1] == here.stderr.splitlines()[-1]
+    assert remote.stderr.splitlines()[-1].startswith("fptrace: error: ")
+
+
+def test_tokens_answers_at_once_through_the_server(server, work):
+    """With a server, `tokens` costs the client's start and the tokenizer's work: no import of
+    transformers or torch, no weights (measured: about 0.3 s on an idle machine)."""
+    args = ["tokens", P, "-m", tiny_gpt2(), "--json"]
+    fptrace(args, server, cwd=work)  # the server's first tokenizer of this folder
+    t0 = time.perf_counter()
+    done = fptrace(args, server, cwd=work)
+    seconds = time.perf_counter() - t0
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["tokens"][0]["id"] == 464
+    assert seconds < 10, seconds  # a shared machine; the number is in the report
+
+
 def test_ctrl_c_cancels_the_request_not_the_server(server, work):
     tiny = tiny_gpt2()
     (work / "many.txt").write_text("The cat sat on the mat\n" * 50000)
@@ -258,11 +290,13 @@ def test_another_users_socket_is_not_used(tmp_path, monkeypatch, capsys):
     try:
         s.listen(1)
         monkeypatch.setattr(os, "getuid", lambda: os.stat(sock).st_uid + 1)
-        assert serving.connect(str(sock)) is None
+        with pytest.raises(serving.Refused, match="not to this user"):
+            serving.connect(str(sock))
+        assert client.run_remote(["schema"], str(sock)) is None
     finally:
         s.close()
     err = capsys.readouterr().err
-    assert err.count("\n") == 1 and "not to this user" in err
+    assert err.count("\n") == 1 and "not to this user" in err and "running here" in err
 
 
 def test_a_folder_open_to_others_is_not_trusted(tmp_path):
@@ -403,3 +437,282 @@ def test_a_command_left_to_the_caller_gets_ctrl_c_back(server):
         assert signal.getsignal(signal.SIGINT) is mine
     finally:
         signal.signal(signal.SIGINT, before)
+
+
+def one_line(text: str) -> bool:
+    return text.count("\n") == 1 and text.endswith("\n")
+
+
+def test_a_folder_the_user_named_is_never_changed_and_refused_when_open(tmp_path):
+    """FPTRACE_SOCKET in a folder open to others (a home of mode 755, /var/tmp): the server
+    refused it where the client would, and never chmods it (it once made /var/tmp 0700)."""
+    pub = tmp_path / "pub"
+    pub.mkdir()
+    os.chmod(pub, 0o755)
+    sock = pub / "serve.sock"
+    try:
+        for args in (["serve"], ["serve", "--foreground"]):
+            done = fptrace(args, sock)
+            assert done.returncode == 2 and one_line(done.stderr), done.stderr
+            assert f"{pub} is open to other users (mode 755)" in done.stderr
+            assert os.stat(pub).st_mode & 0o777 == 0o755 and not sock.exists()
+    finally:
+        os.chmod(pub, 0o700)
+        stop_server(sock)
+
+
+def test_a_folder_through_a_symlink_is_judged_alike_by_server_and_client(tmp_path):
+    """The one check, on the folder a symlink leads to: the client used to judge the link
+    itself (mode 777) and refuse the server that had just started there."""
+    real = tmp_path / "real"
+    real.mkdir(mode=0o700)
+    link = tmp_path / "link"
+    link.symlink_to(real)
+    sock = link / "s.sock"
+    try:
+        assert fptrace(["serve"], sock).returncode == 0
+        done = fptrace(["schema"], sock)
+        assert done.returncode == 0 and done.stderr == "", done.stderr
+        assert serving.request({"op": "status"}, str(sock))["served"] == 1
+        os.chmod(real, 0o750)  # now open to the group: neither side uses it
+        done = fptrace(["schema"], sock)
+        assert done.returncode == 0 and json.loads(done.stdout) and one_line(done.stderr)
+        assert "open to other users (mode 750)" in done.stderr and "running here" in done.stderr
+        with pytest.raises(serving.Refused):
+            serving.request({"op": "status"}, str(sock))
+        assert real.stat().st_mode & 0o777 == 0o750
+    finally:
+        os.chmod(real, 0o700)
+        stop_server(sock)
+
+
+def test_what_is_not_a_socket_is_never_removed(tmp_path):
+    """A file or a folder at FPTRACE_SOCKET: refused in one line, kept, never called a stale
+    socket (the clean-up once deleted any file that refused a connection, even for --status)."""
+    folder = tmp_path / "run"
+    folder.mkdir(mode=0o700)
+    sock = folder / "s.sock"
+    sock.write_text("my notes\n")
+    try:
+        line = f"{sock} is not a socket (a regular file); not removed"
+        for args in (["serve", "--status"], ["serve", "--stop"], ["serve"],
+                     ["serve", "--foreground"]):
+            done = fptrace(args, sock)
+            assert done.returncode == 2 and done.stderr == f"fptrace: error: {line}\n", args
+        done = fptrace(["schema"], sock)
+        assert done.returncode == 0 and json.loads(done.stdout)
+        assert done.stderr == f"fptrace: {line}; running here\n"
+        assert sock.read_text() == "my notes\n"
+        sock.unlink()
+        sock.mkdir()
+        for args in (["schema"], ["serve"], ["serve", "--status"]):
+            done = fptrace(args, sock)
+            assert one_line(done.stderr) and "stale" not in done.stderr, (args, done.stderr)
+            assert "is not a socket (a folder); not removed" in done.stderr
+        assert sock.is_dir()
+    finally:
+        stop_server(sock)
+
+
+@pytest.mark.parametrize("foreground", [False, True], ids=["background", "foreground"])
+def test_a_server_that_cannot_start_says_why_in_one_line(tmp_path, foreground):
+    """A socket path too long for a Unix socket, one that is a folder, an idle timeout past
+    any clock: one line, exit 2 (they were `internal error`, or a server that died later)."""
+    deep = tmp_path / ("x" * 100) / "s.sock"
+    folder = tmp_path / "run" / "s.sock"
+    folder.mkdir(parents=True)
+    os.chmod(folder.parent, 0o700)
+    cases = [(deep, [], "holds at most 107"),
+             (folder, [], "is not a socket (a folder)"),
+             (tmp_path / "ok" / "s.sock", ["--idle-timeout", "99999999999999999999"],
+              "--idle-timeout")]
+    for sock, extra, said in cases:
+        try:
+            done = fptrace(["serve", *(["--foreground"] if foreground else []), *extra], sock)
+            assert done.returncode == 2 and one_line(done.stderr), (sock, done.stderr)
+            assert said in done.stderr and "internal error" not in done.stderr
+        finally:
+            if len(os.fsencode(str(sock))) < 108:
+                stop_server(sock)
+
+
+def test_status_and_stop_are_answered_while_a_request_runs(tmp_path):
+    """`serve --status` and `serve --stop` are not queued behind a running command (they once
+    waited 12 minutes): stop interrupts it, and its client gets one line and 130."""
+    tiny = tiny_gpt2()
+    sock = tmp_path / "run" / "s.sock"
+    (tmp_path / "many.txt").write_text("The cat sat on the mat\n" * 50000)
+    assert fptrace(["serve"], sock).returncode == 0
+    pid = serving.request({"op": "status"}, str(sock))["pid"]
+    p = subprocess.Popen([sys.executable, "-m", "fptrace", "stats", "many.txt", "-m", tiny,
+                          "--json"], env=env_for(sock), cwd=tmp_path, stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:  # until the server runs it
+            answer = serving.request({"op": "status"}, str(sock))
+            if answer and answer["busy"]:
+                break
+            time.sleep(0.1)
+        time.sleep(0.5)
+        cmd = [sys.executable, "-m", "fptrace", "serve"]
+        status = subprocess.run([*cmd, "--status"], env=env_for(sock), capture_output=True,
+                                text=True, timeout=60)
+        assert status.returncode == 0 and "one running" in status.stdout, status.stderr
+        t0 = time.monotonic()
+        stop = subprocess.run([*cmd, "--stop"], env=env_for(sock), capture_output=True,
+                              text=True, timeout=60)
+        assert stop.returncode == 0 and stop.stderr == f"stopped the server (pid {pid})\n"
+        _, err = p.communicate(timeout=60)
+        assert time.monotonic() - t0 < 30 and not sock.exists()
+        assert p.returncode == 130, err
+        errors = [line for line in err.splitlines() if "error" in line]
+        assert len(errors) == 1 and errors[0].startswith(
+            "fptrace: error: interrupted (the server was stopped)"), err
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+        stop_server(sock)
+
+
+def test_a_removed_working_folder_is_one_line(server, tmp_path):
+    """The client's working folder removed before it runs: one line, exit 2, through the
+    server (a traceback) and here (exit 70) alike."""
+    tiny = tiny_gpt2()
+    for extra in ({}, {serving.SWITCH_ENV: "off"}):
+        gone = tmp_path / "gone"
+        gone.mkdir()
+        done = subprocess.run(
+            ["sh", "-c", 'cd "$1" && rmdir "$1" && exec "$2" -m fptrace run "$3" -m "$4"', "sh",
+             str(gone), sys.executable, P, tiny], env=env_for(server, **extra),
+            capture_output=True, text=True, timeout=300)
+        assert done.returncode == 2, done.stderr
+        assert done.stderr == f"fptrace: error: {serving.GONE_FOLDER}\n", extra
+
+
+def test_a_working_folder_removed_before_the_server_runs_the_command(server, tmp_path):
+    """The folder gone between the client's call and the server's turn: the line, exit 2."""
+    import struct
+
+    conn = serving.connect(str(server))
+    r_out, w_out = os.pipe()
+    r_err, w_err = os.pipe()
+    null = os.open(os.devnull, os.O_RDONLY)
+    header = {"op": "command", "argv": ["schema"], "cwd": str(tmp_path / "gone"),
+              "env": dict(os.environ), "umask": 0o022}
+    try:
+        serving.send_header(conn, header, [null, w_out, w_err])
+        for fd in (null, w_out, w_err):
+            os.close(fd)
+        assert serving.read_exact(conn, 1) == serving.STARTED
+        assert serving.read_exact(conn, 1) == serving.DONE
+        assert struct.unpack("!i", serving.read_exact(conn, 4))[0] == 2
+        assert os.read(r_err, 4096).decode() == f"fptrace: error: {serving.GONE_FOLDER}\n"
+    finally:
+        conn.close()
+        os.close(r_out)
+        os.close(r_err)
+
+
+def test_keep_warm_calls_at_once_share_one_server(tmp_path):
+    """Two `--keep-warm` calls at once: the one whose server lost the race uses the winner's
+    (it ran here, with a line that nested three `fptrace: error:`)."""
+    sock = tmp_path / "run" / "s.sock"
+    procs = []
+    try:
+        for i in range(2):  # into files: a pipe read one after the other would fill and block
+            with open(tmp_path / f"out{i}", "w") as out, open(tmp_path / f"err{i}", "w") as err:
+                procs.append(subprocess.Popen(
+                    [sys.executable, "-m", "fptrace", "schema", "--keep-warm"],
+                    env=env_for(sock), stdout=out, stderr=err))
+        for i, p in enumerate(procs):
+            assert p.wait(timeout=300) == 0
+            assert json.loads((tmp_path / f"out{i}").read_text())
+            assert (tmp_path / f"err{i}").read_text() == ""
+        assert serving.request({"op": "status"}, str(sock))["served"] == 2
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+        stop_server(sock)
+
+
+@pytest.mark.parametrize("budget", ["0", "0.4B", "1.5B", "0KiB"])
+def test_a_memory_budget_is_at_least_one_whole_byte(tmp_path, budget):
+    sock = tmp_path / "run" / "s.sock"
+    try:
+        done = fptrace(["serve", "--memory-budget", budget], sock)
+        assert done.returncode == 2 and one_line(done.stderr), done.stderr
+        assert "at least one byte" in done.stderr and not sock.exists()
+    finally:
+        stop_server(sock)
+
+
+def test_each_request_has_the_clients_hub_offline_switch(tmp_path):
+    """huggingface_hub reads HF_HUB_OFFLINE once, at its import: the server sets it from each
+    client's environment for its request, and back to its own after."""
+    import huggingface_hub.constants as hub
+
+    from fptrace.commands.serve import core
+
+    own = hub.HF_HUB_OFFLINE
+    fds = [os.open(os.devnull, os.O_RDWR) for _ in range(3)]
+    try:
+        for env, want in (({"HF_HUB_OFFLINE": "1"}, True), ({"HF_HUB_OFFLINE": "0"}, False),
+                          ({}, False), ({"TRANSFORMERS_OFFLINE": "yes"}, True)):
+            header = {"argv": ["schema"], "cwd": str(tmp_path), "env": env}
+            req = core.Request(None, header, fds)  # type: ignore[arg-type]
+            with core.as_client(req):
+                seen = hub.HF_HUB_OFFLINE
+            assert seen is want, env
+            assert hub.HF_HUB_OFFLINE is own
+    finally:
+        for fd in fds:
+            os.close(fd)
+
+
+def test_a_client_with_another_hub_cache_runs_here(server, monkeypatch):
+    """HF_HOME and the other places huggingface_hub reads once, at its import: a client whose
+    environment moves them runs its command in its own process, where they apply (the server
+    would look in its own cache)."""
+    monkeypatch.setenv("HF_HOME", "/nonexistent/elsewhere")
+    assert client.run_remote(["models", "--json"], str(server)) is None
+
+
+def test_the_socket_appears_only_once_it_listens(tmp_path, monkeypatch):
+    """Bound under another name, renamed into place once it listens: a client that connected
+    between bind and listen took a starting server's socket for a stale one and removed it
+    (two `--keep-warm` calls at once then waited 300 s for a server nobody could reach)."""
+    from fptrace.commands.serve import core
+
+    path = tmp_path / "run" / "s.sock"
+    seen = []
+    listen = socket.socket.listen
+
+    def spy(self, *args):
+        seen.append(os.path.lexists(path))
+        return listen(self, *args)
+
+    monkeypatch.setattr(socket.socket, "listen", spy)
+    sock, lock = core.listen(str(path))
+    try:
+        assert seen == [False] and serving.not_a_socket(str(path)) is None and path.exists()
+        assert os.stat(path).st_mode & 0o777 == 0o600
+        assert sorted(os.listdir(path.parent)) == ["s.sock", "s.sock.lock"]
+    finally:
+        sock.close()
+        lock.close()
+
+
+def test_serve_itself_never_says_running_here(tmp_path):
+    """`serve --status` by a stale socket: the server's own line, not the front door's
+    "...; running here" before it (serve runs here always)."""
+    sock = tmp_path / "run" / "s.sock"
+    sock.parent.mkdir(mode=0o700)
+    s = socket.socket(socket.AF_UNIX)
+    s.bind(str(sock))
+    s.close()
+    done = fptrace(["serve", "--status"], sock)
+    assert done.returncode == 1 and done.stderr == f"no fptrace server is running (socket {sock})\n"

@@ -78,3 +78,20 @@ def test_a_last_digit_may_move_by_one_and_no_more():
     # other (1.00e-04 is past the mask) is a number on both
     assert transcripts.same(loose, "gap 1.57e-05 ≤ 0.0004", "gap 1.00e-04 ≤ 0.0004")
     assert not transcripts.same(loose, "gap 1.57e-05 ≤ 0.0004", "gap 1.00e-04 > 0.0004")
+
+
+def test_rows_that_vary_are_compared_by_count_and_shape():
+    """Under bfloat16 another CPU's kernels round otherwise, and the channels that moved most are
+    other channels: a page that says its rows vary compares the text around the table, how many
+    rows it has and how many fields each row has; a missing row, a row with a field more or less,
+    or another header still fails."""
+    rows = transcripts.Example(Path("x.md"), 0, 0, [], loose=True, rows_vary=True)
+    loose = transcripts.Example(Path("x.md"), 0, 0, [], loose=True)
+    table = "a: stats.json\n  layer   site   change\n ─────────────\n{}".format
+    here = table("     13   mlp_act   35.4%\n     29   z   33.6%")
+    there = table("     20   z   28.9%\n     13   mlp_act   26.4%")
+    assert transcripts.same(rows, here, there)
+    assert not transcripts.same(loose, here, there)
+    assert not transcripts.same(rows, here, table("     13   mlp_act   35.4%"))
+    assert not transcripts.same(rows, here, table("     13   mlp_act   35.4%\n     29   z"))
+    assert not transcripts.same(rows, here, here.replace("site", "place"))

@@ -115,6 +115,7 @@ def fail(message: str, code: int = 2) -> None:
     line = " ".join(str(message).split())
     if code == interrupt.EXIT:
         interrupt.said()
+        line = interrupt.with_reason(line)
     stderr_console().print(f"fptrace: error: {line}", markup=False, soft_wrap=True)
     raise typer.Exit(code)
 
@@ -176,12 +177,15 @@ def load(opts: LoadOptions) -> Any:
 
 
 def prompt_of(prompt: str | None, chat: ChatOptions | None = None) -> Any:
-    """What is traced: PROMPT as text, or with --chat/--system/--messages a conversation for the
-    model's chat template (models/prompts.py's Chat); checked before anything is loaded."""
+    """What is traced: PROMPT as text, with --chat/--system/--messages a conversation for the
+    model's chat template (models/prompts.py's Chat), or with --ids/--ids-file token ids (a
+    tuple of ints); checked before anything is loaded."""
     from fptrace.models.prompts import Chat, read_messages
     from fptrace.models.tokenizers import check_prompt
 
     chat = chat or ChatOptions()
+    if chat.ids is not None or chat.ids_file is not None:
+        return ids_of(prompt, chat)
     if chat.messages is not None:
         if chat.chat or chat.system is not None:
             raise BadInput("--messages holds the whole conversation: give it without --chat "
@@ -194,13 +198,29 @@ def prompt_of(prompt: str | None, chat: ChatOptions | None = None) -> Any:
                 check_prompt(m.content)
         return conversation
     if prompt is None:
-        raise BadInput("give a PROMPT to trace (or a conversation with --messages FILE)")
+        raise BadInput("give a PROMPT to trace (or a conversation with --messages FILE, or "
+                       "token ids with --ids)")
     check_prompt(prompt)
     if chat.system is not None:
         check_prompt(chat.system, "--system")
     if chat.chat or chat.system is not None:
         return Chat.of(prompt, chat.system)
     return prompt
+
+
+def ids_of(prompt: str | None, chat: ChatOptions) -> tuple[int, ...]:
+    """The token ids of --ids or --ids-file, refused with PROMPT or the other prompt options."""
+    from fptrace.models.prompts import parse_ids, read_ids
+
+    flag = "--ids" if chat.ids is not None else "--ids-file"
+    if chat.ids is not None and chat.ids_file is not None:
+        raise BadInput("give --ids or --ids-file, not both")
+    if prompt is not None:
+        raise BadInput(f"give PROMPT or {flag}, not both")
+    if chat.messages is not None or chat.chat or chat.system is not None:
+        raise BadInput(f"{flag} are the model's input as they are: give them without --chat, "
+                       "--system and --messages")
+    return parse_ids(chat.ids) if chat.ids is not None else read_ids(chat.ids_file or "")
 
 
 def load_for(prompt: str | None, opts: LoadOptions, plot: str | None = None,
@@ -218,7 +238,24 @@ def load_for(prompt: str | None, opts: LoadOptions, plot: str | None = None,
         from fptrace.cli.page import check_page
 
         check_page(html, force=force)
-    return load(opts), traced
+    lm = load(opts)
+    if isinstance(traced, tuple):  # token ids: checked against the vocabulary, and said on
+        said_of_ids(lm, traced)  # stderr where their text tokenizes to other ids
+    return lm, traced
+
+
+def said_of_ids(lm: Any, ids: tuple[int, ...]) -> None:
+    """Refuse ids outside the model's vocabulary; say on stderr (the ids are traced as given)
+    where the text they decode to tokenizes to other ids."""
+    lm.check_ids(ids)
+    ctx = getattr(lm.config, "max_position_embeddings", None)
+    if lm.tokenizer is None or (ctx and len(ids) > ctx):  # refused or truncated where traced
+        return
+    from fptrace.models.loading import retokenized
+
+    note = retokenized(lm.tokenizer, ids)
+    if note:
+        stderr_console().print(f"note: {note}", markup=False, soft_wrap=True)
 
 
 def launch_ranks(opts: LoadOptions) -> None:

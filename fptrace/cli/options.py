@@ -5,7 +5,8 @@ that takes it.
 --trust-remote-code (and, with placement=True, --device-map, --max-memory, --offload-folder) to
 a Typer command and hands the command one `LoadOptions` object as its `opts` argument. A new
 loading option is one edit: a field of LoadOptions and a line in OPTIONS. `@chat_options()`
-adds --chat, --system and --messages the same way, as one `ChatOptions` (`chat`).
+adds --chat, --system, --messages, --ids and --ids-file the same way, as one `ChatOptions`
+(`chat`).
 """
 
 from __future__ import annotations
@@ -104,6 +105,7 @@ def model_options(placement: bool = True, tp: bool = False, quantize: bool = Fal
 
 
 CHAT = "Chat"
+PROMPT = "Prompt"
 
 
 @dataclass(frozen=True)
@@ -113,7 +115,21 @@ class ChatOptions:
     chat: bool = False  # PROMPT is the user's message
     system: str | None = None  # a system message before it (implies --chat)
     messages: str | None = None  # a JSON file with the whole conversation, instead of PROMPT
+    ids: str | None = None  # token ids to trace as they are, instead of PROMPT ("504,3575,282")
+    ids_file: str | None = None  # a file of token ids (a JSON list, or one id a line)
 
+    def whole(self) -> bool:
+        """Whether the prompt is given whole, not as PROMPT's text: a conversation
+        (--messages) or token ids (--ids, --ids-file)."""
+        return self.messages is not None or self.ids is not None or self.ids_file is not None
+
+
+IdsOpt = Annotated[str | None, typer.Option(
+    "--ids", metavar="IDS", help="Token ids instead of the text, taken as they are, e.g. "
+    "504,3575,282 (`fptrace tokens --ids` shows what they are).", rich_help_panel=PROMPT)]
+IdsFileOpt = Annotated[str | None, typer.Option(
+    "--ids-file", metavar="FILE", help="The token ids in FILE (a JSON list, or one id a line) "
+    "instead of the text.", rich_help_panel=PROMPT)]
 
 CHAT_OPTIONS: tuple[tuple[str, Any, Any], ...] = (
     ("chat", Annotated[bool, typer.Option(
@@ -126,13 +142,15 @@ CHAT_OPTIONS: tuple[tuple[str, Any, Any], ...] = (
         "--messages", help="A JSON file holding a whole conversation, "
         '[{"role": "user", "content": "..."}, ...], traced through the chat template instead '
         "of PROMPT.", rich_help_panel=CHAT)], None),
+    ("ids", IdsOpt, None),
+    ("ids_file", IdsFileOpt, None),
 )
 assert {n for n, _, _ in CHAT_OPTIONS} == {f.name for f in fields(ChatOptions)}
 
 
 def chat_options() -> Callable[[Callable[..., Any]], Callable[..., Any]]:
-    """Attach --chat, --system and --messages to a command whose function takes
-    `chat: ChatOptions` (cli.io.load_for turns them and PROMPT into what is traced)."""
+    """Attach --chat, --system, --messages, --ids and --ids-file to a command whose function
+    takes `chat: ChatOptions` (cli.io.load_for turns them and PROMPT into what is traced)."""
     return _group(CHAT_OPTIONS, ChatOptions, "chat")
 
 

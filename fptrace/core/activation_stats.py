@@ -526,9 +526,10 @@ def _version(v: Any) -> tuple[int, int] | None:
 def read_document(path: str) -> dict:
     """A statistics file written by `fptrace stats --out` (or `--json`), as a dict: one of
     another kind, or from a newer fptrace, is refused in one line."""
+    from fptrace.userfiles import read_text
+
     try:
-        with open(path, encoding="utf-8-sig") as f:
-            doc = loads(f.read())
+        doc = loads(read_text(path, "utf-8-sig"))
     except FileNotFoundError:
         raise BadInput(f"no such file: {path}") from None
     except OSError as e:

@@ -22,11 +22,19 @@ Encoding, for every kind: pre = (x − b_dec if the format shifts the input) @ W
 ReLU: relu(pre); JumpReLU: relu(pre) where pre > threshold, else 0; TopK: the k largest of pre,
 through ReLU, the rest 0; BatchTopK: JumpReLU with its stored threshold (how a BatchTopK SAE runs
 at inference). Decoding: a @ W_dec + b_dec.
+
+Checked here, before any number is used (each a BadInput of one line): the files are regular
+files (fptrace/userfiles.py: a FIFO is refused, not waited on); every tensor's number of
+dimensions, then its shape against the config and the other tensors (Gemma Scope has no
+config: the latents are b_enc's length, the output width b_dec's), a matrix whose rows and
+columns are swapped called transposed; no dictionary of 0 latents; TopK's k at most the
+latents; cfg.json's switches real JSON booleans ("false", a string, is refused, not read as
+true). The widths against the model are `check_model`'s, once the model is known.
 """
 
 from __future__ import annotations
 
-import json
+import errno
 import os
 import re
 from dataclasses import dataclass, field
@@ -34,7 +42,9 @@ from typing import Any
 
 from fptrace.core.dictionary_sites import Site, dictionary_site
 from fptrace.errors import BadInput
+from fptrace.jsontext import loads
 from fptrace.numbers import parse_int
+from fptrace.userfiles import check_regular, read_text
 
 KINDS = ("relu", "jumprelu", "topk", "batchtopk")
 FORMATS = ("saelens", "gemmascope", "sparsify")
@@ -114,10 +124,12 @@ def read_dictionary(path: str, *, site: str | None = None) -> Dictionary:
     """The dictionary in the folder `path` (a Gemma Scope params file may be named directly).
     `site`: where it reads, for a dictionary whose files do not say; where they do, it must
     agree with them."""
-    if not os.path.exists(path):
-        raise BadInput(f"--sae {path!r}: no such folder")
-    folder = path if os.path.isdir(path) else os.path.dirname(path) or "."
-    names = set(os.listdir(folder))
+    try:
+        os.stat(path)
+        folder = path if os.path.isdir(path) else os.path.dirname(path) or "."
+        names = set(os.listdir(folder))
+    except OSError as e:
+        raise BadInput(_unreachable(path, e)) from None
     if not os.path.isdir(path) and os.path.basename(path) not in ("params.npz",
                                                                   "params.safetensors"):
         raise BadInput(f"--sae {path!r}: give the dictionary's folder (cfg.json beside "
@@ -143,6 +155,20 @@ def read_dictionary(path: str, *, site: str | None = None) -> Dictionary:
                            f"{d.site.name} (its {'config' if d.format != 'gemmascope' else 'files'}"
                            " say so); reading it elsewhere would give a wrong readout")
     return d
+
+
+def _unreachable(path: str, e: OSError) -> str:
+    """Why `path` cannot be read, in the words a user acts on: a symlink loop is not a missing
+    folder, nor is a link whose target is gone."""
+    if e.errno == errno.ELOOP:
+        return (f"--sae {path!r}: a symbolic link loop (its links lead back to themselves), which "
+                "cannot be resolved to a folder")
+    if os.path.islink(path):
+        return (f"--sae {path!r}: a symbolic link to {os.readlink(path)!r}, which does not "
+                "exist")
+    if e.errno in (errno.ENOENT, errno.ENOTDIR):
+        return f"--sae {path!r}: no such folder"
+    return f"--sae {path!r}: cannot read it ({e.strerror or e})"
 
 
 def check_role(d: Dictionary, expected: str, option: str = "--sae") -> None:
@@ -190,9 +216,8 @@ def latent_block(d: Dictionary, latent: int, option: str = "--latent") -> tuple[
 def read_json(path: str) -> dict:
     """A JSON object from a file, or one BadInput naming the file."""
     try:
-        with open(path, encoding="utf-8") as f:
-            cfg = json.load(f)
-    except (OSError, UnicodeDecodeError, ValueError, RecursionError) as e:
+        cfg = loads(read_text(path))
+    except (OSError, UnicodeDecodeError, ValueError) as e:
         raise BadInput(f"cannot read {path!r} as JSON: {str(e).splitlines()[0][:120]}") from None
     if not isinstance(cfg, dict):
         raise BadInput(f"{path!r}: expected a JSON object, found {type(cfg).__name__}")
@@ -205,6 +230,10 @@ def _tensors(path: str) -> dict:
     import numpy as np
     import torch
 
+    try:
+        check_regular(path)
+    except OSError as e:
+        raise BadInput(f"cannot read {path!r}: {e.strerror or e}") from None
     try:
         if path.endswith(".npz"):
             with np.load(path, allow_pickle=False) as z:
@@ -235,10 +264,61 @@ def _need(tensors: dict, names: tuple[str, ...], path: str) -> None:
                        f"{', '.join(missing)} (it has {', '.join(sorted(tensors)) or 'none'})")
 
 
-def _shape(t: Any, want: tuple[int, ...], what: str, path: str) -> None:
-    if tuple(t.shape) != want:
-        raise BadInput(f"{path!r}: {what} has shape {tuple(t.shape)}, expected {want} from the "
-                       "config: weights of another width")
+def _ranks(tensors: dict, ranks: dict[str, int], path: str) -> None:
+    """Each tensor's number of dimensions, before any of its sizes is read: a W_enc of one or
+    three dimensions is refused here, not met as an IndexError further on."""
+    for name, rank in ranks.items():
+        if name in tensors and tensors[name].dim() != rank:
+            shape = tuple(tensors[name].shape)
+            raise BadInput(f"{path!r}: {name} has {tensors[name].dim()} dimension"
+                           f"{'' if tensors[name].dim() == 1 else 's'} {shape}, expected "
+                           f"{rank} ({'a matrix' if rank == 2 else 'a vector'})")
+
+
+def _shape(t: Any, want: tuple[int, ...], what: str, path: str, source: str = "the config"
+           ) -> None:
+    shape = tuple(t.shape)
+    if shape == want:
+        return
+    if len(shape) != len(want):
+        raise BadInput(f"{path!r}: {what} has {len(shape)} dimension"
+                       f"{'' if len(shape) == 1 else 's'} {shape}, expected {len(want)}: {want}")
+    if len(want) == 2 and shape == want[::-1]:
+        raise BadInput(f"{path!r}: {what} has shape {shape} where {want} was expected from "
+                       f"{source}: it looks transposed (rows and columns swapped)")
+    raise BadInput(f"{path!r}: {what} has shape {shape}, expected {want} from {source}: "
+                   "weights of another width")
+
+
+def _widths(d_in: int, d_sae: int, d_out: int, path: str) -> None:
+    """No dictionary of zero latents, nor of vectors of width zero: read, it would answer
+    every question with nothing."""
+    if d_sae == 0:
+        raise BadInput(f"{path!r}: a dictionary of 0 latents: nothing to read")
+    if d_in == 0 or d_out == 0:
+        raise BadInput(f"{path!r}: a dictionary of vectors of width 0: nothing to read")
+
+
+def _k(cfg: dict, path: str, d_sae: int) -> int:
+    """TopK's k, at most the number of latents (a larger k would keep latents that are not
+    there)."""
+    k = _int(cfg, "k", path)
+    if k > d_sae:
+        raise BadInput(f"{path!r}: k {k} is larger than the dictionary's {d_sae} latents: TopK "
+                       "cannot keep more latents than it has")
+    return k
+
+
+def _bool(cfg: dict, key: str, default: bool, path: str) -> bool:
+    """A switch of cfg.json: a JSON true or false. A string ("false") or a number is refused:
+    Python would read "false" as true."""
+    v = cfg.get(key, default)
+    if v is None:
+        return default
+    if not isinstance(v, bool):
+        raise BadInput(f"{path!r}: {key} {v!r} is not a JSON boolean (true or false, without "
+                       "quotes)")
+    return v
 
 
 def _int(cfg: dict, key: str, path: str, *, low: int = 1) -> int:
@@ -299,8 +379,8 @@ def _saelens(folder: str) -> Dictionary:
             _shape(t["threshold"], (d_sae,), "threshold", weights)
             threshold = t["threshold"]
     if kind == "topk":
-        k = _int(cfg, "k", cfg_path)
-    shift = bool(cfg.get("apply_b_dec_to_input", True)) and role == "sae"
+        k = _k(cfg, cfg_path, d_sae)
+    shift = _bool(cfg, "apply_b_dec_to_input", True, cfg_path) and role == "sae"
     return Dictionary(path=folder, format="saelens", kind=kind, role=role, site=site,
                       out_site=out_site, W_enc=t["W_enc"], b_enc=t["b_enc"], W_dec=t["W_dec"],
                       b_dec=t["b_dec"], threshold=threshold, k=k, shift_input=shift)
@@ -311,21 +391,24 @@ def _sparsify(folder: str) -> Dictionary:
     cfg = read_json(cfg_path)
     hook = cfg.get("hookpoint") or os.path.basename(os.path.normpath(folder))
     site = dictionary_site(str(hook), f"{folder!r}: the hookpoint (the folder's name)")
-    transcode = bool(cfg.get("transcode", False))
-    if cfg.get("skip_connection"):
+    transcode = _bool(cfg, "transcode", False, cfg_path)
+    if _bool(cfg, "skip_connection", False, cfg_path):
         raise BadInput(f"{cfg_path!r}: a skip connection is not part of what fptrace decomposes")
-    k = _int(cfg, "k", cfg_path)
     weights = os.path.join(folder, "sae.safetensors")
     t = _tensors(weights)
     _need(t, ("encoder.weight", "encoder.bias", "W_dec", "b_dec"), weights)
+    _ranks(t, {"encoder.weight": 2, "encoder.bias": 1, "W_dec": 2, "b_dec": 1}, weights)
     d_in = _int(cfg, "d_in", cfg_path) if "d_in" in cfg else int(t["encoder.weight"].shape[-1])
     n = _int(cfg, "num_latents", cfg_path, low=0) if "num_latents" in cfg else 0
     if n == 0:
         n = d_in * _int(cfg, "expansion_factor", cfg_path)
     d_out = int(t["b_dec"].shape[0]) if transcode else d_in
+    _widths(d_in, n, d_out, weights)
+    k = _k(cfg, cfg_path, n)
     _shape(t["encoder.weight"], (n, d_in), "encoder.weight", weights)
     _shape(t["encoder.bias"], (n,), "encoder.bias", weights)
     _shape(t["W_dec"], (n, d_out), "W_dec", weights)
+    _shape(t["b_dec"], (d_out,), "b_dec", weights)
     if transcode:
         if site.point != "mlp_out":
             raise BadInput(f"{folder!r}: a sparsify transcoder at {hook!r}; fptrace reads "
@@ -353,12 +436,17 @@ def _gemmascope(path: str, site: str | None) -> Dictionary:
         raise BadInput(f"--sae {file!r}: an affine transcoder (W_skip: a linear term beside the "
                        "latents), which fptrace does not read yet; its readout would leave that "
                        "term out")
-    d_in, d_sae = (int(x) for x in t["W_enc"].shape)
-    d_out = int(t["W_dec"].shape[-1])
-    _shape(t["W_dec"], (d_sae, d_out), "W_dec", file)
-    _shape(t["b_enc"], (d_sae,), "b_enc", file)
-    _shape(t["b_dec"], (d_out,), "b_dec", file)
-    _shape(t["threshold"], (d_sae,), "threshold", file)
+    # no config gives the widths: each is read from a vector (b_enc: the latents, b_dec: the
+    # output), and every matrix is checked against them before it is used
+    _ranks(t, {"W_enc": 2, "W_dec": 2, "b_enc": 1, "b_dec": 1, "threshold": 1}, file)
+    d_sae, d_out = int(t["b_enc"].shape[0]), int(t["b_dec"].shape[0])
+    rows, cols = (int(x) for x in t["W_enc"].shape)
+    d_in = cols if rows == d_sae and cols != d_sae else rows  # the other side of W_enc
+    _widths(d_in, d_sae, d_out, file)
+    source = "its vectors (b_enc: the latents, b_dec: the output width)"
+    _shape(t["W_enc"], (d_in, d_sae), "W_enc", file, source)
+    _shape(t["W_dec"], (d_sae, d_out), "W_dec", file, source)
+    _shape(t["threshold"], (d_sae,), "threshold", file, source)
     role, in_site, out_site = _gemmascope_place(folder, site)
     return Dictionary(path=folder, format="gemmascope", kind="jumprelu", role=role, site=in_site,
                       out_site=out_site, W_enc=t["W_enc"], b_enc=t["b_enc"], W_dec=t["W_dec"],

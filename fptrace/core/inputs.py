@@ -1,6 +1,7 @@
 """The prompts of the commands that read many (batch, stats): .txt files (one prompt a line),
-.jsonl files ({"id": ..., "prompt": ...} a line, or {"id": ..., "messages": [...]} for the
-model's chat template; other fields carried along), folders of them, or stdin.
+.jsonl files ({"id": ..., "prompt": ...} a line, {"id": ..., "messages": [...]} for the
+model's chat template, or {"id": ..., "ids": [504, 3575, 282]} for token ids traced as they are;
+other fields carried along), folders of them, or stdin.
 
 Inputs are read whole before anything runs (prompt sets are small next to a forward pass), so
 every input mistake is known up front: a missing file or a duplicate id stops the command before
@@ -19,6 +20,7 @@ from typing import Any
 
 from fptrace.errors import BadInput
 from fptrace.jsontext import loads
+from fptrace.userfiles import read_bytes
 
 SUFFIXES = (".txt", ".jsonl")
 
@@ -26,7 +28,8 @@ SUFFIXES = (".txt", ".jsonl")
 @dataclass(frozen=True)
 class PromptItem:
     id: str
-    prompt: Any  # the text, or a Chat (a .jsonl line's "messages"); None when unreadable
+    prompt: Any  # the text, a Chat (a .jsonl line's "messages") or a tuple of token ids (its
+    # "ids"); None when unreadable
     source: str  # "file:line"
     extra: dict = field(default_factory=dict)  # fields of a .jsonl object beyond id and prompt
     error: str | None = None  # an input problem: the item becomes an error record
@@ -36,6 +39,8 @@ class PromptItem:
         from fptrace.models.prompts import Chat
         from fptrace.models.tokenizers import check_prompt
 
+        if isinstance(self.prompt, tuple):  # token ids, read by check_ids
+            return self.prompt
         if isinstance(self.prompt, Chat):
             for m in self.prompt.messages:
                 if m.content:
@@ -45,9 +50,12 @@ class PromptItem:
 
 
 def prompt_to_json(prompt: Any) -> str:
-    """A prompt (text or Chat) as JSON, to hand it to another process (a Ray worker)."""
+    """A prompt (text, Chat or token ids) as JSON, to hand it to another process (a Ray
+    worker)."""
     from fptrace.models.prompts import Chat
 
+    if isinstance(prompt, tuple):
+        return json.dumps({"ids": list(prompt)})
     return json.dumps({"messages": prompt.as_dicts()} if isinstance(prompt, Chat) else prompt)
 
 
@@ -55,6 +63,8 @@ def prompt_from_json(text: str) -> Any:
     from fptrace.models.prompts import parse_messages
 
     value = loads(text)
+    if isinstance(value, dict) and "ids" in value:
+        return tuple(value["ids"])
     return parse_messages(value["messages"], "messages") if isinstance(value, dict) else value
 
 
@@ -87,13 +97,22 @@ def _parse(data: bytes, name: str, stem: str, as_jsonl: bool) -> list[PromptItem
             items.append(PromptItem(f"{stem}:{n}", None, where,
                                     error=f"{where}: malformed JSON ({e.msg}, column {e.colno})"))
             continue
-        if not isinstance(obj, dict) or not (isinstance(obj.get("prompt"), str)
-                                             or "messages" in obj) \
-                or ("prompt" in obj and "messages" in obj):
+        given = [k for k in ("prompt", "messages", "ids") if isinstance(obj, dict) and k in obj]
+        if not isinstance(obj, dict) or len(given) != 1 or \
+                (given == ["prompt"] and not isinstance(obj["prompt"], str)):
             items.append(PromptItem(f"{stem}:{n}", None, where, error=f'{where}: expected an '
-                                    'object with a "prompt" string or a "messages" list'))
+                                    'object with a "prompt" string or a "messages" list, or an '
+                                    '"ids" list of token ids (one of them)'))
             continue
         prompt: Any = obj.get("prompt")
+        if "ids" in obj:
+            from fptrace.models.prompts import check_ids
+
+            try:
+                prompt = check_ids(obj["ids"], f'{where}: "ids"')
+            except BadInput as e:
+                items.append(PromptItem(f"{stem}:{n}", None, where, error=str(e)))
+                continue
         if "messages" in obj:
             from fptrace.models.prompts import parse_messages
 
@@ -145,7 +164,7 @@ def read_inputs(inputs: Sequence[str], stdin: Any = None, exclude: str | None = 
             if skip is not None and f.resolve() == skip:
                 continue
             try:
-                data = f.read_bytes()
+                data = read_bytes(f)
             except OSError as e:
                 raise BadInput(f"cannot read {f}: {e.strerror}") from e
             items += _parse(data, str(f), f.stem, f.suffix == ".jsonl")

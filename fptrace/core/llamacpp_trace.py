@@ -21,6 +21,7 @@ logits that do not match withhold the logit lens, with the measured gap in a not
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -55,6 +56,9 @@ class EngineChecks:
     sums_block: int | None
     norm_rel: float  # result_norm vs the checkpoint's final norm of the last stream
     logits_rel: float  # llama.cpp's logits vs the head applied to result_norm
+    # where NaN or Inf first appears in llama.cpp's tensors (embed, block N, final_norm,
+    # logits): the checks are measured up to there only (NaN when they could not be)
+    nonfinite: str | None = None
 
     @property
     def logits_hold(self) -> bool:
@@ -132,11 +136,15 @@ def checks(lm: LoadedModel, lm_pass: LlamaCppPass, names: LlamaCppNames) -> Engi
     p = names.points
     stream = {-1: squeeze(lm_pass.tensors[p[Point.embed]], 2)}
     worst_stream, at_stream, worst_sum, at_sum = 0.0, None, 0.0, None
-    for k in range(n):
+    bad = None if finite(stream[-1]) else "embed"
+    for k in range(n if bad is None else 0):
         out_k = squeeze(lm_pass.tensors[f"{p[Point.resid_post]}-{k}"], 2)
         mid = squeeze(lm_pass.tensors[f"{p[Point.resid_mid]}-{k}"], 2)
         attn = squeeze(lm_pass.tensors[f"{p[Point.attn_out]}-{k}"], 2)
         mlp = squeeze(lm_pass.tensors[f"{p[Point.mlp_out]}-{k}"], 2)
+        if not finite(out_k, mid, attn, mlp):  # a NaN or Inf weight, say: not a wrong mapping
+            bad = f"block {k}"
+            break
         r = rel(mid - attn, stream[k - 1])  # block k's input, as its attention add read it
         if r > worst_stream:
             worst_stream, at_stream = r, k
@@ -144,8 +152,16 @@ def checks(lm: LoadedModel, lm_pass: LlamaCppPass, names: LlamaCppNames) -> Engi
         if r > worst_sum:
             worst_sum, at_sum = r, k
         stream[k] = out_k
-    last = torch.from_numpy(stream[n - 1][-1:].copy())
     final = squeeze(lm_pass.tensors[p[Point.final_norm]], 2)[-1:]
+    if bad is None and not finite(final):
+        bad = "final_norm"
+    if bad is None and not finite(lm_pass.logits[-1:]):
+        bad = "logits"
+    if bad is not None:
+        return EngineChecks(stream_rel=worst_stream, stream_block=at_stream, sums_rel=worst_sum,
+                            sums_block=at_sum, norm_rel=math.nan, logits_rel=math.nan,
+                            nonfinite=bad)
+    last = torch.from_numpy(stream[n - 1][-1:].copy())
     with torch.inference_mode():
         ours = lm.parts.final_norm(last.to(lm.device, lm.dtype)).float().cpu().numpy()
         head = lm.parts.lm_head(torch.from_numpy(final.copy()).to(lm.device, lm.dtype))
@@ -153,6 +169,10 @@ def checks(lm: LoadedModel, lm_pass: LlamaCppPass, names: LlamaCppNames) -> Engi
     return EngineChecks(stream_rel=worst_stream, stream_block=at_stream, sums_rel=worst_sum,
                         sums_block=at_sum, norm_rel=rel(ours, final),
                         logits_rel=rel(head, lm_pass.logits[-1:]))
+
+
+def finite(*arrays: np.ndarray) -> bool:
+    return all(bool(np.isfinite(a).all()) for a in arrays)
 
 
 def enforce(c: EngineChecks) -> None:
@@ -239,13 +259,14 @@ def llamacpp_trace(lm: LoadedModel, lm_pass: LlamaCppPass, *, top_k: int = 10,
     notes = [LLAMACPP_ENGINE(version=options_text(options))]
     if (withheld := decomposition[0].note()) is not None:
         notes.insert(0, withheld)
-    if not c.logits_hold:
+    if not c.logits_hold and c.nonfinite is None:  # NaN or Inf: the run fails, naming where
         notes.append(LLAMACPP_LENS_WITHHELD(norm=c.norm_rel, logits=c.logits_rel))
     if given_ids and lm_pass.own_ids is not None and lm_pass.own_ids != lm_pass.ids:
         notes.append(tokens_note(lm, lm_pass))
     first_bad = first_nonfinite(rows)
     if first_bad is None and not stats.is_finite(cap.final_last[0], logits):
         first_bad = "final_norm"
+    first_bad = first_bad or c.nonfinite  # in llama.cpp's tensors though not in the rows
     T, V = len(lm_pass.ids), lm_pass.logits.shape[-1]
     trace = Trace(
         prompt=lm_pass.prompt, model=info, tokens=lm.tokens(list(lm_pass.ids)),

@@ -11,15 +11,16 @@ from typing import Any
 
 from fptrace.errors import BadInput
 from fptrace.jsontext import loads
+from fptrace.userfiles import read_text
 
 
 def _read_lines(path: str, what: str) -> list[tuple[int, str]]:
     """(line number, text) of every non-blank line of a UTF-8 file."""
     p = Path(path)
-    if not p.is_file():
+    if not p.exists():
         raise BadInput(f"{what} {path}: no such file")
     try:
-        text = p.read_text(encoding="utf-8-sig")
+        text = read_text(p, "utf-8-sig", what)
     except UnicodeDecodeError as e:
         raise BadInput(f"{what} {path}: not valid UTF-8 (byte {e.start})") from None
     except OSError as e:

@@ -153,7 +153,8 @@ def run_traces(lm: LoadedModel, prompts: Sequence[Prompt], *, top_k: int = 10,
             top_k=tuple(TopToken(r + 1, i, lm.token_text(i), p, lg)
                         for r, (i, p, lg) in enumerate(zip(top_ids, top_p, top_l))),
             all_positions=all_positions, truncated=dropped, first_nonfinite=first_bad,
-            notes=_notes(lm, checks[b], dropped, per_row[b], ids, grid, grid_positions),
+            notes=_notes(lm, checks[b], dropped, per_row[b], ids, grid, grid_positions)
+            + ((said,) if (said := lm.retokenized_note(p)) else ()),
             lens_grid=grid,
             lens_positions=grid_positions, decomposition=checks[b], positions=positions,
             mean_loss=mean_loss, perplexity=None if mean_loss is None else math.exp(mean_loss),

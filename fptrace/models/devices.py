@@ -11,7 +11,7 @@ from collections.abc import Callable
 from typing import Any
 
 from fptrace.errors import BadInput
-from fptrace.numbers import DIGITS, is_int, parse_int
+from fptrace.numbers import DIGITS, is_int, parse_float, parse_int
 
 Progress = Callable[[str], None]
 
@@ -50,11 +50,17 @@ _UNITS = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
 
 
 def parse_size(text: str, what: str) -> int:
-    """'80GiB' -> bytes (B, KB, MB, GB, TB in powers of 1000; KiB, MiB, GiB, TiB of 1024)."""
+    """'80GiB' -> bytes (B, KB, MB, GB, TB in powers of 1000; KiB, MiB, GiB, TiB of 1024): a
+    whole number of bytes, at least one."""
     m = _MEM.match(text or "")
     if not m:
         raise BadInput(f"{what} {text!r}: a size such as 80GiB, 40GB or 24GiB")
-    return int(float(m.group(1)) * _UNITS[(m.group(2) or "").lower()])
+    unit = (m.group(2) or "").lower()
+    number = parse_float(m.group(1), what)
+    if number * _UNITS[unit] < 1 or (_UNITS[unit] == 1 and not number.is_integer()):
+        raise BadInput(f"{what} {text!r}: a size of at least one byte, in whole bytes (such "
+                       "as 80GiB, 40GB or 24GiB)")
+    return int(number * _UNITS[unit])
 
 
 def parse_max_memory(text: str | None) -> dict | None:

@@ -16,6 +16,7 @@ from typing import Any
 
 from fptrace.errors import ModelLoadError
 from fptrace.models.devices import alias_tied_offload
+from fptrace.models.gguf_metadata import check as check_metadata
 from fptrace.models.sources import short_error
 from fptrace.models.tokenizers import HFTokenizer
 
@@ -137,6 +138,7 @@ def gguf_model(path: str, dtype: Any, progress: Progress, placed: dict | None = 
     more from_pretrained arguments, a device map or a quantization."""
     from transformers import AutoModelForCausalLM
 
+    check_metadata(path)  # what llama.cpp would abort on, transformers fails on unclearly
     entry = os.path.join(gguf_entry(path), "model")
     for attempt in range(2):  # a cache entry that cannot be read is rebuilt once
         if not entry_ok(entry):

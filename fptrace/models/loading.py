@@ -11,7 +11,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from fptrace.errors import BadInput, ModelLoadError, ModelNotFound, PromptTooLong
+from fptrace.errors import BadInput, ModelLoadError, ModelNotFound
 from fptrace.families.parts import ModelParts, resolve_parts
 from fptrace.models.devices import (
     dispatch,
@@ -91,7 +91,7 @@ class LoadedModel:
         Chat through the chat template, token ids as they are; checked against the vocabulary
         and the context window (with truncate, a prompt longer than the context keeps its last
         tokens; without, it is refused with a clear message)."""
-        from fptrace.models.prompts import Chat, Prepared, content_spans, template_flags
+        from fptrace.models.prompts import Chat, Prepared, content_spans, template_flags, too_long
         from fptrace.models.tokenizers import encode_prompt
 
         if isinstance(prompt, Prepared):
@@ -119,17 +119,12 @@ class LoadedModel:
             start = time.perf_counter()  # run also pays for its start-up
             self.tokenizer.encode(text, special=not isinstance(prompt, Chat))
             seconds = time.perf_counter() - start
-        vocab = int(self.config.vocab_size)
-        bad = [i for i in ids if not 0 <= i < vocab]
-        if bad:
-            raise BadInput(f"token id {bad[0]} is outside the vocabulary (0..{vocab - 1})")
+        self.check_ids(ids)
         ctx = getattr(self.config, "max_position_embeddings", None)
         dropped = 0
         if ctx and len(ids) > ctx:
             if not truncate:
-                raise PromptTooLong(f"the prompt is {len(ids)} tokens but {self.name} reads at "
-                                    f"most {ctx}; shorten it or pass --truncate to keep the last "
-                                    f"{ctx} tokens", len(ids), int(ctx))
+                raise too_long(len(ids), int(ctx), self.name)
             dropped = len(ids) - ctx
             ids, template = ids[dropped:], template[dropped:]
         return Prepared(ids=tuple(ids), text=text, template=template, dropped=dropped,
@@ -170,18 +165,26 @@ class LoadedModel:
     def bos_note(self, prepared: Prepared) -> str | None:
         """Who wrote the first tokens: the chat template, or the tokenizer's begin-of-text token
         (the seeds' Llama adds one, SmolLM2's GGUF does not)."""
-        from fptrace.notes import BOS_ADDED, CHAT_TEMPLATE, NO_BOS
+        from fptrace.notes import CHAT_TEMPLATE
 
         ids = prepared.ids
         if prepared.chat:
             return CHAT_TEMPLATE(template=sum(prepared.flags()), n=len(ids))
-        bos = getattr(self.tokenizer, "bos_id", None) if self.tokenizer is not None else None
-        if bos is None or not ids:
+        if self.tokenizer is None:
             return None
-        name = repr(self.token_text(bos))
-        if ids[0] == bos:
-            return BOS_ADDED(token=name, id=bos)
-        return NO_BOS(first=repr(self.token_text(ids[0])), token=name, id=bos)
+        return bos_said(self.tokenizer, ids, prepared.from_ids)
+
+    def check_ids(self, ids: Sequence[int]) -> None:
+        """Refuse (BadInput) an id outside the model's vocabulary: the one check of token ids
+        against a model (their text is read by models/prompts.py's parse_ids)."""
+        check_vocabulary(ids, int(self.config.vocab_size), self.name)
+
+    def retokenized_note(self, prepared: Prepared) -> str | None:
+        """For ids given as they are: the note that the text they decode to tokenizes to other
+        ids (with or without the tokens the tokenizer adds to a whole prompt), else None."""
+        if not prepared.from_ids or self.tokenizer is None:
+            return None
+        return retokenized(self.tokenizer, prepared.ids)
 
     def tokens(self, ids: Sequence[int] | Prepared, start: int = 0) -> tuple[Token, ...]:
         """Token rows (position, id, text) of ids, positions counted from `start`; of a
@@ -195,9 +198,56 @@ class LoadedModel:
                      for i, t in enumerate(ids))
 
 
-def tokenizer_for(spec: ModelSpec, config: Any, progress: Progress) -> TextTokenizer | None:
-    from transformers import AutoTokenizer
+def check_vocabulary(ids: Sequence[int], vocab: int, model: str) -> None:
+    """Refuse (BadInput) an id outside a vocabulary of `vocab` ids, naming its position."""
+    bad = next((k for k, i in enumerate(ids) if not 0 <= i < vocab), None)
+    if bad is not None:
+        raise BadInput(f"token id {ids[bad]} (position {bad}) is outside the vocabulary of "
+                       f"{model} (0..{vocab - 1})")
 
+
+def bos_said(tokenizer: TextTokenizer, ids: Sequence[int], from_ids: bool) -> str | None:
+    """Whether position 0 is the tokenizer's begin-of-text token (added by the tokenizer, or
+    given in the ids) or not; None when the tokenizer has none."""
+    from fptrace.notes import BOS_ADDED, BOS_GIVEN, NO_BOS
+
+    bos = tokenizer.bos_id
+    if bos is None or not ids:
+        return None
+    name = repr(tokenizer.token_text(bos))
+    if ids[0] == bos:
+        return (BOS_GIVEN if from_ids else BOS_ADDED)(token=name, id=bos)
+    return NO_BOS(first=repr(tokenizer.token_text(ids[0])), token=name, id=bos)
+
+
+def retokenized(tokenizer: TextTokenizer, ids: Sequence[int]) -> str | None:
+    """The note (notes.IDS_RETOKENIZED) when decoding ids and tokenizing the text again gives
+    other ids, with the tokens added to a whole prompt (a begin-of-text id) or without (the
+    ids' own special tokens are then read back from the text); None when either gives ids."""
+    from fptrace.notes import IDS_RETOKENIZED
+
+    ids = list(ids)
+    if max(ids) >= tokenizer.size():  # an id of a vocabulary padded past the tokenizer's
+        return None
+    text = tokenizer.decode(ids)
+    again = [tokenizer.encode(text, special) for special in (True, False)]
+    if ids in again:
+        return None
+    got = again[0]
+    pos = next((k for k, (a, b) in enumerate(zip(ids, got, strict=False)) if a != b),
+               min(len(ids), len(got)))
+    return IDS_RETOKENIZED(n=len(ids), m=len(got), pos=pos, given=_few(ids[pos:]),
+                           got=_few(got[pos:]))
+
+
+def _few(ids: Sequence[int], n: int = 4) -> str:
+    """The first ids of a list as text: '[504, 3575, …]', '[]' for none."""
+    return "[" + ", ".join([str(i) for i in ids[:n]] + (["…"] if len(ids) > n else [])) + "]"
+
+
+def tokenizer_for(spec: ModelSpec, config: Any, progress: Progress) -> TextTokenizer | None:
+    """The model's tokenizer from local files only, never its weights (None when there is none
+    offline); the offline tokenizers of known models load without transformers."""
     if spec.kind == "gguf" and spec.path:
         return gguf_tokenizer(spec.path, progress)
     if spec.known is not None and spec.known.tokenizer in OFFLINE:
@@ -205,6 +255,8 @@ def tokenizer_for(spec: ModelSpec, config: Any, progress: Progress) -> TextToken
     if spec.kind == "folder":
         if any(os.path.exists(os.path.join(spec.path, n)) for n in
                ("tokenizer.json", "tokenizer_config.json", "vocab.json", "tokenizer.model")):
+            from transformers import AutoTokenizer
+
             try:
                 return HFTokenizer(AutoTokenizer.from_pretrained(spec.path), spec.name)
             except Exception as e:
@@ -212,6 +264,8 @@ def tokenizer_for(spec: ModelSpec, config: Any, progress: Progress) -> TextToken
                                      f"{short_error(e)}") from None
         return None
     if spec.kind == "hub":
+        from transformers import AutoTokenizer
+
         try:
             return HFTokenizer(AutoTokenizer.from_pretrained(spec.hub_id, local_files_only=True),
                                spec.name)

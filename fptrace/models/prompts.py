@@ -12,16 +12,25 @@ each token's character span in that text, which is how a subject inside the prom
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from fptrace.errors import BadInput
+from fptrace.errors import BadInput, PromptTooLong
 from fptrace.jsontext import loads
 
 ROLES = ("system", "user", "assistant", "tool")
 ROLES_HINT = "each message is {\"role\": \"system\"|\"user\"|\"assistant\", \"content\": TEXT}"
+
+
+def too_long(tokens: int, limit: int, model: str, truncate: bool = True) -> PromptTooLong:
+    """The refusal of a prompt of `tokens` tokens for a model that reads at most `limit`, in the
+    same words on every engine (truncate: whether --truncate is there to offer)."""
+    hint = f" or pass --truncate to keep the last {limit} tokens" if truncate else ""
+    return PromptTooLong(f"the prompt is {tokens} tokens but {model} reads at most {limit}; "
+                         f"shorten it{hint}", tokens, limit)
 
 
 @dataclass(frozen=True)
@@ -103,8 +112,10 @@ def read_messages(path: str) -> Chat:
     if not p.is_file():
         raise BadInput(f"no such file: {path}" if not p.exists() else
                        f"--messages {path} is not a file")
+    from fptrace.userfiles import read_text
+
     try:
-        text = p.read_text(encoding="utf-8-sig")
+        text = read_text(p, "utf-8-sig", "--messages")
     except UnicodeDecodeError as e:
         raise BadInput(f"--messages {path}: not UTF-8 text (byte {e.start})") from None
     try:
@@ -156,3 +167,68 @@ def overlapping(spans: Sequence[tuple[int, int]], start: int, end: int) -> list[
     """The tokens whose characters overlap [start, end) (a token with an empty span, such as an
     added begin-of-text token, overlaps nothing)."""
     return [k for k, (a, b) in enumerate(spans) if a < end and b > start]
+
+
+MAX_IDS = 1_000_000  # beyond any context window fptrace can trace (as MAX_PROMPT_CHARS)
+_ASCII_IDS = re.compile(r"[0-9,\s]*")
+IDS_HINT = "token ids are whole numbers from 0, e.g. --ids 504,3575,282"
+
+
+def check_ids(values: Any, where: str) -> tuple[int, ...]:
+    """Token ids from a parsed JSON value (a list of integers), or BadInput naming `where`. The
+    vocabulary size is checked once the tokenizer is known (LoadedModel.prepare)."""
+    if not isinstance(values, list):
+        raise BadInput(f"{where}: expected a JSON list of token ids, got "
+                       f"{type(values).__name__}; {IDS_HINT}")
+    if not values:
+        raise BadInput(f"{where}: no token ids; {IDS_HINT}")
+    if len(values) > MAX_IDS:
+        raise BadInput(f"{where}: {len(values):,} token ids; fptrace reads at most {MAX_IDS:,}")
+    for k, v in enumerate(values):
+        if not isinstance(v, int) or isinstance(v, bool):
+            raise BadInput(f"{where}: id {k + 1} is {json.dumps(v)[:40]}, not a whole number; "
+                           f"{IDS_HINT}")
+        if v < 0:
+            raise BadInput(f"{where}: id {k + 1} is {v}; {IDS_HINT}")
+    return tuple(values)
+
+
+def parse_ids(text: str, where: str = "--ids") -> tuple[int, ...]:
+    """Token ids typed as text: separated by commas, spaces or new lines, a JSON list's
+    brackets allowed ('504,3575,282', '[504, 3575, 282]', one id a line); each read by
+    numbers.parse_int (ASCII digits only)."""
+    from fptrace.numbers import parse_int
+
+    body = text.strip()
+    if body.startswith("[") and body.endswith("]"):
+        body = body[1:-1]
+    parts = [p for p in re.split(r"[,\s]+", body) if p]
+    if not parts:
+        raise BadInput(f"{where}: no token ids; {IDS_HINT}")
+    if len(parts) > MAX_IDS:
+        raise BadInput(f"{where}: {len(parts):,} token ids; fptrace reads at most {MAX_IDS:,}")
+    if _ASCII_IDS.fullmatch(body):  # the common case, read at once: ASCII digits only
+        return tuple(int(p) for p in parts)
+    return tuple(parse_int(p, f"{where}: token id", low=0) for p in parts)
+
+
+def read_ids(path: str) -> tuple[int, ...]:
+    """The token ids in a file (`--ids-file FILE`): a JSON list, or one id a line."""
+    p = Path(path)
+    if not p.is_file():
+        raise BadInput(f"no such file: {path}" if not p.exists() else
+                       f"--ids-file {path} is not a file")
+    if p.stat().st_size > 64 * MAX_IDS:
+        raise BadInput(f"--ids-file {path}: {p.stat().st_size:,} bytes is more than "
+                       f"{MAX_IDS:,} token ids could need")
+    try:
+        text = p.read_text(encoding="utf-8-sig")
+    except UnicodeDecodeError as e:
+        raise BadInput(f"--ids-file {path}: not UTF-8 text (byte {e.start})") from None
+    if text.lstrip().startswith(("[", "{")):
+        try:
+            data = loads(text)
+        except json.JSONDecodeError as e:
+            raise BadInput(f"--ids-file {path}, line {e.lineno}: not JSON ({e.msg})") from None
+        return check_ids(data, f"--ids-file {path}")
+    return parse_ids(text, f"--ids-file {path}")

@@ -40,9 +40,10 @@ def config_from_dict(d: dict[str, Any]) -> Any:
 
 
 def read_json(path: str) -> dict[str, Any]:
+    from fptrace.userfiles import read_text
+
     try:
-        with open(path, encoding="utf-8") as f:
-            data = loads(f.read())
+        data = loads(read_text(path))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
         raise ModelLoadError(f"cannot read {path}: {e}") from None
     if not isinstance(data, dict) or "model_type" not in data:

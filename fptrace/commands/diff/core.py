@@ -37,9 +37,10 @@ def default_tolerance(dtype_a: str, dtype_b: str) -> tuple[float, str]:
 
 def read_trace(path: str) -> dict:
     """A trace saved by `fptrace run --json` (or one `batch` record), as a dict."""
+    from fptrace.userfiles import read_text
+
     try:
-        with open(path, encoding="utf-8-sig") as f:
-            text = f.read()
+        text = read_text(path, "utf-8-sig")
     except OSError as e:
         raise BadInput(f"{path}: {e.strerror}") from None
     lines = [ln for ln in text.splitlines() if ln.strip()]
@@ -70,6 +71,12 @@ def _side(label: str, t: dict) -> DiffSide:
 def _stream(row: dict, d: int) -> list[float] | None:
     values = row.get("snippet") or []
     return values if len(values) == d and all(v is not None for v in values) else None
+
+
+def _short(row: dict, d: int) -> bool:
+    """The row holds only the first values of its stream (NaN and Inf are JSON nulls: not
+    short)."""
+    return len(row.get("snippet") or []) != d
 
 
 def _compare(a: list[float] | None, b: list[float] | None) -> tuple[float | None, float | None]:
@@ -123,13 +130,16 @@ def diff_traces(a: dict, b: dict, *, labels: tuple[str, str] = ("a", "b"),
     withheld = False
     for ra, rb in zip(la, lb):
         rel, cos = _compare(_stream(ra, da), _stream(rb, db)) if da == db else (None, None)
-        withheld |= rel is None and da == db
+        withheld |= rel is None and da == db and (_short(ra, da) or _short(rb, db))
         rows.append(LayerDiff(layer=ra["layer"], norm_a=ra["resid_norm_last"],
                               norm_b=rb["resid_norm_last"], rel_diff=rel, cos=cos,
                               lens_a=ra.get("lens_text"), lens_b=rb.get("lens_text"),
                               lens_same=ra.get("lens_id") == rb.get("lens_id")))
     if withheld:
         notes.append(notes_.DIFF_SNIPPET())
+    for label, t in zip(labels, (a, b), strict=True):
+        if t.get("first_nonfinite"):
+            notes.append(notes_.DIFF_NONFINITE(label=label, where=t["first_nonfinite"]))
     if tolerance is None:
         tolerance, reason = default_tolerance(a["model"]["dtype"], b["model"]["dtype"])
     else:

@@ -32,7 +32,8 @@ from fptrace.points import BLOCK, Point
 LABELS = ("transformers", "llama.cpp")
 
 
-def engine_diff(lm: LoadedModel, path: str, prompt: str, *, options: EngineOptions | None = None,
+def engine_diff(lm: LoadedModel, path: str, prompt: str | Sequence[int], *,
+                options: EngineOptions | None = None,
                 deep: bool = False, layers: Sequence[int] | Selection | None = None,
                 tolerance: float | None = None, name_b: str | None = None,
                 emulate: Sequence[str] = ()) -> TraceDiff:
@@ -45,7 +46,11 @@ def engine_diff(lm: LoadedModel, path: str, prompt: str, *, options: EngineOptio
 
     options = options or EngineOptions()
     ids = lm.encode(prompt)
-    lm_pass = run_llamacpp(path, prompt, options, ids=ids)
+    if isinstance(prompt, str):  # llama.cpp tokenizes it too, and its ids are compared
+        lm_pass = run_llamacpp(path, prompt, options, ids=ids)
+    else:  # ids given (--ids): both engines run exactly these
+        lm_pass = dataclasses.replace(run_llamacpp(path, "", options, ids=ids),
+                                      prompt=lm.prompt_text(prompt))
     names = names_for(lm_pass)
     d = int(lm.config.hidden_size)
     trace_b, _ = llamacpp_trace(lm, lm_pass, snippet=d, given_ids=True)
@@ -180,7 +185,7 @@ def from_cli(first: str | None, second: str | None, opts: Any, chat: Any, settin
              tolerance: float | None, emulate: Sequence[str] = ()) -> TraceDiff:
     """The checks that cost nothing (the combination, the prompt, the file, the library), then
     the load and the comparison."""
-    from fptrace.cli.io import load, prompt_of
+    from fptrace.cli.io import load, prompt_of, said_of_ids
     from fptrace.core.llamacpp_trace import gguf_path
     from fptrace.errors import BadInput
     from fptrace.models.llamacpp.binding import load as load_library
@@ -194,7 +199,10 @@ def from_cli(first: str | None, second: str | None, opts: Any, chat: Any, settin
     gguf_path(opts.model)  # side a is a GGUF too: the same checkpoint in transformers
     path = gguf_path(settings_b.get("model", opts.model))
     load_library()
-    return engine_diff(load(opts), path, prompt,
+    lm = load(opts)
+    if isinstance(prompt, tuple):  # --ids: checked against the vocabulary, retokenizing said
+        said_of_ids(lm, prompt)
+    return engine_diff(lm, path, prompt,
                        options=EngineOptions(flash_attn=flash_attn, cache_type=kv_cache),
                        deep=deep, layers=layers, tolerance=tolerance,
                        name_b=settings_b.get("model"), emulate=emulate)

@@ -51,6 +51,16 @@ def _snippet(bench: Bench) -> tuple[Any, Any]:
         _diffed(_traced(lm, [5, 6, 7]), _traced(lm, [5, 6, 8]))
 
 
+def _nonfinite(bench: Bench) -> tuple[Any, Any]:
+    lm = bench.lm("llama")
+    t = _traced(lm, [5, 6, 7], snippet=64)
+    rows = list(t.layers)
+    for i in range(2, len(rows)):  # block 1 on: as a trace with NaN from there holds it
+        rows[i] = dataclasses.replace(rows[i], snippet=(float("nan"),) * 64)
+    bad = dataclasses.replace(t, layers=tuple(rows), first_nonfinite="block 1")
+    return _diffed(t, t), _diffed(t, bad)
+
+
 def _deep(bench: Bench, b: Any) -> tuple[str, ...]:
     import copy
 
@@ -74,7 +84,7 @@ def _deep_missing_points(bench: Bench) -> tuple[Any, Any]:
 # may not import; it stays in tests/test_notes.py
 NOTE_CASES = (NoteCase("diff_models", _models), NoteCase("diff_random", _random),
               NoteCase("diff_blocks", _blocks), NoteCase("diff_widths", _widths),
-              NoteCase("diff_snippet", _snippet),
+              NoteCase("diff_snippet", _snippet), NoteCase("diff_nonfinite", _nonfinite),
               NoteCase("diff_deep_block_level", _deep_block_level),
               NoteCase("diff_deep_missing_points", _deep_missing_points))
 
@@ -130,4 +140,9 @@ def bad_inputs(at: Setup) -> tuple[Case, ...]:
              ("diff", "hi", *m, "--engine-b", "llama.cpp", "--emulate", "kv,q4")),
         Case(92, "diff: --emulate without --engine-b llama.cpp",
              ("diff", "hi", *m, "--dtype-b", "float16", "--emulate", "kv")),
+        Case(135, "diff --engine-b llama.cpp: --model-b a GGUF whose RMS epsilon is negative",
+             ("diff", "hi", "-m", p("model.gguf"), "--model-b", p("eps-negative.gguf"),
+              "--engine-b", "llama.cpp")),
+        Case(136, "diff --engine-b llama.cpp: --emulate all with another step",
+             ("diff", "hi", *m, "--engine-b", "llama.cpp", "--emulate", "all,kv")),
     )

@@ -30,6 +30,11 @@ DIFF_SNIPPET = note(
     "a trace holds only the first values of the stream, so the relative difference and cosine "
     "are withheld; save traces with `--snippet D` (D = d_model) to compare them")
 
+DIFF_NONFINITE = note(
+    "diff_nonfinite", ("diff",),
+    "a trace's stream holds NaN or Inf (a NaN or Inf weight, or an overflow)",
+    "{label}'s stream holds NaN or Inf from {where} on: those rows are not compared")
+
 DEEP_BLOCK_LEVEL = note(
     "diff_deep_block_level", ("diff", "report"),
     "with --deep, the two models' blocks have no points to match: models of two families, a "

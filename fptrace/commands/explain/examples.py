@@ -53,4 +53,5 @@ def bad_inputs(at: Setup) -> tuple[Case, ...]:
         Case(21, "negative temperature", ("explain", "hi", *m, "--temperature", "-1")),
         Case(22, "family with no walkthrough", ("explain", "hi", "--model", p("starcoder2"))),
         Case(24, "missing argument", ("explain",)),
+        Case(226, "--ids beyond the vocabulary", ("explain", "--ids", "5,50257", *m)),
     )

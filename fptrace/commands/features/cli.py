@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Annotated
 
 import typer
@@ -144,14 +145,16 @@ def train_cli(inputs: list[str], opts: LoadOptions, layer: str | None, out: str 
         raise BadInput("features train needs --layer L and --out DIR")
     check_finite(lr, "--lr", low=0.0)
     from fptrace.addresses import parse_block, resolve_block
-    from fptrace.commands.features.train import TrainOptions, check_out, train
+    from fptrace.commands.features.train import TrainOptions, check_before_load, check_out, train
     from fptrace.core.trace import sizes
 
     block = parse_block(layer, "--layer")
     check_out(out, resume)
+    options = TrainOptions(layer=0, latents=latents, k=k, tokens=tokens,
+                           batch_tokens=batch_tokens, lr=lr, seed=seed)
+    items = check_before_load(options, inputs, opts.model)
     lm = load(opts)
-    options = TrainOptions(layer=resolve_block(block, sizes(lm), "--layer").layer, latents=latents,
-                           k=k, tokens=tokens, batch_tokens=batch_tokens, lr=lr, seed=seed)
+    options = replace(options, layer=resolve_block(block, sizes(lm), "--layer").layer)
     from rich.progress import (
         BarColumn,
         MofNCompleteColumn,
@@ -173,7 +176,7 @@ def train_cli(inputs: list[str], opts: LoadOptions, layer: str | None, out: str 
             bar.update(tasks[phase], advance=done if phase == "prompts" else None,
                        completed=None if phase == "prompts" else done)
 
-        result = train(lm, inputs, out, options, resume=resume, progress=progress)
+        result = train(lm, inputs, out, options, resume=resume, progress=progress, items=items)
     from fptrace.commands.features.render import train_view
 
     output(result, train_view, as_json=as_json, wide=wide)

@@ -113,6 +113,7 @@ def bad_inputs(at: Setup) -> tuple[Case, ...]:
         data = f.read()
     with open(weights, "wb") as f:
         f.write(data[:len(data) // 2])
+    hostile = _hostile_dictionaries(root)
     return (
         Case(65, "features: a folder without a config",
              ("features", "The cat sat", *m, "--sae", os.path.join(root, "empty"))),
@@ -125,4 +126,88 @@ def bad_inputs(at: Setup) -> tuple[Case, ...]:
         Case(69, "features: the site against the config (after the block, not before)",
              ("features", "The cat sat", *m, "--sae", good, "--site",
               "blocks.1.hook_resid_post")),
+        Case(160, "features: a Gemma Scope W_enc of three dimensions",
+             ("features", "The cat sat", *m, "--sae", hostile["cube"])),
+        Case(161, "features: a dictionary whose cfg.json is a named pipe (FIFO)",
+             ("features", "The cat sat", *m, "--sae", hostile["fifo"])),
+        Case(162, "features: a Gemma Scope file of 0 latents",
+             ("features", "The cat sat", *m, "--sae", hostile["empty"])),
+        Case(163, "features: TopK with k larger than the latents",
+             ("features", "The cat sat", *m, "--sae", hostile["k"])),
+        Case(164, 'features: apply_b_dec_to_input "false" (a string, not a JSON boolean)',
+             ("features", "The cat sat", *m, "--sae", hostile["switch"])),
+        Case(165, "features: a transposed W_dec",
+             ("features", "The cat sat", *m, "--sae", hostile["turned"])),
+        Case(166, "features: --sae a symlink loop",
+             ("features", "The cat sat", *m, "--sae", hostile["loop"])),
+        Case(167, "features train: --latents too large for the memory (refused before the load)",
+             ("features", "train", at.path("prompts.txt"), *m, "--layer", "1", "--out",
+              os.path.join(root, "huge"), "--latents", "99999999999")),
+        Case(168, "features train: --resume on another model's weights",
+             ("features", "train", os.path.join(root, "two.txt"), *m, "--layer", "1", "--out",
+              hostile["resume"], "--resume", *TRAIN_ARGS)),
     )
+
+
+TRAIN_ARGS = ("--latents", "32", "--k", "2", "--tokens", "640", "--batch-tokens", "64")
+
+
+def _hostile_dictionaries(root: str) -> dict[str, str]:
+    """The hostile dictionary folders of issue 41 (rows 160-168), written under `root`."""
+    import numpy as np
+    from safetensors.numpy import save_file
+
+    from fptrace.commands.features.train import TrainOptions
+
+    d = seeded(32, 64)
+    w = {n: np.ascontiguousarray(getattr(d, n).numpy()) for n in
+         ("W_enc", "W_dec", "b_enc", "b_dec")}
+    w["threshold"] = np.zeros(64, np.float32)
+    out = {}
+
+    def gemmascope(name: str, tensors: dict) -> str:
+        folder = os.path.join(root, "gemma-scope-res", "layer_1", name)
+        os.makedirs(folder, exist_ok=True)
+        np.savez(os.path.join(folder, "params.npz"), **tensors)
+        return folder
+
+    def cfg(name: str, **changes: Any) -> str:
+        folder = write_seeded(os.path.join(root, name), 32, 64)
+        path = os.path.join(folder, "cfg.json")
+        with open(path, encoding="utf-8") as f:
+            doc = json.load(f)
+        with open(path, "w", encoding="utf-8") as f:
+            json.dump({**doc, **changes}, f)
+        return folder
+
+    out["cube"] = gemmascope("cube", {**w, "W_enc": w["W_enc"][None]})
+    out["empty"] = gemmascope("empty", {**{n: v[:0] for n, v in w.items()},
+                                        "W_enc": w["W_enc"][:, :0], "b_dec": w["b_dec"]})
+    out["fifo"] = os.path.join(root, "fifo")
+    pipe = os.path.join(out["fifo"], "cfg.json")
+    if os.path.lexists(pipe):  # made by an earlier run: writing to it would wait for a reader
+        os.remove(pipe)
+    write_seeded(out["fifo"], 32, 64)
+    os.remove(pipe)
+    os.mkfifo(pipe)
+    out["k"] = cfg("k", architecture="topk", k=65)
+    out["switch"] = cfg("switch", apply_b_dec_to_input="false")
+    out["turned"] = cfg("turned")
+    save_file({**{n: v for n, v in w.items() if n != "threshold"},
+               "W_dec": np.ascontiguousarray(w["W_dec"].T)},
+              os.path.join(out["turned"], "sae_weights.safetensors"))
+    out["loop"] = os.path.join(root, "loop")
+    if not os.path.lexists(out["loop"]):
+        os.symlink(out["loop"], out["loop"])
+    # an interrupted training's state, written as if on other weights of the same width
+    out["resume"] = os.path.join(root, "resume")
+    os.makedirs(out["resume"], exist_ok=True)
+    with open(os.path.join(root, "two.txt"), "w", encoding="utf-8") as f:
+        f.write("The cat sat on the mat\nA dog ran to the park\n")
+    n = dict(zip(TRAIN_ARGS[::2], TRAIN_ARGS[1::2], strict=True))
+    opts = TrainOptions(layer=1, latents=int(n["--latents"]), k=int(n["--k"]),
+                        tokens=int(n["--tokens"]), batch_tokens=int(n["--batch-tokens"]))
+    with open(os.path.join(out["resume"], "trainer_state.json"), "w", encoding="utf-8") as f:
+        json.dump({"step": 5, "losses": [], "options": opts.__dict__, "model": "tiny-gpt2",
+                   "weights": "0" * 32, "inputs": "0" * 32, "prompts": 2}, f)
+    return out

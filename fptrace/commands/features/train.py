@@ -15,8 +15,21 @@ SAELens layout (cfg.json + sae_weights.safetensors), so that SAELens and fptrace
 3. Every `save_every` steps (and at the end) the SAE, Adam's moments and the step are written to
    the output folder (trainer_state.safetensors + trainer_state.json, no pickle); `resume`
    continues from there with the same data order, so an interrupted run ends where an
-   uninterrupted one would.
+   uninterrupted one would. The state names what it was trained from: the options, the model's
+   weights (their fingerprint, as `stats` keeps it: models/fingerprint.py) and the prompts (a
+   digest of their ids and texts); a resume with other options, other weights (another model of
+   the same width) or other prompts is refused before the stream is collected, naming what
+   differs.
 4. On the held-out prompts: FVU, L0 and the dead latents (those that fire on no held-out token).
+
+Memory (float32, measured by peak RSS on the tiny GPT-2 with 10k and 100k latents): the SAE
+costs about ten copies of its 2·d·n + n + d numbers (the weights, their gradients, Adam's two
+moments, Adam's temporaries, and at a checkpoint the clones and serialised bytes of weights and
+moments), a step about two (batch, n) tensors (most of its (batch, n) tensors are zeros with k
+values scattered in, whose pages are never touched), and the stream a row of d per position,
+twice while it is collected (the rows and their concatenation). `check_memory` refuses, before
+the model is loaded, a training that would pass 80% of the CPU's free memory (OutOfMemory, exit
+3), the positions estimated from the prompts' text.
 """
 
 from __future__ import annotations
@@ -33,7 +46,7 @@ from fptrace.commands.features.result import TrainResult
 from fptrace.commands.features.streams import capture, stream_index
 from fptrace.core.dictionary_sites import Site
 from fptrace.core.trace import model_info
-from fptrace.errors import BadInput
+from fptrace.errors import BadInput, OutOfMemory
 
 STATE = "trainer_state.safetensors"
 STATE_JSON = "trainer_state.json"
@@ -59,6 +72,93 @@ class TrainOptions:
     held_out: float = 0.1
     save_every: int = 200
     dead_after: int = 50_000
+
+
+def check_options(opts: TrainOptions) -> None:
+    """The options on their own (the block is checked against the model in `train`)."""
+    for name, v, low in (("--latents", opts.latents, 2), ("--k", opts.k, 1),
+                         ("--tokens", opts.tokens, 1), ("--batch-tokens", opts.batch_tokens, 1)):
+        if v < low:
+            raise BadInput(f"{name} {v}: must be at least {low}")
+    if opts.k >= opts.latents:
+        raise BadInput(f"--k {opts.k}: must be below --latents ({opts.latents})")
+    if not 0 < opts.held_out < 1:
+        raise BadInput(f"--held-out {opts.held_out}: a fraction between 0 and 1")
+
+
+BYTES_PER_TOKEN = 4  # of UTF-8 text, the usual rate of BPE tokenizers on English prose
+
+
+def estimated_positions(items: Sequence[Any]) -> int:
+    """The positions the prompts will give, estimated from their text (before any tokenizer is
+    loaded): one per BYTES_PER_TOKEN bytes, at least one a prompt."""
+    from fptrace.core.inputs import prompt_to_json
+
+    return sum(max(1, len(prompt_to_json(it.prompt).encode()) // BYTES_PER_TOKEN)
+               for it in items if it.prompt is not None)
+
+
+def training_bytes(d: int, opts: TrainOptions, positions: int) -> dict[str, int]:
+    """The float32 bytes the training holds at its peak (see the module's text for the
+    measured multiples): `sae` (the weights, gradients, Adam's moments and a checkpoint), `step`
+    (one step's (b, n) tensors) and `stream` (the collected positions)."""
+    n, b = opts.latents, min(opts.batch_tokens, max(positions, 1))
+    return {"sae": 10 * 4 * (2 * d * n + n + d), "step": 2 * 4 * b * n,
+            "stream": 4 * positions * d}
+
+
+def check_memory(d: int, opts: TrainOptions, positions: int) -> None:
+    """Refuse a training whose memory (training_bytes) passes 80% of the CPU's free memory, in
+    one line naming its parts and what to lower: OutOfMemory, exit 3."""
+    import torch
+
+    from fptrace.models.memory import available_bytes, human_bytes
+
+    part = training_bytes(d, opts, positions)
+    # while collecting, the stream is held twice (the rows and their concatenation)
+    need = max(sum(part.values()), 2 * part["stream"])
+    free = available_bytes(torch.device("cpu"))
+    if free is not None and need > 0.8 * free:
+        raise OutOfMemory(
+            f"features train needs about {human_bytes(need)} of memory (the SAE of {opts.latents}"
+            f" latents × d_model {d} with its gradients, Adam's moments and a checkpoint "
+            f"{human_bytes(part['sae'])}, a step {human_bytes(part['step'])}, the stream of about "
+            f"{positions} positions {human_bytes(part['stream'])}) but {human_bytes(free)} is "
+            "free on the CPU, where the SAE is trained: lower --latents or --batch-tokens, or "
+            "train on fewer prompts")
+
+
+def check_before_load(opts: TrainOptions, inputs: Sequence[str], model: str) -> list:
+    """What the command line checks before the model is loaded: the options, the prompts (read
+    whole, once: they are returned for `train`, stdin included) and the memory, with d_model
+    from the model's config where it can be read without its weights (a GGUF file or a hub
+    snapshot not yet fetched: train checks again once loaded)."""
+    from fptrace.core.inputs import read_inputs
+    from fptrace.models.registry import resolve
+    from fptrace.models.sources import load_config
+
+    check_options(opts)
+    items = read_inputs(list(inputs))
+    spec = resolve(model)
+    if spec.kind not in ("gguf", "hub") or spec.known is not None:
+        d = int(getattr(load_config(spec), "hidden_size", 0) or 0)
+        if d > 0:
+            check_memory(d, opts, estimated_positions(items))
+    return items
+
+
+def inputs_digest(items: Sequence[Any]) -> str:
+    """A digest of the training prompts (ids and texts, in order): what a resume must find
+    again."""
+    import hashlib
+
+    from fptrace.core.inputs import prompt_to_json
+
+    h = hashlib.blake2b(digest_size=16)
+    for it in items:
+        h.update(json.dumps([it.id, None if it.prompt is None else prompt_to_json(it.prompt),
+                             it.error]).encode())
+    return h.hexdigest()
 
 
 def collect(lm: Any, items: Sequence[Any], layer: int, progress: Callable | None = None,
@@ -135,28 +235,28 @@ class TopK:
 
 
 def train(lm: Any, inputs: Sequence[str], out: str, opts: TrainOptions, *, resume: bool = False,
-          progress: Callable[[str, int, int], None] | None = None) -> TrainResult:
+          progress: Callable[[str, int, int], None] | None = None,
+          items: Sequence[Any] | None = None) -> TrainResult:
     """Train and write the SAE (see the module's text). progress(phase, done, total): phase
-    `prompts` while collecting (done in prompts), `steps` while training."""
+    `prompts` while collecting (done in prompts), `steps` while training. `items`: the prompts
+    of `inputs` already read (check_before_load's), so that stdin is read once."""
     import torch
 
     from fptrace.core.inputs import read_inputs
+    from fptrace.models.fingerprint import weights_fingerprint
 
     info = model_info(lm)
     if not 0 <= opts.layer < info.n_layers:
         raise BadInput(f"--layer {opts.layer}: {lm.name} has blocks 0 to {info.n_layers - 1}")
-    for name, v, low in (("--latents", opts.latents, 2), ("--k", opts.k, 1),
-                         ("--tokens", opts.tokens, 1), ("--batch-tokens", opts.batch_tokens, 1)):
-        if v < low:
-            raise BadInput(f"{name} {v}: must be at least {low}")
-    if opts.k >= opts.latents:
-        raise BadInput(f"--k {opts.k}: must be below --latents ({opts.latents})")
-    if not 0 < opts.held_out < 1:
-        raise BadInput(f"--held-out {opts.held_out}: a fraction between 0 and 1")
+    check_options(opts)
     check_out(out, resume)
-    items = read_inputs(list(inputs))
+    items = list(items) if items is not None else read_inputs(list(inputs))
     if len(items) < 2:
         raise BadInput("give two prompts or more: a tenth of them (at least one) is held out")
+    check_memory(info.d_model, opts, estimated_positions(items))
+    source = {"model": lm.name, "weights": weights_fingerprint(lm),
+              "inputs": inputs_digest(items), "prompts": len(items)}
+    doc = _resumed(out, opts, source) if resume else None
     n_held = max(1, int(round(len(items) * opts.held_out)))
     g = torch.Generator().manual_seed(opts.seed)
     order = torch.randperm(len(items), generator=g).tolist()
@@ -170,8 +270,8 @@ def train(lm: Any, inputs: Sequence[str], out: str, opts: TrainOptions, *, resum
     adam = torch.optim.Adam(sae.params(), lr=opts.lr)
     steps = max(1, opts.tokens // opts.batch_tokens)
     step, since_fired, losses = 0, torch.zeros(opts.latents, dtype=torch.long), []
-    if resume:
-        step, losses = _load_state(out, sae, adam, since_fired, opts, d)
+    if doc is not None:
+        step, losses = _load_state(out, doc, sae, adam, since_fired)
     else:
         with torch.no_grad():
             sae.b_dec.copy_(x_train[:opts.batch_tokens].mean(0))
@@ -194,7 +294,7 @@ def train(lm: Any, inputs: Sequence[str], out: str, opts: TrainOptions, *, resum
                 ((step - 1) * opts.batch_tokens) // x_train.shape[0]:
             perm = torch.randperm(x_train.shape[0], generator=data)  # a new epoch
         if step % opts.save_every == 0 or step == steps:
-            _save(out, sae, adam, since_fired, step, losses, opts, lm)
+            _save(out, sae, adam, since_fired, step, losses, opts, source)
         if progress is not None:
             progress("steps", step, steps)
     with torch.no_grad():
@@ -266,7 +366,7 @@ def check_out(out: str, resume: bool) -> None:
 
 
 def _save(out: str, sae: TopK, adam: Any, since_fired: Any, step: int, losses: list,
-          opts: TrainOptions, lm: Any) -> None:
+          opts: TrainOptions, source: dict) -> None:
     from safetensors.torch import save
 
     os.makedirs(out, exist_ok=True)
@@ -279,21 +379,39 @@ def _save(out: str, sae: TopK, adam: Any, since_fired: Any, step: int, losses: l
                 tensors[f"adam.{i}.{key}"] = st[key].contiguous()
     tensors["since_fired"] = since_fired.clone()
     atomic_write(os.path.join(out, STATE), save(tensors))
-    doc = {"step": step, "losses": losses, "options": opts.__dict__, "model": lm.name}
+    doc = {"step": step, "losses": losses, "options": opts.__dict__, **source}
     atomic_write(os.path.join(out, STATE_JSON), json.dumps(doc).encode())
 
 
-def _load_state(out: str, sae: TopK, adam: Any, since_fired: Any, opts: TrainOptions, d: int
-                ) -> tuple[int, list]:
-    import torch
-    from safetensors.torch import load_file
-
+def _resumed(out: str, opts: TrainOptions, source: dict) -> dict:
+    """The state of the interrupted training in `out`, refused where it was trained from other
+    options, weights or prompts than this run's (`source`: train's model, weights, inputs)."""
     from fptrace.core.dictionaries import read_json
 
     doc = read_json(os.path.join(out, STATE_JSON))
     if doc.get("options") != opts.__dict__:
         raise BadInput(f"--resume: {out!r} was trained with other options "
                        f"({doc.get('options')}); resume with the same ones")
+    was, now = doc.get("weights"), source["weights"]
+    if was is not None and now is not None and was != now:
+        raise BadInput(f"--resume: {out!r} was trained on {doc.get('model')!r} with weights "
+                       f"{was}, this run loads {source['model']!r} with weights {now}: other "
+                       "weights (whatever the name or width); resume with the same model")
+    if (was is None or now is None) and doc.get("model") != source["model"]:
+        raise BadInput(f"--resume: {out!r} was trained on {doc.get('model')!r}, this run loads "
+                       f"{source['model']!r}; resume with the same model")
+    if doc.get("inputs") is not None and doc["inputs"] != source["inputs"]:
+        raise BadInput(f"--resume: {out!r} was trained on other prompts ({doc.get('prompts')} "
+                       f"prompts, digest {doc['inputs']}; these are {source['prompts']}, digest "
+                       f"{source['inputs']}); resume with the same prompt files")
+    return doc
+
+
+def _load_state(out: str, doc: dict, sae: TopK, adam: Any, since_fired: Any
+                ) -> tuple[int, list]:
+    import torch
+    from safetensors.torch import load_file
+
     try:
         t = load_file(os.path.join(out, STATE))
     except Exception as e:
@@ -336,4 +454,6 @@ def _write_saelens(out: str, sae: TopK, opts: TrainOptions, lm: Any) -> None:
     atomic_write(os.path.join(out, "cfg.json"), json.dumps(cfg, indent=2).encode())
 
 
-__all__ = ["TopK", "TrainOptions", "check_out", "collect", "train"]
+__all__ = ["TopK", "TrainOptions", "check_before_load", "check_memory", "check_options",
+           "check_out", "collect", "estimated_positions", "inputs_digest", "train",
+           "training_bytes"]

@@ -56,4 +56,5 @@ def bad_inputs(at: Setup) -> tuple[Case, ...]:
     return (
         Case(26, "-n 0", ("generate", "hi", *m, "-n", "0")),
         Case(27, "-n beyond the context", ("generate", "hi", *m, "-n", "100")),
+        Case(227, "--ids with --chat", ("generate", "--ids", "5,6", "--chat", *m)),
     )

@@ -67,7 +67,7 @@ def patch(
 
     from fptrace.cli.io import prompt_of
 
-    corrupted = None if corrupt is None else prompt_of(corrupt, None if chat.messages else chat)
+    corrupted = None if corrupt is None else prompt_of(corrupt, None if chat.whole() else chat)
     lm, prompt = load_for(prompt, opts, plot, chat, force, html)
     from fptrace.commands.patch.core import patch as run_patch
 

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
-from fptrace.cli.io import load, prompt_of
+from fptrace.cli.io import load, prompt_of, said_of_ids
 from fptrace.cli.options import ChatOptions, LoadOptions
 from fptrace.errors import BadInput
 
@@ -31,10 +32,17 @@ def trace_llamacpp(prompt: str | None, opts: LoadOptions, chat: ChatOptions, *, 
     flag = refused(opts, chat, **unsupported)
     if flag is not None:
         raise BadInput(f"{flag} is not available with --engine llama.cpp")
-    text = prompt_of(prompt, chat)
+    given = prompt_of(prompt, chat)
     path = gguf_path(opts.model)
     load_library()
-    lm_pass = run_llamacpp(path, text, EngineOptions(flash_attn=flash_attn,
-                                                     cache_type=kv_cache))
-    trace, _ = llamacpp_trace(load(opts), lm_pass, top_k=top_k, snippet=snippet)
+    options = EngineOptions(flash_attn=flash_attn, cache_type=kv_cache)
+    if isinstance(given, str):
+        lm_pass = run_llamacpp(path, given, options)
+        trace, _ = llamacpp_trace(load(opts), lm_pass, top_k=top_k, snippet=snippet)
+        return trace
+    lm_pass = run_llamacpp(path, "", options, ids=list(given))  # --ids: llama.cpp runs them
+    lm = load(opts)
+    said_of_ids(lm, given)
+    lm_pass = dataclasses.replace(lm_pass, prompt=lm.prompt_text(given))
+    trace, _ = llamacpp_trace(lm, lm_pass, top_k=top_k, snippet=snippet, given_ids=True)
     return trace

@@ -11,13 +11,15 @@ from fptrace.cli.io import Group, command, stderr_console
 from fptrace.cli.options import JsonOpt
 
 SERVER = "Server"
+IDLE_MAX = 10**9  # seconds of --idle-timeout at most (about 31 years; 0 is never)
 
 
 @command(order=130, group=Group.pages, docs="serve", resident=False,
          examples=('fptrace serve',
                    'fptrace serve --status'))
 def serve(
-    stop: Annotated[bool, typer.Option("--stop", help="Stop the running server.",
+    stop: Annotated[bool, typer.Option("--stop", help="Stop the running server (a command "
+                                       "it runs is interrupted).",
                                        rich_help_panel=SERVER)] = False,
     status: Annotated[bool, typer.Option("--status", help="Show the running server: its "
                                          "models, memory and requests.",
@@ -26,7 +28,8 @@ def serve(
                                              "(logs on stderr; Ctrl-C stops it) instead of "
                                              "starting a background one.",
                                              rich_help_panel=SERVER)] = False,
-    idle_timeout: Annotated[int, typer.Option("--idle-timeout", min=0, metavar="SECONDS",
+    idle_timeout: Annotated[int, typer.Option("--idle-timeout", min=0, max=IDLE_MAX,
+                                              metavar="SECONDS",
                                               help="Stop after this long without a request "
                                               "(0: never).", rich_help_panel=SERVER)] = 1800,
     memory_budget: Annotated[str | None, typer.Option(
@@ -55,8 +58,12 @@ def serve(
                                    markup=False, soft_wrap=True)
             raise typer.Exit(0 if stop else 1)
         if stop:
-            core.wait_gone(path)
-            stderr_console().print(f"stopped the server (pid {answer['pid']})", markup=False)
+            gone = core.wait_gone(path)
+            stderr_console().print(f"stopped the server (pid {answer['pid']})" if gone else
+                                   f"asked the server (pid {answer['pid']}) to stop; it still "
+                                   f"listens at {path}", markup=False, soft_wrap=True)
+            if not gone:
+                raise typer.Exit(1)
         elif as_json:
             import json
 

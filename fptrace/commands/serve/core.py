@@ -7,10 +7,14 @@ they are put in place of its own 0, 1 and 2, so the terminal's width, whether it
 and every byte written are the client's), its working folder, environment, umask and argv, runs
 the command through cli/main.py's `answer` and sends back the exit code; then it puts its own
 back. A `C` from the client (its Ctrl-C) interrupts the command the way Ctrl-C does in a process
-of its own (`fptrace: error: interrupted`, 130), and the server goes on. Requests from another
-user are refused (SO_PEERCRED). The socket is created with mode 0600 in a folder of mode 0700;
-a lock file beside it lets one server at a time listen there. After `idle` seconds without a
-request the server ends and removes its socket.
+of its own (`fptrace: error: interrupted`, 130), and the server goes on. Status and stop are
+answered at once, never behind a running command, and so is a command the server leaves to its
+caller; a stop interrupts the running command (its client: `interrupted (the server was
+stopped)`, 130). Requests from another user are refused (SO_PEERCRED). The socket is created
+with mode 0600 in a folder that serving.folder_problem accepts, the check every client makes
+(created 0700 where it is missing; a folder that exists is never changed); a lock file beside it
+lets one server at a time listen there. After `idle` seconds without a request the server ends
+and removes its socket.
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ import struct
 import sys
 import threading
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -41,12 +46,17 @@ class ServerRunning(FptraceError):
     exit_code = 1
 
 
+SOCKET_PATH_MAX = 107  # bytes of a Unix socket's path (sun_path less its terminating NUL)
+STOP_GRACE = 10.0  # seconds a stopped server waits for its running request to end
+
+
 @dataclass
 class Request:
     conn: socket.socket
     header: dict
     fds: list[int]
     cancelled: bool = False
+    why: str = ""  # said after `interrupted` where the cancel is not the client's own
     started: bool = False
     lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -61,45 +71,91 @@ class Server:
     stopping: bool = False
     current: Request | None = None
     pending: queue.Queue = field(default_factory=queue.Queue)
+    ended: threading.Event = field(default_factory=threading.Event)
+    inode: int = 0  # of the socket this server bound (removed at the end if still there)
 
 
-def prepare_folder(path: str) -> None:
-    """The socket's folder, created closed to other users; refused where it is not ours."""
+def prepare(path: str) -> None:
+    """Check the place of the socket before a server listens there: a path a socket can have,
+    nothing but a socket there, and a folder that `serving.folder_problem` accepts, the same
+    check every client makes. A missing folder is created closed to other users; a folder that
+    exists is never changed (it may be the user's home, or /var/tmp)."""
+    size = len(os.fsencode(path))
+    if size > SOCKET_PATH_MAX:
+        raise FptraceError(f"the socket path {path} is {size} bytes long; a Unix socket's path "
+                           f"holds at most {SOCKET_PATH_MAX}: set {serving.SOCKET_ENV} to a "
+                           "shorter one")
+    odd = serving.not_a_socket(path)
+    if odd:
+        raise FptraceError(odd)
     folder = os.path.dirname(path)
-    os.makedirs(folder, mode=0o700, exist_ok=True)
-    st = os.lstat(folder)
-    if st.st_uid != os.getuid():
-        raise FptraceError(f"{folder} belongs to another user: choose another socket with "
-                           f"{serving.SOCKET_ENV}")
-    if st.st_mode & 0o077 and os.path.dirname(serving.socket_path()) == folder:
-        os.chmod(folder, 0o700)  # our own runtime folder, opened by someone's umask
+    if not os.path.lexists(folder):
+        parent = os.path.dirname(folder)
+        if parent != folder:
+            os.makedirs(parent, exist_ok=True)
+        try:
+            os.mkdir(folder, 0o700)
+            os.chmod(folder, 0o700)  # ours, new: closed whatever the umask left of 0700
+        except FileExistsError:  # made since by another server starting: checked below
+            pass
+    try:
+        problem = serving.folder_problem(folder)
+    except OSError as e:
+        raise FptraceError(f"cannot use {folder} for the server's socket: "
+                           f"{e.strerror or e}") from None
+    if problem:
+        raise FptraceError(f"{problem}: the socket's folder must be closed to other users "
+                           f"(chmod 700 it), or set {serving.SOCKET_ENV} to a socket in "
+                           "another folder")
 
 
 def listen(path: str) -> tuple[socket.socket, Any]:
     """Bind the socket at `path` (mode 0600), holding the lock that makes this the one server
-    there; a stale socket left by a server that died is replaced."""
+    there; a stale socket left by a server that died is replaced. The socket is bound under
+    another name and renamed into place once it listens: at `path` there is never a socket that
+    refuses connections, which a client would take for a stale one and remove."""
     import fcntl
 
-    prepare_folder(path)
+    prepare(path)
     lock = open(path + ".lock", "a+")  # noqa: SIM115 (held for the server's life)
     try:
         fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except OSError:
         lock.close()
-        status = serving.request({"op": "status"}, path)
-        pid = f" (pid {status['pid']})" if status else ""
-        raise ServerRunning(f"a server already listens at {path}{pid}") from None
-    with contextlib.suppress(FileNotFoundError):
-        os.unlink(path)  # stale: its server is gone, or it would hold the lock
-    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    old = os.umask(0o177)
+        raise already_there(path) from None
+    new = staging(path)
     try:
-        sock.bind(path)
-    finally:
-        os.umask(old)
-    os.chmod(path, 0o600)
-    sock.listen(16)
+        for where in (new, path):
+            odd = serving.not_a_socket(where)
+            if odd:  # put there since prepare() looked
+                raise FptraceError(odd)
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(new)  # left by a server that died as it started
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        old = os.umask(0o177)
+        try:
+            sock.bind(new)
+        finally:
+            os.umask(old)
+        os.chmod(new, 0o600)
+        sock.listen(16)
+        os.rename(new, path)  # over a stale socket: its server is gone, or it would hold the lock
+    except BaseException:
+        lock.close()
+        raise
     return sock, lock
+
+
+def staging(path: str) -> str:
+    """The name beside `path`, as long as it, where the socket is bound before it listens."""
+    folder, name = os.path.split(path)
+    return os.path.join(folder, ("-" if name.startswith("~") else "~") + name[1:])
+
+
+def already_there(path: str) -> ServerRunning:
+    status = serving.request({"op": "status"}, path)
+    pid = f" (pid {status['pid']})" if status else ""
+    return ServerRunning(f"a server already listens at {path}{pid}")
 
 
 def serve(path: str, idle: float, budget: int) -> None:
@@ -107,11 +163,13 @@ def serve(path: str, idle: float, budget: int) -> None:
     from fptrace.models import resident
 
     sock, lock = listen(path)
-    ours = os.stat(path).st_ino  # the file to remove at the end, if nobody replaced it
+    import huggingface_hub.constants  # noqa: F401 (read once: the server's own HUB_PLACES)
+
     server = Server(path, idle, budget)
+    server.inode = os.stat(path).st_ino  # the file to remove at the end, if nobody replaced it
     resident.hold(budget)
-    signal.signal(signal.SIGTERM, lambda *_: stop(server))
-    signal.signal(signal.SIGINT, lambda *_: stop(server))  # in the foreground: Ctrl-C stops it
+    signal.signal(signal.SIGTERM, lambda *_: stop_soon(server))
+    signal.signal(signal.SIGINT, lambda *_: stop_soon(server))  # foreground: Ctrl-C stops it
     threading.Thread(target=accept, args=(server, sock), daemon=True).start()
     log(f"listening at {path} (pid {os.getpid()}, idle timeout "
         f"{idle:g} s, memory budget {budget} bytes)")
@@ -126,17 +184,44 @@ def serve(path: str, idle: float, budget: int) -> None:
                 break
             answer(server, req)
     finally:
-        with contextlib.suppress(OSError):
-            if os.stat(path).st_ino == ours:
-                os.unlink(path)
+        remove_socket(server)
         sock.close()
         lock.close()
         resident.release()
+        server.ended.set()
+
+
+def remove_socket(server: Server) -> None:
+    with contextlib.suppress(OSError):
+        if os.stat(server.path).st_ino == server.inode:
+            os.unlink(server.path)
 
 
 def stop(server: Server) -> None:
+    """End the server: at once where it is idle; a running request is interrupted first (its
+    client gets `fptrace: error: interrupted (the server was stopped)`, exit 130) and, where it
+    does not end within STOP_GRACE seconds, the process ends without it (its client: the line
+    of a server that stopped while it answered, exit 75)."""
     server.stopping = True
     server.pending.put(None)
+    req = server.current
+    if req is not None:
+        cancel(server, req, "the server was stopped")
+        threading.Thread(target=end_anyway, args=(server,), daemon=True).start()
+
+
+def stop_soon(server: Server) -> None:
+    """stop() from a signal handler: in a thread of its own, since the main thread, which the
+    handler interrupts, may hold a request's lock."""
+    threading.Thread(target=stop, args=(server,), daemon=True).start()
+
+
+def end_anyway(server: Server) -> None:
+    if server.ended.wait(STOP_GRACE):
+        return
+    log(f"stopped, and the running request did not end within {STOP_GRACE:g} s: leaving it")
+    remove_socket(server)
+    os._exit(1)
 
 
 def log(line: str) -> None:
@@ -177,7 +262,7 @@ def receive(server: Server, conn: socket.socket) -> None:
             os.close(fd)
         conn.close()
         return
-    op = header.get("op")
+    op = header.get("op") if isinstance(header, dict) else None
     if op in ("status", "stop"):
         for fd in fds:
             os.close(fd)
@@ -188,9 +273,17 @@ def receive(server: Server, conn: socket.socket) -> None:
             serving.send_header(conn, reply)
         conn.close()
         return
-    if op != "command" or len(fds) != 3:
+    argv = header.get("argv") if op == "command" else None
+    if not (isinstance(argv, list) and all(isinstance(a, str) for a in argv)) or len(fds) != 3:
         for fd in fds:
             os.close(fd)
+        conn.close()
+        return
+    if not may_answer(argv) or other_hub(header.get("env")):  # at once: never queued
+        for fd in fds:
+            os.close(fd)
+        with contextlib.suppress(OSError):
+            conn.sendall(serving.ELSEWHERE)
         conn.close()
         return
     req = Request(conn, header, list(fds))
@@ -207,13 +300,42 @@ def watch(server: Server, req: Request) -> None:
         except OSError:
             data = b""
         if data == serving.CANCEL or not data:
-            with req.lock:
-                if not req.cancelled:
-                    req.cancelled = True
-                    if req.started and server.current is req:
-                        signal.pthread_kill(MAIN_THREAD, signal.SIGINT)
+            cancel(server, req)
             if not data:
                 return
+
+
+def cancel(server: Server, req: Request, why: str = "") -> None:
+    """Interrupt `req` where it runs (once: a second SIGINT would end the server), drop it where
+    it waits; `why` is said after the client's `interrupted`."""
+    from fptrace import interrupt
+
+    with req.lock:
+        if req.cancelled:
+            return
+        req.cancelled = True
+        req.why = why
+        if req.started and server.current is req:
+            interrupt.because(why)
+            signal.pthread_kill(MAIN_THREAD, signal.SIGINT)
+
+
+HUB_PLACES = ("HF_HOME", "HF_HUB_CACHE", "HUGGINGFACE_HUB_CACHE", "XDG_CACHE_HOME", "HF_ENDPOINT")
+
+
+def other_hub(env: object) -> bool:
+    """Whether a client's environment puts the Hugging Face cache, or the hub, elsewhere than
+    the server's: huggingface_hub reads these once, at its import (the server's start), so such
+    a command runs in the client's own process, where they apply."""
+    env = env if isinstance(env, dict) else {}
+    return any(env.get(k) != SERVER_ENV.get(k) for k in HUB_PLACES)
+
+
+def may_answer(argv: list[str]) -> bool:
+    """Whether the server runs this command line (not the server itself, nor the TUI)."""
+    from fptrace.cli.main import resident_may_answer
+
+    return resident_may_answer(argv)
 
 
 def status(server: Server) -> dict:
@@ -236,14 +358,8 @@ def rss_bytes() -> int | None:
 def answer(server: Server, req: Request) -> None:
     """Run one request in the client's streams, folder and environment; send its exit code."""
     from fptrace import interrupt
-    from fptrace.cli.main import resident_may_answer
     from fptrace.models import resident
 
-    if not resident_may_answer(req.header["argv"]):
-        with contextlib.suppress(OSError):
-            req.conn.sendall(serving.ELSEWHERE)
-        close(req)
-        return
     with req.lock:
         if req.cancelled:
             close(req)
@@ -254,7 +370,11 @@ def answer(server: Server, req: Request) -> None:
     try:
         req.conn.sendall(serving.STARTED)
         with as_client(req):
-            rc = run_command(req.header["argv"])
+            rc = run_command(req)
+    except FolderGone:
+        with contextlib.suppress(OSError):
+            os.write(req.fds[2], f"fptrace: error: {serving.GONE_FOLDER}\n".encode())
+        rc = 2
     except OSError:
         pass
     finally:
@@ -279,13 +399,17 @@ def close(req: Request) -> None:
     req.fds = []
 
 
-def run_command(argv: list[str]) -> int:
+def run_command(req: Request) -> int:
     from fptrace import interrupt
     from fptrace.cli.main import answer as run_line
 
     interrupt.reset()
+    if req.cancelled:  # cancelled as it started, before the interrupt was the command's
+        interrupt.because(req.why)
+        interrupt.say()
+        return interrupt.EXIT
     try:
-        return run_line(argv)
+        return run_line(req.header["argv"])
     except KeyboardInterrupt:  # the cancel came between the command's end and its settling
         interrupt.say()
         return interrupt.EXIT
@@ -356,9 +480,13 @@ def as_client(req: Request):
                                       errors="backslashreplace", line_buffering=True)
         os.environ.clear()
         os.environ.update({str(k): str(v) for k, v in header.get("env", {}).items()})
-        os.chdir(header.get("cwd") or "/")
+        try:
+            os.chdir(header.get("cwd") or "/")
+        except OSError:
+            raise FolderGone from None
         sys.argv = ["fptrace", *header["argv"]]
         fresh_torch()
+        hub_offline(os.environ)
         yield
     finally:
         for stream in (sys.stdout, sys.stderr):
@@ -374,10 +502,26 @@ def as_client(req: Request):
             os.chdir(saved_cwd)
         sys.argv = saved_argv
         os.umask(saved_umask)
+        hub_offline(os.environ)
+
+
+class FolderGone(Exception):
+    """The client's working folder no longer exists (removed since the client started)."""
+
+
+def hub_offline(env: Mapping[str, str]) -> None:
+    """huggingface_hub's offline switch as `env` sets it. The library reads HF_HUB_OFFLINE (and
+    TRANSFORMERS_OFFLINE) once, when it is imported, and transformers asks it: without this the
+    server's environment at that import would decide for every client."""
+    constants: Any = sys.modules.get("huggingface_hub.constants")
+    if constants is None:  # imported later, by the command, in the client's environment
+        return
+    value = env.get("HF_HUB_OFFLINE") or env.get("TRANSFORMERS_OFFLINE")
+    constants.HF_HUB_OFFLINE = (value or "").upper() in ("1", "ON", "YES", "TRUE")
 
 
 def budget_bytes(text: str | None) -> int:
-    """--memory-budget as bytes; by default half of this machine's memory."""
+    """--memory-budget as bytes (at least one); by default half of this machine's memory."""
     if text is None:
         return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // 2
     from fptrace.models.devices import parse_size
@@ -394,7 +538,7 @@ def start_background(path: str, idle: float, budget: int, wait: float = 300.0) -
     running = serving.request({"op": "status"}, path)
     if running is not None:
         raise ServerRunning(f"a server already listens at {path} (pid {running['pid']})")
-    prepare_folder(path)
+    prepare(path)
     log_path = path + ".log"
     with open(log_path, "ab") as log_file:
         proc = subprocess.Popen(
@@ -406,6 +550,8 @@ def start_background(path: str, idle: float, budget: int, wait: float = 300.0) -
     deadline = time.monotonic() + wait
     while time.monotonic() < deadline:
         if proc.poll() is not None:
+            if proc.returncode == ServerRunning.exit_code:  # another one started first
+                raise already_there(path)
             raise FptraceError(f"the server stopped at its start (exit {proc.returncode}): "
                                f"{last_line(log_path)}")
         answer = serving.request({"op": "status"}, path)
@@ -422,14 +568,16 @@ def last_line(path: str) -> str:
             lines = [line.strip() for line in f if line.strip()]
     except OSError:
         return "no log"
-    return lines[-1] if lines else "no log"
+    return lines[-1].removeprefix("fptrace: error: ") if lines else "no log"
 
 
-def wait_gone(path: str, wait: float = 30.0) -> None:
-    """Until the server at `path` stopped answering (it finishes the request it runs first)."""
+def wait_gone(path: str, wait: float = STOP_GRACE + 20) -> bool:
+    """Whether the server at `path` stopped answering within `wait` seconds (a request it runs
+    is interrupted first)."""
     deadline = time.monotonic() + wait
     while time.monotonic() < deadline and os.path.exists(path):
         time.sleep(0.05)
+    return not os.path.exists(path)
 
 
 def describe(answer: dict) -> str:
@@ -459,5 +607,6 @@ def describe(answer: dict) -> str:
     return "\n".join(lines)
 
 
-__all__ = ["Request", "Server", "ServerRunning", "budget_bytes", "describe", "listen", "rss_bytes",
-           "serve", "start_background", "status", "stop", "wait_gone"]
+__all__ = ["HUB_PLACES", "Request", "Server", "ServerRunning", "budget_bytes", "cancel",
+           "describe", "hub_offline", "listen", "other_hub", "prepare", "rss_bytes", "serve",
+           "start_background", "status", "stop", "wait_gone"]

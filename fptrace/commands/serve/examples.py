@@ -12,4 +12,9 @@ def bad_inputs(at: Setup) -> tuple[Case, ...]:
                                                                 "²GiB")),
         Case(94, "serve: a negative idle timeout", ("serve", "--idle-timeout", "-5")),
         Case(95, "serve: --stop and --status together", ("serve", "--stop", "--status")),
+        Case(100, "serve: a memory budget of nothing", ("serve", "--memory-budget", "0")),
+        Case(101, "serve: a memory budget of a fraction of a byte", ("serve", "--memory-budget",
+                                                                     "0.4B")),
+        Case(102, "serve: an idle timeout past any clock", ("serve", "--idle-timeout",
+                                                           "99999999999999999999")),
     )

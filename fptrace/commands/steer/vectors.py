@@ -242,8 +242,11 @@ def read_vector(lm: LoadedModel, path: str, layer: int | Block | None = None
     `layer` keeps that block's only."""
     import torch
 
-    if not os.path.isfile(path):
+    if not os.path.exists(path):
         raise BadInput(f"--vector {path}: no such file")
+    from fptrace.userfiles import check_regular
+
+    check_regular(path, "--vector")  # a FIFO or a device: refused, not waited on
     if layer is not None:
         layer = steered_block(lm, layer)
     suffix = os.path.splitext(path)[1].lower()

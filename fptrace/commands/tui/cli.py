@@ -29,6 +29,10 @@ def tui(
     from fptrace.commands.tui.app import FptraceApp
     from fptrace.models.prompts import Chat
 
+    if chat.ids is not None or chat.ids_file is not None:
+        from fptrace.errors import BadInput
+
+        raise BadInput("the TUI's prompt box holds text: trace token ids with `fptrace run --ids`")
     before = None
     if chat.messages is not None or chat.chat or chat.system is not None:
         conversation = prompt_of(prompt if chat.messages is None else None, chat) \

@@ -14,6 +14,7 @@ every declared default before anything is written; another build is refused with
 
 from __future__ import annotations
 
+import collections
 import ctypes as C
 import functools
 import math
@@ -230,9 +231,23 @@ def declare(lib: C.CDLL) -> None:
         fn.restype, fn.argtypes = res, args
 
 
+# enum ggml_log_level: the level of llama.cpp's messages that say why a load failed
+GGML_LOG_LEVEL_ERROR = 4
+# llama.cpp's last error messages (its load messages would fill stderr: they are not shown)
+ERRORS: collections.deque[str] = collections.deque(maxlen=16)
+
+
 @LOG_CALLBACK
-def _quiet(level, text, user_data):  # llama.cpp's load messages would fill stderr
-    return None
+def _collect(level, text, user_data):
+    if level == GGML_LOG_LEVEL_ERROR and text:
+        ERRORS.append(text.decode("utf-8", "replace").strip())
+
+
+def take_errors() -> list[str]:
+    """llama.cpp's error messages since the last call (emptied)."""
+    out = list(ERRORS)
+    ERRORS.clear()
+    return out
 
 
 @functools.cache
@@ -257,8 +272,8 @@ def load() -> Library:
     if problems:
         raise BadInput(f"the llama.cpp in {path} is not laid out as the build fptrace was "
                        f"written for ({'; '.join(problems[:3])}); {INSTALL_HINT}")
-    lib.llama_log_set(_quiet, None)
-    lib.ggml_log_set(_quiet, None)
+    lib.llama_log_set(_collect, None)
+    lib.ggml_log_set(_collect, None)
     lib.llama_backend_init()
     return Library(lib=lib, path=path, version=version)
 
@@ -277,4 +292,5 @@ __all__ = [
     "default_problems",
     "layout_problems",
     "load",
+    "take_errors",
 ]

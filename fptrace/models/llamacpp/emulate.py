@@ -66,6 +66,9 @@ def parse_steps(text: str, option: str = "--emulate") -> tuple[str, ...]:
                        f"{', '.join(STEPS)} (or {ALL})")
     if parts == [ALL]:
         return tuple(STEPS)
+    if ALL in parts:
+        raise BadInput(f"{option} {text!r}: {ALL!r} is every step ({', '.join(STEPS)}); give "
+                       f"it alone, or list the steps without it")
     for p in parts:
         if p not in STEPS:
             raise BadInput(f"{option}: unknown step {p!r}; known: {', '.join(STEPS)} "

@@ -20,8 +20,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from fptrace.errors import BadInput, ModelLoadError, TraceFailed
+from fptrace.errors import BadInput, FptraceError, ModelLoadError, TraceFailed
+from fptrace.models.gguf_metadata import GGUFMetadata
 from fptrace.models.llamacpp import binding as B
+from fptrace.models.prompts import too_long
 
 GGUF_MAGIC = b"GGUF"
 
@@ -56,8 +58,12 @@ class LlamaCppPass:
         return self.tensors.get(name if layer is None else f"{name}-{layer}")
 
 
-def check_gguf(path: str) -> None:
-    """BadInput unless `path` is a readable file that starts as a GGUF does."""
+def check_gguf(path: str) -> GGUFMetadata:
+    """The file's metadata, checked (models/gguf_metadata.py: llama.cpp aborts the process on
+    some values instead of refusing them); BadInput unless `path` is a readable file that
+    starts as a GGUF does."""
+    from fptrace.models.gguf_metadata import check
+
     if not os.path.isfile(path):
         raise BadInput(f"--engine llama.cpp needs a .gguf file; {path!r} is not a file")
     with open(path, "rb") as f:
@@ -65,16 +71,21 @@ def check_gguf(path: str) -> None:
     if head != GGUF_MAGIC:
         raise BadInput(f"--engine llama.cpp needs a GGUF file; {path!r} does not start with "
                        f"the GGUF magic (it starts with {head!r})")
+    return check(path)
 
 
-def architecture_of(path: str) -> str:
-    """general.architecture as the file states it (read with the gguf package)."""
-    try:
-        from gguf import GGUFReader
-        field_ = GGUFReader(path).fields.get("general.architecture")
-        return bytes(field_.parts[field_.data[0]]).decode("utf-8", "replace") if field_ else "?"
-    except Exception:  # noqa: BLE001 - only used to word an error
-        return "?"
+def load_failure(path: str, architecture: str | None, errors: list[str]) -> FptraceError:
+    """Why llama.cpp returned no model, from the error messages it logged: an architecture this
+    build does not know, or the reason it gave for one it does."""
+    build = f"llama.cpp ({B.PACKAGE} {B.PINNED_VERSION})"
+    if any("unknown model architecture" in e for e in errors):
+        return BadInput(f"{build} cannot load {path!r}: architecture {architecture!r} is "
+                        "unknown to this build")
+    said = [e.split("error loading model: ")[-1].rstrip(".") for e in errors
+            if "failed to load model" not in e]
+    why = f": {said[-1]}" if said else " (it gave no reason)"
+    return ModelLoadError(f"{build} failed to load {path!r} (architecture {architecture!r}, "
+                          f"which this build knows){why}")
 
 
 def tokenize(lib: C.CDLL, vocab: int, text: str) -> list[int]:
@@ -172,19 +183,21 @@ def run_pass(path: str, prompt: str, options: EngineOptions | None = None,
     if options.cache_type not in B.CACHE_TYPES:
         raise BadInput(f"K/V cache type {options.cache_type!r}: expected one of "
                        f"{', '.join(B.CACHE_TYPES)}")
-    check_gguf(path)
+    meta = check_gguf(path)
     lib = B.load().lib
+    B.take_errors()
     model = lib.llama_model_load_from_file(path.encode(), lib.llama_model_default_params())
     if not model:
-        arch = architecture_of(path)
-        raise BadInput(f"llama.cpp ({B.PACKAGE} {B.PINNED_VERSION}) cannot load {path!r}: "
-                       f"architecture {arch!r} is unknown to this build or the file is damaged")
+        raise load_failure(path, meta.architecture, B.take_errors())
     try:
         vocab = lib.llama_model_get_vocab(model)
         own = tuple(tokenize(lib, vocab, prompt)) if prompt else None
         ids = list(ids) if ids is not None else list(own or ())
         if not ids:
             raise BadInput("the prompt has no tokens in llama.cpp's tokenizer")
+        limit = meta.context_length
+        if limit is not None and len(ids) > limit:  # before the context: its buffers are the cost
+            raise too_long(len(ids), limit, os.path.basename(path), truncate=False)
         n_vocab = lib.llama_vocab_n_tokens(vocab)
         bad = [i for i in ids if not 0 <= i < n_vocab]
         if bad:
@@ -218,16 +231,16 @@ def run_pass(path: str, prompt: str, options: EngineOptions | None = None,
             del keep
         finally:
             lib.llama_free(ctx)
-        meta = C.create_string_buffer(128)
-        lib.llama_model_meta_val_str(model, b"general.architecture", meta, 128)
+        arch = C.create_string_buffer(128)
+        lib.llama_model_meta_val_str(model, b"general.architecture", arch, 128)
         return LlamaCppPass(
             path=path, prompt=prompt, own_ids=own, decode_seconds=seconds,
-            architecture=meta.value.decode("utf-8", "replace"),
+            architecture=arch.value.decode("utf-8", "replace"),
             n_layer=int(lib.llama_model_n_layer(model)), ids=tuple(ids),
             pieces=tuple(piece(lib, vocab, i) for i in ids),
             tensors=dict(grab.tensors) if grab else {}, logits=logits.astype(np.float32),
             options=options, skipped=tuple(sorted(grab.skipped)) if grab else ())
-    except (BadInput, TraceFailed):
+    except FptraceError:
         raise
     except OSError as exc:
         raise ModelLoadError(f"llama.cpp failed on {path!r}: {exc}") from None
@@ -235,4 +248,4 @@ def run_pass(path: str, prompt: str, options: EngineOptions | None = None,
         lib.llama_model_free(model)
 
 
-__all__ = ["EngineOptions", "LlamaCppPass", "check_gguf", "copy_out", "run_pass"]
+__all__ = ["EngineOptions", "LlamaCppPass", "check_gguf", "copy_out", "load_failure", "run_pass"]
