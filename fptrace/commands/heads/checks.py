@@ -30,7 +30,7 @@ def induction_check(lm: LoadedModel, rand: Sequence[Any], n: int, heads: Sequenc
     """Per head: the mean repeated-half loss with it removed minus the clean one (nats)."""
     import torch
 
-    from fptrace.commands.heads.core import repeated_loss
+    from fptrace.commands.heads.patterns import repeated_loss
 
     out: dict[Head, float] = {}
     if clean is None:

@@ -19,21 +19,25 @@ the role is "pattern only".
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from fptrace.addresses import Head, resolve_head
+from fptrace.commands.heads.patterns import (
+    Item,
+    Tally,
+    induction_items,
+    pattern_masks,
+    repeated_loss,
+    tally,
+)
 from fptrace.commands.heads.result import Evidence, Heads, HeadScores
-from fptrace.core.activation_stats import SINK_THRESHOLD
+from fptrace.commands.heads.roles import LOSS_MIN, ROLES, THRESHOLDS
 from fptrace.core.hooks import Hook, eager_attention, hooked
 from fptrace.core.trace import base_notes, model_info, sizes
 from fptrace.errors import BadInput, UnsupportedModel
 from fptrace.models.loading import LoadedModel
 
-ROLES = ("previous-token", "induction", "duplicate-token", "subject")
-THRESHOLDS = {"previous-token": 0.4, "induction": 0.4, "duplicate-token": 0.4, "subject": 0.4,
-              "sink": SINK_THRESHOLD}
 INDUCTION_SEQUENCES = 8
 INDUCTION_LENGTH = 64
 EVIDENCE = 8  # positions listed with --head
@@ -42,35 +46,6 @@ EVIDENCE = 8  # positions listed with --head
 def shipped_prompts() -> str:
     """The folder of example prompts next to the package (prompts/ of the repository)."""
     return str(Path(__file__).resolve().parents[3] / "prompts")
-
-
-@dataclass(frozen=True)
-class Item:
-    """One prompt to score: its name, its token ids, its subject's positions (or None)."""
-
-    name: str
-    ids: tuple[int, ...]
-    subject: tuple[int, ...] | None = None
-
-
-@dataclass
-class Tally:
-    """Running sums of the pattern scores, (L, H) each, and the evidence of one head."""
-
-    L: int
-    H: int
-    sums: dict = field(default_factory=dict)  # score -> (L, H) float64 tensor
-    counts: dict = field(default_factory=dict)  # score -> number of queries
-    evidence: list = field(default_factory=list)
-
-    def add(self, score: str, total: Any, n: int) -> None:
-        if n == 0:
-            return
-        self.sums[score] = self.sums.get(score, 0) + total.double().cpu()
-        self.counts[score] = self.counts.get(score, 0) + n
-
-    def mean(self, score: str) -> Any:
-        return self.sums[score] / self.counts[score] if self.counts.get(score) else None
 
 
 def items_of(lm: LoadedModel, prompts: Sequence[Any], subjects: Sequence[str | None] = ()
@@ -87,29 +62,6 @@ def items_of(lm: LoadedModel, prompts: Sequence[Any], subjects: Sequence[str | N
                                                                      what="subject"))
         name = prepared.text if isinstance(p, str) else f"prompt[{k}]"
         out.append(Item(name, tuple(prepared.ids), where))
-    return out
-
-
-def induction_items(lm: LoadedModel, n: int, length: int, seed: int) -> list[Item]:
-    """n sequences of `length` seeded random token ids, each repeated once (2·length tokens)."""
-    import torch
-
-    if n < 0 or length < 0:
-        raise BadInput("--induction must be N×LEN with N ≥ 0 and LEN ≥ 2")
-    if n == 0:
-        return []
-    if length < 2:
-        raise BadInput(f"--induction length {length}: a copy needs 2 tokens or more")
-    ctx = model_info(lm).context_length
-    if ctx and 2 * length > ctx:
-        raise BadInput(f"--induction length {length}: the repeated sequence is {2 * length} "
-                       f"tokens, beyond {lm.name}'s context of {ctx}; use {ctx // 2} or less")
-    g = torch.Generator().manual_seed(seed)
-    V = int(lm.config.vocab_size)
-    out = []
-    for k in range(n):
-        r = torch.randint(0, V, (length,), generator=g).tolist()
-        out.append(Item(f"induction[{k}]", tuple(r + r)))
     return out
 
 
@@ -133,58 +85,6 @@ def attention(lm: LoadedModel, ids: Sequence[int]) -> tuple[list[Any], Any]:
     with torch.inference_mode(), eager_attention(lm.model), hooked(hooks):
         logits = lm.model(torch.tensor([list(ids)], device=lm.device), use_cache=False).logits
     return weights, logits[0].float()
-
-
-def pattern_masks(ids: Sequence[int], induction_half: int | None = None) -> dict[str, Any]:
-    """(T, T) float masks of the keys each pattern names for each query (query rows), by
-    score; position 0 is never a key of these patterns."""
-    import torch
-
-    T = len(ids)
-    t = torch.tensor(list(ids))
-    out = {}
-    prev = torch.zeros(T, T)
-    if T >= 3:
-        i = torch.arange(2, T)
-        prev[i, i - 1] = 1.0
-    out["previous"] = prev
-    same = (t[:, None] == t[None, :]).float().tril(-1)
-    same[:, 0] = 0.0
-    out["duplicate"] = same
-    if induction_half is not None:
-        n = induction_half
-        ind = torch.zeros(T, T)
-        i = torch.arange(n, 2 * n)
-        ind[i, i - n + 1] = 1.0
-        out["induction"] = ind
-    return out
-
-
-def _tally(tally: Tally, weights: list[Any], item: Item, masks: dict, focus: Head | None,
-           lm: LoadedModel) -> None:
-    """Add one prompt's attention to the sums: per score, Σ over queries with a key of the
-    attention on those keys."""
-    import torch
-
-    A = torch.stack(weights)  # (L, H, T, T)
-    T = A.shape[-1]
-    for score, m in masks.items():
-        rows = m.sum(-1) > 0  # (T,) the queries that have a key
-        n = int(rows.sum())
-        if n:
-            got = (A * m.to(A.device)).sum(-1)  # (L, H, T)
-            tally.add(score, got[..., rows.to(A.device)].sum(-1), n)
-    if T >= 2:
-        tally.add("first", A[..., 1:, 0].sum(-1), T - 1)
-    if item.subject:
-        tally.add("subject", A[..., -1, list(item.subject)].sum(-1), 1)
-    if focus is not None:
-        w = A[focus.layer, focus.head]
-        for score, m in masks.items():
-            q, k = m.nonzero(as_tuple=True)
-            for a, b in zip(q.tolist(), k.tolist(), strict=True):
-                tally.evidence.append((score, float(w[a, b]), item.name, a, b,
-                                       item.ids[a], item.ids[b]))
 
 
 def heads(lm: LoadedModel, prompts: Sequence[Any] = (), *, subjects: Sequence[str | None] = (),
@@ -218,18 +118,18 @@ def heads(lm: LoadedModel, prompts: Sequence[Any] = (), *, subjects: Sequence[st
                        "repeated word, or induction sequences")
     if not items and not rand:
         raise BadInput("nothing to score: give prompts or induction sequences")
-    tally = Tally(L, H)
+    sums = Tally(L, H)
     for it in items:
         w, _ = attention(lm, it.ids)
-        _tally(tally, w, it, pattern_masks(it.ids), focus, lm)
+        tally(sums, w, it, pattern_masks(it.ids), focus)
     clean_losses = []
     for it in rand:
         w, logits = attention(lm, it.ids)
         masks = pattern_masks(it.ids, induction_length)
-        _tally(tally, w, it, {k: masks[k] for k in ("duplicate", "induction")}, focus, lm)
+        tally(sums, w, it, {k: masks[k] for k in ("duplicate", "induction")}, focus)
         clean_losses.append(repeated_loss(logits, it.ids, induction_length))
     clean_loss = sum(clean_losses) / len(clean_losses) if clean_losses else None
-    scores = {s: tally.mean(s) for s in ("previous", "duplicate", "induction", "first",
+    scores = {s: sums.mean(s) for s in ("previous", "duplicate", "induction", "first",
                                          "subject")}
     ov = ov_scores(lm, seed, ov_tokens) if weights else None
     notes = base_notes(lm) + ([] if ov is None else list(ov.notes))
@@ -269,7 +169,7 @@ def heads(lm: LoadedModel, prompts: Sequence[Any] = (), *, subjects: Sequence[st
                 eigen=None if ov is None or ov.eigen is None else float(ov.eigen[l][h]),
                 loss_change=loss.get(hd), next_share=nxt.get(hd), roles=tuple(roles),
                 pattern_only=tuple(only)))
-    evidence = _evidence(lm, tally.evidence)
+    evidence = _evidence(lm, sums.evidence)
     checks = () if ov is None else tuple(ov.checks)
     result_rows = tuple(rows)
     return Heads(
@@ -281,19 +181,6 @@ def heads(lm: LoadedModel, prompts: Sequence[Any] = (), *, subjects: Sequence[st
         ok=all(c.ok for c in checks), notes=tuple(notes))
 
 
-LOSS_MIN = 1e-3  # nats: an induction head's removal raises the repeated half's loss by more
-
-
-def repeated_loss(logits: Any, ids: Sequence[int], n: int) -> float:
-    """The mean cross-entropy of the predictions of the second copy's tokens 1 … n − 1 (each
-    predicted at the position before it), in nats."""
-    import torch
-
-    t = torch.tensor(list(ids), device=logits.device)
-    pred = logits[n:2 * n - 1]  # positions n … 2n − 2 predict tokens n + 1 … 2n − 1
-    return float(torch.nn.functional.cross_entropy(pred.float(), t[n + 1:2 * n]))
-
-
 def _evidence(lm: LoadedModel, found: list) -> tuple[Evidence, ...]:
     top = sorted(found, key=lambda e: -e[1])[:EVIDENCE * 3]
     return tuple(Evidence(prompt=f"{score}: {name}", query=q, key=k, weight=w,
@@ -301,4 +188,4 @@ def _evidence(lm: LoadedModel, found: list) -> tuple[Evidence, ...]:
                  for score, w, name, q, k, qi, ki in top)
 
 
-__all__ = ["THRESHOLDS", "heads", "pattern_masks", "repeated_loss"]
+__all__ = ["attention", "heads", "items_of", "shipped_prompts"]

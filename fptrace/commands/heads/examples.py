@@ -24,14 +24,14 @@ def _story(bench: Bench, **kw: Any) -> tuple[str, ...]:
 def _with(bench: Bench, threshold: float, **kw: Any) -> tuple[str, ...]:
     """The story with every threshold set to `threshold` (2: out of reach; -1: every head
     clears it)."""
-    from fptrace.commands.heads import core
+    from fptrace.commands.heads import roles
 
-    saved = dict(core.THRESHOLDS)
+    saved = dict(roles.THRESHOLDS)
     try:
-        core.THRESHOLDS.update(dict.fromkeys(core.THRESHOLDS, threshold))
+        roles.THRESHOLDS.update(dict.fromkeys(roles.THRESHOLDS, threshold))
         return _story(bench, check=False, **kw)
     finally:
-        core.THRESHOLDS.update(saved)
+        roles.THRESHOLDS.update(saved)
 
 
 def _role(bench: Bench) -> tuple[Any, Any]:

@@ -37,7 +37,7 @@ def _listed(hs: Sequence[Head], most: int = 12) -> str:
 
 
 def story(rows: Sequence[HeadScores], L: int, checked: bool = True) -> list[str]:
-    from fptrace.commands.heads.core import ROLES, THRESHOLDS
+    from fptrace.commands.heads.roles import ROLES, THRESHOLDS
 
     out = [] if checked else [HEADS_UNCHECKED()]
     having = {role: [Head(r.layer, r.head) for r in rows if role in r.roles]
