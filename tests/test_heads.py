@@ -225,3 +225,133 @@ def test_a_family_whose_attention_gives_no_weights_is_one_line(tmp_path, monkeyp
     errors = [line for line in r.stderr.splitlines() if "error" in line]
     assert len(errors) == 1 and errors[0] == r.stderr.strip().splitlines()[-1], r.stderr
     assert "returned no weights" in errors[0] and "cannot read" in errors[0], errors
+
+
+# ---- the report's section and the TUI's heads tab ----------------------------------------------
+
+REPORT_PROMPT = "The cat sat on the cat mat"
+
+
+@pytest.fixture(scope="module")
+def page(tmp_path_factory):
+    """(the page holding heads' report section as `fptrace report --heads --heads-induction 2x8`
+    computes it, heads' own result over the same prompt and settings)."""
+    from fptrace.cli.options import LoadOptions
+    from fptrace.cli.sections import Page, collect
+    from fptrace.commands.heads.core import heads
+    from fptrace.core.trace import run_trace
+    from fptrace.models.loading import load_model
+    from fptrace.render.page import build_html
+
+    lm = load_model(tiny_gpt2())
+    section = dict(collect())["heads"]
+    assert [o[0] for o in section.options] == ["heads", "heads_induction"]
+    values = {"heads": True, "heads_induction": "2x8"}
+    section.check(values)
+    result = section.compute(Page(lm, REPORT_PROMPT, LoadOptions(), None), values)
+    assert section.compute(Page(lm, REPORT_PROMPT, LoadOptions(), None),
+                           {"heads": False, "heads_induction": "2x8"}) is None
+    out = tmp_path_factory.mktemp("heads-page") / "report.html"
+    out.write_text(build_html(run_trace(lm, REPORT_PROMPT, lens_grid=True), [(section, result)]),
+                   encoding="utf-8")
+    own = heads(lm, [REPORT_PROMPT], induction=2, induction_length=8)
+    return out, own
+
+
+def _page_grid(out):
+    import json
+    import re
+
+    html = out.read_text(encoding="utf-8")
+    m = re.search(r'<script type="application/json" id="fptrace-data">(.*?)</script>', html,
+                  re.S)
+    data = json.loads(m.group(1))
+    return next(s for s in data["sections"] if s["title"] == "Head roles")["heatmaps"][0]
+
+
+def test_the_report_grid_holds_every_heads_role_and_scores(page):
+    from fptrace.commands.heads.render import cell
+
+    out, own = page
+    grid = _page_grid(out)
+    L = max(h.layer for h in own.heads) + 1
+    assert grid["rows"] == [f"block {b}" for b in range(L)]
+    for h in own.heads:
+        assert grid["labels"][h.layer][h.head] == cell(h)
+        tip = grid["tips"][h.layer][h.head]
+        assert f"previous-token {h.previous:.3f}" in tip and f"first-token {h.first:.3f}" in tip
+        assert f"induction {h.induction:.3f}" in tip
+        want = "not checked" if h.loss_change is None else f"{h.loss_change:+.3f} nats"
+        assert f"repeated-half loss {want}" in tip
+        top = max(x for x in (h.previous, h.duplicate, h.induction) if x is not None)
+        assert grid["values"][h.layer][h.head] == pytest.approx(top, rel=1e-6)
+
+
+def test_hovering_a_cell_in_chromium_shows_its_scores(page):
+    import shutil
+
+    pytest.importorskip("playwright")
+    from playwright.sync_api import sync_playwright
+
+    chromium = shutil.which("chromium") or shutil.which("chromium-browser")
+    if chromium is None:
+        pytest.skip("no chromium")
+    out, own = page
+    h = own.heads[-1]
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=chromium, headless=True,
+                                    chromium_sandbox=False, args=["--no-sandbox",
+                                                                  "--disable-gpu"])
+        view = browser.new_page()
+        view.route("**/*", lambda r: r.continue_() if r.request.url == out.as_uri()
+                   else r.abort())
+        view.goto(out.as_uri(), wait_until="load")
+        box = view.locator(".section-heatmap", has_text="Head roles")
+        td = box.locator(f'td[data-i="{h.layer}"][data-j="{h.head}"]')
+        from fptrace.commands.heads.render import cell
+
+        assert td.inner_text() == cell(h)
+        td.hover()
+        tip = view.inner_text("#tip")
+        browser.close()
+    assert f"block {h.layer} · head {h.head}" in tip
+    assert f"previous-token {h.previous:.3f}" in tip and f"OV eigen {h.eigen:.3f}" in tip
+
+
+def _plain_text(renderable) -> str:
+    import io
+
+    from rich.console import Console
+
+    console = Console(file=io.StringIO(), width=120, color_system=None)
+    console.print(renderable)
+    return console.file.getvalue()
+
+
+def test_the_tui_heads_tab_shows_the_selected_heads_role():
+    import asyncio
+
+    from fptrace.commands.heads.render import role_text
+    from fptrace.commands.tui.app import FptraceApp
+    from fptrace.models.loading import load_model
+
+    lm = load_model(tiny_gpt2())
+
+    async def go():
+        app = FptraceApp(lm=lm)
+        async with app.run_test(size=(120, 40)) as pilot:
+            await pilot.press("escape", "slash")
+            for ch in REPORT_PROMPT:
+                await pilot.press("space" if ch == " " else ch)
+            await pilot.press("enter")
+            await pilot.pause()
+            await pilot.press("down", "down", "h")  # block 1, head 1
+            await pilot.pause()
+            app.show_tab("heads")
+            await pilot.pause()
+            pane = _plain_text(app.query_one("#pane-heads").render()._renderable)
+            own = app.head_roles[1]
+            h = next(x for x in own.heads if (x.layer, x.head) == (1, 1))
+            assert f"Head 1.1: {role_text(h)}" in pane, pane
+            assert f"previous-token {h.previous:.3f}" in pane
+    asyncio.run(go())

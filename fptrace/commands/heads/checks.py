@@ -35,18 +35,18 @@ def induction_check(lm: LoadedModel, rand: Sequence[Any], n: int, heads: Sequenc
     out: dict[Head, float] = {}
     if clean is None:
         return out
-    for start in range(0, len(heads), BATCH):
-        chunk = list(heads[start:start + BATCH])
-        rows = [(Part(h.layer, h.head),) for h in chunk]
-        totals = [0.0] * len(chunk)
-        for it in rand:
-            x = torch.tensor([list(it.ids)] * len(chunk), device=lm.device)
-            with torch.inference_mode(), hooked(ablation_hooks(lm, rows, None), prepend=True):
-                logits = lm.model(x, use_cache=False).logits.float()  # (B, 2n, V)
-            for r in range(len(chunk)):
-                totals[r] += repeated_loss(logits[r], it.ids, n)
-        for h, t in zip(chunk, totals, strict=True):
-            out[h] = t / len(rand) - clean
+    pairs = [(h, it) for h in heads for it in rand]  # one row per (head, sequence)
+    totals = dict.fromkeys(heads, 0.0)
+    for start in range(0, len(pairs), BATCH):
+        chunk = pairs[start:start + BATCH]
+        rows = [(Part(h.layer, h.head),) for h, _ in chunk]
+        x = torch.tensor([list(it.ids) for _, it in chunk], device=lm.device)  # (B, 2n)
+        with torch.inference_mode(), hooked(ablation_hooks(lm, rows, None), prepend=True):
+            logits = lm.model(x, use_cache=False, logits_to_keep=n).logits  # (B, n, V)
+        for (h, it), lg in zip(chunk, logits, strict=True):
+            totals[h] += repeated_loss(lg, it.ids, n)
+    for h in heads:
+        out[h] = totals[h] / len(rand) - clean
     return out
 
 

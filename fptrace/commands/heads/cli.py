@@ -28,8 +28,8 @@ def heads(
         "repeated once, for the induction score (0 for none).",
         rich_help_panel=STATS)] = "8x64",
     ov_tokens: Annotated[str, typer.Option(
-        "--ov-tokens", metavar="N", help="Tokens sampled for the OV copying share.",
-        rich_help_panel=STATS)] = "32",
+        "--ov-tokens", metavar="N", help="Tokens sampled for the OV copying share (0: none; "
+        "each costs d × vocabulary per head).", rich_help_panel=STATS)] = "32",
     check: Annotated[bool, typer.Option(
         "--check/--no-check", help="Check each role by intervention (removing the head, "
         "replacing a token) before giving it.", rich_help_panel=STATS)] = True,
@@ -48,7 +48,7 @@ def heads(
 
     focus = None if head is None else parse_head(head, "--head")
     n, length = parse_induction(induction)
-    k = parse_int(ov_tokens, "--ov-tokens", low=1)
+    k = parse_int(ov_tokens, "--ov-tokens", low=0)
     texts, subjects = read_prompts(prompts or [])
     lm = load(opts)
     from fptrace.commands.heads.core import heads as run_heads

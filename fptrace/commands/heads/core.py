@@ -41,6 +41,8 @@ from fptrace.models.loading import LoadedModel
 INDUCTION_SEQUENCES = 8
 INDUCTION_LENGTH = 64
 EVIDENCE = 8  # positions listed with --head
+OV_TOKENS = 32  # tokens sampled for the OV copying share
+INDUCTION_BATCH = 8  # induction sequences a pass
 
 
 def shipped_prompts() -> str:
@@ -65,32 +67,35 @@ def items_of(lm: LoadedModel, prompts: Sequence[Any], subjects: Sequence[str | N
     return out
 
 
-def attention(lm: LoadedModel, ids: Sequence[int]) -> tuple[list[Any], Any]:
-    """One pass of `ids`: every block's attention weights (H, T, T) float32, and the logits
-    (T, V). The heads are the model's own: transformers' eager attention returns them."""
+def attention(lm: LoadedModel, rows: Sequence[Sequence[int]], keep: int = 1
+              ) -> tuple[list[list[Any]], Any]:
+    """One pass of `rows` (token ids, all of one length): per row, every block's attention
+    weights (H, T, T) float32; and the logits of the last `keep` positions (B, keep, V). The
+    heads are the model's own: transformers' eager attention returns them."""
     import torch
 
     weights: list[Any] = [None] * len(lm.parts.attns)
 
-    def keep(i: int):
+    def keeper(i: int):
         def hook(module: Any, args: tuple, output: Any) -> None:
             w = output[1] if isinstance(output, (tuple, list)) and len(output) > 1 else None
             if w is None or w.dim() != 4:
                 raise UnsupportedModel(f"block {i}'s attention returned no weights under eager "
                                        f"attention: fptrace heads cannot read {lm.name}'s heads")
-            weights[i] = w[0].float()
+            weights[i] = w.float()  # (B, H, T, T)
         return hook
 
-    hooks = [Hook.after(a, keep(i)) for i, a in enumerate(lm.parts.attns)]
+    hooks = [Hook.after(a, keeper(i)) for i, a in enumerate(lm.parts.attns)]
+    x = torch.tensor([list(r) for r in rows], device=lm.device)  # (B, T)
     with torch.inference_mode(), eager_attention(lm.model), hooked(hooks):
-        logits = lm.model(torch.tensor([list(ids)], device=lm.device), use_cache=False).logits
-    return weights, logits[0].float()
+        logits = lm.model(x, use_cache=False, logits_to_keep=keep).logits  # (B, keep, V)
+    return [[w[b] for w in weights] for b in range(len(rows))], logits.float()
 
 
 def heads(lm: LoadedModel, prompts: Sequence[Any] = (), *, subjects: Sequence[str | None] = (),
           seed: int = 0, induction: int = INDUCTION_SEQUENCES,
           induction_length: int = INDUCTION_LENGTH, check: bool = True,
-          weights: bool = True, head: Head | None = None, ov_tokens: int = 256) -> Heads:
+          weights: bool = True, head: Head | None = None, ov_tokens: int = OV_TOKENS) -> Heads:
     """Every attention head's pattern scores over `prompts` (text, Chat or token ids; subjects[k]
     the subject of prompts[k] or None) and `induction` sequences of `induction_length` seeded
     random tokens repeated once, its OV weight scores, the checks by intervention, and the
@@ -119,15 +124,17 @@ def heads(lm: LoadedModel, prompts: Sequence[Any] = (), *, subjects: Sequence[st
     if not items and not rand:
         raise BadInput("nothing to score: give prompts or induction sequences")
     sums = Tally(L, H)
-    for it in items:
-        w, _ = attention(lm, it.ids)
+    for it in items:  # one prompt a pass: no padding enters a softmax
+        (w,), _ = attention(lm, [it.ids])
         tally(sums, w, it, pattern_masks(it.ids), focus)
     clean_losses = []
-    for it in rand:
-        w, logits = attention(lm, it.ids)
-        masks = pattern_masks(it.ids, induction_length)
-        tally(sums, w, it, {k: masks[k] for k in ("duplicate", "induction")}, focus)
-        clean_losses.append(repeated_loss(logits, it.ids, induction_length))
+    for start in range(0, len(rand), INDUCTION_BATCH):  # one length: batched
+        chunk = rand[start:start + INDUCTION_BATCH]
+        ws, logits = attention(lm, [it.ids for it in chunk], keep=induction_length)
+        for w, it, lg in zip(ws, chunk, logits, strict=True):
+            masks = pattern_masks(it.ids, induction_length)
+            tally(sums, w, it, {k: masks[k] for k in ("duplicate", "induction")}, focus)
+            clean_losses.append(repeated_loss(lg, it.ids, induction_length))
     clean_loss = sum(clean_losses) / len(clean_losses) if clean_losses else None
     scores = {s: sums.mean(s) for s in ("previous", "duplicate", "induction", "first",
                                          "subject")}

@@ -120,11 +120,13 @@ def tally(sums: Tally, weights: list[Any], item: Item, masks: dict, focus: Head 
 
 def repeated_loss(logits: Any, ids: Sequence[int], n: int) -> float:
     """The mean cross-entropy of the predictions of the second copy's tokens 1 … n − 1 (each
-    predicted at the position before it), in nats."""
+    predicted at the position before it), in nats; `logits` (k, V) are those of the last k ≥ n
+    positions of the 2n."""
     import torch
 
     t = torch.tensor(list(ids), device=logits.device)
-    pred = logits[n:2 * n - 1]  # positions n … 2n − 2 predict tokens n + 1 … 2n − 1
+    first = logits.shape[0] - n  # the row of position n
+    pred = logits[first:first + n - 1]  # positions n … 2n − 2 predict tokens n + 1 … 2n − 1
     return float(torch.nn.functional.cross_entropy(pred.float(), t[n + 1:2 * n]))
 
 

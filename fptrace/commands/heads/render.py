@@ -79,6 +79,37 @@ def evidence(r: Heads, width: int | None) -> RenderableType:
                      "scores (largest weight first)", title_justify="left")
 
 
+def role_text(h: HeadScores) -> str:
+    """A head's roles in words: `previous-token, sink`; a pattern-only role with `(pattern
+    only)`; `no role`."""
+    words = [*h.roles, *(f"{r} (pattern only)" for r in h.pattern_only)]
+    return ", ".join(words) or "no role"
+
+
+def score_lines(h: HeadScores) -> list[str]:
+    """Every score of one head, one per line, and what each check measured (the report's
+    hover, the TUI's pane)."""
+    return [f"roles: {role_text(h)}",
+            f"previous-token {num(h.previous, 3)}  duplicate-token {num(h.duplicate, 3)}  "
+            f"induction {num(h.induction, 3)}",
+            f"first-token {num(h.first, 3)}  subject {num(h.subject, 3)}",
+            f"OV copying {num(h.copying, 3)}  OV eigen {num(h.eigen, 3)}",
+            "removed: repeated-half loss " + ("not checked" if h.loss_change is None else
+                                              f"{h.loss_change:+.3f} nats"),
+            "a token replaced: next-position share " + ("not checked" if h.next_share is None
+                                                        else f"{h.next_share:.2f}×")]
+
+
+def head_pane(h: HeadScores) -> Text:
+    """One head's role and scores (the TUI's heads tab)."""
+    t = Text(f"\nHead {h.layer}.{h.head}: ", style="bold")
+    c = cell(h)
+    t.append(role_text(h), style=STYLE.get(c[0], "") if h.roles else "")
+    for line in score_lines(h)[1:]:
+        t.append("\n" + line)
+    return t
+
+
 def heads_view(r: Heads, width: int | None = 80, wide: bool = False) -> RenderableType:
     parts: list[Any] = [header(r.model), summary(r)]
     if r.focus is not None:
@@ -92,4 +123,4 @@ def heads_view(r: Heads, width: int | None = 80, wide: bool = False) -> Renderab
     return Group(*parts)
 
 
-__all__ = ["cell", "heads_view"]
+__all__ = ["cell", "head_pane", "heads_view", "role_text", "score_lines"]

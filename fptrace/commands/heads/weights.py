@@ -8,7 +8,7 @@ argmax; the post-norm's and the final norm's are left out (the copying share is 
 them; the eigenvalue measure counts them as 1).
 
 - copying share: of `n` seeded sampled tokens, the share whose own logit is the largest of the
-  whole vocabulary;
+  whole vocabulary (n = 0: not computed, null; its cost is n × d × V per head);
 - eigenvalue measure: Σλ / Σ|λ| over the eigenvalues of the (V, V) circuit, computed as those of
   the (hd, hd) matrix W_V^h · diag(g₁) · Ẽᵀ·Ũ · W_O^h (the nonzero eigenvalues of AB and BA
   agree), Ẽ the embedding rows at the input norm's scale, Ũ the LM head through the gains.
@@ -57,8 +57,8 @@ def _gain(module: Any, kind: NormKind, d: int) -> Any:
 
 
 def ov_scores(lm: LoadedModel, seed: int, n: int) -> OV | None:
-    """Both scores for every head, or None (with a note) where a family's W_V or norms cannot
-    be read."""
+    """Both scores for every head (the copying share only with n ≥ 1), or None (with a note)
+    where a family's W_V or norms cannot be read."""
     import torch
 
     from fptrace.commands.heads.notes import HEADS_NO_OV
@@ -107,18 +107,19 @@ def ov_scores(lm: LoadedModel, seed: int, n: int) -> OV | None:
             if norms[layer] is not None:
                 x = norms[layer](x[None])[0]
             v = x.float().cpu() @ Wv.T  # (n, nkv·hd)
-            row_c, row_e = [], []
+            row_e, outs = [], []
             for h in range(H):
                 kv = h // (H // nkv)
                 Wvh = Wv[kv * hd:(kv + 1) * hd]  # (hd, d)
                 Woh = Wo[:, h * hd:(h + 1) * hd]  # (d, hd)
-                logits = (v[:, kv * hd:(kv + 1) * hd] @ Woh.T) @ Ul.T  # (n, V)
-                row_c.append(float((logits.argmax(-1) == sample).float().mean()))
+                outs.append(v[:, kv * hd:(kv + 1) * hd] @ Woh.T)  # (n, d)
                 lam = torch.linalg.eigvals((Wvh * g1) @ Kl @ Woh)  # (hd,)
                 row_e.append(float(lam.real.sum() / lam.abs().sum().clamp(min=1e-30)))
-            copying.append(row_c)
+            if n:  # every head's logits in one product: (H·n, d) @ (d, V)
+                top = (torch.cat(outs) @ Ul.T).argmax(-1).view(H, n)  # (H, n)
+                copying.append((top == sample).float().mean(-1).tolist())
             eigen.append(row_e)
-    return OV(copying, eigen)
+    return OV(copying if n else None, eigen)
 
 
 __all__ = ["OV", "ov_scores", "value_weights"]
