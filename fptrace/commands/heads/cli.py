@@ -11,8 +11,9 @@ from fptrace.cli.options import STATS, JsonOpt, LoadOptions, WideOpt, model_opti
 
 
 @command(order=45, group=Group.why, docs="heads",
-         examples=("fptrace heads prompts/seeds.txt --induction 4x32",
-                   "fptrace heads prompts/seeds.txt --induction 4x32 --head 3.1"))
+         examples=("fptrace heads prompts/seeds.txt --induction 2x16 --ov-tokens 0",
+                   "fptrace heads prompts/seeds.txt --induction 2x16 --ov-tokens 0 --no-check "
+                   "--head 17.3"))
 @model_options()
 def heads(
     prompts: Annotated[list[str] | None, typer.Argument(
