@@ -43,6 +43,8 @@ INDUCTION_LENGTH = 64
 EVIDENCE = 8  # positions listed with --head
 OV_TOKENS = 32  # tokens sampled for the OV copying share
 INDUCTION_BATCH = 8  # induction sequences a pass
+PROMPT_BATCH = 8  # prompts a pass (right-padded to the longest) ...
+WEIGHTS_BYTES = 1 << 29  # ... while their attention weights stay under 512 MiB
 
 
 def shipped_prompts() -> str:
@@ -92,6 +94,20 @@ def attention(lm: LoadedModel, rows: Sequence[Sequence[int]], keep: int = 1
     return [[w[b] for w in weights] for b in range(len(rows))], logits.float()
 
 
+def prompt_batches(items: Sequence[Item], heads: int) -> list[list[Item]]:
+    """The prompts by length, in passes of at most PROMPT_BATCH whose attention weights (every
+    head's T × T at the longest prompt's T, float32) stay under WEIGHTS_BYTES."""
+    out: list[list[Item]] = []
+    for it in sorted(items, key=lambda it: len(it.ids)):
+        T = len(it.ids)
+        if out and len(out[-1]) < PROMPT_BATCH and \
+                (len(out[-1]) + 1) * heads * T * T * 4 <= WEIGHTS_BYTES:
+            out[-1].append(it)
+        else:
+            out.append([it])
+    return out
+
+
 def heads(lm: LoadedModel, prompts: Sequence[Any] = (), *, subjects: Sequence[str | None] = (),
           seed: int = 0, induction: int = INDUCTION_SEQUENCES,
           induction_length: int = INDUCTION_LENGTH, check: bool = True,
@@ -124,9 +140,15 @@ def heads(lm: LoadedModel, prompts: Sequence[Any] = (), *, subjects: Sequence[st
     if not items and not rand:
         raise BadInput("nothing to score: give prompts or induction sequences")
     sums = Tally(L, H)
-    for it in items:  # one prompt a pass: no padding enters a softmax
-        (w,), _ = attention(lm, [it.ids])
-        tally(sums, w, it, pattern_masks(it.ids), focus)
+    for chunk in prompt_batches(items, L * H):
+        # right padding: a real position attends only to earlier ones, so no pad enters its
+        # softmax (the pads' own rows are cut off)
+        T = max(len(it.ids) for it in chunk)
+        ws, _ = attention(lm, [list(it.ids) + [it.ids[-1]] * (T - len(it.ids))
+                               for it in chunk])
+        for w, it in zip(ws, chunk, strict=True):
+            n = len(it.ids)
+            tally(sums, [x[:, :n, :n] for x in w], it, pattern_masks(it.ids), focus)
     clean_losses = []
     for start in range(0, len(rand), INDUCTION_BATCH):  # one length: batched
         chunk = rand[start:start + INDUCTION_BATCH]
@@ -157,7 +179,8 @@ def heads(lm: LoadedModel, prompts: Sequence[Any] = (), *, subjects: Sequence[st
     for l in range(L):
         for h in range(H):
             hd = Head(l, h)
-            roles, only = [], []
+            roles: list[str] = []
+            only: list[str] = []
             for role in ROLES:
                 if hd not in cand[role]:
                     continue

@@ -78,8 +78,8 @@ def ov_scores(lm: LoadedModel, seed: int, n: int) -> OV | None:
         Uf = U * _gain(lm.parts.final_norm, kind, d)  # (V, d)
         if centre:
             Uf = Uf - Uf.mean(-1, keepdim=True)
-        norms = [None if fam.attn_norm is None else b.get_submodule(fam.attn_norm)
-                 for b in lm.parts.blocks]
+        norms: list[Any] = [None if fam.attn_norm is None else b.get_submodule(fam.attn_norm)
+                            for b in lm.parts.blocks]
         # the input norm's scale of each embedding row (the first block's eps; the gains per
         # block below)
         Ec = E - E.mean(-1, keepdim=True) if centre and norms[0] is not None else E
@@ -104,8 +104,9 @@ def ov_scores(lm: LoadedModel, seed: int, n: int) -> OV | None:
                 gp = _gain(lm.parts.attn_adds[layer], kind, d)
                 Ul, Kl = Uf * gp, K * gp
             x = E[sample].to(lm.parts.embed.weight.device, lm.parts.embed.weight.dtype)
-            if norms[layer] is not None:
-                x = norms[layer](x[None])[0]
+            norm = norms[layer]
+            if norm is not None:
+                x = norm(x[None])[0]
             v = x.float().cpu() @ Wv.T  # (n, nkv·hd)
             row_e, outs = [], []
             for h in range(H):
