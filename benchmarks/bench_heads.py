@@ -50,12 +50,12 @@ def main() -> None:
             try:
                 return f(*a, **k)
             finally:
-                key = label(a) if label else name
+                key = label(k) if label else name
                 phases[key] = phases.get(key, 0.0) + time.perf_counter() - t
         setattr(module, name, wrapper)
 
-    timed(core, "attention", lambda a: "attention: prompts" if len(a[1]) == 1 and
-          len(a[1][0]) != 128 else "attention: induction sequences")
+    timed(core, "attention", lambda k: "attention: induction sequences" if "keep" in k
+          else "attention: prompts")
     timed(checks, "induction_check")
     timed(checks, "previous_check")
     timed(weights, "ov_scores")
