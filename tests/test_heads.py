@@ -355,3 +355,30 @@ def test_the_tui_heads_tab_shows_the_selected_heads_role():
             assert f"Head 1.1: {role_text(h)}" in pane, pane
             assert f"previous-token {h.previous:.3f}" in pane
     asyncio.run(go())
+
+
+@pytest.mark.parametrize("family", ["llama", "gpt2"])  # a block returning a tensor; a tuple
+def test_the_induction_check_from_clean_blocks_equals_the_whole_pass(family):
+    """The check skips the blocks before a removed head (their clean outputs stand in): every
+    head's loss change equals the one of whole ablated passes."""
+    from fptrace.addresses import Head
+    from fptrace.commands.heads.checks import induction_check
+    from fptrace.commands.heads.core import attention
+    from fptrace.commands.heads.patterns import induction_items, repeated_loss
+
+    lm = wrap_model(build_tiny(family), name=f"tiny-{family}", random_weights=True)
+    rand = induction_items(lm, N, LEN, SEED)
+    kept = []
+    _, logits = attention(lm, [it.ids for it in rand], keep=LEN, states=kept)
+    states = {it: [(out[b], is_tuple) for out, is_tuple in kept] for b, it in enumerate(rand)}
+    clean = sum(repeated_loss(lg, it.ids, LEN)
+                for lg, it in zip(logits, rand, strict=True)) / len(rand)
+    cfg = lm.model.config
+    L, H = cfg.num_hidden_layers, cfg.num_attention_heads
+    every = [Head(layer, h) for layer in range(L) for h in range(H)]
+    whole = induction_check(lm, rand, LEN, every, clean)
+    skipping = induction_check(lm, rand, LEN, every, clean, states)
+    assert all("forward" not in vars(b) for b in lm.parts.blocks)  # restored
+    for h in every:
+        assert skipping[h] == pytest.approx(whole[h], abs=1e-5), h
+    assert len({round(v, 6) for v in whole.values()}) > 1  # the heads' changes differ

@@ -11,7 +11,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any
 
 from fptrace.addresses import Head
@@ -26,8 +27,13 @@ PREVIOUS_TOKENS = 32  # ... each cut to its first tokens
 
 
 def induction_check(lm: LoadedModel, rand: Sequence[Any], n: int, heads: Sequence[Head],
-                    clean: float | None) -> dict[Head, float]:
-    """Per head: the mean repeated-half loss with it removed minus the clean one (nats)."""
+                    clean: float | None, states: dict | None = None) -> dict[Head, float]:
+    """Per head: the mean repeated-half loss with it removed minus the clean one (nats).
+
+    With `states` (each sequence's clean block outputs: sequence -> [(output (T, d), whether
+    the block returns a tuple)] block by block), the blocks before the earliest removed head of
+    a pass are not run again: removing a head of block l changes nothing before block l, so the
+    clean outputs stand in for them (tests/test_heads.py holds both ways equal)."""
     import torch
 
     from fptrace.commands.heads.patterns import repeated_loss
@@ -35,19 +41,50 @@ def induction_check(lm: LoadedModel, rand: Sequence[Any], n: int, heads: Sequenc
     out: dict[Head, float] = {}
     if clean is None:
         return out
-    pairs = [(h, it) for h in heads for it in rand]  # one row per (head, sequence)
+    # one row per (head, sequence), by block: a pass's rows start from one block
+    pairs = [(h, it) for h in sorted(heads, key=lambda h: (h.layer, h.head)) for it in rand]
     totals = dict.fromkeys(heads, 0.0)
     for start in range(0, len(pairs), BATCH):
         chunk = pairs[start:start + BATCH]
         rows = [(Part(h.layer, h.head),) for h, _ in chunk]
+        first = min(h.layer for h, _ in chunk)
         x = torch.tensor([list(it.ids) for _, it in chunk], device=lm.device)  # (B, 2n)
-        with torch.inference_mode(), hooked(ablation_hooks(lm, rows, None), prepend=True):
+        with torch.inference_mode(), hooked(ablation_hooks(lm, rows, None), prepend=True), \
+                clean_blocks(lm, first, None if states is None else
+                             [states[it] for _, it in chunk]):
             logits = lm.model(x, use_cache=False, logits_to_keep=n).logits  # (B, n, V)
         for (h, it), lg in zip(chunk, logits, strict=True):
             totals[h] += repeated_loss(lg, it.ids, n)
     for h in heads:
         out[h] = totals[h] / len(rand) - clean
     return out
+
+
+@contextmanager
+def clean_blocks(lm: LoadedModel, upto: int, rows: list | None) -> Iterator[None]:
+    """Blocks 0 … upto − 1 return their clean outputs instead of running (rows[r]: row r's
+    clean block outputs); their forward is restored on leaving. Nothing with rows None or
+    upto 0."""
+    import torch
+
+    if rows is None or upto == 0:
+        yield
+        return
+    is_tuple = rows[0][upto - 1][1]
+    hidden = torch.stack([r[upto - 1][0] for r in rows])  # (B, T, d): block upto − 1's output
+    value = (hidden,) if is_tuple else hidden
+
+    def stand_in(*args: Any, **kwargs: Any) -> Any:
+        return value  # the blocks before it are never read past block upto − 1
+
+    blocks = lm.parts.blocks[:upto]
+    for b in blocks:
+        b.forward = stand_in
+    try:
+        yield
+    finally:
+        for b in blocks:
+            del b.forward
 
 
 def previous_check(lm: LoadedModel, items: Sequence[Any], heads: Sequence[Head], seed: int
@@ -93,4 +130,4 @@ def previous_check(lm: LoadedModel, items: Sequence[Any], heads: Sequence[Head],
             for h in heads}
 
 
-__all__ = ["induction_check", "previous_check"]
+__all__ = ["clean_blocks", "induction_check", "previous_check"]

@@ -69,14 +69,22 @@ def items_of(lm: LoadedModel, prompts: Sequence[Any], subjects: Sequence[str | N
     return out
 
 
-def attention(lm: LoadedModel, rows: Sequence[Sequence[int]], keep: int = 1
-              ) -> tuple[list[list[Any]], Any]:
+def attention(lm: LoadedModel, rows: Sequence[Sequence[int]], keep: int = 1,
+              states: list | None = None) -> tuple[list[list[Any]], Any]:
     """One pass of `rows` (token ids, all of one length): per row, every block's attention
     weights (H, T, T) float32; and the logits of the last `keep` positions (B, keep, V). The
-    heads are the model's own: transformers' eager attention returns them."""
+    heads are the model's own: transformers' eager attention returns them. With `states` (a
+    list), each block's output (B, T, d) and whether the block returns a tuple are appended to
+    it, block by block."""
     import torch
 
+    from fptrace.core.hooks import first_output
+
     weights: list[Any] = [None] * len(lm.parts.attns)
+
+    def store(module: Any, args: tuple, output: Any) -> None:
+        if states is not None:
+            states.append((first_output(output), isinstance(output, (tuple, list))))
 
     def keeper(i: int):
         def hook(module: Any, args: tuple, output: Any) -> None:
@@ -88,6 +96,8 @@ def attention(lm: LoadedModel, rows: Sequence[Sequence[int]], keep: int = 1
         return hook
 
     hooks = [Hook.after(a, keeper(i)) for i, a in enumerate(lm.parts.attns)]
+    if states is not None:
+        hooks += [Hook.after(b, store) for b in lm.parts.blocks]
     x = torch.tensor([list(r) for r in rows], device=lm.device)  # (B, T)
     with torch.inference_mode(), eager_attention(lm.model), hooked(hooks):
         logits = lm.model(x, use_cache=False, logits_to_keep=keep).logits  # (B, keep, V)
@@ -150,9 +160,14 @@ def heads(lm: LoadedModel, prompts: Sequence[Any] = (), *, subjects: Sequence[st
             n = len(it.ids)
             tally(sums, [x[:, :n, :n] for x in w], it, pattern_masks(it.ids), focus)
     clean_losses = []
+    clean_states: dict[Any, list[tuple[Any, bool]]] = {}  # sequence -> each block's output
     for start in range(0, len(rand), INDUCTION_BATCH):  # one length: batched
         chunk = rand[start:start + INDUCTION_BATCH]
-        ws, logits = attention(lm, [it.ids for it in chunk], keep=induction_length)
+        kept: list[tuple[Any, bool]] = []
+        ws, logits = attention(lm, [it.ids for it in chunk], keep=induction_length,
+                               states=kept if check else None)
+        for b, it in enumerate(chunk):
+            clean_states[it] = [(out[b], is_tuple) for out, is_tuple in kept]
         for w, it, lg in zip(ws, chunk, logits, strict=True):
             masks = pattern_masks(it.ids, induction_length)
             tally(sums, w, it, {k: masks[k] for k in ("duplicate", "induction")}, focus)
@@ -171,7 +186,8 @@ def heads(lm: LoadedModel, prompts: Sequence[Any] = (), *, subjects: Sequence[st
                    if (score(key, l, h) or 0.0) >= THRESHOLDS[role]]
             for role, key in (("previous-token", "previous"), ("induction", "induction"),
                               ("duplicate-token", "duplicate"), ("subject", "subject"))}
-    loss = induction_check(lm, rand, induction_length, cand["induction"], clean_loss) \
+    loss = induction_check(lm, rand, induction_length, cand["induction"], clean_loss,
+                           clean_states) \
         if check and rand and cand["induction"] else {}
     nxt = previous_check(lm, items, cand["previous-token"], seed) \
         if check and cand["previous-token"] else {}
