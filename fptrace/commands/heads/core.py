@@ -1,8 +1,9 @@
 """`fptrace heads`: what each attention head does, measured (docs/heads.md).
 
-Pattern scores come from the model's own attention weights (transformers' eager attention, one
-prompt a pass): previous-token, duplicate-token, first-token (the sinks of `fptrace stats`),
-subject, and induction on sequences of seeded random tokens repeated once. Position 0 is never
+Pattern scores come from the model's own attention weights (transformers' eager attention, up
+to 8 prompts a pass, right-padded: a real position never attends to a later pad):
+previous-token, duplicate-token, first-token (the sinks of `fptrace stats`), subject, and
+induction on sequences of seeded random tokens repeated once. Position 0 is never
 a key of the previous-token, duplicate-token or induction patterns: a head that gives all its
 attention to the first token (a sink) would otherwise match "the previous token" at position 1.
 
