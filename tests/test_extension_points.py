@@ -36,12 +36,12 @@ ALLOWED = {
     # the command: it must stay light)
     ("fptrace/client.py", "serve"): "the command line that starts a server",
 }
-
-
-# Command names that are also ordinary words of the data: the string "tokens" is the key of
-# every token list (Trace.tokens, a statistics file's counts), not `fptrace tokens`. For these,
-# an import of the folder or a string holding its module path is a mention; the bare word is not.
-WORDS = {"tokens"}
+# Command names that are also ordinary words of the code and the data: a string that is only the
+# word is not a mention (an import of the folder or a string holding its module path still is).
+WORDS = {
+    "heads": "a model's attention heads: keyword arguments, JSON keys, labels",
+    "tokens": "the key of every token list (Trace.tokens, a statistics file's counts)",
+}
 
 
 def _allowed(rel: str, name: str) -> bool:
@@ -85,8 +85,8 @@ def mentions(path: Path, names: list[str]) -> list[tuple[int, str, str]]:
         if isinstance(node, ast.Constant) and isinstance(node.value, str) and \
                 id(node) not in prose:
             for name in names:
-                if (node.value == name and name not in WORDS) or \
-                        re.search(rf"commands[./]{name}\b", node.value):
+                word = node.value == name and name not in WORDS
+                if word or re.search(rf"commands[./]{name}\b", node.value):
                     found.append((node.lineno, name, repr(node.value[:60])))
     return sorted(found)
 

@@ -47,6 +47,8 @@ BINS = (0.0, 1e-3, 1e-2, 0.1, 1.0, 6.0, 10.0, 100.0, 1e3, 1e4, math.inf)
 MASSIVE_MIN = 100.0
 MASSIVE_RATIO = 1000.0
 SINK_POSITIONS = 16
+# a head is a sink when at least this share of its attention lands on one position (stats, heads)
+SINK_THRESHOLD = 0.3
 
 
 # ---- the JSON form (the `statistics` field of a `stats` result) ------------------------------

@@ -405,11 +405,13 @@ SCRIPT = r"""
             (h.diverging ? diverging(v, top) : sequential(v, top));
           var td = el("td", { "data-i": String(i), "data-j": String(jj),
                               tabindex: i === 0 && jj === 0 ? "0" : "-1",
-                              text: v === null ? "" : short(v) });
+                              text: h.labels && h.labels.length ? h.labels[i][jj] :
+                                (v === null ? "" : short(v)) });
           td.style.background = color[0]; td.style.color = color[1];
           tipped(td, function () {
             return h.title + "\n" + h.rows[i] + " \u00b7 " + h.columns[jj] + "\n" + h.value +
-              " = " + num(v);
+              " = " + num(v) + (h.tips && h.tips.length && h.tips[i][jj] ?
+                                "\n" + h.tips[i][jj] : "");
           });
           if (block !== null && block !== undefined) {
             td.addEventListener("click", function () { selectBlock(block); });

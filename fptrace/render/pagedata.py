@@ -19,6 +19,10 @@ class Heatmap:
     values: tuple[tuple[float | None, ...], ...]  # rows × columns; None: no value there
     blocks: tuple[int | None, ...] = ()  # the block each row is (a click opens it), or none
     diverging: bool = False  # colours centred on 0 (signed values)
+    # rows × columns of what a cell shows instead of its value (e.g. a head's roles); () none
+    labels: tuple[tuple[str, ...], ...] = ()
+    # rows × columns of more lines its hover shows (every score behind a label); () none
+    tips: tuple[tuple[str, ...], ...] = ()
 
 
 @dataclass(frozen=True)

@@ -16,13 +16,12 @@ from fptrace.commands.stats.result import (
     SinkHead,
     TopChannel,
 )
-from fptrace.core.activation_stats import ActivationStats
+from fptrace.core.activation_stats import SINK_THRESHOLD, ActivationStats
 
 OUTLIER_MIN = 6.0  # LLM.int8(): magnitude >= 6 ...
 OUTLIER_POSITIONS = 0.06  # ... at >= 6 % of the positions (sequence dimensions) ...
 OUTLIER_LAYERS = 0.25  # ... in >= 25 % of the layers
 OUTLIER_SITES = ("attn_in", "mlp_in")  # where LLM.int8() looked: the attention and FFN inputs
-SINK_THRESHOLD = 0.3
 SHOWN = 3  # positions and tokens listed per massive channel
 
 

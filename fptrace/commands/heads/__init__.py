@@ -1,0 +1,1 @@
+"""`fptrace heads`: what each attention head does, measured."""

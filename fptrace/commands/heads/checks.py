@@ -1,0 +1,133 @@
+"""The checks by intervention that turn a pattern score into a role (docs/heads.md).
+
+- induction: each candidate head removed (zero, ablate's batched hooks: one row a head), the mean
+  loss on the repeated half of the induction sequences; the head is an induction head where the
+  loss rises by more than LOSS_MIN nats;
+- previous-token: on the prompts, one earlier token j replaced by a seeded random token (one row
+  per j, the clean prompt in row 0); the candidate head's output (its slice of W_O's input)
+  changes at each later position; the head reads the previous token where its mean change at
+  j + 1 is larger than its mean change at the positions after j + 1 (the share > 1).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any
+
+from fptrace.addresses import Head
+from fptrace.core.hooks import Hook, hooked
+from fptrace.core.interventions import Part, ablation_hooks
+from fptrace.families.parts import dims, output_projection
+from fptrace.models.loading import LoadedModel
+
+BATCH = 16  # rows per forward pass
+PREVIOUS_PROMPTS = 6  # prompts the previous-token check replaces tokens in ...
+PREVIOUS_TOKENS = 32  # ... each cut to its first tokens
+
+
+def induction_check(lm: LoadedModel, rand: Sequence[Any], n: int, heads: Sequence[Head],
+                    clean: float | None, states: dict | None = None) -> dict[Head, float]:
+    """Per head: the mean repeated-half loss with it removed minus the clean one (nats).
+
+    With `states` (each sequence's clean block outputs: sequence -> [(output (T, d), whether
+    the block returns a tuple)] block by block), the blocks before the earliest removed head of
+    a pass are not run again: removing a head of block l changes nothing before block l, so the
+    clean outputs stand in for them (tests/test_heads.py holds both ways equal)."""
+    import torch
+
+    from fptrace.commands.heads.patterns import repeated_loss
+
+    out: dict[Head, float] = {}
+    if clean is None:
+        return out
+    # one row per (head, sequence), by block: a pass's rows start from one block
+    pairs = [(h, it) for h in sorted(heads, key=lambda h: (h.layer, h.head)) for it in rand]
+    totals = dict.fromkeys(heads, 0.0)
+    for start in range(0, len(pairs), BATCH):
+        chunk = pairs[start:start + BATCH]
+        rows = [(Part(h.layer, h.head),) for h, _ in chunk]
+        first = min(h.layer for h, _ in chunk)
+        x = torch.tensor([list(it.ids) for _, it in chunk], device=lm.device)  # (B, 2n)
+        with torch.inference_mode(), hooked(ablation_hooks(lm, rows, None), prepend=True), \
+                clean_blocks(lm, first, None if states is None else
+                             [states[it] for _, it in chunk]):
+            logits = lm.model(x, use_cache=False, logits_to_keep=n).logits  # (B, n, V)
+        for (h, it), lg in zip(chunk, logits, strict=True):
+            totals[h] += repeated_loss(lg, it.ids, n)
+    for h in heads:
+        out[h] = totals[h] / len(rand) - clean
+    return out
+
+
+@contextmanager
+def clean_blocks(lm: LoadedModel, upto: int, rows: list | None) -> Iterator[None]:
+    """Blocks 0 … upto − 1 return their clean outputs instead of running (rows[r]: row r's
+    clean block outputs); their forward is restored on leaving. Nothing with rows None or
+    upto 0."""
+    import torch
+
+    if rows is None or upto == 0:
+        yield
+        return
+    is_tuple = rows[0][upto - 1][1]
+    hidden = torch.stack([r[upto - 1][0] for r in rows])  # (B, T, d): block upto − 1's output
+    value = (hidden,) if is_tuple else hidden
+
+    def stand_in(*args: Any, **kwargs: Any) -> Any:
+        return value  # the blocks before it are never read past block upto − 1
+
+    blocks = lm.parts.blocks[:upto]
+    for b in blocks:
+        b.forward = stand_in
+    try:
+        yield
+    finally:
+        for b in blocks:
+            del b.forward
+
+
+def previous_check(lm: LoadedModel, items: Sequence[Any], heads: Sequence[Head], seed: int
+                   ) -> dict[Head, float]:
+    """Per head: its mean output change at j + 1 over its mean change at the positions after
+    j + 1, when token j is replaced (j ≥ 1), over the first prompts of 4 tokens or more."""
+    import torch
+
+    dm = dims(lm.config, lm.parts.family)
+    hd, H = dm.head_dim, dm.n_heads
+    layers = sorted({h.layer for h in heads})
+    prompts = [it.ids[:PREVIOUS_TOKENS] for it in items if len(it.ids) >= 4][:PREVIOUS_PROMPTS]
+    nxt = torch.zeros(dm.n_layers, H, dtype=torch.float64)
+    later = torch.zeros(dm.n_layers, H, dtype=torch.float64)
+    g = torch.Generator().manual_seed(seed)
+    for ids in prompts:
+        T = len(ids)
+        js = list(range(1, T - 2))  # a later position after j + 1 exists
+        rows = [list(ids)]
+        for j in js:
+            row = list(ids)
+            new = int(torch.randint(0, dm.vocab_size, (1,), generator=g))
+            row[j] = new if new != ids[j] else (new + 1) % dm.vocab_size
+            rows.append(row)
+        got: dict[int, Any] = {}
+
+        def keep(layer: int, got: dict = got, B: int = len(rows), T: int = T):
+            def hook(module: Any, args: tuple) -> None:
+                z = args[0].float().view(B, T, H, hd)  # (B, T, H, hd)
+                got[layer] = torch.linalg.vector_norm(z[1:] - z[:1], dim=-1).double().cpu()
+            return hook
+
+        hooks = [Hook.before(output_projection(lm.parts.attns[l], lm.parts.family.w_o)[0],
+                             keep(l)) for l in layers]
+        with torch.inference_mode(), hooked(hooks):
+            lm.model(torch.tensor(rows, device=lm.device), use_cache=False, logits_to_keep=1)
+        for l in layers:
+            change = got[l]  # (len(js), T, H)
+            for r, j in enumerate(js):
+                nxt[l] += change[r, j + 1]
+                later[l] += change[r, j + 2:].mean(0)
+    return {h: float(nxt[h.layer, h.head] / later[h.layer, h.head].clamp(min=1e-12))
+            for h in heads}
+
+
+__all__ = ["clean_blocks", "induction_check", "previous_check"]

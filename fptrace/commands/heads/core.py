@@ -1,0 +1,238 @@
+"""`fptrace heads`: what each attention head does, measured (docs/heads.md).
+
+Pattern scores come from the model's own attention weights (transformers' eager attention, up
+to 8 prompts a pass, right-padded: a real position never attends to a later pad):
+previous-token, duplicate-token, first-token (the sinks of `fptrace stats`), subject, and
+induction on sequences of seeded random tokens repeated once. Position 0 is never
+a key of the previous-token, duplicate-token or induction patterns: a head that gives all its
+attention to the first token (a sink) would otherwise match "the previous token" at position 1.
+
+Weight scores read the weights alone (weights.py): the OV circuit's copying share and its
+eigenvalue sign measure.
+
+A role is given where a score clears its threshold and, for the roles that have a check, the
+check agrees (checks.py): an induction head's removal (ablate's batched zero ablation) raises
+the loss on the repeated half; a previous-token head's output, when one earlier token is
+replaced, changes at the next position more than at the later ones. Where the check disagrees
+the role is "pattern only".
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from fptrace.addresses import Head, resolve_head
+from fptrace.commands.heads.patterns import (
+    Item,
+    Tally,
+    induction_items,
+    pattern_masks,
+    repeated_loss,
+    tally,
+)
+from fptrace.commands.heads.result import Evidence, Heads, HeadScores
+from fptrace.commands.heads.roles import LOSS_MIN, ROLES, THRESHOLDS
+from fptrace.core.hooks import Hook, eager_attention, hooked
+from fptrace.core.trace import base_notes, model_info, sizes
+from fptrace.errors import BadInput, UnsupportedModel
+from fptrace.models.loading import LoadedModel
+
+INDUCTION_SEQUENCES = 8
+INDUCTION_LENGTH = 64
+EVIDENCE = 8  # positions listed with --head
+OV_TOKENS = 32  # tokens sampled for the OV copying share
+INDUCTION_BATCH = 8  # induction sequences a pass
+PROMPT_BATCH = 8  # prompts a pass (right-padded to the longest) ...
+WEIGHTS_BYTES = 1 << 29  # ... while their attention weights stay under 512 MiB
+
+
+def shipped_prompts() -> str:
+    """The folder of example prompts next to the package (prompts/ of the repository)."""
+    return str(Path(__file__).resolve().parents[3] / "prompts")
+
+
+def items_of(lm: LoadedModel, prompts: Sequence[Any], subjects: Sequence[str | None] = ()
+             ) -> list[Item]:
+    """The prompts (text, Chat or token ids) as Items, each subject located by its characters
+    (core/fragments.py), refusing prompts longer than the context."""
+    from fptrace.core.fragments import subject_positions
+
+    out = []
+    for k, p in enumerate(prompts):
+        prepared = lm.prepare(p)
+        subject = subjects[k] if k < len(subjects) else None
+        where = None if subject is None else tuple(subject_positions(lm, p, subject,
+                                                                     what="subject"))
+        name = prepared.text if isinstance(p, str) else f"prompt[{k}]"
+        out.append(Item(name, tuple(prepared.ids), where))
+    return out
+
+
+def attention(lm: LoadedModel, rows: Sequence[Sequence[int]], keep: int = 1,
+              states: list | None = None) -> tuple[list[list[Any]], Any]:
+    """One pass of `rows` (token ids, all of one length): per row, every block's attention
+    weights (H, T, T) float32; and the logits of the last `keep` positions (B, keep, V). The
+    heads are the model's own: transformers' eager attention returns them. With `states` (a
+    list), each block's output (B, T, d) and whether the block returns a tuple are appended to
+    it, block by block."""
+    import torch
+
+    from fptrace.core.hooks import first_output
+
+    weights: list[Any] = [None] * len(lm.parts.attns)
+
+    def store(module: Any, args: tuple, output: Any) -> None:
+        if states is not None:
+            states.append((first_output(output), isinstance(output, (tuple, list))))
+
+    def keeper(i: int):
+        def hook(module: Any, args: tuple, output: Any) -> None:
+            w = output[1] if isinstance(output, (tuple, list)) and len(output) > 1 else None
+            if w is None or w.dim() != 4:
+                raise UnsupportedModel(f"block {i}'s attention returned no weights under eager "
+                                       f"attention: fptrace heads cannot read {lm.name}'s heads")
+            weights[i] = w.float()  # (B, H, T, T)
+        return hook
+
+    hooks = [Hook.after(a, keeper(i)) for i, a in enumerate(lm.parts.attns)]
+    if states is not None:
+        hooks += [Hook.after(b, store) for b in lm.parts.blocks]
+    x = torch.tensor([list(r) for r in rows], device=lm.device)  # (B, T)
+    with torch.inference_mode(), eager_attention(lm.model), hooked(hooks):
+        logits = lm.model(x, use_cache=False, logits_to_keep=keep).logits  # (B, keep, V)
+    return [[w[b] for w in weights] for b in range(len(rows))], logits.float()
+
+
+def prompt_batches(items: Sequence[Item], heads: int) -> list[list[Item]]:
+    """The prompts by length, in passes of at most PROMPT_BATCH whose attention weights (every
+    head's T × T at the longest prompt's T, float32) stay under WEIGHTS_BYTES."""
+    out: list[list[Item]] = []
+    for it in sorted(items, key=lambda it: len(it.ids)):
+        T = len(it.ids)
+        if out and len(out[-1]) < PROMPT_BATCH and \
+                (len(out[-1]) + 1) * heads * T * T * 4 <= WEIGHTS_BYTES:
+            out[-1].append(it)
+        else:
+            out.append([it])
+    return out
+
+
+def heads(lm: LoadedModel, prompts: Sequence[Any] = (), *, subjects: Sequence[str | None] = (),
+          seed: int = 0, induction: int = INDUCTION_SEQUENCES,
+          induction_length: int = INDUCTION_LENGTH, check: bool = True,
+          weights: bool = True, head: Head | None = None, ov_tokens: int = OV_TOKENS) -> Heads:
+    """Every attention head's pattern scores over `prompts` (text, Chat or token ids; subjects[k]
+    the subject of prompts[k] or None) and `induction` sequences of `induction_length` seeded
+    random tokens repeated once, its OV weight scores, the checks by intervention, and the
+    roles they support (docs/heads.md)."""
+    from fptrace.commands.heads.checks import induction_check, previous_check
+    from fptrace.commands.heads.story import story
+    from fptrace.commands.heads.weights import ov_scores
+
+    info = model_info(lm)
+    L, H = info.n_layers, info.n_heads
+    focus = None if head is None else resolve_head(head, sizes(lm), "head")
+    items = items_of(lm, prompts, subjects)
+    if items and all(len(it.ids) < 3 for it in items):
+        raise BadInput("every prompt is shorter than 3 tokens: the previous-token score needs a "
+                       "query i ≥ 2 (its previous token not the first); give a longer prompt")
+    ctx = info.context_length
+    for it in items:
+        if ctx and len(it.ids) > ctx:
+            raise BadInput(f"{it.name!r} is {len(it.ids)} tokens, beyond {lm.name}'s context "
+                           f"of {ctx}")
+    rand = induction_items(lm, induction, induction_length, seed)
+    if not rand and not any(pattern_masks(it.ids)["duplicate"].any() for it in items):
+        raise BadInput("no token repeats within a prompt (after the first position) and "
+                       "--induction 0: the duplicate-token score needs one; add a prompt with a "
+                       "repeated word, or induction sequences")
+    if not items and not rand:
+        raise BadInput("nothing to score: give prompts or induction sequences")
+    sums = Tally(L, H)
+    for chunk in prompt_batches(items, L * H):
+        # right padding: a real position attends only to earlier ones, so no pad enters its
+        # softmax (the pads' own rows are cut off)
+        T = max(len(it.ids) for it in chunk)
+        ws, _ = attention(lm, [list(it.ids) + [it.ids[-1]] * (T - len(it.ids))
+                               for it in chunk])
+        for w, it in zip(ws, chunk, strict=True):
+            n = len(it.ids)
+            tally(sums, [x[:, :n, :n] for x in w], it, pattern_masks(it.ids), focus)
+    clean_losses = []
+    clean_states: dict[Any, list[tuple[Any, bool]]] = {}  # sequence -> each block's output
+    for start in range(0, len(rand), INDUCTION_BATCH):  # one length: batched
+        chunk = rand[start:start + INDUCTION_BATCH]
+        kept: list[tuple[Any, bool]] = []
+        ws, logits = attention(lm, [it.ids for it in chunk], keep=induction_length,
+                               states=kept if check else None)
+        for b, it in enumerate(chunk):
+            clean_states[it] = [(out[b], is_tuple) for out, is_tuple in kept]
+        for w, it, lg in zip(ws, chunk, logits, strict=True):
+            masks = pattern_masks(it.ids, induction_length)
+            tally(sums, w, it, {k: masks[k] for k in ("duplicate", "induction")}, focus)
+            clean_losses.append(repeated_loss(lg, it.ids, induction_length))
+    clean_loss = sum(clean_losses) / len(clean_losses) if clean_losses else None
+    scores = {s: sums.mean(s) for s in ("previous", "duplicate", "induction", "first",
+                                         "subject")}
+    ov = ov_scores(lm, seed, ov_tokens) if weights else None
+    notes = base_notes(lm) + ([] if ov is None else list(ov.notes))
+
+    def score(name: str, l: int, h: int) -> float | None:
+        s = scores[name]
+        return None if s is None else float(s[l, h])
+
+    cand = {role: [Head(l, h) for l in range(L) for h in range(H)
+                   if (score(key, l, h) or 0.0) >= THRESHOLDS[role]]
+            for role, key in (("previous-token", "previous"), ("induction", "induction"),
+                              ("duplicate-token", "duplicate"), ("subject", "subject"))}
+    loss = induction_check(lm, rand, induction_length, cand["induction"], clean_loss,
+                           clean_states) \
+        if check and rand and cand["induction"] else {}
+    nxt = previous_check(lm, items, cand["previous-token"], seed) \
+        if check and cand["previous-token"] else {}
+    rows = []
+    for l in range(L):
+        for h in range(H):
+            hd = Head(l, h)
+            roles: list[str] = []
+            only: list[str] = []
+            for role in ROLES:
+                if hd not in cand[role]:
+                    continue
+                agrees = {"induction": loss.get(hd, 0.0) > LOSS_MIN if check else True,
+                          "previous-token": nxt.get(hd, 0.0) > 1.0 if check else True
+                          }.get(role, True)
+                (roles if agrees else only).append(role)
+            first = float(scores["first"][l, h]) if scores["first"] is not None else 0.0
+            if first >= THRESHOLDS["sink"]:
+                roles.append("sink")
+            rows.append(HeadScores(
+                layer=l, head=h, previous=score("previous", l, h),
+                duplicate=score("duplicate", l, h), induction=score("induction", l, h),
+                first=first, subject=score("subject", l, h),
+                copying=None if ov is None or ov.copying is None else float(ov.copying[l][h]),
+                eigen=None if ov is None or ov.eigen is None else float(ov.eigen[l][h]),
+                loss_change=loss.get(hd), next_share=nxt.get(hd), roles=tuple(roles),
+                pattern_only=tuple(only)))
+    evidence = _evidence(lm, sums.evidence)
+    checks = () if ov is None else tuple(ov.checks)
+    result_rows = tuple(rows)
+    return Heads(
+        model=info, prompts=len(items), seed=seed, induction_sequences=len(rand),
+        induction_length=induction_length if rand else 0, clean_loss=clean_loss,
+        thresholds=tuple(THRESHOLDS.items()), heads=result_rows,
+        story=tuple(story(result_rows, L, check)), evidence=evidence,
+        focus=None if focus is None else str(focus), checks=checks,
+        ok=all(c.ok for c in checks), notes=tuple(notes))
+
+
+def _evidence(lm: LoadedModel, found: list) -> tuple[Evidence, ...]:
+    top = sorted(found, key=lambda e: -e[1])[:EVIDENCE * 3]
+    return tuple(Evidence(prompt=f"{score}: {name}", query=q, key=k, weight=w,
+                          query_text=lm.token_text(qi), key_text=lm.token_text(ki))
+                 for score, w, name, q, k, qi, ki in top)
+
+
+__all__ = ["attention", "heads", "items_of", "shipped_prompts"]

@@ -1,0 +1,86 @@
+"""Examples of `fptrace heads`: its bad inputs and its notes' cases."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fptrace.examples import Bench, Case, NoteCase, Setup
+
+PROMPTS = [[5, 6, 7, 6, 9, 10, 6], [11, 12, 13, 14, 12]]
+
+
+def _heads(bench: Bench, family: str = "llama", **kw: Any) -> Any:
+    from fptrace.commands.heads.core import heads
+
+    kw.setdefault("induction", 2)
+    kw.setdefault("induction_length", 6)
+    return heads(bench.lm(family), PROMPTS, **kw)
+
+
+def _story(bench: Bench, **kw: Any) -> tuple[str, ...]:
+    return _heads(bench, **kw).story
+
+
+def _with(bench: Bench, threshold: float, **kw: Any) -> tuple[str, ...]:
+    """The story with every threshold set to `threshold` (2: out of reach; -1: every head
+    clears it)."""
+    from fptrace.commands.heads import roles
+
+    saved = dict(roles.THRESHOLDS)
+    try:
+        roles.THRESHOLDS.update(dict.fromkeys(roles.THRESHOLDS, threshold))
+        return _story(bench, check=False, **kw)
+    finally:
+        roles.THRESHOLDS.update(saved)
+
+
+def _role(bench: Bench) -> tuple[Any, Any]:
+    return _with(bench, 2.0), _with(bench, -1.0)
+
+
+def _none(bench: Bench) -> tuple[Any, Any]:
+    return _with(bench, -1.0), _with(bench, 2.0)
+
+
+def _pattern_only(bench: Bench) -> tuple[Any, Any]:
+    return _story(bench, check=False), None
+
+
+def _claim(bench: Bench) -> tuple[Any, Any]:
+    return _with(bench, 2.0), _with(bench, -1.0)
+
+
+def _untested(bench: Bench) -> tuple[Any, Any]:
+    return _with(bench, -1.0), _with(bench, 2.0)
+
+
+def _no_ov(bench: Bench) -> tuple[Any, Any]:
+    return _heads(bench, check=False).notes, None
+
+
+def _unchecked(bench: Bench) -> tuple[Any, Any]:
+    return _story(bench), _story(bench, check=False)
+
+
+NOTE_CASES = (NoteCase("heads_role", _role),
+              NoteCase("heads_role_none", _none),
+              NoteCase("heads_pattern_only", _pattern_only),
+              NoteCase("heads_claim", _claim),
+              NoteCase("heads_claim_untested", _untested),
+              NoteCase("heads_no_ov", _no_ov),
+              NoteCase("heads_unchecked", _unchecked))
+
+
+def bad_inputs(at: Setup) -> tuple[Case, ...]:
+    """The bad inputs of `fptrace heads` (rows of docs/bad-inputs.md)."""
+    m = at.model
+    return (
+        Case(250, "heads: prompts of one token (no previous-token pair)", ("heads", "A", *m)),
+        Case(251, "heads: no repeated token and no induction sequences",
+             ("heads", "The cat sat", "--induction", "0", *m)),
+        Case(252, "heads: induction sequences longer than the context",
+             ("heads", "The cat sat", "--induction", "2x100000", *m)),
+        Case(253, "heads: a seed that is not a number", ("heads", "The cat sat", "--seed", "x",
+                                                         *m)),
+        Case(254, "heads: --induction not NxLEN", ("heads", "hi", "--induction", "8by64", *m)),
+    )

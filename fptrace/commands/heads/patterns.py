@@ -1,0 +1,133 @@
+"""The patterns a head's attention is scored against (docs/heads.md): the keys each pattern
+names for each query, the running sums of the attention on them, the induction sequences of
+seeded random tokens repeated once, and the loss on their repeated half."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from fptrace.addresses import Head
+from fptrace.core.trace import model_info
+from fptrace.errors import BadInput
+from fptrace.models.loading import LoadedModel
+
+
+@dataclass(frozen=True)
+class Item:
+    """One prompt to score: its name, its token ids, its subject's positions (or None)."""
+
+    name: str
+    ids: tuple[int, ...]
+    subject: tuple[int, ...] | None = None
+
+
+@dataclass
+class Tally:
+    """Running sums of the pattern scores, (L, H) each, and the evidence of one head."""
+
+    L: int
+    H: int
+    sums: dict = field(default_factory=dict)  # score -> (L, H) float64 tensor
+    counts: dict = field(default_factory=dict)  # score -> number of queries
+    evidence: list = field(default_factory=list)
+
+    def add(self, score: str, total: Any, n: int) -> None:
+        if n == 0:
+            return
+        self.sums[score] = self.sums.get(score, 0) + total.double().cpu()
+        self.counts[score] = self.counts.get(score, 0) + n
+
+    def mean(self, score: str) -> Any:
+        return self.sums[score] / self.counts[score] if self.counts.get(score) else None
+
+
+def induction_items(lm: LoadedModel, n: int, length: int, seed: int) -> list[Item]:
+    """n sequences of `length` seeded random token ids, each repeated once (2·length tokens)."""
+    import torch
+
+    if n < 0 or length < 0:
+        raise BadInput("--induction must be N×LEN with N ≥ 0 and LEN ≥ 2")
+    if n == 0:
+        return []
+    if length < 2:
+        raise BadInput(f"--induction length {length}: a copy needs 2 tokens or more")
+    ctx = model_info(lm).context_length
+    if ctx and 2 * length > ctx:
+        raise BadInput(f"--induction length {length}: the repeated sequence is {2 * length} "
+                       f"tokens, beyond {lm.name}'s context of {ctx}; use {ctx // 2} or less")
+    g = torch.Generator().manual_seed(seed)
+    V = int(lm.config.vocab_size)
+    out = []
+    for k in range(n):
+        r = torch.randint(0, V, (length,), generator=g).tolist()
+        out.append(Item(f"induction[{k}]", tuple(r + r)))
+    return out
+
+
+def pattern_masks(ids: Sequence[int], induction_half: int | None = None) -> dict[str, Any]:
+    """(T, T) float masks of the keys each pattern names for each query (query rows), by
+    score; position 0 is never a key of these patterns."""
+    import torch
+
+    T = len(ids)
+    t = torch.tensor(list(ids))
+    out = {}
+    prev = torch.zeros(T, T)
+    if T >= 3:
+        i = torch.arange(2, T)
+        prev[i, i - 1] = 1.0
+    out["previous"] = prev
+    same = (t[:, None] == t[None, :]).float().tril(-1)
+    same[:, 0] = 0.0
+    out["duplicate"] = same
+    if induction_half is not None:
+        n = induction_half
+        ind = torch.zeros(T, T)
+        i = torch.arange(n, 2 * n)
+        ind[i, i - n + 1] = 1.0
+        out["induction"] = ind
+    return out
+
+
+def tally(sums: Tally, weights: list[Any], item: Item, masks: dict, focus: Head | None
+          ) -> None:
+    """Add one prompt's attention to the sums: per score, Σ over queries with a key of the
+    attention on those keys."""
+    import torch
+
+    A = torch.stack(weights)  # (L, H, T, T)
+    T = A.shape[-1]
+    for score, m in masks.items():
+        rows = m.sum(-1) > 0  # (T,) the queries that have a key
+        n = int(rows.sum())
+        if n:
+            got = (A * m.to(A.device)).sum(-1)  # (L, H, T)
+            sums.add(score, got[..., rows.to(A.device)].sum(-1), n)
+    if T >= 2:
+        sums.add("first", A[..., 1:, 0].sum(-1), T - 1)
+    if item.subject:
+        sums.add("subject", A[..., -1, list(item.subject)].sum(-1), 1)
+    if focus is not None:
+        w = A[focus.layer, focus.head]
+        for score, m in masks.items():
+            q, k = m.nonzero(as_tuple=True)
+            for a, b in zip(q.tolist(), k.tolist(), strict=True):
+                sums.evidence.append((score, float(w[a, b]), item.name, a, b,
+                                       item.ids[a], item.ids[b]))
+
+
+def repeated_loss(logits: Any, ids: Sequence[int], n: int) -> float:
+    """The mean cross-entropy of the predictions of the second copy's tokens 1 … n − 1 (each
+    predicted at the position before it), in nats; `logits` (k, V) are those of the last k ≥ n
+    positions of the 2n."""
+    import torch
+
+    t = torch.tensor(list(ids), device=logits.device)
+    first = logits.shape[0] - n  # the row of position n
+    pred = logits[first:first + n - 1]  # positions n … 2n − 2 predict tokens n + 1 … 2n − 1
+    return float(torch.nn.functional.cross_entropy(pred.float(), t[n + 1:2 * n]))
+
+
+__all__ = ["Item", "Tally", "induction_items", "pattern_masks", "repeated_loss", "tally"]

@@ -1,0 +1,126 @@
+"""The OV circuit of every head, from the weights alone (Elhage et al. 2021).
+
+Head h of block l maps a token's embedding e to logits: the block's attention input norm (the
+module itself, applied to e), the head's W_V rows (its K/V group's under GQA), its W_O columns,
+the attention post-norm's gain where the family has one, the final norm's gain (and centring for
+a LayerNorm), the LM head. The norms' scales are positive numbers per vector, which move no
+argmax; the post-norm's and the final norm's are left out (the copying share is exact without
+them; the eigenvalue measure counts them as 1).
+
+- copying share: of `n` seeded sampled tokens, the share whose own logit is the largest of the
+  whole vocabulary (n = 0: not computed, null; its cost is n × d × V per head);
+- eigenvalue measure: Σλ / Σ|λ| over the eigenvalues of the (V, V) circuit, computed as those of
+  the (hd, hd) matrix W_V^h · diag(g₁) · Ẽᵀ·Ũ · W_O^h (the nonzero eigenvalues of AB and BA
+  agree), Ẽ the embedding rows at the input norm's scale, Ũ the LM head through the gains.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from fptrace.core.trace import model_info
+from fptrace.families.kinds import NormKind
+from fptrace.families.parts import output_projection
+from fptrace.models.loading import LoadedModel
+
+
+@dataclass
+class OV:
+    copying: list | None  # (L, H) floats
+    eigen: list | None
+    notes: list = field(default_factory=list)
+    checks: list = field(default_factory=list)
+
+
+def value_weights(attn: Any, nh: int, nkv: int, hd: int) -> Any:
+    """W_V (nkv·hd, d) float32: v_proj, or the third of GPT-2's fused c_attn; None where the
+    attention module has neither."""
+    v = getattr(attn, "v_proj", None)
+    if v is not None:
+        return v.weight.float()
+    c = getattr(attn, "c_attn", None)
+    if c is not None and type(c).__name__ == "Conv1D" and c.weight.shape[1] == 3 * nh * hd:
+        C = nh * hd
+        return c.weight[:, 2 * C:3 * C].T.float()
+    return None
+
+
+def _gain(module: Any, kind: NormKind, d: int) -> Any:
+    import torch
+
+    w = getattr(module, "weight", None)
+    if w is None:
+        return torch.ones(d)
+    w = w.float().cpu()
+    return 1.0 + w if kind.is_rms and kind.one_plus else w
+
+
+def ov_scores(lm: LoadedModel, seed: int, n: int) -> OV | None:
+    """Both scores for every head (the copying share only with n ≥ 1), or None (with a note)
+    where a family's W_V or norms cannot be read."""
+    import torch
+
+    from fptrace.commands.heads.notes import HEADS_NO_OV
+
+    info = model_info(lm)
+    fam = lm.parts.family
+    L, H, hd = info.n_layers, info.n_heads, info.head_dim
+    nkv = info.n_kv_heads or H
+    kind = fam.norm_type
+    if kind is not NormKind.layernorm and not kind.is_rms:
+        return OV(None, None, notes=[HEADS_NO_OV(family=fam.title)])
+    with torch.inference_mode():
+        E = lm.parts.embed.weight.float().cpu()  # (V, d)
+        U = lm.parts.lm_head.weight.float().cpu()  # (V, d)
+        V, d = E.shape
+        centre = kind is NormKind.layernorm
+        Uf = U * _gain(lm.parts.final_norm, kind, d)  # (V, d)
+        if centre:
+            Uf = Uf - Uf.mean(-1, keepdim=True)
+        norms: list[Any] = [None if fam.attn_norm is None else b.get_submodule(fam.attn_norm)
+                            for b in lm.parts.blocks]
+        # the input norm's scale of each embedding row (the first block's eps; the gains per
+        # block below)
+        Ec = E - E.mean(-1, keepdim=True) if centre and norms[0] is not None else E
+        if norms[0] is not None:
+            eps = getattr(norms[0], "variance_epsilon", None) or getattr(norms[0], "eps", 1e-5)
+            Ec = Ec * torch.rsqrt(Ec.pow(2).mean(-1, keepdim=True) + eps)
+        K = Ec.T @ Uf  # (d, d)
+        g = torch.Generator().manual_seed(seed)
+        sample = torch.randperm(V, generator=g)[:n]  # (n,)
+        copying, eigen = [], []
+        for layer in range(L):
+            attn = lm.parts.attns[layer]
+            Wv = value_weights(attn, H, nkv, hd)
+            if Wv is None or Wv.shape != (nkv * hd, d):
+                return OV(None, None, notes=[HEADS_NO_OV(family=fam.title)])
+            Wv = Wv.cpu()
+            _, (Wo, _) = output_projection(attn, fam.w_o)
+            Wo = Wo.cpu()  # (d, H·hd)
+            g1 = torch.ones(d) if norms[layer] is None else _gain(norms[layer], kind, d)
+            Ul, Kl = Uf, K
+            if fam.attn_added:
+                gp = _gain(lm.parts.attn_adds[layer], kind, d)
+                Ul, Kl = Uf * gp, K * gp
+            x = E[sample].to(lm.parts.embed.weight.device, lm.parts.embed.weight.dtype)
+            norm = norms[layer]
+            if norm is not None:
+                x = norm(x[None])[0]
+            v = x.float().cpu() @ Wv.T  # (n, nkv·hd)
+            row_e, outs = [], []
+            for h in range(H):
+                kv = h // (H // nkv)
+                Wvh = Wv[kv * hd:(kv + 1) * hd]  # (hd, d)
+                Woh = Wo[:, h * hd:(h + 1) * hd]  # (d, hd)
+                outs.append(v[:, kv * hd:(kv + 1) * hd] @ Woh.T)  # (n, d)
+                lam = torch.linalg.eigvals((Wvh * g1) @ Kl @ Woh)  # (hd,)
+                row_e.append(float(lam.real.sum() / lam.abs().sum().clamp(min=1e-30)))
+            if n:  # every head's logits in one product: (H·n, d) @ (d, V)
+                top = (torch.cat(outs) @ Ul.T).argmax(-1).view(H, n)  # (H, n)
+                copying.append((top == sample).float().mean(-1).tolist())
+            eigen.append(row_e)
+    return OV(copying if n else None, eigen)
+
+
+__all__ = ["OV", "ov_scores", "value_weights"]

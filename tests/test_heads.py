@@ -1,0 +1,384 @@
+"""fptrace heads: the pattern scores against a plain computation on output_attentions (a
+pre-norm family with GQA, a post-norm one, two mixture-of-experts ones), heads planted by hand in
+a tiny GPT-2, the OV eigenvalue measure against the whole (V, V) circuit, the story's sentences
+against the grid, a family whose attention gives no weights, and the bad inputs.
+
+Every model is built once per module and every result computed once (fixtures): the file runs
+in seconds."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from conftest import build_tiny, save_with_gpt2_tokenizer, tiny_gpt2
+from planted_heads import planted_gpt2
+from typer.testing import CliRunner
+
+from fptrace.models.loading import wrap_model
+
+PROMPTS = [[5, 6, 7, 6, 9, 10, 6], [11, 12, 13, 14, 12]]
+SEED, N, LEN = 3, 2, 6  # the induction sequences: N of LEN tokens, repeated once
+
+
+def _plain(model, rows, n=None):
+    """Each score by hand from output_attentions (eager attention)."""
+    model.config._attn_implementation = "eager"
+    L, H = model.config.num_hidden_layers, model.config.num_attention_heads
+    sums = {k: torch.zeros(L, H, dtype=torch.float64) for k in ("previous", "duplicate",
+                                                                 "induction", "first")}
+    counts = dict.fromkeys(sums, 0)
+    for ids, induction in rows:
+        with torch.no_grad():
+            att = model(torch.tensor([ids]), output_attentions=True).attentions
+        A = torch.stack([a[0] for a in att]).double()  # (L, H, T, T)
+        T = len(ids)
+        for i in range(T):
+            if i >= 1:
+                sums["first"] += A[..., i, 0]
+                counts["first"] += 1
+            if i >= 2 and not induction:
+                sums["previous"] += A[..., i, i - 1]
+                counts["previous"] += 1
+            earlier = [j for j in range(1, i) if ids[j] == ids[i]]
+            if earlier:
+                sums["duplicate"] += A[..., i, earlier].sum(-1)
+                counts["duplicate"] += 1
+            if induction and i >= n:
+                sums["induction"] += A[..., i, i - n + 1]
+                counts["induction"] += 1
+    return {k: sums[k] / counts[k] for k in sums}
+
+
+FAMILIES = ["llama", "olmo2", "mixtral", "qwen2_moe"]  # GQA pre-norm; post-norm; two MoE
+
+
+@pytest.fixture(scope="module", params=FAMILIES)
+def scored(request):
+    """(family, its tiny model wrapped, heads' result without the checks)."""
+    from fptrace.commands.heads.core import heads
+
+    lm = wrap_model(build_tiny(request.param), name=f"tiny-{request.param}",
+                    random_weights=True)
+    return request.param, lm, heads(lm, PROMPTS, seed=SEED, induction=N, induction_length=LEN,
+                                    check=False, ov_tokens=8)
+
+
+def test_scores_equal_a_plain_computation_on_output_attentions(scored):
+    """Dense (Llama with GQA, OLMo 2 post-norm) and mixture-of-experts (Mixtral, Qwen2-MoE)
+    models alike: every head's scores are the attention output_attentions returns."""
+    from fptrace.commands.heads.patterns import induction_items
+
+    family, lm, r = scored
+    rand = induction_items(lm, N, LEN, SEED)
+    plain = _plain(build_tiny(family), [(p, False) for p in PROMPTS]
+                   + [(list(it.ids), True) for it in rand], n=LEN)
+    assert len(r.heads) == lm.model.config.num_hidden_layers * \
+        lm.model.config.num_attention_heads
+    for h in r.heads:
+        for key in ("previous", "duplicate", "induction", "first"):
+            assert getattr(h, key) == pytest.approx(float(plain[key][h.layer, h.head]),
+                                                    abs=1e-5), (family, key, h.layer, h.head)
+
+
+def test_the_story_says_what_the_grid_shows(scored):
+    _, _, r = scored
+    for role in ("previous-token", "induction", "duplicate-token", "sink"):
+        n = sum(role in h.roles for h in r.heads)
+        said = [s for s in r.story if f" {role} head" in s and not s.startswith("the walk")]
+        assert said, (role, r.story)
+        if n:
+            assert said[0].startswith(f"the {n} {role} head"), (said, n)
+        else:
+            assert said[0].startswith(f"no head is a {role} head"), said
+
+
+# ---- heads planted by hand ---------------------------------------------------------------------
+
+PLANTED_PROMPTS = [torch.randint(0, 32, (20,), generator=torch.Generator().manual_seed(k))
+                   .tolist() for k in range(2)]
+
+
+def _planted(previous: bool = True, **kw):
+    from fptrace.commands.heads.core import heads
+
+    lm = wrap_model(planted_gpt2(previous), name="planted", random_weights=True)
+    return heads(lm, PLANTED_PROMPTS, seed=2, induction=3, induction_length=12, ov_tokens=8,
+                 **kw)
+
+
+@pytest.fixture(scope="module")
+def planted():
+    """heads over the planted GPT-2, the checks run: {"L.H": HeadScores}."""
+    return {f"{h.layer}.{h.head}": h for h in _planted().heads}
+
+
+def test_a_planted_previous_token_head_scores_and_is_labelled(planted):
+    h = planted["0.0"]
+    assert h.previous >= 0.99
+    assert h.roles == ("previous-token",) and h.next_share > 1.0
+
+
+def test_a_planted_induction_head_is_labelled_through_the_previous_token_head(planted):
+    h = planted["1.0"]
+    assert h.induction >= 0.5 and h.roles == ("induction",) and h.loss_change > 0.1
+    # without 0.0's output, 1.0 has no previous token to match: the score and the role go
+    gone = {f"{x.layer}.{x.head}": x
+            for x in _planted(previous=False, check=False, weights=False).heads}["1.0"]
+    assert gone.induction < 0.4 and "induction" not in gone.roles
+
+
+def test_a_first_token_head_is_a_sink_never_a_previous_token_head(planted):
+    h = planted["0.1"]
+    assert h.first >= 0.99 and h.previous <= 0.01
+    assert h.roles == ("sink",) and "previous-token" not in h.pattern_only
+
+
+def test_random_heads_are_not_labelled(planted):
+    for name in ("0.2", "0.3", "1.1", "1.2", "1.3"):
+        assert planted[name].roles == () and planted[name].pattern_only == (), name
+
+
+# ---- the OV circuit ----------------------------------------------------------------------------
+
+def test_ov_eigen_measure_equals_the_whole_circuit():
+    """On GPT-2 (LayerNorm, fused c_attn): Σλ/Σ|λ| of the (hd, hd) matrix equals that of the
+    whole (V, V) circuit built token by token."""
+    from fptrace.commands.heads.weights import ov_scores, value_weights
+
+    m = build_tiny("gpt2", vocab_size=96)
+    lm = wrap_model(m, name="tiny-gpt2", random_weights=True)
+    ov = ov_scores(lm, 0, 16)
+    E, U = m.transformer.wte.weight.float(), m.lm_head.weight.float()
+    cfg = m.config
+    H, d = cfg.n_head, cfg.n_embd
+    hd = d // H
+    gf = m.transformer.ln_f.weight.float()
+    Uf = U * gf
+    Uf = Uf - Uf.mean(-1, keepdim=True)
+    blk = m.transformer.h[1]
+    Ec = E - E.mean(-1, keepdim=True)
+    Ec = Ec * torch.rsqrt(Ec.pow(2).mean(-1, keepdim=True) + blk.ln_1.eps) * blk.ln_1.weight
+    Wv = value_weights(blk.attn, H, H, hd)
+    Wo = blk.attn.c_proj.weight.float().T
+    with torch.no_grad():
+        for h in range(H):
+            M = Uf @ Wo[:, h * hd:(h + 1) * hd] @ Wv[h * hd:(h + 1) * hd] @ Ec.T  # (V, V)
+            lam = torch.linalg.eigvals(M.double())
+            want = float(lam.real.sum() / lam.abs().sum())
+            assert ov.eigen[1][h] == pytest.approx(want, abs=1e-3)
+
+
+# ---- the command line --------------------------------------------------------------------------
+
+def _cli(*argv, model=None):
+    from fptrace.cli.main import app
+
+    return CliRunner().invoke(app, ["heads", *argv, "--model", model or tiny_gpt2()])
+
+
+@pytest.mark.parametrize("argv, says", [
+    (("A",), "shorter than 3 tokens"),
+    (("The cat sat", "--induction", "0"), "no token repeats"),
+    (("The cat sat", "--induction", "2x40"), "beyond"),
+    (("The cat sat", "--induction", "2y8"), "NxLEN"),
+    (("The cat sat", "--seed", "x"), "--seed"),  # typer's own refusal: its one line through
+])                                               # the real entry point is docs/bad-inputs.md's
+def test_bad_input_is_one_line_and_exit_2(argv, says):
+    r = _cli(*argv)
+    assert r.exit_code == 2, r.output
+    assert says in r.output and "Traceback" not in r.output
+    if "--seed" in argv:
+        return
+    errors = [line for line in r.stderr.splitlines() if "error" in line]
+    assert len(errors) == 1 and errors[0] == r.stderr.strip().splitlines()[-1], r.stderr
+
+
+def test_cli_json_and_one_head():
+    import json
+
+    r = _cli("The cat sat on the cat mat", "--induction", "2x8", "--json")
+    assert r.exit_code == 0, r.output
+    out = json.loads(r.stdout)
+    assert out["kind"] == "heads" and len(out["heads"]) == 4  # 2 blocks × 2 heads
+    r = _cli("The cat sat on the cat mat", "--induction", "0", "--no-check", "--head", "1.1")
+    assert r.exit_code == 0, r.output
+    assert "Head 1.1" in r.stdout
+
+
+def test_a_family_whose_attention_gives_no_weights_is_one_line(tmp_path, monkeypatch):
+    """A mixture-of-experts family fptrace loads, whose attention (as one that ignores eager
+    attention would) returns no weights: heads says so in one line, exit 2."""
+    from transformers.models.qwen2_moe import modeling_qwen2_moe as mod
+
+    folder = tmp_path / "tiny-qwen2-moe"
+    save_with_gpt2_tokenizer(build_tiny("qwen2_moe", vocab_size=50257, bos_token_id=50256,
+                                        eos_token_id=50256), folder)
+    forward = mod.Qwen2MoeAttention.forward
+
+    def no_weights(self, *args, **kwargs):
+        return forward(self, *args, **kwargs)[0], None
+
+    monkeypatch.setattr(mod.Qwen2MoeAttention, "forward", no_weights)
+    r = _cli("The cat sat on the cat mat", "--induction", "2x8", model=str(folder))
+    assert r.exit_code == 2, r.output
+    assert "Traceback" not in r.output
+    errors = [line for line in r.stderr.splitlines() if "error" in line]
+    assert len(errors) == 1 and errors[0] == r.stderr.strip().splitlines()[-1], r.stderr
+    assert "returned no weights" in errors[0] and "cannot read" in errors[0], errors
+
+
+# ---- the report's section and the TUI's heads tab ----------------------------------------------
+
+REPORT_PROMPT = "The cat sat on the cat mat"
+
+
+@pytest.fixture(scope="module")
+def page(tmp_path_factory):
+    """(the page holding heads' report section as `fptrace report --heads --heads-induction 2x8`
+    computes it, heads' own result over the same prompt and settings)."""
+    from fptrace.cli.options import LoadOptions
+    from fptrace.cli.sections import Page, collect
+    from fptrace.commands.heads.core import heads
+    from fptrace.core.trace import run_trace
+    from fptrace.models.loading import load_model
+    from fptrace.render.page import build_html
+
+    lm = load_model(tiny_gpt2())
+    section = dict(collect())["heads"]
+    assert [o[0] for o in section.options] == ["heads", "heads_induction"]
+    values = {"heads": True, "heads_induction": "2x8"}
+    section.check(values)
+    result = section.compute(Page(lm, REPORT_PROMPT, LoadOptions(), None), values)
+    assert section.compute(Page(lm, REPORT_PROMPT, LoadOptions(), None),
+                           {"heads": False, "heads_induction": "2x8"}) is None
+    out = tmp_path_factory.mktemp("heads-page") / "report.html"
+    out.write_text(build_html(run_trace(lm, REPORT_PROMPT, lens_grid=True), [(section, result)]),
+                   encoding="utf-8")
+    own = heads(lm, [REPORT_PROMPT], induction=2, induction_length=8)
+    return out, own
+
+
+def _page_grid(out):
+    import json
+    import re
+
+    html = out.read_text(encoding="utf-8")
+    m = re.search(r'<script type="application/json" id="fptrace-data">(.*?)</script>', html,
+                  re.S)
+    data = json.loads(m.group(1))
+    return next(s for s in data["sections"] if s["title"] == "Head roles")["heatmaps"][0]
+
+
+def test_the_report_grid_holds_every_heads_role_and_scores(page):
+    from fptrace.commands.heads.render import cell
+
+    out, own = page
+    grid = _page_grid(out)
+    L = max(h.layer for h in own.heads) + 1
+    assert grid["rows"] == [f"block {b}" for b in range(L)]
+    for h in own.heads:
+        assert grid["labels"][h.layer][h.head] == cell(h)
+        tip = grid["tips"][h.layer][h.head]
+        assert f"previous-token {h.previous:.3f}" in tip and f"first-token {h.first:.3f}" in tip
+        assert f"induction {h.induction:.3f}" in tip
+        want = "not checked" if h.loss_change is None else f"{h.loss_change:+.3f} nats"
+        assert f"repeated-half loss {want}" in tip
+        top = max(x for x in (h.previous, h.duplicate, h.induction) if x is not None)
+        assert grid["values"][h.layer][h.head] == pytest.approx(top, rel=1e-6)
+
+
+def test_hovering_a_cell_in_chromium_shows_its_scores(page):
+    import shutil
+
+    pytest.importorskip("playwright")
+    from playwright.sync_api import sync_playwright
+
+    chromium = shutil.which("chromium") or shutil.which("chromium-browser")
+    if chromium is None:
+        pytest.skip("no chromium")
+    out, own = page
+    h = own.heads[-1]
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=chromium, headless=True,
+                                    chromium_sandbox=False, args=["--no-sandbox",
+                                                                  "--disable-gpu"])
+        view = browser.new_page()
+        view.route("**/*", lambda r: r.continue_() if r.request.url == out.as_uri()
+                   else r.abort())
+        view.goto(out.as_uri(), wait_until="load")
+        box = view.locator(".section-heatmap", has_text="Head roles")
+        td = box.locator(f'td[data-i="{h.layer}"][data-j="{h.head}"]')
+        from fptrace.commands.heads.render import cell
+
+        assert td.inner_text() == cell(h)
+        td.hover()
+        tip = view.inner_text("#tip")
+        browser.close()
+    assert f"block {h.layer} · head {h.head}" in tip
+    assert f"previous-token {h.previous:.3f}" in tip and f"OV eigen {h.eigen:.3f}" in tip
+
+
+def _plain_text(renderable) -> str:
+    import io
+
+    from rich.console import Console
+
+    console = Console(file=io.StringIO(), width=120, color_system=None)
+    console.print(renderable)
+    return console.file.getvalue()
+
+
+def test_the_tui_heads_tab_shows_the_selected_heads_role():
+    import asyncio
+
+    from fptrace.commands.heads.render import role_text
+    from fptrace.commands.tui.app import FptraceApp
+    from fptrace.models.loading import load_model
+
+    lm = load_model(tiny_gpt2())
+
+    async def go():
+        app = FptraceApp(lm=lm)
+        async with app.run_test(size=(120, 40)) as pilot:
+            await pilot.press("escape", "slash")
+            for ch in REPORT_PROMPT:
+                await pilot.press("space" if ch == " " else ch)
+            await pilot.press("enter")
+            await pilot.pause()
+            await pilot.press("down", "down", "h")  # block 1, head 1
+            await pilot.pause()
+            app.show_tab("heads")
+            await pilot.pause()
+            pane = _plain_text(app.query_one("#pane-heads").render()._renderable)
+            own = app.head_roles[1]
+            h = next(x for x in own.heads if (x.layer, x.head) == (1, 1))
+            assert f"Head 1.1: {role_text(h)}" in pane, pane
+            assert f"previous-token {h.previous:.3f}" in pane
+    asyncio.run(go())
+
+
+@pytest.mark.parametrize("family", ["llama", "gpt2"])  # a block returning a tensor; a tuple
+def test_the_induction_check_from_clean_blocks_equals_the_whole_pass(family):
+    """The check skips the blocks before a removed head (their clean outputs stand in): every
+    head's loss change equals the one of whole ablated passes."""
+    from fptrace.addresses import Head
+    from fptrace.commands.heads.checks import induction_check
+    from fptrace.commands.heads.core import attention
+    from fptrace.commands.heads.patterns import induction_items, repeated_loss
+
+    lm = wrap_model(build_tiny(family), name=f"tiny-{family}", random_weights=True)
+    rand = induction_items(lm, N, LEN, SEED)
+    kept = []
+    _, logits = attention(lm, [it.ids for it in rand], keep=LEN, states=kept)
+    states = {it: [(out[b], is_tuple) for out, is_tuple in kept] for b, it in enumerate(rand)}
+    clean = sum(repeated_loss(lg, it.ids, LEN)
+                for lg, it in zip(logits, rand, strict=True)) / len(rand)
+    cfg = lm.model.config
+    L, H = cfg.num_hidden_layers, cfg.num_attention_heads
+    every = [Head(layer, h) for layer in range(L) for h in range(H)]
+    whole = induction_check(lm, rand, LEN, every, clean)
+    skipping = induction_check(lm, rand, LEN, every, clean, states)
+    assert all("forward" not in vars(b) for b in lm.parts.blocks)  # restored
+    for h in every:
+        assert skipping[h] == pytest.approx(whole[h], abs=1e-5), h
+    assert len({round(v, 6) for v in whole.values()}) > 1  # the heads' changes differ
