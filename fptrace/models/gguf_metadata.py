@@ -123,10 +123,7 @@ def data_bytes(kind: int, dims: tuple[int, ...], r: Reader) -> int:
         block, size = GGML_QUANT_SIZES[GGMLQuantizationType(kind)]
     except (ValueError, KeyError):
         raise r.damaged(f"a tensor of unknown type {kind}") from None
-    count = 1
-    for n in dims:
-        count *= n
-    return count // block * size
+    return math.prod(dims) // block * size
 
 
 def read(path: str) -> GGUFMetadata:
