@@ -16,7 +16,7 @@ HEADS_ROLE = note(
 HEADS_ROLE_NONE = note(
     "heads_role_none", HEADS,
     "no head has the role",
-    "no head is a {role} head (score ≥ {threshold:g}, {how})")
+    "no head has the {role} role (score ≥ {threshold:g}, {how})")
 
 HEADS_PATTERN_ONLY = note(
     "heads_pattern_only", HEADS,
