@@ -33,9 +33,9 @@ def result(cls: type[T]) -> type[T]:
 # of those, so a new kind edits nothing outside its folder; SCHEMA_BASE is the version of the
 # shared types of this module (1.4: Trace.routing and ModelInfo.moe for mixture-of-experts
 # models, Trace.engine; 1.5: the lens grid's cells carry the lens top-k and the stream's norms
-# at their position, for the report's page). The result modules import this one, so their
+# at their position, for the report's page; 1.7: Token.piece). The result modules import this one, so their
 # declarations are read as text here, not imported (a test checks the two agree).
-SCHEMA_BASE = "1.5"
+SCHEMA_BASE = "1.7"
 SINCE = re.compile(r'^SCHEMA_SINCE\s*=\s*"(\d+)\.(\d+)"', re.M)
 
 
@@ -187,6 +187,9 @@ class Token:
     """Token id."""
     text: str
     """The token's text (a byte fragment shows as its escaped bytes)."""
+    piece: str | None = None
+    """The vocabulary's own string for the id ('Ġcat', '▁Paris', '<0x0A>'), as `fptrace tokens`
+    shows it; null where the tokenizer keeps no piece strings."""
     template: bool = False
     """True when the model's chat template added this token (`--chat`, `--messages`): a role
     header, a turn marker, the system prompt the template supplies; false for the text of a

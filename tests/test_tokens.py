@@ -9,6 +9,7 @@ import json
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 import tokenizer_fixtures
@@ -40,15 +41,28 @@ def _ids(text: str, model: str) -> list[int]:
     return [t["id"] for t in _json(["tokens", text, "-m", model, "--json"])["tokens"]]
 
 
+@pytest.fixture
+def kept(tmp_path, monkeypatch):
+    """A cache of its own: the first `tokens` call reads the tokenizer through transformers and
+    keeps it, the second reads what was kept (models/tokenizer_cache.py)."""
+    monkeypatch.setenv("FPTRACE_CACHE_DIR", str(tmp_path / "cache"))
+    return tmp_path / "cache"
+
+
+@pytest.mark.parametrize("call", ["read", "kept"])
 @pytest.mark.parametrize("style", STYLES)
-def test_tokens_of_ids_are_the_tokenizers_own(style, folders):
+def test_tokens_of_ids_are_the_tokenizers_own(style, call, folders, kept):
     from transformers import AutoTokenizer
 
     folder = folders[style]
     hf = AutoTokenizer.from_pretrained(folder)
     ids = hf("The capital of France is Paris. The cat sat.")["input_ids"]
     ids = [*ids, hf.eos_token_id]  # an end-of-text id too
-    doc = _json(["tokens", "--ids", ",".join(map(str, ids)), "-m", folder, "--json"])
+    args = ["tokens", "--ids", ",".join(map(str, ids)), "-m", folder, "--json"]
+    if call == "kept":
+        _json(args)
+        assert len(list((kept / "tokenizers").iterdir())) == 1
+    doc = _json(args)
     assert doc["kind"] == "tokens" and doc["from_ids"] and doc["text"] is None
     assert [t["id"] for t in doc["tokens"]] == ids
     assert [t["piece"] for t in doc["tokens"]] == hf.convert_ids_to_tokens(ids)
@@ -62,13 +76,16 @@ def test_tokens_of_ids_are_the_tokenizers_own(style, folders):
         assert any(BOS_GIVEN.matches(n) for n in doc["notes"]), doc["notes"]
 
 
+@pytest.mark.parametrize("call", ["read", "kept"])
 @pytest.mark.parametrize("style", STYLES)
-def test_tokens_of_a_text(style, folders):
+def test_tokens_of_a_text(style, call, folders, kept):
     from transformers import AutoTokenizer
 
     folder = folders[style]
     hf = AutoTokenizer.from_pretrained(folder)
     text = "The cat sat on the mat, café"
+    if call == "kept":
+        _json(["tokens", "The", "-m", folder, "--json"])
     doc = _json(["tokens", text, "-m", folder, "--json"])
     got = hf(text, return_offsets_mapping=True)
     assert [t["id"] for t in doc["tokens"]] == got["input_ids"]
@@ -91,6 +108,37 @@ def test_tokens_gpt2_walkthrough_ids_config_only():
     assert [t["special"] for t in doc["tokens"]] == [False, False, False, True]
     assert doc["vocab_size"] == 50257 and doc["retokenized"] is None
     assert _ids("The cat sat", "gpt2") == [464, 3797, 3332]
+
+
+def test_a_kept_tokenizer_answers_without_transformers(folders, kept):
+    """The second call reads the kept pipeline with `tokenizers` alone (no transformers, no
+    torch) and answers what the first did; a changed tokenizer file is read again."""
+    folder = folders["gemma"]
+    code = ("import sys, json; from fptrace.cli.main import main; "
+            f"sys.argv = ['fptrace', 'tokens', 'The cat sat, café', '-m', {folder!r}, '--json']\n"
+            "try:\n    main()\nexcept SystemExit:\n    pass\n"
+            "print('LOADED', 'transformers' in sys.modules or 'torch' in sys.modules, "
+            "file=sys.stderr)")
+    env = {**__import__("os").environ, "HF_HUB_OFFLINE": "1", "FPTRACE_SERVER": "off"}
+
+    def call():
+        r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                           env=env, timeout=120)
+        assert r.returncode == 0, r.stderr
+        doc = json.loads(r.stdout)
+        doc.pop("seconds")
+        return doc, "LOADED True" in r.stderr
+
+    first, loaded = call()
+    assert loaded
+    second, loaded = call()
+    assert not loaded and second == first
+    assert first["tokens"][0]["piece"] == "<bos>" and first["tokens"][0]["special"]
+    config = Path(folder) / "tokenizer_config.json"
+    config.write_text(config.read_text())  # the same bytes, a new time: read again
+    third, loaded = call()
+    assert loaded and third == first
+    assert len(list((kept / "tokenizers").iterdir())) == 2
 
 
 def test_tokens_loads_no_weights_and_no_torch():
@@ -194,6 +242,27 @@ def test_run_ids_on_the_bundled_model(smollm_cli):
     a = smollm_cli(["run", "The capital of France is", "--json"])
     b = smollm_cli(["run", "--ids", ids, "--json"])
     assert _same(a, b) == []
+
+
+@pytest.mark.parametrize("style", STYLES)
+def test_runs_token_table_shows_each_ids_piece(style, folders):
+    """run --ids: each token's piece is the tokenizer's own convert_ids_to_tokens, in the JSON
+    and in the token table's piece column, beside its text."""
+    from transformers import AutoTokenizer
+
+    folder = folders[style]
+    hf = AutoTokenizer.from_pretrained(folder)
+    ids = hf(" Paris, café")["input_ids"]
+    given = ["--ids", ",".join(map(str, ids)), "-m", folder]
+    doc = _json(["run", *given, "--json"])
+    assert [t["piece"] for t in doc["tokens"]] == hf.convert_ids_to_tokens(ids)
+    r = runner.invoke(app, ["run", *given])
+    assert r.exit_code == 0, r.output
+    lines = [line.translate({ord(c): " " for c in "┃│"}).split()
+             for line in r.stdout.splitlines()]
+    at = lines.index(["pos", "id", "piece", "text"])
+    for t, row in zip(doc["tokens"], lines[at + 2:], strict=False):
+        assert row[:3] == [str(t["position"]), str(t["id"]), t["piece"]], row
 
 
 @pytest.fixture(scope="module")

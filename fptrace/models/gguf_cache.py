@@ -12,6 +12,7 @@ import shutil
 import tempfile
 import time
 from collections.abc import Callable
+from importlib import metadata
 from typing import Any
 
 from fptrace.errors import ModelLoadError
@@ -53,12 +54,8 @@ def file_key(path: str) -> str:
         if st.st_size > chunk:
             f.seek(max(st.st_size - chunk, chunk))
             h.update(f.read(chunk))
-    try:
-        import transformers
-
-        h.update(transformers.__version__.encode())
-    except ImportError:
-        pass
+    with contextlib.suppress(metadata.PackageNotFoundError):  # read without importing it
+        h.update(metadata.version("transformers").encode())
     return h.hexdigest()[:32]
 
 

@@ -187,13 +187,16 @@ class LoadedModel:
         return retokenized(self.tokenizer, prepared.ids)
 
     def tokens(self, ids: Sequence[int] | Prepared, start: int = 0) -> tuple[Token, ...]:
-        """Token rows (position, id, text) of ids, positions counted from `start`; of a
+        """Token rows (position, id, text, piece) of ids, positions counted from `start`; of a
         Prepared prompt, with the tokens its chat template added marked."""
         from fptrace.models.prompts import Prepared
 
         flags = ids.flags() if isinstance(ids, Prepared) else ()
         ids = ids.ids if isinstance(ids, Prepared) else ids
+        tok = self.tokenizer
+        known = 0 if tok is None else tok.size()
         return tuple(Token(start + i, t, self.token_text(t),
+                           piece=tok.piece(t) if tok is not None and t < known else None,
                            template=bool(flags[i]) if flags else False)
                      for i, t in enumerate(ids))
 

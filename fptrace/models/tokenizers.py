@@ -204,16 +204,55 @@ class HFTokenizer:
     def save(self, folder: str) -> None:
         self._tok.save_pretrained(folder)
 
+    def state(self) -> dict[str, Any] | None:
+        """What this tokenizer computes with, for `RawTokenizer.from_state`: the `tokenizers`
+        pipeline as transformers resolved it on load (the special tokens it added, the
+        post-processor it rebuilt), the named ids, the special ids and the size. None where
+        transformers does more than that pipeline: a tokenizer without one (not "fast"), a
+        clean-up of spaces on decoding, special tokens split as text."""
+        tok = self._tok
+        backend = getattr(tok, "backend_tokenizer", None)
+        if backend is None or not getattr(tok, "is_fast", False):
+            return None
+        if getattr(tok, "split_special_tokens", False) or backend.encode_special_tokens:
+            return None
+        if getattr(tok, "clean_up_tokenization_spaces", False) and not (
+                type(backend.model).__name__ == "BPE" and not getattr(
+                    tok, "clean_up_tokenization_spaces_for_bpe_even_though_it_will_corrupt_output",
+                    False)):
+            return None
+        return {"pipeline": backend.to_str(), "name": self.name, "bos_id": self.bos_id,
+                "eos_id": self.eos_id, "pad_id": self.pad_id,
+                "special_ids": sorted(self.special_ids()), "size": self.size()}
+
 
 class RawTokenizer(NoChatTemplate):
-    """A `tokenizers.Tokenizer` (GPT-2 BPE from data files)."""
+    """A `tokenizers.Tokenizer`: GPT-2 BPE from data files, or a transformers tokenizer's
+    pipeline kept in the cache (`from_state`)."""
 
-    def __init__(self, tok: Any, name: str, bos_id: int | None, eos_id: int | None):
+    def __init__(self, tok: Any, name: str, bos_id: int | None, eos_id: int | None,
+                 specials: frozenset[int] = frozenset(), size: int | None = None):
         self._tok = tok
         self.name = name
         self.bos_id = bos_id
         self.eos_id = eos_id
         self.pad_id = eos_id
+        self._specials = specials
+        self._size = size
+
+    @classmethod
+    def from_state(cls, state: dict[str, Any]) -> RawTokenizer:
+        """The tokenizer `HFTokenizer.state()` describes, computing what it computes, without
+        transformers (no truncation or padding: transformers turns both off on every call)."""
+        from tokenizers import Tokenizer
+
+        tok = Tokenizer.from_str(state["pipeline"])
+        tok.no_truncation()
+        tok.no_padding()
+        got = cls(tok, state["name"], state["bos_id"], state["eos_id"],
+                  specials=frozenset(state["special_ids"]), size=state["size"])
+        got.pad_id = state["pad_id"]
+        return got
 
     def encode(self, text: str, special: bool = True) -> list[int]:
         return list(self._tok.encode(text, add_special_tokens=special).ids)
@@ -233,10 +272,12 @@ class RawTokenizer(NoChatTemplate):
 
     def special_ids(self) -> frozenset[int]:
         added = self._tok.get_added_tokens_decoder()
-        return frozenset(i for i, t in added.items() if t.special) | \
+        return frozenset(i for i, t in added.items() if t.special) | self._specials | \
             frozenset(i for i in (self.bos_id, self.eos_id) if i is not None)
 
     def size(self) -> int:
+        if self._size is not None:
+            return self._size
         return int(self._tok.get_vocab_size(with_added_tokens=True))
 
 

@@ -69,13 +69,19 @@ def shown_source(source: str) -> str:
 
 def token_table(toks: tuple[Token, ...], title: str = "Tokens",
                 width: int | None = None, note: str | None = None) -> RenderableType:
-    """Position, id and text (whitespace made visible) of each token; a long text wraps. The
-    tokens a chat template added are dimmed and marked in a column of their own."""
-    cols = (Col("pos", 0, "right"), Col("id", 0, "right"), Col("text", 0, wrap=True))
+    """Position, id, the vocabulary's piece (where the tokenizer keeps pieces) and text
+    (whitespace made visible) of each token; a long text wraps. The tokens a chat template added
+    are dimmed and marked in a column of their own."""
+    pieces = any(tok.piece is not None for tok in toks)
+    cols = (Col("pos", 0, "right"), Col("id", 0, "right")) \
+        + ((Col("piece", 1, wrap=True),) if pieces else ()) + (Col("text", 0, wrap=True),)
     marked = any(tok.template for tok in toks)
     if marked:
         cols += (Col("from", 0),)
-    rows = [RowStyle([str(tok.position), str(tok.id), Text(visible(tok.text))]
+    rows = [RowStyle([str(tok.position), str(tok.id)]
+                     + ([Text(visible(tok.piece)) if tok.piece is not None else "—"]
+                        if pieces else [])
+                     + [Text(visible(tok.text))]
                      + ([("template" if tok.template else "message")] if marked else []),
                      "dim" if tok.template else None) for tok in toks]
     table = fit_table(cols, rows, width, box=box.HEAVY_HEAD, title=title, title_justify="left")

@@ -3,6 +3,7 @@ loaded, from local files (as `shapes` does), never the weights."""
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Sequence
 from typing import Any
@@ -13,13 +14,15 @@ from fptrace.errors import BadInput, PromptTooLong
 
 
 def _facts(spec: Any) -> tuple[int, int | None]:
-    """The model's vocabulary size and context length, from its config (a known model's stored
-    dict: no transformers import)."""
-    if spec.known is not None:
-        cfg = spec.known.config
-    else:
-        from fptrace.models.sources import load_config
+    """The model's vocabulary size and context length, from its config: a known model's stored
+    dict or a folder's config.json as written, without importing transformers (its config class
+    otherwise)."""
+    from fptrace.models.sources import load_config, read_json
 
+    cfg = spec.known.config if spec.known is not None else None
+    if cfg is None and spec.kind == "folder":
+        cfg = read_json(os.path.join(spec.path, "config.json"))
+    if cfg is None or "vocab_size" not in cfg:
         cfg = load_config(spec).to_dict()
     ctx = cfg.get("max_position_embeddings", cfg.get("n_positions"))
     return int(cfg["vocab_size"]), None if ctx is None else int(ctx)
@@ -29,14 +32,15 @@ def tokens(model: str, prompt: str | Sequence[int]) -> Tokenization:
     """The tokens of `prompt` under `model`'s tokenizer: a text's ids, pieces and byte offsets
     (the begin-of-text token added or not, said), or each given id's piece, decoded text and
     whether it is special (and whether the text the ids spell tokenizes back to them)."""
-    from fptrace.models.loading import bos_said, check_vocabulary, retokenized, tokenizer_for
+    from fptrace.models.loading import bos_said, check_vocabulary, retokenized
     from fptrace.models.registry import resolve
+    from fptrace.models.tokenizer_cache import quick_tokenizer
     from fptrace.models.tokenizers import encode_prompt
 
     t0 = time.perf_counter()
     spec = resolve(model)
     vocab, ctx = _facts(spec)
-    tok = tokenizer_for(spec, None, lambda m: None)
+    tok = quick_tokenizer(spec, lambda m: None)
     if tok is None:
         raise BadInput(f"no tokenizer for {spec.name} is available offline")
     from_ids = not isinstance(prompt, str)
