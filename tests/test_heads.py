@@ -169,6 +169,66 @@ def test_ov_eigen_measure_equals_the_whole_circuit():
             assert ov.eigen[1][h] == pytest.approx(want, abs=1e-3)
 
 
+def test_own_is_largest_is_the_whole_products_argmax(monkeypatch):
+    """The probe's shortcut decides every row as `(O @ U.T).argmax(-1) == own` does: rows whose
+    own token is the argmax (left for the whole product), rows it is not (ruled out), a tie
+    with an earlier equal row (argmax takes the first), a row of NaN."""
+    from fptrace.commands.heads import weights
+
+    monkeypatch.setattr(weights, "PROBE", 16)
+    g = torch.Generator().manual_seed(0)
+    V, d, m = 600, 24, 400
+    U = torch.randn(V, d, generator=g)
+    U[7] = U[5]  # two equal rows: the first is the argmax
+    O = torch.randn(m, d, generator=g)
+    O[0] = U[5] * 3
+    full = O @ U.T
+    own = torch.randint(0, V, (m,), generator=g)
+    own[: m // 2] = full[: m // 2].argmax(-1)  # half the rows: their own token is the largest
+    own[0] = 7
+    O[1] = float("nan")
+    want = (O @ U.T).argmax(-1) == own
+    got = weights.own_is_largest(O, U, own)
+    assert torch.equal(got, want) and want[2:].sum() > 0 and not got[0]
+
+
+def test_copying_share_equals_the_models_own_logits(monkeypatch):
+    """A head planted to copy (its OV circuit the identity on the embedding's subspace) and
+    three random ones on a Llama with GQA: each head's share equals argmax(lm_head(norm(o))) ==
+    the token, o computed through the block's own input norm, v_proj and o_proj."""
+    from fptrace.commands.heads import weights
+
+    monkeypatch.setattr(weights, "PROBE", 16)
+    m = build_tiny("llama")
+    cfg = m.config
+    H, nkv, d = cfg.num_attention_heads, cfg.num_key_value_heads, cfg.hidden_size
+    hd = d // H
+    with torch.no_grad():
+        E = m.model.embed_tokens.weight
+        E[:, hd:] = 0
+        E.copy_(E / E.norm(dim=-1, keepdim=True))
+        m.lm_head.weight.copy_(E)
+        attn = m.model.layers[1].self_attn
+        attn.v_proj.weight[:hd] = 0
+        attn.v_proj.weight[:hd, :hd] = torch.eye(hd)
+        attn.o_proj.weight[:, :hd] = 0
+        attn.o_proj.weight[:hd, :hd] = torch.eye(hd)
+    lm = wrap_model(m, name="tiny-llama", random_weights=True)
+    n = 64
+    ov = weights.ov_scores(lm, 5, n)
+    sample = torch.randperm(cfg.vocab_size, generator=torch.Generator().manual_seed(5))[:n]
+    with torch.no_grad():
+        for layer, block in enumerate(m.model.layers):
+            a = block.self_attn
+            v = a.v_proj(block.input_layernorm(E[sample]))
+            for h in range(H):
+                kv = h // (H // nkv)
+                o = v[:, kv * hd:(kv + 1) * hd] @ a.o_proj.weight[:, h * hd:(h + 1) * hd].T
+                top = m.lm_head(m.model.norm(o)).argmax(-1)
+                assert ov.copying[layer][h] == (top == sample).float().mean().item()
+    assert ov.copying[1][0] > 0.5 and max(ov.copying[0]) < 0.5
+
+
 # ---- the command line --------------------------------------------------------------------------
 
 def _cli(*argv, model=None):

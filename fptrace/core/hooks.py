@@ -42,6 +42,12 @@ class Hook:
         return cls(module, fn, pre=False, kwargs=kwargs)
 
 
+class StopForward(Exception):
+    """Raised by a hook once a forward pass has computed all that its caller reads: the caller
+    catches it around the model's call, and nothing after that point runs (the blocks after the
+    last one read, the LM head)."""
+
+
 @contextlib.contextmanager
 def hooked(hooks: Iterable[Hook], prepend: bool = False) -> Iterator[None]:
     """The one place fptrace attaches hooks: register every Hook, yield, and remove every

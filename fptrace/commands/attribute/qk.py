@@ -28,7 +28,7 @@ from fptrace.addresses import Head, Position, resolve_head, resolve_position
 from fptrace.commands.attribute.notes import QK_KEY_DEFAULTED, QK_SOFTCAP
 from fptrace.commands.attribute.result import QKAttribution, QKPart, QKPartSum, QKTerm
 from fptrace.core.attribution import HALF_RTOL, RTOL, frozen_norm, head_parts, through_frozen
-from fptrace.core.hooks import Hook, eager_attention, first_output, hooked
+from fptrace.core.hooks import Hook, StopForward, eager_attention, first_output, hooked
 from fptrace.core.trace import base_notes, model_info, sizes
 from fptrace.errors import BadInput, UnsupportedModel
 from fptrace.families.kinds import PositionKind, QkNorm
@@ -137,10 +137,6 @@ def _kept_bytes(lm: LoadedModel, info: Any, layer: int, n: int) -> int:
     return layer * n * per * torch.empty((), dtype=lm.dtype).element_size()
 
 
-class _Stop(Exception):
-    """Raised by the hook on block L's attention: nothing after it changes the score."""
-
-
 def _forward(lm: LoadedModel, ids: list[int], layer: int, head: int, i: int,
              keep: list[int] | None) -> dict:
     """One forward pass, eager attention, stopped after block `layer`'s attention: the parts of
@@ -178,9 +174,10 @@ def _forward(lm: LoadedModel, ids: list[int], layer: int, head: int, i: int,
     def weights(module: Any, args: tuple, output: Any) -> None:
         w = output[1] if isinstance(output, (tuple, list)) and len(output) > 1 else None
         got["weights"] = None if w is None else w[0, head, i, :i + 1].to(home).double()
-        raise _Stop
+        raise StopForward  # nothing after block L's attention changes the score
 
-    hooks = [Hook.before(parts.blocks[0], embed, kwargs=True), Hook.before(parts.blocks[layer], stream, kwargs=True),
+    hooks = [Hook.before(parts.blocks[0], embed, kwargs=True),
+             Hook.before(parts.blocks[layer], stream, kwargs=True),
              Hook.after(parts.attns[layer], weights)]
     for n in range(layer if keep is not None else 0):
         proj, _ = output_projection(parts.attns[n], fam.w_o)
@@ -192,7 +189,7 @@ def _forward(lm: LoadedModel, ids: list[int], layer: int, head: int, i: int,
     try:
         with eager_attention(lm.model), hooked(hooks):
             lm.model(torch.tensor([ids], device=home), use_cache=False, logits_to_keep=1)
-    except _Stop:
+    except StopForward:
         pass
     if got.get("weights") is None:
         raise UnsupportedModel(f"block {layer}'s attention did not return its weights under "

@@ -16,7 +16,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from fptrace.addresses import Head
-from fptrace.core.hooks import Hook, hooked
+from fptrace.core.hooks import Hook, StopForward, hooked
 from fptrace.core.interventions import Part, ablation_hooks
 from fptrace.families.parts import dims, output_projection
 from fptrace.models.loading import LoadedModel
@@ -115,12 +115,18 @@ def previous_check(lm: LoadedModel, items: Sequence[Any], heads: Sequence[Head],
             def hook(module: Any, args: tuple) -> None:
                 z = args[0].float().view(B, T, H, hd)  # (B, T, H, hd)
                 got[layer] = torch.linalg.vector_norm(z[1:] - z[:1], dim=-1).double().cpu()
+                if layer == layers[-1]:
+                    raise StopForward  # no later block is read
             return hook
 
         hooks = [Hook.before(output_projection(lm.parts.attns[l], lm.parts.family.w_o)[0],
                              keep(l)) for l in layers]
-        with torch.inference_mode(), hooked(hooks):
-            lm.model(torch.tensor(rows, device=lm.device), use_cache=False, logits_to_keep=1)
+        try:
+            with torch.inference_mode(), hooked(hooks):
+                lm.model(torch.tensor(rows, device=lm.device), use_cache=False,
+                         logits_to_keep=1)
+        except StopForward:
+            pass
         for l in layers:
             change = got[l]  # (len(js), T, H)
             for r, j in enumerate(js):

@@ -8,7 +8,8 @@ argmax; the post-norm's and the final norm's are left out (the copying share is 
 them; the eigenvalue measure counts them as 1).
 
 - copying share: of `n` seeded sampled tokens, the share whose own logit is the largest of the
-  whole vocabulary (n = 0: not computed, null; its cost is n × d × V per head);
+  whole vocabulary (n = 0: not computed, null); decided as the whole product's argmax decides it,
+  at a fraction of its cost (`own_is_largest`);
 - eigenvalue measure: Σλ / Σ|λ| over the eigenvalues of the (V, V) circuit, computed as those of
   the (hd, hd) matrix W_V^h · diag(g₁) · Ẽᵀ·Ũ · W_O^h (the nonzero eigenvalues of AB and BA
   agree), Ẽ the embedding rows at the input norm's scale, Ũ the LM head through the gains.
@@ -56,6 +57,39 @@ def _gain(module: Any, kind: NormKind, d: int) -> Any:
     return 1.0 + w if kind.is_rms and kind.one_plus else w
 
 
+PROBE = 2048  # vocabulary rows in own_is_largest's first product
+
+
+def own_is_largest(O: Any, U: Any, own: Any, u_max: Any = None) -> Any:
+    """Per row r of O (m, d): whether the logit of token own[r] is the largest of O[r] @ U.T,
+    the first of equals: what `(O @ U.T).argmax(-1) == own` says, computing the whole vocabulary
+    only for the rows a first product with PROBE evenly spaced rows of U cannot rule out. A row is
+    ruled out where one of those logits exceeds its own by more than four times the rounding
+    bound of a float32 dot product, γ_d·‖O[r]‖·max_v ‖U[v]‖ with γ_d = d·2⁻²⁴/(1 − d·2⁻²⁴)
+    (Higham), so that the whole product, in any order of summation, ranks the two the same way.
+    A row that holds NaN or Inf is never ruled out (every comparison with NaN is false).
+    u_max: max_v ‖U[v]‖ where the caller has it (U's rows are long to go over)."""
+    import torch
+
+    m, d = O.shape
+    V = U.shape[0]
+    if V <= 2 * PROBE:
+        return (O @ U.T).argmax(-1) == own
+    u = 2.0 ** -24
+    gamma = d * u / (1 - d * u)
+    if u_max is None:
+        u_max = U.norm(dim=-1).max()
+    bound = gamma * O.norm(dim=-1) * u_max  # (m,)
+    mine = (O * U[own]).sum(-1)  # (m,)
+    best = (O @ U[::V // PROBE].T).max(-1).values  # (m,)
+    left = ~(best - mine > 4 * bound)
+    got = torch.zeros(m, dtype=torch.bool)
+    rows = left.nonzero().flatten()
+    if len(rows):
+        got[rows] = (O[rows] @ U.T).argmax(-1) == own[rows]
+    return got
+
+
 def ov_scores(lm: LoadedModel, seed: int, n: int) -> OV | None:
     """Both scores for every head (the copying share only with n ≥ 1), or None (with a note)
     where a family's W_V or norms cannot be read."""
@@ -87,6 +121,7 @@ def ov_scores(lm: LoadedModel, seed: int, n: int) -> OV | None:
             eps = getattr(norms[0], "variance_epsilon", None) or getattr(norms[0], "eps", 1e-5)
             Ec = Ec * torch.rsqrt(Ec.pow(2).mean(-1, keepdim=True) + eps)
         K = Ec.T @ Uf  # (d, d)
+        Uf_max = Uf.norm(dim=-1).max() if n else None  # the largest row norm, for the bound
         g = torch.Generator().manual_seed(seed)
         sample = torch.randperm(V, generator=g)[:n]  # (n,)
         copying, eigen = [], []
@@ -99,28 +134,29 @@ def ov_scores(lm: LoadedModel, seed: int, n: int) -> OV | None:
             _, (Wo, _) = output_projection(attn, fam.w_o)
             Wo = Wo.cpu()  # (d, H·hd)
             g1 = torch.ones(d) if norms[layer] is None else _gain(norms[layer], kind, d)
-            Ul, Kl = Uf, K
+            Ul, Kl, Umax = Uf, K, Uf_max
             if fam.attn_added:
                 gp = _gain(lm.parts.attn_adds[layer], kind, d)
                 Ul, Kl = Uf * gp, K * gp
+                Umax = Ul.norm(dim=-1).max() if n else None
             x = E[sample].to(lm.parts.embed.weight.device, lm.parts.embed.weight.dtype)
             norm = norms[layer]
             if norm is not None:
                 x = norm(x[None])[0]
             v = x.float().cpu() @ Wv.T  # (n, nkv·hd)
+            VK = (Wv * g1) @ Kl  # (nkv·hd, d): once per K/V head, shared by its group
             row_e, outs = [], []
             for h in range(H):
                 kv = h // (H // nkv)
-                Wvh = Wv[kv * hd:(kv + 1) * hd]  # (hd, d)
                 Woh = Wo[:, h * hd:(h + 1) * hd]  # (d, hd)
                 outs.append(v[:, kv * hd:(kv + 1) * hd] @ Woh.T)  # (n, d)
-                lam = torch.linalg.eigvals((Wvh * g1) @ Kl @ Woh)  # (hd,)
+                lam = torch.linalg.eigvals(VK[kv * hd:(kv + 1) * hd] @ Woh)  # (hd,)
                 row_e.append(float(lam.real.sum() / lam.abs().sum().clamp(min=1e-30)))
-            if n:  # every head's logits in one product: (H·n, d) @ (d, V)
-                top = (torch.cat(outs) @ Ul.T).argmax(-1).view(H, n)  # (H, n)
-                copying.append((top == sample).float().mean(-1).tolist())
+            if n:  # every head's rows at once: (H·n, d) against the (V, d) head
+                own = own_is_largest(torch.cat(outs), Ul, sample.repeat(H), Umax).view(H, n)
+                copying.append(own.float().mean(-1).tolist())
             eigen.append(row_e)
     return OV(copying if n else None, eigen)
 
 
-__all__ = ["OV", "ov_scores", "value_weights"]
+__all__ = ["OV", "PROBE", "ov_scores", "own_is_largest", "value_weights"]
