@@ -98,7 +98,7 @@ def _perturbed_rows(real_rows):
         r = real_rows(p, targets, chosen)
         tokens = r.tokens.copy()
         tokens[:, 0] += 1e-3
-        return Rows(tokens=tokens, chosen=r.chosen, sites=r.sites, bias=r.bias)
+        return Rows(tokens=tokens, chosen=r.chosen, sites=r.sites, errors=r.errors, bias=r.bias)
     return rows
 
 

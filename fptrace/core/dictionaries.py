@@ -174,25 +174,30 @@ def _unreachable(path: str, e: OSError) -> str:
 def check_role(d: Dictionary, expected: str, option: str = "--sae") -> None:
     """A transcoder given where an SAE is expected, or the reverse: one clear line."""
     if d.role != expected:
+        features = option in ("--sae", "--transcoder")  # features takes either, by its flag
         if d.role == "transcoder":
             raise BadInput(f"{option} {d.path!r} is a transcoder ({d.site.name} → "
                            f"{d.out_site.name}: it maps the MLP's input to its output), not an "
-                           "SAE of the stream; give it with --transcoder")
-        raise BadInput(f"{option} {d.path!r} is an SAE of {d.site.name}, not a transcoder; give "
-                       "it with --sae")
+                           "SAE of the stream" + ("; give it with --transcoder" if features
+                                                  else ""))
+        raise BadInput(f"{option} {d.path!r} is an SAE of {d.site.name}, not a transcoder" +
+                       ("; give it with --sae" if features else " (it reconstructs what it "
+                        "reads instead of mapping the MLP's input to its output)"))
 
 
-def check_model(d: Dictionary, n_layers: int, d_model: int, model: str) -> None:
+def check_model(d: Dictionary, n_layers: int, d_model: int, model: str,
+                option: str = "--sae") -> None:
     """The dictionary's place and widths against the loaded model."""
     for s in (d.site, d.out_site):
         last = n_layers - 1
         if s.block > last:
-            raise BadInput(f"--sae {d.path!r} reads {s.name}, but {model} has blocks 0 to {last}")
+            raise BadInput(f"{option} {d.path!r} reads {s.name}, but {model} has blocks 0 to "
+                           f"{last}")
     if d.site.point != "mlp_in" and d.d_in != d_model:
-        raise BadInput(f"--sae {d.path!r} reads vectors of width {d.d_in} at {d.site.name}; "
+        raise BadInput(f"{option} {d.path!r} reads vectors of width {d.d_in} at {d.site.name}; "
                        f"{model}'s stream has width {d_model}: a dictionary of another model")
     if d.out_site.point != "mlp_in" and d.d_out != d_model:
-        raise BadInput(f"--sae {d.path!r} writes vectors of width {d.d_out}; {model}'s stream "
+        raise BadInput(f"{option} {d.path!r} writes vectors of width {d.d_out}; {model}'s stream "
                        f"has width {d_model}: a dictionary of another model")
 
 

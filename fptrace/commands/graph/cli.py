@@ -33,7 +33,12 @@ def graph(
     chat: ChatOptions = ChatOptions(),
     neurons: Annotated[bool, typer.Option(
         "--neurons", help="The nodes are the model's own MLP neurons, their gates frozen (no "
-        "dictionary needed; required for now).", rich_help_panel=GRAPH)] = False,
+        "dictionary needed).", rich_help_panel=GRAPH)] = False,
+    transcoders: Annotated[str | None, typer.Option(
+        "--transcoders", metavar="DIR", help="The nodes are the latents of the per-block "
+        "transcoders in DIR (each block's MLP replaced by its transcoder, one error node per "
+        "block and position), as `features train --transcoder` writes them.",
+        rich_help_panel=GRAPH)] = None,
     target: Annotated[str | None, typer.Option(
         "--target", help="One logit node: this token (' Paris' or #ID); default: the top "
         "logits holding 0.95 of the probability, at most 10.", rich_help_panel=GRAPH)] = None,
@@ -59,13 +64,14 @@ def graph(
     as_json: JsonOpt = False,
     wide: WideOpt = False,
 ) -> None:
-    """How the answer was computed, neuron by neuron, exactly.
+    """How the answer was computed, node by node, exactly.
 
-    An attribution graph whose nodes are the model's own MLP neurons, tokens and logits: with
-    attention patterns, norm scales and neuron gates frozen at their values the model is
-    linear, every edge is a direct effect, and every node's edges plus its bias terms equal
-    its value (checked on every run: exit 5 when they do not). Pruned by circuit-tracer's
-    definitions; --graph-json writes a file its viewer opens."""
+    An attribution graph whose nodes are the model's own MLP neurons (--neurons) or the latents
+    of per-block transcoders with their error nodes (--transcoders DIR), tokens and logits: with
+    attention patterns, norm scales and neuron gates (latent activations) frozen at their values
+    the model is linear, every edge is a direct effect, and every node's edges plus its bias
+    terms equal its value (checked on every run: exit 5 when they do not). Pruned by
+    circuit-tracer's definitions; --graph-json writes a file its viewer opens."""
     from fptrace.addresses import parse_selection
     from fptrace.commands.graph.inputs import check_request
 
@@ -73,14 +79,15 @@ def graph(
                         edge_threshold=edge_threshold, max_nodes=max_nodes, per_site=per_site,
                         positions=None if positions is None
                         else parse_selection(positions, "--positions"),
-                        graph_json=graph_json, force=force)
+                        graph_json=graph_json, force=force, transcoders=transcoders)
     lm, prompt = load_for(prompt, opts, chat=chat)
     from fptrace.commands.graph.core import graph as run_graph
     from fptrace.commands.graph.render import graph_view
 
     result = run_graph(lm, prompt, positions=req.positions, target=target,
                        node_threshold=req.node_threshold, edge_threshold=req.edge_threshold,
-                       max_nodes=req.max_nodes, per_site=req.per_site)
+                       max_nodes=req.max_nodes, per_site=req.per_site,
+                       transcoders=req.transcoders)
     output(result, graph_view, as_json=as_json, wide=wide)
     if not result.ok:  # exit 5, naming the node, before any file is written
         from fptrace.errors import Mismatch

@@ -1,11 +1,14 @@
-"""`fptrace graph --neurons`: an attribution graph of the model's own MLP neurons, exact.
+"""`fptrace graph`: an attribution graph of the model's own MLP neurons (`--neurons`) or of
+transcoder latents (`--transcoders DIR`: each block's MLP replaced by its transcoder, with one
+error node per (block, position): transcoders.py), exact.
 
-1. The model runs once in float64 (model64.py): every neuron's activation, the logits.
+1. The model runs once in float64 (model64.py): every neuron's (or latent's) activation, the
+   logits.
 2. The nodes: the tokens per position; at each (layer, position) the `per_site` neurons of
    largest |activation| (the candidates); the logits of each query position (the top ones
    covering 0.95 of the probability, at most 10, as circuit-tracer's compute_salient_logits; or
    --target's); and per (layer, position) one remainder: the neurons that are not nodes,
-   summed, so that nothing is dropped.
+   summed, so that nothing is dropped; with transcoders, per (layer, position) its error node.
 3. The model runs once more, frozen (freezing.py); the incoming edges of the logits, then of
    the candidates in order of their influence on the logits over the rows computed so far
    (circuit-tracer's attribute with max_feature_nodes), at most max_nodes, come from batched
@@ -20,7 +23,14 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from fptrace.commands.graph.freezing import EDGE_MEANING, FREEZING, frozen, mlp_sites
+from fptrace.commands.graph.freezing import (
+    EDGE_MEANING,
+    FREEZING,
+    TRANSCODER_EDGE,
+    TRANSCODER_FREEZING,
+    frozen,
+    mlp_sites,
+)
 from fptrace.commands.graph.influence import partial_influence, prune, scores
 from fptrace.commands.graph.model64 import float64_copy, real_pass
 from fptrace.commands.graph.paths import strongest_paths
@@ -32,6 +42,7 @@ from fptrace.commands.graph.result import (
     GraphScores,
 )
 from fptrace.commands.graph.rows import Rows, Target, rows
+from fptrace.commands.graph.transcoders import TranscoderSet, read_transcoders
 from fptrace.core.attribution import rtol_for
 from fptrace.core.fragments import token_id
 from fptrace.core.trace import base_notes, model_info
@@ -61,16 +72,19 @@ def query_positions(positions: Any, n: int) -> list[int]:
 
 def graph(lm: LoadedModel, prompt: Prompt, *, positions: Any = None,
           target: str | None = None, node_threshold: float = 0.8, edge_threshold: float = 0.98,
-          max_nodes: int = 64, per_site: int = 4, batch_size: int = BATCH) -> AttributionGraph:
+          max_nodes: int = 64, per_site: int = 4, batch_size: int = BATCH,
+          transcoders: str | TranscoderSet | None = None) -> AttributionGraph:
     """The attribution graph of the prompt's next tokens at the query positions (see the
-    module's text)."""
+    module's text): over the MLP neurons, or with `transcoders` (a folder, or a TranscoderSet
+    read by transcoders.read_transcoders) over their latents."""
     import numpy as np
     import torch
 
     start = time.perf_counter()
     _check_numbers(node_threshold, edge_threshold, max_nodes, per_site, batch_size)
     batch = batch_size
-    sites = mlp_sites(lm.parts.family)
+    tset = read_transcoders(transcoders, lm) if isinstance(transcoders, str) else transcoders
+    sites = mlp_sites(lm.parts.family) if tset is None else None
     try:
         prepared = lm.prepare(prompt)
     except PromptTooLong as e:  # graph has no --truncate to offer
@@ -79,17 +93,17 @@ def graph(lm: LoadedModel, prompt: Prompt, *, positions: Any = None,
     fixed = None if target is None else token_id(lm, target, "--target", prepared)
     ids = list(prepared.ids)[:queries[-1] + 1]
     model, parts = float64_copy(lm)
-    real = real_pass(lm, model, parts, sites, ids, queries)
+    real = real_pass(lm, model, parts, sites, ids, queries, tset)
     L, T, m = real.acts.shape
     k = max(1, min(per_site, m))
     chosen = real.acts.abs().topk(k, dim=-1).indices  # (L, T, k)
     logit_targets, probs = _logit_nodes(real, fixed, len(queries))
     device = parts.embed.weight.device
-    with frozen(model, parts, sites) as p:
+    with frozen(model, parts, sites, tset) as p:
         model(torch.tensor([ids], device=device), use_cache=False,
               logits_to_keep=torch.tensor(queries, device=device))
     n_cand = L * T * k
-    layout = _Layout(L, T, k, len(logit_targets))
+    layout = _Layout(L, T, k, len(logit_targets), errors=tset is not None)
 
     def value(t: Target) -> float:
         if t.layer is None:
@@ -121,7 +135,7 @@ def graph(lm: LoadedModel, prompt: Prompt, *, positions: Any = None,
         visited[order] = True
     checks = [_sums_check(done, value, lm, layout), _model_check(real, model_info(lm).dtype)]
     return _assemble(lm, prepared, queries, ids, real, chosen, done, layout, visited, weights,
-                     checks, node_threshold, edge_threshold, max_nodes, k, start)
+                     checks, node_threshold, edge_threshold, max_nodes, k, start, tset)
 
 
 def _check_numbers(node_threshold: float, edge_threshold: float, max_nodes: int,
@@ -143,15 +157,17 @@ def _check_numbers(node_threshold: float, edge_threshold: float, max_nodes: int,
 
 class _Layout:
     """Where each node sits in the candidate-level matrix: candidates (layer, position, slot),
-    then the per-site remainders (everything but the candidates), tokens, logits."""
+    then the per-site remainders (everything but the candidates), the per-site error nodes
+    (with transcoders), tokens, logits."""
 
-    def __init__(self, L: int, T: int, k: int, n_logits: int) -> None:
+    def __init__(self, L: int, T: int, k: int, n_logits: int, errors: bool = False) -> None:
         self.L, self.T, self.k, self.n_logits = L, T, k, n_logits
         self.n_cand = L * T * k
-        self.n = self.n_cand + L * T + T + n_logits
+        self.n_err = L * T if errors else 0
+        self.n = self.n_cand + L * T + self.n_err + T + n_logits
 
     def logit(self, j: int) -> int:
-        return self.n_cand + self.L * self.T + self.T + j
+        return self.n_cand + self.L * self.T + self.n_err + self.T + j
 
     def target(self, c: int, chosen: Any) -> Target:
         site, slot = divmod(c, self.k)
@@ -164,14 +180,16 @@ class _Layout:
 
         cand = r.chosen[0]  # (L, T, k)
         rest = r.sites[0] - cand.sum(-1)  # (L, T)
-        return np.concatenate([cand.ravel(), rest.ravel(), r.tokens[0],
+        err = r.errors[0].ravel() if self.n_err else np.zeros(0)
+        return np.concatenate([cand.ravel(), rest.ravel(), err, r.tokens[0],
                                np.zeros(self.n_logits)])
 
 
 def _keep(done: list, targets: list[Target], got: Rows, nodes: list[int]) -> None:
     for b, (t, i) in enumerate(zip(targets, nodes, strict=True)):
         done.append((t, Rows(tokens=got.tokens[b:b + 1], chosen=got.chosen[b:b + 1],
-                             sites=got.sites[b:b + 1], bias=got.bias[b:b + 1]), i))
+                             sites=got.sites[b:b + 1], errors=got.errors[b:b + 1],
+                             bias=got.bias[b:b + 1]), i))
 
 
 def _logit_nodes(real: Any, fixed: int | None, n_q: int) -> tuple[list[Target], Any]:
@@ -200,7 +218,8 @@ def _sums_check(done: list, value: Any, lm: LoadedModel, layout: _Layout) -> Gra
 
     worst, where = 0.0, ""
     for t, r, _ in done:
-        terms = float(np.abs(r.tokens).sum() + np.abs(r.sites).sum() + abs(r.bias[0]))
+        terms = float(np.abs(r.tokens).sum() + np.abs(r.sites).sum() + np.abs(r.errors).sum()
+                      + abs(r.bias[0]))
         v = value(t)
         rel = abs(float(r.total[0]) - v) / max(abs(v), 1e-6 * terms, 1e-300)
         if rel >= worst:
@@ -226,22 +245,33 @@ def _model_check(real: Any, dtype: str) -> GraphCheck:
 def _label(lm: LoadedModel, t: Target, layout: _Layout) -> str:
     if t.layer is None:
         return f"logit {lm.token_text(t.index)!r} (query {t.position})"
-    return f"L{t.layer} N{t.index} @{t.position}"
+    return f"L{t.layer} {'T' if layout.n_err else 'N'}{t.index} @{t.position}"
+
+
+ERROR_NODES = ("one per (block, position): what the block's transcoder misses of its MLP's "
+               "output there (the MLP's output minus the reconstruction), a constant under the "
+               "freezing; a block without a transcoder: its whole MLP output")
+NO_ERROR_NODES = ("none: under this freezing the model is exactly linear between neurons, so "
+                  "every node's inputs are accounted for; what is not a node is summed in its "
+                  "site's remainder")
 
 
 def _assemble(lm: LoadedModel, prepared: Any, queries: list[int], ids: list[int], real: Any,
               chosen: Any, done: list, layout: _Layout, visited: Any, weights: Any,
               checks: list[GraphCheck], node_threshold: float, edge_threshold: float,
-              max_nodes: int, k: int, start: float) -> AttributionGraph:
-    """The graph over the computed neurons: their rows with the candidates not computed folded
-    into their site's remainder; pruned, scored, described."""
+              max_nodes: int, k: int, start: float,
+              tset: TranscoderSet | None) -> AttributionGraph:
+    """The graph over the computed neurons (or latents): their rows with the candidates not
+    computed folded into their site's remainder; pruned, scored, described."""
     L, T = layout.L, layout.T
     import numpy as np
 
+    from fptrace.commands.graph.notes import BLOCKS_WITHOUT_TRANSCODER
+
     neurons = [int(c) for c in np.flatnonzero(visited)]
     nn_ = len(neurons)
-    n_rest, n_log = L * T, layout.n_logits
-    n = nn_ + n_rest + T + n_log
+    n_rest, n_err, n_log = L * T, layout.n_err, layout.n_logits
+    n = nn_ + n_rest + n_err + T + n_log
     col = np.concatenate([np.array(neurons, dtype=int),
                           np.arange(layout.n_cand, layout.n)]).astype(int)
     A = np.zeros((n, n))
@@ -260,12 +290,14 @@ def _assemble(lm: LoadedModel, prepared: Any, queries: list[int], ids: list[int]
     w = np.zeros(n)
     w[-n_log:] = weights[-n_log:]
     tokens = np.zeros(n, dtype=bool)
-    tokens[nn_ + n_rest:nn_ + n_rest + T] = True
-    rest = np.zeros(n, dtype=bool)
+    tokens[nn_ + n_rest + n_err:nn_ + n_rest + n_err + T] = True
+    errors = np.zeros(n, dtype=bool)
+    errors[nn_ + n_rest:nn_ + n_rest + n_err] = True
+    rest = errors.copy()
     rest[nn_:nn_ + n_rest] = True
-    repl, compl = scores(A, w, np.zeros(n, dtype=bool), tokens)
+    repl, compl = scores(A, w, errors, tokens)
     repl_n, compl_n = scores(A, w, rest, tokens)
-    pr = prune(A, w, nn_, n_rest, node_threshold, edge_threshold)
+    pr = prune(A, w, nn_, n_rest + n_err, node_threshold, edge_threshold)
     nodes = []
     ids_of: list[str] = []
     logit_targets = [t for t, _, node in done if node >= layout.n_cand]
@@ -281,13 +313,17 @@ def _assemble(lm: LoadedModel, prepared: Any, queries: list[int], ids: list[int]
                 for nd in nodes]  # tokens first, logits past the last block
     paths = strongest_paths(A, pr.edges, pr.nodes, w, ids_of, layer_of=layer_of)
     notes = base_notes(lm)
+    if tset is not None and tset.missing:
+        notes.append(BLOCKS_WITHOUT_TRANSCODER(k=len(tset.missing), blocks=_ranges(tset.missing),
+                                               n=L))
     info = model_info(lm)
     return AttributionGraph(
         prompt=prepared.text, model=info, tokens=lm.tokens(prepared)[:len(ids)],
-        queries=tuple(queries), freezing=FREEZING, edge=EDGE_MEANING,
-        error_nodes="none: under this freezing the model is exactly linear between neurons, so "
-                    "every node's inputs are accounted for; what is not a node is summed in its "
-                    "site's remainder",
+        queries=tuple(queries), freezing=FREEZING if tset is None else TRANSCODER_FREEZING,
+        edge=EDGE_MEANING if tset is None else TRANSCODER_EDGE,
+        error_nodes=NO_ERROR_NODES if tset is None else ERROR_NODES,
+        transcoders=None if tset is None else tset.path,
+        missing_blocks=() if tset is None else tset.missing,
         node_threshold=node_threshold, edge_threshold=edge_threshold, max_nodes=max_nodes,
         per_site=k, candidates=layout.n_cand, computed=nn_,
         scores=GraphScores(replacement=repl, completeness=compl, replacement_nodes=repl_n,
@@ -297,6 +333,17 @@ def _assemble(lm: LoadedModel, prepared: Any, queries: list[int], ids: list[int]
         seconds=time.perf_counter() - start)
 
 
+def _ranges(blocks: tuple[int, ...]) -> str:
+    """(0, 1, 2, 5) -> '0-2, 5'."""
+    out: list[str] = []
+    for b in blocks:
+        if out and out[-1].split("-")[-1] == str(b - 1):
+            out[-1] = f"{out[-1].split('-')[0]}-{b}"
+        else:
+            out.append(str(b))
+    return ", ".join(out)
+
+
 def _node(lm: LoadedModel, i: int, neurons: list[int], layout: _Layout, chosen: Any,
           ids: list[int], queries: list[int], real: Any, logits: list[Target], pr: Any,
           bias: float | None, w: Any) -> GraphNode:
@@ -304,19 +351,28 @@ def _node(lm: LoadedModel, i: int, neurons: list[int], layout: _Layout, chosen: 
     nn_ = len(neurons)
     common: dict[str, Any] = {"influence": float(pr.influence[i]),
                               "cumulative": float(pr.cumulative[i]), "bias": bias}
+    latents = bool(layout.n_err)
     if i < nn_:
         t = layout.target(neurons[i], chosen)
-        return GraphNode(node_id=f"{t.layer}_{t.index}_{t.position}", node_type="neuron",
+        return GraphNode(node_id=f"{t.layer}_{t.index}_{t.position}",
+                         node_type="latent" if latents else "neuron",
                          layer=t.layer, position=t.position, index=t.index,
-                         label=f"L{t.layer} N{t.index} @{t.position}",
+                         label=f"L{t.layer} {'T' if latents else 'N'}{t.index} @{t.position}",
                          value=float(real.acts[t.layer, t.position, t.index]), **common)
     i -= nn_
     if i < L * T:
         layer, pos = divmod(i, T)
-        return GraphNode(node_id=f"0_{layer}_{pos}", node_type="other neurons", layer=layer,
-                         position=pos, index=None, label=f"L{layer} rest @{pos}", value=None,
-                         **common)
+        return GraphNode(node_id=f"{'R' if latents else '0'}_{layer}_{pos}",
+                         node_type="other latents" if latents else "other neurons",
+                         layer=layer, position=pos, index=None, label=f"L{layer} rest @{pos}",
+                         value=None, **common)
     i -= L * T
+    if i < layout.n_err:
+        layer, pos = divmod(i, T)
+        return GraphNode(node_id=f"0_{layer}_{pos}", node_type="error", layer=layer,
+                         position=pos, index=None, label=f"L{layer} error @{pos}", value=None,
+                         **common)
+    i -= layout.n_err
     if i < T:
         return GraphNode(node_id=f"E_{ids[i]}_{i}", node_type="embedding", layer=None, position=i,
                          index=ids[i], label=f"{lm.token_text(ids[i])!r} @{i}", value=None,

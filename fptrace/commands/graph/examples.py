@@ -1,16 +1,89 @@
-"""Examples of `fptrace graph`: its bad inputs."""
+"""Examples of `fptrace graph`: its bad inputs and its notes' cases.
+
+The transcoders here are made from seeded weights (no download): `write_transcoder` writes one
+block's as an SAELens folder (cfg.json + sae_weights.safetensors), `seeded_transcoders` a
+TranscoderSet in memory."""
 
 from __future__ import annotations
 
-from fptrace.examples import Case, Setup
+import json
+import os
+from typing import Any
+
+from fptrace.examples import Bench, Case, NoteCase, Setup
+
+PROMPT = [5, 6, 7, 8, 9, 10]
+
+
+def write_transcoder(folder: str, block: int, d_model: int, d_sae: int, seed: int = 0,
+                     k: int = 8, architecture: str = "topk_transcoder") -> str:
+    """A TopK transcoder of block `block` (its MLP's input → its output) with seeded random
+    weights, written in SAELens's layout; architecture "standard" writes an SAE of the stream
+    instead (what a graph must refuse)."""
+    import numpy as np
+    from safetensors.numpy import save_file
+
+    r = np.random.default_rng(seed)
+    os.makedirs(folder, exist_ok=True)
+    cfg: dict[str, Any] = {"architecture": architecture, "d_in": d_model, "d_sae": d_sae,
+                           "normalize_activations": "none", "dtype": "float32"}
+    if architecture == "standard":
+        cfg["hook_name"] = f"blocks.{block}.hook_resid_post"
+    else:
+        cfg.update(hook_name=f"blocks.{block}.hook_mlp_in",
+                   hook_name_out=f"blocks.{block}.hook_mlp_out", k=k)
+    with open(os.path.join(folder, "cfg.json"), "w", encoding="utf-8") as f:
+        json.dump(cfg, f)
+    w = {"W_enc": r.normal(size=(d_model, d_sae)) / np.sqrt(d_model),
+         "W_dec": r.normal(size=(d_sae, d_model)) / np.sqrt(d_sae),
+         "b_enc": r.normal(size=d_sae) * 0.1, "b_dec": r.normal(size=d_model) * 0.1}
+    save_file({n: np.ascontiguousarray(v, dtype=np.float32) for n, v in w.items()},
+              os.path.join(folder, "sae_weights.safetensors"))
+    return folder
+
+
+def write_transcoders(folder: str, blocks: range | list[int], d_model: int, d_sae: int = 32,
+                      k: int = 8) -> str:
+    """One seeded transcoder per block in folder/layer_{block}."""
+    for b in blocks:
+        write_transcoder(os.path.join(folder, f"layer_{b}"), b, d_model, d_sae, seed=b, k=k)
+    return folder
+
+
+def _notes(bench: Bench, blocks: int | None) -> tuple[str, ...]:
+    from fptrace.commands.graph.core import graph
+
+    lm = bench.lm("llama")
+    L, d = int(lm.config.num_hidden_layers), int(lm.config.hidden_size)
+    folder = write_transcoders(str(bench.tmp("transcoders")), range(L if blocks is None
+                                                                     else blocks), d)
+    return graph(lm, PROMPT, transcoders=folder, max_nodes=8).notes
+
+
+def _missing(bench: Bench) -> tuple[Any, Any]:
+    return _notes(bench, None), _notes(bench, 1)
+
+
+NOTE_CASES = (NoteCase("graph_blocks_without_transcoder", _missing),)
 
 
 def bad_inputs(at: Setup) -> tuple[Case, ...]:
     """The bad inputs of `fptrace graph` (rows of docs/bad-inputs.md)."""
     m = at.model
     g = ("graph", "The cat sat", *m, "--neurons")
+    t = ("graph", "The cat sat", *m, "--transcoders")
+    with open(os.path.join(at.folder, "config.json"), encoding="utf-8") as f:
+        d = int(json.load(f)["n_embd"])  # tiny-gpt2's width
+    root = at.path("graph-transcoders")
+    sae = write_transcoder(os.path.join(root, "sae", "layer_0"), 0, d, 16,
+                           architecture="standard")
+    other = write_transcoder(os.path.join(root, "wide", "layer_0"), 0, d + 8, 16)
+    twice = os.path.join(root, "twice")
+    write_transcoder(os.path.join(twice, "a"), 0, d, 16)
+    write_transcoder(os.path.join(twice, "b"), 0, d, 16, seed=1)
+    os.makedirs(os.path.join(root, "none"), exist_ok=True)
     return (
-        Case(260, "graph without --neurons", ("graph", "The cat sat", *m)),
+        Case(260, "graph without --neurons or --transcoders", ("graph", "The cat sat", *m)),
         Case(261, "graph: --node-threshold above 1", (*g, "--node-threshold", "1.5")),
         Case(262, "graph: --edge-threshold NaN", (*g, "--edge-threshold", "nan")),
         Case(263, "graph: --edge-threshold negative", (*g, "--edge-threshold", "-0.1")),
@@ -25,4 +98,14 @@ def bad_inputs(at: Setup) -> tuple[Case, ...]:
              (*g, "--graph-json", at.path("notes.txt"))),
         Case(270, "graph: --graph-json over a file fptrace did not write",
              (*g, "--graph-json", at.path("robot.json"))),
+        Case(271, "graph: --neurons and --transcoders together", (*g, "--transcoders", root)),
+        Case(272, "graph: --transcoders a folder that does not exist",
+             (*t, os.path.join(root, "gone"))),
+        Case(273, "graph: --transcoders a folder holding no transcoder",
+             (*t, os.path.join(root, "none"))),
+        Case(274, "graph: an SAE of the stream given as a transcoder",
+             (*t, os.path.dirname(sae))),
+        Case(275, "graph: transcoders of another model (another width)",
+             (*t, os.path.dirname(other))),
+        Case(276, "graph: two transcoders for one block", (*t, twice)),
     )

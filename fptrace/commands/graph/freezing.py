@@ -30,6 +30,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from fptrace.commands.graph.transcoders import replacement_hook
 from fptrace.core.attribution import frozen_norm
 from fptrace.core.hooks import Hook, first_output, hooked
 from fptrace.errors import BadInput
@@ -49,6 +50,18 @@ FREEZING = (
 EDGE_MEANING = ("an edge is the direct effect of a source (its value × the gradient of the "
                 "target under this freezing, through no other neuron) on a neuron's activation "
                 "or a logit")
+# --transcoders: the MLPs replaced (transcoders.py)
+TRANSCODER_FREEZING = (
+    FREEZING[0], FREEZING[1],
+    "each block's MLP replaced by its transcoder's reconstruction plus its error: the error "
+    "(what the transcoder misses at each position) held as a constant, its own node",
+    "each latent's activation function held at its value (a firing latent passes its "
+    "pre-activation, the others 0), so a latent is linear in the MLP's input",
+    FREEZING[3],
+)
+TRANSCODER_EDGE = ("an edge is the direct effect of a source (its value × the gradient of the "
+                   "target under this freezing, through no other latent) on a latent's "
+                   "activation or a logit")
 
 
 @dataclass(frozen=True)
@@ -90,6 +103,7 @@ class Pass:
     u: dict = field(default_factory=dict)  # layer -> (B, T, m) the up pre-activation
     acts: dict = field(default_factory=dict)  # layer -> (B, T, m) a = r·u, linear in u
     leaves: dict = field(default_factory=dict)  # layer -> (B, T, m) a, a leaf
+    errors: dict = field(default_factory=dict)  # layer -> (B, T, d) a transcoder's error, a leaf
     biases: list = field(default_factory=list)  # (bias (n,), the module's output (..., n))
     logits: Any = None  # (B, Q, V) the LM head's output at the query positions
 
@@ -202,15 +216,23 @@ def float64_norms(model: Any, parts: Any, state: Pass | None = None) -> list[Hoo
 
 
 @contextlib.contextmanager
-def frozen(model: Any, parts: Any, sites: MlpSites) -> Iterator[Pass]:
+def frozen(model: Any, parts: Any, sites: MlpSites | None,
+           transcoders: Any = None) -> Iterator[Pass]:
     """Inside: a forward of `model` (the float64 copy, its ModelParts `parts`) runs frozen
-    (see the module's text) and fills the Pass yielded."""
+    (see the module's text) and fills the Pass yielded; with `transcoders` (a TranscoderSet),
+    each block's MLP is replaced by its transcoder instead (transcoders.py) and `sites` is not
+    read."""
     state = Pass()
     fam = parts.family
     hooks = [Hook.after(parts.embed, _leaf_hook(state, "embed"))]
     if fam.pos_embed:
         hooks.append(Hook.after(model.get_submodule(fam.pos_embed), _leaf_hook(state, "pos")))
     for layer, blk in enumerate(parts.blocks):
+        if transcoders is not None:
+            hooks.append(Hook.after(parts.mlps[layer], replacement_hook(
+                state, layer, transcoders.by_block.get(layer))))
+            continue
+        assert sites is not None
         hooks.append(Hook.after(blk.get_submodule(sites.up), _up_hook(state, layer,
                                                                        sites.up_part)))
         hooks.append(Hook.before(blk.get_submodule(sites.down), _down_hook(state, layer)))
@@ -231,5 +253,5 @@ def frozen(model: Any, parts: Any, sites: MlpSites) -> Iterator[Pass]:
             model.set_attn_implementation(before)
 
 
-__all__ = ["ATTENTION", "EDGE_MEANING", "FREEZING", "MlpSites", "Pass", "float64_norms", "frozen",
-           "mlp_sites"]
+__all__ = ["ATTENTION", "EDGE_MEANING", "FREEZING", "TRANSCODER_EDGE", "TRANSCODER_FREEZING",
+           "MlpSites", "Pass", "float64_norms", "frozen", "mlp_sites"]

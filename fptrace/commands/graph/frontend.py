@@ -3,8 +3,9 @@
 The layout of its circuit_tracer/frontend/graph_models.py (Model: metadata, qParams, nodes,
 links) as its utils/create_graph_files.py fills it: a node has node_id, feature, layer (a
 string: the block, `E` for a token, n_layers + 1 for a logit), ctx_idx (the position),
-feature_type (`embedding`, `cross layer transcoder` (here: a neuron), `mlp reconstruction error`
-(here: a site's remainder, exact), `logit`), jsNodeId, clerp, influence (the cumulative
+feature_type (`embedding`, `cross layer transcoder` (a transcoder latent, or here a neuron),
+`mlp reconstruction error` (a transcoder's error node, or here a site's remainder, exact),
+`logit`), jsNodeId, clerp, influence (the cumulative
 influence) and activation; a link has source, target, weight (the edge, source → target).
 `kind` and `schema_version` at the top mark the file as fptrace's (its viewer ignores them).
 """
@@ -18,7 +19,9 @@ from fptrace.commands.graph.result import AttributionGraph, GraphNode
 from fptrace.results import SCHEMA_VERSION
 
 FEATURE_TYPES = {"embedding": "embedding", "neuron": "cross layer transcoder",
-                 "other neurons": "mlp reconstruction error", "logit": "logit"}
+                 "latent": "cross layer transcoder", "other neurons": "mlp reconstruction error",
+                 "other latents": "mlp reconstruction error", "error": "mlp reconstruction error",
+                 "logit": "logit"}
 
 
 def _node(g: AttributionGraph, n: GraphNode) -> dict[str, Any]:
@@ -28,16 +31,21 @@ def _node(g: AttributionGraph, n: GraphNode) -> dict[str, Any]:
     feature: int | None
     if n.node_type == "embedding":
         feature, js = n.position, f"E_{n.index}-{n.position}"
-    elif n.node_type == "neuron":
+    elif n.node_type in ("neuron", "latent"):
         feature, js = n.index, f"{n.layer}_{n.index}-0"
-    elif n.node_type == "other neurons":
-        feature, js = -1, f"{n.layer}_{n.position}-0"
+    elif n.node_type in ("other neurons", "other latents", "error"):
+        feature, js = -1, f"{n.node_id}-0"
     else:
         feature, js = n.index, f"L_{n.index}-{n.position}"
     clerp = {"neuron": f"neuron {n.index} of block {n.layer} (activation {n.value:+.4g})"
              if n.value is not None else "",
+             "latent": f"transcoder latent {n.index} of block {n.layer} (activation "
+                       f"{n.value:+.4g})" if n.value is not None else "",
              "other neurons": f"the other neurons of block {n.layer} at position {n.position} "
                               "(exact remainder, not an error)",
+             "other latents": f"the other latents of block {n.layer} at position {n.position} "
+                              "(exact remainder, not an error)",
+             "error": f"what block {n.layer}'s transcoder misses at position {n.position}",
              "logit": f'Output "{n.label.strip(chr(39))}" (p={n.prob or 0:.3f})',
              "embedding": ""}[n.node_type]
     return {"node_id": n.node_id, "feature": feature, "layer": layer, "ctx_idx": n.position,
@@ -56,10 +64,15 @@ def graph_file(g: AttributionGraph, slug: str = "fptrace-graph") -> dict[str, An
     """The graph as circuit-tracer's frontend Model (a JSON-ready dict)."""
     return {
         "kind": "graph-file", "schema_version": SCHEMA_VERSION,
-        "metadata": {"slug": slug, "scan": f"fptrace-neurons-{g.model.name}",
-                     "transcoder_list": [], "prompt_tokens": [t.text for t in g.tokens],
+        "metadata": {"slug": slug,
+                     "scan": f"fptrace-{'neurons' if g.transcoders is None else 'transcoders'}-"
+                             f"{g.model.name}",
+                     "transcoder_list": [] if g.transcoders is None else [g.transcoders],
+                     "prompt_tokens": [t.text for t in g.tokens],
                      "prompt": g.prompt, "node_threshold": g.node_threshold,
-                     "info": {"generator": "fptrace graph --neurons", "freezing": list(g.freezing),
+                     "info": {"generator": "fptrace graph " + ("--neurons" if g.transcoders is None
+                                                               else "--transcoders"),
+                              "freezing": list(g.freezing),
                               "edge": g.edge, "error_nodes": g.error_nodes,
                               "scores": {"replacement": g.scores.replacement,
                                          "completeness": g.scores.completeness}}},

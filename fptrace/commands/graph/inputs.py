@@ -1,7 +1,8 @@
 """The options of `fptrace graph`, checked before the model is loaded (one line on stderr,
 exit 2, nothing written): the thresholds are fractions in [0, 1], the counts positive whole
-numbers, the graph file a path fptrace may write, and --neurons given (the transcoder graph is
-not built yet). The query positions arrive parsed (cli.py, through fptrace.addresses) and are
+numbers, the graph file a path fptrace may write, and one of --neurons and --transcoders DIR
+given (DIR a folder that exists; its transcoders are read and checked against the model in
+transcoders.py). The query positions arrive parsed (cli.py, through fptrace.addresses) and are
 resolved against the prompt in core.py."""
 
 from __future__ import annotations
@@ -22,17 +23,26 @@ class GraphRequest:
     max_nodes: int
     per_site: int
     positions: Any  # a Selection, or None for the last position
+    transcoders: str | None  # the folder, or None for --neurons
 
 
 def check_request(*, neurons: bool, node_threshold: str, edge_threshold: str,
                   max_nodes: str, per_site: str, positions: Any, graph_json: str | None,
-                  force: bool) -> GraphRequest:
+                  force: bool, transcoders: str | None = None) -> GraphRequest:
     """The request, or BadInput naming the option at fault (positions: a Selection parsed by
     the command line, or None)."""
+    import os
 
-    if not neurons:
-        raise BadInput("graph: pass --neurons (the nodes are the model's own MLP neurons); "
-                       "graphs over transcoders (--transcoders DIR) are not built yet")
+    if neurons and transcoders is not None:
+        raise BadInput("graph: --neurons and --transcoders both given: the nodes are either the "
+                       "model's own MLP neurons or the transcoders' latents; pass one")
+    if not neurons and transcoders is None:
+        raise BadInput("graph: pass --neurons (the nodes are the model's own MLP neurons) or "
+                       "--transcoders DIR (the latents of per-block transcoders)")
+    if transcoders is not None and not os.path.isdir(transcoders):
+        raise BadInput(f"--transcoders {transcoders!r}: no such folder (give the folder of "
+                       "per-block transcoders, as `fptrace features train --transcoder` writes "
+                       "it)")
     node = parse_float(str(node_threshold), "--node-threshold", low=0.0, high=1.0)
     edge = parse_float(str(edge_threshold), "--edge-threshold", low=0.0, high=1.0)
     n_max = parse_int(str(max_nodes), "--max-nodes", low=1)
@@ -44,7 +54,7 @@ def check_request(*, neurons: bool, node_threshold: str, edge_threshold: str,
             raise BadInput(f"--graph-json {graph_json}: give a .json file name")
         check_target(graph_json, "--graph-json", "graph.json", force)
     return GraphRequest(node_threshold=node, edge_threshold=edge, max_nodes=n_max, per_site=k,
-                        positions=positions)
+                        positions=positions, transcoders=transcoders)
 
 
 __all__ = ["GraphRequest", "check_request"]

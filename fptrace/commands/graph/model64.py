@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from fptrace.commands.graph.freezing import MlpSites, float64_norms
+from fptrace.commands.graph.transcoders import latents_hook
 from fptrace.core.hooks import Hook, first_output, hooked
 from fptrace.errors import BadInput
 from fptrace.families.parts import ModelParts, resolve_parts
@@ -41,12 +42,16 @@ def float64_copy(lm: LoadedModel) -> tuple[Any, ModelParts]:
     model = copy.deepcopy(lm.model).to(torch.float64)
     for p in model.parameters():
         p.requires_grad_(False)
+    if getattr(model, "_can_set_experts_implementation", lambda: False)():
+        model.set_experts_implementation("eager")  # grouped_mm takes no float64
     return model.eval(), resolve_parts(model)
 
 
-def real_pass(lm: LoadedModel, model: Any, parts: ModelParts, sites: MlpSites, ids: list[int],
-              queries: list[int]) -> Real:
-    """The float64 copy's activations and logits on ids, and the model's own logits."""
+def real_pass(lm: LoadedModel, model: Any, parts: ModelParts, sites: MlpSites | None,
+              ids: list[int], queries: list[int], transcoders: Any = None) -> Real:
+    """The float64 copy's activations and logits on ids, and the model's own logits; with
+    `transcoders` (a TranscoderSet) the activations are its latents' on each block's MLP input
+    (zeros for a block without one), every block as wide as the widest."""
     import torch
 
     acts: dict[int, Any] = {}
@@ -62,8 +67,13 @@ def real_pass(lm: LoadedModel, model: Any, parts: ModelParts, sites: MlpSites, i
             got[key] = first_output(output)[0].detach().to(torch.float64).cpu()  # (Q, V)
         return hook
 
-    hooks = [Hook.before(b.get_submodule(sites.down), keep_act(i))
-             for i, b in enumerate(parts.blocks)]
+    if transcoders is None:
+        assert sites is not None
+        hooks = [Hook.before(b.get_submodule(sites.down), keep_act(i))
+                 for i, b in enumerate(parts.blocks)]
+    else:
+        hooks = [Hook.after(parts.mlps[i], latents_hook(acts, i, tc))
+                 for i, tc in sorted(transcoders.by_block.items())]
     hooks += float64_norms(model, parts)
     device = parts.embed.weight.device
     x = torch.tensor([ids], device=device)
@@ -73,6 +83,10 @@ def real_pass(lm: LoadedModel, model: Any, parts: ModelParts, sites: MlpSites, i
         final = model(x, use_cache=False, logits_to_keep=keep_idx).logits[0]  # (Q, V)
     with torch.inference_mode(), hooked([Hook.after(lm.parts.lm_head, keep("own"))]):
         lm.model(x.to(lm.device), use_cache=False, logits_to_keep=keep_idx.to(lm.device))
+    if transcoders is not None:
+        m, T = transcoders.width, len(ids)
+        acts = {i: torch.nn.functional.pad(acts[i], (0, m - acts[i].shape[-1])) if i in acts
+                else torch.zeros(T, m, dtype=torch.float64) for i in range(len(parts.blocks))}
     return Real(acts=torch.stack([acts[i] for i in range(len(parts.blocks))]),
                 logits=got["logits"], probs=torch.softmax(final, dim=-1).cpu(), own=got["own"])
 

@@ -23,8 +23,12 @@ def _names(g: AttributionGraph) -> dict[str, str]:
             out[n.node_id] = f"{visible(g.tokens[n.position].text)!r}@{n.position}"
         elif n.node_type == "neuron":
             out[n.node_id] = f"L{n.layer} N{n.index}@{n.position}"
-        elif n.node_type == "other neurons":
+        elif n.node_type == "latent":
+            out[n.node_id] = f"L{n.layer} T{n.index}@{n.position}"
+        elif n.node_type in ("other neurons", "other latents"):
             out[n.node_id] = f"L{n.layer} rest@{n.position}"
+        elif n.node_type == "error":
+            out[n.node_id] = f"L{n.layer} error@{n.position}"
         else:
             out[n.node_id] = f"→{visible(n.label.strip(chr(39)))!r}"
     return out
@@ -44,16 +48,24 @@ def freezing(g: AttributionGraph) -> RenderableType:
 
 def summary(g: AttributionGraph) -> Text:
     queries = ", ".join(str(q) for q in g.queries)
-    kept_n = sum(1 for n in g.nodes if n.node_type == "neuron")
-    text = Text(f"Graph of the next token at position {queries}: {g.computed} neurons "
+    what = "neurons" if g.transcoders is None else "latents"
+    kept_n = sum(1 for n in g.nodes if n.node_type in ("neuron", "latent"))
+    text = Text(f"Graph of the next token at position {queries}: {g.computed} {what} "
                 f"computed (of {g.candidates} candidates, the {g.per_site} largest |activation| "
                 f"per layer and position; --max-nodes {g.max_nodes}); kept after pruning "
                 f"(node {g.node_threshold:g}, edge {g.edge_threshold:g}): {len(g.nodes)} nodes "
-                f"({kept_n} neurons), {len(g.edges)} edges.\n")
+                f"({kept_n} {what}), {len(g.edges)} edges.\n")
     s = g.scores
-    text.append(f"replacement {s.replacement:.3f}  completeness {s.completeness:.3f} "
-                f"(1 by construction: no error nodes); with the remainders as error nodes: "
-                f"replacement {s.replacement_nodes:.3f}  completeness {s.completeness_nodes:.3f}")
+    if g.transcoders is None:
+        text.append(f"replacement {s.replacement:.3f}  completeness {s.completeness:.3f} "
+                    f"(1 by construction: no error nodes); with the remainders as error nodes: "
+                    f"replacement {s.replacement_nodes:.3f}  completeness "
+                    f"{s.completeness_nodes:.3f}")
+    else:
+        text.append(f"replacement {s.replacement:.3f}  completeness {s.completeness:.3f} "
+                    f"(over the transcoders' error nodes); with the remainders counted as error "
+                    f"too: replacement {s.replacement_nodes:.3f}  completeness "
+                    f"{s.completeness_nodes:.3f}")
     return text
 
 

@@ -1,11 +1,12 @@
-"""The result of `fptrace graph --neurons`."""
+"""The result of `fptrace graph` (`--neurons`, `--transcoders DIR`)."""
 
 from __future__ import annotations
 
 from fptrace.results import SCHEMA_VERSION, ModelInfo, Token, result
 
-# 1.6: `fptrace graph` (this kind)
-SCHEMA_SINCE = "1.6"
+# 1.6: `fptrace graph` (this kind); 1.7: graphs over transcoders (AttributionGraph.transcoders,
+# .missing_blocks; the latent, other latents and error nodes)
+SCHEMA_SINCE = "1.7"
 
 CHECK_TARGETS = ("for `graph`: `graph_sums` (every computed node's incoming edges plus its bias "
                  "terms equal its value in the model, float64) and `graph_model` (the float64 "
@@ -18,23 +19,28 @@ class GraphNode:
 
     node_id: str
     """The node's id, as circuit-tracer's frontend spells it: `E_{token}_{position}` (a token),
-    `{layer}_{neuron}_{position}` (a neuron), `0_{layer}_{position}` (the neurons of a site left
-    out of the graph), `{n_layers + 1}_{token}_{position}` (a logit)."""
+    `{layer}_{neuron}_{position}` (a neuron or latent), `0_{layer}_{position}` (with --neurons:
+    the neurons of a site left out of the graph; with transcoders: the site's error node),
+    `R_{layer}_{position}` (with transcoders: the latents of a site left out of the graph),
+    `{n_layers + 1}_{token}_{position}` (a logit)."""
     node_type: str
-    """`embedding` (a token at a position), `neuron` (one MLP neuron at a position), `other
-    neurons` (every neuron of one (layer, position) that is not a node of the graph, summed: an
-    exact remainder, not an error) or `logit`."""
+    """`embedding` (a token at a position), `neuron` (one MLP neuron at a position), `latent`
+    (one transcoder latent at a position), `other neurons` / `other latents` (every neuron or
+    latent of one (layer, position) that is not a node of the graph, summed: an exact
+    remainder, not an error), `error` (what a block's transcoder misses of its MLP's output at
+    one position) or `logit`."""
     layer: int | None
-    """The block of a neuron or remainder; null for tokens and logits."""
+    """The block of a neuron, latent, remainder or error node; null for tokens and logits."""
     position: int
     """The position in the prompt."""
     index: int | None
-    """A neuron's index in its MLP, or the token id of a token or logit; null for a remainder."""
+    """A neuron's index in its MLP (a latent's in its transcoder), or the token id of a token or
+    logit; null for a remainder or an error node."""
     label: str
     """What the node is, in words (`L3 N417 @5`, `' Paris'`)."""
     value: float | None
-    """A neuron's activation or a logit's value in the model (float64); null for tokens and
-    remainders (a vector, not a number)."""
+    """A neuron's (latent's) activation or a logit's value in the model (float64); null for
+    tokens, remainders and error nodes (a vector, not a number)."""
     influence: float
     """The node's influence on the logits (circuit-tracer's node influence: the sum over its
     paths to the logits of the products of each edge's share of its target's input, weighted by
@@ -98,22 +104,26 @@ class GraphScores:
     remainders in the role of error nodes."""
 
     replacement: float
-    """The replacement score: 1, since the freezing is exact and there is no error node."""
+    """The replacement score over the error nodes: with --neurons 1, since the freezing is exact
+    and there is no error node; with transcoders the share of the tokens' influence among the
+    tokens and the error nodes."""
     completeness: float
-    """The completeness score: 1 by construction, for the same reason."""
+    """The completeness score over the error nodes: with --neurons 1 by construction; with
+    transcoders the influence-weighted share of the nodes' inputs not from error nodes."""
     replacement_nodes: float
-    """The replacement score with each site's remainder (the neurons that are not nodes) as its
-    error node: how much of the tokens' influence reaches the logits through the graph's own
-    neurons."""
+    """The replacement score with each site's remainder (the neurons or latents that are not
+    nodes) counted as error too: how much of the tokens' influence reaches the logits through
+    the graph's own nodes."""
     completeness_nodes: float
-    """The completeness score with the remainders as error nodes: the influence-weighted share of
-    the nodes' inputs that comes from the graph's neurons and tokens."""
+    """The completeness score with the remainders counted as error too: the influence-weighted
+    share of the nodes' inputs that comes from the graph's nodes and tokens."""
 
 
 @result
 class AttributionGraph:
-    """`fptrace graph --neurons --json`: an attribution graph whose nodes are the model's own MLP
-    neurons, exact under its freezing, pruned by circuit-tracer's definitions."""
+    """`fptrace graph --json`: an attribution graph whose nodes are the model's own MLP neurons
+    (`--neurons`) or transcoder latents with error nodes (`--transcoders DIR`), exact under its
+    freezing, pruned by circuit-tracer's definitions."""
 
     prompt: str
     """The prompt as given."""
@@ -128,19 +138,21 @@ class AttributionGraph:
     edge: str
     """What an edge is, in words."""
     error_nodes: str
-    """Why the graph has no error node."""
+    """What the graph's error nodes are (with transcoders), or why it has none (--neurons)."""
     node_threshold: float
     """Nodes kept until they hold this share of the influence (--node-threshold)."""
     edge_threshold: float
     """Edges kept until they hold this share of the edge scores (--edge-threshold)."""
     max_nodes: int
-    """At most this many neurons have their incoming edges computed (--max-nodes)."""
+    """At most this many neurons (latents) have their incoming edges computed (--max-nodes)."""
     per_site: int
-    """At each (layer, position), the candidate neurons: the per_site of largest |activation|."""
+    """At each (layer, position), the candidate neurons (latents): the per_site of largest
+    |activation|."""
     candidates: int
-    """Candidate neurons (per_site × layers × positions)."""
+    """Candidate neurons or latents (per_site × layers × positions)."""
     computed: int
-    """Neurons whose incoming edges were computed (and checked), chosen by influence."""
+    """Neurons (latents) whose incoming edges were computed (and checked), chosen by
+    influence."""
     scores: GraphScores
     """Replacement and completeness scores of the unpruned graph."""
     nodes: tuple[GraphNode, ...]
@@ -157,5 +169,9 @@ class AttributionGraph:
     """What to know about these numbers."""
     seconds: float
     """Time the graph took (the model's loading excluded)."""
+    transcoders: str | None = None
+    """The transcoders' folder (--transcoders), or null for --neurons."""
+    missing_blocks: tuple[int, ...] = ()
+    """With transcoders: the blocks that have none (their MLP output is all error)."""
     kind: str = "graph"
     schema_version: str = SCHEMA_VERSION

@@ -33,18 +33,20 @@ class Rows:
     """The incoming edges of n targets, in float64 (numpy arrays, n first).
 
     tokens (n, T): from each position's token embedding; chosen (n, L, T, k): from each chosen
-    neuron (Columns.chosen); sites (n, L, T): from every neuron of a (layer, position), chosen
-    or not; bias (n,): the bias terms (and a learned position embedding)."""
+    neuron or latent (Columns.chosen); sites (n, L, T): from every neuron or latent of a (layer,
+    position), chosen or not; errors (n, L, T): from each (layer, position)'s transcoder error
+    (zeros for neurons); bias (n,): the bias terms (and a learned position embedding)."""
 
     tokens: Any
     chosen: Any
     sites: Any
+    errors: Any
     bias: Any
 
     @property
     def total(self) -> Any:
         """(n,) each target's edges from all sources plus its bias terms."""
-        return self.tokens.sum(1) + self.sites.sum((1, 2)) + self.bias
+        return self.tokens.sum(1) + self.sites.sum((1, 2)) + self.errors.sum((1, 2)) + self.bias
 
 
 def rows(p: Pass, targets: list[Target], chosen: Any) -> Rows:
@@ -67,8 +69,10 @@ def rows(p: Pass, targets: list[Target], chosen: Any) -> Rows:
             g[b, 0, t.position, t.index] = 1.0
         outputs.append(out)
         grads.append(g)
+    err_layers = sorted(p.errors) if any_logit else [l for l in sorted(p.errors) if l < top]
     inputs = [p.embed] + ([p.pos] if p.pos is not None else []) + \
-        [p.leaves[l] for l in layers] + [out for _, out in p.biases]
+        [p.leaves[l] for l in layers] + [p.errors[l] for l in err_layers] + \
+        [out for _, out in p.biases]
     got = torch.autograd.grad(outputs, inputs, grads, retain_graph=True, allow_unused=True,
                               is_grads_batched=True)
     g_embed, got = got[0], got[1:]
@@ -81,17 +85,26 @@ def rows(p: Pass, targets: list[Target], chosen: Any) -> Rows:
     sites = torch.zeros((n, L, T), dtype=tokens.dtype, device=tokens.device)
     kept = torch.zeros((n, L, T, k), dtype=tokens.dtype, device=tokens.device)
     chosen = chosen.to(tokens.device)
+    errors = torch.zeros((n, L, T), dtype=tokens.dtype, device=tokens.device)
     for layer, g in zip(layers, got[:len(layers)], strict=True):
         if g is None:
             continue
         e = (g * p.leaves[layer])[:, 0]  # (n, T, m): each neuron's edge
         sites[:, layer] = e.sum(-1)
+        short = int(chosen[layer].max()) + 1 - e.shape[-1]  # a narrower block's transcoder:
+        if short > 0:  # its candidates past its width are zeros of the padding
+            e = torch.nn.functional.pad(e, (0, short))
         kept[:, layer] = e.gather(-1, chosen[layer].unsqueeze(0).expand(n, T, k))
-    for (b, _), g in zip(p.biases, got[len(layers):], strict=True):
+    got = got[len(layers):]
+    for layer, g in zip(err_layers, got[:len(err_layers)], strict=True):
+        if g is not None:
+            errors[:, layer] = (g * p.errors[layer])[:, 0].sum(-1)  # (n, T)
+    for (b, _), g in zip(p.biases, got[len(err_layers):], strict=True):
         if g is not None:
             bias += (g * b).reshape(n, -1).sum(1)
     return Rows(tokens=tokens.detach().cpu().numpy(), chosen=kept.detach().cpu().numpy(),
-                sites=sites.detach().cpu().numpy(), bias=bias.detach().cpu().numpy())
+                sites=sites.detach().cpu().numpy(), errors=errors.detach().cpu().numpy(),
+                bias=bias.detach().cpu().numpy())
 
 
 __all__ = ["Rows", "Target", "rows"]

@@ -1,0 +1,193 @@
+"""`fptrace graph --transcoders DIR`: each block's MLP replaced by its transcoder, whose latents
+are the graph's nodes, and the transcoder's error kept as one node per (block, position).
+
+A folder of per-block transcoders (one dictionary folder per block, as `features train
+--transcoder` writes them, any of the formats core/dictionaries.py reads), or one transcoder's
+own folder, is read and checked against the model: every dictionary a transcoder (an SAE is
+refused), reading the MLP's input and writing the MLP's output of one block, of the model's
+width, no block twice. Blocks without a transcoder keep no latents: their whole MLP output is
+their error node (said in the graph's notes).
+
+In the frozen pass (freezing.py) the MLP module of block l returns, instead of its output y,
+
+    ŷ = a · W_dec + b_dec + e,    a = r ⊙ p,    p = x · W_enc + c,
+
+x the MLP's input (the frozen norm's output), c the encoder's bias (b_enc − b_dec · W_enc when
+the format subtracts b_dec from the input), r the activation function held at its value
+(r = a / p where p ≠ 0: 1 for a latent that fires through ReLU, JumpReLU or TopK, 0 for the
+others), and e = y − (a · W_dec + b_dec) the transcoder's error, a constant. ŷ equals y (to
+float64's rounding), so every later value is the model's own; a is a leaf (a gradient stops
+there: an edge is a direct effect), e is a leaf too (its edges are the error node's), c and
+b_dec are bias terms.
+
+The MLP's own computation still runs (its output gives e): a mixture of experts' block is
+replaced like a dense one, its router and experts held inside the error.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Any
+
+from fptrace.core.dictionaries import Dictionary, check_model, check_role, read_dictionary
+from fptrace.errors import BadInput
+
+
+@dataclass
+class Transcoder:
+    """One block's transcoder in float64 on the model's device."""
+
+    block: int
+    path: str
+    kind: str  # relu, jumprelu, batchtopk, topk
+    W_enc: Any  # (d, n)
+    c: Any  # (n,) the encoder's bias, b_dec's shift folded in
+    W_dec: Any  # (n, d)
+    b_dec: Any  # (d,)
+    threshold: Any  # (n,) or None
+    k: int | None
+
+    @property
+    def width(self) -> int:
+        return int(self.W_enc.shape[1])
+
+    def pre(self, x: Any) -> Any:
+        """(..., d) -> (..., n): the encoder's pre-activations p = x · W_enc + c."""
+        return x @ self.W_enc + self.c
+
+    def act(self, p: Any) -> Any:
+        """The activations of pre-activations p, as the dictionary encodes
+        (core/dictionaries.py), in p's dtype."""
+        import torch
+
+        if self.kind == "relu":
+            return torch.relu(p)
+        if self.kind in ("jumprelu", "batchtopk"):
+            return torch.where(p > self.threshold, torch.relu(p), torch.zeros_like(p))
+        vals, idx = p.topk(min(int(self.k or 1), p.shape[-1]), dim=-1)
+        return torch.zeros_like(p).scatter(-1, idx, torch.relu(vals))
+
+
+@dataclass
+class TranscoderSet:
+    """The transcoders of a graph: block -> Transcoder, and what was given."""
+
+    path: str
+    by_block: dict[int, Transcoder]
+    n_layers: int
+
+    @property
+    def missing(self) -> tuple[int, ...]:
+        return tuple(b for b in range(self.n_layers) if b not in self.by_block)
+
+    @property
+    def width(self) -> int:
+        """The largest number of latents of a block (the candidates' array is this wide)."""
+        return max(t.width for t in self.by_block.values())
+
+
+def _folders(path: str) -> list[str]:
+    """The dictionary folders under `path`: itself when it is one, else its subfolders that are
+    (sorted by name)."""
+    try:
+        names = sorted(os.listdir(path))
+    except OSError as e:
+        raise BadInput(f"--transcoders {path!r}: cannot read the folder "
+                       f"({e.strerror or e})") from None
+    marks = ("cfg.json", "params.npz", "params.safetensors")
+    if any(n in names for n in marks):
+        return [path]
+    subs = [os.path.join(path, n) for n in names
+            if os.path.isdir(os.path.join(path, n))
+            and any(os.path.exists(os.path.join(path, n, m)) for m in marks)]
+    if not subs:
+        raise BadInput(f"--transcoders {path!r}: no transcoder there: give a folder of per-block "
+                       "transcoder folders (each with cfg.json, as `fptrace features train "
+                       "--transcoder` writes them) or one transcoder's folder")
+    return subs
+
+
+def read_transcoders(path: str, lm: Any) -> TranscoderSet:
+    """The transcoders in `path`, checked against the model (see the module's text), in float64
+    on the model's device."""
+    import torch
+
+    from fptrace.core.trace import model_info
+
+    if lm.parts.family.mlp_added:
+        raise BadInput(f"graph --transcoders: the {lm.parts.family.title} family normalises "
+                       "the MLP's output before the stream receives it; a transcoder of the "
+                       "MLP's output is not yet placed there")
+    info = model_info(lm)
+    by_block: dict[int, Transcoder] = {}
+    device = lm.parts.embed.weight.device
+    for folder in _folders(path):
+        d = read_dictionary(folder)
+        check_role(d, "transcoder", "--transcoders")
+        check_model(d, info.n_layers, info.d_model, lm.name, "--transcoders")
+        if d.site.point != "mlp_in" or d.out_site.point != "mlp_out" or \
+                d.site.block != d.out_site.block:
+            raise BadInput(f"--transcoders {folder!r} maps {d.site.name} to {d.out_site.name}; "
+                           "a graph's transcoder maps one block's MLP input to its output")
+        if d.d_in != info.d_model:
+            raise BadInput(f"--transcoders {folder!r} reads vectors of width {d.d_in}; "
+                           f"{lm.name}'s MLP input has width {info.d_model}: a transcoder of "
+                           "another model")
+        if d.site.block in by_block:
+            raise BadInput(f"--transcoders {path!r}: two transcoders for block {d.site.block} "
+                           f"({by_block[d.site.block].path!r} and {folder!r})")
+        by_block[d.site.block] = _float64(d, device, torch)
+    return TranscoderSet(path=path, by_block=by_block, n_layers=info.n_layers)
+
+
+def replacement_hook(state: Any, layer: int, tc: Transcoder | None) -> Any:
+    """The forward hook of block `layer`'s MLP module in the frozen pass: its output replaced
+    by the transcoder's reconstruction plus its error (see the module's text); without a
+    transcoder, by the error alone. Fills state.acts, state.leaves, state.errors and the bias
+    terms."""
+    import torch
+
+    def hook(module: Any, args: tuple, output: Any) -> Any:
+        y = output[0] if isinstance(output, tuple) else output
+        if tc is None:
+            new = y.detach().clone().requires_grad_(True)  # all of it error
+            state.errors[layer] = new
+        else:
+            x = args[0]
+            p = tc.pre(x)  # (B, T, n)
+            state.biases.append((tc.c, p))
+            a = tc.act(p.detach())
+            r = torch.where(p.detach() != 0, a / torch.where(p.detach() != 0, p.detach(), 1.0),
+                            0.0)
+            state.acts[layer] = r * p  # linear in x
+            leaf = a.detach().requires_grad_(True)  # a gradient stops here: edges are direct
+            state.leaves[layer] = leaf
+            recon = leaf @ tc.W_dec + tc.b_dec  # (B, T, d)
+            err = (y.detach() - recon.detach()).requires_grad_(True)
+            state.errors[layer] = err
+            new = recon + err
+            state.biases.append((tc.b_dec, new))
+        return (new, *output[1:]) if isinstance(output, tuple) else new
+    return hook
+
+
+def latents_hook(acts: dict, layer: int, tc: Transcoder) -> Any:
+    """The forward hook of block `layer`'s MLP module in the real pass: the transcoder's
+    activations of the MLP's input (T, n), float64."""
+    def hook(module: Any, args: tuple, output: Any) -> None:
+        acts[layer] = tc.act(tc.pre(args[0][0].detach())).cpu()
+    return hook
+
+
+def _float64(d: Dictionary, device: Any, torch: Any) -> Transcoder:
+    def f64(t: Any) -> Any:
+        return None if t is None else t.detach().to(device=device, dtype=torch.float64)
+
+    W_enc, b_enc, b_dec = f64(d.W_enc), f64(d.b_enc), f64(d.b_dec)
+    c = b_enc - b_dec @ W_enc if d.shift_input else b_enc
+    return Transcoder(block=d.site.block, path=d.path, kind=d.kind, W_enc=W_enc, c=c,
+                      W_dec=f64(d.W_dec), b_dec=b_dec, threshold=f64(d.threshold), k=d.k)
+
+
+__all__ = ["Transcoder", "TranscoderSet", "latents_hook", "read_transcoders", "replacement_hook"]
