@@ -12,6 +12,7 @@ from fptrace.cli.options import (
     STATS,
     ChatOptions,
     ForceOpt,
+    HtmlOpt,
     JsonOpt,
     LoadOptions,
     WideOpt,
@@ -61,6 +62,7 @@ def graph(
         "--graph-json", metavar="FILE", help="Also write the graph in circuit-tracer's "
         "frontend format (.json).", rich_help_panel=OUTPUT)] = None,
     force: ForceOpt = False,
+    html: HtmlOpt = None,
     as_json: JsonOpt = False,
     wide: WideOpt = False,
 ) -> None:
@@ -80,7 +82,7 @@ def graph(
                         positions=None if positions is None
                         else parse_selection(positions, "--positions"),
                         graph_json=graph_json, force=force, transcoders=transcoders)
-    lm, prompt = load_for(prompt, opts, chat=chat)
+    lm, prompt = load_for(prompt, opts, chat=chat, force=force, html=html)
     from fptrace.commands.graph.core import graph as run_graph
     from fptrace.commands.graph.render import graph_view
 
@@ -95,6 +97,10 @@ def graph(
         raise Mismatch("the graph is not exact: " + "; ".join(
             f"{c.name} {c.value:.2e} at {c.worst} ({c.tolerance})" for c in result.checks
             if not c.ok))
+    if html is not None:
+        from fptrace.cli.page import write_page
+
+        write_page(html, lm, prompt, "graph", result)
     if graph_json is not None:
         from fptrace.cli.io import stderr_console
         from fptrace.commands.graph.frontend import write_graph_file

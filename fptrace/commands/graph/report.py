@@ -1,0 +1,127 @@
+"""The graph on the page (`fptrace report --graph`, `fptrace graph --html FILE`): the terminal
+view, and a blocks × positions map of the pruned graph: a cell's colour is the influence on the
+logits of the nodes kept at that block and position (neurons or latents, remainders, error
+nodes), its label how many neurons or latents are kept there, and its hover each of those nodes
+with its value, its influence and its strongest edges in and out (weights exact, from the
+graph). A click on a row opens that block."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import Annotated, Any
+
+import typer
+
+from fptrace.cli.options import STATS
+from fptrace.cli.sections import Page, ReportSection
+from fptrace.render.html import section
+
+EDGES_SHOWN = 3  # the strongest edges in and out a node's hover lists
+
+OPTIONS = (
+    ("graph", Annotated[bool, typer.Option(
+        "--graph", help="Add the attribution graph of the next token over the model's own MLP "
+        "neurons (as `fptrace graph --neurons`; --graph-transcoders DIR: over transcoders).",
+        rich_help_panel=STATS)], False),
+    ("graph_transcoders", Annotated[str | None, typer.Option(
+        "--graph-transcoders", metavar="DIR", help="With --graph: the graph over the per-block "
+        "transcoders in DIR (as `fptrace graph --transcoders DIR`).",
+        rich_help_panel=STATS)], None),
+)
+
+
+def _check(values: dict[str, Any]) -> None:
+    from fptrace.commands.graph.inputs import check_request
+    from fptrace.errors import BadInput
+
+    if values["graph_transcoders"] is not None and not values["graph"]:
+        raise BadInput("--graph-transcoders goes with --graph")
+    if values["graph"]:
+        check_request(neurons=values["graph_transcoders"] is None, node_threshold="0.8",
+                      edge_threshold="0.98", max_nodes="64", per_site="4", positions=None,
+                      graph_json=None, force=False, transcoders=values["graph_transcoders"])
+
+
+def _compute(page: Page, values: dict[str, Any]) -> Any:
+    from fptrace.commands.graph.core import graph
+
+    if not values["graph"]:
+        return None
+    return graph(page.lm, page.prompt, transcoders=values["graph_transcoders"])
+
+
+def _body(result: Any) -> list[str]:
+    from fptrace.commands.graph.render import graph_view
+
+    return section("How the answer was computed: the attribution graph", "", None,
+                   graph_view(result, 130))
+
+
+def _name(n: Any, tokens: Any) -> str:
+    if n.node_type == "embedding":
+        return f"{tokens[n.position].text!r}@{n.position}"
+    if n.node_type == "logit":
+        return f"→{n.label}"
+    return f"{n.label.replace(' @', '@')}"
+
+
+def node_lines(g: Any) -> dict[str, list[str]]:
+    """node_id -> the lines its hover shows: what it is, its value and influence, its strongest
+    kept edges in and out."""
+    names = {n.node_id: _name(n, g.tokens) for n in g.nodes}
+    into: dict[str, list[Any]] = defaultdict(list)
+    out: dict[str, list[Any]] = defaultdict(list)
+    for e in g.edges:
+        into[e.target].append(e)
+        out[e.source].append(e)
+    lines: dict[str, list[str]] = {}
+    for n in g.nodes:
+        value = "" if n.value is None else f", activation {n.value:+.4g}"
+        got = [f"{names[n.node_id]} ({n.node_type}{value}, influence {n.influence:.4f})"]
+        for label, edges, end in (("in", into[n.node_id], "source"),
+                                  ("out", out[n.node_id], "target")):
+            strongest = sorted(edges, key=lambda e: -abs(e.weight))[:EDGES_SHOWN]
+            if strongest:
+                got.append(f"  {label}: " + ", ".join(
+                    f"{names[getattr(e, end)]} {e.weight:+.4g}" for e in strongest))
+        lines[n.node_id] = got
+    return lines
+
+
+def _data(result: Any) -> Any:
+    from fptrace.render.pagedata import Heatmap, SectionData
+
+    g = result
+    L, T = g.model.n_layers, len(g.tokens)
+    influence = [[0.0] * T for _ in range(L)]
+    count = [[0] * T for _ in range(L)]
+    tips: list[list[list[str]]] = [[[] for _ in range(T)] for _ in range(L)]
+    lines = node_lines(g)
+    for n in g.nodes:
+        if n.layer is None:
+            continue
+        influence[n.layer][n.position] += n.influence
+        count[n.layer][n.position] += n.node_type in ("neuron", "latent")
+        tips[n.layer][n.position] += lines[n.node_id]
+    what = "neurons" if g.transcoders is None else "latents"
+    return SectionData("Attribution graph", heatmaps=(Heatmap(
+        f"the pruned graph by block and position: a cell's colour the influence on the logits "
+        f"of its nodes, its label how many {what} are kept there; hover for each node's value, "
+        "influence and strongest edges", "influence",
+        tuple(f"block {b}" for b in range(L)),
+        tuple(f"{k} {t.text!r}" for k, t in enumerate(g.tokens)),
+        tuple(tuple(influence[b][p] if tips[b][p] else None for p in range(T))
+              for b in range(L)), blocks=tuple(range(L)),
+        labels=tuple(tuple(str(count[b][p]) if count[b][p] else "·" for p in range(T))
+                     for b in range(L)),
+        tips=tuple(tuple("\n".join(tips[b][p]) for p in range(T)) for b in range(L))),))
+
+
+def _verify(result: Any) -> None:
+    from fptrace.cli.io import check_match
+
+    check_match(result.ok, [c.name for c in result.checks if not c.ok])
+
+
+SECTION = ReportSection(order=48, compute=_compute, body=_body, options=OPTIONS, check=_check,
+                        verify=_verify, data=_data)
