@@ -32,7 +32,7 @@ demo: install
 # (tests/conftest.py)
 test: install lint
 	bash scripts/install_browser.sh
-	$(BIN)/python -m pytest -q -n 2 --dist loadfile
+	$(BIN)/python -m pytest -q -n 2 --dist loadfile --no-loadscope-reorder
 
 # ruff and mypy on fptrace/: a count above .ci/lint-baseline.json fails (the baseline only shrinks)
 lint: install

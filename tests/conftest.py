@@ -33,6 +33,26 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
 GOLDEN = os.path.join(os.path.dirname(__file__), "golden")
 
 
+# The files that take longest (seconds per file summed from `pytest --durations=0`:
+# docs/development.md), longest first, those that start processes of their own (servers, torch's
+# launcher, a Ray cluster, Chromium) between those that compute in the worker, so that the two
+# workers seldom run two of the first kind at once. `make test` passes --no-loadscope-reorder,
+# so pytest-xdist hands out whole files in this order (its own is by number of tests, which
+# started the torchrun and Ray files last, while the other worker sat idle). Only the order
+# changes; a file not named keeps its place after these.
+LONGEST_FIRST = (
+    "test_serve.py", "test_hardening.py", "test_transcripts.py", "test_hostile.py",
+    "test_tensor_parallel.py", "test_ablate.py", "test_ray.py", "test_llamacpp_hardening.py",
+    "test_page.py", "test_llamacpp_emulate.py", "test_batch.py", "test_tokens.py",
+    "test_steer.py", "test_stats.py", "test_bundled.py", "test_tui.py", "test_diff_deep.py",
+    "test_features.py", "test_llamacpp_faults.py", "test_extension_points.py")
+
+
+def pytest_collection_modifyitems(config, items):
+    rank = {name: k for k, name in enumerate(LONGEST_FIRST)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: a file's order kept
+
+
 def pytest_addoption(parser):
     parser.addoption("--update-golden", action="store_true",
                      help="rewrite the golden files of tests/golden/ from the current output "
@@ -173,6 +193,47 @@ def make_gpt2_folder(tmp_path, weights="safetensors", n_positions=32, n_layer=2,
         torch.save(model.state_dict(), folder / "pytorch_model.bin")
         os.remove(folder / "model.safetensors")
     return folder, model
+
+
+def page_heatmap(out, title: str, k: int = 0) -> dict:
+    """The k-th heatmap of the page section titled `title`, as the page's script reads it (the
+    JSON data the page embeds)."""
+    import json
+    import re
+
+    html = out.read_text(encoding="utf-8")
+    m = re.search(r'<script type="application/json" id="fptrace-data">(.*?)</script>', html,
+                  re.S)
+    data = json.loads(m.group(1))
+    return next(s for s in data["sections"] if s["title"] == title)["heatmaps"][k]
+
+
+def hover_heatmap_cell(out, title: str, i: int, j: int) -> tuple[str, str]:
+    """(the cell's text, the tooltip) of cell (i, j) of the section titled `title` hovered in
+    headless Chromium, every request but the page's own refused; skips without Chromium."""
+    import shutil
+
+    pytest.importorskip("playwright")
+    from playwright.sync_api import sync_playwright
+
+    chromium = shutil.which("chromium") or shutil.which("chromium-browser")
+    if chromium is None:
+        pytest.skip("no chromium")
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=chromium, headless=True,
+                                    chromium_sandbox=False, args=["--no-sandbox",
+                                                                  "--disable-gpu"])
+        view = browser.new_page()
+        view.route("**/*", lambda r: r.continue_() if r.request.url == out.as_uri()
+                   else r.abort())
+        view.goto(out.as_uri(), wait_until="load")
+        box = view.locator(".section-heatmap", has_text=title)
+        td = box.locator(f'td[data-i="{i}"][data-j="{j}"]')
+        text = td.inner_text()
+        td.hover()
+        tip = view.inner_text("#tip")
+        browser.close()
+    return text, tip
 
 
 def make_llama_folder(path, n_heads: int = 4, n_kv_heads: int = 2, seed: int = 0):

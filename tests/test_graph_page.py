@@ -6,10 +6,9 @@ are one line before anything is loaded."""
 from __future__ import annotations
 
 import json
-import re
 
 import pytest
-from conftest import tiny_gpt2
+from conftest import hover_heatmap_cell, page_heatmap, tiny_gpt2
 from typer.testing import CliRunner
 
 from fptrace.cli.main import app
@@ -30,11 +29,7 @@ def page(tmp_path_factory):
 
 
 def _map(out):
-    html = out.read_text(encoding="utf-8")
-    m = re.search(r'<script type="application/json" id="fptrace-data">(.*?)</script>', html,
-                  re.S)
-    data = json.loads(m.group(1))
-    return next(s for s in data["sections"] if s["title"] == "Attribution graph")["heatmaps"][0]
+    return page_heatmap(out, "Attribution graph")
 
 
 def test_the_map_holds_every_kept_node_and_its_edges(page):
@@ -64,29 +59,9 @@ def test_the_map_holds_every_kept_node_and_its_edges(page):
 
 
 def test_hovering_a_cell_in_chromium_shows_its_nodes(page):
-    import shutil
-
-    pytest.importorskip("playwright")
-    from playwright.sync_api import sync_playwright
-
-    chromium = shutil.which("chromium") or shutil.which("chromium-browser")
-    if chromium is None:
-        pytest.skip("no chromium")
     out, g = page
     n = max((n for n in g["nodes"] if n["node_type"] == "neuron"), key=lambda n: n["influence"])
-    with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=chromium, headless=True,
-                                    chromium_sandbox=False, args=["--no-sandbox",
-                                                                  "--disable-gpu"])
-        view = browser.new_page()
-        view.route("**/*", lambda r: r.continue_() if r.request.url == out.as_uri()
-                   else r.abort())
-        view.goto(out.as_uri(), wait_until="load")
-        box = view.locator(".section-heatmap", has_text="Attribution graph")
-        td = box.locator(f'td[data-i="{n["layer"]}"][data-j="{n["position"]}"]')
-        td.hover()
-        tip = view.inner_text("#tip")
-        browser.close()
+    _, tip = hover_heatmap_cell(out, "Attribution graph", n["layer"], n["position"])
     assert n["label"].replace(" @", "@") in tip and f"influence {n['influence']:.4f}" in tip
 
 

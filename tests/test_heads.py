@@ -10,7 +10,13 @@ from __future__ import annotations
 
 import pytest
 import torch
-from conftest import build_tiny, save_with_gpt2_tokenizer, tiny_gpt2
+from conftest import (
+    build_tiny,
+    hover_heatmap_cell,
+    page_heatmap,
+    save_with_gpt2_tokenizer,
+    tiny_gpt2,
+)
 from planted_heads import planted_gpt2
 from typer.testing import CliRunner
 
@@ -320,14 +326,7 @@ def page(tmp_path_factory):
 
 
 def _page_grid(out):
-    import json
-    import re
-
-    html = out.read_text(encoding="utf-8")
-    m = re.search(r'<script type="application/json" id="fptrace-data">(.*?)</script>', html,
-                  re.S)
-    data = json.loads(m.group(1))
-    return next(s for s in data["sections"] if s["title"] == "Head roles")["heatmaps"][0]
+    return page_heatmap(out, "Head roles")
 
 
 def test_the_report_grid_holds_every_heads_role_and_scores(page):
@@ -349,32 +348,12 @@ def test_the_report_grid_holds_every_heads_role_and_scores(page):
 
 
 def test_hovering_a_cell_in_chromium_shows_its_scores(page):
-    import shutil
+    from fptrace.commands.heads.render import cell
 
-    pytest.importorskip("playwright")
-    from playwright.sync_api import sync_playwright
-
-    chromium = shutil.which("chromium") or shutil.which("chromium-browser")
-    if chromium is None:
-        pytest.skip("no chromium")
     out, own = page
     h = own.heads[-1]
-    with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=chromium, headless=True,
-                                    chromium_sandbox=False, args=["--no-sandbox",
-                                                                  "--disable-gpu"])
-        view = browser.new_page()
-        view.route("**/*", lambda r: r.continue_() if r.request.url == out.as_uri()
-                   else r.abort())
-        view.goto(out.as_uri(), wait_until="load")
-        box = view.locator(".section-heatmap", has_text="Head roles")
-        td = box.locator(f'td[data-i="{h.layer}"][data-j="{h.head}"]')
-        from fptrace.commands.heads.render import cell
-
-        assert td.inner_text() == cell(h)
-        td.hover()
-        tip = view.inner_text("#tip")
-        browser.close()
+    text, tip = hover_heatmap_cell(out, "Head roles", h.layer, h.head)
+    assert text == cell(h)
     assert f"block {h.layer} · head {h.head}" in tip
     assert f"previous-token {h.previous:.3f}" in tip and f"OV eigen {h.eigen:.3f}" in tip
 

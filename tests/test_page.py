@@ -148,8 +148,8 @@ def test_report_page_is_one_file_holding_the_typed_results(report, lm):
     t = run_trace(lm, PROMPT, lens_grid=True)
     trace = _block(html, "fptrace-trace")
     assert trace["kind"] == "trace" and trace["tokens"] == [
-        {"position": x.position, "id": x.id, "text": x.text, "template": x.template}
-        for x in t.tokens]
+        {"position": x.position, "id": x.id, "text": x.text, "piece": x.piece,
+         "template": x.template} for x in t.tokens]
     for row, own in zip(trace["lens_grid"], t.lens_grid, strict=True):
         for c, o in zip(row, own, strict=True):
             assert (c["id"], c["text"]) == (o.id, o.text)

@@ -1,6 +1,6 @@
 """Tensor parallelism through transformers and torch's launcher, on CPU with gloo: two ranks
-give the single process's trace; --tp 2 starts them itself; a model whose heads do not divide is
-refused before anything starts. Each launch takes ~10 s on 2 cores."""
+give the single process's trace (--tp 2 starts them with torch's launcher); a model whose heads
+do not divide is refused before anything starts. Each launch takes ~10 s on 2 cores."""
 
 from __future__ import annotations
 
@@ -23,13 +23,10 @@ def llama(tmp_path_factory):
     return str(make_llama_folder(tmp_path_factory.mktemp("tp"), n_heads=4, n_kv_heads=2))
 
 
-def _fptrace(*args, launcher=None, timeout=240):
+def _fptrace(*args, timeout=240):
     env = dict(os.environ, OMP_NUM_THREADS="1")
-    head = [sys.executable, "-m", "torch.distributed.run", "--standalone",
-            "--nproc-per-node=2", "-m", "fptrace"] if launcher else [sys.executable, "-m",
-                                                                     "fptrace"]
-    return subprocess.run([*head, *args], capture_output=True, text=True, timeout=timeout,
-                          env=env)
+    return subprocess.run([sys.executable, "-m", "fptrace", *args], capture_output=True,
+                          text=True, timeout=timeout, env=env)
 
 
 def _close(a, b):
@@ -42,17 +39,29 @@ def _close(a, b):
 
 
 @pytest.mark.slow
-def test_torchrun_and_tp_equal_one_process(llama):
+def test_tp_equals_one_process(llama):
+    """--tp 2 runs `python -m torch.distributed.run --standalone --nproc-per-node=2 -m fptrace`
+    with the other arguments (tensor_parallel.launch), the command a user types to launch the
+    ranks themselves: one launch covers both."""
     one = json.loads(runner.invoke(app, ["run", "The cat sat", "-m", llama, "--json",
                                          "--snippet", "64"]).stdout)
-    r = _fptrace("run", "The cat sat", "-m", llama, "--json", "--snippet", "64", launcher=True)
+    r = _fptrace("run", "The cat sat", "-m", llama, "--json", "--snippet", "64", "--tp", "2")
     assert r.returncode == 0, r.stderr[-2000:]
     two = json.loads(r.stdout)  # only rank 0 printed: one JSON object
     assert two["model"]["tensor_parallel"] == 2 and one["model"]["tensor_parallel"] == 1
     _close(two, one)
-    r = _fptrace("run", "The cat sat", "-m", llama, "--json", "--snippet", "64", "--tp", "2")
-    assert r.returncode == 0, r.stderr[-2000:]
-    _close(json.loads(r.stdout), one)
+
+
+def test_tp_launches_torchs_launcher_with_the_other_arguments(monkeypatch):
+    from fptrace.models import tensor_parallel
+
+    seen = []
+    monkeypatch.setattr(tensor_parallel.subprocess, "run",
+                        lambda cmd, env: seen.append(cmd) or subprocess.CompletedProcess(cmd, 0))
+    n, rest = tensor_parallel.strip_tp(["run", "hi", "--tp", "2", "--json"])
+    assert tensor_parallel.launch(n, rest) == 0
+    assert seen == [[sys.executable, "-m", "torch.distributed.run", "--standalone",
+                     "--nproc-per-node=2", "-m", "fptrace", "run", "hi", "--json"]]
 
 
 @pytest.mark.slow
