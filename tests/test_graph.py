@@ -18,7 +18,7 @@ from fptrace.cli.main import app
 from fptrace.commands.graph import core as graph_core
 from fptrace.commands.graph import freezing
 from fptrace.commands.graph.core import graph
-from fptrace.commands.graph.influence import prune
+from fptrace.commands.graph.influence import Adjacency, prune
 from fptrace.commands.graph.rows import Rows
 from fptrace.errors import BadInput
 from fptrace.models.loading import wrap_model
@@ -293,7 +293,7 @@ def test_pruning_keeps_the_logits_and_grows_with_its_thresholds():
     A = np.tril(rng.normal(size=(n, n)) * (rng.random((n, n)) < 0.4), k=-1)
     w = np.zeros(n)
     w[-2:] = (0.7, 0.3)
-    kept = [prune(A, w, 20, 4, 1.0, x) for x in (0.5, 0.8, 0.95, 1.0)]
+    kept = [prune(Adjacency.dense(A), w, 20, 4, 1.0, x) for x in (0.5, 0.8, 0.95, 1.0)]
     for a, b in zip(kept, kept[1:]):
         assert (a.edges <= b.edges).all() and (a.nodes <= b.nodes).all()
     assert kept[0].nodes[-6:].all()  # tokens and logits always

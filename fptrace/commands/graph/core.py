@@ -31,7 +31,7 @@ from fptrace.commands.graph.freezing import (
     frozen,
     mlp_sites,
 )
-from fptrace.commands.graph.influence import partial_influence, prune, scores
+from fptrace.commands.graph.influence import Adjacency, partial_influence, prune, scores
 from fptrace.commands.graph.model64 import float64_copy, real_pass
 from fptrace.commands.graph.paths import strongest_paths
 from fptrace.commands.graph.result import (
@@ -274,10 +274,11 @@ def _assemble(lm: LoadedModel, prepared: Any, queries: list[int], ids: list[int]
     n = nn_ + n_rest + n_err + T + n_log
     col = np.concatenate([np.array(neurons, dtype=int),
                           np.arange(layout.n_cand, layout.n)]).astype(int)
-    A = np.zeros((n, n))
+    R = np.zeros((len(done), n))  # the computed nodes' rows: the only nonzero rows of A
+    index = np.zeros(len(done), dtype=int)
     bias: dict[int, float] = {}
     cand_index = {c: i for i, c in enumerate(neurons)}
-    for _, r, node in done:
+    for j, (_, r, node) in enumerate(done):
         full = layout.row(r)
         row = full[col]
         # the candidates not computed join their site's remainder
@@ -285,8 +286,9 @@ def _assemble(lm: LoadedModel, prepared: Any, queries: list[int], ids: list[int]
         cand[neurons] = 0
         row[nn_:nn_ + n_rest] += cand.reshape(L * T, layout.k).sum(-1)
         i = cand_index[node] if node < layout.n_cand else nn_ + (node - layout.n_cand)
-        A[i] = row
+        R[j], index[j] = row, i
         bias[i] = float(r.bias[0])
+    A = Adjacency(R, index, n)
     w = np.zeros(n)
     w[-n_log:] = weights[-n_log:]
     tokens = np.zeros(n, dtype=bool)
@@ -306,9 +308,10 @@ def _assemble(lm: LoadedModel, prepared: Any, queries: list[int], ids: list[int]
                            pr, bias.get(i), w))
         ids_of.append(nodes[-1].node_id)
     kept = [i for i in np.argsort(-pr.influence, kind="stable") if pr.nodes[i]]
-    tgt, src = np.nonzero(pr.edges)
-    edges = sorted((GraphEdge(source=ids_of[s], target=ids_of[t], weight=float(A[t, s]))
-                    for t, s in zip(tgt, src, strict=True)), key=lambda e: -abs(e.weight))
+    rows, src = np.nonzero(pr.edges)
+    edges = sorted((GraphEdge(source=ids_of[s], target=ids_of[int(index[r])],
+                              weight=float(R[r, s]))
+                    for r, s in zip(rows, src, strict=True)), key=lambda e: -abs(e.weight))
     layer_of = [-1 if nd.node_type == "embedding" else L if nd.layer is None else nd.layer
                 for nd in nodes]  # tokens first, logits past the last block
     paths = strongest_paths(A, pr.edges, pr.nodes, w, ids_of, layer_of=layer_of)

@@ -72,8 +72,7 @@ def bad_inputs(at: Setup) -> tuple[Case, ...]:
     m = at.model
     g = ("graph", "The cat sat", *m, "--neurons")
     t = ("graph", "The cat sat", *m, "--transcoders")
-    with open(os.path.join(at.folder, "config.json"), encoding="utf-8") as f:
-        d = int(json.load(f)["n_embd"])  # tiny-gpt2's width
+    d = 32  # the width of the tiny GPT-2 the cases run on (tests/conftest.py's tiny_gpt2)
     root = at.path("graph-transcoders")
     sae = write_transcoder(os.path.join(root, "sae", "layer_0"), 0, d, 16,
                            architecture="standard")
