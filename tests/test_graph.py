@@ -359,3 +359,23 @@ def test_the_api_names_its_parameters_and_takes_query_positions():
     logits = [n for n in g.nodes if n.node_type == "logit"]
     assert sorted((n.position, n.index) for n in logits) == [(2, 7), (5, 7)]
     assert len(g.tokens) == 6
+
+
+def test_the_targets_per_pass_change_no_number():
+    """Fewer targets per backward pass (what a long prompt gets: rows_fitting) give the same
+    graph; the count follows the prompt's length."""
+    lm = wrap_model(build_tiny("llama"), random_weights=True)
+    a = graph(lm, IDS, max_nodes=10, per_site=2, batch_size=2)
+    real = graph_core.rows_fitting
+    try:  # what a long prompt gets: one target a pass, the rounds as asked
+        graph_core.rows_fitting = lambda *args, **kw: 1
+        b = graph(lm, IDS, max_nodes=10, per_site=2, batch_size=2)
+    finally:
+        graph_core.rows_fitting = real
+    assert [n.node_id for n in a.nodes] == [n.node_id for n in b.nodes]
+    for x, y in zip(a.edges, b.edges, strict=True):
+        assert (x.source, x.target) == (y.source, y.target)
+        assert x.weight == pytest.approx(y.weight, rel=1e-12, abs=1e-15)
+    assert graph_core.rows_fitting(16, 30, 1536, 576, 32) == 32  # the bundled model
+    assert graph_core.rows_fitting(256, 30, 1536, 576, 32) == 3
+    assert graph_core.rows_fitting(1024, 30, 1536, 576, 32) == 1
