@@ -200,7 +200,7 @@ def collect(lm: Any, items: Sequence[Any], layer: int, progress: Callable | None
 class TopK:
     """The SAE being trained (float32, CPU)."""
 
-    def __init__(self, d: int, n: int, k: int, seed: int) -> None:
+    def __init__(self, d: int, n: int, k: int, seed: int, shift_input: bool = True) -> None:
         import torch
 
         g = torch.Generator().manual_seed(seed)
@@ -211,6 +211,9 @@ class TopK:
         self.b_enc = torch.zeros(n, requires_grad=True)
         self.b_dec = torch.zeros(d, requires_grad=True)
         self.k = k
+        # an SAE encodes x − b_dec; a transcoder's b_dec lives in the output's space, so its
+        # input is encoded as it is (SAELens's transcoders: apply_b_dec_to_input false)
+        self.shift_input = shift_input
 
     def params(self) -> list:
         return [self.W_enc, self.b_enc, self.W_dec, self.b_dec]
@@ -218,7 +221,8 @@ class TopK:
     def pre(self, x: Any) -> Any:
         import torch
 
-        return torch.relu((x - self.b_dec) @ self.W_enc + self.b_enc)
+        x_in = x - self.b_dec if self.shift_input else x
+        return torch.relu(x_in @ self.W_enc + self.b_enc)
 
     def encode(self, x: Any) -> Any:
         import torch
@@ -265,44 +269,12 @@ def train(lm: Any, inputs: Sequence[str], out: str, opts: TrainOptions, *, resum
     tick = None if progress is None else (lambda p, t: progress("prompts", p, len(items)))
     x_train, _ = collect(lm, kept, opts.layer, tick)
     x_held, _ = collect(lm, held, opts.layer, tick)
-    d = x_train.shape[1]
-    sae = TopK(d, opts.latents, opts.k, opts.seed)
-    adam = torch.optim.Adam(sae.params(), lr=opts.lr)
-    steps = max(1, opts.tokens // opts.batch_tokens)
-    step, since_fired, losses = 0, torch.zeros(opts.latents, dtype=torch.long), []
-    if doc is not None:
-        step, losses = _load_state(out, doc, sae, adam, since_fired)
-    else:
-        with torch.no_grad():
-            sae.b_dec.copy_(x_train[:opts.batch_tokens].mean(0))
+    sae = TopK(x_train.shape[1], opts.latents, opts.k, opts.seed)
     t0 = time.perf_counter()
-    resumed_from = step
-    data = torch.Generator().manual_seed(opts.seed + 1)
-    perm = torch.randperm(x_train.shape[0], generator=data)
-    for _ in range(step * opts.batch_tokens // x_train.shape[0]):  # epochs already done
-        perm = torch.randperm(x_train.shape[0], generator=data)
-    while step < steps:
-        start = step * opts.batch_tokens % x_train.shape[0]
-        idx = _batch(perm, start, opts.batch_tokens)
-        x = x_train[idx]  # (b, d)
-        loss, fired = _step(sae, adam, x, since_fired, opts)
-        since_fired += x.shape[0]
-        since_fired[fired] = 0
-        losses.append(loss)
-        step += 1
-        if (step * opts.batch_tokens) // x_train.shape[0] != \
-                ((step - 1) * opts.batch_tokens) // x_train.shape[0]:
-            perm = torch.randperm(x_train.shape[0], generator=data)  # a new epoch
-        if step % opts.save_every == 0 or step == steps:
-            _save(out, sae, adam, since_fired, step, losses, opts, source)
-        if progress is not None:
-            progress("steps", step, steps)
-    with torch.no_grad():
-        a = sae.encode(x_held)
-        err = x_held - (a @ sae.W_dec + sae.b_dec)
-        fvu = float((err ** 2).sum() / ((x_held - x_held.mean(0)) ** 2).sum())
-        dead = int(((a != 0).sum(0) == 0).sum())
-        l0 = float((a != 0).sum(-1).float().mean())
+    steps, resumed_from, losses = fit(sae, x_train, x_train, out, opts, source, doc,
+                                      None if progress is None else
+                                      (lambda done, total: progress("steps", done, total)))
+    fvu, l0, dead = evaluate(sae, x_held, x_held)
     _write_saelens(out, sae, opts, lm)
     curve = tuple(float(v) for v in losses[::max(1, len(losses) // 50)])
     return TrainResult(
@@ -316,6 +288,62 @@ def train(lm: Any, inputs: Sequence[str], out: str, opts: TrainOptions, *, resum
         seconds=time.perf_counter() - t0)
 
 
+def fit(sae: TopK, x_train: Any, y_train: Any, out: str, opts: TrainOptions, source: dict,
+        doc: dict | None, tick: Callable[[int, int], None] | None = None
+        ) -> tuple[int, int, list]:
+    """Train `sae` to rebuild y_train (N, d_out) from x_train (N, d_in) (the same tensor for an
+    SAE), saving its state in `out` every save_every steps and at the end; `doc`: the state of
+    an interrupted run to continue (_resumed's), None for a fresh one. (steps, the step resumed
+    from, the losses)."""
+    import torch
+
+    adam = torch.optim.Adam(sae.params(), lr=opts.lr)
+    steps = max(1, opts.tokens // opts.batch_tokens)
+    step, since_fired, losses = 0, torch.zeros(opts.latents, dtype=torch.long), []
+    if doc is not None:
+        step, losses = _load_state(out, doc, sae, adam, since_fired)
+    else:
+        with torch.no_grad():
+            sae.b_dec.copy_(y_train[:opts.batch_tokens].mean(0))
+    resumed_from = step
+    n = x_train.shape[0]
+    data = torch.Generator().manual_seed(opts.seed + 1)
+    perm = torch.randperm(n, generator=data)
+    for _ in range(step * opts.batch_tokens // n):  # epochs already done
+        perm = torch.randperm(n, generator=data)
+    while step < steps:
+        idx = _batch(perm, step * opts.batch_tokens % n, opts.batch_tokens)
+        x = x_train[idx]  # (b, d_in)
+        y = x if y_train is x_train else y_train[idx]  # (b, d_out)
+        loss, fired = _step(sae, adam, x, y, since_fired, opts)
+        since_fired += idx.shape[0]
+        since_fired[fired] = 0
+        losses.append(loss)
+        step += 1
+        if (step * opts.batch_tokens) // n != ((step - 1) * opts.batch_tokens) // n:
+            perm = torch.randperm(n, generator=data)  # a new epoch
+        if step % opts.save_every == 0 or step == steps:
+            _save(out, sae, adam, since_fired, step, losses, opts, source)
+        if tick is not None:
+            tick(step, steps)
+    return steps, resumed_from, losses
+
+
+def evaluate(sae: TopK, x: Any, y: Any) -> tuple[float, float, int]:
+    """(FVU, L0, dead latents) of `sae` rebuilding y (N, d_out) from x (N, d_in) on held-out
+    positions: Σ‖y − ŷ‖² / Σ‖y − mean y‖², the mean active latents, the latents that fire on
+    none of them."""
+    import torch
+
+    with torch.no_grad():
+        a = sae.encode(x)  # (N, n)
+        err = y - (a @ sae.W_dec + sae.b_dec)
+        fvu = float((err ** 2).sum() / ((y - y.mean(0)) ** 2).sum())
+        dead = int(((a != 0).sum(0) == 0).sum())
+        l0 = float((a != 0).sum(-1).float().mean())
+    return fvu, l0, dead
+
+
 def _batch(perm: Any, start: int, size: int) -> Any:
     import torch
 
@@ -327,22 +355,25 @@ def _batch(perm: Any, start: int, size: int) -> Any:
     return torch.cat([perm[start:], perm[:start + size - n]])
 
 
-def _step(sae: TopK, adam: Any, x: Any, since_fired: Any, opts: TrainOptions) -> tuple[float, Any]:
+def _step(sae: TopK, adam: Any, x: Any, y: Any, since_fired: Any, opts: TrainOptions
+          ) -> tuple[float, Any]:
+    """One Adam step on a batch: x (b, d_in) encoded, y (b, d_out) rebuilt (y is x for an
+    SAE)."""
     import torch
 
     pre = sae.pre(x)  # (b, n)
     vals, idx = pre.topk(opts.k, dim=-1)
     a = torch.zeros_like(pre).scatter(-1, idx, vals)
-    recon = a @ sae.W_dec + sae.b_dec
-    var = ((x - x.mean(0)) ** 2).sum()
-    loss = ((recon - x) ** 2).sum() / var
+    recon = a @ sae.W_dec + sae.b_dec  # (b, d_out)
+    var = ((y - y.mean(0)) ** 2).sum()
+    loss = ((recon - y) ** 2).sum() / var
     dead = since_fired >= opts.dead_after
     if bool(dead.any()):  # AuxK: the dead latents rebuild what the live ones miss
-        k_aux = min(int(dead.sum()), x.shape[1] // 2)
+        k_aux = min(int(dead.sum()), y.shape[1] // 2)
         masked = torch.where(dead[None], pre, torch.full_like(pre, -1.0))
         av, ai = masked.topk(k_aux, dim=-1)
         aux = torch.zeros_like(pre).scatter(-1, ai, av.clamp(min=0))
-        residual = (x - recon).detach()
+        residual = (y - recon).detach()
         loss = loss + ((aux @ sae.W_dec - residual) ** 2).sum() / var / 32
     adam.zero_grad()
     loss.backward()
@@ -432,27 +463,39 @@ def _load_state(out: str, doc: dict, sae: TopK, adam: Any, since_fired: Any
     return step, list(doc.get("losses", []))
 
 
-def _write_saelens(out: str, sae: TopK, opts: TrainOptions, lm: Any) -> None:
+def _write_saelens(out: str, sae: TopK, opts: TrainOptions, lm: Any,
+                   transcoder: bool = False) -> None:
+    """cfg.json + sae_weights.safetensors in `out`: a TopK SAE of the stream after block L, or
+    with `transcoder` a TopK transcoder of block L's MLP (architecture `topk_transcoder`: read by
+    fptrace; SAELens 6 has no TopK transcoder class), named as SAELens names its transcoders'
+    places: hook_name the MLP's input after its norm (`blocks.L.ln2.hook_normalized`),
+    hook_name_out what the MLP adds to the stream (`blocks.L.hook_mlp_out`)."""
     from safetensors.torch import save
 
-    hook = Site(opts.layer, "resid_post").name
     tok = lm.tokenizer
     bos = getattr(tok, "bos_id", None) if tok is not None else None
     # what the tokenizer did to the prompts trained on (SmolLM2's GGUF adds no begin-of-text
     # token): a reader that reruns the model must prepare its prompts the same way
     prepend_bos = bool(bos is not None and tok.encode("The", special=True)[:1] == [bos])
-    cfg = {"architecture": "topk", "d_in": int(sae.W_dec.shape[1]), "d_sae": opts.latents,
-           "k": opts.k, "dtype": "float32", "device": "cpu", "apply_b_dec_to_input": True,
+    L = opts.layer
+    hook = f"blocks.{L}.ln2.hook_normalized" if transcoder else Site(L, "resid_post").name
+    places = {"hook_name": hook, "hook_layer": L}
+    if transcoder:
+        places["hook_name_out"] = Site(L, "mlp_out").name
+    cfg = {"architecture": "topk_transcoder" if transcoder else "topk",
+           "d_in": int(sae.W_enc.shape[0]), "d_sae": opts.latents,
+           **({"d_out": int(sae.W_dec.shape[1])} if transcoder else {}),
+           "k": opts.k, "dtype": "float32", "device": "cpu",
+           "apply_b_dec_to_input": not transcoder,
            "normalize_activations": "none", "reshape_activations": "none",
-           "hook_name": hook, "hook_layer": opts.layer, "model_name": lm.name,
-           "metadata": {"model_name": lm.name, "hook_name": hook, "hook_layer": opts.layer,
-                        "prepend_bos": prepend_bos, "context_size": None,
-                        "seqpos_slice": [1, None]}}
+           **places, "model_name": lm.name,
+           "metadata": {"model_name": lm.name, **places, "prepend_bos": prepend_bos,
+                        "context_size": None, "seqpos_slice": [1, None]}}
     weights = {n: t.detach().clone().contiguous() for n, t in
                zip(("W_enc", "b_enc", "W_dec", "b_dec"), sae.params())}
+    os.makedirs(out, exist_ok=True)
     atomic_write(os.path.join(out, "sae_weights.safetensors"), save(weights))
     atomic_write(os.path.join(out, "cfg.json"), json.dumps(cfg, indent=2).encode())
-
 
 __all__ = ["TopK", "TrainOptions", "check_before_load", "check_memory", "check_options",
            "check_out", "collect", "estimated_positions", "inputs_digest", "train",
