@@ -98,53 +98,79 @@ def estimated_positions(items: Sequence[Any]) -> int:
                for it in items if it.prompt is not None)
 
 
-def training_bytes(d: int, opts: TrainOptions, positions: int) -> dict[str, int]:
+def training_bytes(d: int, opts: TrainOptions, positions: int, rows: int = 1
+                   ) -> dict[str, int]:
     """The float32 bytes the training holds at its peak (see the module's text for the
     measured multiples): `sae` (the weights, gradients, Adam's moments and a checkpoint), `step`
-    (one step's (b, n) tensors) and `stream` (the collected positions)."""
+    (one step's (b, n) tensors) and `stream` (the collected positions: `rows` vectors of d a
+    position, 1 for an SAE, 2 for a transcoder: the MLP's input and output)."""
     n, b = opts.latents, min(opts.batch_tokens, max(positions, 1))
     return {"sae": 10 * 4 * (2 * d * n + n + d), "step": 2 * 4 * b * n,
-            "stream": 4 * positions * d}
+            "stream": 4 * positions * d * rows}
 
 
-def check_memory(d: int, opts: TrainOptions, positions: int) -> None:
+def check_memory(d: int, opts: TrainOptions, positions: int, transcoder: bool = False) -> None:
     """Refuse a training whose memory (training_bytes) passes 80% of the CPU's free memory, in
-    one line naming its parts and what to lower: OutOfMemory, exit 3."""
+    one line naming its parts and what to lower: OutOfMemory, exit 3. A transcoder holds one
+    block's MLP input and output (the rest of the collection waits on disk)."""
     import torch
 
     from fptrace.models.memory import available_bytes, human_bytes
 
-    part = training_bytes(d, opts, positions)
-    # while collecting, the stream is held twice (the rows and their concatenation)
-    need = max(sum(part.values()), 2 * part["stream"])
+    part = training_bytes(d, opts, positions, 2 if transcoder else 1)
+    # while collecting, an SAE's stream is held twice (the rows and their concatenation)
+    need = sum(part.values()) if transcoder else max(sum(part.values()), 2 * part["stream"])
     free = available_bytes(torch.device("cpu"))
+    what = "SAE" if not transcoder else "transcoder"
+    rows = "the stream of" if not transcoder else "one block's MLP input and output at"
     if free is not None and need > 0.8 * free:
         raise OutOfMemory(
-            f"features train needs about {human_bytes(need)} of memory (the SAE of {opts.latents}"
-            f" latents × d_model {d} with its gradients, Adam's moments and a checkpoint "
-            f"{human_bytes(part['sae'])}, a step {human_bytes(part['step'])}, the stream of about "
-            f"{positions} positions {human_bytes(part['stream'])}) but {human_bytes(free)} is "
-            "free on the CPU, where the SAE is trained: lower --latents or --batch-tokens, or "
-            "train on fewer prompts")
+            f"features train needs about {human_bytes(need)} of memory (the {what} of "
+            f"{opts.latents} latents × d_model {d} with its gradients, Adam's moments and a "
+            f"checkpoint {human_bytes(part['sae'])}, a step {human_bytes(part['step'])}, {rows} "
+            f"about {positions} positions {human_bytes(part['stream'])}) but "
+            f"{human_bytes(free)} is free on the CPU, where the {what} is trained: lower "
+            "--latents or --batch-tokens, or train on fewer prompts")
+
+
+def model_sizes(model: str) -> tuple[int, int] | None:
+    """(d_model, blocks) from the model's config where it can be read without its weights (a
+    GGUF file or a hub snapshot not yet fetched: None, and the training checks once loaded)."""
+    from fptrace.models.registry import resolve
+    from fptrace.models.sources import load_config
+
+    spec = resolve(model)
+    if spec.kind in ("gguf", "hub") and spec.known is None:
+        return None
+    config = load_config(spec)
+    d = int(getattr(config, "hidden_size", 0) or 0)
+    n = int(getattr(config, "num_hidden_layers", 0) or 0)
+    return (d, n) if d > 0 else None
 
 
 def check_before_load(opts: TrainOptions, inputs: Sequence[str], model: str) -> list:
     """What the command line checks before the model is loaded: the options, the prompts (read
     whole, once: they are returned for `train`, stdin included) and the memory, with d_model
-    from the model's config where it can be read without its weights (a GGUF file or a hub
-    snapshot not yet fetched: train checks again once loaded)."""
+    from the model's config where it can be read without its weights (model_sizes)."""
     from fptrace.core.inputs import read_inputs
-    from fptrace.models.registry import resolve
-    from fptrace.models.sources import load_config
 
     check_options(opts)
     items = read_inputs(list(inputs))
-    spec = resolve(model)
-    if spec.kind not in ("gguf", "hub") or spec.known is not None:
-        d = int(getattr(load_config(spec), "hidden_size", 0) or 0)
-        if d > 0:
-            check_memory(d, opts, estimated_positions(items))
+    sizes = model_sizes(model)
+    if sizes is not None:
+        check_memory(sizes[0], opts, estimated_positions(items))
     return items
+
+
+def split_held_out(items: Sequence[Any], opts: TrainOptions) -> tuple[list, list]:
+    """(kept, held): a seeded tenth of the prompts (opts.held_out, at least one) held out for
+    the evaluation, each part in the prompts' order."""
+    import torch
+
+    n_held = max(1, int(round(len(items) * opts.held_out)))
+    g = torch.Generator().manual_seed(opts.seed)
+    order = torch.randperm(len(items), generator=g).tolist()
+    return [items[i] for i in sorted(order[n_held:])], [items[i] for i in sorted(order[:n_held])]
 
 
 def inputs_digest(items: Sequence[Any]) -> str:
@@ -188,9 +214,12 @@ def collect(lm: Any, items: Sequence[Any], layer: int, progress: Callable | None
                 rows.append(x)
                 counts.append(int(x.shape[0]))
 
+    summary = Summary(total=len(items))
     with torch.inference_mode():
-        run_groups(lm, items, work, emit, summary=Summary(total=len(items)),
-                   batch_size=batch_size, truncate=True, progress=progress)
+        run_groups(lm, items, work, emit, summary=summary, batch_size=batch_size, truncate=True,
+                   progress=progress)
+    if summary.interrupted:  # run_groups stops between groups: the stream is not whole
+        raise KeyboardInterrupt
     if not rows or sum(counts) == 0:
         raise BadInput("the prompts give no positions to train on (each prompt's first position "
                        "is left out: give prompts of two tokens or more)")
@@ -244,8 +273,6 @@ def train(lm: Any, inputs: Sequence[str], out: str, opts: TrainOptions, *, resum
     """Train and write the SAE (see the module's text). progress(phase, done, total): phase
     `prompts` while collecting (done in prompts), `steps` while training. `items`: the prompts
     of `inputs` already read (check_before_load's), so that stdin is read once."""
-    import torch
-
     from fptrace.core.inputs import read_inputs
     from fptrace.models.fingerprint import weights_fingerprint
 
@@ -261,11 +288,7 @@ def train(lm: Any, inputs: Sequence[str], out: str, opts: TrainOptions, *, resum
     source = {"model": lm.name, "weights": weights_fingerprint(lm),
               "inputs": inputs_digest(items), "prompts": len(items)}
     doc = _resumed(out, opts, source) if resume else None
-    n_held = max(1, int(round(len(items) * opts.held_out)))
-    g = torch.Generator().manual_seed(opts.seed)
-    order = torch.randperm(len(items), generator=g).tolist()
-    held = [items[i] for i in sorted(order[:n_held])]
-    kept = [items[i] for i in sorted(order[n_held:])]
+    kept, held = split_held_out(items, opts)
     tick = None if progress is None else (lambda p, t: progress("prompts", p, len(items)))
     x_train, _ = collect(lm, kept, opts.layer, tick)
     x_held, _ = collect(lm, held, opts.layer, tick)
@@ -423,6 +446,14 @@ def _resumed(out: str, opts: TrainOptions, source: dict) -> dict:
     if doc.get("options") != opts.__dict__:
         raise BadInput(f"--resume: {out!r} was trained with other options "
                        f"({doc.get('options')}); resume with the same ones")
+    check_source(out, doc, source)
+    return doc
+
+
+def check_source(out: str, doc: dict, source: dict) -> None:
+    """What a resume must find again (`doc`: the interrupted run's record, `source`: this
+    run's model, weights and prompts): the same weights (whatever the name or width), the same
+    model where either has no fingerprint, the same prompts."""
     was, now = doc.get("weights"), source["weights"]
     if was is not None and now is not None and was != now:
         raise BadInput(f"--resume: {out!r} was trained on {doc.get('model')!r} with weights "
@@ -435,7 +466,6 @@ def _resumed(out: str, opts: TrainOptions, source: dict) -> dict:
         raise BadInput(f"--resume: {out!r} was trained on other prompts ({doc.get('prompts')} "
                        f"prompts, digest {doc['inputs']}; these are {source['prompts']}, digest "
                        f"{source['inputs']}); resume with the same prompt files")
-    return doc
 
 
 def _load_state(out: str, doc: dict, sae: TopK, adam: Any, since_fired: Any
@@ -498,5 +528,5 @@ def _write_saelens(out: str, sae: TopK, opts: TrainOptions, lm: Any,
     atomic_write(os.path.join(out, "cfg.json"), json.dumps(cfg, indent=2).encode())
 
 __all__ = ["TopK", "TrainOptions", "check_before_load", "check_memory", "check_options",
-           "check_out", "collect", "estimated_positions", "inputs_digest", "train",
-           "training_bytes"]
+           "check_out", "check_source", "collect", "estimated_positions", "evaluate", "fit",
+           "inputs_digest", "model_sizes", "split_held_out", "train", "training_bytes"]
