@@ -57,6 +57,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Any
 
+from fptrace.addresses import Selection
 from fptrace.commands.features.result import TranscoderLayer, TranscodersResult
 from fptrace.commands.features.streams import capture
 from fptrace.commands.features.train import (
@@ -112,7 +113,7 @@ def check_export(export: str | None, layers: Sequence[int], n_layers: int, lm: A
                        "--layers all")
     if lm is not None:
         parts = lm.parts
-        if any(a is not m for a, m in zip(parts.mlp_adds, parts.mlps)):
+        if any(a is not m for a, m in zip(parts.mlp_adds, parts.mlps, strict=True)):
             raise BadInput(f"--export {export}: {parts.family.name} puts a norm after the MLP, "
                            "so the transcoders rebuild what the stream receives after it, while "
                            "circuit-tracer's mlp.hook_out is the MLP's own output before it; "
@@ -223,7 +224,7 @@ def collect_mlp(lm: Any, items: Sequence[Any], layers: Sequence[int], files: dic
 
     def work(group: list) -> list:
         ids = [list(e.ids) for e in group]
-        input_ids, mask, kwargs = padded_batch(lm, ids)
+        input_ids, _, kwargs = padded_batch(lm, ids)
         cap = capture(lm, input_ids, set(), sites, **kwargs)
         T = input_ids.shape[1]
         out = []
@@ -253,25 +254,23 @@ def collect_mlp(lm: Any, items: Sequence[Any], layers: Sequence[int], files: dic
 def _collect(lm: Any, out: str, layers: Sequence[int], kept: list, held: list,
              progress: Callable | None) -> dict:
     """The collection pass (see the module's text): {"train": rows, "held": rows, "d": d}."""
+    from contextlib import ExitStack
+
     os.makedirs(os.path.join(out, ACTIVATIONS), exist_ok=True)
-    handles: dict = {}
     try:
-        for i in layers:
-            for side, path in _files(out, i).items():
-                handles[(i, side)] = open(path, "wb")
-        n = len(kept) + len(held)
-        tick = None if progress is None else (lambda p, t: progress("prompts", p, n))
-        n_train = collect_mlp(lm, kept, layers, handles, tick)
-        n_held = collect_mlp(lm, held, layers, handles, tick)
-        for f in handles.values():
-            f.flush()
-            os.fsync(f.fileno())
+        with ExitStack() as stack:
+            handles = {(i, side): stack.enter_context(open(path, "wb"))
+                       for i in layers for side, path in _files(out, i).items()}
+            n = len(kept) + len(held)
+            tick = None if progress is None else (lambda p, t: progress("prompts", p, n))
+            n_train = collect_mlp(lm, kept, layers, handles, tick)
+            n_held = collect_mlp(lm, held, layers, handles, tick)
+            for f in handles.values():
+                f.flush()
+                os.fsync(f.fileno())
     except OSError as e:
         raise WriteFailed(f"cannot write the collected activations under {out!r}: "
                           f"{e.strerror or e}") from None
-    finally:
-        for f in handles.values():
-            f.close()
     if n_train == 0 or n_held == 0:
         raise BadInput("the prompts give no positions to train on (each prompt's first position "
                        "is left out: give prompts of two tokens or more)")
@@ -381,12 +380,14 @@ def _export_config(folder: str, layers: Sequence[int], lm: Any) -> None:
 
 
 def train_transcoders(lm: Any, inputs: Sequence[str], out: str, opts: TrainOptions,
-                      layers: Sequence[int] | None = None, *, export: str | None = None,
+                      layers: Selection | Sequence[int] | None = None, *,
+                      export: str | None = None,
                       resume: bool = False, progress: Callable[[str, int, int], None] | None = None,
                       items: Sequence[Any] | None = None) -> TranscodersResult:
-    """Train and write one transcoder per block of `layers` (block numbers from 0; None: every
-    block); see the module's text. opts.layer is not read. progress(phase, done, total): phase
-    `prompts` while collecting (done in prompts), `layer L` while block L trains (in steps)."""
+    """Train and write one transcoder per block of `layers` (a Selection, or block numbers,
+    negative ones from the end; None: every block); see the module's text. opts.layer is not
+    read. progress(phase, done, total): phase `prompts` while collecting (done: the prompts of
+    the group just run), `layer L` while block L trains (done: its steps so far)."""
     from fptrace.addresses import resolve_selection
     from fptrace.core.inputs import read_inputs
     from fptrace.models.fingerprint import weights_fingerprint
