@@ -133,9 +133,10 @@ def check_memory(d: int, opts: TrainOptions, positions: int, transcoder: bool = 
             "--latents or --batch-tokens, or train on fewer prompts")
 
 
-def model_sizes(model: str) -> tuple[int, int] | None:
-    """(d_model, blocks) from the model's config where it can be read without its weights (a
-    GGUF file or a hub snapshot not yet fetched: None, and the training checks once loaded)."""
+def model_sizes(model: str) -> tuple[int, int, str] | None:
+    """(d_model, blocks, the model's name as a load names it) from the model's config where it
+    can be read without its weights (a GGUF file or a hub snapshot not yet fetched: None, and
+    the training checks once loaded)."""
     from fptrace.models.registry import resolve
     from fptrace.models.sources import load_config
 
@@ -145,7 +146,7 @@ def model_sizes(model: str) -> tuple[int, int] | None:
     config = load_config(spec)
     d = int(getattr(config, "hidden_size", 0) or 0)
     n = int(getattr(config, "num_hidden_layers", 0) or 0)
-    return (d, n) if d > 0 else None
+    return (d, n, spec.name) if d > 0 else None
 
 
 def check_before_load(opts: TrainOptions, inputs: Sequence[str], model: str) -> list:

@@ -161,8 +161,8 @@ def check_before_load(opts: TrainOptions, inputs: Sequence[str], model: str,
     items = read_inputs(list(inputs))
     sizes = model_sizes(model)
     if sizes is not None and sizes[1] > 0:
-        d, n = sizes
-        chosen = resolve_selection(layers, n, "layers", model, "block")
+        d, n, name = sizes
+        chosen = resolve_selection(layers, n, "layers", name, "block")
         blocks = list(chosen) if chosen is not None else list(range(n))
         check_export(export, blocks, n)
         check_resources(d, opts, estimated_positions(items), 0 if resume else len(blocks), out)
