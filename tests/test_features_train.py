@@ -221,9 +221,10 @@ def trained(llama, corpus, tmp_path_factory):
     return out, train_transcoders(llama[1], [corpus], out, TC, None, export="circuit-tracer")
 
 
-def _own_mlp(lm, texts, block):
-    """(x, y): what block's MLP module receives and returns at every position but the first,
-    each prompt run alone, read by hooks on the MLP module itself (not fptrace's hook site)."""
+def _own_mlp(lm, texts, block, first=1):
+    """(x, y): what block's MLP module receives and returns at every position but the first
+    (first=0: every position), each prompt run alone, read by hooks on the MLP module itself
+    (not fptrace's hook site)."""
     mlp = lm.model.model.layers[block].mlp
     got = []
     handles = [mlp.register_forward_hook(lambda m, a, o: got.append((a[0][0], o[0])))]
@@ -235,7 +236,8 @@ def _own_mlp(lm, texts, block):
     finally:
         for h in handles:
             h.remove()
-    return torch.cat([x[1:] for x, _ in got]).float(), torch.cat([y[1:] for _, y in got]).float()
+    return (torch.cat([x[first:] for x, _ in got]).float(),
+            torch.cat([y[first:] for _, y in got]).float())
 
 
 def test_each_transcoder_rebuilds_its_blocks_mlp_output(llama, corpus, trained):
@@ -299,8 +301,10 @@ def test_the_saelens_folders_read_back_through_features(llama, trained):
     assert doc["ok"] and readout["role"] == "transcoder" and readout["activation"] == "topk"
     assert (readout["site"], readout["out_site"]) == ("blocks.1.hook_mlp_in",
                                                      "blocks.1.hook_mlp_out")
-    # the same numbers as the MLP's own input and output give
-    xs, ys = _own_mlp(lm, ["The cat sat on the mat"], 1)
+    # the same numbers as the MLP's own input and output give (features reads every position;
+    # none of this model's is massive)
+    assert not any(p["massive"] for p in readout["positions"])
+    xs, ys = _own_mlp(lm, ["The cat sat on the mat"], 1, first=0)
     mine = float(((ys - d.decode(d.encode(xs))) ** 2).sum() / ((ys - ys.mean(0)) ** 2).sum())
     assert readout["fvu"] == pytest.approx(mine, rel=1e-3)
 

@@ -103,8 +103,10 @@ def features(
                                         rich_help_panel=TRAIN)] = 200_000,
     batch_tokens: Annotated[int, typer.Option("--batch-tokens", help="train: tokens per step.",
                                               rich_help_panel=TRAIN)] = 1024,
-    lr: Annotated[float, typer.Option("--lr", help="train: Adam's learning rate.",
-                                      rich_help_panel=TRAIN)] = 5e-4,
+    lr: Annotated[float | None, typer.Option(
+        "--lr", help="train: Adam's learning rate (default 5e-4 for an SAE, 2e-3 for "
+        "transcoders, whose rows are scaled to a mean norm of √d).",
+        rich_help_panel=TRAIN)] = None,
     train_seed: Annotated[int, typer.Option("--train-seed", help="train: the seed of the SAE's initial weights, "
                                       "the held-out split and the data order.",
                                       rich_help_panel=TRAIN)] = 0,
@@ -171,7 +173,7 @@ def features(
 
 
 def train_cli(inputs: list[str], opts: LoadOptions, layer: str | None, out: str | None,
-              latents: int, k: int, tokens: int, batch_tokens: int, lr: float, seed: int,
+              latents: int, k: int, tokens: int, batch_tokens: int, lr: float | None, seed: int,
               resume: bool, as_json: bool, wide: bool) -> None:
     """`fptrace features train PROMPTS --layer L --out DIR`: checked before the load, a progress
     bar on stderr, the result on stdout."""
@@ -181,9 +183,11 @@ def train_cli(inputs: list[str], opts: LoadOptions, layer: str | None, out: str 
         raise BadInput("features train: give prompt files (.txt, .jsonl) or folders to train on")
     if layer is None or out is None:
         raise BadInput("features train needs --layer L and --out DIR")
-    check_finite(lr, "--lr", low=0.0)
     from fptrace.addresses import parse_block, resolve_block
     from fptrace.commands.features.train import TrainOptions, check_before_load, check_out, train
+
+    lr = TrainOptions.lr if lr is None else lr  # the dataclass's default
+    check_finite(lr, "--lr", low=0.0)
     from fptrace.core.trace import sizes
 
     block = parse_block(layer, "--layer")
@@ -215,11 +219,17 @@ def transcoders_cli(inputs: list[str], opts: LoadOptions, layer: str | None,
                        "--layer: transcoders are trained block by block")
     if out is None:
         raise BadInput("features train --transcoder needs --out DIR")
-    latents, k, tokens, batch_tokens, lr, seed = numbers
-    check_finite(lr, "--lr", low=0.0)
     from fptrace.addresses import parse_selection
     from fptrace.commands.features.train import TrainOptions
-    from fptrace.commands.features.transcoders import check_before_load, train_transcoders
+    from fptrace.commands.features.transcoders import (
+        TRANSCODER_LR,
+        check_before_load,
+        train_transcoders,
+    )
+
+    latents, k, tokens, batch_tokens, lr, seed = numbers
+    lr = TRANSCODER_LR if lr is None else lr
+    check_finite(lr, "--lr", low=0.0)
 
     chosen = None if layers is None else parse_selection(layers, "--layers")
     options = TrainOptions(layer=0, latents=latents, k=k, tokens=tokens,
