@@ -3,7 +3,7 @@ the bundled model, >= 2,048 latents each, trained in <= 60 minutes on 2 cores, w
 held-out FVU of the MLP outputs <= 0.3.
 
     python benchmarks/bench_transcoders.py CORPUS... [--layers all] [--latents 2048] [--k 32]
-        [--tokens 262144] [--lr 5e-4] [--threads 2] [--out DIR] [--export circuit-tracer]
+        [--tokens 262144] [--lr 2e-3] [--threads 2] [--out DIR] [--export circuit-tracer]
         [--json results-transcoders.json]
 
 CORPUS: .txt (one prompt a line) / .jsonl files or folders, read as `fptrace features train`
@@ -47,7 +47,7 @@ def main() -> None:
     ap.add_argument("--k", type=int, default=32)
     ap.add_argument("--tokens", type=int, default=262_144)
     ap.add_argument("--batch-tokens", type=int, default=1024)
-    ap.add_argument("--lr", type=float, default=5e-4)
+    ap.add_argument("--lr", type=float, default=2e-3)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--out", default=None)
     ap.add_argument("--export", default=None)
@@ -119,6 +119,8 @@ def main() -> None:
         "dead_total": sum(x.dead_latents for x in r.layers),
         "collect_s": r.collect_seconds, "train_s": r.seconds, "total_s": total,
         "train_s_per_block": per_block, "projected_all_blocks_s": projected,
+        "cpu_s": (lambda u: u.ru_utime + u.ru_stime)(resource.getrusage(resource.RUSAGE_SELF)),
+        "load_average_at_end": os.getloadavg(),
         "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
         "goals": {"latents >= 2048": r.latents >= 2048,
                   "median FVU <= 0.3": r.fvu_median <= 0.3,
