@@ -22,7 +22,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import random
 import resource
 import statistics
 import sys
@@ -35,13 +34,10 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 
 def main() -> None:
+    from bench_features_train import Phases, corpus_files, corpus_options
+
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("corpus", nargs="*")
-    ap.add_argument("--docstrings", help="build the corpus from these installed packages "
-                    "(comma-separated)")
-    ap.add_argument("--corpus-out", help="where --docstrings writes its corpus (a .txt)")
-    ap.add_argument("--paragraphs", type=int, default=None,
-                    help="with --docstrings: keep this many paragraphs, drawn with seed 0")
+    corpus_options(ap)
     ap.add_argument("--layers", default="all")
     ap.add_argument("--latents", type=int, default=2048)
     ap.add_argument("--k", type=int, default=32)
@@ -53,21 +49,7 @@ def main() -> None:
     ap.add_argument("--export", default=None)
     ap.add_argument("--json", default=None)
     a = ap.parse_args()
-    if a.docstrings:
-        if not a.corpus_out:
-            raise SystemExit("--docstrings needs --corpus-out FILE")
-        from bench_features_train import docstring_corpus
-
-        lines = [x for p in a.docstrings.split(",") for x in docstring_corpus(p.strip())]
-        if a.paragraphs is not None and a.paragraphs < len(lines):
-            keep = sorted(random.Random(0).sample(range(len(lines)), a.paragraphs))
-            lines = [lines[i] for i in keep]
-        with open(a.corpus_out, "w", encoding="utf-8") as f:
-            f.write("\n".join(lines) + "\n")
-        print(f"wrote {len(lines):,} paragraphs to {a.corpus_out}", file=sys.stderr)
-        a.corpus = [*a.corpus, a.corpus_out]
-    if not a.corpus:
-        raise SystemExit("give CORPUS files or --docstrings PACKAGES")
+    a.corpus = corpus_files(a)
 
     import torch
 
@@ -81,25 +63,13 @@ def main() -> None:
     out = a.out or tempfile.mkdtemp(prefix="fptrace-bench-transcoders-")
     if os.path.isdir(out) and os.listdir(out):
         raise SystemExit(f"{out} is not empty")
-    phases: dict[str, float] = {}
-    last = {"phase": None, "t": time.perf_counter()}
-
-    def progress(phase: str, done: int, total: int) -> None:
-        now = time.perf_counter()
-        if last["phase"] != phase:
-            if last["phase"] is not None:
-                phases[last["phase"]] = now - last["t"]
-            last.update(phase=phase, t=now)
-            print(f"{phase} ...", file=sys.stderr, flush=True)
-
     t0 = time.perf_counter()
     r = train_transcoders(lm, a.corpus, out,
                           TrainOptions(layer=0, latents=a.latents, k=a.k, tokens=a.tokens,
                                        batch_tokens=a.batch_tokens, lr=a.lr),
                           parse_selection(a.layers, "--layers"), export=a.export,
-                          progress=progress)
+                          progress=Phases())
     total = time.perf_counter() - t0
-    phases[last["phase"]] = time.perf_counter() - last["t"]
     n_blocks = r.model.n_layers
     per_block = statistics.mean(x.seconds for x in r.layers)
     projected = r.collect_seconds + per_block * n_blocks
