@@ -48,7 +48,8 @@ def features(
     args: Annotated[list[str] | None, typer.Argument(
         metavar="PROMPT | train PROMPTS...",
         help="The prompt to read through the dictionaries (or --messages FILE); or `train` and "
-        ".txt/.jsonl prompt files (or folders) to train a TopK SAE on.")] = None,
+        ".txt/.jsonl prompt files (or folders) to train a TopK SAE on (with --transcoder: a "
+        "transcoder per block).")] = None,
     opts: LoadOptions = LoadOptions(),
     chat: ChatOptions = ChatOptions(),
     sae: Annotated[list[str] | None, typer.Option(
@@ -91,7 +92,7 @@ def features(
         "--out", help="train: the new folder for the SAE (SAELens's layout), or for the "
         "transcoders (a layer_L folder each).", rich_help_panel=TRAIN)] = None,
     export: Annotated[str | None, typer.Option(
-        "--export", help="train --transcoder: also write the transcoders in circuit-tracer's "
+        "--export", metavar="FORMAT", help="train --transcoder: also write the transcoders in circuit-tracer's "
         "layout (`circuit-tracer`: JumpReLU, the nearest to TopK it loads), in "
         "OUT/circuit-tracer.", rich_help_panel=TRAIN)] = None,
     latents: Annotated[int, typer.Option("--latents", help="train: latents (d_sae).",
