@@ -28,12 +28,64 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def corpus_options(ap: argparse.ArgumentParser) -> None:
+    """The corpus's options, shared with bench_transcoders.py."""
     ap.add_argument("corpus", nargs="*")
     ap.add_argument("--docstrings", help="build the corpus from these installed packages "
                     "(comma-separated)")
     ap.add_argument("--corpus-out", help="where --docstrings writes its corpus (a .txt)")
+    ap.add_argument("--paragraphs", type=int, default=None,
+                    help="with --docstrings: keep this many paragraphs, drawn with seed 0")
+
+
+def corpus_files(a: argparse.Namespace) -> list[str]:
+    """The files to train on: CORPUS, and the --docstrings corpus written first."""
+    import random
+
+    files = list(a.corpus)
+    if a.docstrings:
+        if not a.corpus_out:
+            raise SystemExit("--docstrings needs --corpus-out FILE")
+        lines = [x for p in a.docstrings.split(",") for x in docstring_corpus(p.strip())]
+        if a.paragraphs is not None and a.paragraphs < len(lines):
+            keep = sorted(random.Random(0).sample(range(len(lines)), a.paragraphs))
+            lines = [lines[i] for i in keep]
+        with open(a.corpus_out, "w", encoding="utf-8") as f:
+            f.write("\n".join(lines) + "\n")
+        print(f"wrote {len(lines):,} paragraphs to {a.corpus_out}", file=sys.stderr)
+        files.append(a.corpus_out)
+    if not files:
+        raise SystemExit("give CORPUS files or --docstrings PACKAGES")
+    return files
+
+
+class Phases:
+    """A progress callback that times each phase of a training (from its first report to the
+    next phase's), optionally printing a line every `every` steps."""
+
+    def __init__(self, every: int | None = None) -> None:
+        self.seconds: dict[str, float] = {}
+        self.phase: str | None = None
+        self.t = time.perf_counter()
+        self.every = every
+
+    def __call__(self, phase: str, done: int, total: int) -> None:
+        now = time.perf_counter()
+        if self.phase != phase:
+            self.close(now)
+            self.phase, self.t = phase, now
+            print(f"{phase} ...", file=sys.stderr, flush=True)
+        if self.every and phase != "prompts" and done % self.every == 0:
+            print(f"{phase} {done}/{total}", file=sys.stderr, flush=True)
+
+    def close(self, now: float | None = None) -> None:
+        if self.phase is not None:
+            self.seconds[self.phase] = (now or time.perf_counter()) - self.t
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    corpus_options(ap)
     ap.add_argument("--layer", type=int, default=15)
     ap.add_argument("--latents", type=int, default=2048)
     ap.add_argument("--k", type=int, default=32)
@@ -43,16 +95,7 @@ def main() -> None:
     ap.add_argument("--out", default=None)
     ap.add_argument("--json", default=None)
     a = ap.parse_args()
-    if a.docstrings:
-        if not a.corpus_out:
-            raise SystemExit("--docstrings needs --corpus-out FILE")
-        lines = [x for p in a.docstrings.split(",") for x in docstring_corpus(p.strip())]
-        with open(a.corpus_out, "w", encoding="utf-8") as f:
-            f.write("\n".join(lines) + "\n")
-        print(f"wrote {len(lines):,} paragraphs to {a.corpus_out}", file=sys.stderr)
-        a.corpus = [*a.corpus, a.corpus_out]
-    if not a.corpus:
-        raise SystemExit("give CORPUS files or --docstrings PACKAGE")
+    a.corpus = corpus_files(a)
 
     import torch
 
@@ -64,31 +107,21 @@ def main() -> None:
     out = a.out or tempfile.mkdtemp(prefix="fptrace-bench-sae-")
     if os.path.isdir(out) and os.listdir(out):
         raise SystemExit(f"{out} is not empty")
-    phases: dict[str, float] = {}
-    last = {"phase": None, "t": time.perf_counter()}
-
-    def progress(phase: str, done: int, total: int) -> None:
-        now = time.perf_counter()
-        if last["phase"] != phase:
-            if last["phase"] is not None:
-                phases[last["phase"]] = now - last["t"]
-            last.update(phase=phase, t=now)
-        if phase == "steps" and done % 20 == 0:
-            print(f"step {done}/{total}", file=sys.stderr, flush=True)
-
+    phases = Phases(every=20)
     t0 = time.perf_counter()
     r = train(lm, a.corpus, out, TrainOptions(layer=a.layer, latents=a.latents, k=a.k,
                                               tokens=a.tokens, batch_tokens=a.batch_tokens),
-              progress=progress)
+              progress=phases)
     total = time.perf_counter() - t0
-    phases[last["phase"]] = time.perf_counter() - last["t"]
+    phases.close()
     figures = {
         "layer": r.layer, "latents": r.latents, "k": r.k, "threads": a.threads,
         "prompts": r.prompts, "held_out_prompts": r.held_out_prompts,
         "distinct_train_positions": r.train_tokens, "held_out_positions": r.held_out_tokens,
         "tokens_seen": r.tokens_seen, "steps": r.steps, "fvu_held_out": r.fvu, "l0": r.l0,
         "dead_latents": r.dead_latents, "first_loss": r.first_loss, "last_loss": r.last_loss,
-        "collect_s": phases.get("prompts"), "train_s": phases.get("steps"), "total_s": total,
+        "collect_s": phases.seconds.get("prompts"), "train_s": phases.seconds.get("steps"),
+        "total_s": total,
         "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
         "goals": {"latents >= 2048": r.latents >= 2048,
                   "distinct tokens >= 200k": r.train_tokens >= 200_000,

@@ -179,3 +179,258 @@ def test_a_training_too_large_is_refused_before_the_load(prompts, tmp_path):
     with pytest.raises(OutOfMemory, match="99999999999 latents"):
         train(load_model(tiny_gpt2(), device="cpu"), [prompts], str(tmp_path / "p"),
               TrainOptions(layer=1, latents=99_999_999_999, k=4))
+
+
+# ---- transcoders: features train --transcoder --layers SEL ---------------------------------
+
+TC = TrainOptions(layer=0, latents=128, k=8, tokens=12800, batch_tokens=64, lr=2e-3,
+                  save_every=20)
+
+
+@pytest.fixture(scope="module")
+def llama(tmp_path_factory):
+    """A tiny Llama (SwiGLU, as the bundled model) as a folder, loaded."""
+    from conftest import make_llama_folder
+    from fptrace.models.loading import load_model
+
+    folder = make_llama_folder(tmp_path_factory.mktemp("llama"))
+    return str(folder), load_model(str(folder), device="cpu")
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory):
+    """300 seeded sentences of a small vocabulary (about 2,500 positions): enough for a random
+    SwiGLU MLP's transcoder to rebuild most of its output on held-out ones."""
+    import random
+
+    rng = random.Random(0)
+    words = ("the a cat dog bird sat ran flew on under over mat tree house red blue small big "
+             "quickly slowly and then").split()
+    lines = [" ".join(rng.choice(words) for _ in range(rng.randint(6, 14))) for _ in range(300)]
+    path = tmp_path_factory.mktemp("corpus") / "sentences.txt"
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return str(path)
+
+
+@pytest.fixture(scope="module")
+def trained(llama, corpus, tmp_path_factory):
+    """Transcoders for both blocks of the tiny Llama, with the circuit-tracer export."""
+    from fptrace.commands.features.transcoders import train_transcoders
+
+    out = str(tmp_path_factory.mktemp("tc") / "run")
+    return out, train_transcoders(llama[1], [corpus], out, TC, None, export="circuit-tracer")
+
+
+def _own_mlp(lm, texts, block, first=1):
+    """(x, y): what block's MLP module receives and returns at every position but the first
+    (first=0: every position), each prompt run alone, read by hooks on the MLP module itself
+    (not fptrace's hook site)."""
+    mlp = lm.model.model.layers[block].mlp
+    got = []
+    handles = [mlp.register_forward_hook(lambda m, a, o: got.append((a[0][0], o[0])))]
+    try:
+        with torch.no_grad():
+            for text in texts:
+                ids = lm.tokenizer.encode(text)
+                lm.model(torch.tensor([ids]))
+    finally:
+        for h in handles:
+            h.remove()
+    return (torch.cat([x[first:] for x, _ in got]).float(),
+            torch.cat([y[first:] for _, y in got]).float())
+
+
+def test_each_transcoder_rebuilds_its_blocks_mlp_output(llama, corpus, trained):
+    """The FVU of the MLP's output, measured here from the weights file and the model's own MLP
+    on the held-out prompts, is the trainer's figure and well below 1, and block 0's
+    transcoder does not rebuild block 1's MLP."""
+    from safetensors.torch import load_file
+
+    from fptrace.commands.features.train import split_held_out
+    from fptrace.core.inputs import read_inputs
+
+    lm = llama[1]
+    out, r = trained
+    assert [x.layer for x in r.layers] == [0, 1] and r.latents == 128 and r.k == 8
+    _, held = split_held_out(read_inputs([corpus]), TC)
+    w = {}
+    for x in r.layers:
+        w[x.layer] = load_file(os.path.join(out, f"layer_{x.layer}", "sae_weights.safetensors"))
+        assert x.site == f"blocks.{x.layer}.hook_mlp_in"
+        assert x.out_site == f"blocks.{x.layer}.hook_mlp_out"
+
+    def fvu(t, x, y):
+        pre = torch.relu(x @ t["W_enc"] + t["b_enc"])  # the input is not shifted by b_dec
+        v, i = pre.topk(8, dim=-1)
+        y_hat = torch.zeros_like(pre).scatter(-1, i, v) @ t["W_dec"] + t["b_dec"]
+        return float(((y - y_hat) ** 2).sum() / ((y - y.mean(0)) ** 2).sum())
+
+    for x in r.layers:
+        xs, ys = _own_mlp(lm, [it.prompt for it in held], x.layer)
+        assert xs.shape[0] == r.held_out_tokens
+        measured = fvu(w[x.layer], xs, ys)
+        assert measured == pytest.approx(x.fvu, rel=1e-3)
+        assert measured < 0.7, (x.layer, measured)
+        assert x.l0 == pytest.approx(8.0) and 0 <= x.dead_latents < 128
+        assert x.last_loss < 0.5 * x.first_loss
+    xs, ys = _own_mlp(lm, [it.prompt for it in held], 1)
+    assert fvu(w[0], xs, ys) > 2 * fvu(w[1], xs, ys)
+    assert r.fvu_median == pytest.approx(sorted(x.fvu for x in r.layers)[1] / 2
+                                         + sorted(x.fvu for x in r.layers)[0] / 2)
+    # what is left: the SAELens folders, the run's record, the export; no collected rows and no
+    # checkpoints
+    assert sorted(os.listdir(out)) == ["circuit-tracer", "layer_0", "layer_1", "transcoders.json"]
+    assert sorted(os.listdir(os.path.join(out, "layer_0"))) == ["cfg.json",
+                                                               "sae_weights.safetensors"]
+
+
+def test_the_saelens_folders_read_back_through_features(llama, trained):
+    folder, lm = llama
+    out, r = trained
+    cfg = json.load(open(os.path.join(out, "layer_1", "cfg.json")))
+    assert cfg["architecture"] == "topk_transcoder" and cfg["apply_b_dec_to_input"] is False
+    assert cfg["hook_name"] == "blocks.1.ln2.hook_normalized" and cfg["hook_layer"] == 1
+    assert cfg["hook_name_out"] == "blocks.1.hook_mlp_out" and cfg["d_out"] == cfg["d_in"] == 64
+    d = read_dictionary(os.path.join(out, "layer_1"))
+    assert (d.role, d.kind, d.k, d.d_sae, d.shift_input) == ("transcoder", "topk", 8, 128, False)
+    res = runner.invoke(app, ["features", "The cat sat on the mat", "-m", folder, "--transcoder",
+                              os.path.join(out, "layer_1"), "--json"])
+    assert res.exit_code == 0, res.output
+    doc = json.loads(res.stdout)
+    readout = doc["dictionaries"][0]
+    assert doc["ok"] and readout["role"] == "transcoder" and readout["activation"] == "topk"
+    assert (readout["site"], readout["out_site"]) == ("blocks.1.hook_mlp_in",
+                                                     "blocks.1.hook_mlp_out")
+    # the same numbers as the MLP's own input and output give (features reads every position;
+    # none of this model's is massive)
+    assert not any(p["massive"] for p in readout["positions"])
+    xs, ys = _own_mlp(lm, ["The cat sat on the mat"], 1, first=0)
+    mine = float(((ys - d.decode(d.encode(xs))) ** 2).sum() / ((ys - ys.mean(0)) ** 2).sum())
+    assert readout["fvu"] == pytest.approx(mine, rel=1e-3)
+
+
+def test_the_circuit_tracer_export_has_what_its_loader_reads(llama, corpus, trained):
+    """circuit-tracer 0.5's load_relu_transcoder: b_enc (d_sae,) and b_dec (d_model,) give the
+    widths, W_enc and W_dec are (d_sae, d_model) (its encoder is F.linear(x, W_enc, b_enc)),
+    `activation_function.threshold` makes it a JumpReLU; load_transcoders reads config.yaml's
+    model_kind, scan, hooks and the files in layer order."""
+    yaml = pytest.importorskip("yaml")
+    import torch.nn.functional as F
+    from safetensors.torch import load_file
+
+    from fptrace.commands.features.train import split_held_out
+    from fptrace.core.inputs import read_inputs
+
+    lm = llama[1]
+    out, r = trained
+    ct = os.path.join(out, "circuit-tracer")
+    assert r.export == "circuit-tracer" and r.export_folder == ct
+    assert sorted(os.listdir(ct)) == ["config.yaml", "layer_0.safetensors", "layer_1.safetensors"]
+    cfg = yaml.safe_load(open(os.path.join(ct, "config.yaml")))
+    assert cfg["model_kind"] == "transcoder_set" and cfg["scan"]
+    assert (cfg["feature_input_hook"], cfg["feature_output_hook"]) == ("mlp.hook_in",
+                                                                       "mlp.hook_out")
+    assert cfg["transcoders"] == [os.path.join(os.path.abspath(ct), f"layer_{i}.safetensors")
+                                  for i in (0, 1)]
+    assert isinstance(cfg["model_name"], str)
+    _, held = split_held_out(read_inputs([corpus]), TC)
+    for x in r.layers:
+        t = load_file(cfg["transcoders"][x.layer])
+        assert set(t) == {"W_enc", "W_dec", "b_enc", "b_dec", "activation_function.threshold"}
+        assert tuple(t["W_enc"].shape) == tuple(t["W_dec"].shape) == (128, 64)
+        assert tuple(t["b_enc"].shape) == (128,) and tuple(t["b_dec"].shape) == (64,)
+        theta = t["activation_function.threshold"]
+        assert tuple(theta.shape) == (128,) and bool((theta == x.export_threshold).all())
+        assert x.export_threshold >= 0 and 0 < x.export_l0 < 128
+        # circuit-tracer's JumpReLU transcoder, applied as its code applies it, rebuilds the
+        # MLP's output as well as the trainer reported (the export's own FVU)
+        xs, ys = _own_mlp(lm, [it.prompt for it in held], x.layer)
+        pre = F.linear(xs, t["W_enc"], t["b_enc"])
+        y_hat = (pre * (pre > theta)) @ t["W_dec"] + t["b_dec"]
+        fvu = float(((ys - y_hat) ** 2).sum() / ((ys - ys.mean(0)) ** 2).sum())
+        assert fvu == pytest.approx(x.export_fvu, rel=1e-3)
+        assert fvu < 1
+
+
+def test_an_interrupted_multi_layer_run_resumes_to_the_same_transcoders(llama, corpus, trained,
+                                                                        tmp_path):
+    """Stopped while collecting, resumed; stopped again while block 1 trains (block 0 done),
+    resumed: both blocks end with the weights of the uninterrupted run, block 0 kept as it was,
+    block 1 continued from its checkpoint."""
+    from fptrace.commands.features.transcoders import MANIFEST, train_transcoders
+
+    lm = llama[1]
+    whole, _ = trained
+    part = str(tmp_path / "part")
+
+    def stop_at(phase_wanted, n):
+        """Interrupt at the n-th prompt collected (`prompts` advances by a group of prompts)
+        or at step n of a block."""
+        seen = [0]
+
+        def stop(phase, done, total):
+            if phase == phase_wanted:
+                seen[0] = seen[0] + done if phase == "prompts" else done
+                if seen[0] >= n:
+                    raise KeyboardInterrupt
+        return stop
+
+    with pytest.raises(KeyboardInterrupt):
+        train_transcoders(lm, [corpus], part, TC, None, export="circuit-tracer",
+                          progress=stop_at("prompts", 100))
+    assert json.load(open(os.path.join(part, MANIFEST)))["collected"] is None
+    with pytest.raises(KeyboardInterrupt):
+        train_transcoders(lm, [corpus], part, TC, None, export="circuit-tracer", resume=True,
+                          progress=stop_at("layer 1", 45))
+    doc = json.load(open(os.path.join(part, MANIFEST)))
+    assert list(doc["done"]) == ["0"] and doc["collected"]["train"] > 0
+    assert json.load(open(os.path.join(part, "layer_1", "trainer_state.json")))["step"] == 40
+    r = train_transcoders(lm, [corpus], part, TC, None, export="circuit-tracer", resume=True)
+    assert not r.collected and [x.kept for x in r.layers] == [True, False]
+    assert r.layers[1].resumed_from == 40
+    for i in (0, 1):
+        a = read_dictionary(os.path.join(whole, f"layer_{i}"))
+        b = read_dictionary(os.path.join(part, f"layer_{i}"))
+        for name in ("W_enc", "b_enc", "W_dec", "b_dec"):
+            torch.testing.assert_close(getattr(a, name), getattr(b, name), rtol=1e-5, atol=1e-6)
+    with pytest.raises(BadInput, match="other options"):
+        train_transcoders(lm, [corpus], part, TC, [1], export=None, resume=True)
+
+
+def test_cli_transcoders_and_bad_inputs(prompts, tmp_path):
+    folder = tiny_gpt2()
+    out = str(tmp_path / "tc")
+    small = ["--latents", "32", "--k", "2", "--tokens", "640", "--batch-tokens", "64"]
+    res = runner.invoke(app, ["features", "train", prompts, "-m", folder, "--transcoder",
+                              "--layers", "1", "--out", out, *small, "--json"],
+                        catch_exceptions=False)
+    assert res.exit_code == 0, res.output
+    doc = json.loads(res.stdout)
+    assert doc["kind"] == "features_train_transcoders" and [x["layer"] for x in doc["layers"]] \
+        == [1] and doc["export"] is None
+    assert "training layer 1: steps" in res.stderr and "collecting the MLPs" in res.stderr
+    res = runner.invoke(app, ["features", "train", prompts, "-m", folder, "--layers", "all",
+                              "--out", str(tmp_path / "all"), *small, "--transcoder"])
+    assert res.exit_code == 0, res.output  # the flag last
+    assert "2 TopK transcoders written" in res.stdout and "median FVU" in res.stdout
+    new = str(tmp_path / "n")
+    for args, message in (
+            (["--transcoder", "--layer", "1", "--out", new], "not --layer"),
+            (["--transcoder", "--layers", "0-5", "--out", new], "the block is 0 to 1"),
+            (["--layers", "1", "--out", new], "--layers is an option of transcoder training"),
+            (["--layer", "1", "--export", "circuit-tracer", "--out", new],
+             "--export is an option of transcoder training"),
+            (["--transcoder", "--layers", "1", "--export", "circuit-tracer", "--out", new],
+             "needs a transcoder for every block"),
+            (["--transcoder", "--export", "tl", "--out", new], "the exports are circuit-tracer"),
+            (["--transcoder", "--out", out], "is not an empty folder"),
+            (["--transcoder", "--out", new, "--resume"], "holds no interrupted transcoder"),
+            (["--transcoder", "--layers", "1"], "needs --out")):
+        res = runner.invoke(app, ["features", "train", prompts, "-m", folder, *args, *small])
+        assert res.exit_code == 2, (args, res.output)
+        lines = [x for x in res.stderr.splitlines() if x.startswith("fptrace: error")]
+        assert len(lines) == 1 and message in lines[0], (args, res.stderr)
+        assert not os.path.exists(new)
+    # read mode: a bare --transcoder is not a folder
+    res = runner.invoke(app, ["features", "The cat", "-m", folder, "--transcoder", "--top", "2"])
+    assert res.exit_code == 2 and "give the folder of a transcoder" in res.stderr

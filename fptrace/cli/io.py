@@ -31,26 +31,42 @@ class Group(str, Enum):
 
 
 def command(order: int, group: Group, docs: str | None = None, examples: tuple[str, ...] = (),
-            resident: bool = True) -> Callable[[Callable[..., Any]], Any]:
+            resident: bool = True, words: Callable[[list[str]], list[str]] | None = None
+            ) -> Callable[[Callable[..., Any]], Any]:
     """Mark the function of a command's cli.py as `fptrace <its folder>` (cli/main.py finds it):
     order places it in `fptrace --help`, in group's panel, where the first paragraph of its
     docstring is its one line; examples (command lines from its docs' console examples, which
     the transcript test runs) and docs (its page under docs/) end its --help; resident=False
-    keeps it out of a resident server (it owns the terminal, or is the server). The docstring's
-    paragraphs are reflowed: no hard line break inside one at any width. The function is
-    wrapped by `guarded`, so an error is one line and an exit code."""
+    keeps it out of a resident server (it owns the terminal, or is the server); words, where
+    given, rewrites the command's words before they are parsed (an option that is a flag in one
+    mode of the command and takes a value in another). The docstring's paragraphs are reflowed:
+    no hard line break inside one at any width. The function is wrapped by `guarded`, so an
+    error is one line and an exit code."""
 
     def mark(fn: Callable[..., Any]) -> Any:
         wrapped = guarded(fn)
         paragraphs = reflowed(fn.__doc__ or "")
+        kw: dict[str, Any] = {"help": "\n\n".join(paragraphs), "short_help": paragraphs[0],
+                              "rich_help_panel": group.value, "epilog": epilog(examples, docs)}
+        if words is not None:
+            kw["cls"] = _rewriting(words)
         setattr(wrapped, COMMAND_MARK, {
             "order": order, "resident": resident, "group": group, "examples": examples,
-            "typer": {"help": "\n\n".join(paragraphs), "short_help": paragraphs[0],
-                      "rich_help_panel": group.value,
-                      "epilog": epilog(examples, docs)}})
+            "typer": kw})
         return wrapped
 
     return mark
+
+
+def _rewriting(words: Callable[[list[str]], list[str]]) -> type:
+    """A Typer command class whose words pass through `words` before they are parsed."""
+    from typer.core import TyperCommand
+
+    class Rewriting(TyperCommand):
+        def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
+            return super().parse_args(ctx, words(list(args)))
+
+    return Rewriting
 
 
 def reflowed(doc: str) -> list[str]:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import replace
 from typing import Annotated
 
@@ -27,17 +29,27 @@ DICTIONARY = "Dictionary"
 TRAIN = "Training (features train PROMPTS...)"
 
 
+def bare_transcoder(words: list[str]) -> list[str]:
+    """`--transcoder` takes a folder, except in `features train`, where it is a flag: a bare
+    `--transcoder` (last, or before another option) is read as the flag, --train-transcoder."""
+    return ["--train-transcoder" if w == "--transcoder" and
+            (j + 1 == len(words) or (words[j + 1].startswith("-") and words[j + 1] != "-"))
+            else w for j, w in enumerate(words)]
+
+
 @command(order=67, group=Group.why, docs="features",
          examples=("fptrace features train prompts/ --layer 15 --out sae15 --latents 512 "
                    "--k 16 --tokens 16384",
-                   'fptrace features "The capital of France is" --sae sae15 --top 3'))
+                   'fptrace features "The capital of France is" --sae sae15 --top 3'),
+         words=bare_transcoder)
 @chat_options()
 @model_options()
 def features(
     args: Annotated[list[str] | None, typer.Argument(
         metavar="PROMPT | train PROMPTS...",
         help="The prompt to read through the dictionaries (or --messages FILE); or `train` and "
-        ".txt/.jsonl prompt files (or folders) to train a TopK SAE on.")] = None,
+        ".txt/.jsonl prompt files (or folders) to train a TopK SAE on (with --transcoder: a "
+        "transcoder per block).")] = None,
     opts: LoadOptions = LoadOptions(),
     chat: ChatOptions = ChatOptions(),
     sae: Annotated[list[str] | None, typer.Option(
@@ -46,7 +58,11 @@ def features(
         "sae.safetensors). Repeat it for several blocks.", rich_help_panel=DICTIONARY)] = None,
     transcoder: Annotated[list[str] | None, typer.Option(
         "--transcoder", help="A folder holding a transcoder (the MLP's input → its output), in "
-        "the same formats.", rich_help_panel=DICTIONARY)] = None,
+        "the same formats. With `train`, a flag: train transcoders (one per block of --layers) "
+        "instead of an SAE.", rich_help_panel=DICTIONARY)] = None,
+    train_transcoder: Annotated[bool, typer.Option(
+        "--train-transcoder", hidden=True, help="`features train --transcoder` (a bare "
+        "--transcoder is read as this flag).")] = False,
     site: Annotated[str | None, typer.Option(
         "--site", help="Where the dictionary reads (blocks.L.hook_resid_post, ...), for weights "
         "whose files do not say; where they do, it must agree.",
@@ -69,9 +85,16 @@ def features(
         "--layer", "-l", metavar="L", help="train: the block after which the stream is read "
         "(-1: the last).",
         rich_help_panel=TRAIN)] = None,
+    layers: Annotated[str | None, typer.Option(
+        "--layers", metavar="SEL", help="train --transcoder: the blocks to train a transcoder "
+        "for: all (the default), 0-29, 3,5,7.", rich_help_panel=TRAIN)] = None,
     out: Annotated[str | None, typer.Option(
-        "--out", help="train: the new folder for the SAE (SAELens's layout).",
-        rich_help_panel=TRAIN)] = None,
+        "--out", help="train: the new folder for the SAE (SAELens's layout), or for the "
+        "transcoders (a layer_L folder each).", rich_help_panel=TRAIN)] = None,
+    export: Annotated[str | None, typer.Option(
+        "--export", metavar="FORMAT", help="train --transcoder: also write the transcoders in circuit-tracer's "
+        "layout (`circuit-tracer`: JumpReLU, the nearest to TopK it loads), in "
+        "OUT/circuit-tracer.", rich_help_panel=TRAIN)] = None,
     latents: Annotated[int, typer.Option("--latents", help="train: latents (d_sae).",
                                          rich_help_panel=TRAIN)] = 2048,
     k: Annotated[int, typer.Option("--k", help="train: latents kept per token.",
@@ -81,8 +104,10 @@ def features(
                                         rich_help_panel=TRAIN)] = 200_000,
     batch_tokens: Annotated[int, typer.Option("--batch-tokens", help="train: tokens per step.",
                                               rich_help_panel=TRAIN)] = 1024,
-    lr: Annotated[float, typer.Option("--lr", help="train: Adam's learning rate.",
-                                      rich_help_panel=TRAIN)] = 5e-4,
+    lr: Annotated[float | None, typer.Option(
+        "--lr", help="train: Adam's learning rate (default 5e-4 for an SAE, 2e-3 for "
+        "transcoders, whose rows are scaled to a mean norm of √d).",
+        rich_help_panel=TRAIN)] = None,
     train_seed: Annotated[int, typer.Option("--train-seed", help="train: the seed of the SAE's initial weights, "
                                       "the held-out split and the data order.",
                                       rich_help_panel=TRAIN)] = 0,
@@ -104,9 +129,25 @@ def features(
     if words[:1] == ["train"]:
         if html is not None:
             raise BadInput("--html is the page of a prompt's features, not of `features train`")
-        return train_cli(words[1:], opts, layer, out, latents, k, tokens, batch_tokens, lr,
-                         train_seed,
-                         resume, as_json, wide)
+        options = (latents, k, tokens, batch_tokens, lr, train_seed)
+        if train_transcoder:
+            return transcoders_cli(words[1:], opts, layer, layers, out, export, options, resume,
+                                   as_json, wide)
+        for name, value in (("--layers", layers), ("--export", export)):
+            if value is not None:
+                raise BadInput(f"{name} is an option of transcoder training (`features train "
+                               f"--transcoder {name} ...`); an SAE trains on one block: "
+                               "--layer L")
+        if transcoder:
+            raise BadInput("features train: --transcoder is a flag there (train transcoders), "
+                           f"not a folder ({transcoder[0]!r}); put it after the prompt files")
+        return train_cli(words[1:], opts, layer, out, *options, resume, as_json, wide)
+    for name, value in (("--layers", layers), ("--export", export)):
+        if value is not None:
+            raise BadInput(f"{name} is an option of `features train --transcoder`")
+    if train_transcoder:
+        raise BadInput("--transcoder DIR: give the folder of a transcoder to read (a bare "
+                       "--transcoder is `features train --transcoder`)")
     if len(words) > 1:
         raise BadInput(f"give one PROMPT (quoted), or `train` and prompt files; got {len(words)} "
                        "arguments")
@@ -133,7 +174,7 @@ def features(
 
 
 def train_cli(inputs: list[str], opts: LoadOptions, layer: str | None, out: str | None,
-              latents: int, k: int, tokens: int, batch_tokens: int, lr: float, seed: int,
+              latents: int, k: int, tokens: int, batch_tokens: int, lr: float | None, seed: int,
               resume: bool, as_json: bool, wide: bool) -> None:
     """`fptrace features train PROMPTS --layer L --out DIR`: checked before the load, a progress
     bar on stderr, the result on stdout."""
@@ -143,9 +184,11 @@ def train_cli(inputs: list[str], opts: LoadOptions, layer: str | None, out: str 
         raise BadInput("features train: give prompt files (.txt, .jsonl) or folders to train on")
     if layer is None or out is None:
         raise BadInput("features train needs --layer L and --out DIR")
-    check_finite(lr, "--lr", low=0.0)
     from fptrace.addresses import parse_block, resolve_block
     from fptrace.commands.features.train import TrainOptions, check_before_load, check_out, train
+
+    lr = TrainOptions.lr if lr is None else lr  # the dataclass's default
+    check_finite(lr, "--lr", low=0.0)
     from fptrace.core.trace import sizes
 
     block = parse_block(layer, "--layer")
@@ -155,6 +198,57 @@ def train_cli(inputs: list[str], opts: LoadOptions, layer: str | None, out: str 
     items = check_before_load(options, inputs, opts.model)
     lm = load(opts)
     options = replace(options, layer=resolve_block(block, sizes(lm), "--layer").layer)
+    with _bars("collecting the stream: prompts") as progress:
+        result = train(lm, inputs, out, options, resume=resume, progress=progress, items=items)
+    from fptrace.commands.features.render import train_view
+
+    output(result, train_view, as_json=as_json, wide=wide)
+
+
+def transcoders_cli(inputs: list[str], opts: LoadOptions, layer: str | None,
+                    layers: str | None, out: str | None, export: str | None, numbers: tuple,
+                    resume: bool, as_json: bool, wide: bool) -> None:
+    """`fptrace features train PROMPTS --transcoder [--layers SEL] --out DIR [--export
+    circuit-tracer]`: checked before the load, progress bars on stderr, the result on
+    stdout."""
+    from fptrace.numbers import check_finite
+
+    if not inputs:
+        raise BadInput("features train: give prompt files (.txt, .jsonl) or folders to train on")
+    if layer is not None:
+        raise BadInput("features train --transcoder takes --layers SEL (all, 0-29, 3,5,7), not "
+                       "--layer: transcoders are trained block by block")
+    if out is None:
+        raise BadInput("features train --transcoder needs --out DIR")
+    from fptrace.addresses import parse_selection
+    from fptrace.commands.features.train import TrainOptions
+    from fptrace.commands.features.transcoders import (
+        TRANSCODER_LR,
+        check_before_load,
+        train_transcoders,
+    )
+
+    latents, k, tokens, batch_tokens, lr, seed = numbers
+    lr = TRANSCODER_LR if lr is None else lr
+    check_finite(lr, "--lr", low=0.0)
+
+    chosen = None if layers is None else parse_selection(layers, "--layers")
+    options = TrainOptions(layer=0, latents=latents, k=k, tokens=tokens,
+                           batch_tokens=batch_tokens, lr=lr, seed=seed)
+    items = check_before_load(options, inputs, opts.model, chosen, export, out, resume)
+    lm = load(opts)
+    with _bars("collecting the MLPs' inputs and outputs: prompts") as progress:
+        result = train_transcoders(lm, inputs, out, options, chosen, export=export,
+                                   resume=resume, progress=progress, items=items)
+    from fptrace.commands.features.render import transcoders_view
+
+    output(result, transcoders_view, as_json=as_json, wide=wide)
+
+
+@contextmanager
+def _bars(collecting: str) -> Iterator[Callable[[str, int, int], None]]:
+    """The training's progress on stderr: the collection (phase `prompts`, advanced by prompts)
+    and the training (phase `steps`, or `layer L` for each block, in steps)."""
     from rich.progress import (
         BarColumn,
         MofNCompleteColumn,
@@ -170,13 +264,16 @@ def train_cli(inputs: list[str], opts: LoadOptions, layer: str | None, out: str 
         tasks: dict = {}
 
         def progress(phase: str, done: int, total: int) -> None:
+            if phase == "prompts":
+                if phase not in tasks:
+                    tasks[phase] = bar.add_task(collecting, total=total)
+                bar.update(tasks[phase], advance=done)
+                return
+            verb = "training: steps" if phase == "steps" else f"training {phase}: steps"
             if phase not in tasks:
-                verb = "collecting the stream: prompts" if phase == "prompts" else "training: steps"
+                for old in [p for p in tasks if p != "prompts"]:  # one training bar at a time
+                    bar.remove_task(tasks.pop(old))
                 tasks[phase] = bar.add_task(verb, total=total)
-            bar.update(tasks[phase], advance=done if phase == "prompts" else None,
-                       completed=None if phase == "prompts" else done)
+            bar.update(tasks[phase], completed=done)
 
-        result = train(lm, inputs, out, options, resume=resume, progress=progress, items=items)
-    from fptrace.commands.features.render import train_view
-
-    output(result, train_view, as_json=as_json, wide=wide)
+        yield progress

@@ -146,6 +146,32 @@ def bad_inputs(at: Setup) -> tuple[Case, ...]:
         Case(168, "features train: --resume on another model's weights",
              ("features", "train", os.path.join(root, "two.txt"), *m, "--layer", "1", "--out",
               hostile["resume"], "--resume", *TRAIN_ARGS)),
+        *_transcoder_cases(at, root),
+    )
+
+
+def _transcoder_cases(at: Setup, root: str) -> tuple[Case, ...]:
+    """The bad inputs of `features train --transcoder` (issue 43), rows 169-173: nothing is
+    written by any of them."""
+    two = os.path.join(root, "two.txt")
+    mine = os.path.join(root, "mine")
+    os.makedirs(mine, exist_ok=True)
+    with open(os.path.join(mine, "notes.txt"), "w", encoding="utf-8") as f:
+        f.write("my notes\n")
+    new = os.path.join(root, "transcoders")
+    train = ("features", "train", two, *at.model)
+    return (
+        Case(169, "features train: --transcoder with --layer (transcoders take --layers)",
+             (*train, "--transcoder", "--layer", "1", "--out", new)),
+        Case(170, "features train --transcoder: --layers beyond the model's blocks",
+             (*train, "--transcoder", "--layers", "0-5", "--out", new)),
+        Case(171, "features train: --layers without --transcoder",
+             (*train, "--layers", "all", "--out", new)),
+        Case(172, "features train --transcoder: --export circuit-tracer for some blocks only",
+             (*train, "--transcoder", "--layers", "1", "--export", "circuit-tracer", "--out",
+              new)),
+        Case(173, "features train --transcoder: --out a folder holding someone else's files",
+             (*train, "--transcoder", "--out", mine)),
     )
 
 

@@ -159,3 +159,46 @@ def train_view(r: Any, width: int | None = 120) -> RenderableType:
              f"FVU {r.fvu:.4f}   L0 {r.l0:.1f}   dead latents {r.dead_latents} of {r.latents}",
              style="bold")
     return Group(header(r.model), t)
+
+
+LAYER_COLS = (Col("block", 0, "right"), Col("FVU", 0, "right"), Col("L0", 0, "right"),
+              Col("dead", 0, "right"), Col("loss first → last", 2, "right"),
+              Col("steps", 3, "right"), Col("export FVU", 1, "right"),
+              Col("export L0", 1, "right"), Col("", 2))
+
+
+def transcoders_view(r: Any, width: int | None = 120) -> RenderableType:
+    """What `features train --transcoder` made: per block, how well its transcoder rebuilds the
+    MLP's output on held-out text."""
+    t = Text(f"{len(r.layers)} TopK transcoders written to {r.out} (SAELens layout: "
+             "layer_L/cfg.json + sae_weights.safetensors)", style="bold")
+    t.append(f"\n{r.latents} latents, k = {r.k}, each reading blocks.L.hook_mlp_in (the MLP's "
+             f"input) and rebuilding blocks.L.hook_mlp_out of {r.model.name}")
+    how = (f"collected in one pass ({r.collect_seconds:.0f} s)" if r.collected else
+           "collected by the interrupted run" if any(not x.kept for x in r.layers) else
+           "every block already trained")
+    t.append(f"\ntrained on {r.train_tokens:,} positions of {r.prompts} prompts (each prompt's "
+             f"first position left out: the massive activation), {how}; "
+             f"{r.tokens_seen:,} tokens seen per block")
+    exported = r.export is not None
+    rows = []
+    for x in r.layers:
+        state = "kept" if x.kept else (f"resumed at step {x.resumed_from}" if x.resumed_from
+                                       else "")
+        rows.append([str(x.layer), f"{x.fvu:.4f}", f"{x.l0:.1f}", str(x.dead_latents),
+                     f"{x.first_loss:.3f} → {x.last_loss:.3f}", str(x.steps),
+                     "—" if x.export_fvu is None else f"{x.export_fvu:.4f}",
+                     "—" if x.export_l0 is None else f"{x.export_l0:.1f}", state])
+    cols = LAYER_COLS if exported else LAYER_COLS[:6] + LAYER_COLS[8:]
+    if not exported:
+        rows = [row[:6] + row[8:] for row in rows]
+    table = fit_table(cols, rows, width, title=f"Held out ({r.held_out_prompts} prompts, "
+                      f"{r.held_out_tokens:,} positions): the MLP output's FVU per block",
+                      title_justify="left")
+    s = Text(f"median FVU {r.fvu_median:.4f} over {len(r.layers)} blocks; "
+             f"training {r.seconds:.0f} s", style="bold")
+    if exported:
+        s.append(f"\n{r.export} export in {r.export_folder}: JumpReLU with one threshold per "
+                 "block (it has no TopK loader), the same weights; its FVU and L0 are the "
+                 "export's own", style="")
+    return Group(header(r.model), t, table, s)

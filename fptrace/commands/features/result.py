@@ -6,7 +6,7 @@ from fptrace.results import SCHEMA_VERSION, Check, ModelInfo, Token, TopToken, r
 
 # the targets of the checks this command's results carry (`fptrace schema` joins them)
 CHECK_TARGETS = "`decomposition` (features)"
-SCHEMA_SINCE = "1.4"  # the features kinds arrive
+SCHEMA_SINCE = "1.7"  # 1.4: the features kinds arrive; 1.7: features_train_transcoders
 
 
 @result
@@ -232,4 +232,93 @@ class TrainResult:
     seconds: float
     """Training time (the collection of the stream not included)."""
     kind: str = "features_train"
+    schema_version: str = SCHEMA_VERSION
+
+
+@result
+class TranscoderLayer:
+    """One block's transcoder, trained by `features train --transcoder`."""
+
+    layer: int
+    """The block whose MLP it replaces."""
+    folder: str
+    """Its folder (SAELens's layout: cfg.json + sae_weights.safetensors), `layer_{layer}` inside
+    the run's folder."""
+    site: str
+    """What it reads: the MLP's input, after the norm before it (`blocks.L.hook_mlp_in`)."""
+    out_site: str
+    """What it rebuilds: what the MLP adds to the stream (`blocks.L.hook_mlp_out`)."""
+    fvu: float
+    """Fraction of the MLP output's variance it leaves unexplained on the held-out positions:
+    Σ‖y − ŷ‖² / Σ‖y − mean y‖²."""
+    l0: float
+    """Mean active latents per held-out position (k, unless a position has fewer than k positive
+    pre-activations)."""
+    dead_latents: int
+    """Latents that fire on no held-out position."""
+    steps: int
+    """Optimiser steps."""
+    resumed_from: int
+    """The step this run resumed the block's training from (0: from the start)."""
+    kept: bool
+    """Whether the block was trained by an earlier, interrupted run and kept as it was
+    (`--resume`); its figures are that run's."""
+    first_loss: float
+    """The first step's loss (the batch's FVU, plus the AuxK term when latents are dead)."""
+    last_loss: float
+    """The mean loss of the last ten steps."""
+    seconds: float
+    """Training time of this block (in the run that trained it)."""
+    export_threshold: float | None
+    """`--export circuit-tracer`: the JumpReLU threshold θ the export uses instead of TopK (one
+    for every latent: the value that fires k latents a position on average over the training
+    positions); else null."""
+    export_fvu: float | None
+    """`--export circuit-tracer`: the held-out FVU of the exported JumpReLU transcoder; else
+    null."""
+    export_l0: float | None
+    """`--export circuit-tracer`: the exported transcoder's mean active latents per held-out
+    position; else null."""
+
+
+@result
+class TranscodersResult:
+    """`fptrace features train --transcoder --json`: one TopK transcoder per block, each
+    reading the MLP's input and rebuilding its output, trained from one collection pass."""
+
+    out: str
+    """The run's folder: `layer_{L}` per block (SAELens's layout), transcoders.json (the run's
+    state, for --resume) and, with --export circuit-tracer, `circuit-tracer/`."""
+    model: ModelInfo
+    """The model whose MLPs were read."""
+    layers: tuple[TranscoderLayer, ...]
+    """One per block trained, in block order."""
+    latents: int
+    """Latents of each transcoder (d_sae)."""
+    k: int
+    """Latents kept per token (TopK)."""
+    prompts: int
+    """Training prompts."""
+    held_out_prompts: int
+    """Prompts held out for the evaluation."""
+    train_tokens: int
+    """Positions collected from the training prompts (each prompt's first position left out)."""
+    held_out_tokens: int
+    """Positions of the held-out prompts (first positions left out)."""
+    tokens_seen: int
+    """Training tokens each block's optimiser saw (steps × batch)."""
+    fvu_median: float
+    """The median over the blocks of the held-out FVU."""
+    collected: bool
+    """Whether this run collected the MLPs' inputs and outputs (false: a resumed run reused the
+    collection an interrupted one had finished, or had every block already)."""
+    collect_seconds: float
+    """Time of the collection pass in this run (0 when it was reused)."""
+    seconds: float
+    """Time of this run's training and writing (the collection not included)."""
+    export: str | None
+    """`circuit-tracer` with --export circuit-tracer; else null."""
+    export_folder: str | None
+    """The exported folder (layer_{L}.safetensors + config.yaml); else null."""
+    kind: str = "features_train_transcoders"
     schema_version: str = SCHEMA_VERSION

@@ -98,53 +98,80 @@ def estimated_positions(items: Sequence[Any]) -> int:
                for it in items if it.prompt is not None)
 
 
-def training_bytes(d: int, opts: TrainOptions, positions: int) -> dict[str, int]:
+def training_bytes(d: int, opts: TrainOptions, positions: int, rows: int = 1
+                   ) -> dict[str, int]:
     """The float32 bytes the training holds at its peak (see the module's text for the
     measured multiples): `sae` (the weights, gradients, Adam's moments and a checkpoint), `step`
-    (one step's (b, n) tensors) and `stream` (the collected positions)."""
+    (one step's (b, n) tensors) and `stream` (the collected positions: `rows` vectors of d a
+    position, 1 for an SAE, 2 for a transcoder: the MLP's input and output)."""
     n, b = opts.latents, min(opts.batch_tokens, max(positions, 1))
     return {"sae": 10 * 4 * (2 * d * n + n + d), "step": 2 * 4 * b * n,
-            "stream": 4 * positions * d}
+            "stream": 4 * positions * d * rows}
 
 
-def check_memory(d: int, opts: TrainOptions, positions: int) -> None:
+def check_memory(d: int, opts: TrainOptions, positions: int, transcoder: bool = False) -> None:
     """Refuse a training whose memory (training_bytes) passes 80% of the CPU's free memory, in
-    one line naming its parts and what to lower: OutOfMemory, exit 3."""
+    one line naming its parts and what to lower: OutOfMemory, exit 3. A transcoder holds one
+    block's MLP input and output (the rest of the collection waits on disk)."""
     import torch
 
     from fptrace.models.memory import available_bytes, human_bytes
 
-    part = training_bytes(d, opts, positions)
-    # while collecting, the stream is held twice (the rows and their concatenation)
-    need = max(sum(part.values()), 2 * part["stream"])
+    part = training_bytes(d, opts, positions, 2 if transcoder else 1)
+    # while collecting, an SAE's stream is held twice (the rows and their concatenation)
+    need = sum(part.values()) if transcoder else max(sum(part.values()), 2 * part["stream"])
     free = available_bytes(torch.device("cpu"))
+    what = "SAE" if not transcoder else "transcoder"
+    rows = "the stream of" if not transcoder else "one block's MLP input and output at"
     if free is not None and need > 0.8 * free:
         raise OutOfMemory(
-            f"features train needs about {human_bytes(need)} of memory (the SAE of {opts.latents}"
-            f" latents × d_model {d} with its gradients, Adam's moments and a checkpoint "
-            f"{human_bytes(part['sae'])}, a step {human_bytes(part['step'])}, the stream of about "
-            f"{positions} positions {human_bytes(part['stream'])}) but {human_bytes(free)} is "
-            "free on the CPU, where the SAE is trained: lower --latents or --batch-tokens, or "
-            "train on fewer prompts")
+            f"features train needs about {human_bytes(need)} of memory (the {what} of "
+            f"{opts.latents} latents × d_model {d} with its gradients, Adam's moments and a "
+            f"checkpoint {human_bytes(part['sae'])}, a step {human_bytes(part['step'])}, {rows} "
+            f"about {positions} positions {human_bytes(part['stream'])}) but "
+            f"{human_bytes(free)} is free on the CPU, where the {what} is trained: lower "
+            "--latents or --batch-tokens, or train on fewer prompts")
+
+
+def model_sizes(model: str) -> tuple[int, int, str] | None:
+    """(d_model, blocks, the model's name as a load names it) from the model's config where it
+    can be read without its weights (a GGUF file or a hub snapshot not yet fetched: None, and
+    the training checks once loaded)."""
+    from fptrace.models.registry import resolve
+    from fptrace.models.sources import load_config
+
+    spec = resolve(model)
+    if spec.kind in ("gguf", "hub") and spec.known is None:
+        return None
+    config = load_config(spec)
+    d = int(getattr(config, "hidden_size", 0) or 0)
+    n = int(getattr(config, "num_hidden_layers", 0) or 0)
+    return (d, n, spec.name) if d > 0 else None
 
 
 def check_before_load(opts: TrainOptions, inputs: Sequence[str], model: str) -> list:
     """What the command line checks before the model is loaded: the options, the prompts (read
     whole, once: they are returned for `train`, stdin included) and the memory, with d_model
-    from the model's config where it can be read without its weights (a GGUF file or a hub
-    snapshot not yet fetched: train checks again once loaded)."""
+    from the model's config where it can be read without its weights (model_sizes)."""
     from fptrace.core.inputs import read_inputs
-    from fptrace.models.registry import resolve
-    from fptrace.models.sources import load_config
 
     check_options(opts)
     items = read_inputs(list(inputs))
-    spec = resolve(model)
-    if spec.kind not in ("gguf", "hub") or spec.known is not None:
-        d = int(getattr(load_config(spec), "hidden_size", 0) or 0)
-        if d > 0:
-            check_memory(d, opts, estimated_positions(items))
+    sizes = model_sizes(model)
+    if sizes is not None:
+        check_memory(sizes[0], opts, estimated_positions(items))
     return items
+
+
+def split_held_out(items: Sequence[Any], opts: TrainOptions) -> tuple[list, list]:
+    """(kept, held): a seeded tenth of the prompts (opts.held_out, at least one) held out for
+    the evaluation, each part in the prompts' order."""
+    import torch
+
+    n_held = max(1, int(round(len(items) * opts.held_out)))
+    g = torch.Generator().manual_seed(opts.seed)
+    order = torch.randperm(len(items), generator=g).tolist()
+    return [items[i] for i in sorted(order[n_held:])], [items[i] for i in sorted(order[:n_held])]
 
 
 def inputs_digest(items: Sequence[Any]) -> str:
@@ -188,9 +215,12 @@ def collect(lm: Any, items: Sequence[Any], layer: int, progress: Callable | None
                 rows.append(x)
                 counts.append(int(x.shape[0]))
 
+    summary = Summary(total=len(items))
     with torch.inference_mode():
-        run_groups(lm, items, work, emit, summary=Summary(total=len(items)),
-                   batch_size=batch_size, truncate=True, progress=progress)
+        run_groups(lm, items, work, emit, summary=summary, batch_size=batch_size, truncate=True,
+                   progress=progress)
+    if summary.interrupted:  # run_groups stops between groups: the stream is not whole
+        raise KeyboardInterrupt
     if not rows or sum(counts) == 0:
         raise BadInput("the prompts give no positions to train on (each prompt's first position "
                        "is left out: give prompts of two tokens or more)")
@@ -200,7 +230,7 @@ def collect(lm: Any, items: Sequence[Any], layer: int, progress: Callable | None
 class TopK:
     """The SAE being trained (float32, CPU)."""
 
-    def __init__(self, d: int, n: int, k: int, seed: int) -> None:
+    def __init__(self, d: int, n: int, k: int, seed: int, shift_input: bool = True) -> None:
         import torch
 
         g = torch.Generator().manual_seed(seed)
@@ -211,6 +241,9 @@ class TopK:
         self.b_enc = torch.zeros(n, requires_grad=True)
         self.b_dec = torch.zeros(d, requires_grad=True)
         self.k = k
+        # an SAE encodes x − b_dec; a transcoder's b_dec lives in the output's space, so its
+        # input is encoded as it is (SAELens's transcoders: apply_b_dec_to_input false)
+        self.shift_input = shift_input
 
     def params(self) -> list:
         return [self.W_enc, self.b_enc, self.W_dec, self.b_dec]
@@ -218,7 +251,8 @@ class TopK:
     def pre(self, x: Any) -> Any:
         import torch
 
-        return torch.relu((x - self.b_dec) @ self.W_enc + self.b_enc)
+        x_in = x - self.b_dec if self.shift_input else x
+        return torch.relu(x_in @ self.W_enc + self.b_enc)
 
     def encode(self, x: Any) -> Any:
         import torch
@@ -240,8 +274,6 @@ def train(lm: Any, inputs: Sequence[str], out: str, opts: TrainOptions, *, resum
     """Train and write the SAE (see the module's text). progress(phase, done, total): phase
     `prompts` while collecting (done in prompts), `steps` while training. `items`: the prompts
     of `inputs` already read (check_before_load's), so that stdin is read once."""
-    import torch
-
     from fptrace.core.inputs import read_inputs
     from fptrace.models.fingerprint import weights_fingerprint
 
@@ -257,52 +289,16 @@ def train(lm: Any, inputs: Sequence[str], out: str, opts: TrainOptions, *, resum
     source = {"model": lm.name, "weights": weights_fingerprint(lm),
               "inputs": inputs_digest(items), "prompts": len(items)}
     doc = _resumed(out, opts, source) if resume else None
-    n_held = max(1, int(round(len(items) * opts.held_out)))
-    g = torch.Generator().manual_seed(opts.seed)
-    order = torch.randperm(len(items), generator=g).tolist()
-    held = [items[i] for i in sorted(order[:n_held])]
-    kept = [items[i] for i in sorted(order[n_held:])]
+    kept, held = split_held_out(items, opts)
     tick = None if progress is None else (lambda p, t: progress("prompts", p, len(items)))
     x_train, _ = collect(lm, kept, opts.layer, tick)
     x_held, _ = collect(lm, held, opts.layer, tick)
-    d = x_train.shape[1]
-    sae = TopK(d, opts.latents, opts.k, opts.seed)
-    adam = torch.optim.Adam(sae.params(), lr=opts.lr)
-    steps = max(1, opts.tokens // opts.batch_tokens)
-    step, since_fired, losses = 0, torch.zeros(opts.latents, dtype=torch.long), []
-    if doc is not None:
-        step, losses = _load_state(out, doc, sae, adam, since_fired)
-    else:
-        with torch.no_grad():
-            sae.b_dec.copy_(x_train[:opts.batch_tokens].mean(0))
+    sae = TopK(x_train.shape[1], opts.latents, opts.k, opts.seed)
     t0 = time.perf_counter()
-    resumed_from = step
-    data = torch.Generator().manual_seed(opts.seed + 1)
-    perm = torch.randperm(x_train.shape[0], generator=data)
-    for _ in range(step * opts.batch_tokens // x_train.shape[0]):  # epochs already done
-        perm = torch.randperm(x_train.shape[0], generator=data)
-    while step < steps:
-        start = step * opts.batch_tokens % x_train.shape[0]
-        idx = _batch(perm, start, opts.batch_tokens)
-        x = x_train[idx]  # (b, d)
-        loss, fired = _step(sae, adam, x, since_fired, opts)
-        since_fired += x.shape[0]
-        since_fired[fired] = 0
-        losses.append(loss)
-        step += 1
-        if (step * opts.batch_tokens) // x_train.shape[0] != \
-                ((step - 1) * opts.batch_tokens) // x_train.shape[0]:
-            perm = torch.randperm(x_train.shape[0], generator=data)  # a new epoch
-        if step % opts.save_every == 0 or step == steps:
-            _save(out, sae, adam, since_fired, step, losses, opts, source)
-        if progress is not None:
-            progress("steps", step, steps)
-    with torch.no_grad():
-        a = sae.encode(x_held)
-        err = x_held - (a @ sae.W_dec + sae.b_dec)
-        fvu = float((err ** 2).sum() / ((x_held - x_held.mean(0)) ** 2).sum())
-        dead = int(((a != 0).sum(0) == 0).sum())
-        l0 = float((a != 0).sum(-1).float().mean())
+    steps, resumed_from, losses = fit(sae, x_train, x_train, out, opts, source, doc,
+                                      None if progress is None else
+                                      (lambda done, total: progress("steps", done, total)))
+    fvu, l0, dead = evaluate(sae, x_held, x_held)
     _write_saelens(out, sae, opts, lm)
     curve = tuple(float(v) for v in losses[::max(1, len(losses) // 50)])
     return TrainResult(
@@ -316,6 +312,62 @@ def train(lm: Any, inputs: Sequence[str], out: str, opts: TrainOptions, *, resum
         seconds=time.perf_counter() - t0)
 
 
+def fit(sae: TopK, x_train: Any, y_train: Any, out: str, opts: TrainOptions, source: dict,
+        doc: dict | None, tick: Callable[[int, int], None] | None = None
+        ) -> tuple[int, int, list]:
+    """Train `sae` to rebuild y_train (N, d_out) from x_train (N, d_in) (the same tensor for an
+    SAE), saving its state in `out` every save_every steps and at the end; `doc`: the state of
+    an interrupted run to continue (_resumed's), None for a fresh one. (steps, the step resumed
+    from, the losses)."""
+    import torch
+
+    adam = torch.optim.Adam(sae.params(), lr=opts.lr)
+    steps = max(1, opts.tokens // opts.batch_tokens)
+    step, since_fired, losses = 0, torch.zeros(opts.latents, dtype=torch.long), []
+    if doc is not None:
+        step, losses = _load_state(out, doc, sae, adam, since_fired)
+    else:
+        with torch.no_grad():
+            sae.b_dec.copy_(y_train[:opts.batch_tokens].mean(0))
+    resumed_from = step
+    n = x_train.shape[0]
+    data = torch.Generator().manual_seed(opts.seed + 1)
+    perm = torch.randperm(n, generator=data)
+    for _ in range(step * opts.batch_tokens // n):  # epochs already done
+        perm = torch.randperm(n, generator=data)
+    while step < steps:
+        idx = _batch(perm, step * opts.batch_tokens % n, opts.batch_tokens)
+        x = x_train[idx]  # (b, d_in)
+        y = x if y_train is x_train else y_train[idx]  # (b, d_out)
+        loss, fired = _step(sae, adam, x, y, since_fired, opts)
+        since_fired += idx.shape[0]
+        since_fired[fired] = 0
+        losses.append(loss)
+        step += 1
+        if (step * opts.batch_tokens) // n != ((step - 1) * opts.batch_tokens) // n:
+            perm = torch.randperm(n, generator=data)  # a new epoch
+        if step % opts.save_every == 0 or step == steps:
+            _save(out, sae, adam, since_fired, step, losses, opts, source)
+        if tick is not None:
+            tick(step, steps)
+    return steps, resumed_from, losses
+
+
+def evaluate(sae: TopK, x: Any, y: Any) -> tuple[float, float, int]:
+    """(FVU, L0, dead latents) of `sae` rebuilding y (N, d_out) from x (N, d_in) on held-out
+    positions: Σ‖y − ŷ‖² / Σ‖y − mean y‖², the mean active latents, the latents that fire on
+    none of them."""
+    import torch
+
+    with torch.no_grad():
+        a = sae.encode(x)  # (N, n)
+        err = y - (a @ sae.W_dec + sae.b_dec)
+        fvu = float((err ** 2).sum() / ((y - y.mean(0)) ** 2).sum())
+        dead = int(((a != 0).sum(0) == 0).sum())
+        l0 = float((a != 0).sum(-1).float().mean())
+    return fvu, l0, dead
+
+
 def _batch(perm: Any, start: int, size: int) -> Any:
     import torch
 
@@ -327,22 +379,25 @@ def _batch(perm: Any, start: int, size: int) -> Any:
     return torch.cat([perm[start:], perm[:start + size - n]])
 
 
-def _step(sae: TopK, adam: Any, x: Any, since_fired: Any, opts: TrainOptions) -> tuple[float, Any]:
+def _step(sae: TopK, adam: Any, x: Any, y: Any, since_fired: Any, opts: TrainOptions
+          ) -> tuple[float, Any]:
+    """One Adam step on a batch: x (b, d_in) encoded, y (b, d_out) rebuilt (y is x for an
+    SAE)."""
     import torch
 
     pre = sae.pre(x)  # (b, n)
     vals, idx = pre.topk(opts.k, dim=-1)
     a = torch.zeros_like(pre).scatter(-1, idx, vals)
-    recon = a @ sae.W_dec + sae.b_dec
-    var = ((x - x.mean(0)) ** 2).sum()
-    loss = ((recon - x) ** 2).sum() / var
+    recon = a @ sae.W_dec + sae.b_dec  # (b, d_out)
+    var = ((y - y.mean(0)) ** 2).sum()
+    loss = ((recon - y) ** 2).sum() / var
     dead = since_fired >= opts.dead_after
     if bool(dead.any()):  # AuxK: the dead latents rebuild what the live ones miss
-        k_aux = min(int(dead.sum()), x.shape[1] // 2)
+        k_aux = min(int(dead.sum()), y.shape[1] // 2)
         masked = torch.where(dead[None], pre, torch.full_like(pre, -1.0))
         av, ai = masked.topk(k_aux, dim=-1)
         aux = torch.zeros_like(pre).scatter(-1, ai, av.clamp(min=0))
-        residual = (x - recon).detach()
+        residual = (y - recon).detach()
         loss = loss + ((aux @ sae.W_dec - residual) ** 2).sum() / var / 32
     adam.zero_grad()
     loss.backward()
@@ -392,6 +447,14 @@ def _resumed(out: str, opts: TrainOptions, source: dict) -> dict:
     if doc.get("options") != opts.__dict__:
         raise BadInput(f"--resume: {out!r} was trained with other options "
                        f"({doc.get('options')}); resume with the same ones")
+    check_source(out, doc, source)
+    return doc
+
+
+def check_source(out: str, doc: dict, source: dict) -> None:
+    """What a resume must find again (`doc`: the interrupted run's record, `source`: this
+    run's model, weights and prompts): the same weights (whatever the name or width), the same
+    model where either has no fingerprint, the same prompts."""
     was, now = doc.get("weights"), source["weights"]
     if was is not None and now is not None and was != now:
         raise BadInput(f"--resume: {out!r} was trained on {doc.get('model')!r} with weights "
@@ -404,7 +467,6 @@ def _resumed(out: str, opts: TrainOptions, source: dict) -> dict:
         raise BadInput(f"--resume: {out!r} was trained on other prompts ({doc.get('prompts')} "
                        f"prompts, digest {doc['inputs']}; these are {source['prompts']}, digest "
                        f"{source['inputs']}); resume with the same prompt files")
-    return doc
 
 
 def _load_state(out: str, doc: dict, sae: TopK, adam: Any, since_fired: Any
@@ -432,28 +494,40 @@ def _load_state(out: str, doc: dict, sae: TopK, adam: Any, since_fired: Any
     return step, list(doc.get("losses", []))
 
 
-def _write_saelens(out: str, sae: TopK, opts: TrainOptions, lm: Any) -> None:
+def _write_saelens(out: str, sae: TopK, opts: TrainOptions, lm: Any,
+                   transcoder: bool = False) -> None:
+    """cfg.json + sae_weights.safetensors in `out`: a TopK SAE of the stream after block L, or
+    with `transcoder` a TopK transcoder of block L's MLP (architecture `topk_transcoder`: read by
+    fptrace; SAELens 6 has no TopK transcoder class), named as SAELens names its transcoders'
+    places: hook_name the MLP's input after its norm (`blocks.L.ln2.hook_normalized`),
+    hook_name_out what the MLP adds to the stream (`blocks.L.hook_mlp_out`)."""
     from safetensors.torch import save
 
-    hook = Site(opts.layer, "resid_post").name
     tok = lm.tokenizer
     bos = getattr(tok, "bos_id", None) if tok is not None else None
     # what the tokenizer did to the prompts trained on (SmolLM2's GGUF adds no begin-of-text
     # token): a reader that reruns the model must prepare its prompts the same way
     prepend_bos = bool(bos is not None and tok.encode("The", special=True)[:1] == [bos])
-    cfg = {"architecture": "topk", "d_in": int(sae.W_dec.shape[1]), "d_sae": opts.latents,
-           "k": opts.k, "dtype": "float32", "device": "cpu", "apply_b_dec_to_input": True,
+    L = opts.layer
+    hook = f"blocks.{L}.ln2.hook_normalized" if transcoder else Site(L, "resid_post").name
+    places = {"hook_name": hook, "hook_layer": L}
+    if transcoder:
+        places["hook_name_out"] = Site(L, "mlp_out").name
+    cfg = {"architecture": "topk_transcoder" if transcoder else "topk",
+           "d_in": int(sae.W_enc.shape[0]), "d_sae": opts.latents,
+           **({"d_out": int(sae.W_dec.shape[1])} if transcoder else {}),
+           "k": opts.k, "dtype": "float32", "device": "cpu",
+           "apply_b_dec_to_input": not transcoder,
            "normalize_activations": "none", "reshape_activations": "none",
-           "hook_name": hook, "hook_layer": opts.layer, "model_name": lm.name,
-           "metadata": {"model_name": lm.name, "hook_name": hook, "hook_layer": opts.layer,
-                        "prepend_bos": prepend_bos, "context_size": None,
-                        "seqpos_slice": [1, None]}}
+           **places, "model_name": lm.name,
+           "metadata": {"model_name": lm.name, **places, "prepend_bos": prepend_bos,
+                        "context_size": None, "seqpos_slice": [1, None]}}
     weights = {n: t.detach().clone().contiguous() for n, t in
                zip(("W_enc", "b_enc", "W_dec", "b_dec"), sae.params())}
+    os.makedirs(out, exist_ok=True)
     atomic_write(os.path.join(out, "sae_weights.safetensors"), save(weights))
     atomic_write(os.path.join(out, "cfg.json"), json.dumps(cfg, indent=2).encode())
 
-
 __all__ = ["TopK", "TrainOptions", "check_before_load", "check_memory", "check_options",
-           "check_out", "collect", "estimated_positions", "inputs_digest", "train",
-           "training_bytes"]
+           "check_out", "check_source", "collect", "estimated_positions", "evaluate", "fit",
+           "inputs_digest", "model_sizes", "split_held_out", "train", "training_bytes"]
