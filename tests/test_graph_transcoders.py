@@ -156,3 +156,24 @@ def test_neurons_and_transcoders_are_one_or_the_other(tmp_path):
     assert r.exit_code == 2 and "no such folder" in r.stderr
     with pytest.raises(BadInput, match="no transcoder there"):
         graph(_lm("llama"), IDS, transcoders=str(tmp_path))
+
+
+def test_transcoders_fptrace_trains_are_graphed(tmp_path):
+    """`features train --transcoder --layers all` writes what `graph --transcoders` reads: the
+    graph over them is exact and its latents are theirs."""
+    folder = tiny_gpt2()
+    prompts = tmp_path / "p.txt"
+    prompts.write_text("The cat sat on the mat and looked at the dog.\n"
+                       "A bird flew over the house in the morning light.\n"
+                       "The capital of France is Paris and it is big.\n")
+    out = tmp_path / "tc"
+    r = runner.invoke(app, ["features", "train", "--transcoder", "--layers", "all", str(prompts),
+                            "-m", folder, "--out", str(out), "--latents", "64", "--k", "8",
+                            "--tokens", "1024"])
+    assert r.exit_code == 0, r.output
+    r = runner.invoke(app, ["graph", "The cat sat on the", "-m", folder, "--transcoders",
+                            str(out), "--max-nodes", "6", "--json"])
+    assert r.exit_code == 0, r.output
+    doc = json.loads(r.stdout)
+    assert doc["ok"] and doc["missing_blocks"] == []
+    assert any(n["node_type"] == "latent" and 0 <= n["index"] < 64 for n in doc["nodes"])
