@@ -94,7 +94,6 @@ def graph(lm: LoadedModel, prompt: Prompt, *, positions: Any = None,
 
     start = time.perf_counter()
     _check_numbers(node_threshold, edge_threshold, max_nodes, per_site, batch_size)
-    batch = batch_size
     tset = read_transcoders(transcoders, lm) if isinstance(transcoders, str) else transcoders
     sites = mlp_sites(lm.parts.family) if tset is None else None
     try:
@@ -107,7 +106,7 @@ def graph(lm: LoadedModel, prompt: Prompt, *, positions: Any = None,
     model, parts = float64_copy(lm)
     real = real_pass(lm, model, parts, sites, ids, queries, tset)
     L, T, m = real.acts.shape
-    batch = rows_fitting(T, L, m, model_info(lm).d_model, batch)
+    batch = rows_fitting(T, L, m, model_info(lm).d_model, batch_size)
     k = max(1, min(per_site, m))
     chosen = real.acts.abs().topk(k, dim=-1).indices  # (L, T, k)
     logit_targets, probs = _logit_nodes(real, fixed, len(queries))

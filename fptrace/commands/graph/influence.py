@@ -51,20 +51,11 @@ class Adjacency:
 
     def normalized(self) -> Adjacency:
         """|A| with each row divided by its sum (rows without input stay zero)."""
-        import numpy as np
-
-        N = np.abs(self.rows)
-        return Adjacency(N / np.maximum(N.sum(axis=1, keepdims=True), 1e-10), self.index, self.n)
-
-    def entry(self, target: int, source: int) -> float:
-        import numpy as np
-
-        at = np.flatnonzero(self.index == target)
-        return float(self.rows[at[0], source]) if len(at) else 0.0
+        return Adjacency(normalized(self.rows), self.index, self.n)
 
 
 def normalized(A: Any) -> Any:
-    """|A| with each row divided by its sum (rows without input stay zero); A dense."""
+    """|A| with each row divided by its sum (rows without input stay zero)."""
     import numpy as np
 
     N = np.abs(A)

@@ -31,18 +31,7 @@ def check_request(*, neurons: bool, node_threshold: str, edge_threshold: str,
                   force: bool, transcoders: str | None = None) -> GraphRequest:
     """The request, or BadInput naming the option at fault (positions: a Selection parsed by
     the command line, or None)."""
-    import os
-
-    if neurons and transcoders is not None:
-        raise BadInput("graph: --neurons and --transcoders both given: the nodes are either the "
-                       "model's own MLP neurons or the transcoders' latents; pass one")
-    if not neurons and transcoders is None:
-        raise BadInput("graph: pass --neurons (the nodes are the model's own MLP neurons) or "
-                       "--transcoders DIR (the latents of per-block transcoders)")
-    if transcoders is not None and not os.path.isdir(transcoders):
-        raise BadInput(f"--transcoders {transcoders!r}: no such folder (give the folder of "
-                       "per-block transcoders, as `fptrace features train --transcoder` writes "
-                       "it)")
+    check_nodes(neurons, transcoders)
     node = parse_float(str(node_threshold), "--node-threshold", low=0.0, high=1.0)
     edge = parse_float(str(edge_threshold), "--edge-threshold", low=0.0, high=1.0)
     n_max = parse_int(str(max_nodes), "--max-nodes", low=1)
@@ -57,4 +46,21 @@ def check_request(*, neurons: bool, node_threshold: str, edge_threshold: str,
                         positions=positions, transcoders=transcoders)
 
 
-__all__ = ["GraphRequest", "check_request"]
+def check_nodes(neurons: bool, transcoders: str | None) -> None:
+    """One kind of node: --neurons, or --transcoders DIR with DIR a folder (read and checked
+    against the model in transcoders.py)."""
+    import os
+
+    if neurons and transcoders is not None:
+        raise BadInput("graph: --neurons and --transcoders both given: the nodes are either the "
+                       "model's own MLP neurons or the transcoders' latents; pass one")
+    if not neurons and transcoders is None:
+        raise BadInput("graph: pass --neurons (the nodes are the model's own MLP neurons) or "
+                       "--transcoders DIR (the latents of per-block transcoders)")
+    if transcoders is not None and not os.path.isdir(transcoders):
+        raise BadInput(f"--transcoders {transcoders!r}: no such folder (give the folder of "
+                       "per-block transcoders, as `fptrace features train --transcoder` writes "
+                       "it)")
+
+
+__all__ = ["GraphRequest", "check_nodes", "check_request"]

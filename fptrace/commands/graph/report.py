@@ -31,15 +31,13 @@ OPTIONS = (
 
 
 def _check(values: dict[str, Any]) -> None:
-    from fptrace.commands.graph.inputs import check_request
+    from fptrace.commands.graph.inputs import check_nodes
     from fptrace.errors import BadInput
 
     if values["graph_transcoders"] is not None and not values["graph"]:
         raise BadInput("--graph-transcoders goes with --graph")
     if values["graph"]:
-        check_request(neurons=values["graph_transcoders"] is None, node_threshold="0.8",
-                      edge_threshold="0.98", max_nodes="64", per_site="4", positions=None,
-                      graph_json=None, force=False, transcoders=values["graph_transcoders"])
+        check_nodes(values["graph_transcoders"] is None, values["graph_transcoders"])
 
 
 def _compute(page: Page, values: dict[str, Any]) -> Any:
