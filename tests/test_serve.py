@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -163,15 +164,24 @@ def test_the_table_fits_the_callers_width(server, work):
         assert remote.returncode == code == 0, remote.stderr
         width = max(len(line) for line in remote.stdout.splitlines())
         assert width <= int(columns)
-        mask = [line for line in remote.stdout.splitlines() if "µs" not in line]
-        assert mask == [line for line in here.splitlines() if "µs" not in line]
+        assert without_tokenizer_time(remote.stdout) == without_tokenizer_time(here)
+
+
+def without_tokenizer_time(text: str) -> list[str]:
+    """A table's lines with the tokenizer's measured time left out: the paragraph that says it
+    is joined and its time replaced (3.5 ms or 350 µs wraps it at another word), every other
+    line kept as printed."""
+    lines = text.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("the tokenizer is a lookup"))
+    end = next(i for i in range(start, len(lines)) if lines[i].startswith("╭─ Shape flow"))
+    said = re.sub(r"takes [0-9.,]+ ?(µs|ms|s)\b", "takes <time>", " ".join(lines[start:end]))
+    return lines[:start] + [" ".join(said.split())] + lines[end:]
 
 
 def page_without_times(text: str) -> str:
     """A report page with its measured times left out: the JSON it embeds (as data: links,
     base64) compared without them, and the tokenizer's time in the sentence that says it."""
     import base64
-    import re
 
     def decoded(m: re.Match) -> str:
         doc = json.loads(base64.b64decode(m.group(1)))
