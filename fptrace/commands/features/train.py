@@ -288,7 +288,7 @@ def train(lm: Any, inputs: Sequence[str], out: str, opts: TrainOptions, *, resum
     check_memory(info.d_model, opts, estimated_positions(items))
     source = {"model": lm.name, "weights": weights_fingerprint(lm),
               "inputs": inputs_digest(items), "prompts": len(items)}
-    doc = _resumed(out, opts, source) if resume else None
+    doc = resumed_state(out, opts, source) if resume else None
     kept, held = split_held_out(items, opts)
     tick = None if progress is None else (lambda p, t: progress("prompts", p, len(items)))
     x_train, _ = collect(lm, kept, opts.layer, tick)
@@ -299,7 +299,7 @@ def train(lm: Any, inputs: Sequence[str], out: str, opts: TrainOptions, *, resum
                                       None if progress is None else
                                       (lambda done, total: progress("steps", done, total)))
     fvu, l0, dead = evaluate(sae, x_held, x_held)
-    _write_saelens(out, sae, opts, lm)
+    write_saelens(out, sae, opts, lm)
     curve = tuple(float(v) for v in losses[::max(1, len(losses) // 50)])
     return TrainResult(
         out=out, model=info, layer=opts.layer, site=Site(opts.layer, "resid_post").name,
@@ -317,7 +317,7 @@ def fit(sae: TopK, x_train: Any, y_train: Any, out: str, opts: TrainOptions, sou
         ) -> tuple[int, int, list]:
     """Train `sae` to rebuild y_train (N, d_out) from x_train (N, d_in) (the same tensor for an
     SAE), saving its state in `out` every save_every steps and at the end; `doc`: the state of
-    an interrupted run to continue (_resumed's), None for a fresh one. (steps, the step resumed
+    an interrupted run to continue (resumed_state's), None for a fresh one. (steps, the step resumed
     from, the losses)."""
     import torch
 
@@ -438,7 +438,7 @@ def _save(out: str, sae: TopK, adam: Any, since_fired: Any, step: int, losses: l
     atomic_write(os.path.join(out, STATE_JSON), json.dumps(doc).encode())
 
 
-def _resumed(out: str, opts: TrainOptions, source: dict) -> dict:
+def resumed_state(out: str, opts: TrainOptions, source: dict) -> dict:
     """The state of the interrupted training in `out`, refused where it was trained from other
     options, weights or prompts than this run's (`source`: train's model, weights, inputs)."""
     from fptrace.core.dictionaries import read_json
@@ -494,7 +494,7 @@ def _load_state(out: str, doc: dict, sae: TopK, adam: Any, since_fired: Any
     return step, list(doc.get("losses", []))
 
 
-def _write_saelens(out: str, sae: TopK, opts: TrainOptions, lm: Any,
+def write_saelens(out: str, sae: TopK, opts: TrainOptions, lm: Any,
                    transcoder: bool = False) -> None:
     """cfg.json + sae_weights.safetensors in `out`: a TopK SAE of the stream after block L, or
     with `transcoder` a TopK transcoder of block L's MLP (architecture `topk_transcoder`: read by
@@ -530,4 +530,5 @@ def _write_saelens(out: str, sae: TopK, opts: TrainOptions, lm: Any,
 
 __all__ = ["TopK", "TrainOptions", "check_before_load", "check_memory", "check_options",
            "check_out", "check_source", "collect", "estimated_positions", "evaluate", "fit",
-           "inputs_digest", "model_sizes", "split_held_out", "train", "training_bytes"]
+           "inputs_digest", "model_sizes", "resumed_state", "split_held_out", "train",
+           "training_bytes", "write_saelens"]

@@ -66,8 +66,6 @@ from fptrace.commands.features.train import (
     STATE_JSON,
     TopK,
     TrainOptions,
-    _resumed,
-    _write_saelens,
     atomic_write,
     check_memory,
     check_options,
@@ -77,8 +75,10 @@ from fptrace.commands.features.train import (
     fit,
     inputs_digest,
     model_sizes,
+    resumed_state,
     split_held_out,
     training_bytes,
+    write_saelens,
 )
 from fptrace.core.dictionary_sites import Site
 from fptrace.core.trace import model_info
@@ -468,7 +468,7 @@ def _train_layer(lm: Any, out: str, layer: int, opts: TrainOptions, source: dict
     where there is one), write it, and return its figures (TranscoderLayer's fields)."""
     folder = layer_folder(out, layer)
     lopts = replace(opts, layer=layer)
-    doc = _resumed(folder, lopts, source) if os.path.isfile(
+    doc = resumed_state(folder, lopts, source) if os.path.isfile(
         os.path.join(folder, STATE_JSON)) else None
     n_train, n_held, d = collected["train"], collected["held"], collected["d"]
     f = _files(out, layer)
@@ -488,7 +488,7 @@ def _train_layer(lm: Any, out: str, layer: int, opts: TrainOptions, source: dict
     _fold(sae, s_in, s_out)
     for t, s in ((x, s_in), (xh, s_in), (yh, s_out)):
         t.div_(s)
-    _write_saelens(folder, sae, lopts, lm, transcoder=True)
+    write_saelens(folder, sae, lopts, lm, transcoder=True)
     theta = efvu = el0 = None
     if export_dir is not None:
         theta = jumprelu_threshold(sae, x, opts.k)
