@@ -92,9 +92,9 @@ def features(
         "--out", help="train: the new folder for the SAE (SAELens's layout), or for the "
         "transcoders (a layer_L folder each).", rich_help_panel=TRAIN)] = None,
     export: Annotated[str | None, typer.Option(
-        "--export", metavar="FORMAT", help="train --transcoder: also write the transcoders in circuit-tracer's "
-        "layout (`circuit-tracer`: JumpReLU, the nearest to TopK it loads), in "
-        "OUT/circuit-tracer.", rich_help_panel=TRAIN)] = None,
+        "--export", metavar="FORMAT", help="train --transcoder: also write the transcoders in "
+        "circuit-tracer's layout (`circuit-tracer`: JumpReLU, the nearest to TopK it loads), "
+        "in OUT/circuit-tracer.", rich_help_panel=TRAIN)] = None,
     latents: Annotated[int, typer.Option("--latents", help="train: latents (d_sae).",
                                          rich_help_panel=TRAIN)] = 2048,
     k: Annotated[int, typer.Option("--k", help="train: latents kept per token.",
