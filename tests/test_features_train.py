@@ -434,3 +434,19 @@ def test_cli_transcoders_and_bad_inputs(prompts, tmp_path):
     # read mode: a bare --transcoder is not a folder
     res = runner.invoke(app, ["features", "The cat", "-m", folder, "--transcoder", "--top", "2"])
     assert res.exit_code == 2 and "give the folder of a transcoder" in res.stderr
+
+
+def test_the_export_is_refused_where_a_norm_follows_the_mlp():
+    """Gemma 2 normalises the MLP's output before the stream receives it: the transcoders rebuild
+    that, circuit-tracer's mlp.hook_out is before the norm, so the export would mislabel it."""
+    from conftest import build_tiny
+    from fptrace.commands.features.transcoders import check_export
+    from fptrace.models.loading import wrap_model
+
+    lm = wrap_model(build_tiny("gemma2"), name="tiny-gemma2", random_weights=True)
+    n = len(lm.parts.blocks)
+    with pytest.raises(BadInput, match="puts a norm after the MLP"):
+        check_export("circuit-tracer", list(range(n)), n, lm)
+    llama = wrap_model(build_tiny("llama"), name="tiny-llama", random_weights=True)
+    check_export("circuit-tracer", list(range(len(llama.parts.blocks))),
+                 len(llama.parts.blocks), llama)

@@ -173,7 +173,8 @@ def transcoders_view(r: Any, width: int | None = 120) -> RenderableType:
     t = Text(f"{len(r.layers)} TopK transcoders written to {r.out} (SAELens layout: "
              "layer_L/cfg.json + sae_weights.safetensors)", style="bold")
     t.append(f"\n{r.latents} latents, k = {r.k}, each reading blocks.L.hook_mlp_in (the MLP's "
-             f"input) and rebuilding blocks.L.hook_mlp_out of {r.model.name}")
+             f"input) and rebuilding blocks.L.hook_mlp_out of {r.model.name}; FVU: of the "
+             "MLP's output")
     how = (f"collected in one pass ({r.collect_seconds:.0f} s)" if r.collected else
            "collected by the interrupted run" if any(not x.kept for x in r.layers) else
            "every block already trained")
@@ -192,9 +193,8 @@ def transcoders_view(r: Any, width: int | None = 120) -> RenderableType:
     cols = LAYER_COLS if exported else LAYER_COLS[:6] + LAYER_COLS[8:]
     if not exported:
         rows = [row[:6] + row[8:] for row in rows]
-    table = fit_table(cols, rows, width, title=f"Held out ({r.held_out_prompts} prompts, "
-                      f"{r.held_out_tokens:,} positions): the MLP output's FVU per block",
-                      title_justify="left")
+    table = fit_table(cols, rows, width, title=f"Held out: {r.held_out_prompts} prompts, "
+                      f"{r.held_out_tokens:,} positions", title_justify="left")
     s = Text(f"median FVU {r.fvu_median:.4f} over {len(r.layers)} blocks; "
              f"training {r.seconds:.0f} s", style="bold")
     if exported:
