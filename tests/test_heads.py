@@ -368,14 +368,25 @@ def _plain_text(renderable) -> str:
     return console.file.getvalue()
 
 
-def test_the_tui_heads_tab_shows_the_selected_heads_role():
+def test_the_tui_heads_tab_shows_the_selected_heads_role(monkeypatch):
     import asyncio
+    import threading
+
+    from fptrace.commands.heads import tui as heads_tui
+    from fptrace.commands.heads.tui import measure
 
     from fptrace.commands.heads.render import role_text
     from fptrace.commands.tui.app import FptraceApp
     from fptrace.models.loading import load_model
 
     lm = load_model(tiny_gpt2())
+    go_on = threading.Event()  # the worker measures once the test has pressed a key meanwhile
+
+    def held(*args):
+        assert go_on.wait(60)
+        return measure(*args)
+
+    monkeypatch.setattr(heads_tui, "measure", held)
 
     async def go():
         app = FptraceApp(lm=lm)
@@ -389,6 +400,14 @@ def test_the_tui_heads_tab_shows_the_selected_heads_role():
             await pilot.pause()
             app.show_tab("heads")
             await pilot.pause()
+            assert app.busy is not None  # measured on a worker: the interface still answers
+            await pilot.press("H")  # a key pressed meanwhile is refused in the status line
+            await pilot.pause()
+            assert app.head == 1 and "busy" in str(app.query_one("#status").render())
+            go_on.set()
+            await app.workers.wait_for_complete()
+            await pilot.pause()
+            assert app.busy is None
             pane = _plain_text(app.query_one("#pane-heads").render()._renderable)
             own = app.head_roles[1]
             h = next(x for x in own.heads if (x.layer, x.head) == (1, 1))

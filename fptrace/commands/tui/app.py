@@ -83,6 +83,9 @@ class FptraceApp(App):
         self.qk: Any = None  # the selected head's score split
         self.what_if: Any = None  # the last what-if's result
         self.layer_text: Any = None  # the layer pane's own text (a what-if is shown under it)
+        # what a worker thread computes with the model now, or None: its hooks are on the
+        # model, so nothing else computes with it until it is done (in_background)
+        self.busy: str | None = None
 
     def compose(self) -> ComposeResult:
         yield Input(placeholder="a prompt; Enter traces it", id="prompt")
@@ -142,6 +145,8 @@ class FptraceApp(App):
         if self.lm is None:
             self.status("the model is not loaded")
             return
+        if not self.free():
+            return
         try:
             if not prompt.strip():
                 raise FptraceError("the prompt is empty: give some text to trace")
@@ -175,7 +180,7 @@ class FptraceApp(App):
 
     # ----------------------------------------------------------------- panes
     def show_layer(self) -> None:
-        if self.trace is None:
+        if self.trace is None or not self.free():
             return
         from fptrace.core.trace import lens_top_k
 
@@ -208,6 +213,10 @@ class FptraceApp(App):
 
     def show(self, tab: str) -> None:
         """Fill a tab with its parts, in their order."""
+        if not self.free():
+            self.query_one(f"#pane-{tab}", Static).update(Text(
+                f"\n{self.busy}: this tab is filled when that is done", style="dim"))
+            return
         parts = [p.show(self) for p in PANES if p.tab == tab]
         self.query_one(f"#pane-{tab}", Static).update(parts[0] if len(parts) == 1 else
                                                       Group(*parts))
@@ -226,6 +235,39 @@ class FptraceApp(App):
         if self.trace is not None:
             self.refresh_active()
 
+    # ----------------------------------------------------------------- workers
+    def free(self) -> bool:
+        """Whether the model is free to compute with; when a worker holds it, the status line
+        says so."""
+        if self.busy is None:
+            return True
+        self.status(f"{self.busy}: the model is busy until that is done")
+        return False
+
+    def in_background(self, what: str, compute: Any, done: Any) -> None:
+        """Run compute() on a worker thread, the model held for it (what: said meanwhile), then
+        done(result) on the interface thread, result an FptraceError where compute raised one,
+        and the layer and the tab on screen filled again."""
+        self.busy = what
+        self.status(f"{what}…")
+        self.work_on_model(compute, done)
+
+    @work(thread=True)
+    def work_on_model(self, compute: Any, done: Any) -> None:
+        try:
+            result = compute()
+        except FptraceError as e:
+            result = e
+        except Exception as e:  # noqa: BLE001  (a bug: said in the app, not a crash)
+            result = FptraceError(f"{type(e).__name__}: {e}")
+        self.call_from_thread(self.finished, done, result)
+
+    def finished(self, done: Any, result: Any) -> None:
+        self.busy = None
+        self.status("")
+        done(result)
+        self.show_layer()
+
     # ----------------------------------------------------------------- actions
     def status(self, message: str) -> None:
         self.query_one("#status", Static).update(message)
@@ -237,6 +279,8 @@ class FptraceApp(App):
         self.query_one("#layers", DataTable).focus()
 
     def action_key(self, index: int) -> None:
+        if not self.free():
+            return
         try:  # a key's error (an export path refused, a computation) is a message in the app
             ACTIONS[index].run(self)
         except FptraceError as e:
