@@ -149,6 +149,21 @@ def test_bad_transcoders_are_one_line_exit_2(make, says, tmp_path):
     assert not out.exists()
 
 
+def test_a_transcoder_the_reader_refuses_is_named_by_the_option_that_gave_it(tmp_path):
+    """The dictionary reader's refusals name --transcoders under graph (not features' --sae),
+    and --transcoder under features."""
+    (tmp_path / "layer_0").mkdir()
+    (tmp_path / "layer_0" / "cfg.json").write_text("{}")
+    r = runner.invoke(app, ["graph", "The cat sat", "-m", tiny_gpt2(), "--transcoders",
+                            str(tmp_path)])
+    error = [line for line in r.stderr.splitlines() if line.startswith("fptrace: error")]
+    assert r.exit_code == 2 and error[0].startswith(
+        f"fptrace: error: --transcoders '{tmp_path}/layer_0': no dictionary there"), r.stderr
+    r = runner.invoke(app, ["features", "The cat sat", "-m", tiny_gpt2(), "--transcoder",
+                            str(tmp_path / "layer_0")])
+    assert r.exit_code == 2 and r.stderr.startswith("fptrace: error: --transcoder '"), r.stderr
+
+
 def test_neurons_and_transcoders_are_one_or_the_other(tmp_path):
     r = runner.invoke(app, ["graph", "x", "--neurons", "--transcoders", str(tmp_path)])
     assert r.exit_code == 2 and "pass one" in r.stderr

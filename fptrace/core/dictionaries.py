@@ -120,34 +120,34 @@ class Dictionary:
         return a @ self.W_dec + self.b_dec
 
 
-def read_dictionary(path: str, *, site: str | None = None) -> Dictionary:
+def read_dictionary(path: str, *, site: str | None = None, what: str = "--sae") -> Dictionary:
     """The dictionary in the folder `path` (a Gemma Scope params file may be named directly).
     `site`: where it reads, for a dictionary whose files do not say; where they do, it must
-    agree with them."""
+    agree with them. `what`: how the errors name the path's source (the option that gave it)."""
     try:
         os.stat(path)
         folder = path if os.path.isdir(path) else os.path.dirname(path) or "."
         names = set(os.listdir(folder))
     except OSError as e:
-        raise BadInput(_unreachable(path, e)) from None
+        raise BadInput(_unreachable(path, e, what)) from None
     if not os.path.isdir(path) and os.path.basename(path) not in ("params.npz",
                                                                   "params.safetensors"):
-        raise BadInput(f"--sae {path!r}: give the dictionary's folder (cfg.json beside "
+        raise BadInput(f"{what} {path!r}: give the dictionary's folder (cfg.json beside "
                        "sae_weights.safetensors or sae.safetensors, or params.npz)")
     if "cfg.json" in names and "sae_weights.safetensors" in names:
         d = _saelens(folder)
     elif "cfg.json" in names and "sae.safetensors" in names:
         d = _sparsify(folder)
     elif names & {"params.npz", "params.safetensors"}:
-        d = _gemmascope(path if not os.path.isdir(path) else folder, site)
+        d = _gemmascope(path if not os.path.isdir(path) else folder, site, what)
     else:
         sub = sorted(n for n in names if os.path.isfile(os.path.join(folder, n, "cfg.json")))
         hint = f"; its subfolders {', '.join(sub[:6])} hold configs: give one of them" if sub \
             else ""
-        what = "config (cfg.json)" if "cfg.json" not in names else "weights beside its cfg.json"
-        raise BadInput(f"--sae {path!r}: no dictionary there, it has no {what}: expected cfg.json "
-                       "with sae_weights.safetensors (SAELens) or sae.safetensors (sparsify), or "
-                       f"params.npz / params.safetensors (Gemma Scope){hint}")
+        lacks = "config (cfg.json)" if "cfg.json" not in names else "weights beside its cfg.json"
+        raise BadInput(f"{what} {path!r}: no dictionary there, it has no {lacks}: expected "
+                       "cfg.json with sae_weights.safetensors (SAELens) or sae.safetensors "
+                       f"(sparsify), or params.npz / params.safetensors (Gemma Scope){hint}")
     if site is not None:
         given = dictionary_site(site, "--site")
         if not given.same_tensor(d.site):
@@ -157,18 +157,18 @@ def read_dictionary(path: str, *, site: str | None = None) -> Dictionary:
     return d
 
 
-def _unreachable(path: str, e: OSError) -> str:
+def _unreachable(path: str, e: OSError, what: str) -> str:
     """Why `path` cannot be read, in the words a user acts on: a symlink loop is not a missing
     folder, nor is a link whose target is gone."""
     if e.errno == errno.ELOOP:
-        return (f"--sae {path!r}: a symbolic link loop (its links lead back to themselves), which "
+        return (f"{what} {path!r}: a symbolic link loop (its links lead back to themselves), which "
                 "cannot be resolved to a folder")
     if os.path.islink(path):
-        return (f"--sae {path!r}: a symbolic link to {os.readlink(path)!r}, which does not "
+        return (f"{what} {path!r}: a symbolic link to {os.readlink(path)!r}, which does not "
                 "exist")
     if e.errno in (errno.ENOENT, errno.ENOTDIR):
-        return f"--sae {path!r}: no such folder"
-    return f"--sae {path!r}: cannot read it ({e.strerror or e})"
+        return f"{what} {path!r}: no such folder"
+    return f"{what} {path!r}: cannot read it ({e.strerror or e})"
 
 
 def check_role(d: Dictionary, expected: str, option: str = "--sae") -> None:
@@ -430,7 +430,7 @@ def _sparsify(folder: str) -> Dictionary:
 _LAYER = re.compile(r"layer_(\d+)")
 
 
-def _gemmascope(path: str, site: str | None) -> Dictionary:
+def _gemmascope(path: str, site: str | None, what: str) -> Dictionary:
     folder = path if os.path.isdir(path) else os.path.dirname(path) or "."
     names = os.listdir(folder)
     file = path if not os.path.isdir(path) else os.path.join(
@@ -438,7 +438,7 @@ def _gemmascope(path: str, site: str | None) -> Dictionary:
     t = _tensors(file)
     _need(t, ("W_enc", "W_dec", "b_enc", "b_dec", "threshold"), file)
     if "W_skip" in t:  # Gemma Scope 2's affine transcoders add x @ W_skip to the output
-        raise BadInput(f"--sae {file!r}: an affine transcoder (W_skip: a linear term beside the "
+        raise BadInput(f"{what} {file!r}: an affine transcoder (W_skip: a linear term beside the "
                        "latents), which fptrace does not read yet; its readout would leave that "
                        "term out")
     # no config gives the widths: each is read from a vector (b_enc: the latents, b_dec: the
@@ -452,13 +452,13 @@ def _gemmascope(path: str, site: str | None) -> Dictionary:
     _shape(t["W_enc"], (d_in, d_sae), "W_enc", file, source)
     _shape(t["W_dec"], (d_sae, d_out), "W_dec", file, source)
     _shape(t["threshold"], (d_sae,), "threshold", file, source)
-    role, in_site, out_site = _gemmascope_place(folder, site)
+    role, in_site, out_site = _gemmascope_place(folder, site, what)
     return Dictionary(path=folder, format="gemmascope", kind="jumprelu", role=role, site=in_site,
                       out_site=out_site, W_enc=t["W_enc"], b_enc=t["b_enc"], W_dec=t["W_dec"],
                       b_dec=t["b_dec"], threshold=t["threshold"], shift_input=False)
 
 
-def _gemmascope_place(folder: str, site: str | None) -> tuple[str, Site, Site]:
+def _gemmascope_place(folder: str, site: str | None, what: str) -> tuple[str, Site, Site]:
     """(role, input site, output site) from config.json (hook_name / hf_hook_point_in and _out)
     or from the path; `site` where neither says."""
     cfg_path = os.path.join(folder, "config.json")
@@ -481,9 +481,9 @@ def _gemmascope_place(folder: str, site: str | None) -> tuple[str, Site, Site]:
     at = [i for i, part in enumerate(parts) if _LAYER.match(part)]
     if not at:
         if site is None:
-            raise BadInput(f"--sae {folder!r}: Gemma Scope weights whose folder does not say where "
-                           "they were trained (no config.json, no layer_N in the path); give "
-                           "--site, e.g. blocks.12.hook_resid_post")
+            raise BadInput(f"{what} {folder!r}: Gemma Scope weights whose folder does not say "
+                           "where they were trained (no config.json, no layer_N in the path); "
+                           "give --site, e.g. blocks.12.hook_resid_post")
         s = dictionary_site(site, "--site")
         return "sae", s, s
     m = _LAYER.match(parts[at[-1]])
@@ -498,7 +498,7 @@ def _gemmascope_place(folder: str, site: str | None) -> tuple[str, Site, Site]:
         s = Site(block, "resid_post")
     else:
         if site is None:
-            raise BadInput(f"--sae {folder!r}: the path names a layer but not what was read "
+            raise BadInput(f"{what} {folder!r}: the path names a layer but not what was read "
                            "(res, mlp, transcoder); give --site")
         s = dictionary_site(site, "--site")
     return "sae", s, s

@@ -156,7 +156,8 @@ def features(
     from fptrace.core.dictionaries import read_dictionary
 
     given = [(p, "sae") for p in sae or []] + [(p, "transcoder") for p in transcoder or []]
-    dicts = [read_dictionary(p, site=site) for p, _ in given]  # a bad folder costs no load
+    # read before the model loads: a bad folder costs no load
+    dicts = [read_dictionary(p, site=site, what=f"--{flag}") for p, flag in given]
     check_latent(dicts, latent)
     lm, prompt = load_for(prompt, opts, plot, chat, force, html)
     from fptrace.commands.features.core import features as run_features

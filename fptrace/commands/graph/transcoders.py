@@ -123,7 +123,7 @@ def read_transcoders(path: str, lm: Any) -> TranscoderSet:
     by_block: dict[int, Transcoder] = {}
     device = lm.parts.embed.weight.device
     for folder in _folders(path):
-        d = read_dictionary(folder)
+        d = read_dictionary(folder, what="--transcoders")
         check_role(d, "transcoder", "--transcoders")
         check_model(d, info.n_layers, info.d_model, lm.name, "--transcoders")
         if d.site.point != "mlp_in" or d.out_site.point != "mlp_out" or \
