@@ -379,3 +379,22 @@ def test_the_targets_per_pass_change_no_number():
     assert graph_core.rows_fitting(16, 30, 1536, 576, 32) == 32  # the bundled model
     assert graph_core.rows_fitting(256, 30, 1536, 576, 32) == 3
     assert graph_core.rows_fitting(1024, 30, 1536, 576, 32) == 1
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_recomputed_patterns_give_the_same_graph(family, monkeypatch):
+    """A long prompt's pass recomputes each block's frozen pattern in every backward pass
+    instead of holding it (memory linear in T): the graph is the same, bit for bit."""
+    lm = wrap_model(build_tiny(family), random_weights=True)
+    computed = []  # the patterns computed: once a block in the forward pass when held
+    pattern = freezing.frozen_pattern
+    monkeypatch.setattr(freezing, "frozen_pattern", lambda *a: computed.append(1) or pattern(*a))
+    held = graph(lm, IDS, max_nodes=10, per_site=2)
+    once = len(computed)
+    monkeypatch.setattr(freezing, "HELD_PATTERNS_BYTES", 0)
+    recomputed = graph(lm, IDS, max_nodes=10, per_site=2)
+    assert len(computed) - once > once  # and again in the backward passes
+    assert recomputed.ok
+    assert [n.node_id for n in held.nodes] == [n.node_id for n in recomputed.nodes]
+    assert [(e.source, e.target, e.weight) for e in held.edges] == \
+        [(e.source, e.target, e.weight) for e in recomputed.edges]

@@ -26,6 +26,7 @@ its contribution to a node is the bias times the gradient of the module's output
 from __future__ import annotations
 
 import contextlib
+import functools
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -108,31 +109,76 @@ class Pass:
     logits: Any = None  # (B, Q, V) the LM head's output at the query positions
 
 
+# the frozen patterns the pass may hold for its backward passes (every block's, B × heads × T²
+# values); past it, each block's pattern is recomputed from its held q and k in every backward
+# pass instead (the same operations on the same values: the same pattern, bit for bit), so
+# that the pass's memory stays linear in the prompt's length at the cost of that recomputation
+HELD_PATTERNS_BYTES = 1 << 30
+
+
 def _frozen_attention(module: Any, query: Any, key: Any, value: Any, attention_mask: Any,
                       scaling: float | None = None, dropout: float = 0.0,
                       softcap: float | None = None, **kwargs: Any) -> tuple[Any, Any]:
     """The AttentionInterface function of the frozen pass: eager attention with q and k
     detached, so the pattern is a constant and the output is linear in the values."""
-    import torch
-
     if kwargs.get("s_aux") is not None or kwargs.get("sinks") is not None:
         raise BadInput("graph --neurons: attention sinks cannot be frozen yet")
     q, k = query.detach(), key.detach()  # (B, nh, T, hd), (B, nkv, T, hd)
-    n_rep = q.shape[1] // k.shape[1]
-    k = k.repeat_interleave(n_rep, dim=1)  # (B, nh, T, hd)
-    v = value.repeat_interleave(n_rep, dim=1)  # (B, nh, T, hd)
+    v = value.repeat_interleave(q.shape[1] // k.shape[1], dim=1)  # (B, nh, T, hd)
     scale = scaling if scaling is not None else q.shape[-1] ** -0.5
+    blocks = getattr(getattr(module, "config", None), "num_hidden_layers", 1)
+    held = q.shape[0] * q.shape[1] * q.shape[2] * k.shape[2] * q.element_size() * blocks
+    if held <= HELD_PATTERNS_BYTES:
+        pattern = frozen_pattern(q, k, attention_mask, scale, softcap)  # a constant
+        return (pattern @ v).transpose(1, 2).contiguous(), pattern  # (B, T, nh, hd)
+    out = _recomputed_pattern().apply(v, q, k, attention_mask, scale, softcap)
+    return out.transpose(1, 2).contiguous(), None
+
+
+def frozen_pattern(q: Any, k: Any, mask: Any, scale: float, softcap: float | None) -> Any:
+    """softmax(q·kᵀ · scale (softcapped) + mask): (B, nh, T, T) from q (B, nh, T, hd) and k
+    (B, nkv, T, hd) (grouped-query: each K head repeated for its query heads)."""
+    import torch
+
+    k = k.repeat_interleave(q.shape[1] // k.shape[1], dim=1)  # (B, nh, T, hd)
     scores = q @ k.transpose(2, 3) * scale  # (B, nh, T, T)
     if softcap:
         scores = torch.tanh(scores / softcap) * softcap
-    if attention_mask is not None:
-        if attention_mask.dtype == torch.bool:
-            scores = scores.masked_fill(~attention_mask, float("-inf"))
+    if mask is not None:
+        if mask.dtype == torch.bool:
+            scores = scores.masked_fill(~mask, float("-inf"))
         else:
-            scores = scores + attention_mask[:, :, :, : k.shape[-2]]
-    pattern = torch.softmax(scores, dim=-1)  # (B, nh, T, T), a constant
-    out = (pattern @ v).transpose(1, 2).contiguous()  # (B, T, nh, hd)
-    return out, pattern
+            scores = scores + mask[:, :, :, : k.shape[-2]]
+    return torch.softmax(scores, dim=-1)
+
+
+@functools.cache
+def _recomputed_pattern() -> Any:
+    """pattern @ v as an autograd function that holds q and k (linear in T) instead of the
+    pattern (T²), and recomputes the pattern in each backward pass."""
+    import torch
+
+    class RecomputedPattern(torch.autograd.Function):
+        generate_vmap_rule = True  # the backward passes are batched (is_grads_batched)
+
+        @staticmethod
+        def forward(v: Any, q: Any, k: Any, mask: Any, scale: float,
+                    softcap: float | None) -> Any:
+            return frozen_pattern(q, k, mask, scale, softcap) @ v
+
+        @staticmethod
+        def setup_context(ctx: Any, inputs: tuple, output: Any) -> None:
+            _, q, k, mask, scale, softcap = inputs
+            ctx.save_for_backward(q, k, mask)
+            ctx.scale, ctx.softcap = scale, softcap
+
+        @staticmethod
+        def backward(ctx: Any, grad: Any) -> tuple:
+            q, k, mask = ctx.saved_tensors
+            pattern = frozen_pattern(q, k, mask, ctx.scale, ctx.softcap)
+            return pattern.transpose(-1, -2) @ grad, None, None, None, None, None
+
+    return RecomputedPattern
 
 
 def _register_attention() -> None:
