@@ -404,6 +404,9 @@ def test_the_tui_heads_tab_shows_the_selected_heads_role(monkeypatch):
             await pilot.press("H")  # a key pressed meanwhile is refused in the status line
             await pilot.pause()
             assert app.head == 1 and "busy" in str(app.query_one("#status").render())
+            await pilot.press("question_mark")  # a key that does not compute still answers
+            await pilot.pause()
+            assert "keys:" in str(app.query_one("#status").render())
             go_on.set()
             await app.workers.wait_for_complete()
             await pilot.pause()

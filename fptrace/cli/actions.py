@@ -31,6 +31,7 @@ class TuiAction:
     run: Callable[[Any], None]  # run(app)
     show: bool = True  # shown in the footer
     hint: str | None = None  # "a: remove this block's head and MLP" under the layer pane
+    computes: bool = True  # computes with the model (waits while a worker holds it)
 
 
 @dataclass(frozen=True)

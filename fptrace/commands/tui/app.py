@@ -9,6 +9,7 @@ the same renderers, so the app shows what `run --json` says. Textual is imported
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any
 
 from rich.console import Group
@@ -36,12 +37,13 @@ EXPORT_JSON, EXPORT_REPORT = "fptrace-trace.json", "fptrace-report.html"
 
 # the app's own keys and tabs, merged with the folders' by order (cli/actions.py)
 OWN_ACTIONS = (
-    TuiAction(0, "slash", "Prompt", lambda app: app.action_focus_prompt()),
-    TuiAction(1, "escape", "Leave prompt", lambda app: app.action_leave_prompt(), show=False),
-    TuiAction(50, "j", "JSON", lambda app: app.action_export_json()),
+    TuiAction(0, "slash", "Prompt", lambda app: app.action_focus_prompt(), computes=False),
+    TuiAction(1, "escape", "Leave prompt", lambda app: app.action_leave_prompt(), show=False,
+              computes=False),
+    TuiAction(50, "j", "JSON", lambda app: app.action_export_json(), computes=False),
     TuiAction(60, "r", "Report", lambda app: app.action_export_report()),
-    TuiAction(80, "question_mark", "Help", lambda app: app.action_help()),
-    TuiAction(90, "q", "Quit", lambda app: app.exit()),
+    TuiAction(80, "question_mark", "Help", lambda app: app.action_help(), computes=False),
+    TuiAction(90, "q", "Quit", lambda app: app.exit(), computes=False),
 )
 OWN_PANES = (TuiPane(0, "layer", lambda app: app.layer_text),
              TuiPane(100, "top-k", lambda app: app.top_k_view()))
@@ -260,7 +262,8 @@ class FptraceApp(App):
             result = e
         except Exception as e:  # noqa: BLE001  (a bug: said in the app, not a crash)
             result = FptraceError(f"{type(e).__name__}: {e}")
-        self.call_from_thread(self.finished, done, result)
+        with contextlib.suppress(RuntimeError):  # the app has closed meanwhile: nothing to show
+            self.call_from_thread(self.finished, done, result)
 
     def finished(self, done: Any, result: Any) -> None:
         self.busy = None
@@ -279,7 +282,7 @@ class FptraceApp(App):
         self.query_one("#layers", DataTable).focus()
 
     def action_key(self, index: int) -> None:
-        if not self.free():
+        if ACTIONS[index].computes and not self.free():
             return
         try:  # a key's error (an export path refused, a computation) is a message in the app
             ACTIONS[index].run(self)
