@@ -267,6 +267,20 @@ def tiny_gpt2() -> str:
     return str(folder)
 
 
+def forward_then_remove(lm, ids, handles) -> None:
+    """One forward pass of the real model on `ids` (no autograd) for the hooks a test
+    registered on the model's own modules; their handles removed afterwards, whatever
+    happens."""
+    import torch
+
+    try:
+        with torch.no_grad():
+            lm.model(torch.tensor([ids]), use_cache=False)
+    finally:
+        for h in handles:
+            h.remove()
+
+
 @pytest.fixture(scope="session", params=sorted(TINY_CONFIGS))
 def tiny(request):
     from fptrace.models.loading import wrap_model

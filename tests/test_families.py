@@ -8,7 +8,7 @@ import types
 import pytest
 import torch
 
-from conftest import TINY_CONFIGS, build_tiny
+from conftest import TINY_CONFIGS, build_tiny, forward_then_remove
 from fptrace.families import (FAMILIES, Family, FamilyDefinitionError, check_family,
                               load_families)
 from fptrace.models.loading import wrap_model
@@ -63,12 +63,7 @@ def _full_capture(lm, ids):
             handles.append(b.get_submodule(name).register_forward_hook(
                 lambda m, a, o, i=i, key=key: got.__setitem__(
                     (key, i), (o[0] if isinstance(o, tuple) else o).clone())))
-    try:
-        with torch.inference_mode():
-            lm.model(torch.tensor([ids]), use_cache=False)
-    finally:
-        for h in handles:
-            h.remove()
+    forward_then_remove(lm, ids, handles)
     return got
 
 

@@ -11,7 +11,7 @@ import json
 import numpy as np
 import pytest
 import torch
-from conftest import build_tiny, tiny_gpt2
+from conftest import build_tiny, forward_then_remove, tiny_gpt2
 from typer.testing import CliRunner
 
 from fptrace.cli.main import app
@@ -46,12 +46,7 @@ def _real(lm, ids):
             lambda m, a, i=i: acts.__setitem__(i, a[0][0].double())))
     handles.append(lm.parts.lm_head.register_forward_hook(
         lambda m, a, o: got.__setitem__("logits", o[0, -1].double())))
-    try:
-        with torch.no_grad():
-            lm.model(torch.tensor([ids]), use_cache=False)
-    finally:
-        for h in handles:
-            h.remove()
+    forward_then_remove(lm, ids, handles)
     return acts, got["logits"]
 
 

@@ -9,8 +9,7 @@ from __future__ import annotations
 import json
 
 import pytest
-import torch
-from conftest import build_tiny, tiny_gpt2
+from conftest import build_tiny, forward_then_remove, tiny_gpt2
 from typer.testing import CliRunner
 
 from fptrace.cli.main import app
@@ -38,12 +37,7 @@ def _real(lm, ids):
             i, (a[0][0].double(), (o[0] if isinstance(o, tuple) else o)[0].double()))))
     handles.append(lm.parts.lm_head.register_forward_hook(
         lambda m, a, o: got.__setitem__("logits", o[0, -1].double())))
-    try:
-        with torch.no_grad():
-            lm.model(torch.tensor([ids]), use_cache=False)
-    finally:
-        for h in handles:
-            h.remove()
+    forward_then_remove(lm, ids, handles)
     return got
 
 
