@@ -105,19 +105,25 @@ class Dictionary:
 
     def encode(self, x: Any) -> Any:
         """(N, d_in) -> (N, d_sae) activations (see the module's text)."""
-        import torch
-
-        pre = self.pre(x)
-        if self.kind == "relu":
-            return torch.relu(pre)
-        if self.kind in ("jumprelu", "batchtopk"):
-            return torch.where(pre > self.threshold, torch.relu(pre), torch.zeros_like(pre))
-        vals, idx = pre.topk(min(int(self.k or 1), pre.shape[-1]), dim=-1)  # (N, k)
-        return torch.zeros_like(pre).scatter(-1, idx, torch.relu(vals))
+        return activate(self.kind, self.pre(x), self.threshold, self.k)
 
     def decode(self, a: Any) -> Any:
         """(N, d_sae) -> (N, d_out)."""
         return a @ self.W_dec + self.b_dec
+
+
+def activate(kind: str, pre: Any, threshold: Any = None, k: int | None = None) -> Any:
+    """(..., d_sae) pre-activations -> the activations of a dictionary of this kind (one of
+    KINDS), in pre's dtype: ReLU; JumpReLU and BatchTopK, relu where above the threshold; TopK,
+    the relu of the k largest of each row."""
+    import torch
+
+    if kind == "relu":
+        return torch.relu(pre)
+    if kind in ("jumprelu", "batchtopk"):
+        return torch.where(pre > threshold, torch.relu(pre), torch.zeros_like(pre))
+    vals, idx = pre.topk(min(int(k or 1), pre.shape[-1]), dim=-1)  # (..., k)
+    return torch.zeros_like(pre).scatter(-1, idx, torch.relu(vals))
 
 
 def read_dictionary(path: str, *, site: str | None = None, what: str = "--sae") -> Dictionary:
@@ -509,6 +515,7 @@ __all__ = [
     "KINDS",
     "ROLES",
     "Dictionary",
+    "activate",
     "check_model",
     "check_role",
     "latent_block",

@@ -30,7 +30,7 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
-from fptrace.core.dictionaries import Dictionary, check_model, check_role, read_dictionary
+from fptrace.core.dictionaries import Dictionary, activate, check_model, check_role, read_dictionary
 from fptrace.errors import BadInput
 
 
@@ -57,16 +57,8 @@ class Transcoder:
         return x @ self.W_enc + self.c
 
     def act(self, p: Any) -> Any:
-        """The activations of pre-activations p, as the dictionary encodes
-        (core/dictionaries.py), in p's dtype."""
-        import torch
-
-        if self.kind == "relu":
-            return torch.relu(p)
-        if self.kind in ("jumprelu", "batchtopk"):
-            return torch.where(p > self.threshold, torch.relu(p), torch.zeros_like(p))
-        vals, idx = p.topk(min(int(self.k or 1), p.shape[-1]), dim=-1)
-        return torch.zeros_like(p).scatter(-1, idx, torch.relu(vals))
+        """The activations of pre-activations p, as the dictionary encodes, in p's dtype."""
+        return activate(self.kind, p, self.threshold, self.k)
 
 
 @dataclass
