@@ -379,7 +379,9 @@ def test_the_targets_per_pass_change_no_number():
 @pytest.mark.parametrize("family", FAMILIES)
 def test_recomputed_patterns_give_the_same_graph(family, monkeypatch):
     """A long prompt's pass recomputes each block's frozen pattern in every backward pass
-    instead of holding it (memory linear in T): the graph is the same, bit for bit."""
+    instead of holding it (memory linear in T): the same pattern, so the same graph (equal bits
+    on this machine; compared to float64's 1e-12, since the backward's products run through
+    other kernels than autograd's own, whose summation order another CPU may choose apart)."""
     lm = wrap_model(build_tiny(family), random_weights=True)
     computed = []  # the patterns computed: once a block in the forward pass when held
     pattern = freezing.frozen_pattern
@@ -391,5 +393,6 @@ def test_recomputed_patterns_give_the_same_graph(family, monkeypatch):
     assert len(computed) - once > once  # and again in the backward passes
     assert recomputed.ok
     assert [n.node_id for n in held.nodes] == [n.node_id for n in recomputed.nodes]
-    assert [(e.source, e.target, e.weight) for e in held.edges] == \
-        [(e.source, e.target, e.weight) for e in recomputed.edges]
+    for x, y in zip(held.edges, recomputed.edges, strict=True):
+        assert (x.source, x.target) == (y.source, y.target)
+        assert x.weight == pytest.approx(y.weight, rel=1e-12, abs=1e-15)
