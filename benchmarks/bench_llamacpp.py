@@ -38,8 +38,8 @@ def gguf() -> str:
 
 
 def capture_cost(lengths, pairs, threads) -> list[dict]:
-    from fptrace.core.llamacpp_trace import wanted_names
-    from fptrace.models.llamacpp.engine import EngineOptions, run_pass
+    from fptrace.engines.llamacpp.capture import EngineOptions, run_pass
+    from fptrace.engines.llamacpp.trace import wanted_names
 
     options = EngineOptions(threads=threads)
 
@@ -83,7 +83,8 @@ def accuracy() -> dict:
     import torch
 
     from fptrace.commands.diff.engine import engine_diff
-    from fptrace.models.llamacpp.engine import EngineOptions, run_pass
+    from fptrace.engines import engine
+    from fptrace.engines.llamacpp.capture import EngineOptions, run_pass
     from fptrace.models.loading import load_model
 
     path = gguf()
@@ -112,7 +113,8 @@ def accuracy() -> dict:
                             passes["on"].tensors[f"l_out-{k}"].reshape(len(ids), -1)[-1])
                         for k in range(passes["on"].n_layer)]
     for fa in ("on", "off"):
-        d = engine_diff(lm, path, prompt, options=EngineOptions(flash_attn=fa), deep=True)
+        d = engine_diff(lm, engine("llama.cpp"), path, prompt, settings={"flash_attn": fa},
+                        deep=True)
         out[f"parted_flash_{fa}"] = d.deep.parted.sentence if d.deep.parted else None
         out[f"block0_points_flash_{fa}"] = {p.point: p.rel for p in d.deep.blocks[0].points}
     print(json.dumps(out, indent=1), file=sys.stderr)

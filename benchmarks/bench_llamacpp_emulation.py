@@ -4,14 +4,14 @@
 
 Method: for each prompt and flash-attention setting, llama.cpp's pass (1 thread) against
 transformers' float32 pass over the same file with no step on, then each step of
-models/llamacpp/emulate.py added in turn (the ladder of `engine_diff`): per block, the relative
+engines/llamacpp/emulate.py added in turn (the ladder of `engine_diff`): per block, the relative
 difference of the last position's stream, and the error each block adds alone (fed llama.cpp's
 own input: its output of the block before, every position); then `diff --deep` with every step
 on, for the operations that keep the rest: the first point that parts, and each block's largest
 point.
 
 A Q4_K_M file: `--q4-k-m FILE` writes one from the bundled model first (llama.cpp's Q4_K_M
-type rule, ggml's quantizer: fptrace/models/llamacpp/quantize.py), unless FILE exists, and
+type rule, ggml's quantizer: fptrace/engines/llamacpp/quantize.py), unless FILE exists, and
 measures on it.
 
 Usage: python benchmarks/bench_llamacpp_emulation.py [--gguf FILE | --q4-k-m FILE] [--json OUT]
@@ -32,17 +32,18 @@ README_PROMPTS = ("The capital of France is", "What is the capital of France?")
 
 def measure(path: str, model: str) -> list[dict]:
     from fptrace.commands.diff.engine import engine_diff
-    from fptrace.models.llamacpp.emulate import STEPS
-    from fptrace.models.llamacpp.engine import EngineOptions
+    from fptrace.engines import engine
+    from fptrace.engines.llamacpp.emulate import STEPS
     from fptrace.models.loading import load_model
 
     lm = load_model(model, device="cpu")
     out = []
     for prompt in README_PROMPTS:
         for fa in ("on", "off"):
-            options = EngineOptions(flash_attn=fa, threads=1)
+            settings = {"flash_attn": fa, "threads": 1}
             start = time.perf_counter()
-            d = engine_diff(lm, path, prompt, options=options, emulate=tuple(STEPS), deep=True)
+            d = engine_diff(lm, engine("llama.cpp"), path, prompt, settings=settings,
+                            emulate=tuple(STEPS), deep=True)
             em = d.emulation
             blocks = {b.layer: b for b in d.deep.blocks}
             row = dict(
@@ -84,7 +85,7 @@ def main() -> None:
 
     bundled = known_models()["smollm2-135m"].gguf_path()
     if args.q4_k_m:
-        from fptrace.models.llamacpp.quantize import write_q4_k_m
+        from fptrace.engines.llamacpp.quantize import write_q4_k_m
 
         if not os.path.exists(args.q4_k_m):
             write_q4_k_m(bundled, args.q4_k_m)

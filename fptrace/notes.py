@@ -135,14 +135,15 @@ HEADS_UNSPLIT = note(
 
 
 def collect() -> dict[str, Note]:
-    """Every note: this module's, then those of each commands/<name>/notes.py (by folder name),
-    each in the order its module defines them. A key defined twice is refused."""
+    """Every note: this module's, then those of each command folder's notes.py (by folder name),
+    then each engine folder's, each in the order its module defines them. A key defined twice is
+    refused."""
     from fptrace.extensions import parts
 
     found: dict[str, Note] = {}
     where: dict[str, str] = {}
     for origin, module in [("fptrace/notes.py", sys.modules[__name__])] + [
-            (f"fptrace/commands/{name}/notes.py", m) for name, m in parts("notes")]:
+            (m.__name__.replace(".", "/") + ".py", m) for _, m in parts("notes")]:
         for value in vars(module).values():
             if not isinstance(value, Note) or found.get(value.key) is value:
                 continue  # a note imported from another module is that module's
@@ -165,26 +166,6 @@ def __getattr__(name: str) -> object:
     if name == "NOTES":
         return all_notes()
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
-# ---------------------------------------------------------------- `--engine llama.cpp` (issue 34)
-LLAMACPP_ENGINE = note(
-    "llamacpp_engine", ("run", "diff"),
-    "the numbers come from llama.cpp (--engine llama.cpp, --engine-b llama.cpp)",
-    "computed by llama.cpp ({version}); the logit lens applies the checkpoint's final norm and "
-    "head, in float32, to llama.cpp's streams")
-
-LLAMACPP_LENS_WITHHELD = note(
-    "llamacpp_lens_withheld", ("run", "diff"),
-    "llama.cpp's logits are not the last stream through the final norm and head",
-    "logit lens withheld: llama.cpp's final norm differs from the checkpoint's by {norm:.2g} "
-    "and its logits from the head's by {logits:.2g} (relative)")
-
-LLAMACPP_TOKENS = note(
-    "llamacpp_tokens", ("run", "diff"),
-    "llama.cpp's tokenizer splits the prompt differently from transformers'",
-    "the tokenizers differ: llama.cpp splits the prompt as {llamacpp}, transformers as "
-    "{transformers}; both engines ran transformers' ids")
 
 
 def markdown() -> str:

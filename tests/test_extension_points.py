@@ -29,6 +29,10 @@ ALLOWED = {
     ("fptrace/notes.py", "*"): "the shared notes' printed-by column",
     ("fptrace/commands/*/notes.py", "report"): "a note's printed-by column names the composer",
     ("fptrace/commands/*/notes.py", "tui"): "a note's printed-by column names the composer",
+    ("fptrace/engines/*/notes.py", "*"): "an engine note's printed-by column: the commands "
+    "that take --engine",
+    ("fptrace/engines/*/examples.py", "*"): "an engine's bad inputs: command lines of the "
+    "commands that take --engine",
     # the statistics file format is shared by the command that writes it and diff --stats,
     # which reads it: its reader checks the file's kind, which is that command's name
     ("fptrace/core/activation_stats.py", "stats"): "a statistics file's kind",
@@ -412,3 +416,158 @@ def test_a_new_command_folder_is_found_everywhere(tmp_path):
     assert out["cases"] == [[900, "letters: an empty word", ["letters", " "]]]
     assert out["note_case"] == [True]  # absent for "short", said for the long word
     assert out["schema"] == ["urn:fptrace:schema:1.9", True, True]
+
+
+# a throwaway engine: transformers' pass again, with a setting of its own and a note, as a second
+# engine would be added (fptrace/engines/__init__.py)
+ECHO = {
+    "__init__.py": '''
+        """The echo engine: transformers' pass, run again (a test's throwaway)."""
+        ''',
+    "notes.py": '''
+        """The notes of the echo engine."""
+
+        from __future__ import annotations
+
+        from fptrace.notes import note
+
+        ECHOED = note("echo_on", ("run", "diff"), "--echo-note on was given",
+                      "echoed by the echo engine")
+        ''',
+    "engine.py": '''
+        """The echo engine (ENGINE)."""
+
+        from __future__ import annotations
+
+        import dataclasses
+        from typing import Any
+
+        from fptrace.engines import Compare, Engine, RunRequest, Setting, SideB, Traced
+        from fptrace.engines.echo.notes import ECHOED
+
+
+        def _traced(lm: Any, prompt: Any, settings: Any, **kw: Any) -> Any:
+            from fptrace.core.trace import run_trace
+
+            t = run_trace(lm, prompt, **kw)
+            on = settings.get("echo_note") == "on"
+            return dataclasses.replace(t, notes=t.notes + ((ECHOED(),) if on else ()))
+
+
+        def trace(request: RunRequest) -> Traced:
+            from fptrace.cli.io import load, prompt_of
+
+            prompt = prompt_of(request.prompt, request.chat)
+            return Traced(_traced(load(request.opts), prompt, request.settings,
+                                  top_k=request.top_k, snippet=request.snippet))
+
+
+        @dataclasses.dataclass(frozen=True)
+        class Pass:
+            trace: Any
+            points: frozenset = frozenset()
+
+            def block(self, layer: int, n_heads: int, n_kv_heads: int) -> dict:
+                return {}
+
+            def stream(self, layer: int) -> Any:
+                raise NotImplementedError
+
+
+        def prepare(side: SideB) -> str:
+            return side.opts.model
+
+
+        def run_pass(lm: Any, path: str, prompt: Any, settings: Any) -> Pass:
+            return Pass(_traced(lm, prompt, settings, snippet=int(lm.config.hidden_size)))
+
+
+        ENGINE = Engine(
+            name="echo", order=50, help="transformers' pass run again",
+            help_b="runs transformers' pass again", takes=frozenset({"--random-weights"}),
+            settings=(Setting("echo_note", "--echo-note", ("off", "on"), "off",
+                              "Say that the echo engine ran."),),
+            trace=trace, compare=Compare(prepare=prepare, run_pass=run_pass))
+        ''',
+    "examples.py": '''
+        """The echo engine's bad inputs."""
+
+        from __future__ import annotations
+
+        from fptrace.examples import Case, Setup
+
+
+        def bad_inputs(at: Setup) -> tuple[Case, ...]:
+            return (Case(901, "run --engine echo: --html", ("run", "hi", "--engine", "echo",
+                                                            "--html", "x.html")),)
+        ''',
+}
+
+ENGINE_PROBE = '''
+import importlib.util, json, sys
+import fptrace  # the copy (PYTHONPATH)
+from typer.testing import CliRunner
+from fptrace.cli.main import app
+
+root, model = sys.argv[1], sys.argv[2]
+m = ["-m", model, "--random-weights"]
+out = {}
+runner = CliRunner()
+r = runner.invoke(app, ["run", "The cat sat", *m, "--engine", "echo", "--echo-note", "on", "-k",
+                        "2"])
+out["run"] = [r.exit_code, "echoed by the echo engine" in r.stdout]
+r = runner.invoke(app, ["run", "The cat sat", *m, "--engine", "echo", "--html", "x.html"])
+out["html"] = [r.exit_code, r.stderr.strip()]
+r = runner.invoke(app, ["run", "The cat sat", *m, "--echo-note", "on"])
+out["setting"] = [r.exit_code, r.stderr.strip()]
+r = runner.invoke(app, ["diff", "The cat sat", *m, "--engine-b", "echo", "--json"])
+d = json.loads(r.stdout) if r.exit_code == 0 else {}
+out["diff"] = [r.exit_code, [d.get(s, {}).get("label") for s in "ab"], d.get("within"),
+               r.stderr[-500:]]
+helps = [runner.invoke(app, [c, "--help"], terminal_width=200).stdout for c in ("run", "diff")]
+out["help"] = [all(w in h for w in ("echo", "--echo-note")) for h in helps]
+
+from fptrace.notes import NOTES
+out["notes"] = "echo_on" in NOTES
+
+spec = importlib.util.spec_from_file_location("bad_inputs", root + "/scripts/bad_inputs.py")
+bad = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(bad)
+from fptrace.examples import Setup
+out["cases"] = [c.row for c in bad.collected(Setup("/t", "/m")) if c.row == 901]
+print(json.dumps(out))
+'''
+
+
+def test_a_new_engine_folder_is_found_everywhere(tmp_path):
+    """The folder engines/echo/ and nothing else, in a copy of the package: `run --engine echo`
+    and `diff --engine-b echo` reach it, its setting is an option of both (refused with another
+    engine), an option it does not take is refused naming it, and its note and bad-input case
+    are collected."""
+    from conftest import tiny_gpt2
+
+    copy = tmp_path / "fptrace"
+    shutil.copytree(PKG, copy, ignore=shutil.ignore_patterns("__pycache__"))
+    folder = copy / "engines" / "echo"
+    folder.mkdir()
+    for name, text in ECHO.items():
+        (folder / name).write_text(textwrap.dedent(text).lstrip("\n"), encoding="utf-8")
+    added = {p.relative_to(copy).as_posix() for p in copy.rglob("*.py")} - \
+        {p.relative_to(PKG).as_posix() for p in PKG.rglob("*.py")}
+    assert added == {f"engines/echo/{n}" for n in ECHO}
+
+    done = subprocess.run([sys.executable, "-c", ENGINE_PROBE, str(ROOT), tiny_gpt2()],
+                          capture_output=True, text=True, cwd=tmp_path, timeout=300,
+                          env={**__import__("os").environ, "PYTHONPATH": str(tmp_path)})
+    assert done.returncode == 0, done.stderr[-3000:]
+    import json
+
+    out = json.loads(done.stdout.strip().splitlines()[-1])
+    assert out["run"] == [0, True]
+    assert out["html"] == [2, "fptrace: error: --html is not available with --engine echo"]
+    assert out["setting"] == [2, "fptrace: error: --echo-note is not available with --engine "
+                                 "transformers"]
+    assert out["diff"][:3] == [0, ["transformers", "echo"], True], out["diff"]
+    assert out["help"] == [True, True]
+    assert out["notes"] is True
+    assert out["cases"] == [901]

@@ -88,6 +88,8 @@ def _area(module: str) -> str:
         return "package"
     if parts[1] == "commands":
         return f"command:{parts[2]}" if len(parts) > 2 else "commands"
+    if parts[1] == "engines":
+        return f"engine:{parts[2]}" if len(parts) > 2 else "engines"
     if parts[1] == "cli":
         return "cli.main" if module == "fptrace.cli.main" else "cli.toolkit"
     return parts[1]
@@ -99,7 +101,8 @@ ALLOWED = {
     "families": {"families", "leaf"},
     "models": {"models", "families", "leaf"},
     "core": {"core", "models", "families", "leaf"},
-    "cli.toolkit": {"cli.toolkit", "core", "models", "render", "leaf"},
+    "engines": {"leaf"},
+    "cli.toolkit": {"cli.toolkit", "core", "models", "render", "leaf", "engines"},
     "cli.main": {"cli.toolkit", "leaf", "models", "commands"},  # commands: found by walking
     "package": {"leaf"},
     "client": {"leaf", "cli.main"},
@@ -111,10 +114,10 @@ def _allowed(src: str, dst: str) -> bool:
     a, b = _area(src), _area(dst)
     if a == "command:serve" and b == "cli.main":  # the server runs command lines (see above)
         return True
-    if a.startswith("command:"):
-        if b.startswith("command"):
-            return a == b
-        return b in {"core", "models", "families", "render", "leaf", "cli.toolkit"}
+    if a.startswith(("command:", "engine:")):
+        if b.startswith(("command", "engine:")):
+            return a == b or (a.startswith("command:") and b.startswith("engine:"))
+        return b in {"core", "models", "families", "render", "leaf", "cli.toolkit", "engines"}
     return b in ALLOWED.get(a, set())
 
 
@@ -187,12 +190,15 @@ def test_the_rules_catch_a_wrong_arrow():
 
 
 # a folder's place in the picture: an arrow may only point to a lower rank (or stay inside)
-RANK = {"leaf": 0, "render": 1, "families": 1, "models": 2, "core": 3, "cli.toolkit": 4,
-        "commands": 5, "cli.main": 6, "package": 1, "client": 7, "__main__": 8}
+RANK = {"leaf": 0, "engines": 0.5, "render": 1, "families": 1, "models": 2, "core": 3,
+        "cli.toolkit": 4, "engine folders": 4.5, "commands": 5, "cli.main": 6, "package": 1,
+        "client": 7, "__main__": 8}
 
 
 def _folder(module: str) -> str:
     area = _area(module)
+    if area.startswith("engine:"):
+        return "engine folders"
     return "commands" if area.startswith("command") else area
 
 

@@ -7,8 +7,8 @@ import ctypes
 
 import pytest
 
+from fptrace.engines.llamacpp import binding as B
 from fptrace.errors import BadInput
-from fptrace.models.llamacpp import binding as B
 
 needs_lib = pytest.mark.skipif(B.installed_version() is None,
                                reason="the [llamacpp] extra (xllamacpp) is not installed")

@@ -11,7 +11,7 @@ import pytest
 from typer.testing import CliRunner
 
 from fptrace.cli.main import app
-from fptrace.models.llamacpp import binding as B
+from fptrace.engines.llamacpp import binding as B
 
 runner = CliRunner()
 PROMPT = "The capital of France is"
@@ -34,7 +34,7 @@ def test_block_errors_are_the_engines_own(smollm, gguf, deep_result):
     the last position: transformers' own hidden states against llama.cpp's own tensor."""
     import torch
 
-    from fptrace.models.llamacpp.engine import run_pass
+    from fptrace.engines.llamacpp.capture import run_pass
 
     d = deep_result
     assert d["a"]["label"] == "transformers" and d["b"]["label"] == "llama.cpp"
@@ -85,11 +85,12 @@ def test_within_a_looser_tolerance_exits_0(cache_dir):
 @needs_lib
 def test_a_tokenizer_difference_is_named(smollm, gguf, monkeypatch):
     from fptrace.commands.diff.engine import engine_diff
-    from fptrace.models.llamacpp import engine as E
+    from fptrace.engines import engine
+    from fptrace.engines.llamacpp import capture as E
 
     real = E.tokenize
     monkeypatch.setattr(E, "tokenize", lambda lib, vocab, text: real(lib, vocab, text)[::-1])
-    result = engine_diff(smollm, gguf, PROMPT, tolerance=0.1)
+    result = engine_diff(smollm, engine("llama.cpp"), gguf, PROMPT, tolerance=0.1)
     said = [n for n in result.notes if n.startswith("the tokenizers differ")]
     assert len(said) == 1 and "' is', ' France'" in said[0]
     assert [i for i, _ in result.b.tokens] == smollm.encode(PROMPT)  # transformers' ids, run

@@ -14,9 +14,9 @@ import torch
 from typer.testing import CliRunner
 
 from fptrace.cli.main import app
+from fptrace.engines.llamacpp import binding as B
+from fptrace.engines.llamacpp import emulate as E
 from fptrace.errors import BadInput
-from fptrace.models.llamacpp import binding as B
-from fptrace.models.llamacpp import emulate as E
 
 runner = CliRunner()
 PROMPT = "The capital of France is"
@@ -109,7 +109,7 @@ def test_a_row_that_does_not_cut_into_blocks_is_refused():
 
 @pytest.fixture(scope="module")
 def passes(gguf, smollm):
-    from fptrace.models.llamacpp.engine import EngineOptions, run_pass
+    from fptrace.engines.llamacpp.capture import EngineOptions, run_pass
 
     ids = smollm.encode(PROMPT)
     return {fa: run_pass(gguf, PROMPT, EngineOptions(flash_attn=fa, threads=1), ids=ids)
@@ -125,7 +125,7 @@ def flat(p, name):
 def test_act_q8_gives_llamacpps_own_products(smollm, gguf, passes):
     """Each quantized product of block 0, fed llama.cpp's own input, gives llama.cpp's own output
     with act-q8 on (to float32 summation order) and differs by 8-bit rounding without it."""
-    from fptrace.commands.diff.emulation import emulating
+    from fptrace.engines.llamacpp.emulation import emulating
 
     p = passes["on"]
     blk = smollm.parts.blocks[0]
@@ -171,7 +171,7 @@ def test_norm_gives_llamacpps_own_rms_norm(smollm, gguf, passes):
 
 
 def emulating_steps(lm, path, steps, flash=True):
-    from fptrace.commands.diff.emulation import emulating
+    from fptrace.engines.llamacpp.emulation import emulating
 
     return emulating(lm, path, steps, cache="f16", flash=flash)
 
@@ -182,7 +182,7 @@ def emulating_steps(lm, path, steps, flash=True):
 def test_attn_gives_llamacpps_own_attention(smollm, passes, fa, kernel):
     """llama.cpp's own q, k, v of the first blocks through the emulated kernel give its own z
     (kqv_out) far closer than float32 attention does."""
-    from fptrace.core.llamacpp_trace import block_points, names_for
+    from fptrace.engines.llamacpp.trace import block_points, names_for
     from fptrace.points import Point
 
     p = passes[fa]
@@ -294,9 +294,9 @@ def test_every_step_on_comes_closer_than_none(ladder, smollm, gguf):
 @needs_lib
 def test_the_off_rung_is_the_plain_comparison(ladder, smollm, gguf):
     from fptrace.commands.diff.engine import engine_diff
-    from fptrace.models.llamacpp.engine import EngineOptions
+    from fptrace.engines import engine
 
-    plain = engine_diff(smollm, gguf, PROMPT, options=EngineOptions())
+    plain = engine_diff(smollm, engine("llama.cpp"), gguf, PROMPT)
     off = ladder["emulation"]["rungs"][0]["rel"]
     assert off == pytest.approx([r.rel_diff for r in plain.layers], rel=1e-6, abs=1e-9)
     assert plain.emulation is None
@@ -305,7 +305,7 @@ def test_the_off_rung_is_the_plain_comparison(ladder, smollm, gguf):
 # ---------------------------------------------------------------- a Q4_K_M file, made offline
 
 def test_q4_k_m_types_follow_llamacpps_rule():
-    from fptrace.models.llamacpp.quantize import more_bits, q4_k_m_type
+    from fptrace.engines.llamacpp.quantize import more_bits, q4_k_m_type
 
     assert [k for k in range(30) if more_bits(k, 30)] == [0, 1, 2, 5, 8, 11, 14, 17, 20, 23,
                                                           26, 27, 28, 29]
@@ -320,7 +320,7 @@ def test_q4_k_m_types_follow_llamacpps_rule():
 
 @pytest.fixture(scope="module")
 def q4_k_m(gguf, tmp_path_factory):
-    from fptrace.models.llamacpp.quantize import write_q4_k_m
+    from fptrace.engines.llamacpp.quantize import write_q4_k_m
 
     path = str(tmp_path_factory.mktemp("q4km") / "smollm2-q4_k_m.gguf")
     return path, write_q4_k_m(gguf, path)
@@ -334,7 +334,7 @@ def test_act_q8_gives_llamacpps_products_on_k_quants(q4_k_m):
     from gguf import GGUFReader
     from gguf.quants import dequantize
 
-    from fptrace.models.llamacpp.engine import EngineOptions, run_pass
+    from fptrace.engines.llamacpp.capture import EngineOptions, run_pass
 
     path, types = q4_k_m
     p = run_pass(path, PROMPT, EngineOptions(threads=1))
@@ -361,7 +361,7 @@ def test_act_q8_gives_llamacpps_products_on_k_quants(q4_k_m):
 def test_act_q8_scales_by_one_over_d_as_ggml_does(smollm, gguf):
     """ggml multiplies a block by 1 / d, not by 127 / max|x|: on this prompt one value of token
     2's row rounds the other way with the second, and the whole row's products part by 4e-3."""
-    from fptrace.models.llamacpp.engine import EngineOptions, run_pass
+    from fptrace.engines.llamacpp.capture import EngineOptions, run_pass
 
     prompt = "What is the capital of France?"
     p = run_pass(gguf, prompt, EngineOptions(threads=1), ids=smollm.encode(prompt))
@@ -379,8 +379,8 @@ def test_flash_attention_takes_its_tiled_kernel_from_64_rows(gguf, T, monkeypatc
     """Below 64 query rows llama.cpp's flash attention rounds Q and its accumulator to f16; from
     64 rows on it takes its tiled kernel (f32): the emulated kernel switches at the same row
     count, and the one it picks is the one that gives llama.cpp's own z."""
-    from fptrace.core.llamacpp_trace import block_points, names_for
-    from fptrace.models.llamacpp.engine import EngineOptions, run_pass
+    from fptrace.engines.llamacpp.capture import EngineOptions, run_pass
+    from fptrace.engines.llamacpp.trace import block_points, names_for
     from fptrace.points import Point
 
     ids = [(7 * i + 11) % 49000 + 100 for i in range(T)]
@@ -406,13 +406,14 @@ def test_a_block_alone_is_the_deep_diffs_block_output(ladder, smollm, gguf):
     measures at its output (the model's own pass, hooked); and an eager attention gives the same
     figures (the causal mask is given, not assumed)."""
     from fptrace.commands.diff.engine import blocks_alone, engine_diff
-    from fptrace.models.llamacpp.engine import EngineOptions, run_pass
+    from fptrace.engines import engine
 
-    deep = engine_diff(smollm, gguf, PROMPT, deep=True, layers=[0]).deep
+    llamacpp = engine("llama.cpp")
+    deep = engine_diff(smollm, llamacpp, gguf, PROMPT, deep=True, layers=[0]).deep
     out = next(p for p in deep.blocks[0].points if p.point == "resid_post")
     off = ladder["emulation"]["rungs"][0]["alone"]
     assert off[0] == pytest.approx(out.rel, rel=1e-4)
-    p = run_pass(gguf, PROMPT, EngineOptions(), ids=smollm.encode(PROMPT))
+    p = llamacpp.compare.run_pass(smollm, gguf, PROMPT, {})
     previous = smollm.config._attn_implementation
     smollm.model.set_attn_implementation("eager")
     try:

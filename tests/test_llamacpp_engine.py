@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from fptrace.models.llamacpp import binding as B
+from fptrace.engines.llamacpp import binding as B
 
 pytestmark = [pytest.mark.slow,
               pytest.mark.skipif(B.installed_version() is None,
@@ -19,14 +19,14 @@ README_PROMPTS = ("The capital of France is", "What is the capital of France?")
 
 @pytest.fixture(scope="module")
 def captured(gguf):
-    from fptrace.models.llamacpp.engine import run_pass
+    from fptrace.engines.llamacpp.capture import run_pass
 
     return run_pass(gguf, PROMPT)
 
 
 @pytest.mark.parametrize("prompt", README_PROMPTS + ("Hello, world! 1234 ünïcödé",))
 def test_llamacpp_ids_equal_transformers_ids(smollm, gguf, prompt):
-    from fptrace.models.llamacpp.engine import run_pass
+    from fptrace.engines.llamacpp.capture import run_pass
 
     got = run_pass(gguf, prompt, capture=False)
     assert list(got.ids) == smollm.encode(prompt)
@@ -78,7 +78,7 @@ def test_q_after_rope_matches_transformers_at_block_0(smollm, captured):
     projection's input (a wrong order would part by ~1.4)."""
     import torch
 
-    from fptrace.core.llamacpp_trace import block_points
+    from fptrace.engines.llamacpp.trace import block_points
     from fptrace.families import llamacpp_names_for
     from fptrace.families.ops import Steps
     from fptrace.points import Point

@@ -9,7 +9,7 @@ import shutil
 
 import pytest
 
-from fptrace.models.llamacpp import binding as B
+from fptrace.engines.llamacpp import binding as B
 
 pytestmark = [pytest.mark.slow,
               pytest.mark.skipif(B.installed_version() is None,
@@ -55,12 +55,13 @@ def swap_heads(tensor: str, h1: int, h2: int, hd: int = 64):
 ])
 def test_a_seeded_fault_is_named(smollm, gguf, tmp_path_factory, name, edit, block, points):
     from fptrace.commands.diff.engine import engine_diff
+    from fptrace.engines import engine
 
     path = seeded(gguf, tmp_path_factory.mktemp(name), name, edit)
     # the unmodified file parts from transformers at 1e-2 (8-bit activations); these faults
     # part by far more, so a tolerance above the engines' own gap isolates them
-    result = engine_diff(smollm, path, PROMPT, deep=True, layers=list(range(block + 1)), tolerance=0.1,
-                         name_b=name)
+    result = engine_diff(smollm, engine("llama.cpp"), path, PROMPT, deep=True,
+                         layers=list(range(block + 1)), tolerance=0.1, name_b=name)
     parted = result.deep.parted
     assert parted is not None, name
     assert (parted.layer, parted.point) in {(block, p) for p in points}, parted.sentence
@@ -72,6 +73,8 @@ def test_a_seeded_fault_is_named(smollm, gguf, tmp_path_factory, name, edit, blo
 
 def test_the_unmodified_file_stays_within_the_loose_tolerance(smollm, gguf):
     from fptrace.commands.diff.engine import engine_diff
+    from fptrace.engines import engine
 
-    result = engine_diff(smollm, gguf, PROMPT, deep=True, layers=list(range(6)), tolerance=0.1)
+    result = engine_diff(smollm, engine("llama.cpp"), gguf, PROMPT, deep=True, layers=list(range(6)),
+                         tolerance=0.1)
     assert result.deep.parted is None and result.within

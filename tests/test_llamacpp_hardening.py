@@ -22,7 +22,7 @@ from typer.testing import CliRunner
 
 from fptrace import serving
 from fptrace.cli.main import app
-from fptrace.models.llamacpp import binding as B
+from fptrace.engines.llamacpp import binding as B
 
 pytestmark = pytest.mark.skipif(B.installed_version() is None,
                                 reason="the [llamacpp] extra (xllamacpp) is not installed")

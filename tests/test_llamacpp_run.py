@@ -13,7 +13,7 @@ import pytest
 from typer.testing import CliRunner
 
 from fptrace.cli.main import app
-from fptrace.models.llamacpp import binding as B
+from fptrace.engines.llamacpp import binding as B
 
 runner = CliRunner()
 PROMPT = "The capital of France is"
@@ -31,7 +31,7 @@ def one_line_error(r, needle: str) -> None:
 @pytest.mark.slow
 @needs_lib
 def test_run_shows_llamacpps_own_numbers(smollm, gguf):
-    from fptrace.models.llamacpp.engine import run_pass
+    from fptrace.engines.llamacpp.capture import run_pass
 
     r = runner.invoke(app, ["run", PROMPT, "--engine", "llama.cpp", "--json",
                             "--snippet", "576"])
@@ -66,7 +66,7 @@ def test_the_view_names_llamacpps_tensors():
 @pytest.mark.slow
 @needs_lib
 def test_logits_that_do_not_match_withhold_the_lens(smollm, gguf, monkeypatch):
-    from fptrace.core import llamacpp_trace as LT
+    from fptrace.engines.llamacpp import trace as LT
 
     lm_pass = LT.run_llamacpp(gguf, PROMPT)
     trace, checks = LT.llamacpp_trace(smollm, lm_pass)
@@ -83,7 +83,7 @@ def test_logits_that_do_not_match_withhold_the_lens(smollm, gguf, monkeypatch):
 def test_a_wrong_name_map_is_a_mismatch(smollm, gguf, monkeypatch):
     import dataclasses
 
-    from fptrace.core import llamacpp_trace as LT
+    from fptrace.engines.llamacpp import trace as LT
     from fptrace.errors import Mismatch
     from fptrace.families import llamacpp_names_for
     from fptrace.points import Point

@@ -360,7 +360,7 @@ def test_parse_ids_forms():
 
 
 def _llamacpp_installed() -> bool:
-    from fptrace.models.llamacpp import binding as B
+    from fptrace.engines.llamacpp import binding as B
 
     return B.installed_version() is not None
 

@@ -154,7 +154,7 @@ def chat_options() -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     return _group(CHAT_OPTIONS, ChatOptions, "chat")
 
 
-def _group(chosen: tuple[tuple[str, Any, Any], ...], cls: type, param: str
+def _group(chosen: tuple[tuple[str, Any, Any], ...], cls: Callable[..., Any], param: str
            ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """Replace the command's `param` argument by the options of `chosen` (Typer sees them),
     and hand the command one `cls` object built from their values."""
@@ -186,33 +186,36 @@ SAMPLING = "Sampling"
 
 
 
-# `--engine llama.cpp` (run) and `--engine-b llama.cpp` (diff): which engine computes the pass,
-# and the llama.cpp settings that change its numbers
-class Engine(str, Enum):
-    transformers = "transformers"
-    llamacpp = "llama.cpp"
+def engine_options(side_b: bool = False) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """Attach --engine (side_b: diff's --engine-b, among the engines that compare) and every
+    engine's settings (fptrace/engines/: --flash-attn, --kv-cache) to a command whose function
+    takes `engine: EngineChoice`; the choices and their help come from the engine folders."""
+    from fptrace.engines import EngineChoice, default, engines
 
+    found = engines()
+    named = [e for e in found if not e.default and (e.compare is not None or not side_b)]
+    choice = Enum("Engine", {e.name: e.name for e in [default(), *named]},  # type: ignore[misc]
+                  type=str)
+    if side_b:
+        text = "... computed by this engine: " + "; ".join(
+            f"{e.name} {e.help_b}" for e in named) + "."
+    else:
+        text = f"{default().name} (default) or " + "; ".join(
+            f"{e.name}: {e.help}" for e in named) + "."
+    chosen: list[tuple[str, Any, Any]] = [(
+        "engine_name", Annotated[choice, typer.Option(  # type: ignore[valid-type]
+            "--engine-b" if side_b else "--engine", help=text, rich_help_panel=MODEL)],
+        choice(default().name))]
+    settings = [s for e in found for s in e.settings]
+    for s in settings:
+        words = Enum(s.name, {w: w for w in s.choices}, type=str)  # type: ignore[misc]
+        chosen.append((s.name, Annotated[words, typer.Option(  # type: ignore[valid-type]
+            s.flag, help=s.help, rich_help_panel=MODEL)], words(s.default)))
 
-class FlashAttn(str, Enum):
-    auto = "auto"
-    on = "on"
-    off = "off"
+    def build(engine_name: Any = None, **values: Any) -> EngineChoice:
+        words = {s.name: getattr(values.get(s.name), "value", s.default) for s in settings}
+        name = getattr(engine_name, "value", None)
+        return EngineChoice(None if name in (None, default().name) else name, words,
+                            {s.flag: words[s.name] != s.default for s in settings})
 
-
-class KvCache(str, Enum):
-    f16 = "f16"
-    f32 = "f32"
-    bf16 = "bf16"
-
-
-EngineOpt = Annotated[Engine, typer.Option(
-    "--engine", help="transformers (default) or llama.cpp: run the GGUF in llama.cpp (the "
-    "[llamacpp] extra) and trace the numbers it computes.", rich_help_panel=MODEL)]
-FlashAttnOpt = Annotated[FlashAttn, typer.Option(
-    "--flash-attn", help="llama.cpp's flash attention (its default, auto, turns it on on CPU).",
-    rich_help_panel=MODEL)]
-KvCacheOpt = Annotated[KvCache, typer.Option(
-    "--kv-cache", help="llama.cpp's K/V cache type (its default: f16).", rich_help_panel=MODEL)]
-EngineBOpt = Annotated[Engine, typer.Option(
-    "--engine-b", help="... computed by this engine: llama.cpp runs the same GGUF in llama.cpp "
-    "(the [llamacpp] extra) and compares it with transformers.", rich_help_panel=MODEL)]
+    return _group(tuple(chosen), build, "engine")

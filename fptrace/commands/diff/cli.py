@@ -10,21 +10,17 @@ from fptrace.cli.io import Group, command, load, output
 from fptrace.cli.options import (
     STATS,
     ChatOptions,
-    Engine,
-    EngineBOpt,
-    FlashAttn,
-    FlashAttnOpt,
     ForceOpt,
     HtmlOpt,
     JsonOpt,
-    KvCache,
-    KvCacheOpt,
     LoadOptions,
     WideOpt,
     chat_options,
+    engine_options,
     model_options,
 )
 from fptrace.cli.page import write_page
+from fptrace.engines import EngineChoice, engines
 from fptrace.errors import BadInput
 
 
@@ -33,6 +29,7 @@ from fptrace.errors import BadInput
                    'fptrace diff "The capital of France is" --quantize-b int8 --deep'))
 @chat_options()
 @model_options(quantize=True)
+@engine_options(side_b=True)
 def diff(
     first: Annotated[str | None, typer.Argument(
         help="A prompt, or a trace saved by `run --json` (or --messages FILE).")] = None,
@@ -68,17 +65,12 @@ def diff(
         "--deep-layers", help="With --deep: only these blocks, e.g. 3-5, 0,4,8-9 or -1 (the "
         "last).",
         rich_help_panel=STATS)] = None,
-    engine_b: EngineBOpt = Engine.transformers,
-    flash_attn: FlashAttnOpt = FlashAttn.auto,
-    kv_cache: KvCacheOpt = KvCache.f16,
+    engine: EngineChoice = EngineChoice(),
     html: HtmlOpt = None,
     force: ForceOpt = False,
     emulate: Annotated[str | None, typer.Option(
-        "--emulate", help="With --engine-b llama.cpp: put llama.cpp's numerics on the "
-        "transformers side, steps separated by commas, added in that order: kv (K/V rounded to "
-        "the --kv-cache type), act-q8 (each quantized product's input in llama.cpp's 8-bit "
-        "blocks), norm (RMSNorm summed in double), attn (llama.cpp's attention kernel), or all; "
-        "the table then gives each block's error with none, then each step added.",
+        "--emulate", help=" ".join(e.emulation.help for e in engines() if e.emulation) +
+        " The table then gives each block's error with none, then each step added.",
         rich_help_panel=STATS)] = None,
     as_json: JsonOpt = False,
     wide: WideOpt = False,
@@ -96,7 +88,11 @@ def diff(
         from fptrace.numbers import check_finite
 
         check_finite(tolerance, "--tolerance", low=0.0)
-    deep_run = (deep or deep_layers is not None) and engine_b != Engine.llamacpp
+    side_b = engine.engine
+    flag = side_b.refused(engine.given)
+    if flag is not None:
+        raise BadInput(f"{flag} is not available with --engine-b {side_b.name}")
+    deep_run = (deep or deep_layers is not None) and side_b.default
     if html is not None:
         from fptrace.cli.page import check_page
 
@@ -106,12 +102,11 @@ def diff(
         check_page(html, force=force)
     steps: tuple[str, ...] = ()
     if emulate is not None:
-        from fptrace.models.llamacpp.emulate import parse_steps
-
-        if engine_b != Engine.llamacpp:
-            raise BadInput("--emulate reproduces llama.cpp's numerics in transformers: give it "
-                           "with --engine-b llama.cpp")
-        steps = parse_steps(emulate)
+        if side_b.emulation is None:
+            can = " or ".join(e.name for e in engines() if e.emulation is not None)
+            raise BadInput(f"--emulate reproduces {can}'s numerics in transformers: give it "
+                           f"with --engine-b {can}")
+        steps = side_b.emulation.parse(emulate)
     if stats:
         from fptrace.commands.diff.channels import diff_stats
         from fptrace.commands.diff.render import stats_diff_view
@@ -129,14 +124,13 @@ def diff(
     from fptrace.commands.diff.render import diff_view
 
     layers = None if deep_layers is None else parse_selection(deep_layers, "--deep-layers")
-    if engine_b == Engine.llamacpp:
+    if not side_b.default:
         from fptrace.commands.diff.engine import from_cli
 
-        result = from_cli(first, second, opts, chat, _settings_b(
+        result = from_cli(side_b, first, second, opts, chat, _settings_b(
             model_b, dtype_b, device_b, random_weights_b, quantize_b),
-            flash_attn=flash_attn.value, kv_cache=kv_cache.value,
-            deep=deep or deep_layers is not None, layers=layers, tolerance=tolerance,
-            emulate=steps)
+            settings=engine.settings, deep=deep or deep_layers is not None, layers=layers,
+            tolerance=tolerance, emulate=steps)
     elif deep or deep_layers is not None:
         result = _deep(first, second, opts, chat, _settings_b(model_b, dtype_b, device_b,
                                                               random_weights_b, quantize_b),

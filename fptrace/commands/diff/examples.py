@@ -136,13 +136,4 @@ def bad_inputs(at: Setup) -> tuple[Case, ...]:
              ("diff", "hi", *m, "--quantize-b", "int4")),
         Case(88, "diff --deep: a reversed --deep-layers range",
              ("diff", "hi", *m, "--model-b", at.folder, "--deep", "--deep-layers", "1-0")),
-        Case(91, "diff --engine-b llama.cpp: an --emulate step that does not exist",
-             ("diff", "hi", *m, "--engine-b", "llama.cpp", "--emulate", "kv,q4")),
-        Case(92, "diff: --emulate without --engine-b llama.cpp",
-             ("diff", "hi", *m, "--dtype-b", "float16", "--emulate", "kv")),
-        Case(135, "diff --engine-b llama.cpp: --model-b a GGUF whose RMS epsilon is negative",
-             ("diff", "hi", "-m", p("model.gguf"), "--model-b", p("eps-negative.gguf"),
-              "--engine-b", "llama.cpp")),
-        Case(136, "diff --engine-b llama.cpp: --emulate all with another step",
-             ("diff", "hi", *m, "--engine-b", "llama.cpp", "--emulate", "all,kv")),
     )

@@ -6,26 +6,23 @@ from typing import Annotated
 
 import typer
 
-from fptrace.cli.io import Group, command, load_for, output
+from fptrace.cli.io import Group, command, output
 from fptrace.cli.options import (
     STATS,
     ChatOptions,
-    Engine,
-    EngineOpt,
-    FlashAttn,
-    FlashAttnOpt,
     ForceOpt,
     HtmlOpt,
     JsonOpt,
-    KvCache,
-    KvCacheOpt,
     LoadOptions,
     PlotOpt,
     WideOpt,
     chat_options,
+    engine_options,
     model_options,
 )
 from fptrace.cli.page import write_page
+from fptrace.engines import EngineChoice, RunRequest
+from fptrace.errors import BadInput
 
 
 @command(order=10, group=Group.trace, docs="run",
@@ -33,6 +30,7 @@ from fptrace.cli.page import write_page
                    'fptrace run --chat "What is the capital of France?" -k 3'))
 @chat_options()
 @model_options(tp=True)
+@engine_options()
 def run(
     prompt: Annotated[str | None, typer.Argument(
         help="The text to trace (or --messages FILE).")] = None,
@@ -54,34 +52,30 @@ def run(
     force: ForceOpt = False,
     as_json: JsonOpt = False,
     wide: WideOpt = False,
-    engine: EngineOpt = Engine.transformers,
-    flash_attn: FlashAttnOpt = FlashAttn.auto,
-    kv_cache: KvCacheOpt = KvCache.f16,
+    engine: EngineChoice = EngineChoice(),
 ) -> None:
     """Trace a prompt block by block: stream, logit lens, top-k.
 
     Trace PROMPT through the model: tokens, shapes, per-layer residual stream, top-k."""
-    if engine == Engine.llamacpp:
-        from fptrace.commands.run.llamacpp import trace_llamacpp
-
-        trace = trace_llamacpp(prompt, opts, chat, flash_attn=flash_attn.value,
-                               kv_cache=kv_cache.value,
-                               top_k=top_k, snippet=snippet, **{
-                                   "--all-positions": all_positions, "--truncate": truncate,
-                                   "--plot": plot, "--html": html})
-    else:
-        lm, prompt = load_for(prompt, opts, plot, chat, force, html)
-        from fptrace.core.trace import run_trace
-
-        trace = run_trace(lm, prompt, top_k=top_k, snippet=snippet,
-                          all_positions=all_positions, truncate=truncate,
-                          lens_grid=plot is not None or html is not None)
+    chosen = engine.engine
+    flag = chosen.refused({
+        "--chat/--system/--messages": chat.chat or chat.system is not None or
+        chat.messages is not None,
+        "--random-weights": opts.random_weights, "--tp": opts.tp, "--quantize": opts.quantize,
+        "--device-map": opts.device_map, "--all-positions": all_positions,
+        "--truncate": truncate, "--plot": plot, "--html": html, **engine.given})
+    if flag is not None:
+        raise BadInput(f"{flag} is not available with --engine {chosen.name}")
+    traced = chosen.trace(RunRequest(prompt, opts, chat, top_k=top_k, snippet=snippet,
+                                     all_positions=all_positions, truncate=truncate, plot=plot,
+                                     html=html, force=force, settings=engine.settings))
+    trace = traced.trace
     from fptrace.commands.run.render import trace_figure, trace_view
 
     output(trace, trace_view, as_json=as_json, wide=wide, plot=plot, figure=trace_figure,
            force=force)
-    if engine != Engine.llamacpp:  # llama.cpp's trace refuses --html: no model loaded here
-        write_page(html, lm, prompt, "run", trace, trace)
+    if traced.lm is not None:  # an engine that loads no model refuses --html
+        write_page(html, traced.lm, traced.prompt, "run", trace, trace)
     if trace.first_nonfinite:
         from fptrace.errors import NonFiniteValues
 

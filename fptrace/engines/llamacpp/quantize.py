@@ -70,7 +70,7 @@ def write_q4_k_m(src: str, dst: str) -> dict[str, str]:
     from gguf import GGMLQuantizationType, GGUFReader, GGUFValueType, GGUFWriter
     from gguf.quants import dequantize
 
-    from fptrace.models.llamacpp.binding import load
+    from fptrace.engines.llamacpp.binding import load
 
     if os.path.exists(dst):
         raise BadInput(f"{dst} exists; give a new path for the Q4_K_M file")

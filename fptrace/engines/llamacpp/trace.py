@@ -30,11 +30,11 @@ import numpy as np
 from fptrace.core import stats
 from fptrace.core.hooks import Capture
 from fptrace.core.trace import first_nonfinite, layer_stats, model_info
+from fptrace.engines.llamacpp.capture import EngineOptions, LlamaCppPass, run_pass
+from fptrace.engines.llamacpp.notes import LLAMACPP_ENGINE, LLAMACPP_LENS_WITHHELD, LLAMACPP_TOKENS
 from fptrace.errors import BadInput, Mismatch
 from fptrace.families import LlamaCppNames, llamacpp_names_for
-from fptrace.models.llamacpp.engine import EngineOptions, LlamaCppPass, run_pass
 from fptrace.models.loading import LoadedModel
-from fptrace.notes import LLAMACPP_ENGINE, LLAMACPP_LENS_WITHHELD, LLAMACPP_TOKENS
 from fptrace.points import BLOCK, Point
 from fptrace.results import FinalNormStats, ShapeStep, TopToken, Trace
 
@@ -188,7 +188,7 @@ def enforce(c: EngineChecks) -> None:
 
 def gguf_path(model: str) -> str:
     """The GGUF file a --model names, or BadInput: llama.cpp runs GGUF files only."""
-    from fptrace.models.llamacpp.engine import check_gguf
+    from fptrace.engines.llamacpp.capture import check_gguf
     from fptrace.models.registry import resolve
 
     spec = resolve(model)
@@ -294,7 +294,7 @@ def tokens_note(lm: LoadedModel, lm_pass: LlamaCppPass) -> str:
 
 
 def options_text(options: EngineOptions) -> str:
-    from fptrace.models.llamacpp.binding import PACKAGE, PINNED_VERSION
+    from fptrace.engines.llamacpp.binding import PACKAGE, PINNED_VERSION
 
     return (f"{PACKAGE} {PINNED_VERSION}, flash attention {options.flash_attn}, K/V cache "
             f"{options.cache_type}, {options.threads} threads")

@@ -1,7 +1,7 @@
 """`diff --engine-b llama.cpp --emulate STEPS`: llama.cpp's numerics put on the transformers side,
 one step at a time, to measure how much of the gap between the engines each one explains.
 
-The numerics are models/llamacpp/emulate.py's; this module attaches them to a loaded model:
+The numerics are engines/llamacpp/emulate.py's; this module attaches them to a loaded model:
 - `act-q8`: a hook after every linear module whose GGUF weight is quantized replaces its output
   by the product llama.cpp computes (its input quantized to the weight type's 8-bit blocks);
   the hooks are prepended, so that every other hook sees the changed output, and they read the
@@ -18,8 +18,8 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 from fptrace.core.hooks import Hook, hooked
+from fptrace.engines.llamacpp import emulate as E
 from fptrace.errors import BadInput
-from fptrace.models.llamacpp import emulate as E
 from fptrace.models.loading import LoadedModel
 
 PREFIX = "fptrace-llamacpp"

@@ -20,9 +20,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from fptrace.engines.llamacpp import binding as B
 from fptrace.errors import BadInput, FptraceError, ModelLoadError, TraceFailed
 from fptrace.models.gguf_metadata import GGUFMetadata
-from fptrace.models.llamacpp import binding as B
 from fptrace.models.prompts import too_long
 
 GGUF_MAGIC = b"GGUF"

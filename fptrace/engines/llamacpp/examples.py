@@ -1,0 +1,33 @@
+"""Examples of the llama.cpp engine: its bad inputs, in `run --engine llama.cpp` and `diff
+--engine-b llama.cpp` (rows of docs/bad-inputs.md; scripts/bad_inputs.py collects them and makes
+the files they read)."""
+
+from __future__ import annotations
+
+from fptrace.examples import Case, Setup
+
+
+def bad_inputs(at: Setup) -> tuple[Case, ...]:
+    m = at.model
+    p = at.path
+    return (
+        Case(130, "run --engine llama.cpp: a GGUF with block_count 0 (llama.cpp would abort)",
+             ("run", "hi", "-m", p("blocks0.gguf"), "--engine", "llama.cpp")),
+        Case(131, "run --engine llama.cpp: a GGUF whose RMS epsilon is NaN (llama.cpp would abort)",
+             ("run", "hi", "-m", p("eps-nan.gguf"), "--engine", "llama.cpp")),
+        Case(133, "run --engine llama.cpp: a GGUF of a known architecture llama.cpp cannot load",
+             ("run", "hi", "-m", p("model.gguf"), "--engine", "llama.cpp")),
+        Case(134, "run --engine llama.cpp: a prompt longer than the context (bundled model)",
+             ("run", "word " * 8300, "--engine", "llama.cpp")),
+        Case(231, "--ids with --engine llama.cpp beyond the vocabulary",
+             ("run", "--ids", "5,50257", "--engine", "llama.cpp", *m)),
+        Case(91, "diff --engine-b llama.cpp: an --emulate step that does not exist",
+             ("diff", "hi", *m, "--engine-b", "llama.cpp", "--emulate", "kv,q4")),
+        Case(92, "diff: --emulate without --engine-b llama.cpp",
+             ("diff", "hi", *m, "--dtype-b", "float16", "--emulate", "kv")),
+        Case(135, "diff --engine-b llama.cpp: --model-b a GGUF whose RMS epsilon is negative",
+             ("diff", "hi", "-m", p("model.gguf"), "--model-b", p("eps-negative.gguf"),
+              "--engine-b", "llama.cpp")),
+        Case(136, "diff --engine-b llama.cpp: --emulate all with another step",
+             ("diff", "hi", *m, "--engine-b", "llama.cpp", "--emulate", "all,kv")),
+    )

@@ -1,0 +1,1 @@
+"""The transformers engine, the default: the checkpoint loaded in transformers, hooked."""
