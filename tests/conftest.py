@@ -43,7 +43,8 @@ GOLDEN = os.path.join(os.path.dirname(__file__), "golden")
 LONGEST_FIRST = (
     "test_serve.py", "test_hardening.py", "test_transcripts.py", "test_hostile.py",
     "test_tensor_parallel.py", "test_ablate.py", "test_ray.py", "test_llamacpp_hardening.py",
-    "test_page.py", "test_llamacpp_emulate.py", "test_batch.py", "test_graph.py",
+    "test_page.py", "test_llamacpp_emulate.py", "test_llamacpp_families.py", "test_batch.py",
+    "test_graph.py",
     "test_graph_page.py", "test_graph_transcoders.py", "test_tokens.py", "test_steer.py",
     "test_stats.py", "test_features_train.py", "test_bundled.py", "test_tui.py",
     "test_diff_deep.py", "test_features.py", "test_llamacpp_faults.py",

@@ -107,13 +107,17 @@ class LlamaCppNames:
     weights: the GGUF name (`blk.{layer}.NAME.weight`) of each linear module of a block, by its
     path in the block, and heads: the GGUF names the LM head's weight may have, the first
     present (a tied head is the token embedding), for `--emulate act-q8`, which quantizes each
-    product's input the way llama.cpp does for that weight's type."""
+    product's input the way llama.cpp does for that weight's type; operands: a name of `points`
+    the graph does not give, read as operand i of a node it names in the same block (Qwen2's
+    graph adds its unnamed attention output to the stream as `ffn_inp`'s operand 0: {"attn_out":
+    ("ffn_inp", 0)}; engines/llamacpp/capture.py)."""
 
     archs: tuple[str, ...]
     points: dict
     rope_adjacent: bool = False
     weights: dict = field(default_factory=dict)
     heads: tuple[str, ...] = ("output", "token_embd")
+    operands: dict = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

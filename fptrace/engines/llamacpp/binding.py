@@ -122,6 +122,27 @@ class Tensor(C.Structure):
     ]
 
 
+# struct ggml_tensor past its head: after op (80) and op_params (64 bytes) and flags, the
+# GGML_MAX_SRC operand pointers; the name, at NAME_OFFSET, checks the layout (source())
+SRC_OFFSET = 152
+GGML_MAX_SRC = 10
+NAME_OFFSET = 256
+
+
+def source(t: int, i: int, name: str) -> int | None:
+    """The address of operand i of the ggml_tensor at `t` (named `name`, as ggml_get_name
+    says), or None; TraceFailed when the name is not where the pinned layout puts it (another
+    ggml's operands would be read wrong)."""
+    from fptrace.errors import TraceFailed
+
+    if not 0 <= i < GGML_MAX_SRC:
+        raise ValueError(f"ggml tensors have {GGML_MAX_SRC} operands; asked for {i}")
+    if C.string_at(t + NAME_OFFSET).decode("utf-8", "replace") != name:
+        raise TraceFailed("the ggml_tensor layout differs from the pinned build's: cannot "
+                          "read an operand")
+    return C.c_void_p.from_address(t + SRC_OFFSET + 8 * i).value
+
+
 # the layout facts this module relies on, checked at start (the issue measured cb_eval at 88)
 OFFSETS = {"cb_eval": 88, "type_k": 104, "flash_attn_type": 52, "n_threads": 28}
 SIZES = {ContextParams: 168, ModelParams: 80, Batch: 56}

@@ -128,34 +128,73 @@ def copy_out(lib: C.CDLL, t: int) -> np.ndarray | None:
     return np.ascontiguousarray(view, dtype=np.float32)
 
 
-class Capture:
-    """The eval callback: says yes to every node whose base name is wanted and copies it."""
+# the unnamed nodes of the stream's width kept for `operands`, the most recent first
+RECENT = 16
 
-    def __init__(self, lib: C.CDLL, wanted: frozenset[str] | None):
+
+class Capture:
+    """The eval callback: says yes to every node whose base name is wanted and copies it.
+
+    operands: name -> (named base, i): where an architecture's graph leaves a point unnamed
+    (Qwen2's attention output, which its graph adds to the stream as ffn_inp's operand 0), the
+    point is read as operand i of the named node of the same block and stored under `name`.
+    The operand cannot be read once its consumer is computed (ggml may compute an add in place,
+    over its operand), so every unnamed node of the stream's width (`width`) is copied when it
+    is computed and the operand is found among the recent ones by its address."""
+
+    def __init__(self, lib: C.CDLL, wanted: frozenset[str] | None,
+                 operands: dict[str, tuple[str, int]] | None = None, width: int | None = None):
         self.lib, self.wanted = lib, wanted
         self.tensors: dict[str, np.ndarray] = {}
         self.skipped: set[str] = set()
         self.error: BaseException | None = None
+        self.consumers = {base: (name, i) for name, (base, i) in (operands or {}).items()}
+        self.width = width
+        self.recent: dict[int, np.ndarray] = {}
         self.callback = B.EVAL_CALLBACK(self.__call__)
 
     def want(self, name: str) -> bool:
         return self.wanted is None or name.rsplit("-", 1)[0] in self.wanted
 
+    def unnamed(self, t: int, name: str) -> bool:
+        """An unnamed node of the stream's width, while some operand is looked for."""
+        return bool(self.consumers) and name.startswith("node_") and \
+            B.Tensor.from_address(t).ne[0] == self.width
+
     def __call__(self, t, ask, user_data):
         try:
             name = self.lib.ggml_get_name(t).decode("utf-8", "replace")
             if ask:
-                return self.want(name)
+                return self.want(name) or self.unnamed(t, name)
+            if self.unnamed(t, name):
+                arr = copy_out(self.lib, t)
+                if arr is not None:
+                    self.recent[t] = arr
+                    while len(self.recent) > RECENT:
+                        del self.recent[next(iter(self.recent))]
             if self.want(name):
                 arr = copy_out(self.lib, t)
                 if arr is None:
                     self.skipped.add(name)
                 else:
                     self.tensors[name] = arr
+                self.operand_of(t, name)
             return True
         except BaseException as exc:  # noqa: BLE001 - never let Python unwind through C
             self.error = self.error or exc
             return True
+
+    def operand_of(self, t: int, name: str) -> None:
+        """Store the operand `name`'s node carries for a point its graph leaves unnamed."""
+        base, _, layer = name.rpartition("-")
+        if base not in self.consumers:
+            return
+        point, i = self.consumers[base]
+        if f"{point}-{layer}" in self.tensors:  # named in this graph after all
+            return
+        src = B.source(t, i, name)
+        if src in self.recent:
+            self.tensors[f"{point}-{layer}"] = self.recent[src]
 
 
 def make_batch(ids: list[int]) -> tuple[B.Batch, list]:
@@ -173,9 +212,11 @@ def make_batch(ids: list[int]) -> tuple[B.Batch, list]:
 
 def run_pass(path: str, prompt: str, options: EngineOptions | None = None,
              ids: list[int] | None = None, wanted: frozenset[str] | None = None,
-             capture: bool = True) -> LlamaCppPass:
+             capture: bool = True,
+             operands: dict[str, tuple[str, int]] | None = None) -> LlamaCppPass:
     """Load `path` in llama.cpp, tokenize `prompt` with its tokenizer (or take `ids`), decode
-    once with every wanted graph tensor captured (all of them when `wanted` is None)."""
+    once with every wanted graph tensor captured (all of them when `wanted` is None), and the
+    `operands` the graph leaves unnamed (Capture)."""
     options = options or EngineOptions()
     if options.flash_attn not in B.FLASH_ATTN:
         raise BadInput(f"flash attention {options.flash_attn!r}: expected one of "
@@ -202,7 +243,9 @@ def run_pass(path: str, prompt: str, options: EngineOptions | None = None,
         bad = [i for i in ids if not 0 <= i < n_vocab]
         if bad:
             raise BadInput(f"token id {bad[0]} is outside llama.cpp's vocabulary of {n_vocab}")
-        grab = Capture(lib, wanted) if capture else None
+        width = meta.hparam("embedding_length")
+        grab = Capture(lib, wanted, operands, int(width) if width else None) \
+            if capture else None
         params = lib.llama_context_default_params()
         size = max(len(ids), 8)
         params.n_ctx = params.n_batch = params.n_ubatch = size

@@ -205,8 +205,16 @@ def gguf_path(model: str) -> str:
 
 def run_llamacpp(path: str, prompt: str, options: EngineOptions | None = None,
                  ids: list[int] | None = None) -> LlamaCppPass:
-    """llama.cpp's pass over `prompt` (or `ids`), with every mapped point copied out."""
-    return run_pass(path, prompt, options or EngineOptions(), ids=ids, wanted=wanted_names())
+    """llama.cpp's pass over `prompt` (or `ids`), with every point its family maps copied out
+    (every family's names, where the file's architecture is mapped by none: the pass then
+    fails to load, or names_for says so)."""
+    from fptrace.engines.llamacpp.capture import check_gguf
+
+    arch = check_gguf(path).architecture
+    names = llamacpp_names_for(arch) if arch else None
+    wanted = wanted_names() if names is None else frozenset(names.points.values())
+    return run_pass(path, prompt, options or EngineOptions(), ids=ids, wanted=wanted,
+                    operands=names.operands if names else None)
 
 
 def llamacpp_trace(lm: LoadedModel, lm_pass: LlamaCppPass, *, top_k: int = 10,

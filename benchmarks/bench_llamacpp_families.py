@@ -1,0 +1,74 @@
+"""The gap between llama.cpp and transformers on each mapped architecture (docs/llamacpp.md).
+
+Method: for each family whose llama.cpp names are mapped, the tiny GGUF of
+tests/test_llamacpp_families.py (tests/tiny_gguf.py: a tiny random model of the family, float32
+tensors under llama.cpp's names, the bundled model's tokenizer) is loaded in transformers and run
+in llama.cpp through the engine (`engine_diff`, as `diff --engine-b llama.cpp --deep` does), on
+the README's prompt, under two settings: llama.cpp's defaults (flash attention auto, i.e. on,
+and the K/V cache in f16) and float32 end to end (flash attention off, K/V cache f32). Reported
+per family and setting: the largest relative difference of the last position's stream over the
+blocks, and the largest of any point `--deep` compares (over every position) with its place.
+
+Usage: python benchmarks/bench_llamacpp_families.py [--json results-llamacpp-families.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+sys.path.insert(0, os.path.join(ROOT, "tests"))
+
+PROMPT = "The capital of France is"
+SETTINGS = {"defaults": {}, "float32": {"flash_attn": "off", "kv_cache": "f32"}}
+
+
+def measure(family: str, arch: str, adjacent: bool, folder: str) -> dict:
+    from test_llamacpp_families import tiny_model
+    from tiny_gguf import write
+
+    from fptrace.commands.diff.engine import engine_diff
+    from fptrace.engines import engine
+    from fptrace.models.loading import load_model
+    from fptrace.models.registry import known_models
+
+    bundled = known_models()["smollm2-135m"].gguf_path()
+    path = os.path.join(folder, f"tiny-{family}.gguf")
+    write(tiny_model(family), path, arch, bundled, rope_adjacent=adjacent)
+    lm = load_model(path, device="cpu")
+    out = {"family": family, "arch": arch}
+    for label, settings in SETTINGS.items():
+        d = engine_diff(lm, engine("llama.cpp"), path, PROMPT, settings=settings, deep=True)
+        blocks = [r.rel_diff for r in d.layers if r.layer is not None]
+        points = [(p.rel, b.layer, p.point) for b in d.deep.blocks for p in b.points
+                  if p.rel is not None]
+        worst = max(points)
+        out[label] = {"stream_worst": max(blocks), "point_worst": worst[0],
+                      "point_at": f"block {worst[1]} {worst[2]}"}
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--json", default=None)
+    args = ap.parse_args()
+    os.environ.setdefault("FPTRACE_CACHE_DIR", tempfile.mkdtemp(prefix="fptrace-bench-"))
+    from test_llamacpp_families import ARCHS
+
+    rows = []
+    with tempfile.TemporaryDirectory() as folder:
+        for family, arch, adjacent, *_ in ARCHS:
+            rows.append(measure(family, arch, adjacent, folder))
+            print(json.dumps(rows[-1]), file=sys.stderr)
+    if args.json:
+        with open(os.path.join(HERE, args.json), "w", encoding="utf-8") as f:
+            json.dump(rows, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()

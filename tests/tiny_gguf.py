@@ -1,0 +1,111 @@
+"""A tiny GGUF of one family, written in the tests: a tiny random transformers model of the
+family, its tensors under llama.cpp's names (the gguf package's name map, the one llama.cpp's
+own converter uses), the metadata llama.cpp reads for that architecture, and the bundled
+SmolLM2's tokenizer (so the model's vocabulary is SmolLM2's: 49,152 tokens).
+
+What llama.cpp's converter does to a family's weights besides renaming them is done here too,
+each rule named by the family: Llama's W_Q and W_K permuted so each rotary pair sits side by
+side (`rope_adjacent`), Gemma's norm weights stored with the 1 its RMSNorm adds (`norm_offset`).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+VOCAB = 49152
+
+
+def tokenizer_fields(bundled: str) -> list[tuple[str, Any, Any]]:
+    """(key, value type, value) of every tokenizer.* field of the bundled GGUF."""
+    from gguf import GGUFReader, GGUFValueType
+
+    reader = GGUFReader(bundled)
+    out = []
+    for key, f in reader.fields.items():
+        if not key.startswith("tokenizer."):
+            continue
+        kind = f.types[0]
+        if kind == GGUFValueType.ARRAY:
+            sub = f.types[-1]
+            if sub == GGUFValueType.STRING:
+                value: Any = [bytes(f.parts[i]).decode("utf-8") for i in f.data]
+            else:
+                value = [f.parts[i].tolist()[0] for i in f.data]
+            out.append((key, (kind, sub), value))
+        elif kind == GGUFValueType.STRING:
+            out.append((key, kind, bytes(f.parts[f.data[0]]).decode("utf-8")))
+        else:
+            out.append((key, kind, f.parts[f.data[0]].tolist()[0]))
+    return out
+
+
+def permute(w: np.ndarray, heads: int) -> np.ndarray:
+    """llama.cpp's converter's permutation of W_Q or W_K (rows: heads × head_dim), which puts
+    each rotary pair's two rows side by side."""
+    return w.reshape(heads, 2, w.shape[0] // heads // 2, *w.shape[1:]).swapaxes(1, 2) \
+        .reshape(w.shape)
+
+
+def write(model: Any, path: str, arch: str, bundled: str, *, rope_adjacent: bool = False,
+          norm_offset: float = 0.0, extra: dict | None = None) -> None:
+    """Write `model` (a transformers *ForCausalLM, float32, vocabulary VOCAB) to `path` as a
+    GGUF of llama.cpp's architecture `arch`."""
+    import gguf
+
+    cfg = model.config
+    n = int(cfg.num_hidden_layers)
+    names = gguf.get_tensor_name_map(gguf.MODEL_ARCH[_arch_enum(arch)], n)
+    w = gguf.GGUFWriter(path, arch)
+    w.add_name(f"tiny {arch}")
+    w.add_context_length(int(cfg.max_position_embeddings))
+    w.add_embedding_length(int(cfg.hidden_size))
+    w.add_block_count(n)
+    w.add_feed_forward_length(int(cfg.intermediate_size))
+    w.add_head_count(int(cfg.num_attention_heads))
+    w.add_head_count_kv(int(getattr(cfg, "num_key_value_heads", cfg.num_attention_heads)))
+    w.add_layer_norm_rms_eps(float(cfg.rms_norm_eps))
+    theta = getattr(cfg, "rope_theta", None) or (getattr(cfg, "rope_parameters", None) or {}) \
+        .get("rope_theta", 10000.0)
+    w.add_rope_freq_base(float(theta))
+    head_dim = getattr(cfg, "head_dim", None)
+    if head_dim:
+        w.add_key_length(int(head_dim))
+        w.add_value_length(int(head_dim))
+    w.add_file_type(gguf.LlamaFileType.ALL_F32)
+    for key, value in (extra or {}).items():
+        w.add_key_value(key, *value)
+    for key, kind, value in tokenizer_fields(bundled):
+        if isinstance(kind, tuple):
+            w.add_key_value(key, value, kind[0], sub_type=kind[1])
+        else:
+            w.add_key_value(key, value, kind)
+    nh = int(cfg.num_attention_heads)
+    nkv = int(getattr(cfg, "num_key_value_heads", nh))
+    for hf_name, tensor in model.state_dict().items():
+        name = names.get_name(hf_name, try_suffixes=(".weight", ".bias"))
+        if name is None:
+            raise ValueError(f"no llama.cpp name for {hf_name} in {arch}")
+        data = tensor.detach().float().numpy().copy()
+        if rope_adjacent and hf_name.endswith(("q_proj.weight", "q_proj.bias")):
+            data = permute(data, nh)
+        elif rope_adjacent and hf_name.endswith(("k_proj.weight", "k_proj.bias")):
+            data = permute(data, nkv)
+        if norm_offset and "norm" in hf_name:
+            data = data + np.float32(norm_offset)
+        w.add_tensor(name, data)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+
+
+def _arch_enum(arch: str) -> str:
+    """The MODEL_ARCH member of a GGUF architecture name."""
+    import gguf
+
+    for member, name in gguf.MODEL_ARCH_NAMES.items():
+        if name == arch:
+            return member.name
+    raise ValueError(f"gguf knows no architecture {arch!r}")
