@@ -73,6 +73,11 @@ def write(model: Any, path: str, arch: str, bundled: str, *, rope_adjacent: bool
     if head_dim:
         w.add_key_length(int(head_dim))
         w.add_value_length(int(head_dim))
+    for key, add in (("attn_logit_softcapping", w.add_attn_logit_softcapping),
+                     ("final_logit_softcapping", w.add_final_logit_softcapping),
+                     ("sliding_window", w.add_sliding_window)):
+        if getattr(cfg, key, None) is not None:
+            add(getattr(cfg, key))
     w.add_file_type(gguf.LlamaFileType.ALL_F32)
     for key, value in (extra or {}).items():
         w.add_key_value(key, *value)
@@ -83,7 +88,10 @@ def write(model: Any, path: str, arch: str, bundled: str, *, rope_adjacent: bool
             w.add_key_value(key, value, kind)
     nh = int(cfg.num_attention_heads)
     nkv = int(getattr(cfg, "num_key_value_heads", nh))
+    tied = bool(getattr(cfg, "tie_word_embeddings", False))
     for hf_name, tensor in model.state_dict().items():
+        if tied and hf_name == "lm_head.weight":  # llama.cpp reads the token embedding
+            continue
         name = names.get_name(hf_name, try_suffixes=(".weight", ".bias"))
         if name is None:
             raise ValueError(f"no llama.cpp name for {hf_name} in {arch}")

@@ -110,7 +110,8 @@ class LlamaCppNames:
     product's input the way llama.cpp does for that weight's type; operands: a name of `points`
     the graph does not give, read as operand i of a node it names in the same block (Qwen2's
     graph adds its unnamed attention output to the stream as `ffn_inp`'s operand 0: {"attn_out":
-    ("ffn_inp", 0)}; engines/llamacpp/capture.py)."""
+    ("ffn_inp", 0)}; engines/llamacpp/capture.py); added: the points whose nodes the stream
+    receives from attention and from the MLP (the post-norms where the family has them)."""
 
     archs: tuple[str, ...]
     points: dict
@@ -118,6 +119,7 @@ class LlamaCppNames:
     weights: dict = field(default_factory=dict)
     heads: tuple[str, ...] = ("output", "token_embd")
     operands: dict = field(default_factory=dict)
+    added: tuple = (Point.attn_out, Point.mlp_out)
 
 
 @dataclass(frozen=True)

@@ -4,10 +4,29 @@ layers. Recomputed by gemma.py's block, which reads these facts from this record
 
 from dataclasses import replace
 
-from fptrace.families import Tap
+from fptrace.families import LlamaCppNames, Tap
 from fptrace.families.gemma import FAMILY as GEMMA
 from fptrace.families.llama import LLAMA_TAPS
 from fptrace.points import Point
+
+# llama.cpp's gemma2 graph (checked on a tiny GGUF, tests/test_llamacpp_families.py): the
+# embedding after its scale by √d is `inp_scaled`; the stream receives the post-norms
+# (`attn_post_norm`, `ffn_post_norm`), and `sa_out` is the stream between them; the MLP's
+# GELU(gate)·up is `ffn_geglu`; `result_output` is after the final softcap. Its graph names
+# `ffn_post_norm` without the block (every block's node has the one name), so it is read as
+# `l_out`'s operand 0. The attention output before its post-norm is not named (nor is it an
+# operand of a named node), so it is not compared. The converter stores each norm's weight with
+# the 1 Gemma's RMSNorm adds.
+LLAMACPP_NAMES = LlamaCppNames(
+    archs=("gemma2",), added=(Point.ln1_post, Point.ln2_post),
+    operands={"ffn_post_norm": ("l_out", 0)},
+    points={Point.embed: "inp_scaled", Point.ln1: "attn_norm", Point.q: "Qcur",
+            Point.k: "Kcur", Point.v: "Vcur", Point.z: "kqv_out",
+            Point.ln1_post: "attn_post_norm", Point.resid_mid: "sa_out", Point.ln2: "ffn_norm",
+            Point.mlp_gate: "ffn_gate", Point.mlp_up: "ffn_up", Point.mlp_act: "ffn_geglu",
+            Point.mlp_out: "ffn_out", Point.ln2_post: "ffn_post_norm",
+            Point.resid_post: "l_out", Point.final_norm: "result_norm",
+            Point.logits: "result_output"})
 
 FAMILY = replace(
     GEMMA, name="gemma2", title="Gemma 2", model_types=("gemma2",),
@@ -19,6 +38,7 @@ FAMILY = replace(
             "post_feedforward_layernorm": "norm after the MLP (what is added)"},
     taps={**LLAMA_TAPS, Point.resid_mid: Tap("pre_feedforward_layernorm", "in"),
           Point.ln2: Tap("pre_feedforward_layernorm")},
+    llamacpp_names=LLAMACPP_NAMES,
     # softcaps small enough to bite on random weights; every other layer a 3-token window
     tiny=dict(model_type="gemma2", num_hidden_layers=3, hidden_size=64, intermediate_size=96,
               num_attention_heads=4, num_key_value_heads=2, head_dim=16, vocab_size=1000,

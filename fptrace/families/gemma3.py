@@ -4,10 +4,17 @@ bases for local (sliding-window) and global layers. Recomputed by gemma.py's blo
 from dataclasses import replace
 
 from fptrace.families.gemma2 import FAMILY as GEMMA2
+from fptrace.families.gemma2 import LLAMACPP_NAMES as GEMMA2_NAMES
 from fptrace.families.kinds import QkNorm
+
+# llama.cpp's gemma3 graph (checked on a tiny GGUF, tests/test_llamacpp_families.py): Gemma 2's
+# names (q and k after their per-head norms and RoPE are still the last `Qcur`, `Kcur`), with
+# `ffn_post_norm` named by its block, so no operand is read
+LLAMACPP_NAMES = replace(GEMMA2_NAMES, archs=("gemma3",), operands={})
 
 FAMILY = replace(
     GEMMA2, name="gemma3", title="Gemma 3", model_types=("gemma3_text",), qk_norm=QkNorm.per_head,
+    llamacpp_names=LLAMACPP_NAMES,
     tiny=dict(model_type="gemma3_text", num_hidden_layers=3, hidden_size=64,
               intermediate_size=96, num_attention_heads=4, num_key_value_heads=2, head_dim=16,
               vocab_size=1000, max_position_embeddings=64, sliding_window=3,

@@ -61,9 +61,14 @@ class ModelParts:
         """The model's own final projection of residual-stream vectors (..., d) -> logits
         (..., V): final norm, LM head, and the final softcap when the family has one. The logit
         lens, explain and every later feature use this one function."""
+        return self.head(self.final_norm(x))
+
+    def head(self, normed: Any) -> Any:
+        """The LM head and the final softcap (when the family has one) on vectors the final
+        norm has already normalized: what llama.cpp's `result_output` is of its `result_norm`."""
         import torch
 
-        logits = self.lm_head(self.final_norm(x))
+        logits = self.lm_head(normed)
         if self.final_softcap:
             logits = torch.tanh(logits / self.final_softcap) * self.final_softcap
         return logits

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import ctypes as C
 import os
+import re
 import time
 from dataclasses import dataclass, field
 
@@ -130,14 +131,16 @@ def copy_out(lib: C.CDLL, t: int) -> np.ndarray | None:
 
 # the unnamed nodes of the stream's width kept for `operands`, the most recent first
 RECENT = 16
+BLOCK_SUFFIX = re.compile(r"-\d+$")
 
 
 class Capture:
     """The eval callback: says yes to every node whose base name is wanted and copies it.
 
     operands: name -> (named base, i): where an architecture's graph leaves a point unnamed
-    (Qwen2's attention output, which its graph adds to the stream as ffn_inp's operand 0), the
-    point is read as operand i of the named node of the same block and stored under `name`.
+    (Qwen2's attention output, which its graph adds to the stream as ffn_inp's operand 0) or
+    names it without its block (Gemma 2's `ffn_post_norm`), the point is read as operand i of
+    the named node of the same block and stored under `name`.
     The operand cannot be read once its consumer is computed (ggml may compute an add in place,
     over its operand), so every unnamed node of the stream's width (`width`) is copied when it
     is computed and the operand is found among the recent ones by its address."""
@@ -157,9 +160,11 @@ class Capture:
         return self.wanted is None or name.rsplit("-", 1)[0] in self.wanted
 
     def unnamed(self, t: int, name: str) -> bool:
-        """An unnamed node of the stream's width, while some operand is looked for."""
-        return bool(self.consumers) and name.startswith("node_") and \
-            B.Tensor.from_address(t).ne[0] == self.width
+        """A node of the stream's width that no block's name tells apart (ggml's `node_N`, or
+        a name given without the block's suffix, as Gemma 2's `ffn_post_norm`), while some
+        operand is looked for."""
+        return bool(self.consumers) and (name.startswith("node_") or not BLOCK_SUFFIX.search(
+            name)) and B.Tensor.from_address(t).ne[0] == self.width
 
     def __call__(self, t, ask, user_data):
         try:

@@ -11,6 +11,8 @@ Three checks hold on every run, on llama.cpp's own tensors:
 - the stream is continuous: block k's output (`l_out-k`) is block k+1's input (read as
   `ffn_inp − attn_out` of block k+1), and the embedding is block 0's input;
 - each block adds up: `ffn_inp + ffn_out = l_out` (and the table's attention + MLP = Δ check);
+(Llama's names: each architecture's come from its family's map, whose `added` names what the
+stream receives: Gemma 2's `sa_out − attn_post_norm` and `sa_out + ffn_post_norm`, say);
 - the logits are the last stream through the output norm and head: llama.cpp's `result_norm`
   against the checkpoint's final norm of `l_out` (float32, exact to rounding), and its logits
   against the head applied to `result_norm` (llama.cpp rounds the head's input to 8 bits in a
@@ -140,8 +142,8 @@ def checks(lm: LoadedModel, lm_pass: LlamaCppPass, names: LlamaCppNames) -> Engi
     for k in range(n if bad is None else 0):
         out_k = squeeze(lm_pass.tensors[f"{p[Point.resid_post]}-{k}"], 2)
         mid = squeeze(lm_pass.tensors[f"{p[Point.resid_mid]}-{k}"], 2)
-        attn = squeeze(lm_pass.tensors[f"{p[Point.attn_out]}-{k}"], 2)
-        mlp = squeeze(lm_pass.tensors[f"{p[Point.mlp_out]}-{k}"], 2)
+        attn = squeeze(lm_pass.tensors[f"{p[names.added[0]]}-{k}"], 2)
+        mlp = squeeze(lm_pass.tensors[f"{p[names.added[1]]}-{k}"], 2)
         if not finite(out_k, mid, attn, mlp):  # a NaN or Inf weight, say: not a wrong mapping
             bad = f"block {k}"
             break
@@ -164,7 +166,7 @@ def checks(lm: LoadedModel, lm_pass: LlamaCppPass, names: LlamaCppNames) -> Engi
     last = torch.from_numpy(stream[n - 1][-1:].copy())
     with torch.inference_mode():
         ours = lm.parts.final_norm(last.to(lm.device, lm.dtype)).float().cpu().numpy()
-        head = lm.parts.lm_head(torch.from_numpy(final.copy()).to(lm.device, lm.dtype))
+        head = lm.parts.head(torch.from_numpy(final.copy()).to(lm.device, lm.dtype))
         head = head.float().cpu().numpy()
     return EngineChecks(stream_rel=worst_stream, stream_block=at_stream, sums_rel=worst_sum,
                         sums_block=at_sum, norm_rel=rel(ours, final),
@@ -175,15 +177,17 @@ def finite(*arrays: np.ndarray) -> bool:
     return all(bool(np.isfinite(a).all()) for a in arrays)
 
 
-def enforce(c: EngineChecks) -> None:
+def enforce(c: EngineChecks, names: LlamaCppNames) -> None:
     """A broken stream or a block that does not add up: the mapping is wrong, stop."""
+    p = names.points
     if c.stream_rel > SUM_TOLERANCE:
         raise Mismatch(f"llama.cpp's stream is not continuous: block {c.stream_block}'s input "
                        f"differs from the previous block's output by {c.stream_rel:.2g} "
                        "(relative); the graph's names are not mapped as fptrace assumes")
     if c.sums_rel > SUM_TOLERANCE:
-        raise Mismatch(f"llama.cpp's block {c.sums_block} does not add up: ffn_inp + ffn_out "
-                       f"differs from l_out by {c.sums_rel:.2g} (relative)")
+        raise Mismatch(f"llama.cpp's block {c.sums_block} does not add up: "
+                       f"{p[Point.resid_mid]} + {p[names.added[1]]} differs from "
+                       f"{p[Point.resid_post]} by {c.sums_rel:.2g} (relative)")
 
 
 def gguf_path(model: str) -> str:
@@ -232,7 +236,7 @@ def llamacpp_trace(lm: LoadedModel, lm_pass: LlamaCppPass, *, top_k: int = 10,
     options = lm_pass.options
     names = names_for(lm_pass)
     c = checks(lm, lm_pass, names)
-    enforce(c)
+    enforce(c, names)
     p = names.points
     n = lm_pass.n_layer
 
@@ -253,8 +257,8 @@ def llamacpp_trace(lm: LoadedModel, lm_pass: LlamaCppPass, *, top_k: int = 10,
         mean, top = cap.norm_stats(h)
         cap.resid_mean_norm.append(mean)
         cap.resid_max_norm.append(top)
-        cap.attn_last.append(last(f"{p[Point.attn_out]}-{k}"))
-        cap.mlp_last.append(last(f"{p[Point.mlp_out]}-{k}"))
+        cap.attn_last.append(last(f"{p[names.added[0]]}-{k}"))
+        cap.mlp_last.append(last(f"{p[names.added[1]]}-{k}"))
         cap.shapes[f"block {k}"] = tuple(h.shape)
     final = full(p[Point.final_norm])
     cap.final_last = final[:, -1]
