@@ -17,19 +17,56 @@ from __future__ import annotations
 import _signal
 import os
 import sys
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from typing import Any
 
 LINE = "fptrace: error: interrupted"
 EXIT = 130
 
-_state = {"phase": "", "seen": False, "said": False, "why": ""}
+_state = {"phase": "", "seen": False, "said": False, "why": "", "again": False,
+          "defer": False, "deferred": False}
 
 
 def _on_sigint(signum: int, frame: object) -> None:
-    if _state["phase"] == "starting" or _state["seen"]:  # nothing to clean up / stuck: leave
-        say()
+    if _state["phase"] == "starting" or (_state["seen"] and not _state["again"]):
+        say()  # nothing to clean up / stuck: leave
         os._exit(EXIT)
+    if _state["defer"] and _importing(frame):
+        _state["deferred"] = True  # the server sends it again once the import is done
+        return
     _state["seen"] = True
+    _state["again"] = _state["deferred"] = False
     raise KeyboardInterrupt
+
+
+def _importing(frame: Any) -> bool:
+    """Whether the interrupted code is inside an import (importlib's frames on the stack)."""
+    while frame is not None:
+        if frame.f_code.co_filename.startswith("<frozen importlib"):
+            return True
+        frame = frame.f_back
+    return False
+
+
+def defer_imports() -> None:
+    """A resident server: an interrupt that lands inside an import is held back (deferred()
+    says so, and the server sends it again): a module whose import is cut short stays broken
+    for every later request of the process (transformers keeps the failure of a lazy import)."""
+    _state["defer"] = True
+
+
+def deferred() -> bool:
+    """Whether the last SIGINT was held back because it landed inside an import."""
+    return bool(_state["deferred"])
+
+
+def again() -> None:
+    """The next SIGINT raises KeyboardInterrupt once more instead of ending the process: a
+    resident server repeating a cancel whose KeyboardInterrupt was swallowed (raised inside a
+    weakref callback or a __del__, where Python prints it and goes on; commands/serve/)."""
+    _state["again"] = True
 
 
 def _take(phase: str) -> None:
@@ -65,7 +102,7 @@ def running() -> None:
 
 def seen() -> bool:
     """Whether a SIGINT arrived while a command ran."""
-    return _state["seen"]
+    return bool(_state["seen"])
 
 
 def said() -> None:
@@ -113,7 +150,7 @@ def settled() -> None:
 def reset() -> None:
     """A resident server's next command (commands/serve/): nothing seen, nothing said, and
     the handler of a running command installed again (settled() had set SIGINT aside)."""
-    _state.update(phase="", seen=False, said=False, why="")
+    _state.update(phase="", seen=False, said=False, why="", again=False, deferred=False)
     try:
         _signal.signal(_signal.SIGINT, _signal.default_int_handler)
     except ValueError:

@@ -728,3 +728,49 @@ def test_serve_itself_never_says_running_here(tmp_path):
     s.close()
     done = fptrace(["serve", "--status"], sock)
     assert done.returncode == 1 and done.stderr == f"no fptrace server is running (socket {sock})\n"
+
+
+def test_a_swallowed_interrupt_is_sent_again_while_the_request_runs(monkeypatch):
+    """A KeyboardInterrupt raised inside a weakref callback or a __del__ is printed and lost,
+    and the cancelled command would run to its end (seen once here: a 50,000-line stats run
+    cancelled by Ctrl-C went on). The server interrupts a cancelled request again while it
+    still runs, and stops as soon as the request is let go: no repeat reaches the next one."""
+    from fptrace import interrupt
+    from fptrace.commands.serve import core
+
+    sent: list[int] = []
+    monkeypatch.setattr(core, "REPEAT", 0.01)
+    monkeypatch.setattr(core, "TICK", 0.01)
+    monkeypatch.setattr(core.signal, "pthread_kill", lambda tid, sig: sent.append(sig))
+    server = core.Server(path="unused", idle=0, budget=0)
+    req = core.Request(conn=None, header={}, fds=[], started=True)  # type: ignore[arg-type]
+    server.current = req
+    core.cancel(server, req)
+    deadline = time.monotonic() + 10
+    while len(sent) < 3 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert sent[:3] == [signal.SIGINT] * 3  # the cancel, then the repeats
+    with req.lock:  # the request let go, as `answer` does
+        server.current = None
+    time.sleep(0.1)
+    after = len(sent)
+    time.sleep(0.1)
+    assert len(sent) == after <= 1 + core.REPEATS
+    # the handler raises again on a repeat (a second Ctrl-C of a user ends the process)
+    monkeypatch.setitem(interrupt._state, "phase", "running")
+    monkeypatch.setitem(interrupt._state, "seen", True)
+    interrupt.again()
+    with pytest.raises(KeyboardInterrupt):
+        interrupt._on_sigint(signal.SIGINT, None)
+    assert interrupt._state["again"] is False
+    # a resident server holds back an interrupt that lands inside an import
+    monkeypatch.setitem(interrupt._state, "seen", False)
+    monkeypatch.setitem(interrupt._state, "defer", True)
+    frame = sys._getframe()
+    importing = type("Frame", (), {"f_code": type("Code", (), {
+        "co_filename": "<frozen importlib._bootstrap>"})(), "f_back": frame})()
+    interrupt._on_sigint(signal.SIGINT, importing)  # no raise
+    assert interrupt.deferred() and not interrupt.seen()
+    with pytest.raises(KeyboardInterrupt):
+        interrupt._on_sigint(signal.SIGINT, frame)
+    assert not interrupt.deferred() and interrupt.seen()

@@ -48,6 +48,12 @@ class ServerRunning(FptraceError):
 
 SOCKET_PATH_MAX = 107  # bytes of a Unix socket's path (sun_path less its terminating NUL)
 STOP_GRACE = 10.0  # seconds a stopped server waits for its running request to end
+# a cancelled request still running after REPEAT seconds is interrupted again (REPEATS times at
+# most): its KeyboardInterrupt may have been swallowed; one held back inside an import is sent
+# again every TICK (insist)
+REPEAT = 3.0
+REPEATS = 5
+TICK = 0.1
 
 
 @dataclass
@@ -160,8 +166,10 @@ def already_there(path: str) -> ServerRunning:
 
 def serve(path: str, idle: float, budget: int) -> None:
     """Listen at `path` until stopped or idle."""
+    from fptrace import interrupt
     from fptrace.models import resident
 
+    interrupt.defer_imports()  # a cancel never cuts an import short (insist sends it again)
     sock, lock = listen(path)
     import huggingface_hub.constants  # noqa: F401 (read once: the server's own HUB_PLACES)
 
@@ -318,6 +326,31 @@ def cancel(server: Server, req: Request, why: str = "") -> None:
         if req.started and server.current is req:
             interrupt.because(why)
             signal.pthread_kill(MAIN_THREAD, signal.SIGINT)
+            threading.Thread(target=insist, args=(server, req), daemon=True).start()
+
+
+def insist(server: Server, req: Request) -> None:
+    """Interrupt a cancelled request again while it still runs: at once while its interrupt is
+    held back inside an import (interrupt.defer_imports), and after REPEAT seconds, REPEATS
+    times at most, in case its KeyboardInterrupt landed inside a weakref callback or a
+    __del__, where Python prints it and goes on (the command would run to its end). Checked and
+    sent under the request's lock, which `answer` takes to let the request go: no repeat
+    reaches the next request, or the server's own handler."""
+    from fptrace import interrupt
+
+    last, repeats = time.monotonic(), 0
+    while True:
+        time.sleep(TICK)
+        with req.lock:
+            if server.current is not req:
+                return
+            if interrupt.deferred():
+                signal.pthread_kill(MAIN_THREAD, signal.SIGINT)
+                last = time.monotonic()
+            elif time.monotonic() - last >= REPEAT and repeats < REPEATS:
+                interrupt.again()
+                signal.pthread_kill(MAIN_THREAD, signal.SIGINT)
+                last, repeats = time.monotonic(), repeats + 1
 
 
 HUB_PLACES = ("HF_HOME", "HF_HUB_CACHE", "HUGGINGFACE_HUB_CACHE", "XDG_CACHE_HOME", "HF_ENDPOINT")
