@@ -64,3 +64,13 @@ def test_a_layout_that_disagrees_is_refused(monkeypatch):
             B.load()
     finally:
         B.load.cache_clear()
+
+
+def test_the_engines_settings_are_the_bindings_words():
+    """--flash-attn and --kv-cache offer exactly the words the binding turns into llama.cpp's
+    values (engines/llamacpp/engine.py declares them; binding.py maps them)."""
+    from fptrace.engines.llamacpp.engine import SETTINGS
+
+    words = {s.flag: set(s.choices) for s in SETTINGS}
+    assert words == {"--flash-attn": set(B.FLASH_ATTN), "--kv-cache": set(B.CACHE_TYPES)}
+    assert {s.default for s in SETTINGS} <= set(B.FLASH_ATTN) | set(B.CACHE_TYPES)

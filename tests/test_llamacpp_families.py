@@ -12,6 +12,9 @@ import shutil
 
 import numpy as np
 import pytest
+from typer.testing import CliRunner
+
+from fptrace.cli.main import app
 
 from fptrace.engines.llamacpp import binding as B
 
@@ -33,15 +36,15 @@ ARCHS = [
     ("qwen3", "qwen3", False, "blk.0.attn_k_norm.weight", 0, "k"),
     ("gemma2", "gemma2", False, "blk.1.post_attention_norm.weight", 1, "ln1_post"),
     ("gemma3", "gemma3", False, "blk.2.ffn_up.weight", 2, "mlp_up"),
+    ("qwen3_moe", "qwen3moe", False, "blk.1.ffn_down_exps.weight", 1, "mlp_out"),
 ]
-# what transformers' GGUF loader assumes of a family and does not read from the file: Qwen3's
-# head_dim (its config's default, 128, whatever the file's key_length says), Gemma 2's
-# query_pre_attn_scalar (256; llama.cpp scales q by 1/√head_dim) and its two softcaps (Gemma 2's
-# own, 50 and 30, whatever the file says; docs/llamacpp.md); and Gemma's tied head (its GGUF has
-# no output tensor). The 3-token sliding window of the tiny config is read from the file.
-CONFIG = {"qwen3": {"head_dim": 128},
-          "gemma2": {"head_dim": 256, "query_pre_attn_scalar": 256, "tie_word_embeddings": True,
-                     "attn_logit_softcapping": 50.0, "final_logit_softcapping": 30.0},
+# what the tiny files hold because llama.cpp or transformers' GGUF loader assumes it: Gemma's
+# tied head (its GGUF has no output tensor) and Gemma 2's query scale (llama.cpp's is
+# 1/√head_dim; transformers reads no key for it and takes 256); Gemma 3's window pattern (6 in
+# llama.cpp, whatever the config says) and no final softcap. What fptrace tells the loader from
+# the file (Family.gguf_config) is left as the family's tiny config has it: Qwen3's 16-wide
+# heads, Gemma 2's softcaps of 2 and 3, Qwen3-MoE's 32-wide experts and renormalised weights.
+CONFIG = {"gemma2": {"head_dim": 256, "query_pre_attn_scalar": 256, "tie_word_embeddings": True},
           "gemma3": {"head_dim": 256, "query_pre_attn_scalar": 256, "tie_word_embeddings": True,
                      "final_logit_softcapping": None, "sliding_window_pattern": 6}}
 # where llama.cpp's arithmetic is not float32's: Gemma's GELU, which ggml's CPU kernel reads
@@ -73,6 +76,8 @@ def tiny_model(family: str):
                 p.normal_(0, 0.1)
             elif "norm" in name:
                 p.uniform_(0.5, 1.5)
+            elif name.endswith("mlp.gate.weight"):  # a router whose choices are not ties
+                p.normal_(0, 1.0)
     return model
 
 
@@ -127,13 +132,32 @@ def test_every_point_llamacpp_names_matches_transformers(tiny):
     added = {"ln1_post", "ln2_post"} if family.startswith("gemma") else {"attn_out"}
     assert added <= compared, compared
     assert result.within == (family not in ROUNDED)
+    if family.endswith("_moe"):  # both engines chose the same experts everywhere
+        assert result.routing is not None and result.routing.compared > 0
+        assert result.routing.flipped == 0
+
+
+def test_llamacpps_routing_is_checked_and_flips_are_named(tiny, tmp_path):
+    """llama.cpp's router nodes make the trace's routing, checked against the family's rule
+    recomputed from llama.cpp's own logits; a router weight reversed in a copy of the file
+    flips the choice, and diff names the first flip."""
+    from fptrace.commands.diff.engine import engine_diff
+    from fptrace.engines import engine
+
+    (family, *_), path, _, lm = tiny
+    if not family.endswith("_moe"):
+        pytest.skip("a dense family: no router")
+    r = CliRunner().invoke(app, ["run", PROMPT, "-m", path, "--engine", "llama.cpp", "--json"])
+    assert r.exit_code == 0, r.stderr[-800:]
+    routing = json.loads(r.stdout)["routing"]
+    assert routing["checked"] and routing["mismatched"] == 0
+    assert [b["layer"] for b in routing["blocks"]] == list(range(len(lm.parts.blocks)))
+    flipped = scaled(path, str(tmp_path / "router.gguf"), "blk.1.ffn_gate_inp.weight", -1.0)
+    result = engine_diff(lm, engine("llama.cpp"), flipped, PROMPT, settings=EXACT)
+    assert result.routing.flipped > 0 and result.routing.first.layer == 1
 
 
 def test_the_runs_own_checks_pass(tiny):
-    from typer.testing import CliRunner
-
-    from fptrace.cli.main import app
-
     (family, *_), path, _, lm = tiny
     r = CliRunner().invoke(app, ["run", PROMPT, "-m", path, "--engine", "llama.cpp", "--json",
                                  "--kv-cache", "f32", "--flash-attn", "off"])

@@ -1,7 +1,9 @@
 """A tiny GGUF of one family, written in the tests: a tiny random transformers model of the
 family, its tensors under llama.cpp's names (the gguf package's name map, the one llama.cpp's
 own converter uses), the metadata llama.cpp reads for that architecture, and the bundled
-SmolLM2's tokenizer (so the model's vocabulary is SmolLM2's: 49,152 tokens).
+SmolLM2's tokenizer cut to its first VOCAB tokens (byte-level BPE: the merges whose two parts and
+result are among them are kept, so the cut tokenizer is a whole one; every file parses the
+tokenizer's arrays, at Python speed, so the cut makes a test's file ten times faster to read).
 
 What llama.cpp's converter does to a family's weights besides renaming them is done here too,
 each rule named by the family: Llama's W_Q and W_K permuted so each rotary pair sits side by
@@ -10,15 +12,18 @@ side (`rope_adjacent`), Gemma's norm weights stored with the 1 its RMSNorm adds 
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import numpy as np
 
-VOCAB = 49152
+VOCAB = 2048
 
 
+@functools.lru_cache(maxsize=2)
 def tokenizer_fields(bundled: str) -> list[tuple[str, Any, Any]]:
-    """(key, value type, value) of every tokenizer.* field of the bundled GGUF."""
+    """(key, value type, value) of every tokenizer.* field of the bundled GGUF, its vocabulary
+    cut to the first VOCAB tokens."""
     from gguf import GGUFReader, GGUFValueType
 
     reader = GGUFReader(bundled)
@@ -38,7 +43,16 @@ def tokenizer_fields(bundled: str) -> list[tuple[str, Any, Any]]:
             out.append((key, kind, bytes(f.parts[f.data[0]]).decode("utf-8")))
         else:
             out.append((key, kind, f.parts[f.data[0]].tolist()[0]))
-    return out
+    kept = set(next(v for k, _, v in out if k == "tokenizer.ggml.tokens")[:VOCAB])
+
+    def cut(key: str, value: Any) -> Any:
+        if key == "tokenizer.ggml.merges":
+            return [m for m in value if all(p in kept for p in (*m.split(" ", 1),
+                                                                 m.replace(" ", "", 1)))]
+        return value[:VOCAB] if key in ("tokenizer.ggml.tokens", "tokenizer.ggml.token_type",
+                                        "tokenizer.ggml.scores") else value
+
+    return [(k, t, cut(k, v)) for k, t, v in out]
 
 
 def permute(w: np.ndarray, heads: int) -> np.ndarray:
@@ -88,9 +102,28 @@ def write(model: Any, path: str, arch: str, bundled: str, *, rope_adjacent: bool
             w.add_key_value(key, value, kind)
     nh = int(cfg.num_attention_heads)
     nkv = int(getattr(cfg, "num_key_value_heads", nh))
+    experts = getattr(cfg, "num_experts", None)
+    if experts:
+        w.add_expert_count(int(experts))
+        w.add_expert_used_count(int(cfg.num_experts_per_tok))
+        w.add_expert_feed_forward_length(int(cfg.moe_intermediate_size))
+        if getattr(cfg, "shared_expert_intermediate_size", None):
+            w.add_expert_shared_feed_forward_length(int(cfg.shared_expert_intermediate_size))
     tied = bool(getattr(cfg, "tie_word_embeddings", False))
     for hf_name, tensor in model.state_dict().items():
         if tied and hf_name == "lm_head.weight":  # llama.cpp reads the token embedding
+            continue
+        if hf_name.endswith(("mlp.experts.gate_up_proj", "mlp.experts.down_proj")):
+            # transformers keeps each block's experts stacked, W_gate above W_up; llama.cpp
+            # too, in three tensors
+            block = hf_name.split(".")[2]
+            data = tensor.detach().float().numpy().copy()
+            if hf_name.endswith("gate_up_proj"):
+                half = data.shape[1] // 2
+                w.add_tensor(f"blk.{block}.ffn_gate_exps.weight", data[:, :half].copy())
+                w.add_tensor(f"blk.{block}.ffn_up_exps.weight", data[:, half:].copy())
+            else:
+                w.add_tensor(f"blk.{block}.ffn_down_exps.weight", data)
             continue
         name = names.get_name(hf_name, try_suffixes=(".weight", ".bias"))
         if name is None:

@@ -111,7 +111,9 @@ class LlamaCppNames:
     the graph does not give, read as operand i of a node it names in the same block (Qwen2's
     graph adds its unnamed attention output to the stream as `ffn_inp`'s operand 0: {"attn_out":
     ("ffn_inp", 0)}; engines/llamacpp/capture.py); added: the points whose nodes the stream
-    receives from attention and from the MLP (the post-norms where the family has them)."""
+    receives from attention and from the MLP (the post-norms where the family has them);
+    routing: for a mixture of experts, the nodes of each MoE block's router logits (T, E), the
+    experts it chose (T, k) and their weights (T, k), which make the trace's routing."""
 
     archs: tuple[str, ...]
     points: dict
@@ -120,6 +122,7 @@ class LlamaCppNames:
     heads: tuple[str, ...] = ("output", "token_embd")
     operands: dict = field(default_factory=dict)
     added: tuple = (Point.attn_out, Point.mlp_out)
+    routing: tuple[str, str, str] | None = None
 
 
 @dataclass(frozen=True)
@@ -198,6 +201,11 @@ class Family:
     kv_cache_values: Callable[[Any], int] | None = None
     # the names llama.cpp gives this family's points, for `--engine llama.cpp`; None: unmapped
     llamacpp_names: LlamaCppNames | None = None
+    # what transformers' GGUF loader leaves at its config's default though a GGUF file of this
+    # family (its llama.cpp architectures) states it, or the architecture implies it: config
+    # attribute -> the file's `{arch}.KEY` (a str), or the value itself (models/gguf_metadata.py
+    # hands them to the loader)
+    gguf_config: dict = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         """The kinds as enums, from their words too (a family file may write either); a word
@@ -353,6 +361,15 @@ def llamacpp_names_for(arch: str) -> LlamaCppNames | None:
         if fam.llamacpp_names is not None and arch in fam.llamacpp_names.archs:
             return fam.llamacpp_names
     return None
+
+
+def gguf_config_for(arch: str) -> dict:
+    """The config values transformers' GGUF loader misses for GGUF architecture `arch` (the
+    family whose llama.cpp names are checked on it), or {}."""
+    for fam in FAMILIES:
+        if fam.llamacpp_names is not None and arch in fam.llamacpp_names.archs:
+            return fam.gguf_config
+    return {}
 
 
 def family_for_config(config: Any) -> Family | None:

@@ -39,6 +39,9 @@ FAMILY = replace(
     taps={**LLAMA_TAPS, Point.resid_mid: Tap("pre_feedforward_layernorm", "in"),
           Point.ln2: Tap("pre_feedforward_layernorm")},
     llamacpp_names=LLAMACPP_NAMES,
+    # transformers' GGUF loader takes Gemma 2's softcaps to be 50 and 30, whatever the file says
+    gguf_config={"attn_logit_softcapping": "attn_logit_softcapping",
+                 "final_logit_softcapping": "final_logit_softcapping"},
     # softcaps small enough to bite on random weights; every other layer a 3-token window
     tiny=dict(model_type="gemma2", num_hidden_layers=3, hidden_size=64, intermediate_size=96,
               num_attention_heads=4, num_key_value_heads=2, head_dim=16, vocab_size=1000,

@@ -14,7 +14,7 @@ LLAMACPP_NAMES = replace(GEMMA2_NAMES, archs=("gemma3",), operands={})
 
 FAMILY = replace(
     GEMMA2, name="gemma3", title="Gemma 3", model_types=("gemma3_text",), qk_norm=QkNorm.per_head,
-    llamacpp_names=LLAMACPP_NAMES,
+    llamacpp_names=LLAMACPP_NAMES, gguf_config={},  # Gemma 2's softcaps are not Gemma 3's
     tiny=dict(model_type="gemma3_text", num_hidden_layers=3, hidden_size=64,
               intermediate_size=96, num_attention_heads=4, num_key_value_heads=2, head_dim=16,
               vocab_size=1000, max_position_embeddings=64, sliding_window=3,

@@ -15,6 +15,8 @@ LLAMACPP_NAMES = replace(LLAMA_NAMES, archs=("qwen3",), rope_adjacent=False,
 FAMILY = replace(
     LLAMA, name="qwen3", title="Qwen3", model_types=("qwen3",), qk_norm=QkNorm.per_head,
     llamacpp_names=LLAMACPP_NAMES,
+    # transformers' GGUF loader takes Qwen3's head width to be 128, whatever the file says
+    gguf_config={"head_dim": "attention.key_length"},
     tiny=dict(model_type="qwen3", num_hidden_layers=2, hidden_size=64, intermediate_size=96,
               num_attention_heads=4, num_key_value_heads=2, head_dim=16, vocab_size=1000,
               max_position_embeddings=64, tie_word_embeddings=True),

@@ -10,6 +10,20 @@ from typing import Any
 
 from fptrace.families import Moe
 from fptrace.families.mixtral import FAMILY as MIXTRAL
+from fptrace.families.qwen3 import LLAMACPP_NAMES as QWEN3_NAMES
+from fptrace.points import Point
+
+# llama.cpp's qwen3moe graph (checked on a tiny GGUF, tests/test_llamacpp_families.py): Qwen3's
+# names up to the MLP; the MoE block's output, what the stream receives, is `ffn_moe_out`; its
+# router's logits `ffn_moe_logits`, the experts chosen `ffn_moe_topk` and their weights, always
+# renormalised, `ffn_moe_weights_norm`. The experts' own products are not compared point by
+# point (each position's go through its own experts)
+LLAMACPP_NAMES = replace(
+    QWEN3_NAMES, archs=("qwen3moe",),
+    points={p: n for p, n in QWEN3_NAMES.points.items()
+            if p not in (Point.mlp_gate, Point.mlp_up, Point.mlp_act, Point.mlp_out)}
+    | {Point.mlp_out: "ffn_moe_out"},
+    routing=("ffn_moe_logits", "ffn_moe_topk", "ffn_moe_weights_norm"))
 
 
 def moe(cfg: Any) -> Moe | None:
@@ -29,7 +43,12 @@ def d_expert(cfg: Any) -> int | None:
 
 FAMILY = replace(
     MIXTRAL, name="qwen3_moe", title="Qwen3-MoE", model_types=("qwen3_moe",), qk_norm="per_head",
-    moe=moe, d_mlp=d_expert,
+    moe=moe, d_mlp=d_expert, llamacpp_names=LLAMACPP_NAMES,
+    # what transformers' GGUF loader leaves at Qwen3-MoE's defaults: the head width, the
+    # experts' width, and the renormalisation of the chosen weights, which llama.cpp's qwen3moe
+    # always does (the GGUF has no key for it)
+    gguf_config={"head_dim": "attention.key_length",
+                 "moe_intermediate_size": "expert_feed_forward_length", "norm_topk_prob": True},
     tiny=dict(model_type="qwen3_moe", num_hidden_layers=2, hidden_size=64, intermediate_size=96,
               moe_intermediate_size=32, num_attention_heads=4, num_key_value_heads=2,
               head_dim=16, vocab_size=1000, max_position_embeddings=64, num_experts=8,

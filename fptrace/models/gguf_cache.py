@@ -27,7 +27,8 @@ Progress = Callable[[str], None]
 CACHE_ENV = "FPTRACE_CACHE_DIR"
 
 
-CACHE_FORMAT = 1
+# 2: the config holds what transformers' GGUF loader misses (the family's gguf_config)
+CACHE_FORMAT = 2
 
 
 MANIFEST = "fptrace-cache.json"
@@ -159,11 +160,13 @@ def _dequantize(path: str, entry: str, progress: Progress) -> None:
     from safetensors.torch import save_model
     from transformers import AutoModelForCausalLM
 
+    from fptrace.models.gguf_metadata import config_overrides
+
     progress(f"dequantizing {os.path.basename(path)} (once, ~20 s; cached in {entry})")
     try:
         model = AutoModelForCausalLM.from_pretrained(
             os.path.dirname(os.path.abspath(path)), gguf_file=os.path.basename(path),
-            dtype=torch.float32)
+            dtype=torch.float32, **config_overrides(check_metadata(path)))
     except Exception as e:
         raise ModelLoadError(f"cannot read the GGUF file {path}: {short_error(e)}") from None
     with building(os.path.dirname(entry)) as tmp:

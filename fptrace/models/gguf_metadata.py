@@ -275,4 +275,18 @@ def check(path: str) -> GGUFMetadata:
     return meta
 
 
-__all__ = ["MAX_LAYERS", "GGUFMetadata", "check", "problem", "read"]
+def config_overrides(meta: GGUFMetadata) -> dict[str, Any]:
+    """What transformers' GGUF loader would leave at its config's default though the file, or
+    its architecture, states it (the family's `gguf_config`): config attribute -> value, for
+    from_pretrained. A key the file lacks is left to the loader."""
+    from fptrace.families import gguf_config_for
+
+    out: dict[str, Any] = {}
+    for attribute, source in gguf_config_for(meta.architecture or "").items():
+        value = meta.hparam(source) if isinstance(source, str) else source
+        if value is not None:
+            out[attribute] = value
+    return out
+
+
+__all__ = ["MAX_LAYERS", "GGUFMetadata", "check", "config_overrides", "problem", "read"]

@@ -60,9 +60,12 @@ def load_config(spec: ModelSpec) -> Any:
     if spec.kind == "gguf":
         from transformers import AutoConfig
 
+        from fptrace.models.gguf_metadata import check, config_overrides
+
+        overrides = config_overrides(check(spec.path)) if spec.path else {}
         try:
             return AutoConfig.from_pretrained(os.path.dirname(os.path.abspath(spec.path)),
-                                              gguf_file=os.path.basename(spec.path))
+                                              gguf_file=os.path.basename(spec.path), **overrides)
         except Exception as e:  # gguf raises many kinds on a bad file
             raise ModelLoadError(f"cannot read the GGUF file {spec.path}: {short_error(e)}") from None
     return config_from_dict(read_json(hub_file(spec.hub_id, "config.json")))

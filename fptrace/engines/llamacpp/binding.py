@@ -32,6 +32,7 @@ INSTALL_HINT = ('install the extra: pip install "fptrace[llamacpp]" '
 GGML_TYPE_F32 = 0
 GGML_TYPE_F16 = 1
 GGML_TYPE_BF16 = 30
+GGML_TYPE_I32 = 26
 GGML_MAX_DIMS = 4
 
 # enum llama_flash_attn_type

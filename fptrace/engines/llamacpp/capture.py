@@ -107,25 +107,28 @@ def piece(lib: C.CDLL, vocab: int, token: int) -> str:
 
 
 def copy_out(lib: C.CDLL, t: int) -> np.ndarray | None:
-    """The tensor's values as float32 in numpy order (reversed ne), or None for a type that is
-    not f32/f16/bf16."""
+    """The tensor's values as float32 in numpy order (reversed ne), int32 for an I32 tensor
+    (the experts an MoE router chose), or None for another type."""
     head = B.Tensor.from_address(t)
     dims = [int(n) for n in head.ne]
     strides = [int(s) for s in head.nb]
-    item = {B.GGML_TYPE_F32: 4, B.GGML_TYPE_F16: 2, B.GGML_TYPE_BF16: 2}.get(head.type)
+    item = {B.GGML_TYPE_F32: 4, B.GGML_TYPE_F16: 2, B.GGML_TYPE_BF16: 2,
+            B.GGML_TYPE_I32: 4}.get(head.type)
     if item is None or strides[0] != item:
         return None
     span = int(lib.ggml_nbytes(t))
     raw = np.empty(span, dtype=np.uint8)
     lib.ggml_backend_tensor_get(t, raw.ctypes.data, 0, span)
     dtype = {B.GGML_TYPE_F32: np.float32, B.GGML_TYPE_F16: np.float16,
-             B.GGML_TYPE_BF16: np.uint16}[head.type]
+             B.GGML_TYPE_BF16: np.uint16, B.GGML_TYPE_I32: np.int32}[head.type]
     # the bytes as elements; the strides (in bytes, fastest dimension last) give the layout
     view = np.lib.stride_tricks.as_strided(raw[: span - span % item].view(dtype),
                                            shape=tuple(reversed(dims)),
                                            strides=tuple(reversed(strides)))
     if head.type == B.GGML_TYPE_BF16:
         return (view.astype(np.uint32) << 16).view(np.float32).copy()
+    if head.type == B.GGML_TYPE_I32:
+        return np.ascontiguousarray(view, dtype=np.int32)
     return np.ascontiguousarray(view, dtype=np.float32)
 
 

@@ -100,7 +100,39 @@ def wanted_names() -> frozenset[str]:
     from fptrace.families import FAMILIES
 
     return frozenset(n for f in FAMILIES if f.llamacpp_names
-                     for n in f.llamacpp_names.points.values())
+                     for n in copied(f.llamacpp_names))
+
+
+def copied(names: LlamaCppNames) -> frozenset[str]:
+    """The graph names one family's map copies: its points and its router's nodes."""
+    return frozenset(names.points.values()) | frozenset(names.routing or ())
+
+
+def routing(lm: LoadedModel, lm_pass: LlamaCppPass, names: LlamaCppNames) -> Any:
+    """The trace's routing from llama.cpp's own router nodes (logits, the experts chosen and
+    their weights, per MoE block), checked as a transformers pass's is: the family's routing
+    rule recomputed from llama.cpp's logits must choose llama.cpp's experts with its weights;
+    None for a dense model or a map without router nodes."""
+    import torch
+
+    from fptrace.core.routing import RouterCapture, moe_facts, routing_of_rows
+
+    moe = moe_facts(lm.parts, lm.config)
+    if moe is None or names.routing is None:
+        return None
+    logits_name, chosen_name, weights_name = names.routing
+    T = len(lm_pass.ids)
+    cap = RouterCapture()
+    for k in range(lm_pass.n_layer):
+        chosen = lm_pass.get(chosen_name, k)
+        logits, weights = lm_pass.get(logits_name, k), lm_pass.get(weights_name, k)
+        if chosen is None or logits is None or weights is None:  # a dense block
+            continue
+        cap.blocks.append(k)
+        cap.logits[k] = torch.from_numpy(logits.reshape(T, -1).copy())
+        cap.indices[k] = torch.from_numpy(chosen.reshape(T, -1).astype(np.int64))
+        cap.weights[k] = torch.from_numpy(weights.reshape(T, -1).copy())
+    return routing_of_rows(cap, moe, 1, T, [T], "float32")[0] if cap.blocks else None
 
 
 def block_points(lm_pass: LlamaCppPass, names: LlamaCppNames, layer: int,
@@ -216,7 +248,7 @@ def run_llamacpp(path: str, prompt: str, options: EngineOptions | None = None,
 
     arch = check_gguf(path).architecture
     names = llamacpp_names_for(arch) if arch else None
-    wanted = wanted_names() if names is None else frozenset(names.points.values())
+    wanted = wanted_names() if names is None else copied(names)
     return run_pass(path, prompt, options or EngineOptions(), ids=ids, wanted=wanted,
                     operands=names.operands if names else None)
 
@@ -295,7 +327,8 @@ def llamacpp_trace(lm: LoadedModel, lm_pass: LlamaCppPass, *, top_k: int = 10,
         top_k=tuple(TopToken(r + 1, i, lm.token_text(i), pr, lg)
                     for r, (i, pr, lg) in enumerate(zip(top_ids, top_p, top_l))),
         all_positions=False, truncated=0, first_nonfinite=first_bad, notes=tuple(notes),
-        decomposition=decomposition[0], engine="llama.cpp")
+        decomposition=decomposition[0], engine="llama.cpp",
+        routing=routing(lm, lm_pass, names))
     return trace, c
 
 
