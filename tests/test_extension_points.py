@@ -380,15 +380,20 @@ print(json.dumps(out))
 '''
 
 
+def package_with(tmp_path: Path, folder: str, files: dict[str, str]) -> Path:
+    """A copy of the package in tmp_path with one folder added (its files' texts dedented)."""
+    copy = tmp_path / "fptrace"
+    shutil.copytree(PKG, copy, ignore=shutil.ignore_patterns("__pycache__"))
+    (copy / folder).mkdir()
+    for name, text in files.items():
+        (copy / folder / name).write_text(textwrap.dedent(text).lstrip("\n"), encoding="utf-8")
+    return copy
+
+
 def test_a_new_command_folder_is_found_everywhere(tmp_path):
     """docs/development.md's walkthrough, done in a copy of the package: the folder
     commands/letters/ and nothing else, and every collector finds what it offers."""
-    copy = tmp_path / "fptrace"
-    shutil.copytree(PKG, copy, ignore=shutil.ignore_patterns("__pycache__"))
-    folder = copy / "commands" / "letters"
-    folder.mkdir()
-    for name, text in LETTERS.items():
-        (folder / name).write_text(textwrap.dedent(text).lstrip("\n"), encoding="utf-8")
+    copy = package_with(tmp_path, "commands/letters", LETTERS)
 
     def files(top: Path) -> dict[str, bytes]:
         return {p.relative_to(top).as_posix(): p.read_bytes() for p in top.rglob("*.py")}
@@ -546,12 +551,7 @@ def test_a_new_engine_folder_is_found_everywhere(tmp_path):
     are collected."""
     from conftest import tiny_gpt2
 
-    copy = tmp_path / "fptrace"
-    shutil.copytree(PKG, copy, ignore=shutil.ignore_patterns("__pycache__"))
-    folder = copy / "engines" / "echo"
-    folder.mkdir()
-    for name, text in ECHO.items():
-        (folder / name).write_text(textwrap.dedent(text).lstrip("\n"), encoding="utf-8")
+    copy = package_with(tmp_path, "engines/echo", ECHO)
     added = {p.relative_to(copy).as_posix() for p in copy.rglob("*.py")} - \
         {p.relative_to(PKG).as_posix() for p in PKG.rglob("*.py")}
     assert added == {f"engines/echo/{n}" for n in ECHO}

@@ -94,8 +94,23 @@ def scaled(path: str, out: str, tensor: str, factor: float) -> str:
     return out
 
 
+@pytest.fixture(scope="module")
+def own_cache(tmp_path_factory):
+    """A weights cache of this module's own: the tiny files' dequantized entries stay out of
+    the session's cache, whose entries other tests count."""
+    import os
+
+    old = os.environ.get("FPTRACE_CACHE_DIR")
+    os.environ["FPTRACE_CACHE_DIR"] = str(tmp_path_factory.mktemp("families-cache"))
+    yield
+    if old is None:
+        os.environ.pop("FPTRACE_CACHE_DIR", None)
+    else:
+        os.environ["FPTRACE_CACHE_DIR"] = old
+
+
 @pytest.fixture(scope="module", params=ARCHS, ids=[a[0] for a in ARCHS])
-def tiny(request, tmp_path_factory, gguf, cache_dir):
+def tiny(request, tmp_path_factory, gguf, own_cache):
     from fptrace.models.loading import load_model
     from tiny_gguf import write
 

@@ -574,7 +574,7 @@ def test_sigterm_writes_what_was_counted(tmp_path, gpt2_folder):
         time.sleep(0.02)
     proc.send_signal(signal.SIGTERM)
     _, err = proc.communicate(timeout=60)
-    assert proc.returncode == 130 and "--resume" in err
+    assert proc.returncode == 130 and "--resume" in err, err[-2000:]
     assert 0 < len(statistics_of(out).prompts) < 400
 
 
