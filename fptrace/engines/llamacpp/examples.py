@@ -30,4 +30,8 @@ def bad_inputs(at: Setup) -> tuple[Case, ...]:
               "--engine-b", "llama.cpp")),
         Case(136, "diff --engine-b llama.cpp: --emulate all with another step",
              ("diff", "hi", *m, "--engine-b", "llama.cpp", "--emulate", "all,kv")),
+        Case(277, "run: llama.cpp's --kv-cache without --engine llama.cpp",
+             ("run", "hi", *m, "--kv-cache", "f32")),
+        Case(278, "diff: llama.cpp's --flash-attn without --engine-b llama.cpp",
+             ("diff", "hi", *m, "--dtype-b", "float16", "--flash-attn", "off")),
     )
