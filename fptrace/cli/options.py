@@ -190,22 +190,23 @@ def engine_options(side_b: bool = False) -> Callable[[Callable[..., Any]], Calla
     """Attach --engine (side_b: diff's --engine-b, among the engines that compare) and every
     engine's settings (fptrace/engines/: --flash-attn, --kv-cache) to a command whose function
     takes `engine: EngineChoice`; the choices and their help come from the engine folders."""
-    from fptrace.engines import EngineChoice, default, engines
+    from fptrace.engines import EngineChoice, engines
 
     found = engines()
+    first = found[0]  # the default engine
     named = [e for e in found if not e.default and (e.compare is not None or not side_b)]
-    choice = Enum("Engine", {e.name: e.name for e in [default(), *named]},  # type: ignore[misc]
+    choice = Enum("Engine", {e.name: e.name for e in [first, *named]},  # type: ignore[misc]
                   type=str)
     if side_b:
         text = "... computed by this engine: " + "; ".join(
             f"{e.name} {e.help_b}" for e in named) + "."
     else:
-        text = f"{default().name} (default) or " + "; ".join(
+        text = f"{first.name} (default) or " + "; ".join(
             f"{e.name}: {e.help}" for e in named) + "."
     chosen: list[tuple[str, Any, Any]] = [(
         "engine_name", Annotated[choice, typer.Option(  # type: ignore[valid-type]
             "--engine-b" if side_b else "--engine", help=text, rich_help_panel=MODEL)],
-        choice(default().name))]
+        choice(first.name))]
     settings = [s for e in found for s in e.settings]
     for s in settings:
         words = Enum(s.name, {w: w for w in s.choices}, type=str)  # type: ignore[misc]
@@ -215,7 +216,7 @@ def engine_options(side_b: bool = False) -> Callable[[Callable[..., Any]], Calla
     def build(engine_name: Any = None, **values: Any) -> EngineChoice:
         words = {s.name: getattr(values.get(s.name), "value", s.default) for s in settings}
         name = getattr(engine_name, "value", None)
-        return EngineChoice(None if name in (None, default().name) else name, words,
+        return EngineChoice(None if name in (None, first.name) else name, words,
                             {s.flag: words[s.name] != s.default for s in settings})
 
     return _group(tuple(chosen), build, "engine")

@@ -355,21 +355,23 @@ def load_families(names: tuple[str, ...] | None = None) -> tuple[Family, ...]:
 
 
 
+def family_for_gguf(arch: str) -> Family | None:
+    """The family whose llama.cpp names were checked on GGUF architecture `arch`, or None."""
+    return next((fam for fam in FAMILIES if fam.llamacpp_names is not None
+                 and arch in fam.llamacpp_names.archs), None)
+
+
 def llamacpp_names_for(arch: str) -> LlamaCppNames | None:
     """The llama.cpp name map checked on GGUF architecture `arch`, or None."""
-    for fam in FAMILIES:
-        if fam.llamacpp_names is not None and arch in fam.llamacpp_names.archs:
-            return fam.llamacpp_names
-    return None
+    fam = family_for_gguf(arch)
+    return None if fam is None else fam.llamacpp_names
 
 
 def gguf_config_for(arch: str) -> dict:
     """The config values transformers' GGUF loader misses for GGUF architecture `arch` (the
     family whose llama.cpp names are checked on it), or {}."""
-    for fam in FAMILIES:
-        if fam.llamacpp_names is not None and arch in fam.llamacpp_names.archs:
-            return fam.gguf_config
-    return {}
+    fam = family_for_gguf(arch)
+    return {} if fam is None else fam.gguf_config
 
 
 def family_for_config(config: Any) -> Family | None:

@@ -17,6 +17,7 @@ from typing import Any
 
 from fptrace.errors import ModelLoadError
 from fptrace.models.devices import alias_tied_offload
+from fptrace.models.gguf_metadata import GGUFMetadata, config_overrides
 from fptrace.models.gguf_metadata import check as check_metadata
 from fptrace.models.sources import short_error
 from fptrace.models.tokenizers import HFTokenizer
@@ -136,11 +137,11 @@ def gguf_model(path: str, dtype: Any, progress: Progress, placed: dict | None = 
     more from_pretrained arguments, a device map or a quantization."""
     from transformers import AutoModelForCausalLM
 
-    check_metadata(path)  # what llama.cpp would abort on, transformers fails on unclearly
+    meta = check_metadata(path)  # what llama.cpp would abort on, transformers fails on unclearly
     entry = os.path.join(gguf_entry(path), "model")
     for attempt in range(2):  # a cache entry that cannot be read is rebuilt once
         if not entry_ok(entry):
-            _dequantize(path, entry, progress)
+            _dequantize(path, entry, progress, meta)
         try:
             return alias_tied_offload(AutoModelForCausalLM.from_pretrained(
                 entry, dtype=dtype, disable_mmap=True, **(placed or {})))
@@ -153,20 +154,18 @@ def gguf_model(path: str, dtype: Any, progress: Progress, placed: dict | None = 
     raise AssertionError("unreachable")
 
 
-def _dequantize(path: str, entry: str, progress: Progress) -> None:
+def _dequantize(path: str, entry: str, progress: Progress, meta: GGUFMetadata) -> None:
     """Dequantize the GGUF file through transformers' GGUF reader into the cache entry (a
     float32 safetensors folder), published whole or not at all."""
     import torch
     from safetensors.torch import save_model
     from transformers import AutoModelForCausalLM
 
-    from fptrace.models.gguf_metadata import config_overrides
-
     progress(f"dequantizing {os.path.basename(path)} (once, ~20 s; cached in {entry})")
     try:
         model = AutoModelForCausalLM.from_pretrained(
             os.path.dirname(os.path.abspath(path)), gguf_file=os.path.basename(path),
-            dtype=torch.float32, **config_overrides(check_metadata(path)))
+            dtype=torch.float32, **config_overrides(meta))
     except Exception as e:
         raise ModelLoadError(f"cannot read the GGUF file {path}: {short_error(e)}") from None
     with building(os.path.dirname(entry)) as tmp:

@@ -132,7 +132,7 @@ def copy_out(lib: C.CDLL, t: int) -> np.ndarray | None:
     return np.ascontiguousarray(view, dtype=np.float32)
 
 
-# the unnamed nodes of the stream's width kept for `operands`, the most recent first
+# how many of the last unnamed nodes of the stream's width are kept for `operands`
 RECENT = 16
 BLOCK_SUFFIX = re.compile(r"-\d+$")
 
@@ -174,14 +174,13 @@ class Capture:
             name = self.lib.ggml_get_name(t).decode("utf-8", "replace")
             if ask:
                 return self.want(name) or self.unnamed(t, name)
-            if self.unnamed(t, name):
-                arr = copy_out(self.lib, t)
-                if arr is not None:
-                    self.recent[t] = arr
-                    while len(self.recent) > RECENT:
-                        del self.recent[next(iter(self.recent))]
-            if self.want(name):
-                arr = copy_out(self.lib, t)
+            unnamed, wanted = self.unnamed(t, name), self.want(name)
+            arr = copy_out(self.lib, t) if unnamed or wanted else None
+            if unnamed and arr is not None:
+                self.recent[t] = arr
+                while len(self.recent) > RECENT:
+                    del self.recent[next(iter(self.recent))]
+            if wanted:
                 if arr is None:
                     self.skipped.add(name)
                 else:
@@ -221,10 +220,12 @@ def make_batch(ids: list[int]) -> tuple[B.Batch, list]:
 def run_pass(path: str, prompt: str, options: EngineOptions | None = None,
              ids: list[int] | None = None, wanted: frozenset[str] | None = None,
              capture: bool = True,
-             operands: dict[str, tuple[str, int]] | None = None) -> LlamaCppPass:
+             operands: dict[str, tuple[str, int]] | None = None,
+             meta: GGUFMetadata | None = None) -> LlamaCppPass:
     """Load `path` in llama.cpp, tokenize `prompt` with its tokenizer (or take `ids`), decode
     once with every wanted graph tensor captured (all of them when `wanted` is None), and the
-    `operands` the graph leaves unnamed (Capture)."""
+    `operands` the graph leaves unnamed (Capture). meta: the file's checked metadata, where the
+    caller has read it already (check_gguf)."""
     options = options or EngineOptions()
     if options.flash_attn not in B.FLASH_ATTN:
         raise BadInput(f"flash attention {options.flash_attn!r}: expected one of "
@@ -232,7 +233,7 @@ def run_pass(path: str, prompt: str, options: EngineOptions | None = None,
     if options.cache_type not in B.CACHE_TYPES:
         raise BadInput(f"K/V cache type {options.cache_type!r}: expected one of "
                        f"{', '.join(B.CACHE_TYPES)}")
-    meta = check_gguf(path)
+    meta = meta or check_gguf(path)
     lib = B.load().lib
     B.take_errors()
     model = lib.llama_model_load_from_file(path.encode(), lib.llama_model_default_params())

@@ -246,11 +246,11 @@ def run_llamacpp(path: str, prompt: str, options: EngineOptions | None = None,
     fails to load, or names_for says so)."""
     from fptrace.engines.llamacpp.capture import check_gguf
 
-    arch = check_gguf(path).architecture
-    names = llamacpp_names_for(arch) if arch else None
+    meta = check_gguf(path)
+    names = llamacpp_names_for(meta.architecture) if meta.architecture else None
     wanted = wanted_names() if names is None else copied(names)
     return run_pass(path, prompt, options or EngineOptions(), ids=ids, wanted=wanted,
-                    operands=names.operands if names else None)
+                    operands=names.operands if names else None, meta=meta)
 
 
 def llamacpp_trace(lm: LoadedModel, lm_pass: LlamaCppPass, *, top_k: int = 10,
