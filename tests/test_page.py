@@ -39,6 +39,56 @@ def _own_streams(lm, ids):
     return ref, outs
 
 
+def test_the_pages_script_and_style_are_files_that_parse():
+    """page.js and page.css are package files a JavaScript and a CSS parser read without an
+    error (the parsers do find errors: a broken copy of each fails), and build_html inlines them
+    unchanged."""
+    import esprima
+    import tinycss2
+    from importlib.resources import files
+
+    from fptrace.render.page import inlined
+
+    def css_errors(text):
+        rules = tinycss2.parse_stylesheet(text, skip_comments=True, skip_whitespace=True)
+        found = [r for r in rules if r.type == "error"]
+        for r in rules:
+            if r.type == "qualified-rule":
+                found += [d for d in tinycss2.parse_declaration_list(
+                    r.content, skip_comments=True, skip_whitespace=True) if d.type == "error"]
+        return found
+
+    js = files("fptrace.render").joinpath("page.js").read_text(encoding="utf-8")
+    css = files("fptrace.render").joinpath("page.css").read_text(encoding="utf-8")
+    assert inlined("page.js") == js and inlined("page.css") == css
+    assert esprima.parseScript(js).body
+    with pytest.raises(esprima.Error):
+        esprima.parseScript(js.replace("function", "functio", 1))
+    assert css_errors(css) == [] and len(css) > 1000
+    assert css_errors(css.replace(";", " ;}", 1)) or css_errors(css.replace(":", "", 1))
+
+
+def test_a_page_file_that_would_end_its_element_is_refused(monkeypatch):
+    import fptrace.render.page as page
+
+    class Fake:
+        def __init__(self, text):
+            self.text = text
+
+        def joinpath(self, name):
+            return self
+
+        def read_text(self, encoding):
+            return self.text
+
+    monkeypatch.setattr(page, "files", lambda package: Fake("var a = 1; // </SCRIPT>"))
+    with pytest.raises(ValueError, match="page.js holds </script"):
+        page.inlined("page.js")
+    monkeypatch.setattr(page, "files", lambda package: Fake("a { color: red } </style>"))
+    with pytest.raises(ValueError, match="page.css holds </style"):
+        page.inlined("page.css")
+
+
 def test_lens_grid_cells_are_what_the_model_computed(tiny):
     ids = _ids(tiny)
     t = run_trace(tiny, ids, lens_grid=True)

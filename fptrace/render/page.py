@@ -1,13 +1,14 @@
 """The HTML page of a report: one self-contained file (its style and script inline, figures as
-inline PNG data, no request of any kind) holding the trace's header, the explorer (the script of
-render/page_script.py drawing the trace and what each section offers, render/pagedata.py, from
-the JSON block embedded here), and the figures and terminal views of each section
-(cli/sections.py), in their order on the page. The report, `--html` on the analysis commands and
-the TUI's export build it."""
+inline PNG data, no request of any kind) holding the trace's header, the explorer (page.js
+drawing the trace and what each section offers, render/pagedata.py, from the JSON block embedded
+here), and the figures and terminal views of each section (cli/sections.py), in their order on
+the page. The style and the script are files of this package, page.css and page.js, inlined when
+a page is written. The report, `--html` on the analysis commands and the TUI's export build it."""
 
 from __future__ import annotations
 
 import html
+from importlib.resources import files
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -34,6 +35,17 @@ class PageData:
     sections: tuple[Any, ...]
 
 
+def inlined(name: str) -> str:
+    """The text of one of the page's own files (page.css, page.js), to go inside the page's
+    <style> or <script> element: a file holding `</` followed by that element's name would end it
+    early, and is refused."""
+    text = files(__package__).joinpath(name).read_text(encoding="utf-8")
+    element = "style" if name.endswith(".css") else "script"
+    if f"</{element}" in text.lower():
+        raise ValueError(f"{name} holds </{element}, which would end its <{element}> element")
+    return text
+
+
 def embedded(text: str) -> str:
     """JSON text safe inside a <script> block: `<` written as its escape, so that no text of
     a prompt can end the block (the JSON's value is unchanged)."""
@@ -54,7 +66,6 @@ def build_html(trace: Trace, parts: Sequence[tuple[Any, Any]]) -> str:
     heading, then each section's body, in the order of `parts` (each a section of
     cli/sections.py with its result)."""
     from fptrace.render.json import to_json
-    from fptrace.render.page_script import SCRIPT, STYLE
     from fptrace.render.text import inert, visible
 
     esc = html.escape
@@ -83,8 +94,8 @@ def build_html(trace: Trace, parts: Sequence[tuple[Any, Any]]) -> str:
         body += section.body(result)
     return "".join([
         HEAD.format(title=esc(f"fptrace: {inert(trace.prompt[:60])}")),
-        f"<style>{STYLE}</style>\n</head>\n<body>\n", "\n".join(body), "\n",
+        f"<style>\n{inlined('page.css')}</style>\n</head>\n<body>\n", "\n".join(body), "\n",
         '<script type="application/json" id="fptrace-trace">',
         embedded(to_json(trace, indent=None)), "</script>\n",
         f'<script type="application/json" id="fptrace-data">{page_data(parts)}</script>\n',
-        f"<script>{SCRIPT}</script>\n</body>\n</html>\n"])
+        f"<script>\n{inlined('page.js')}</script>\n</body>\n</html>\n"])

@@ -1,64 +1,10 @@
-"""The report page's style and script, inlined into the page (render/page.py): no file, font or
-library is fetched. The script reads the JSON blocks `fptrace-trace` (the trace) and
-`fptrace-data` (what each section offers, render/pagedata.py) and builds the explorer: the
-token strip, the logit-lens heatmap (one HTML cell per layer and position, its exact values on
-hover or focus), the panels a token or a block opens, and each section's heatmaps. Keys: ←/→
-move the selected token, ↑/↓ the selected block, Enter opens both panels, Escape closes them."""
-
-from __future__ import annotations
-
-STYLE = """
-body { font-family: system-ui, sans-serif; margin: 2em auto; max-width: 1200px; color: #222;
-       background: #fff; line-height: 1.45; padding: 0 1em; }
-h1 { font-size: 1.5em; } h2 { font-size: 1.2em; margin-top: 2em; border-bottom: 1px solid #ddd; }
-h3 { font-size: 1.05em; margin: 1.2em 0 .4em; }
-pre.term { font-family: ui-monospace, "DejaVu Sans Mono", Menlo, Consolas, monospace;
-           font-size: 12px; line-height: 1.25; padding: 1em; overflow-x: auto; border-radius: 6px; }
-img { max-width: 100%; border: 1px solid #eee; }
-.verdict-ok { color: #0a7a2f; font-weight: bold; }
-.verdict-bad { color: #b00020; font-weight: bold; }
-.tokens span { display: inline-block; border: 1px solid #bbb; border-radius: 4px; padding: 0 .3em;
-               margin: .1em; font-family: ui-monospace, monospace; background: #f6f6f6; }
-.heat td, .strip button, .panel td { font-family: ui-monospace, "DejaVu Sans Mono", Menlo,
-  Consolas, monospace; }
-.hint { color: #555; font-size: .9em; }
-.strip { display: flex; flex-wrap: wrap; gap: .25em; margin: .5em 0 1em; }
-.strip button { border: 1px solid #999; border-radius: 4px; background: #f6f6f6;
-                padding: .15em .45em; cursor: pointer; font-size: 13px; }
-.strip button.sel { background: #1a4f9c; color: #fff; border-color: #1a4f9c; }
-.scroll { overflow-x: auto; max-width: 100%; }
-table.heat { border-collapse: collapse; font-size: 11px; }
-.heat th { font-weight: normal; padding: 1px 4px; white-space: nowrap; text-align: right; }
-.heat thead th { text-align: center; }
-.heat th button { font: inherit; border: 1px solid transparent; background: none; cursor: pointer;
-                  padding: 0 .3em; border-radius: 3px; }
-.heat th button.sel { border-color: #1a4f9c; font-weight: bold; }
-.heat td { min-width: 3.2em; max-width: 7em; overflow: hidden; text-overflow: ellipsis;
-           white-space: nowrap; padding: 2px 4px; text-align: center; cursor: pointer;
-           border: 1px solid #fff; }
-.heat td.col { border-left-color: #1a4f9c; border-right-color: #1a4f9c; }
-.heat td.row { border-top-color: #1a4f9c; border-bottom-color: #1a4f9c; }
-.heat td.cur { outline: 2px solid #f0a000; outline-offset: -2px; }
-:focus-visible { outline: 3px solid #1a73e8 !important; outline-offset: 1px; }
-#tip { position: absolute; z-index: 10; background: #111; color: #fff; padding: .4em .6em;
-       border-radius: 4px; font: 12px/1.35 ui-monospace, "DejaVu Sans Mono", Menlo, monospace;
-       white-space: pre-wrap; pointer-events: none; max-width: 36em; }
-.lens-row { display: flex; flex-wrap: wrap; gap: 1em; align-items: flex-start; }
-.lens-row > .scroll { flex: 0 1 auto; }
-.panels { display: flex; flex-direction: column; gap: 1em; flex: 1 1 28em; min-width: 0;
-          position: sticky; top: 0; max-height: 100vh; overflow-y: auto; }
-.panel { border: 1px solid #bbb; border-radius: 6px; padding: .5em 1em 1em; min-width: 0;
-         overflow-x: auto; background: #fcfcfc; }
-.panel table { border-collapse: collapse; font-size: 12px; }
-.panel th, .panel td { padding: 1px 8px; text-align: right; border-bottom: 1px solid #eee;
-                       white-space: nowrap; }
-.panel th { font-weight: 600; }
-.panel td.text, .panel th.text { text-align: left; }
-.panel tr.sel td { background: #fff3c4; }
-.panel .close { float: right; }
-"""
-
-SCRIPT = r"""
+// The report page's explorer (render/page.py inlines it into the page's script element): it reads
+// the JSON blocks `fptrace-trace` (the trace) and `fptrace-data` (what each section offers,
+// render/pagedata.py) and builds the token strip, the logit-lens heatmap (one HTML cell per
+// layer and position, its exact values on hover or focus), the panels a token or a block
+// opens, and each section's heatmaps. Keys: left/right move the selected token, up/down the
+// selected block, Enter opens both panels, Escape closes them. No file, font or library is
+// fetched.
 (function () {
   "use strict";
   var traceText = document.getElementById("fptrace-trace").textContent;
@@ -443,4 +389,3 @@ SCRIPT = r"""
 
   render();
 })();
-"""
