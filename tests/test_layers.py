@@ -31,6 +31,8 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
+import pytest
+
 PKG = Path(__file__).resolve().parent.parent / "fptrace"
 LEAVES = {"fptrace.errors", "fptrace.atomic", "fptrace.results", "fptrace.notes", "fptrace.numbers",
           "fptrace.points", "fptrace.addresses", "fptrace.extensions", "fptrace.examples",
@@ -328,3 +330,32 @@ def test_the_place_check_catches_a_parser_of_its_own(tmp_path):
     in_report = {flag for path in PKG.glob("commands/*/report.py")
                  for flag, _, _ in _options(ast.parse(path.read_text(encoding="utf-8")))}
     assert {"--layer", "--head", "--steer-layer", "--qk"} <= in_report
+
+
+def _module_map():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("module_map", PKG.parent / "scripts" / "module_map.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_module_map_is_generated_and_current():
+    """docs/modules.md is what scripts/module_map.py writes from the docstrings now: a module
+    added, moved or re-described without regenerating it fails here."""
+    doc = (PKG.parent / "docs" / "modules.md").read_text(encoding="utf-8")
+    assert doc == _module_map().markdown(), "docs/modules.md is stale: python scripts/module_map.py"
+
+
+def test_the_module_map_needs_every_module_described(tmp_path, monkeypatch):
+    mm = _module_map()
+    assert mm.first_sentence("Heads (Elhage et al. 2021) in block 23.4. Then more.") == \
+        "Heads (Elhage et al. 2021) in block 23.4."
+    (tmp_path / "fptrace").mkdir()
+    (tmp_path / "fptrace" / "__init__.py").write_text('"""A package."""\n')
+    (tmp_path / "fptrace" / "bare.py").write_text("x = 1\n")
+    monkeypatch.setattr(mm, "ROOT", tmp_path)
+    monkeypatch.setattr(mm, "PACKAGE", tmp_path / "fptrace")
+    with pytest.raises(SystemExit, match="bare.py has no module docstring"):
+        mm.markdown()
