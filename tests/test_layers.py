@@ -345,7 +345,8 @@ def test_the_module_map_is_generated_and_current():
     """docs/modules.md is what scripts/module_map.py writes from the docstrings now: a module
     added, moved or re-described without regenerating it fails here."""
     doc = (PKG.parent / "docs" / "modules.md").read_text(encoding="utf-8")
-    assert doc == _module_map().markdown(), "docs/modules.md is stale: python scripts/module_map.py"
+    stale = "docs/modules.md is stale: python scripts/module_map.py"
+    assert doc == _module_map().markdown(), stale
 
 
 def test_the_module_map_needs_every_module_described(tmp_path, monkeypatch):
@@ -357,5 +358,5 @@ def test_the_module_map_needs_every_module_described(tmp_path, monkeypatch):
     (tmp_path / "fptrace" / "bare.py").write_text("x = 1\n")
     monkeypatch.setattr(mm, "ROOT", tmp_path)
     monkeypatch.setattr(mm, "PACKAGE", tmp_path / "fptrace")
-    with pytest.raises(SystemExit, match="bare.py has no module docstring"):
+    with pytest.raises(SystemExit, match=r"bare\.py has no module docstring"):
         mm.markdown()

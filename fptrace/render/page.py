@@ -8,9 +8,9 @@ a page is written. The report, `--html` on the analysis commands and the TUI's e
 from __future__ import annotations
 
 import html
-from importlib.resources import files
 from collections.abc import Sequence
 from dataclasses import dataclass
+from importlib.resources import files
 from typing import Any
 
 from fptrace.results import Trace
