@@ -32,10 +32,37 @@ def one_line_error(result, code=None):
     return lines[0]
 
 
+HELP_CHECK = """
+import contextlib, io, runpy, sys
+sys.argv = ["fptrace", "--help"]
+top = io.StringIO()
+with contextlib.redirect_stdout(top), contextlib.suppress(SystemExit):
+    runpy.run_module("fptrace", run_name="__main__")  # `fptrace --help`, by the front door
+from fptrace.cli.main import COMMANDS, answer
+codes = {}
+for _, name, _ in COMMANDS:
+    with contextlib.redirect_stdout(io.StringIO()) as out:
+        codes[name] = (answer([name, "--help"]), "Usage:" in out.getvalue())
+heavy = [m for m in ("torch", "transformers", "numpy", "safetensors", "torchao", "ray",
+                     "matplotlib", "textual", "playwright") if m in sys.modules]
+print(repr((top.getvalue(), codes, heavy)))
+"""
+
+
 def test_help_does_not_import_torch():
-    code = ("import sys, fptrace.cli; "
-            "assert 'torch' not in sys.modules and 'transformers' not in sys.modules")
-    subprocess.run([sys.executable, "-c", code], check=True)
+    """`fptrace --help` through the front door (fptrace/__main__.py, the client, no server) and
+    then every command's --help, in one fresh process: all of them print their help, and none
+    imports torch, transformers, numpy or an optional library (docs/development.md)."""
+    import ast
+
+    done = subprocess.run([sys.executable, "-c", HELP_CHECK], capture_output=True, text=True,
+                          env=dict(os.environ, FPTRACE_SERVER="off", COLUMNS="100"),
+                          timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    top, codes, heavy = ast.literal_eval(done.stdout.strip().splitlines()[-1])
+    assert "Usage: fptrace" in top and "run" in top, top[:500]
+    assert len(codes) >= 18 and all(c == (0, True) for c in codes.values()), codes
+    assert heavy == [], heavy
 
 
 def test_help_lists_resolution_order():
