@@ -73,9 +73,9 @@ class Setup:
 
 @dataclass(frozen=True)
 class Case:
-    """One bad input: what is wrong, the arguments after `fptrace`, and the row of
-    docs/bad-inputs.md it takes (the table is sorted by row; a new case takes the next free
-    number)."""
+    """One bad input: what is wrong, the arguments after `fptrace`, and its row in its folder's
+    table of docs/bad-inputs.md (a folder numbers its own cases from 1; a new case takes the
+    folder's next free number)."""
 
     row: int
     what: str

@@ -4,8 +4,8 @@ the exit code and the one line the user sees. The table is real output of the cu
 Usage: python scripts/bad_inputs.py [--out docs/bad-inputs.md]
 
 Each command declares its cases in its folder (fptrace/commands/<name>/examples.py, a function
-`bad_inputs` of the Setup returning Cases, each with its row in the table); this script makes
-the files they read and collects them.
+`bad_inputs` of the Setup returning Cases, each with its row in its folder's table: engine
+folders likewise); this script makes the files they read and collects them, a table a folder.
 """
 
 from __future__ import annotations
@@ -25,7 +25,9 @@ sys.path.insert(0, ROOT)
 from fptrace.examples import Case  # noqa: E402
 
 # the cases that belong to no command's folder
-SHARED = (Case(25, "unknown command", ("trace", "hi")),)
+SHARED = (Case(1, "unknown command", ("trace", "hi")),)
+# the heading of their table
+ANY = "any command"
 
 
 def tiny_folder(tmp: str) -> str:
@@ -37,10 +39,11 @@ def tiny_folder(tmp: str) -> str:
     return str(make_gpt2_folder(Path(tmp))[0])
 
 
-def cases(tmp: str, folder: str) -> list[tuple[str, list[str | bytes]]]:
-    """(what, argv after `fptrace`) of every case, in the order of their rows: the files the
-    cases read are made here; the cases are declared by the command folders (`bad_inputs` in
-    fptrace/commands/<name>/examples.py) and by SHARED, those of no command."""
+def cases(tmp: str, folder: str) -> list[tuple[str, str, list[str | bytes]]]:
+    """(folder, what, argv after `fptrace`) of every case, folder by folder, in the order of
+    their rows: the files the cases read are made here; the cases are declared by the command
+    and engine folders (`bad_inputs` in their examples.py) and by SHARED, those of no
+    command."""
     p = lambda *a: os.path.join(tmp, *a)  # noqa: E731
     with open(p("notes.txt"), "w") as f:
         f.write("my notes\n")
@@ -83,21 +86,29 @@ def cases(tmp: str, folder: str) -> list[tuple[str, list[str | bytes]]]:
     gguf_files(tmp)
     from fptrace.examples import Setup
 
-    return [(c.what, list(c.argv)) for c in collected(Setup(tmp, folder))]
+    return [(where, c.what, list(c.argv)) for where, found in collected(Setup(tmp, folder))
+            for c in found]
 
 
-def collected(setup: Any) -> list[Case]:
-    """Every case, SHARED and those of each command folder, in the order of their rows."""
-    from fptrace.extensions import declared
+def collected(setup: Any) -> list[tuple[str, list[Case]]]:
+    """(folder, its cases in the order of their rows) for SHARED, then each command folder,
+    then each engine folder (fptrace/extensions.py's order): a folder numbers its own rows,
+    so that two branches adding cases to two folders never take one number."""
+    from fptrace.extensions import parts
 
-    found = list(SHARED)
-    for _, make in declared("examples", "bad_inputs"):
-        found += make(setup)
-    rows = sorted(found, key=lambda c: c.row)
-    twice = sorted({c.row for c in rows if [d.row for d in rows].count(c.row) > 1})
-    if twice:
-        raise SystemExit(f"two bad-input cases share row {twice[0]}: give one the next free row")
-    return rows
+    out = [(ANY, list(SHARED))]
+    for _, module in parts("examples"):
+        if hasattr(module, "bad_inputs"):
+            where = module.__name__.removeprefix("fptrace.").rsplit(".", 1)[0]
+            out.append((where.replace(".", "/") + "/", list(module.bad_inputs(setup))))
+    for where, found in out:
+        found.sort(key=lambda c: c.row)
+        rows = [c.row for c in found]
+        twice = sorted({r for r in rows if rows.count(r) > 1})
+        if twice:
+            raise SystemExit(f"two bad-input cases of {where} share row {twice[0]}: give one "
+                             "the next free row")
+    return out
 
 
 def hostile_files(tmp: str) -> None:
@@ -177,7 +188,7 @@ def main() -> None:
     tmp = tempfile.mkdtemp(prefix="fptrace-bad-")
     folder = tiny_folder(tmp)
     rows = []
-    for what, argv in cases(tmp, folder):
+    for where, what, argv in cases(tmp, folder):
         r = subprocess.run([sys.executable, "-m", "fptrace", *argv], capture_output=True,
                            text=True, errors="replace", timeout=300, cwd=ROOT)
         err = [l for l in r.stderr.splitlines() if l.strip()]
@@ -188,7 +199,7 @@ def main() -> None:
         # machine's path showed in the page)
         words = (repr(a)[1:] if isinstance(a, bytes) else a.replace(tmp, "$TMP") for a in argv)
         shown = " ".join(a if len(a) < 40 else a[:20] + "…" for a in words)
-        rows.append((what, shown, r.returncode, last.replace(tmp, "$TMP")))
+        rows.append((where, what, shown, r.returncode, last.replace(tmp, "$TMP")))
         print(f"{r.returncode:>3}  {what}", file=sys.stderr)
     shutil.rmtree(tmp, ignore_errors=True)
     lines = ["# Bad input, tried on purpose", "",
@@ -201,11 +212,15 @@ def main() -> None:
              "interrupted. The tests in `tests/test_hardening.py` also fuzz every command with "
              "generated prompts and options, corrupt weights with NaN/Inf, truncate and falsify "
              "safetensors and GGUF files, fill the disk during `batch` and `report`, and "
-             "simulate running out of memory.", "",
-             "| bad input | command (`fptrace …`) | exit | what the user sees (stderr) |",
-             "|---|---|---:|---|"]
-    for what, cmd, code, last in rows:
-        esc = lambda t: t.replace("|", "\\|")  # noqa: E731
+             "simulate running out of memory. A table a folder: each command or engine "
+             "folder declares its cases in its examples.py, its rows numbered on their own."]
+    esc = lambda t: t.replace("|", "\\|")  # noqa: E731
+    for k, (where, what, cmd, code, last) in enumerate(rows):
+        if k == 0 or rows[k - 1][0] != where:
+            title = where if where == ANY else f"`fptrace/{where}`"
+            lines += ["", f"## {title}", "",
+                      "| bad input | command (`fptrace …`) | exit | what the user sees (stderr) |",
+                      "|---|---|---:|---|"]
         lines.append(f"| {esc(what)} | `{esc(cmd)}` | {code} | {esc(last)} |")
     with open(args.out, "w", encoding="utf-8") as f:
         f.write("\n".join(lines) + "\n")

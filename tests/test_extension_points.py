@@ -315,7 +315,7 @@ LETTERS = {
 
 
         def bad_inputs(at: Setup) -> tuple[Case, ...]:
-            return (Case(900, "letters: an empty word", ("letters", " ")),)
+            return (Case(1, "letters: an empty word", ("letters", " ")),)
 
 
         def _long(bench: Bench) -> tuple[Any, Any]:
@@ -363,8 +363,9 @@ spec = importlib.util.spec_from_file_location("bad_inputs", root + "/scripts/bad
 bad = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(bad)
 from fptrace.examples import Setup
-out["cases"] = [[c.row, c.what, list(c.argv)] for c in bad.collected(Setup("/t", "/m"))
-                if c.row == 900]
+out["cases"] = [[where, c.row, c.what, list(c.argv)]
+                for where, found in bad.collected(Setup("/t", "/m")) for c in found
+                if where == "commands/letters/"]
 
 from fptrace.extensions import declared
 cases = {c.key: c for _, cs in declared("examples", "NOTE_CASES") for c in cs}
@@ -418,7 +419,7 @@ def test_a_new_command_folder_is_found_everywhere(tmp_path):
     keys, tabs, bindings = out["tui"]
     assert "L" in keys and "L" in bindings and "letters" in tabs
     assert out["golden"] == ["tracer: 6 letters\n"]
-    assert out["cases"] == [[900, "letters: an empty word", ["letters", " "]]]
+    assert out["cases"] == [["commands/letters/", 1, "letters: an empty word", ["letters", " "]]]
     assert out["note_case"] == [True]  # absent for "short", said for the long word
     assert out["schema"] == ["urn:fptrace:schema:1.9", True, True]
 
@@ -503,7 +504,7 @@ ECHO = {
 
 
         def bad_inputs(at: Setup) -> tuple[Case, ...]:
-            return (Case(901, "run --engine echo: --html", ("run", "hi", "--engine", "echo",
+            return (Case(1, "run --engine echo: --html", ("run", "hi", "--engine", "echo",
                                                             "--html", "x.html")),)
         ''',
 }
@@ -539,7 +540,8 @@ spec = importlib.util.spec_from_file_location("bad_inputs", root + "/scripts/bad
 bad = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(bad)
 from fptrace.examples import Setup
-out["cases"] = [c.row for c in bad.collected(Setup("/t", "/m")) if c.row == 901]
+out["cases"] = [[where, c.row] for where, found in bad.collected(Setup("/t", "/m"))
+                for c in found if where == "engines/echo/"]
 print(json.dumps(out))
 '''
 
@@ -570,4 +572,4 @@ def test_a_new_engine_folder_is_found_everywhere(tmp_path):
     assert out["diff"][:3] == [0, ["transformers", "echo"], True], out["diff"]
     assert out["help"] == [True, True]
     assert out["notes"] is True
-    assert out["cases"] == [901]
+    assert out["cases"] == [["engines/echo/", 1]]

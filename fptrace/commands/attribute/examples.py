@@ -65,14 +65,14 @@ def bad_inputs(at: Setup) -> tuple[Case, ...]:
     made by scripts/bad_inputs.py)."""
     m = at.model
     return (
-        Case(46, "--target of two tokens",
+        Case(1, "--target of two tokens",
              ("attribute", "The cat sat", *m, "--target", " catsat")),
-        Case(50, "attribute --qk: block out of range",
+        Case(2, "attribute --qk: block out of range",
              ("attribute", "The cat sat", *m, "--qk", "5.0")),
-        Case(51, "attribute --qk: head out of range",
+        Case(3, "attribute --qk: head out of range",
              ("attribute", "The cat sat", *m, "--qk", "1.2")),
-        Case(52, "attribute --qk: a key after the query",
+        Case(4, "attribute --qk: a key after the query",
              ("attribute", "The cat sat", *m, "--qk", "1.0", "--query", "1", "--key", "2")),
-        Case(53, "attribute --qk with --versus",
+        Case(5, "attribute --qk with --versus",
              ("attribute", "The cat sat", *m, "--qk", "1.0", "--versus", " dog")),
     )

@@ -121,19 +121,19 @@ def bad_inputs(at: Setup) -> tuple[Case, ...]:
     m = at.model
     p = at.path
     return (
-        Case(49, "diff: a trace file that does not exist",
+        Case(1, "diff: a trace file that does not exist",
              ("diff", p("nope.json"), p("other.json"))),
-        Case(54, "diff --deep: --deep-layers out of range",
+        Case(2, "diff --deep: --deep-layers out of range",
              ("diff", "hi", *m, "--model-b", at.folder, "--deep", "--deep-layers", "2-5")),
-        Case(55, "diff --deep with two prompts", ("diff", "hi", "ho", *m, "--deep")),
-        Case(56, "diff: a quantization that does not exist",
+        Case(3, "diff --deep with two prompts", ("diff", "hi", "ho", *m, "--deep")),
+        Case(4, "diff: a quantization that does not exist",
              ("diff", "hi", *m, "--quantize-b", "int3")),
-        Case(57, "diff: quantizing random weights",
+        Case(5, "diff: quantizing random weights",
              ("diff", "hi", *m, "--random-weights", "--quantize-b", "int8")),
-        Case(86, "diff: a negative --tolerance",
+        Case(6, "diff: a negative --tolerance",
              ("diff", "hi", *m, "--dtype-b", "float16", "--tolerance=-1")),
-        Case(87, "diff: quantizing GPT-2's Conv1D layers",
+        Case(7, "diff: quantizing GPT-2's Conv1D layers",
              ("diff", "hi", *m, "--quantize-b", "int4")),
-        Case(88, "diff --deep: a reversed --deep-layers range",
+        Case(8, "diff --deep: a reversed --deep-layers range",
              ("diff", "hi", *m, "--model-b", at.folder, "--deep", "--deep-layers", "1-0")),
     )

@@ -47,11 +47,11 @@ def bad_inputs(at: Setup) -> tuple[Case, ...]:
     m = at.model
     p = at.path
     return (
-        Case(18, "--layer out of range", ("explain", "hi", *m, "--layer", "7")),
-        Case(19, "--head out of range", ("explain", "hi", *m, "--head", "9")),
-        Case(20, "--top-p outside (0, 1]", ("explain", "hi", *m, "--top-p", "1.5")),
-        Case(21, "negative temperature", ("explain", "hi", *m, "--temperature", "-1")),
-        Case(22, "family with no walkthrough", ("explain", "hi", "--model", p("starcoder2"))),
-        Case(24, "missing argument", ("explain",)),
-        Case(226, "--ids beyond the vocabulary", ("explain", "--ids", "5,50257", *m)),
+        Case(1, "--layer out of range", ("explain", "hi", *m, "--layer", "7")),
+        Case(2, "--head out of range", ("explain", "hi", *m, "--head", "9")),
+        Case(3, "--top-p outside (0, 1]", ("explain", "hi", *m, "--top-p", "1.5")),
+        Case(4, "negative temperature", ("explain", "hi", *m, "--temperature", "-1")),
+        Case(5, "family with no walkthrough", ("explain", "hi", "--model", p("starcoder2"))),
+        Case(6, "missing argument", ("explain",)),
+        Case(7, "--ids beyond the vocabulary", ("explain", "--ids", "5,50257", *m)),
     )

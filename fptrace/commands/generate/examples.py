@@ -54,7 +54,7 @@ def bad_inputs(at: Setup) -> tuple[Case, ...]:
     made by scripts/bad_inputs.py)."""
     m = at.model
     return (
-        Case(26, "-n 0", ("generate", "hi", *m, "-n", "0")),
-        Case(27, "-n beyond the context", ("generate", "hi", *m, "-n", "100")),
-        Case(227, "--ids with --chat", ("generate", "--ids", "5,6", "--chat", *m)),
+        Case(1, "-n 0", ("generate", "hi", *m, "-n", "0")),
+        Case(2, "-n beyond the context", ("generate", "hi", *m, "-n", "100")),
+        Case(3, "--ids with --chat", ("generate", "--ids", "5,6", "--chat", *m)),
     )

@@ -75,12 +75,12 @@ def bad_inputs(at: Setup) -> tuple[Case, ...]:
     """The bad inputs of `fptrace heads` (rows of docs/bad-inputs.md)."""
     m = at.model
     return (
-        Case(250, "heads: prompts of one token (no previous-token pair)", ("heads", "A", *m)),
-        Case(251, "heads: no repeated token and no induction sequences",
+        Case(1, "heads: prompts of one token (no previous-token pair)", ("heads", "A", *m)),
+        Case(2, "heads: no repeated token and no induction sequences",
              ("heads", "The cat sat", "--induction", "0", *m)),
-        Case(252, "heads: induction sequences longer than the context",
+        Case(3, "heads: induction sequences longer than the context",
              ("heads", "The cat sat", "--induction", "2x100000", *m)),
-        Case(253, "heads: a seed that is not a number", ("heads", "The cat sat", "--seed", "x",
+        Case(4, "heads: a seed that is not a number", ("heads", "The cat sat", "--seed", "x",
                                                          *m)),
-        Case(254, "heads: --induction not NxLEN", ("heads", "hi", "--induction", "8by64", *m)),
+        Case(5, "heads: --induction not NxLEN", ("heads", "hi", "--induction", "8by64", *m)),
     )

@@ -47,7 +47,7 @@ def bad_inputs(at: Setup) -> tuple[Case, ...]:
     made by scripts/bad_inputs.py)."""
     m = at.model
     return (
-        Case(47, "--noise not in the prompt", ("patch", "The cat sat", *m, "--noise", " dog")),
-        Case(48, "--noise occurring twice",
+        Case(1, "--noise not in the prompt", ("patch", "The cat sat", *m, "--noise", " dog")),
+        Case(2, "--noise occurring twice",
              ("patch", "the cat and the cat", *m, "--noise", " cat")),
     )

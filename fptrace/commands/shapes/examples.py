@@ -33,6 +33,6 @@ def bad_inputs(at: Setup) -> tuple[Case, ...]:
     """The bad inputs of `fptrace shapes` (rows of docs/bad-inputs.md; the files they read are
     made by scripts/bad_inputs.py)."""
     return (
-        Case(28, "shapes: negative --seq-len", ("shapes", "--seq-len", "-3")),
-        Case(29, "shapes: no offline tokenizer", ("shapes", "hello", "--model", "mistral-7b")),
+        Case(1, "shapes: negative --seq-len", ("shapes", "--seq-len", "-3")),
+        Case(2, "shapes: no offline tokenizer", ("shapes", "hello", "--model", "mistral-7b")),
     )

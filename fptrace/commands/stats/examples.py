@@ -68,13 +68,13 @@ def bad_inputs(at: Setup) -> tuple[Case, ...]:
     m = at.model
     p = at.path
     return (
-        Case(37, "stats: --merge of two models' statistics",
+        Case(1, "stats: --merge of two models' statistics",
              ("stats", "--merge", p("s.json"), p("s3.json"))),
-        Case(38, "stats: a statistics file of a newer fptrace",
+        Case(2, "stats: a statistics file of a newer fptrace",
              ("stats", "--merge", p("newer.json"))),
-        Case(39, "stats: --out exists, without --resume",
+        Case(3, "stats: --out exists, without --resume",
              ("stats", p("prompts.txt"), *m, "--out", p("s.json"))),
-        Case(40, "stats: --out is someone else's file",
+        Case(4, "stats: --out is someone else's file",
              ("stats", p("prompts.txt"), *m, "--out", p("notes.json"), "--force")),
-        Case(41, "stats: a prompt longer than the context", ("stats", p("long.txt"), *m)),
+        Case(5, "stats: a prompt longer than the context", ("stats", p("long.txt"), *m)),
     )

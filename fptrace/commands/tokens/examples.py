@@ -47,14 +47,14 @@ def bad_inputs(at: Setup) -> tuple[Case, ...]:
     docs/bad-inputs.md; the files they read are made by scripts/bad_inputs.py). The other
     commands' --ids cases are in their folders."""
     return (
-        Case(220, "--ids: an id beyond the vocabulary", ("tokens", "--ids", "5,50257", "-m",
+        Case(1, "--ids: an id beyond the vocabulary", ("tokens", "--ids", "5,50257", "-m",
                                                          "gpt2")),
-        Case(221, "--ids: a negative id", ("tokens", "--ids", "5,-1", "-m", "gpt2")),
-        Case(222, "--ids: an Arabic-Indic digit", ("tokens", "--ids", "\u0663", "-m", "gpt2")),
-        Case(223, "--ids: an empty list", ("tokens", "--ids", " , ", "-m", "gpt2")),
-        Case(228, "both --ids and --ids-file",
+        Case(2, "--ids: a negative id", ("tokens", "--ids", "5,-1", "-m", "gpt2")),
+        Case(3, "--ids: an Arabic-Indic digit", ("tokens", "--ids", "\u0663", "-m", "gpt2")),
+        Case(4, "--ids: an empty list", ("tokens", "--ids", " , ", "-m", "gpt2")),
+        Case(5, "both --ids and --ids-file",
              ("tokens", "--ids", "5", "--ids-file", at.path("ids-1e6.txt"), "-m", "gpt2")),
-        Case(229, "--ids-file: not a list of ids",
+        Case(6, "--ids-file: not a list of ids",
              ("tokens", "--ids-file", at.path("robot.json"), "-m", "gpt2")),
-        Case(230, "tokens: neither a text nor --ids", ("tokens", "-m", "gpt2")),
+        Case(7, "tokens: neither a text nor --ids", ("tokens", "-m", "gpt2")),
     )
