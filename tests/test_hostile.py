@@ -131,9 +131,14 @@ def _interrupt_at(cmd, delay):
     return running, p.returncode, err
 
 
-def _before_fptrace(err):
+def _before_fptrace(rc, err):
+    """Whether the interrupt landed before fptrace could install its handler: a traceback of
+    no fptrace frame (Python's KeyboardInterrupt while the interpreter imports), or death by
+    SIGINT with nothing written (before the interpreter installed its own handler)."""
     import re
 
+    if rc == -signal.SIGINT and not err.strip():
+        return True
     frames = re.findall(r'File "([^"]+)"', err)
     ours = [f for f in frames if "/fptrace/" in f
             and not f.endswith(("fptrace/__init__.py", "fptrace/interrupt.py"))]
@@ -146,7 +151,8 @@ def test_ctrl_c_at_any_moment_is_one_line_and_130(long_run, delay):
         running, rc, err = _interrupt_at(long_run, delay)
         # a signal that lands before fptrace could install its handler (the interpreter still
         # starting: site-packages, runpy; only on a heavily loaded machine) is Python's: again
-        if not _before_fptrace(err):
+        # (seen once at 0.1 s under load: exit -2, nothing on stderr)
+        if not _before_fptrace(rc, err):
             break
     assert running, "the run ended before the interrupt: make it longer"
     assert rc == 130, (rc, err[-1500:])

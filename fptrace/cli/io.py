@@ -14,7 +14,14 @@ from typing import Any
 import typer
 from rich.console import Console
 
-from fptrace.cli.options import ChatOptions, LoadOptions
+from fptrace.cli.options import (
+    ChatOptions,
+    LoadOptions,
+    Outputs,
+    chat_options,
+    model_options,
+    output_options,
+)
 from fptrace.errors import BadInput, FptraceError
 
 COMMAND_MARK = "__fptrace_command__"
@@ -54,6 +61,27 @@ def command(order: int, group: Group, docs: str | None = None, examples: tuple[s
             "order": order, "resident": resident, "group": group, "examples": examples,
             "typer": kw})
         return wrapped
+
+    return mark
+
+
+def prompt_command(order: int, group: Group, docs: str | None = None,
+                   examples: tuple[str, ...] = (), placement: bool = True, tp: bool = False,
+                   quantize: bool = False, plot: bool = True, html: bool = True,
+                   words: Callable[[list[str]], list[str]] | None = None
+                   ) -> Callable[[Callable[..., Any]], Any]:
+    """@command for a command that traces one prompt, with the three option groups such a
+    command takes: the loading options (model_options: placement, tp, quantize), the prompt's
+    (chat_options: --chat, --system, --messages, --ids, --ids-file) and the outputs
+    (output_options: --plot and --html where the command writes them, --force, --json,
+    --wide). Its function takes `opts: LoadOptions`, `chat: ChatOptions` and `outputs: Outputs`,
+    and starts with `lm, prompt = load_for(prompt, opts, chat, outputs)`."""
+
+    def mark(fn: Callable[..., Any]) -> Any:
+        fn = output_options(plot=plot, html=html)(fn)
+        fn = model_options(placement=placement, tp=tp, quantize=quantize)(fn)
+        fn = chat_options()(fn)
+        return command(order, group, docs=docs, examples=examples, words=words)(fn)
 
     return mark
 
@@ -239,21 +267,20 @@ def ids_of(prompt: str | None, chat: ChatOptions) -> tuple[int, ...]:
     return parse_ids(chat.ids) if chat.ids is not None else read_ids(chat.ids_file or "")
 
 
-def load_for(prompt: str | None, opts: LoadOptions, plot: str | None = None,
-             chat: ChatOptions | None = None, force: bool = False, html: str | None = None
-             ) -> tuple[Any, Any]:
+def load_for(prompt: str | None, opts: LoadOptions, chat: ChatOptions | None = None,
+             out: Outputs = Outputs()) -> tuple[Any, Any]:
     """What a command that traces one prompt does first: check the prompt (and turn it into a
     conversation with --chat/--messages) and the --plot and --html paths, before anything is
     loaded, so a mistake costs nothing; then load the model. Returns (model, what to trace)."""
     from fptrace.render.figures import check_path
 
     traced = prompt_of(prompt, chat)
-    if plot is not None:
-        check_path(plot, force=force)
-    if html is not None:
+    if out.plot is not None:
+        check_path(out.plot, force=out.force)
+    if out.html is not None:
         from fptrace.cli.page import check_page
 
-        check_page(html, force=force)
+        check_page(out.html, force=out.force)
     lm = load(opts)
     if isinstance(traced, tuple):  # token ids: checked against the vocabulary, and said on
         said_of_ids(lm, traced)  # stderr where their text tokenizes to other ids
@@ -296,17 +323,16 @@ def write_plot(fig: Any, path: str, force: bool = False) -> None:
     stderr_console().print(f"[dim]wrote {path}[/dim]", soft_wrap=True)
 
 
-def output(result: Any, view: Callable[[Any, int | None], Any], *, as_json: bool, wide: bool,
-           plot: str | None = None, figure: Callable[[Any], Any] | None = None,
-           force: bool = False) -> None:
+def output(result: Any, view: Callable[[Any, int | None], Any], out: Outputs,
+           figure: Callable[[Any], Any] | None = None) -> None:
     """A command's result: the figure for --plot, then the JSON (--json) or the view that fits
     the terminal."""
-    if plot is not None and figure is not None:
-        write_plot(figure(result)[0], plot, force)
-    if as_json:
+    if out.plot is not None and figure is not None:
+        write_plot(figure(result)[0], out.plot, out.force)
+    if out.as_json:
         emit_json(result)
     else:
-        show(lambda width: view(result, width), wide)
+        show(lambda width: view(result, width), out.wide)
 
 
 def emit_json(result: Any) -> None:

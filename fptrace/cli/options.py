@@ -6,7 +6,9 @@ that takes it.
 a Typer command and hands the command one `LoadOptions` object as its `opts` argument. A new
 loading option is one edit: a field of LoadOptions and a line in OPTIONS. `@chat_options()`
 adds --chat, --system, --messages, --ids and --ids-file the same way, as one `ChatOptions`
-(`chat`).
+(`chat`), and `@output_options()` --plot, --html, --force, --json and --wide (those the command
+writes), as one `Outputs` (`outputs`). cli.io's `@prompt_command` attaches the three groups of a
+command that traces one prompt.
 """
 
 from __future__ import annotations
@@ -93,6 +95,35 @@ WideOpt = Annotated[bool, typer.Option(
     rich_help_panel=OUTPUT)]
 
 
+@dataclass(frozen=True)
+class Outputs:
+    """Where a command's result goes: the JSON (--json) or the view that fits the terminal
+    (--wide: every column), a figure (--plot FILE) and the page (--html FILE), which --force lets
+    replace a file fptrace did not write."""
+
+    plot: str | None = None
+    html: str | None = None
+    force: bool = False
+    as_json: bool = False
+    wide: bool = False
+
+
+OUTPUT_OPTIONS: tuple[tuple[str, Any, Any], ...] = (
+    ("plot", PlotOpt, None), ("html", HtmlOpt, None), ("force", ForceOpt, False),
+    ("as_json", JsonOpt, False), ("wide", WideOpt, False))
+assert [n for n, _, _ in OUTPUT_OPTIONS] == [f.name for f in fields(Outputs)]
+
+
+def output_options(plot: bool = True, html: bool = True, force: bool | None = None
+                   ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """Attach --json and --wide, and --plot, --html and --force where the command writes them
+    (force: by default where it writes a file), after the command's own options, to a command
+    whose function takes `outputs: Outputs`."""
+    files = {"plot": plot, "html": html, "force": plot or html if force is None else force}
+    return _group(tuple(o for o in OUTPUT_OPTIONS if files.get(o[0], True)), Outputs, "outputs",
+                  last=True)
+
+
 def model_options(placement: bool = True, tp: bool = False, quantize: bool = False
                   ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """Attach the loading options to a command whose function takes `opts: LoadOptions`.
@@ -154,10 +185,11 @@ def chat_options() -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     return _group(CHAT_OPTIONS, ChatOptions, "chat")
 
 
-def _group(chosen: tuple[tuple[str, Any, Any], ...], cls: Callable[..., Any], param: str
-           ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
-    """Replace the command's `param` argument by the options of `chosen` (Typer sees them),
-    and hand the command one `cls` object built from their values."""
+def _group(chosen: tuple[tuple[str, Any, Any], ...], cls: Callable[..., Any], param: str,
+           last: bool = False) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """Replace the command's `param` argument by the options of `chosen` (Typer sees them:
+    before the command's own options, or after them with `last`), and hand the command one
+    `cls` object built from their values."""
 
     def attach(fn: Callable[..., Any]) -> Callable[..., Any]:
         sig = inspect.signature(fn, eval_str=True)
@@ -174,7 +206,7 @@ def _group(chosen: tuple[tuple[str, Any, Any], ...], cls: Callable[..., Any], pa
             group = cls(**{n: kwargs.pop(n) for n in names if n in kwargs})
             return fn(*args, **{param: group}, **kwargs)
 
-        params = required + added + optional
+        params = required + optional + added if last else required + added + optional
         command.__signature__ = sig.replace(parameters=params)  # type: ignore[attr-defined]
         command.__annotations__ = {p.name: p.annotation for p in params}
         return command

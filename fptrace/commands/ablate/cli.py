@@ -6,29 +6,17 @@ from typing import Annotated
 
 import typer
 
-from fptrace.cli.io import Group, command, load_for, output, require_checks
-from fptrace.cli.options import (
-    STATS,
-    ChatOptions,
-    ForceOpt,
-    HtmlOpt,
-    JsonOpt,
-    LoadOptions,
-    PlotOpt,
-    WideOpt,
-    chat_options,
-    model_options,
-)
+from fptrace.cli.io import Group, load_for, output, prompt_command, require_checks
+from fptrace.cli.options import STATS, ChatOptions, LoadOptions, Outputs
 from fptrace.cli.page import write_page
 
 PARTS = "Parts"
 
 
-@command(order=66, group=Group.why, docs="ablate",
-         examples=('fptrace ablate "The capital of France is" --head 23.4 --mlp 27 --mlp 29',
-                   'fptrace ablate "The capital of France is" --all-heads --top 5'))
-@chat_options()
-@model_options()
+@prompt_command(order=66, group=Group.why, docs="ablate",
+                examples=(
+                    'fptrace ablate "The capital of France is" --head 23.4 --mlp 27 --mlp 29',
+                    'fptrace ablate "The capital of France is" --all-heads --top 5'))
 def ablate(
     prompt: Annotated[str | None, typer.Argument(
         help="The prompt whose next-token logit is followed (or --messages FILE).")] = None,
@@ -73,11 +61,7 @@ def ablate(
                                      "effects are listed.", rich_help_panel=STATS)] = 10,
     batch_size: Annotated[int, typer.Option("--batch-size", "-b", help="Ablated runs per "
                                             "forward pass.", rich_help_panel=STATS)] = 32,
-    plot: PlotOpt = None,
-    html: HtmlOpt = None,
-    force: ForceOpt = False,
-    as_json: JsonOpt = False,
-    wide: WideOpt = False,
+    outputs: Outputs = Outputs(),
 ) -> None:
     """Remove heads, MLPs or experts: how the answer changes.
 
@@ -89,7 +73,7 @@ def ablate(
     heads = [parse_head(h, "--head") for h in head or ()]
     mlps = [parse_block(m, "--mlp") for m in mlp or ()]
     experts = [parse_expert(e, "--expert") for e in expert or ()]
-    lm, prompt = load_for(prompt, opts, plot, chat, force, html)
+    lm, prompt = load_for(prompt, opts, chat, outputs)
     from fptrace.commands.ablate.core import ablate as run_ablate
 
     result = run_ablate(lm, prompt, heads=heads, mlps=mlps, all_heads=all_heads,
@@ -98,7 +82,6 @@ def ablate(
                         experts=experts, route=route)
     from fptrace.commands.ablate.render import ablate_figure, ablate_view
 
-    output(result, ablate_view, as_json=as_json, wide=wide, plot=plot, figure=ablate_figure,
-           force=force)
-    write_page(html, lm, prompt, "ablate", result)
+    output(result, ablate_view, outputs, figure=ablate_figure)
+    write_page(outputs.html, lm, prompt, "ablate", result)
     require_checks(result.checks, "the ablation")

@@ -6,27 +6,15 @@ from typing import Annotated, Any
 
 import typer
 
-from fptrace.cli.io import Group, command, load_for, output
-from fptrace.cli.options import (
-    STATS,
-    ChatOptions,
-    ForceOpt,
-    HtmlOpt,
-    JsonOpt,
-    LoadOptions,
-    PlotOpt,
-    WideOpt,
-    chat_options,
-    model_options,
-)
+from fptrace.cli.io import Group, load_for, output, prompt_command
+from fptrace.cli.options import STATS, ChatOptions, LoadOptions, Outputs
 from fptrace.cli.page import write_page
 
 
-@command(order=40, group=Group.why, docs="attribute",
-         examples=('fptrace attribute "The capital of France is" --top 8',
-                   'fptrace attribute "The capital of France is" --qk 23.4 --group source --top 5'))
-@chat_options()
-@model_options()
+@prompt_command(order=40, group=Group.why, docs="attribute",
+                examples=('fptrace attribute "The capital of France is" --top 8',
+                          'fptrace attribute "The capital of France is" --qk 23.4 --group source '
+                          '--top 5'))
 def attribute(
     prompt: Annotated[str | None, typer.Argument(
         help="The text whose next-token logit is attributed (or --messages FILE).")] = None,
@@ -53,11 +41,7 @@ def attribute(
     group: Annotated[str, typer.Option(
         "--group", help="With --qk: list terms (query part × key part), or sources (each "
         "side's parts summed over the other side).", rich_help_panel=STATS)] = "term",
-    plot: PlotOpt = None,
-    html: HtmlOpt = None,
-    force: ForceOpt = False,
-    as_json: JsonOpt = False,
-    wide: WideOpt = False,
+    outputs: Outputs = Outputs(),
 ) -> None:
     """Which heads and MLPs wrote the answer's logit, exactly.
 
@@ -71,18 +55,16 @@ def attribute(
     qk_request(head, query, key, group, target, versus)
     i = None if query is None else parse_position(query, "--query")
     j = None if key is None else parse_position(key, "--key")
-    lm, prompt = load_for(prompt, opts, plot, chat, force, html)
+    lm, prompt = load_for(prompt, opts, chat, outputs)
     if head is not None:
-        return attribute_qk_cli(lm, prompt, head, i, j, group, top, plot, as_json, wide,
-                                force, html)
+        return attribute_qk_cli(lm, prompt, head, i, j, group, top, outputs)
     from fptrace.commands.attribute.core import attribute as run_attribute
 
     result = run_attribute(lm, prompt, target=target, versus=versus, top=top)
     from fptrace.commands.attribute.render import attribution_figure, attribution_view
 
-    output(result, attribution_view, as_json=as_json, wide=wide, plot=plot,
-           figure=attribution_figure, force=force)
-    write_page(html, lm, prompt, "attribute", (result, None))
+    output(result, attribution_view, outputs, figure=attribution_figure)
+    write_page(outputs.html, lm, prompt, "attribute", (result, None))
     if not result.ok:
         from fptrace.errors import Mismatch
 
@@ -90,22 +72,19 @@ def attribute(
                        f"{result.difference:+.2e}; {result.tolerance})")
 
 
-
-
 def attribute_qk_cli(lm: Any, prompt: str, head: Any, query: Any, key: Any, group: str,
-                     top: int, plot: str | None, as_json: bool, wide: bool,
-                     force: bool = False, html: str | None = None) -> None:
+                     top: int, outputs: Outputs) -> None:
     """`attribute --qk`: the split of one attention score, printed; exit 5 when it does not
     match the model."""
     from fptrace.commands.attribute.qk import attribute_qk
     from fptrace.commands.attribute.render import qk_figure, qk_view
 
     result = attribute_qk(lm, prompt, head, query=query, key=key, top=top, group=group)
-    output(result, qk_view, as_json=as_json, wide=wide, plot=plot, figure=qk_figure, force=force)
-    if html is not None:  # the page's attribution section: the top-1's, with this split
+    output(result, qk_view, outputs, figure=qk_figure)
+    if outputs.html is not None:  # the page's attribution section: the top-1's, with this split
         from fptrace.commands.attribute.core import attribute as run_attribute
 
-        write_page(html, lm, prompt, "attribute", (run_attribute(lm, prompt), result))
+        write_page(outputs.html, lm, prompt, "attribute", (run_attribute(lm, prompt), result))
     if not result.ok:
         from fptrace.errors import Mismatch
 

@@ -6,29 +6,17 @@ from typing import Annotated
 
 import typer
 
-from fptrace.cli.io import Group, command, load, output
-from fptrace.cli.options import (
-    STATS,
-    ChatOptions,
-    ForceOpt,
-    HtmlOpt,
-    JsonOpt,
-    LoadOptions,
-    WideOpt,
-    chat_options,
-    engine_options,
-    model_options,
-)
+from fptrace.cli.io import Group, load, output, prompt_command
+from fptrace.cli.options import STATS, ChatOptions, LoadOptions, Outputs, engine_options
 from fptrace.cli.page import write_page
 from fptrace.engines import EngineChoice, engines
 from fptrace.errors import BadInput
 
 
-@command(order=50, group=Group.compare, docs="diff",
-         examples=('fptrace diff "The capital of France is" --dtype-b float16',
-                   'fptrace diff "The capital of France is" --quantize-b int8 --deep'))
-@chat_options()
-@model_options(quantize=True)
+@prompt_command(order=50, group=Group.compare, docs="diff",
+                examples=('fptrace diff "The capital of France is" --dtype-b float16',
+                          'fptrace diff "The capital of France is" --quantize-b int8 --deep'),
+                quantize=True, plot=False)
 @engine_options(side_b=True)
 def diff(
     first: Annotated[str | None, typer.Argument(
@@ -66,14 +54,11 @@ def diff(
         "last).",
         rich_help_panel=STATS)] = None,
     engine: EngineChoice = EngineChoice(),
-    html: HtmlOpt = None,
-    force: ForceOpt = False,
     emulate: Annotated[str | None, typer.Option(
         "--emulate", help=" ".join(e.emulation.help for e in engines() if e.emulation) +
         " The table then gives each block's error with none, then each step added.",
         rich_help_panel=STATS)] = None,
-    as_json: JsonOpt = False,
-    wide: WideOpt = False,
+    outputs: Outputs = Outputs(),
 ) -> None:
     """Do two runs compute the same? Layer by layer, to the op.
 
@@ -93,13 +78,13 @@ def diff(
     if flag is not None:
         raise BadInput(f"{flag} is not available with --engine-b {side_b.name}")
     deep_run = (deep or deep_layers is not None) and side_b.default
-    if html is not None:
+    if outputs.html is not None:
         from fptrace.cli.page import check_page
 
         if stats or not deep_run:
             raise BadInput("--html writes the page of `diff --deep` (one prompt on two models "
                            "or settings, transformers on both sides)")
-        check_page(html, force=force)
+        check_page(outputs.html, force=outputs.force)
     steps: tuple[str, ...] = ()
     if emulate is not None:
         if side_b.emulation is None:
@@ -117,7 +102,7 @@ def diff(
                                                           random_weights_b, quantize_b):
             raise BadInput("diff --stats compares two statistics files; --deep and the -b "
                            "options compare runs of a prompt")
-        output(diff_stats(first, second), stats_diff_view, as_json=as_json, wide=wide)
+        output(diff_stats(first, second), stats_diff_view, outputs)
         return
     from fptrace.addresses import parse_selection
     from fptrace.commands.diff.core import diff_traces
@@ -134,12 +119,12 @@ def diff(
     elif deep or deep_layers is not None:
         result = _deep(first, second, opts, chat, _settings_b(model_b, dtype_b, device_b,
                                                               random_weights_b, quantize_b),
-                       layers, tolerance, html)
+                       layers, tolerance, outputs.html)
     else:
         a, b, labels, same = _diff_inputs(first, second, opts, chat, model_b, dtype_b, device_b,
                                           random_weights_b, quantize_b)
         result = diff_traces(a, b, labels=labels, tolerance=tolerance, same_input=same)
-    output(result, diff_view, as_json=as_json, wide=wide)
+    output(result, diff_view, outputs)
     if not result.within:
         raise typer.Exit(1)
 

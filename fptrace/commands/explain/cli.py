@@ -6,27 +6,14 @@ from typing import Annotated
 
 import typer
 
-from fptrace.cli.io import Group, check_match, command, load_for, output
-from fptrace.cli.options import (
-    SAMPLING,
-    STATS,
-    ChatOptions,
-    ForceOpt,
-    HtmlOpt,
-    JsonOpt,
-    LoadOptions,
-    PlotOpt,
-    WideOpt,
-    chat_options,
-    model_options,
-)
+from fptrace.cli.io import Group, check_match, load_for, output, prompt_command
+from fptrace.cli.options import SAMPLING, STATS, ChatOptions, LoadOptions, Outputs
 from fptrace.cli.page import write_page
 
 
-@command(order=30, group=Group.trace, docs="explain",
-         examples=('fptrace explain "The capital of France is" --layer 3 --head 2',))
-@chat_options()
-@model_options(placement=False, tp=True)
+@prompt_command(order=30, group=Group.trace, docs="explain",
+                examples=('fptrace explain "The capital of France is" --layer 3 --head 2',),
+                placement=False, tp=True)
 def explain(
     prompt: Annotated[str | None, typer.Argument(
         help="The text whose forward pass is explained (or --messages FILE).")] = None,
@@ -47,11 +34,7 @@ def explain(
                                          "in (0, 1].", rich_help_panel=SAMPLING)] = 0.9,
     show_rows: Annotated[int, typer.Option("--show", help="Most probable tokens listed in the "
                                            "sampling table.", rich_help_panel=SAMPLING)] = 8,
-    plot: PlotOpt = None,
-    html: HtmlOpt = None,
-    force: ForceOpt = False,
-    as_json: JsonOpt = False,
-    wide: WideOpt = False,
+    outputs: Outputs = Outputs(),
 ) -> None:
     """Recompute one block step by step, checked against the model.
 
@@ -62,17 +45,16 @@ def explain(
 
     check_options(temperature, top_k, top_p)
     block, h = parse_block(layer, "--layer"), parse_index(head, "--head", "head")
-    lm, prompt = load_for(prompt, opts, plot, chat, force, html)
+    lm, prompt = load_for(prompt, opts, chat, outputs)
     from fptrace.commands.explain.core import covered
     from fptrace.commands.explain.core import explain as run_explain
 
     covered(lm.parts.family)
     result = run_explain(lm, prompt, layer=block, head=h, temperature=temperature,
                          top_k=top_k, top_p=top_p, seed=opts.seed, show=show_rows,
-                         all_heads=plot is not None or html is not None)
+                         all_heads=outputs.plot is not None or outputs.html is not None)
     from fptrace.commands.explain.render import attention_figure, explain_view
 
-    output(result, explain_view, as_json=as_json, wide=wide, plot=plot, figure=attention_figure,
-           force=force)
-    write_page(html, lm, prompt, "explain", result)
+    output(result, explain_view, outputs, figure=attention_figure)
+    write_page(outputs.html, lm, prompt, "explain", result)
     check_match(result.match, [c.name for c in result.checks if not c.ok])

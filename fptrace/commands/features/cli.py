@@ -9,19 +9,16 @@ from typing import Annotated
 
 import typer
 
-from fptrace.cli.io import Group, command, load, load_for, output, require_checks, stderr_console
-from fptrace.cli.options import (
-    STATS,
-    ChatOptions,
-    ForceOpt,
-    HtmlOpt,
-    JsonOpt,
-    LoadOptions,
-    PlotOpt,
-    WideOpt,
-    chat_options,
-    model_options,
+from fptrace.cli.io import (
+    Group,
+    load,
+    load_for,
+    output,
+    prompt_command,
+    require_checks,
+    stderr_console,
 )
+from fptrace.cli.options import STATS, ChatOptions, LoadOptions, Outputs
 from fptrace.cli.page import write_page
 from fptrace.errors import BadInput
 
@@ -37,13 +34,11 @@ def bare_transcoder(words: list[str]) -> list[str]:
             else w for j, w in enumerate(words)]
 
 
-@command(order=67, group=Group.why, docs="features",
-         examples=("fptrace features train prompts/ --layer 15 --out sae15 --latents 512 "
-                   "--k 16 --tokens 16384",
-                   'fptrace features "The capital of France is" --sae sae15 --top 3'),
-         words=bare_transcoder)
-@chat_options()
-@model_options()
+@prompt_command(order=67, group=Group.why, docs="features",
+                examples=("fptrace features train prompts/ --layer 15 --out sae15 --latents 512 "
+                          "--k 16 --tokens 16384",
+                          'fptrace features "The capital of France is" --sae sae15 --top 3'),
+                words=bare_transcoder)
 def features(
     args: Annotated[list[str] | None, typer.Argument(
         metavar="PROMPT | train PROMPTS...",
@@ -114,11 +109,7 @@ def features(
     resume: Annotated[bool, typer.Option("--resume", help="train: continue the interrupted "
                                          "training written in --out.",
                                          rich_help_panel=TRAIN)] = False,
-    plot: PlotOpt = None,
-    html: HtmlOpt = None,
-    force: ForceOpt = False,
-    as_json: JsonOpt = False,
-    wide: WideOpt = False,
+    outputs: Outputs = Outputs(),
 ) -> None:
     """Read the stream through sparse dictionaries; train them.
 
@@ -127,12 +118,12 @@ def features(
     b_dec, the error and the rest, summing to the model's logit."""
     words = list(args or [])
     if words[:1] == ["train"]:
-        if html is not None:
+        if outputs.html is not None:
             raise BadInput("--html is the page of a prompt's features, not of `features train`")
         options = (latents, k, tokens, batch_tokens, lr, train_seed)
         if train_transcoder:
             return transcoders_cli(words[1:], opts, layer, layers, out, export, options, resume,
-                                   as_json, wide)
+                                   outputs)
         for name, value in (("--layers", layers), ("--export", export)):
             if value is not None:
                 raise BadInput(f"{name} is an option of transcoder training (`features train "
@@ -141,7 +132,7 @@ def features(
         if transcoder:
             raise BadInput("features train: --transcoder is a flag there (train transcoders), "
                            f"not a folder ({transcoder[0]!r}); put it after the prompt files")
-        return train_cli(words[1:], opts, layer, out, *options, resume, as_json, wide)
+        return train_cli(words[1:], opts, layer, out, *options, resume, outputs)
     for name, value in (("--layers", layers), ("--export", export)):
         if value is not None:
             raise BadInput(f"{name} is an option of `features train --transcoder`")
@@ -159,7 +150,7 @@ def features(
     # read before the model loads: a bad folder costs no load
     dicts = [read_dictionary(p, site=site, what=f"--{flag}") for p, flag in given]
     check_latent(dicts, latent)
-    lm, prompt = load_for(prompt, opts, plot, chat, force, html)
+    lm, prompt = load_for(prompt, opts, chat, outputs)
     from fptrace.commands.features.core import features as run_features
 
     result = run_features(
@@ -168,15 +159,14 @@ def features(
         top=top, latent=latent, target=target, top_prompts=top_prompts, top_n=top_n)
     from fptrace.commands.features.render import features_figure, features_view
 
-    output(result, features_view, as_json=as_json, wide=wide, plot=plot, figure=features_figure,
-           force=force)
-    write_page(html, lm, prompt, "features", result)
+    output(result, features_view, outputs, figure=features_figure)
+    write_page(outputs.html, lm, prompt, "features", result)
     require_checks(result.checks, "the decomposition")
 
 
 def train_cli(inputs: list[str], opts: LoadOptions, layer: str | None, out: str | None,
               latents: int, k: int, tokens: int, batch_tokens: int, lr: float | None, seed: int,
-              resume: bool, as_json: bool, wide: bool) -> None:
+              resume: bool, outputs: Outputs) -> None:
     """`fptrace features train PROMPTS --layer L --out DIR`: checked before the load, a progress
     bar on stderr, the result on stdout."""
     from fptrace.numbers import check_finite
@@ -203,12 +193,12 @@ def train_cli(inputs: list[str], opts: LoadOptions, layer: str | None, out: str 
         result = train(lm, inputs, out, options, resume=resume, progress=progress, items=items)
     from fptrace.commands.features.render import train_view
 
-    output(result, train_view, as_json=as_json, wide=wide)
+    output(result, train_view, outputs)
 
 
 def transcoders_cli(inputs: list[str], opts: LoadOptions, layer: str | None,
                     layers: str | None, out: str | None, export: str | None, numbers: tuple,
-                    resume: bool, as_json: bool, wide: bool) -> None:
+                    resume: bool, outputs: Outputs) -> None:
     """`fptrace features train PROMPTS --transcoder [--layers SEL] --out DIR [--export
     circuit-tracer]`: checked before the load, progress bars on stderr, the result on
     stdout."""
@@ -243,7 +233,7 @@ def transcoders_cli(inputs: list[str], opts: LoadOptions, layer: str | None,
                                    resume=resume, progress=progress, items=items)
     from fptrace.commands.features.render import transcoders_view
 
-    output(result, transcoders_view, as_json=as_json, wide=wide)
+    output(result, transcoders_view, outputs)
 
 
 @contextmanager

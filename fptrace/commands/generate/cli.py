@@ -7,23 +7,13 @@ from typing import Annotated, Any
 
 import typer
 
-from fptrace.cli.io import Group, command, emit_json, load_for, show, stdout_console
-from fptrace.cli.options import (
-    SAMPLING,
-    STATS,
-    ChatOptions,
-    JsonOpt,
-    LoadOptions,
-    WideOpt,
-    chat_options,
-    model_options,
-)
+from fptrace.cli.io import Group, emit_json, load_for, prompt_command, show, stdout_console
+from fptrace.cli.options import SAMPLING, STATS, ChatOptions, LoadOptions, Outputs
 
 
-@command(order=70, group=Group.compare, docs="generate",
-         examples=('fptrace generate "The capital of France is" -n 12',))
-@chat_options()
-@model_options(tp=True)
+@prompt_command(order=70, group=Group.compare, docs="generate",
+                examples=('fptrace generate "The capital of France is" -n 12',), tp=True,
+                plot=False, html=False)
 def generate(
     prompt: Annotated[str | None, typer.Argument(
         help="The text to continue (or --messages FILE).")] = None,
@@ -46,8 +36,7 @@ def generate(
                                               rich_help_panel=STATS)] = 5,
     layers: Annotated[bool, typer.Option("--layers", help="Per-layer statistics of every step, "
                                          "as `run` shows them.", rich_help_panel=STATS)] = False,
-    as_json: JsonOpt = False,
-    wide: WideOpt = False,
+    outputs: Outputs = Outputs(),
 ) -> None:
     """Generate token by token, every step traced.
 
@@ -58,15 +47,15 @@ def generate(
 
     check_new_tokens(max_new_tokens)
     check_generation(temperature, top_k or None, top_p)  # --top-k 0: off
-    lm, prompt = load_for(prompt, opts, chat=chat)
+    lm, prompt = load_for(prompt, opts, chat, outputs)
     from fptrace.commands.generate.core import generate as run_generate
 
-    on_step = None if as_json else _step_printer(lm, prompt, max_new_tokens, layers, wide,
-                                                 sampled=temperature > 0)
+    on_step = None if outputs.as_json else _step_printer(lm, prompt, max_new_tokens, layers,
+                                                         outputs.wide, sampled=temperature > 0)
     result = run_generate(lm, prompt, max_new_tokens=max_new_tokens, temperature=temperature,
                           top_k=top_k or None, top_p=top_p, seed=opts.seed, layers=layers,
                           alternatives=alternatives, on_step=on_step)
-    if as_json:
+    if outputs.as_json:
         emit_json(result)
     else:
         from fptrace.commands.generate.render import summary

@@ -6,27 +6,15 @@ from typing import Annotated
 
 import typer
 
-from fptrace.cli.io import Group, command, load_for, output
-from fptrace.cli.options import (
-    OUTPUT,
-    STATS,
-    ChatOptions,
-    ForceOpt,
-    HtmlOpt,
-    JsonOpt,
-    LoadOptions,
-    WideOpt,
-    chat_options,
-    model_options,
-)
+from fptrace.cli.io import Group, load_for, output, prompt_command
+from fptrace.cli.options import OUTPUT, STATS, ChatOptions, LoadOptions, Outputs
 
 GRAPH = "Graph"
 
 
-@command(order=42, group=Group.why, docs="graph",
-         examples=('fptrace graph "The capital of France is" --neurons --max-nodes 24',))
-@chat_options()
-@model_options(placement=False)
+@prompt_command(order=42, group=Group.why, docs="graph",
+                examples=('fptrace graph "The capital of France is" --neurons --max-nodes 24',),
+                placement=False, plot=False)
 def graph(
     prompt: Annotated[str | None, typer.Argument(
         help="The text whose next token is explained (or --messages FILE).")] = None,
@@ -61,10 +49,7 @@ def graph(
     graph_json: Annotated[str | None, typer.Option(
         "--graph-json", metavar="FILE", help="Also write the graph in circuit-tracer's "
         "frontend format (.json).", rich_help_panel=OUTPUT)] = None,
-    force: ForceOpt = False,
-    html: HtmlOpt = None,
-    as_json: JsonOpt = False,
-    wide: WideOpt = False,
+    outputs: Outputs = Outputs(),
 ) -> None:
     """How the answer was computed, node by node, exactly.
 
@@ -81,8 +66,9 @@ def graph(
                         edge_threshold=edge_threshold, max_nodes=max_nodes, per_site=per_site,
                         positions=None if positions is None
                         else parse_selection(positions, "--positions"),
-                        graph_json=graph_json, force=force, transcoders=transcoders)
-    lm, prompt = load_for(prompt, opts, chat=chat, force=force, html=html)
+                        graph_json=graph_json, force=outputs.force,
+                        transcoders=transcoders)
+    lm, prompt = load_for(prompt, opts, chat, outputs)
     from fptrace.commands.graph.core import graph as run_graph
     from fptrace.commands.graph.render import graph_view
 
@@ -90,17 +76,17 @@ def graph(
                        node_threshold=req.node_threshold, edge_threshold=req.edge_threshold,
                        max_nodes=req.max_nodes, per_site=req.per_site,
                        transcoders=req.transcoders)
-    output(result, graph_view, as_json=as_json, wide=wide)
+    output(result, graph_view, outputs)
     if not result.ok:  # exit 5, naming the node, before any file is written
         from fptrace.errors import Mismatch
 
         raise Mismatch("the graph is not exact: " + "; ".join(
             f"{c.name} {c.value:.2e} at {c.worst} ({c.tolerance})" for c in result.checks
             if not c.ok))
-    if html is not None:
+    if outputs.html is not None:
         from fptrace.cli.page import write_page
 
-        write_page(html, lm, prompt, "graph", result)
+        write_page(outputs.html, lm, prompt, "graph", result)
     if graph_json is not None:
         from fptrace.cli.io import stderr_console
         from fptrace.commands.graph.frontend import write_graph_file

@@ -7,7 +7,7 @@ from typing import Annotated
 import typer
 
 from fptrace.cli.io import Group, command, load, output
-from fptrace.cli.options import STATS, JsonOpt, LoadOptions, WideOpt, model_options
+from fptrace.cli.options import STATS, LoadOptions, Outputs, model_options, output_options
 
 
 @command(order=45, group=Group.why, docs="heads",
@@ -15,6 +15,7 @@ from fptrace.cli.options import STATS, JsonOpt, LoadOptions, WideOpt, model_opti
                    "fptrace heads prompts/seeds.txt --induction 2x16 --ov-tokens 0 --no-check "
                    "--head 17.3"))
 @model_options()
+@output_options(plot=False, html=False)
 def heads(
     prompts: Annotated[list[str] | None, typer.Argument(
         help="Prompts: .txt or .jsonl files (a .jsonl line's \"subject\" names its subject), "
@@ -34,8 +35,7 @@ def heads(
     check: Annotated[bool, typer.Option(
         "--check/--no-check", help="Check each role by intervention (removing the head, "
         "replacing a token) before giving it.", rich_help_panel=STATS)] = True,
-    as_json: JsonOpt = False,
-    wide: WideOpt = False,
+    outputs: Outputs = Outputs(),
 ) -> None:
     """Attention heads' roles: measured, checked by removal.
 
@@ -57,4 +57,4 @@ def heads(
 
     result = run_heads(lm, texts, subjects=subjects, seed=opts.seed, induction=n,
                        induction_length=length, check=check, head=focus, ov_tokens=k)
-    output(result, lambda r, w: heads_view(r, w, wide), as_json=as_json, wide=wide)
+    output(result, lambda r, w: heads_view(r, w, outputs.wide), outputs)

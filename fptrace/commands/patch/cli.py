@@ -6,26 +6,13 @@ from typing import Annotated
 
 import typer
 
-from fptrace.cli.io import Group, command, load_for, output
-from fptrace.cli.options import (
-    STATS,
-    ChatOptions,
-    ForceOpt,
-    HtmlOpt,
-    JsonOpt,
-    LoadOptions,
-    PlotOpt,
-    WideOpt,
-    chat_options,
-    model_options,
-)
+from fptrace.cli.io import Group, load_for, output, prompt_command
+from fptrace.cli.options import STATS, ChatOptions, LoadOptions, Outputs
 from fptrace.cli.page import write_page
 
 
-@command(order=60, group=Group.why, docs="patch",
-         examples=('fptrace patch "The capital of France is" --noise " France"',))
-@chat_options()
-@model_options()
+@prompt_command(order=60, group=Group.why, docs="patch",
+                examples=('fptrace patch "The capital of France is" --noise " France"',))
 def patch(
     prompt: Annotated[str | None, typer.Argument(
         help="The clean prompt (or --messages FILE).")] = None,
@@ -54,11 +41,7 @@ def patch(
         rich_help_panel=STATS)] = 3.0,
     batch_size: Annotated[int, typer.Option("--batch-size", "-b", help="Patched runs per "
                                             "forward pass.", rich_help_panel=STATS)] = 32,
-    plot: PlotOpt = None,
-    html: HtmlOpt = None,
-    force: ForceOpt = False,
-    as_json: JsonOpt = False,
-    wide: WideOpt = False,
+    outputs: Outputs = Outputs(),
 ) -> None:
     """Where the prediction is carried: causal tracing.
 
@@ -68,7 +51,7 @@ def patch(
     from fptrace.cli.io import prompt_of
 
     corrupted = None if corrupt is None else prompt_of(corrupt, None if chat.whole() else chat)
-    lm, prompt = load_for(prompt, opts, plot, chat, force, html)
+    lm, prompt = load_for(prompt, opts, chat, outputs)
     from fptrace.commands.patch.core import patch as run_patch
 
     result = run_patch(lm, prompt, noise=noise, corrupt=corrupted, what=what, window=window,
@@ -76,6 +59,5 @@ def patch(
                        batch_size=batch_size, noise_occurrence=noise_occurrence)
     from fptrace.commands.patch.render import patch_figure, patch_view
 
-    output(result, patch_view, as_json=as_json, wide=wide, plot=plot, figure=patch_figure,
-           force=force)
-    write_page(html, lm, prompt, "patch", result)
+    output(result, patch_view, outputs, figure=patch_figure)
+    write_page(outputs.html, lm, prompt, "patch", result)

@@ -6,30 +6,16 @@ from typing import Annotated
 
 import typer
 
-from fptrace.cli.io import Group, command, output
-from fptrace.cli.options import (
-    STATS,
-    ChatOptions,
-    ForceOpt,
-    HtmlOpt,
-    JsonOpt,
-    LoadOptions,
-    PlotOpt,
-    WideOpt,
-    chat_options,
-    engine_options,
-    model_options,
-)
+from fptrace.cli.io import Group, output, prompt_command
+from fptrace.cli.options import STATS, ChatOptions, LoadOptions, Outputs, engine_options
 from fptrace.cli.page import write_page
 from fptrace.engines import EngineChoice, RunRequest
 from fptrace.errors import BadInput
 
 
-@command(order=10, group=Group.trace, docs="run",
-         examples=('fptrace run "The capital of France is" -k 5',
-                   'fptrace run --chat "What is the capital of France?" -k 3'))
-@chat_options()
-@model_options(tp=True)
+@prompt_command(order=10, group=Group.trace, docs="run",
+                examples=('fptrace run "The capital of France is" -k 5',
+                          'fptrace run --chat "What is the capital of France?" -k 3'), tp=True)
 @engine_options()
 def run(
     prompt: Annotated[str | None, typer.Argument(
@@ -47,11 +33,7 @@ def run(
     truncate: Annotated[bool, typer.Option(
         "--truncate", help="Keep the last tokens of a prompt longer than the context window.",
         rich_help_panel=STATS)] = False,
-    plot: PlotOpt = None,
-    html: HtmlOpt = None,
-    force: ForceOpt = False,
-    as_json: JsonOpt = False,
-    wide: WideOpt = False,
+    outputs: Outputs = Outputs(),
     engine: EngineChoice = EngineChoice(),
 ) -> None:
     """Trace a prompt block by block: stream, logit lens, top-k.
@@ -63,24 +45,20 @@ def run(
         chat.messages is not None,
         "--random-weights": opts.random_weights, "--tp": opts.tp, "--quantize": opts.quantize,
         "--device-map": opts.device_map, "--all-positions": all_positions,
-        "--truncate": truncate, "--plot": plot, "--html": html, **engine.given})
+        "--truncate": truncate, "--plot": outputs.plot, "--html": outputs.html, **engine.given})
     if flag is not None:
         raise BadInput(f"{flag} is not available with --engine {chosen.name}")
     traced = chosen.trace(RunRequest(prompt, opts, chat, top_k=top_k, snippet=snippet,
-                                     all_positions=all_positions, truncate=truncate, plot=plot,
-                                     html=html, force=force, settings=engine.settings))
+                                     all_positions=all_positions, truncate=truncate,
+                                     plot=outputs.plot, html=outputs.html, force=outputs.force,
+                                     settings=engine.settings))
     trace = traced.trace
     from fptrace.commands.run.render import trace_figure, trace_view
 
-    output(trace, trace_view, as_json=as_json, wide=wide, plot=plot, figure=trace_figure,
-           force=force)
+    output(trace, trace_view, outputs, figure=trace_figure)
     if traced.lm is not None:  # an engine that loads no model refuses --html
-        write_page(html, traced.lm, traced.prompt, "run", trace, trace)
+        write_page(outputs.html, traced.lm, traced.prompt, "run", trace, trace)
     if trace.first_nonfinite:
         from fptrace.errors import NonFiniteValues
 
         raise NonFiniteValues(f"NaN or Inf first appeared at {trace.first_nonfinite}")
-
-
-
-

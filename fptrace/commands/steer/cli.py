@@ -6,31 +6,17 @@ from typing import Annotated
 
 import typer
 
-from fptrace.cli.io import Group, command, load_for, output, require_checks, stderr_console
-from fptrace.cli.options import (
-    OUTPUT,
-    STATS,
-    ChatOptions,
-    ForceOpt,
-    HtmlOpt,
-    JsonOpt,
-    LoadOptions,
-    PlotOpt,
-    WideOpt,
-    chat_options,
-    model_options,
-)
+from fptrace.cli.io import Group, load_for, output, prompt_command, require_checks, stderr_console
+from fptrace.cli.options import OUTPUT, STATS, ChatOptions, LoadOptions, Outputs
 from fptrace.cli.page import write_page
 from fptrace.errors import BadInput
 
 VECTOR = "Steering vector"
 
 
-@command(order=65, group=Group.why, docs="steer",
-         examples=('fptrace steer "I think that you are" --add " love" --subtract " hate" '
-                   "--layer 6 --scale 0,0.25,0.5,1 -n 8",))
-@chat_options()
-@model_options()
+@prompt_command(order=65, group=Group.why, docs="steer",
+                examples=('fptrace steer "I think that you are" --add " love" --subtract " hate" '
+                          "--layer 6 --scale 0,0.25,0.5,1 -n 8",))
 def steer(
     prompt: Annotated[str | None, typer.Argument(
         help="The prompt to steer (or --messages FILE).")] = None,
@@ -90,11 +76,7 @@ def steer(
         "steered the same way.", rich_help_panel=STATS)] = 0,
     top: Annotated[int, typer.Option("--top", help="Next tokens listed per strength.",
                                      rich_help_panel=STATS)] = 5,
-    plot: PlotOpt = None,
-    html: HtmlOpt = None,
-    force: ForceOpt = False,
-    as_json: JsonOpt = False,
-    wide: WideOpt = False,
+    outputs: Outputs = Outputs(),
 ) -> None:
     """Add a direction to the stream at a sweep of strengths.
 
@@ -109,8 +91,8 @@ def steer(
     if save_vector is not None:
         from fptrace.commands.steer.vectors import check_vector_path
 
-        check_vector_path(save_vector, force=force)
-    lm, prompt = load_for(prompt, opts, plot, chat, force, html)
+        check_vector_path(save_vector, force=outputs.force)
+    lm, prompt = load_for(prompt, opts, chat, outputs)
     from fptrace.commands.steer.core import steer as run_steer
     from fptrace.commands.steer.vectors import match_norms, steering_vector, write_vector
 
@@ -130,14 +112,13 @@ def steer(
     if norm_match:
         vec = match_norms(lm, prompt, vec)
     if save_vector is not None:
-        write_vector(save_vector, vec, lm, force)
+        write_vector(save_vector, vec, lm, outputs.force)
         stderr_console().print(f"wrote {save_vector}", markup=False, style="dim",
                                soft_wrap=True)
     result = run_steer(lm, prompt, vector=vec, scales=scale, positions=where, target=target,
                        top=top, new_tokens=new_tokens)
     from fptrace.commands.steer.render import steer_figure, steer_view
 
-    output(result, steer_view, as_json=as_json, wide=wide, plot=plot, figure=steer_figure,
-           force=force)
-    write_page(html, lm, prompt, "steer", result)
+    output(result, steer_view, outputs, figure=steer_figure)
+    write_page(outputs.html, lm, prompt, "steer", result)
     require_checks(result.checks, "the steered run")

@@ -9,10 +9,11 @@ from fptrace.engines import OPTIONAL, Engine, RunRequest, Traced
 
 def trace(request: RunRequest) -> Traced:
     from fptrace.cli.io import load_for
+    from fptrace.cli.options import Outputs
     from fptrace.core.trace import run_trace
 
-    lm, prompt = load_for(request.prompt, request.opts, request.plot, request.chat,
-                          request.force, request.html)
+    lm, prompt = load_for(request.prompt, request.opts, request.chat,
+                          Outputs(plot=request.plot, html=request.html, force=request.force))
     traced = run_trace(lm, prompt, top_k=request.top_k, snippet=request.snippet,
                        all_positions=request.all_positions, truncate=request.truncate,
                        lens_grid=request.plot is not None or request.html is not None)
