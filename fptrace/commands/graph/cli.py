@@ -46,6 +46,11 @@ def graph(
     per_site: Annotated[str, typer.Option(
         "--per-site", metavar="K", help="Candidate neurons per layer and position: the K of "
         "largest |activation|.", rich_help_panel=STATS)] = "4",
+    verify: Annotated[str, typer.Option(
+        "--verify", metavar="N", help="Remove the N most influential nodes one at a time: each "
+        "must change every computed node by minus its edge (checked: exit 5), and the top "
+        "logit's real change is shown beside the graph's prediction.",
+        rich_help_panel=GRAPH)] = "0",
     graph_json: Annotated[str | None, typer.Option(
         "--graph-json", metavar="FILE", help="Also write the graph in circuit-tracer's "
         "frontend format (.json).", rich_help_panel=OUTPUT)] = None,
@@ -67,7 +72,7 @@ def graph(
                         positions=None if positions is None
                         else parse_selection(positions, "--positions"),
                         graph_json=graph_json, force=outputs.force,
-                        transcoders=transcoders)
+                        transcoders=transcoders, verify=verify)
     lm, prompt = load_for(prompt, opts, chat, outputs)
     from fptrace.commands.graph.core import graph as run_graph
     from fptrace.commands.graph.render import graph_view
@@ -75,7 +80,7 @@ def graph(
     result = run_graph(lm, prompt, positions=req.positions, target=target,
                        node_threshold=req.node_threshold, edge_threshold=req.edge_threshold,
                        max_nodes=req.max_nodes, per_site=req.per_site,
-                       transcoders=req.transcoders)
+                       transcoders=req.transcoders, verify=req.verify)
     output(result, graph_view, outputs)
     if not result.ok:  # exit 5, naming the node, before any file is written
         from fptrace.errors import Mismatch

@@ -16,6 +16,9 @@ error node per (block, position): transcoders.py), exact.
 4. Every computed node is checked: its edges from all sources plus its bias terms equal its
    value in the model within RTOL (float64); the float64 copy's logits equal the model's own.
 5. The graph is pruned and scored by circuit-tracer's definitions (influence.py).
+6. With `verify` N, the N most influential nodes are removed one at a time (verify.py): every
+   computed node must change by minus its edge (checked), and the top logit's real change is
+   given beside the graph's prediction.
 """
 
 from __future__ import annotations
@@ -85,15 +88,16 @@ def query_positions(positions: Any, n: int) -> list[int]:
 def graph(lm: LoadedModel, prompt: Prompt, *, positions: Any = None,
           target: str | None = None, node_threshold: float = 0.8, edge_threshold: float = 0.98,
           max_nodes: int = 64, per_site: int = 4, batch_size: int = BATCH,
-          transcoders: str | TranscoderSet | None = None) -> AttributionGraph:
+          transcoders: str | TranscoderSet | None = None, verify: int = 0) -> AttributionGraph:
     """The attribution graph of the prompt's next tokens at the query positions (see the
     module's text): over the MLP neurons, or with `transcoders` (a folder, or a TranscoderSet
-    read by transcoders.read_transcoders) over their latents."""
+    read by transcoders.read_transcoders) over their latents; with `verify`, its N most
+    influential nodes removed one at a time (verify.py)."""
     import numpy as np
     import torch
 
     start = time.perf_counter()
-    _check_numbers(node_threshold, edge_threshold, max_nodes, per_site, batch_size)
+    _check_numbers(node_threshold, edge_threshold, max_nodes, per_site, batch_size, verify)
     tset = read_transcoders(transcoders, lm) if isinstance(transcoders, str) else transcoders
     sites = mlp_sites(lm.parts.family) if tset is None else None
     try:
@@ -148,12 +152,26 @@ def graph(lm: LoadedModel, prompt: Prompt, *, positions: Any = None,
                   [c for _, c in part])
         visited[order] = True
     checks = [_sums_check(done, value, lm, layout), _model_check(real, model_info(lm).dtype)]
-    return _assemble(lm, prepared, queries, ids, real, chosen, done, layout, visited, weights,
-                     checks, node_threshold, edge_threshold, max_nodes, k, start, tset)
+    g, ranked = _assemble(lm, prepared, queries, ids, real, chosen, done, layout, visited,
+                          weights, checks, node_threshold, edge_threshold, max_nodes, k, start,
+                          tset)
+    if not verify:
+        return g
+    from dataclasses import replace
+
+    from fptrace.commands.graph.verify import verify as run_verify
+
+    picked = ranked[:verify]  # the computed neurons (latents), kept or not, by influence
+    picks = [Target(n.layer, n.position, n.index) for n in picked]
+    verified, check = run_verify(model, parts, sites, tset, ids, queries, done, chosen, picks,
+                                 [n.label for n in picked], logit_targets[0], real.acts, RTOL)
+    return replace(g, verified=verified, verify_logit=lm.token_text(logit_targets[0].index),
+                   checks=(*g.checks, check), ok=g.ok and check.ok,
+                   seconds=time.perf_counter() - start)
 
 
 def _check_numbers(node_threshold: float, edge_threshold: float, max_nodes: int,
-                   per_site: int, batch_size: int) -> None:
+                   per_site: int, batch_size: int, verify: int = 0) -> None:
     """The API's numbers, refused naming its parameters (the command line checks its flags
     before loading: inputs.py)."""
     from fptrace.errors import BadInput
@@ -167,6 +185,8 @@ def _check_numbers(node_threshold: float, edge_threshold: float, max_nodes: int,
                         (batch_size, "batch_size")):
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise BadInput(f"{name}={value!r}: give a positive whole number")
+    if isinstance(verify, bool) or not isinstance(verify, int) or verify < 0:
+        raise BadInput(f"verify={verify!r}: give a whole number, 0 or more")
 
 
 class _Layout:
@@ -274,9 +294,10 @@ def _assemble(lm: LoadedModel, prepared: Any, queries: list[int], ids: list[int]
               chosen: Any, done: list, layout: _Layout, visited: Any, weights: Any,
               checks: list[GraphCheck], node_threshold: float, edge_threshold: float,
               max_nodes: int, k: int, start: float,
-              tset: TranscoderSet | None) -> AttributionGraph:
+              tset: TranscoderSet | None) -> tuple[AttributionGraph, list[GraphNode]]:
     """The graph over the computed neurons (or latents): their rows with the candidates not
-    computed folded into their site's remainder; pruned, scored, described."""
+    computed folded into their site's remainder; pruned, scored, described; and the computed
+    neurons (latents) by influence, those the pruning dropped included."""
     L, T = layout.L, layout.T
     import numpy as np
 
@@ -321,7 +342,8 @@ def _assemble(lm: LoadedModel, prepared: Any, queries: list[int], ids: list[int]
         nodes.append(_node(lm, i, neurons, layout, chosen, ids, queries, real, logit_targets,
                            pr, bias.get(i), w))
         ids_of.append(nodes[-1].node_id)
-    kept = [i for i in np.argsort(-pr.influence, kind="stable") if pr.nodes[i]]
+    by_influence = np.argsort(-pr.influence, kind="stable")
+    kept = [i for i in by_influence if pr.nodes[i]]
     rows, src = np.nonzero(pr.edges)
     edges = sorted((GraphEdge(source=ids_of[s], target=ids_of[int(index[r])],
                               weight=float(R[r, s]))
@@ -334,6 +356,7 @@ def _assemble(lm: LoadedModel, prepared: Any, queries: list[int], ids: list[int]
         notes.append(BLOCKS_WITHOUT_TRANSCODER(k=len(tset.missing), blocks=_ranges(tset.missing),
                                                n=L))
     info = model_info(lm)
+    ranked = [nodes[i] for i in by_influence if i < nn_]
     return AttributionGraph(
         prompt=prepared.text, model=info, tokens=lm.tokens(prepared)[:len(ids)],
         queries=tuple(queries), freezing=FREEZING if tset is None else TRANSCODER_FREEZING,
@@ -347,7 +370,7 @@ def _assemble(lm: LoadedModel, prepared: Any, queries: list[int], ids: list[int]
                            completeness_nodes=compl_n),
         nodes=tuple(nodes[i] for i in kept), edges=tuple(edges), paths=tuple(paths),
         checks=tuple(checks), ok=all(c.ok for c in checks), notes=tuple(notes),
-        seconds=time.perf_counter() - start)
+        seconds=time.perf_counter() - start), ranked
 
 
 def _ranges(blocks: tuple[int, ...]) -> str:

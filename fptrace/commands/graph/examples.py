@@ -107,4 +107,6 @@ def bad_inputs(at: Setup) -> tuple[Case, ...]:
         Case(16, "graph: transcoders of another model (another width)",
              (*t, os.path.dirname(other))),
         Case(17, "graph: two transcoders for one block", (*t, twice)),
+        Case(18, "graph: --verify not a whole number (², which passes isdigit())",
+             (*g, "--verify", "\u00b2")),
     )

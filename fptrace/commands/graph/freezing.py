@@ -18,6 +18,11 @@ Where each part lives comes from the family file: the points `mlp_up` (u) and `m
 down projection's input) of its taps. A family without them (a mixture of experts, a model type
 without a family file) is refused before anything runs.
 
+A replay (`frozen(..., replay=Replay(...))`, `graph --verify`: verify.py) runs a batch whose
+row 0 is the prompt and each other row the prompt with one node removed, every row frozen at row
+0's values: its patterns, norm scales and gates; with `hold`, every other node's activation too.
+Nothing there is a gradient: it is the intervention the edges predict.
+
 The logits are the LM head's output (before any final softcap). What is constant under the
 freezing (every bias of a linear map or a norm, a learned position embedding) is a bias term:
 its contribution to a node is the bias times the gradient of the module's output.
@@ -26,6 +31,7 @@ its contribution to a node is the bias times the gradient of the module's output
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import functools
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -95,6 +101,33 @@ def mlp_sites(family: Any) -> MlpSites:
     return MlpSites(up=up.module, up_part=up.part, down=act.module)
 
 
+@dataclass(frozen=True)
+class Replay:
+    """A replay's rows (module text): removed[b] the node row b removes, (layer, position,
+    index), None for row 0 (the prompt as it is); hold: every other node's activation held at
+    row 0's (the edges' direct effects), else following its input linearly (its gate held)."""
+
+    removed: tuple[tuple[int, int, int] | None, ...]
+    hold: bool
+
+    def remove(self, base: Any, layer: int) -> Any:
+        """base (B, T, m), the activations entering block `layer`'s down projection (its
+        transcoder's decoder), with each row's removed node of that block set to 0."""
+        for b, node in enumerate(self.removed):
+            if node is not None and node[0] == layer:
+                base[b, node[1], node[2]] = 0.0
+        return base
+
+
+# set while a replay runs: the attention function then reads row 0's q and k for every row
+_REPLAYING: contextvars.ContextVar[bool] = contextvars.ContextVar("replaying", default=False)
+
+
+def _row0(t: Any) -> Any:
+    """Row 0 of a batch, standing for every row."""
+    return t[:1].expand_as(t)
+
+
 @dataclass
 class Pass:
     """What one frozen forward pass left behind (tensors of the float64 copy, batch B)."""
@@ -107,6 +140,7 @@ class Pass:
     errors: dict = field(default_factory=dict)  # layer -> (B, T, d) a transcoder's error, a leaf
     biases: list = field(default_factory=list)  # (bias (n,), the module's output (..., n))
     logits: Any = None  # (B, Q, V) the LM head's output at the query positions
+    replay: Replay | None = None  # a replay's rows (verify.py), or None for the frozen pass
 
 
 # the frozen patterns the pass may hold for its backward passes (every block's, B × heads × T²
@@ -124,6 +158,8 @@ def _frozen_attention(module: Any, query: Any, key: Any, value: Any, attention_m
     if kwargs.get("s_aux") is not None or kwargs.get("sinks") is not None:
         raise BadInput("graph --neurons: attention sinks cannot be frozen yet")
     q, k = query.detach(), key.detach()  # (B, nh, T, hd), (B, nkv, T, hd)
+    if _REPLAYING.get():  # every row attends as the prompt does
+        q, k = _row0(q), _row0(k)
     v = value.repeat_interleave(q.shape[1] // k.shape[1], dim=1)  # (B, nh, T, hd)
     scale = scaling if scaling is not None else q.shape[-1] ** -0.5
     blocks = getattr(getattr(module, "config", None), "num_hidden_layers", 1)
@@ -197,7 +233,8 @@ def is_norm(module: Any) -> bool:
 def _norm_hook(norm_type: Any, state: Pass) -> Any:
     def hook(module: Any, args: tuple, output: Any) -> Any:
         x = args[0]
-        centre, gain, bias = frozen_norm(module, x.detach(), norm_type)
+        held = x.detach() if state.replay is None else x.detach()[:1]  # a replay: row 0's
+        centre, gain, bias = frozen_norm(module, held, norm_type)
         y = (x - x.mean(dim=-1, keepdim=True)) if centre else x
         y = y * gain.to(x.dtype)  # (B, T, d): linear in x
         if bias is not None:
@@ -239,6 +276,12 @@ def _down_hook(state: Pass, layer: int) -> Any:
         import torch
 
         a, u = args[0], state.u[layer]
+        if state.replay is not None:  # row 0's gates; the activations held or following u
+            a0, u0 = a[:1], u[:1]
+            r = torch.where(u0 != 0, a0 / torch.where(u0 != 0, u0, 1.0), 0.0)
+            state.acts[layer] = r * u
+            base = _row0(a).clone() if state.replay.hold else r * u
+            return (state.replay.remove(base, layer), *args[1:])
         r = torch.where(u != 0, a / torch.where(u != 0, u, 1.0), 0.0).detach()  # frozen gate
         state.acts[layer] = r * u  # (B, T, m): linear in u
         leaf = a.detach().requires_grad_(True)  # a gradient stops here: edges are direct
@@ -263,12 +306,12 @@ def float64_norms(model: Any, parts: Any, state: Pass | None = None) -> list[Hoo
 
 @contextlib.contextmanager
 def frozen(model: Any, parts: Any, sites: MlpSites | None,
-           transcoders: Any = None) -> Iterator[Pass]:
+           transcoders: Any = None, replay: Replay | None = None) -> Iterator[Pass]:
     """Inside: a forward of `model` (the float64 copy, its ModelParts `parts`) runs frozen
     (see the module's text) and fills the Pass yielded; with `transcoders` (a TranscoderSet),
     each block's MLP is replaced by its transcoder instead (transcoders.py) and `sites` is not
-    read."""
-    state = Pass()
+    read; with `replay`, the batch's rows are its rows (Replay)."""
+    state = Pass(replay=replay)
     fam = parts.family
     hooks = [Hook.after(parts.embed, _leaf_hook(state, "embed"))]
     if fam.pos_embed:
@@ -291,13 +334,15 @@ def frozen(model: Any, parts: Any, sites: MlpSites | None,
     _register_attention()
     before = getattr(model.config, "_attn_implementation", None)
     model.set_attn_implementation(ATTENTION)
+    token = _REPLAYING.set(replay is not None)
     try:
         with hooked(hooks, prepend=True):
             yield state
     finally:
+        _REPLAYING.reset(token)
         if before is not None:
             model.set_attn_implementation(before)
 
 
 __all__ = ["ATTENTION", "EDGE_MEANING", "FREEZING", "TRANSCODER_EDGE", "TRANSCODER_FREEZING",
-           "MlpSites", "Pass", "float64_norms", "frozen", "mlp_sites"]
+           "MlpSites", "Pass", "Replay", "float64_norms", "frozen", "mlp_sites"]

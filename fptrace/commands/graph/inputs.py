@@ -1,9 +1,9 @@
 """The options of `fptrace graph`, checked before the model is loaded (one line on stderr,
 exit 2, nothing written): the thresholds are fractions in [0, 1], the counts positive whole
-numbers, the graph file a path fptrace may write, and one of --neurons and --transcoders DIR
-given (DIR a folder that exists; its transcoders are read and checked against the model in
-transcoders.py). The query positions arrive parsed (cli.py, through fptrace.addresses) and are
-resolved against the prompt in core.py."""
+numbers (--verify 0 or more), the graph file a path fptrace may write, and one of --neurons
+and --transcoders DIR given (DIR a folder that exists; its transcoders are read and checked
+against the model in transcoders.py). The query positions arrive parsed (cli.py, through
+fptrace.addresses) and are resolved against the prompt in core.py."""
 
 from __future__ import annotations
 
@@ -24,11 +24,13 @@ class GraphRequest:
     per_site: int
     positions: Any  # a Selection, or None for the last position
     transcoders: str | None  # the folder, or None for --neurons
+    verify: int = 0  # nodes removed one at a time (--verify)
 
 
 def check_request(*, neurons: bool, node_threshold: str, edge_threshold: str,
                   max_nodes: str, per_site: str, positions: Any, graph_json: str | None,
-                  force: bool, transcoders: str | None = None) -> GraphRequest:
+                  force: bool, transcoders: str | None = None, verify: str = "0"
+                  ) -> GraphRequest:
     """The request, or BadInput naming the option at fault (positions: a Selection parsed by
     the command line, or None)."""
     check_nodes(neurons, transcoders)
@@ -36,6 +38,7 @@ def check_request(*, neurons: bool, node_threshold: str, edge_threshold: str,
     edge = parse_float(str(edge_threshold), "--edge-threshold", low=0.0, high=1.0)
     n_max = parse_int(str(max_nodes), "--max-nodes", low=1)
     k = parse_int(str(per_site), "--per-site", low=1)
+    n_verify = parse_int(str(verify), "--verify", low=0)
     if graph_json is not None:
         from fptrace.atomic import check_target
 
@@ -43,7 +46,7 @@ def check_request(*, neurons: bool, node_threshold: str, edge_threshold: str,
             raise BadInput(f"--graph-json {graph_json}: give a .json file name")
         check_target(graph_json, "--graph-json", "graph.json", force)
     return GraphRequest(node_threshold=node, edge_threshold=edge, max_nodes=n_max, per_site=k,
-                        positions=positions, transcoders=transcoders)
+                        positions=positions, transcoders=transcoders, verify=n_verify)
 
 
 def check_nodes(neurons: bool, transcoders: str | None) -> None:

@@ -5,12 +5,14 @@ from __future__ import annotations
 from fptrace.results import SCHEMA_VERSION, ModelInfo, Token, result
 
 # 1.6: `fptrace graph` (this kind); 1.7: graphs over transcoders (AttributionGraph.transcoders,
-# .missing_blocks; the latent, other latents and error nodes)
-SCHEMA_SINCE = "1.7"
+# .missing_blocks; the latent, other latents and error nodes); 1.8: --verify
+# (AttributionGraph.verified, GraphVerified, the graph_verify check)
+SCHEMA_SINCE = "1.8"
 
 CHECK_TARGETS = ("for `graph`: `graph_sums` (every computed node's incoming edges plus its bias "
-                 "terms equal its value in the model, float64) and `graph_model` (the float64 "
-                 "copy's logits equal the model's own)")
+                 "terms equal its value in the model, float64), `graph_model` (the float64 "
+                 "copy's logits equal the model's own) and, with --verify, `graph_verify` (each "
+                 "removed node changes every computed node by minus its edge)")
 
 
 @result
@@ -87,7 +89,7 @@ class GraphCheck:
     """The check that the graph is exact."""
 
     name: str
-    """`graph_sums` or `graph_model`."""
+    """`graph_sums`, `graph_model` or (--verify) `graph_verify`."""
     value: float
     """The largest relative difference measured."""
     tolerance: str
@@ -96,6 +98,32 @@ class GraphCheck:
     """Whether it holds."""
     worst: str
     """The node (or logit) where the difference is largest."""
+
+
+@result
+class GraphVerified:
+    """One node removed (`--verify N`: the N most influential neurons or latents, one at a
+    time): its edges against the intervention they predict, and the top logit's change."""
+
+    node: str
+    """The removed node (its label)."""
+    targets: int
+    """Computed nodes (neurons or latents, logits) it has an edge into."""
+    largest_edge: float
+    """The largest |edge| from it into a computed node."""
+    difference: float
+    """With every other node held (attention patterns, norm scales, gates and the other nodes'
+    activations at their values): the largest |change of a computed node + its edge from the
+    removed one| relative to max(|edge|, 1e-6·Σ|terms|): 0 up to rounding when the edges are the
+    direct effects they claim to be."""
+    direct: float
+    """The top logit's change its edge predicts (minus the edge): its direct effect."""
+    predicted: float
+    """The top logit's change in the frozen model with the other nodes following it linearly:
+    what the graph predicts over every path."""
+    real: float
+    """The top logit's real change: the node's activation set to 0 in the model as it computes
+    (nothing frozen). Beside `predicted`, a number, not a verdict."""
 
 
 @result
@@ -173,5 +201,10 @@ class AttributionGraph:
     """The transcoders' folder (--transcoders), or null for --neurons."""
     missing_blocks: tuple[int, ...] = ()
     """With transcoders: the blocks that have none (their MLP output is all error)."""
+    verified: tuple[GraphVerified, ...] = ()
+    """With --verify N: the N most influential computed neurons or latents (those the pruning
+    dropped included), each removed (empty without it)."""
+    verify_logit: str | None = None
+    """With --verify: the logit whose change is measured (the most probable logit node)."""
     kind: str = "graph"
     schema_version: str = SCHEMA_VERSION

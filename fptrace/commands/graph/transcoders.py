@@ -142,7 +142,9 @@ def replacement_hook(state: Any, layer: int, tc: Transcoder | None) -> Any:
 
     def hook(module: Any, args: tuple, output: Any) -> Any:
         y = output[0] if isinstance(output, tuple) else output
-        if tc is None:
+        if state.replay is not None:  # freezing.Replay: row 0's gates and error
+            new = _replayed(state, layer, tc, args[0], y)
+        elif tc is None:
             new = y.detach().clone().requires_grad_(True)  # all of it error
             state.errors[layer] = new
         else:
@@ -162,6 +164,24 @@ def replacement_hook(state: Any, layer: int, tc: Transcoder | None) -> Any:
             state.biases.append((tc.b_dec, new))
         return (new, *output[1:]) if isinstance(output, tuple) else new
     return hook
+
+
+def _replayed(state: Any, layer: int, tc: Transcoder | None, x: Any, y: Any) -> Any:
+    """A replay's MLP output (freezing.Replay): the reconstruction of each row's latents (row
+    0's held, or following the input with row 0's gates; the removed one 0) plus row 0's
+    error; without a transcoder, row 0's output (all of it error)."""
+    import torch
+
+    if tc is None:
+        return y[:1].expand_as(y)
+    p = tc.pre(x)  # (B, T, n)
+    p0 = p[:1]
+    a0 = tc.act(p0)
+    r = torch.where(p0 != 0, a0 / torch.where(p0 != 0, p0, 1.0), 0.0)
+    state.acts[layer] = r * p
+    base = a0.expand_as(p).clone() if state.replay.hold else r * p
+    error = y[:1] - (a0 @ tc.W_dec + tc.b_dec)  # (1, T, d)
+    return state.replay.remove(base, layer) @ tc.W_dec + tc.b_dec + error
 
 
 def latents_hook(acts: dict, layer: int, tc: Transcoder) -> Any:
