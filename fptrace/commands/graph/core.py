@@ -161,8 +161,8 @@ def graph(lm: LoadedModel, prompt: Prompt, *, positions: Any = None,
 
     from fptrace.commands.graph.verify import verify as run_verify
 
-    picked = ranked[:verify]  # the computed neurons (latents), kept or not, by influence
-    picks = [Target(n.layer, n.position, n.index) for n in picked]
+    picked = [n for n in ranked if n.index is not None][:verify]  # computed, by influence
+    picks = [Target(n.layer, n.position, n.index) for n in picked if n.index is not None]
     verified, check = run_verify(model, parts, sites, tset, ids, queries, done, chosen, picks,
                                  [n.label for n in picked], logit_targets[0], real.acts, RTOL)
     return replace(g, verified=verified, verify_logit=lm.token_text(logit_targets[0].index),

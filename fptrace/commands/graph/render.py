@@ -128,7 +128,7 @@ def verify_table(g: AttributionGraph, width: int | None) -> RenderableType | Non
         return None
     rows = [[v.node, str(v.targets), f"{v.largest_edge:.3f}", f"{v.difference:.1e}",
              f"{v.direct:+.4f}", f"{v.predicted:+.4f}", f"{v.real:+.4f}"] for v in g.verified]
-    logit = visible(g.verify_logit)
+    logit = visible(g.verify_logit or "")
     return fit_table(VERIFY_COLS, rows, width, title=f"Verified by removal (--verify): each "
                      "node set to 0, every other node held, moves every computed node by minus "
                      f"its edge (off by: relative); the change of the logit {logit!r}: direct "

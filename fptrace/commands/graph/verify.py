@@ -106,7 +106,8 @@ def verify(model: Any, parts: Any, sites: MlpSites | None, tset: Any, ids: list[
         chunk = picks[start:start + ROWS - 1]
         B = len(chunk) + 1
         x = torch.tensor([ids] * B, device=device)
-        removed = (None, *((s.layer, s.position, s.index) for s in chunk))
+        removed = (None, *((s.layer, s.position, s.index) for s in chunk if s.layer is not None))
+        assert len(removed) == B  # neurons and latents: each of a block
         got = {}
         for hold in (True, False):
             with torch.no_grad(), frozen(model, parts, sites, tset,
