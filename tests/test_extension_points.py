@@ -573,3 +573,86 @@ def test_a_new_engine_folder_is_found_everywhere(tmp_path):
     assert out["help"] == [True, True]
     assert out["notes"] is True
     assert out["cases"] == [["engines/echo/", 1]]
+
+
+# a routed command by one folder: which experts each MoE block chose at the last position,
+# through the one routing interface (core/routing.py) and no other file
+EXPERTS = {
+    "__init__.py": '''
+        """`fptrace experts`: which experts each mixture-of-experts block chose."""
+        ''',
+    "cli.py": '''
+        """`fptrace experts`."""
+
+        from __future__ import annotations
+
+        from typing import Annotated
+
+        import typer
+
+        from fptrace.cli.io import Group, load_for, prompt_command
+        from fptrace.cli.options import ChatOptions, LoadOptions, Outputs
+        from fptrace.errors import BadInput
+
+
+        @prompt_command(order=999, group=Group.why, plot=False, html=False)
+        def experts(
+            prompt: Annotated[str | None, typer.Argument(help="The text.")] = None,
+            opts: LoadOptions = LoadOptions(),
+            chat: ChatOptions = ChatOptions(),
+            outputs: Outputs = Outputs(),
+        ) -> None:
+            """The experts each MoE block chose at the last position."""
+            import torch
+
+            from fptrace.core.routing import capture_routing, moe_facts, routing_of_rows
+
+            lm, prompt = load_for(prompt, opts, chat, outputs)
+            moe = moe_facts(lm.parts, lm.config)
+            if moe is None:
+                raise BadInput(f"{lm.name} is not a mixture of experts")
+            ids = list(lm.prepare(prompt).ids)
+            with capture_routing(lm.parts, lm.config) as cap, torch.inference_mode():
+                lm.model(torch.tensor([ids], device=lm.device), use_cache=False)
+            routing = routing_of_rows(cap, moe, 1, len(ids), [len(ids)], "float32")[0]
+            for b in routing.blocks:
+                print(f"block {b.layer}: {' '.join(str(e) for e in b.experts[-1])}")
+        ''',
+}
+
+EXPERTS_PROBE = '''
+import contextlib, io, json, sys
+import fptrace
+from fptrace.cli.main import answer
+model = sys.argv[1]
+out = {"where": fptrace.__file__}
+buf = io.StringIO()
+with contextlib.redirect_stdout(buf):
+    out["rc"] = answer(["experts", "The cat sat on", "-m", model])
+out["lines"] = buf.getvalue().splitlines()
+buf = io.StringIO()
+with contextlib.redirect_stdout(buf):
+    answer(["run", "The cat sat on", "-m", model, "--json"])
+run = json.loads(buf.getvalue())
+out["run"] = [f"block {b['layer']}: " + " ".join(str(e) for e in b["experts"][-1])
+              for b in run["routing"]["blocks"]]
+print(json.dumps(out))
+'''
+
+
+def test_a_routed_command_is_one_folder(tmp_path):
+    """A throwaway command that reads the routing (commands/experts/, two files and no other
+    edit) runs on a tiny MoE model and names the experts `run` reports for each block."""
+    from conftest import make_moe_folder
+
+    copy = package_with(tmp_path, "commands/experts", EXPERTS)
+    model, _ = make_moe_folder(tmp_path)
+    done = subprocess.run([sys.executable, "-c", EXPERTS_PROBE, str(model)],
+                          capture_output=True, text=True, cwd=tmp_path, timeout=300,
+                          env={**__import__("os").environ, "PYTHONPATH": str(tmp_path)})
+    assert done.returncode == 0, done.stderr[-3000:]
+    import json
+
+    out = json.loads(done.stdout.strip().splitlines()[-1])
+    assert out["where"].startswith(str(copy))
+    assert out["rc"] == 0 and out["lines"] and out["lines"] == out["run"], out
