@@ -12,7 +12,8 @@ import pytest
 import torch
 
 from fptrace.core.dictionaries import check_model, check_role, read_dictionary
-from fptrace.core.dictionary_sites import Site
+from fptrace.addresses import Site
+from fptrace.core.dictionary_sites import MLP_IN, same_tensor
 from fptrace.core.dictionary_sites import dictionary_site as parse_site
 from fptrace.errors import BadInput
 
@@ -146,7 +147,7 @@ def test_gemmascope_transcoder_from_the_path(tmp_path):
     w = weights(5)
     folder = tmp_path / "gemma-scope-2b-pt-transcoders" / "layer_1" / "width_16k" / "l0_9"
     d = read_dictionary(write_gemmascope(folder, w))
-    assert (d.role, d.site, d.out_site) == ("transcoder", Site(1, "mlp_in"), Site(1, "mlp_out"))
+    assert (d.role, d.site, d.out_site) == ("transcoder", Site(1, MLP_IN), Site(1, "mlp_out"))
     with pytest.raises(BadInput, match="is a transcoder"):
         check_role(d, "sae")
 
@@ -168,7 +169,7 @@ def test_sparsify_topk_after_relu_of_the_shifted_input(tmp_path):
 def test_sparsify_transcoder_is_caught_as_an_sae(tmp_path):
     d = read_dictionary(write_sparsify(str(tmp_path), weights(7), hook="layers.0.mlp",
                                        transcode=True))
-    assert (d.role, d.site, d.out_site) == ("transcoder", Site(0, "mlp_in"), Site(0, "mlp_out"))
+    assert (d.role, d.site, d.out_site) == ("transcoder", Site(0, MLP_IN), Site(0, "mlp_out"))
     with pytest.raises(BadInput, match="transcoder"):
         check_role(d, "sae")
 
@@ -186,12 +187,12 @@ def test_hook_names_of_every_format():
     assert parse_site("blocks.3.hook_resid_pre") == Site(3, "resid_pre")
     assert parse_site("blocks.3.hook_resid_post") == Site(3, "resid_post")
     assert parse_site("blocks.3.hook_mlp_out") == Site(3, "mlp_out")
-    assert parse_site("blocks.3.ln2.hook_normalized") == Site(3, "mlp_in")
+    assert parse_site("blocks.3.ln2.hook_normalized") == Site(3, MLP_IN)
     assert parse_site("layers.3") == Site(3, "resid_post")
     assert parse_site("model.layers.3.output") == Site(3, "resid_post")
     assert parse_site("layers.3.mlp") == Site(3, "mlp_out")
-    assert Site(2, "resid_post").same_tensor(Site(3, "resid_pre"))
-    assert not Site(3, "resid_post").same_tensor(Site(3, "resid_pre"))
+    assert same_tensor(Site(2, "resid_post"), Site(3, "resid_pre"))
+    assert not same_tensor(Site(3, "resid_post"), Site(3, "resid_pre"))
     for bad in ("blocks.².hook_resid_pre", "blocks.1.attn.hook_z", "layers.-1", ""):
         with pytest.raises(BadInput):
             parse_site(bad)
@@ -258,7 +259,7 @@ def test_bad_folders_are_one_line(tmp_path):
     ("resid_post_all", "sae", Site(7, "resid_post")),
     ("resid_post", "sae", Site(7, "resid_post")),
     ("mlp_out_all", "sae", Site(7, "mlp_out")),
-    ("transcoder_all", "transcoder", Site(7, "mlp_in")),
+    ("transcoder_all", "transcoder", Site(7, MLP_IN)),
 ])
 def test_gemma_scope_2_places_from_its_layout(tmp_path, kind, role, site):
     """Gemma Scope 2 names a dictionary kind_all/layer_L_width_W_l0_S/params.safetensors."""

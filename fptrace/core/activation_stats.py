@@ -208,7 +208,10 @@ class Statistics:
 # ---- the accumulator ------------------------------------------------------------------------
 
 @dataclass
-class Site:
+class SiteStats:
+    """The running statistics of one site (a block's attn_in, z, mlp_in, mlp_act or resid_post,
+    or the final norm): its name in the file, the linear layers that read it, its channels."""
+
     name: str
     modules: tuple[str, ...]
     stats: ChannelStats
@@ -268,8 +271,8 @@ class ActivationStats:
         self.prompts: list[str] = []
         self.failed: list[FailedPrompt] = []
         self.tokens = 0
-        self.layers: list[dict[str, Site]] = [{} for _ in range(n_layers)]
-        self.final: Site | None = None
+        self.layers: list[dict[str, SiteStats]] = [{} for _ in range(n_layers)]
+        self.final: SiteStats | None = None
         self.massive: dict[tuple[int, int], MassiveTally] = {}
         self.sink_sums = np.zeros((n_layers, self.n_heads, sink_positions))
         self.sink_queries = 0
@@ -294,18 +297,20 @@ class ActivationStats:
                 "massive_min": self.massive_min, "massive_ratio": self.massive_ratio,
                 "bins": self.bins}
 
-    def site(self, layer: int | None, name: str, modules: tuple[str, ...], width: int) -> Site:
+    def site(self, layer: int | None, name: str, modules: tuple[str, ...],
+             width: int) -> SiteStats:
         """The site `name` of block `layer` (None: the final norm), made on first use."""
         if layer is None:
             if self.final is None:
-                self.final = Site(name, modules, ChannelStats(width, self.bins))
+                self.final = SiteStats(name, modules, ChannelStats(width, self.bins))
             return self.final
         found = self.layers[layer].get(name)
         if found is None:
-            found = self.layers[layer][name] = Site(name, modules, ChannelStats(width, self.bins))
+            found = SiteStats(name, modules, ChannelStats(width, self.bins))
+            self.layers[layer][name] = found
         return found
 
-    def all_sites(self) -> Iterable[tuple[int | None, Site]]:
+    def all_sites(self) -> Iterable[tuple[int | None, SiteStats]]:
         for i, sites in enumerate(self.layers):
             for name in sorted(sites, key=_site_order):
                 yield i, sites[name]
@@ -403,7 +408,7 @@ class ActivationStats:
     # ---- JSON -------------------------------------------------------------------------------
 
     def to_record(self) -> Statistics:
-        def site_record(s: Site) -> SiteRecord:
+        def site_record(s: SiteStats) -> SiteRecord:
             d = s.stats.to_dict()
             return SiteRecord(site=s.name, modules=s.modules, channels=ChannelRecord(
                 width=d["width"], count=d["count"], mean=d["mean"], m2=d["m2"],
@@ -465,9 +470,9 @@ def _from_dict(cls: Any, d: dict) -> ActivationStats:
         out.route_positions[j] = int(r["positions"])
         out.route_entropy[j] = float(r["entropy_sum"])
 
-    def site(rec: dict) -> Site:
+    def site(rec: dict) -> SiteStats:
         ch = dict(rec["channels"], bins=[*bins[:-1], "inf"])
-        return Site(str(rec["site"]), tuple(str(m) for m in rec["modules"]),
+        return SiteStats(str(rec["site"]), tuple(str(m) for m in rec["modules"]),
                     ChannelStats.from_dict(ch))
 
     for i, layer in enumerate(layers):
@@ -572,8 +577,8 @@ __all__ = [
     "MassiveRecord",
     "MassiveTally",
     "RouteRecord",
-    "Site",
     "SiteRecord",
+    "SiteStats",
     "Statistics",
     "read_document",
     "read_statistics",

@@ -40,10 +40,12 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from fptrace.core.dictionary_sites import Site, dictionary_site
+from fptrace.addresses import Site
+from fptrace.core.dictionary_sites import MLP_IN, dictionary_site, hook_name, same_tensor
 from fptrace.errors import BadInput
 from fptrace.jsontext import loads
 from fptrace.numbers import parse_int
+from fptrace.points import Point
 from fptrace.userfiles import check_regular, read_text
 
 KINDS = ("relu", "jumprelu", "topk", "batchtopk")
@@ -156,10 +158,11 @@ def read_dictionary(path: str, *, site: str | None = None, what: str = "--sae") 
                        f"(sparsify), or params.npz / params.safetensors (Gemma Scope){hint}")
     if site is not None:
         given = dictionary_site(site, "--site")
-        if not given.same_tensor(d.site):
+        if not same_tensor(given, d.site):
             raise BadInput(f"--site {site}: the dictionary in {path!r} was trained on "
-                           f"{d.site.name} (its {'config' if d.format != 'gemmascope' else 'files'}"
-                           " say so); reading it elsewhere would give a wrong readout")
+                           f"{hook_name(d.site)} (its "
+                           f"{'config' if d.format != 'gemmascope' else 'files'} say so); "
+                           "reading it elsewhere would give a wrong readout")
     return d
 
 
@@ -182,11 +185,11 @@ def check_role(d: Dictionary, expected: str, option: str = "--sae") -> None:
     if d.role != expected:
         features = option in ("--sae", "--transcoder")  # features takes either, by its flag
         if d.role == "transcoder":
-            raise BadInput(f"{option} {d.path!r} is a transcoder ({d.site.name} → "
-                           f"{d.out_site.name}: it maps the MLP's input to its output), not an "
-                           "SAE of the stream" + ("; give it with --transcoder" if features
+            raise BadInput(f"{option} {d.path!r} is a transcoder ({hook_name(d.site)} → "
+                           f"{hook_name(d.out_site)}: it maps the MLP's input to its output), "
+                           "not an SAE of the stream" + ("; give it with --transcoder" if features
                                                   else ""))
-        raise BadInput(f"{option} {d.path!r} is an SAE of {d.site.name}, not a transcoder" +
+        raise BadInput(f"{option} {d.path!r} is an SAE of {hook_name(d.site)}, not a transcoder" +
                        ("; give it with --sae" if features else " (it reconstructs what it "
                         "reads instead of mapping the MLP's input to its output)"))
 
@@ -196,13 +199,14 @@ def check_model(d: Dictionary, n_layers: int, d_model: int, model: str,
     """The dictionary's place and widths against the loaded model."""
     for s in (d.site, d.out_site):
         last = n_layers - 1
-        if s.block > last:
-            raise BadInput(f"{option} {d.path!r} reads {s.name}, but {model} has blocks 0 to "
+        if s.layer > last:
+            raise BadInput(f"{option} {d.path!r} reads {hook_name(s)}, but {model} has blocks 0 to "
                            f"{last}")
-    if d.site.point != "mlp_in" and d.d_in != d_model:
-        raise BadInput(f"{option} {d.path!r} reads vectors of width {d.d_in} at {d.site.name}; "
-                       f"{model}'s stream has width {d_model}: a dictionary of another model")
-    if d.out_site.point != "mlp_in" and d.d_out != d_model:
+    if d.site.point is not MLP_IN and d.d_in != d_model:
+        raise BadInput(f"{option} {d.path!r} reads vectors of width {d.d_in} at "
+                       f"{hook_name(d.site)}; {model}'s stream has width {d_model}: a "
+                       "dictionary of another model")
+    if d.out_site.point is not MLP_IN and d.d_out != d_model:
         raise BadInput(f"{option} {d.path!r} writes vectors of width {d.d_out}; {model}'s stream "
                        f"has width {d_model}: a dictionary of another model")
 
@@ -214,11 +218,12 @@ def latent_block(d: Dictionary, latent: int, option: str = "--latent") -> tuple[
     if not 0 <= latent < d.d_sae:
         raise BadInput(f"{option} {latent}: {d.path!r} has latents 0 to {d.d_sae - 1}")
     s = d.out_site
-    if d.role != "sae" or s.point not in ("resid_pre", "resid_post") or \
-            (s.point == "resid_pre" and s.block == 0):
-        raise BadInput(f"{option} with --sae {d.path!r}: its latents write to {s.name}, which is "
-                       "not the output of a block (an SAE of the stream after a block is needed)")
-    block = s.block if s.point == "resid_post" else s.block - 1
+    if d.role != "sae" or s.point not in (Point.resid_pre, Point.resid_post) or \
+            (s.point is Point.resid_pre and s.layer == 0):
+        raise BadInput(f"{option} with --sae {d.path!r}: its latents write to {hook_name(s)}, "
+                       "which is not the output of a block (an SAE of the stream after a block "
+                       "is needed)")
+    block = s.layer if s.point is Point.resid_post else s.layer - 1
     return block, d.W_dec[latent].detach().float().cpu().clone()
 
 
@@ -356,7 +361,7 @@ def _saelens(folder: str) -> Dictionary:
     site = dictionary_site(hook, f"{cfg_path!r}: hook_name")
     layer = cfg.get("hook_layer", meta.get("hook_layer"))
     if layer is not None and _int({"hook_layer": layer}, "hook_layer", cfg_path, low=0) != \
-            site.block:
+            site.layer:
         raise BadInput(f"{cfg_path!r}: hook_layer {layer} and hook_name {hook!r} name different "
                        "blocks; the dictionary's place is ambiguous")
     out_site = site
@@ -421,10 +426,10 @@ def _sparsify(folder: str) -> Dictionary:
     _shape(t["W_dec"], (n, d_out), "W_dec", weights)
     _shape(t["b_dec"], (d_out,), "b_dec", weights)
     if transcode:
-        if site.point != "mlp_out":
+        if site.point is not Point.mlp_out:
             raise BadInput(f"{folder!r}: a sparsify transcoder at {hook!r}; fptrace reads "
                            "transcoders of an MLP (layers.L.mlp)")
-        in_site = Site(site.block, "mlp_in")
+        in_site = Site(site.layer, MLP_IN)
     else:
         in_site = site
     return Dictionary(path=folder, format="sparsify", kind="topk",
@@ -475,10 +480,10 @@ def _gemmascope_place(folder: str, site: str | None, what: str) -> tuple[str, Si
         if isinstance(hin, str) and isinstance(hout, str):
             s_in = dictionary_site(hin, f"{cfg_path!r}: hook point")
             s_out = dictionary_site(hout, f"{cfg_path!r}: hook point")
-            if s_in.same_tensor(s_out):
+            if same_tensor(s_in, s_out):
                 return "sae", s_in, s_in
-            return "transcoder", Site(s_in.block, "mlp_in") if s_in.point == "mlp_out" else s_in, \
-                s_out
+            read = Site(s_in.layer, MLP_IN) if s_in.point is Point.mlp_out else s_in
+            return "transcoder", read, s_out
     # the releases' layouts: gemma-scope-2b-pt-res/layer_12/width_16k/average_l0_82 (Gemma
     # Scope) and resid_post_all/layer_7_width_16k_l0_big (Gemma Scope 2): the layer is the last
     # component that starts with layer_N, what was read is named by the component before it
@@ -497,11 +502,11 @@ def _gemmascope_place(folder: str, site: str | None, what: str) -> tuple[str, Si
     block = parse_int(m.group(1), f"{folder!r}: layer", low=0)
     words = set(re.split(r"[-_.]", parts[at[-1] - 1])) if at[-1] > 0 else set()
     if words & {"transcoder", "transcoders"}:
-        return "transcoder", Site(block, "mlp_in"), Site(block, "mlp_out")
+        return "transcoder", Site(block, MLP_IN), Site(block, Point.mlp_out)
     if "mlp" in words:
-        s = Site(block, "mlp_out")
+        s = Site(block, Point.mlp_out)
     elif words & {"res", "resid"}:
-        s = Site(block, "resid_post")
+        s = Site(block, Point.resid_post)
     else:
         if site is None:
             raise BadInput(f"{what} {folder!r}: the path names a layer but not what was read "

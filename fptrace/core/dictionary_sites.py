@@ -1,6 +1,7 @@
-"""Where in the model a dictionary reads (and, for a transcoder, writes): one typed value, and
-the names the formats people download use for them (read by fptrace.addresses.parse_site, the
-one parser of places).
+"""Where in the model a dictionary reads (and, for a transcoder, writes): an addresses.Site, the
+one place type (resid_pre, resid_post, ln2 for the MLP's input, mlp_out), and the names the
+formats people download use for them (read by fptrace.addresses.parse_site, the one parser of
+places).
 
     blocks.L.hook_resid_pre     the stream entering block L            (SAELens, TransformerLens)
     blocks.L.hook_resid_post    the stream leaving block L
@@ -16,41 +17,30 @@ the dictionary's own config used.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
-from fptrace.addresses import parse_site
+from fptrace.addresses import Site, parse_site
 from fptrace.errors import BadInput
 from fptrace.points import Point
 
-POINTS = ("resid_pre", "resid_post", "mlp_in", "mlp_out")
-# the trace point (fptrace.points) of each place a dictionary reads; mlp_in is the MLP's input,
-# after its norm: ln2
-OF_POINT = {Point.resid_pre: "resid_pre", Point.resid_post: "resid_post", Point.ln2: "mlp_in",
+# the places a dictionary reads or writes, as fptrace.addresses.Site's points (the one place
+# type), and the name each has in TransformerLens's hooks; the MLP's input is ln2's output
+MLP_IN = Point.ln2
+POINTS = (Point.resid_pre, Point.resid_post, MLP_IN, Point.mlp_out)
+TL_NAMES = {Point.resid_pre: "resid_pre", Point.resid_post: "resid_post", MLP_IN: "mlp_in",
             Point.mlp_out: "mlp_out"}
 
 
-@dataclass(frozen=True)
-class Site:
-    """One place of the stream: a block and a point of POINTS."""
-
-    block: int
-    point: str
-
-    @property
-    def name(self) -> str:
-        """TransformerLens's name of the place (`blocks.15.hook_resid_post`)."""
-        return f"blocks.{self.block}.hook_{self.point}"
-
-    def same_tensor(self, other: Site) -> bool:
-        """Whether the two name the same tensor (resid_post L is resid_pre L+1)."""
-        return _canonical(self) == _canonical(other)
-
-    def __str__(self) -> str:
-        return self.name
+def hook_name(site: Site) -> str:
+    """TransformerLens's name of a dictionary's place (`blocks.15.hook_resid_post`)."""
+    return f"blocks.{site.layer}.hook_{TL_NAMES[site.point]}"
 
 
-def _canonical(s: Site) -> tuple[int, str]:
-    return (s.block + 1, "resid_pre") if s.point == "resid_post" else (s.block, s.point)
+def same_tensor(a: Site, b: Site) -> bool:
+    """Whether two places name the same tensor (resid_post L is resid_pre L+1)."""
+    return _canonical(a) == _canonical(b)
+
+
+def _canonical(s: Site) -> tuple[int, Point]:
+    return (s.layer + 1, Point.resid_pre) if s.point is Point.resid_post else (s.layer, s.point)
 
 
 def dictionary_site(text: str, what: str = "the hook name") -> Site:
@@ -65,12 +55,12 @@ def dictionary_site(text: str, what: str = "the hook name") -> Site:
         place = parse_site(s, what)
     except BadInput:
         place = None
-    point = None if place is None else OF_POINT.get(place.point)
-    if place is None or point is None or place.layer < 0:  # a config names its block from 0
+    # a config names its block from 0
+    if place is None or place.point not in TL_NAMES or place.layer < 0:
         raise BadInput(f"{what} {text!r}: not a place fptrace knows; give "
                        "blocks.L.hook_resid_pre, blocks.L.hook_resid_post, blocks.L.hook_mlp_out, "
                        "blocks.L.hook_mlp_in, layers.L or layers.L.mlp")
-    return Site(place.layer, point)
+    return Site(place.layer, place.point)
 
 
-__all__ = ["POINTS", "Site", "dictionary_site"]
+__all__ = ["MLP_IN", "POINTS", "TL_NAMES", "dictionary_site", "hook_name", "same_tensor"]

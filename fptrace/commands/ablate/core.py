@@ -34,6 +34,7 @@ from fptrace.commands.ablate.notes import (
 from fptrace.commands.ablate.result import AblatedRun, Ablation
 from fptrace.core import stats
 from fptrace.core.attribution import MLP_PARTS, DirectLogits, direct_logits
+from fptrace.core.dictionary_sites import hook_name
 from fptrace.core.interventions import (
     MODES,
     Means,
@@ -414,7 +415,7 @@ def _ablate_latent(lm: LoadedModel, prompt: Prompt, sae: str | None, latent: int
     top_id = int(out.logits[1].argmax())
     change = logit - d.model_logit
     run = AblatedRun(
-        parts=(f"latent {latent} ({dic.out_site.name})",), logit=logit, prob=float(probs[t]),
+        parts=(f"latent {latent} ({hook_name(dic.out_site)})",), logit=logit, prob=float(probs[t]),
         rank=stats.rank(out.logits[1], t), logit_change=change,
         prob_change=float(probs[t]) - clean.prob, direct=direct, indirect=change - direct,
         top=TopToken(1, top_id, lm.token_text(top_id), float(probs[top_id]),

@@ -29,6 +29,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from fptrace.addresses import Site
 from fptrace.commands.features.notes import ATTRIBUTION_WITHHELD, MASSIVE, NOT_IN_STREAM, SOFTCAP
 from fptrace.commands.features.result import (
     DictionaryReadout,
@@ -43,7 +44,7 @@ from fptrace.commands.features.result import (
 from fptrace.commands.features.streams import Captured, capture, stream_index
 from fptrace.core.attribution import frozen_norm, rtol_for, through_frozen
 from fptrace.core.dictionaries import Dictionary, check_model, check_role, read_dictionary
-from fptrace.core.dictionary_sites import Site
+from fptrace.core.dictionary_sites import MLP_IN, hook_name
 from fptrace.core.fragments import token_id
 from fptrace.core.trace import base_notes, model_info, ranked_token
 from fptrace.errors import BadInput
@@ -179,7 +180,7 @@ def _guard_site(d: Dictionary, cap: Captured, n_layers: int) -> None:
             if other is not None and other < NEIGHBOUR_FVU and other < own / 5:
                 name = "the embedding" if j == 0 else f"blocks.{j - 1}.hook_resid_post"
                 raise BadInput(
-                    f"--sae {d.path!r} is read at {d.site.name} as its config says, but it "
+                    f"--sae {d.path!r} is read at {hook_name(d.site)} as its config says, but it "
                     f"reconstructs the stream there with FVU {own:.3g} and {name} with FVU "
                     f"{other:.3g}: it was trained one place off; fix its hook name")
 
@@ -213,7 +214,7 @@ def _readout(lm: Any, d: Dictionary, cap: Captured, t: int, top: int, latent: in
     if bool(massive.any()):
         med = float(norms[keep].median()) if bool(keep.any()) else float(norms.median())
         for p in torch.nonzero(massive).flatten().tolist():
-            notes.append(MASSIVE(site=d.out_site.name, positions=p, norm=float(norms[p]),
+            notes.append(MASSIVE(site=hook_name(d.out_site), positions=p, norm=float(norms[p]),
                                  ratio=float(norms[p]) / med,
                                  error=positions[p].relative_error))
     trace = None
@@ -221,8 +222,8 @@ def _readout(lm: Any, d: Dictionary, cap: Captured, t: int, top: int, latent: in
         trace = LatentTrace(latent=latent, activations=tuple(float(v) for v in a[:, latent]),
                             decoder_norm=float(d.W_dec[latent].norm()))
     return DictionaryReadout(
-        path=d.path, format=d.format, activation=d.kind, role=d.role, site=d.site.name,
-        out_site=d.out_site.name, d_sae=d.d_sae, k=d.k, positions=tuple(positions),
+        path=d.path, format=d.format, activation=d.kind, role=d.role, site=hook_name(d.site),
+        out_site=hook_name(d.out_site), d_sae=d.d_sae, k=d.k, positions=tuple(positions),
         fvu=fvu(y[keep], err[keep]), l0=float((a != 0).sum(-1).double().mean()),
         decomposition_gap=gap, attribution=_attribution(lm, d, cap, a64[-1], err[-1], y[-1], t,
                                                         top, notes),
@@ -234,8 +235,8 @@ def _attribution(lm: Any, d: Dictionary, cap: Captured, a: Any, err: Any, y: Any
     """The target's logit split through the dictionary at the last position (module text)."""
     import torch
 
-    if d.out_site.point == "mlp_in":
-        notes.append(NOT_IN_STREAM(site=d.out_site.name))
+    if d.out_site.point is MLP_IN:
+        notes.append(NOT_IN_STREAM(site=hook_name(d.out_site)))
         return None
     fam = lm.parts.family
     x = cap.final_last[0]  # (d,) float32, the stream entering the final norm
@@ -263,8 +264,9 @@ def _attribution(lm: Any, d: Dictionary, cap: Captured, a: Any, err: Any, y: Any
     rtol = rtol_for(model_info(lm).dtype)
     tolerance = f"|total − logit| ≤ {rtol:g}·max(1, Σ|terms|) = {rtol * scale:.3g}"
     if abs(total - model_logit) > rtol * scale:
-        notes.append(ATTRIBUTION_WITHHELD(site=d.out_site.name, total=total, logit=model_logit,
-                                          difference=total - model_logit, tolerance=tolerance))
+        notes.append(ATTRIBUTION_WITHHELD(site=hook_name(d.out_site), total=total,
+                                          logit=model_logit, difference=total - model_logit,
+                                          tolerance=tolerance))
         return None
     order = terms.abs().argsort(descending=True)[:top]
     listed = [LatentTerm(int(idx[i]), float(a[idx[i]]), float(terms[i])) for i in order]

@@ -11,16 +11,18 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from fptrace.core.dictionary_sites import Site
+from fptrace.addresses import Site
+from fptrace.core.dictionary_sites import MLP_IN
 from fptrace.core.hooks import Hook, first_output, hooked
+from fptrace.points import Point
 
 
 def stream_index(site: Site) -> int | None:
     """The stream's number for a resid site, None for the MLP's points."""
-    if site.point == "resid_pre":
-        return site.block
-    if site.point == "resid_post":
-        return site.block + 1
+    if site.point is Point.resid_pre:
+        return site.layer
+    if site.point is Point.resid_post:
+        return site.layer + 1
     return None
 
 
@@ -38,7 +40,7 @@ class Captured:
         i = stream_index(site)
         if i is not None:
             return self.streams[i]
-        return (self.mlp_in if site.point == "mlp_in" else self.mlp_out)[site.block]
+        return (self.mlp_in if site.point is MLP_IN else self.mlp_out)[site.layer]
 
 
 def _copy(h: Any) -> Any:
@@ -75,10 +77,11 @@ def hooks_for(lm: Any, cap: Captured, streams: Iterable[int], sites: Iterable[Si
         else:
             hooks.append(Hook.after(parts.blocks[i - 1], post(cap.streams, i), kwargs=True))
     for s in set(sites):
-        if s.point == "mlp_in":
-            hooks.append(Hook.before(parts.mlps[s.block], pre(cap.mlp_in, s.block), kwargs=True))
-        elif s.point == "mlp_out":
-            hooks.append(Hook.after(parts.mlp_adds[s.block], post(cap.mlp_out, s.block), kwargs=True))
+        if s.point is MLP_IN:
+            hooks.append(Hook.before(parts.mlps[s.layer], pre(cap.mlp_in, s.layer), kwargs=True))
+        elif s.point is Point.mlp_out:
+            hooks.append(Hook.after(parts.mlp_adds[s.layer], post(cap.mlp_out, s.layer),
+                                    kwargs=True))
     if attribution:
         def final(module: Any, args: tuple, kwargs: dict, output: Any) -> None:
             cap.final_last = _copy(first_output(output)[:, -1])

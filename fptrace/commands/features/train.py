@@ -41,12 +41,14 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from fptrace.addresses import Site
 from fptrace.atomic import write_atomic
 from fptrace.commands.features.result import TrainResult
 from fptrace.commands.features.streams import capture, stream_index
-from fptrace.core.dictionary_sites import Site
+from fptrace.core.dictionary_sites import hook_name
 from fptrace.core.trace import model_info
 from fptrace.errors import BadInput, OutOfMemory
+from fptrace.points import Point
 
 STATE = "trainer_state.safetensors"
 STATE_JSON = "trainer_state.json"
@@ -197,7 +199,7 @@ def collect(lm: Any, items: Sequence[Any], layer: int, progress: Callable | None
     from fptrace.core.prompt_groups import Summary, run_groups
     from fptrace.core.trace import padded_batch
 
-    i = stream_index(Site(layer, "resid_post"))
+    i = stream_index(Site(layer, Point.resid_post))
     rows: list[Any] = []
     counts: list[int] = []
 
@@ -302,7 +304,7 @@ def train(lm: Any, inputs: Sequence[str], out: str, opts: TrainOptions, *, resum
     write_saelens_folder(out, sae, opts, lm)
     curve = tuple(float(v) for v in losses[::max(1, len(losses) // 50)])
     return TrainResult(
-        out=out, model=info, layer=opts.layer, site=Site(opts.layer, "resid_post").name,
+        out=out, model=info, layer=opts.layer, site=hook_name(Site(opts.layer, Point.resid_post)),
         latents=opts.latents, k=opts.k, prompts=len(kept), held_out_prompts=len(held),
         train_tokens=int(x_train.shape[0]), held_out_tokens=int(x_held.shape[0]),
         steps=steps, resumed_from=resumed_from, tokens_seen=steps * opts.batch_tokens,
@@ -509,10 +511,10 @@ def write_saelens_folder(out: str, sae: TopK, opts: TrainOptions, lm: Any,
     # token): a reader that reruns the model must prepare its prompts the same way
     prepend_bos = bool(bos is not None and tok.encode("The", special=True)[:1] == [bos])
     L = opts.layer
-    hook = f"blocks.{L}.ln2.hook_normalized" if transcoder else Site(L, "resid_post").name
+    hook = f"blocks.{L}.ln2.hook_normalized" if transcoder else hook_name(Site(L, Point.resid_post))
     places = {"hook_name": hook, "hook_layer": L}
     if transcoder:
-        places["hook_name_out"] = Site(L, "mlp_out").name
+        places["hook_name_out"] = hook_name(Site(L, Point.mlp_out))
     cfg = {"architecture": "topk_transcoder" if transcoder else "topk",
            "d_in": int(sae.W_enc.shape[0]), "d_sae": opts.latents,
            **({"d_out": int(sae.W_dec.shape[1])} if transcoder else {}),

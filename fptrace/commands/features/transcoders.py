@@ -58,7 +58,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Any
 
-from fptrace.addresses import Selection
+from fptrace.addresses import Selection, Site
 from fptrace.commands.features.result import TranscoderLayer, TranscodersResult
 from fptrace.commands.features.streams import capture
 from fptrace.commands.features.train import (
@@ -80,9 +80,10 @@ from fptrace.commands.features.train import (
     training_bytes,
     write_saelens_folder,
 )
-from fptrace.core.dictionary_sites import Site
+from fptrace.core.dictionary_sites import MLP_IN, hook_name
 from fptrace.core.trace import model_info
 from fptrace.errors import BadInput, FptraceError, WriteFailed
+from fptrace.points import Point
 
 MANIFEST = "transcoders.json"
 ACTIVATIONS = "activations"
@@ -224,7 +225,7 @@ def collect_mlp(lm: Any, items: Sequence[Any], layers: Sequence[int], files: dic
     from fptrace.core.prompt_groups import Summary, run_groups
     from fptrace.core.trace import padded_batch
 
-    sites = [Site(i, p) for i in layers for p in ("mlp_in", "mlp_out")]
+    sites = [Site(i, p) for i in layers for p in (MLP_IN, Point.mlp_out)]
     rows = 0
 
     def work(group: list) -> list:
@@ -235,7 +236,7 @@ def collect_mlp(lm: Any, items: Sequence[Any], layers: Sequence[int], files: dic
         out = []
         for r in range(len(group)):
             start = T - len(ids[r]) + 1  # left padding; the first position left out
-            out.append({(s.block, "in" if s.point == "mlp_in" else "out"):
+            out.append({(s.layer, "in" if s.point is MLP_IN else "out"):
                         cap.at(s)[r, start:].cpu().contiguous() for s in sites})  # (t, d)
         return out
 
@@ -494,8 +495,8 @@ def _train_layer(lm: Any, out: str, layer: int, opts: TrainOptions, source: dict
         theta = jumprelu_threshold(sae, x, opts.k)
         efvu, el0 = evaluate_jumprelu(sae, theta, xh, yh)
         _export_layer(export_dir, layer, sae, theta)
-    return {"layer": layer, "folder": folder, "site": Site(layer, "mlp_in").name,
-            "out_site": Site(layer, "mlp_out").name, "fvu": fvu, "l0": l0,
+    return {"layer": layer, "folder": folder, "site": hook_name(Site(layer, MLP_IN)),
+            "out_site": hook_name(Site(layer, Point.mlp_out)), "fvu": fvu, "l0": l0,
             "dead_latents": dead, "steps": steps, "resumed_from": resumed_from,
             "first_loss": float(losses[0]) if losses else float("nan"),
             "last_loss": float(sum(losses[-10:]) / len(losses[-10:])) if losses

@@ -31,7 +31,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from fptrace.core.dictionaries import Dictionary, activate, check_model, check_role, read_dictionary
+from fptrace.core.dictionary_sites import MLP_IN, hook_name
 from fptrace.errors import BadInput
+from fptrace.points import Point
 
 
 @dataclass
@@ -118,18 +120,19 @@ def read_transcoders(path: str, lm: Any) -> TranscoderSet:
         d = read_dictionary(folder, what="--transcoders")
         check_role(d, "transcoder", "--transcoders")
         check_model(d, info.n_layers, info.d_model, lm.name, "--transcoders")
-        if d.site.point != "mlp_in" or d.out_site.point != "mlp_out" or \
-                d.site.block != d.out_site.block:
-            raise BadInput(f"--transcoders {folder!r} maps {d.site.name} to {d.out_site.name}; "
-                           "a graph's transcoder maps one block's MLP input to its output")
+        if d.site.point is not MLP_IN or d.out_site.point is not Point.mlp_out or \
+                d.site.layer != d.out_site.layer:
+            raise BadInput(f"--transcoders {folder!r} maps {hook_name(d.site)} to "
+                           f"{hook_name(d.out_site)}; a graph's transcoder maps one block's MLP "
+                           "input to its output")
         if d.d_in != info.d_model:
             raise BadInput(f"--transcoders {folder!r} reads vectors of width {d.d_in}; "
                            f"{lm.name}'s MLP input has width {info.d_model}: a transcoder of "
                            "another model")
-        if d.site.block in by_block:
-            raise BadInput(f"--transcoders {path!r}: two transcoders for block {d.site.block} "
-                           f"({by_block[d.site.block].path!r} and {folder!r})")
-        by_block[d.site.block] = _float64(d, device, torch)
+        if d.site.layer in by_block:
+            raise BadInput(f"--transcoders {path!r}: two transcoders for block {d.site.layer} "
+                           f"({by_block[d.site.layer].path!r} and {folder!r})")
+        by_block[d.site.layer] = _float64(d, device, torch)
     return TranscoderSet(path=path, by_block=by_block, n_layers=info.n_layers)
 
 
@@ -198,7 +201,7 @@ def _float64(d: Dictionary, device: Any, torch: Any) -> Transcoder:
 
     W_enc, b_enc, b_dec = f64(d.W_enc), f64(d.b_enc), f64(d.b_dec)
     c = b_enc - b_dec @ W_enc if d.shift_input else b_enc
-    return Transcoder(block=d.site.block, path=d.path, kind=d.kind, W_enc=W_enc, c=c,
+    return Transcoder(block=d.site.layer, path=d.path, kind=d.kind, W_enc=W_enc, c=c,
                       W_dec=f64(d.W_dec), b_dec=b_dec, threshold=f64(d.threshold), k=d.k)
 
 

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from fptrace.addresses import Block, resolve_block
+from fptrace.core.dictionary_sites import hook_name
 from fptrace.core.trace import sizes
 from fptrace.errors import BadInput
 from fptrace.models.loading import LoadedModel
@@ -219,7 +220,7 @@ def latent_vector(lm: LoadedModel, sae: str, latent: int | None) -> SteeringVect
     block, row = latent_block(d, latent)
     return SteeringVector({block: row}, "latent",
                           f"latent {latent} of the SAE {sae} (its decoder row, read at "
-                          f"{d.out_site.name})", path=sae)
+                          f"{hook_name(d.out_site)})", path=sae)
 
 
 # ---------------------------------------------------------------------------- files
