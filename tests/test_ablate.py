@@ -606,7 +606,11 @@ def test_cli_expert_json(tmp_path):
     assert res.exit_code == 0, res.stderr
     data = json.loads(res.stdout)
     assert [r["parts"] for r in data["runs"]] == [["L1E3"], ["L0E2"], ["L0E2", "L1E3"]]
+    assert [r["experts"] for r in data["runs"]] == [True, True, True]
     assert any(c["target"] == "ablated_experts" and c["ok"] for c in data["checks"])
+    res = CliRunner().invoke(app, ["ablate", "The cat sat on the mat", "--model", str(folder),
+                                   "--head", "0.1", "--mlp", "1", "--json"])
+    assert [r["experts"] for r in json.loads(res.stdout)["runs"]] == [False, False, False]
 
 
 def test_expert_view_says_how_an_expert_is_removed(tmp_path):

@@ -213,7 +213,7 @@ def _run(lm: LoadedModel, d: DirectLogits, out: Any, r: int, parts: tuple[Part, 
         rank=stats.rank(logits, t), logit_change=change, prob_change=prob - clean.prob,
         direct=direct, indirect=None if direct is None else change - direct,
         top=TopToken(1, top_id, lm.token_text(top_id), float(probs[top_id]),
-                     float(logits[top_id])))
+                     float(logits[top_id])), experts=any(p.expert is not None for p in parts))
 
 
 def _softmax(logits: Any) -> Any:
@@ -415,7 +415,8 @@ def _ablate_latent(lm: LoadedModel, prompt: Prompt, sae: str | None, latent: int
     top_id = int(out.logits[1].argmax())
     change = logit - d.model_logit
     run = AblatedRun(
-        parts=(f"latent {latent} ({hook_name(dic.out_site)})",), logit=logit, prob=float(probs[t]),
+        parts=(f"latent {latent} ({hook_name(dic.out_site)})",), logit=logit,
+        prob=float(probs[t]),
         rank=stats.rank(out.logits[1], t), logit_change=change,
         prob_change=float(probs[t]) - clean.prob, direct=direct, indirect=change - direct,
         top=TopToken(1, top_id, lm.token_text(top_id), float(probs[top_id]),

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-import re
 from typing import Any
 
 from rich.console import Group, RenderableType
@@ -16,11 +15,9 @@ from fptrace.render.fit import Col, fit_table
 from fptrace.render.tables import check_lines, header
 from fptrace.render.text import bullets, visible
 
-EXPERT = re.compile(r"^L\d+E\d+$")  # a routed expert's label (Part.label)
-
 
 def _mode(a: Ablation) -> str:
-    experts = any(EXPERT.match(p) for r in a.runs for p in r.parts)
+    experts = any(r.experts for r in a.runs)
     if a.mode == "zero" and experts:
         return "its output set to zero (an expert: taken out of its router's choice)"
     if a.mode == "zero":

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 from fptrace.results import SCHEMA_VERSION, Check, ModelInfo, Token, TopToken, result
 
+# 1.8: AblatedRun.experts (the parts are typed where they are made; no label is read back)
+SCHEMA_SINCE = "1.8"
+
 # the targets of the checks this command's results carry (Check.target; `fptrace schema` joins
 # every command's, in the order of `fptrace --help`)
 CHECK_TARGETS = ("`ablated_attention`, `ablated_block`, `ablated_experts` or `ablated_latent` "
@@ -42,6 +45,9 @@ class AblatedRun:
     rescaling); null with direct."""
     top: TopToken
     """The top-1 next token with the parts removed."""
+    experts: bool = False
+    """Whether a routed expert is among the parts (its removal takes it out of its router's
+    choice)."""
 
 
 @result
