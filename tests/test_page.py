@@ -494,7 +494,8 @@ def test_html_on_features_and_diff_deep(folder, lm, tmp_path):
     assert stream["values"] == [[pytest.approx(r.rel_diff, rel=1e-6)] for r in own.layers]
     assert points["columns"] == list(own.deep.points)
     r = runner.invoke(app, ["diff", PROMPT, "The dog", "-m", folder, "--html", str(out)])
-    assert r.exit_code == 2 and "--html writes the page of `diff --deep`" in r.stderr
+    assert r.exit_code == 2 and "--html is not an option of `diff` (two prompts" in r.stderr \
+        and "it belongs to `diff --deep`" in r.stderr
 
 
 @pytest.mark.slow

@@ -14,6 +14,7 @@ from typing import Any
 import typer
 from rich.console import Console
 
+from fptrace.cli.modes import Mode, help_paragraph
 from fptrace.cli.options import (
     ChatOptions,
     LoadOptions,
@@ -38,21 +39,22 @@ class Group(str, Enum):
 
 
 def command(order: int, group: Group, docs: str | None = None, examples: tuple[str, ...] = (),
-            resident: bool = True, words: Callable[[list[str]], list[str]] | None = None
-            ) -> Callable[[Callable[..., Any]], Any]:
+            resident: bool = True, words: Callable[[list[str]], list[str]] | None = None,
+            modes: tuple[Mode, ...] = ()) -> Callable[[Callable[..., Any]], Any]:
     """Mark the function of a command's cli.py as `fptrace <its folder>` (cli/main.py finds it):
     order places it in `fptrace --help`, in group's panel, where the first paragraph of its
     docstring is its one line; examples (command lines from its docs' console examples, which
     the transcript test runs) and docs (its page under docs/) end its --help; resident=False
     keeps it out of a resident server (it owns the terminal, or is the server); words, where
     given, rewrites the command's words before they are parsed (an option that is a flag in one
-    mode of the command and takes a value in another). The docstring's paragraphs are reflowed:
-    no hard line break inside one at any width. The function is wrapped by `guarded`, so an
-    error is one line and an exit code."""
+    mode of the command and takes a value in another); modes (its folder's modes.py, cli/modes.py)
+    add a paragraph after the docstring's. The docstring's paragraphs are reflowed: no hard line
+    break inside one at any width. The function is wrapped by `guarded`, so an error is one line
+    and an exit code."""
 
     def mark(fn: Callable[..., Any]) -> Any:
         wrapped = guarded(fn)
-        paragraphs = reflowed(fn.__doc__ or "")
+        paragraphs = reflowed(fn.__doc__ or "") + ([help_paragraph(modes)] if modes else [])
         kw: dict[str, Any] = {"help": "\n\n".join(paragraphs), "short_help": paragraphs[0],
                               "rich_help_panel": group.value, "epilog": epilog(examples, docs)}
         if words is not None:
@@ -68,8 +70,8 @@ def command(order: int, group: Group, docs: str | None = None, examples: tuple[s
 def prompt_command(order: int, group: Group, docs: str | None = None,
                    examples: tuple[str, ...] = (), placement: bool = True, tp: bool = False,
                    quantize: bool = False, plot: bool = True, html: bool = True,
-                   words: Callable[[list[str]], list[str]] | None = None
-                   ) -> Callable[[Callable[..., Any]], Any]:
+                   words: Callable[[list[str]], list[str]] | None = None,
+                   modes: tuple[Mode, ...] = ()) -> Callable[[Callable[..., Any]], Any]:
     """@command for a command that traces one prompt, with the three option groups such a
     command takes: the loading options (model_options: placement, tp, quantize), the prompt's
     (chat_options: --chat, --system, --messages, --ids, --ids-file) and the outputs
@@ -81,7 +83,8 @@ def prompt_command(order: int, group: Group, docs: str | None = None,
         fn = output_options(plot=plot, html=html)(fn)
         fn = model_options(placement=placement, tp=tp, quantize=quantize)(fn)
         fn = chat_options()(fn)
-        return command(order, group, docs=docs, examples=examples, words=words)(fn)
+        return command(order, group, docs=docs, examples=examples, words=words,
+                       modes=modes)(fn)
 
     return mark
 

@@ -9,6 +9,7 @@ import typer
 from fptrace.cli.io import Group, load, output, prompt_command
 from fptrace.cli.options import STATS, ChatOptions, LoadOptions, Outputs, engine_options
 from fptrace.cli.page import write_page
+from fptrace.commands.diff.modes import MODES
 from fptrace.engines import EngineChoice, engines
 from fptrace.errors import BadInput
 
@@ -16,7 +17,7 @@ from fptrace.errors import BadInput
 @prompt_command(order=50, group=Group.compare, docs="diff",
                 examples=('fptrace diff "The capital of France is" --dtype-b float16',
                           'fptrace diff "The capital of France is" --quantize-b int8 --deep'),
-                quantize=True, plot=False)
+                quantize=True, plot=False, modes=MODES)
 @engine_options(side_b=True)
 def diff(
     first: Annotated[str | None, typer.Argument(
@@ -62,46 +63,41 @@ def diff(
 ) -> None:
     """Do two runs compute the same? Layer by layer, to the op.
 
-    Do two runs compute the same? Two traces side by side, layer by layer: two prompts, one
-    prompt under two settings (--model-b, --dtype-b, --device-b, --quantize-b,
-    --random-weights-b), or two saved traces; with --deep, inside the blocks too, down to the
-    first operation where they part; with --engine-b llama.cpp, transformers against llama.cpp
-    on the same GGUF; with --stats, two statistics files (`fptrace stats
-    --out`), the channels that moved most. Exit 0 within the tolerance, 1 when not, 2 on bad
-    input."""
+    Do two runs compute the same? Two traces side by side, layer by layer, in one of the four
+    modes below. Exit 0 within the tolerance, 1 when not, 2 on bad input."""
+    from fptrace.cli.modes import chosen
+
+    side_b = engine.engine
+    mode = chosen(MODES, {  # the comparison, and no option of another (commands/diff/modes.py)
+        "--stats": stats, "--engine-b": not side_b.default, "--deep": deep,
+        "--deep-layers": deep_layers is not None, "--model-b": model_b is not None,
+        "--dtype-b": dtype_b is not None, "--device-b": device_b is not None,
+        "--quantize-b": quantize_b is not None, "--random-weights-b": random_weights_b,
+        "--tolerance": tolerance is not None, "--emulate": emulate is not None,
+        "--html": outputs.html is not None})
     if tolerance is not None:  # before anything is read or loaded
         from fptrace.numbers import check_finite
 
         check_finite(tolerance, "--tolerance", low=0.0)
-    side_b = engine.engine
     flag = side_b.refused(engine.given)
     if flag is not None:
         raise BadInput(f"{flag} is not available with --engine-b {side_b.name}")
-    deep_run = (deep or deep_layers is not None) and side_b.default
     if outputs.html is not None:
         from fptrace.cli.page import check_page
 
-        if stats or not deep_run:
-            raise BadInput("--html writes the page of `diff --deep` (one prompt on two models "
-                           "or settings, transformers on both sides)")
         check_page(outputs.html, force=outputs.force)
     steps: tuple[str, ...] = ()
     if emulate is not None:
         if side_b.emulation is None:
-            can = " or ".join(e.name for e in engines() if e.emulation is not None)
-            raise BadInput(f"--emulate reproduces {can}'s numerics in transformers: give it "
-                           f"with --engine-b {can}")
+            raise BadInput(f"--emulate: the {side_b.name} engine has no emulation in "
+                           "transformers")
         steps = side_b.emulation.parse(emulate)
-    if stats:
+    if mode is MODES[0]:  # --stats
         from fptrace.commands.diff.channels import diff_stats
         from fptrace.commands.diff.render import stats_diff_view
 
         if first is None or second is None:
             raise BadInput("diff --stats takes two statistics files (fptrace stats --out)")
-        if deep or deep_layers is not None or _settings_b(model_b, dtype_b, device_b,
-                                                          random_weights_b, quantize_b):
-            raise BadInput("diff --stats compares two statistics files; --deep and the -b "
-                           "options compare runs of a prompt")
         output(diff_stats(first, second), stats_diff_view, outputs)
         return
     from fptrace.addresses import parse_selection

@@ -13,7 +13,8 @@ GRAPH = "Graph"
 
 
 @prompt_command(order=42, group=Group.why, docs="graph",
-                examples=('fptrace graph "The capital of France is" --neurons --max-nodes 24',),
+                examples=('fptrace graph "The capital of France is" --neurons --max-nodes 24 '
+                          '--verify 3',),
                 placement=False, plot=False)
 def graph(
     prompt: Annotated[str | None, typer.Argument(

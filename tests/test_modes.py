@@ -1,0 +1,66 @@
+"""Modes declared once (fptrace/cli/modes.py): `diff`'s four comparisons refuse an option of
+another mode in one line naming where it belongs, before anything is read or loaded; the
+paragraph of `diff --help` and the table of docs/diff.md are the declaration's."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+from conftest import tiny_gpt2
+from typer.testing import CliRunner
+
+from fptrace.cli.main import app
+from fptrace.cli.modes import Mode, chosen, help_paragraph, markdown
+from fptrace.commands.diff.modes import MODES
+from fptrace.errors import BadInput
+
+ROOT = Path(__file__).resolve().parent.parent
+runner = CliRunner()
+
+
+def test_the_docs_table_is_the_declaration():
+    page = (ROOT / "docs" / "diff.md").read_text(encoding="utf-8")
+    found = re.search(r"<!-- modes:[^\n]*-->\n(.*?)<!-- /modes -->", page, re.S)
+    assert found and found.group(1) == markdown(MODES), "docs/diff.md's modes table is stale"
+
+
+def test_help_carries_the_modes():
+    r = runner.invoke(app, ["diff", "--help"], env={"COLUMNS": "300", "TERM": "dumb"})
+    assert r.exit_code == 0
+    flat = " ".join(r.stdout.split())
+    assert " ".join(help_paragraph(MODES).split()) in flat
+
+
+def test_chosen_picks_the_first_mode_an_option_chooses():
+    modes = (Mode("c --a", "a things", ("--a",), ("--x",)),
+             Mode("c --b", "b things", ("--b",), ("--y",)),
+             Mode("c", "the rest", (), ("--x", "--y")))
+    assert chosen(modes, {"--a": False, "--b": False, "--x": True}) is modes[2]
+    assert chosen(modes, {"--a": True, "--b": False, "--x": True}) is modes[0]
+    with pytest.raises(BadInput, match=r"--y is not an option of `c --a` \(a things\); it "
+                                       r"belongs to `c --b` \(b things\) or `c` \(the rest\)"):
+        chosen(modes, {"--a": True, "--y": True})
+    with pytest.raises(BadInput, match=r"--b is not an option of `c --a`"):
+        chosen(modes, {"--a": True, "--b": True})
+
+
+@pytest.mark.parametrize("args, says", [
+    (["a.json", "b.json", "--stats", "--deep"],
+     "--deep is not an option of `diff --stats` (two statistics files"),
+    (["a.json", "b.json", "--stats", "--tolerance", "0.1"],  # it used to be ignored
+     "--tolerance is not an option of `diff --stats`"),
+    (["hi", "--dtype-b", "float16", "--emulate", "kv"],
+     "--emulate is not an option of `diff` (two prompts, one prompt under two settings, or two "
+     "saved traces, layer by layer); it belongs to `diff --engine-b ENGINE`"),
+    (["hi", "--dtype-b", "float16", "--html", "x.html"],
+     "--html is not an option of `diff` (two prompts"),
+    (["hi", "--dtype-b", "float16", "--deep", "--emulate", "kv"],
+     "--emulate is not an option of `diff --deep`"),
+])
+def test_diff_refuses_an_option_of_another_mode(args, says, tmp_path):
+    r = runner.invoke(app, ["diff", *args, "-m", tiny_gpt2()])
+    assert r.exit_code == 2, r.output
+    errors = [line for line in r.stderr.splitlines() if line.startswith("fptrace: error")]
+    assert len(errors) == 1 and says in errors[0], r.stderr
