@@ -318,7 +318,8 @@ def test_steer_by_latent_adds_its_decoder_row(tmp_path):
     for args, message in ((["--sae", sae], "--sae goes with --latent"),
                           (["--latent", "3"], "--latent goes with --sae"),
                           (["--sae", sae, "--latent", "64"], "latents 0 to 63"),
-                          (["--sae", sae, "--latent", "1", "--token", " dog"], "one source")):
+                          (["--sae", sae, "--latent", "1", "--token", " dog"],
+                           "--token is not an option of `steer --sae DIR --latent N`")):
         res = runner.invoke(app, ["steer", "The cat sat", "-m", folder, *args])
         assert res.exit_code == 2 and message in res.stderr, (args, res.stderr)
 

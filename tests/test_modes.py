@@ -1,6 +1,7 @@
-"""Modes declared once (fptrace/cli/modes.py): `diff`'s four comparisons refuse an option of
-another mode in one line naming where it belongs, before anything is read or loaded; the
-paragraph of `diff --help` and the table of docs/diff.md are the declaration's."""
+"""Modes declared once (fptrace/cli/modes.py): `diff`'s four comparisons and `steer`'s sources of
+the vector refuse an option of another mode in one line naming where it belongs, before
+anything is read or loaded; the paragraph of each --help and the table of each docs page are
+the declaration's."""
 
 from __future__ import annotations
 
@@ -14,23 +15,30 @@ from typer.testing import CliRunner
 from fptrace.cli.main import app
 from fptrace.cli.modes import Mode, chosen, help_paragraph, markdown
 from fptrace.commands.diff.modes import MODES
+from fptrace.commands.steer.modes import MODES as STEER
 from fptrace.errors import BadInput
 
 ROOT = Path(__file__).resolve().parent.parent
 runner = CliRunner()
 
 
-def test_the_docs_table_is_the_declaration():
-    page = (ROOT / "docs" / "diff.md").read_text(encoding="utf-8")
+DECLARED = {"diff": MODES, "steer": STEER}
+
+
+@pytest.mark.parametrize("name", sorted(DECLARED))
+def test_the_docs_table_is_the_declaration(name):
+    page = (ROOT / "docs" / f"{name}.md").read_text(encoding="utf-8")
     found = re.search(r"<!-- modes:[^\n]*-->\n(.*?)<!-- /modes -->", page, re.S)
-    assert found and found.group(1) == markdown(MODES), "docs/diff.md's modes table is stale"
+    assert found and found.group(1) == markdown(DECLARED[name]), \
+        f"docs/{name}.md's modes table is stale"
 
 
-def test_help_carries_the_modes():
-    r = runner.invoke(app, ["diff", "--help"], env={"COLUMNS": "300", "TERM": "dumb"})
+@pytest.mark.parametrize("name", sorted(DECLARED))
+def test_help_carries_the_modes(name):
+    r = runner.invoke(app, [name, "--help"], env={"COLUMNS": "300", "TERM": "dumb"})
     assert r.exit_code == 0
     flat = " ".join(r.stdout.split())
-    assert " ".join(help_paragraph(MODES).split()) in flat
+    assert " ".join(help_paragraph(DECLARED[name]).split()) in flat
 
 
 def test_chosen_picks_the_first_mode_an_option_chooses():
@@ -64,3 +72,14 @@ def test_diff_refuses_an_option_of_another_mode(args, says, tmp_path):
     assert r.exit_code == 2, r.output
     errors = [line for line in r.stderr.splitlines() if line.startswith("fptrace: error")]
     assert len(errors) == 1 and says in errors[0], r.stderr
+
+
+def test_steer_wants_one_source_before_the_model_loads():
+    """Two sources, or none, are one line before anything loads: the model named here does not
+    exist, and the line is still the source's."""
+    for args, says in ((["--add", " a", "--subtract", " b", "--vector", "v.npy"],
+                        "--add is not an option of `steer --vector FILE` (a saved vector, one per "
+                        "block or one for --layer); it belongs to `steer --add A --subtract B`"),
+                       (["--layer", "1"], "give one source of the steering vector: ")):
+        r = runner.invoke(app, ["steer", "hi", "-m", "no/such-model", *args])
+        assert r.exit_code == 2 and says in r.stderr, r.stderr

@@ -306,15 +306,18 @@ def test_bad_input(tmp_path):
         (["--token", " a"], "--layer: say which block's output receives the vector"),
         (["--add", " a", "--subtract", " b", "-l", "0", "--scale", "1,x"], "'x' is not a number"),
         (["--add", " love", "-l", "0"], "--add and --subtract go together"),
-        (["--token", " a", "--add", " b", "--subtract", " c", "-l", "0"], "give one source"),
-        (["-l", "0"], "give one source"),
+        (["--token", " a", "--add", " b", "--subtract", " c", "-l", "0"],
+         "--token is not an option of `steer --add A --subtract B` (the stream of one text minus "
+         "another's); it belongs to `steer --token T`"),
+        (["-l", "0"], "give one source of the steering vector: `steer --sae DIR --latent N`"),
         (["--token", " a", "-l", "0", "--positions", "9"], "--positions 9: the prompt has 6 "
          "tokens; the position is 0 to 5 (or -1 to -6 from the end)"),
         (["--token", " a", "-l", "0", "--positions", "0,-7"], "--positions 0,-7: the prompt has "
          "6 tokens"),
         (["--token", " a", "-l", "0", "--positions", "3--5"], "--positions 3--5: the range 3--5 "
          "is 3-1, which is reversed"),
-        (["--token", " a", "-l", "0", "--method", "pca"], "--method goes with --pairs"),
+        (["--token", " a", "-l", "0", "--method", "pca"], "--method is not an option of "
+         "`steer --token T` (the LM head's row of a token); it belongs to `steer --pairs FILE`"),
         (["--token", " a", "--save-vector", str(tmp_path / "v.txt"), "-l", "0"], ".gguf"),
         (["--token", " a", "--save-vector", str(tmp_path / "v.gguf"), "-l", "0"], "block 0"),
         (["--token", " a", "-l", "0", "-n", "40"], "context window"),

@@ -5,7 +5,8 @@ take (one line that names the mode it belongs to), the paragraph of the command'
 the table of its docs page (tests/test_modes.py holds the page to the declaration).
 
 A command's folder declares `MODES = (Mode(...), ...)` in modes.py, the modes that an option
-chooses first (in the order they are tried) and the default mode last (chosen by nothing)."""
+chooses first (in the order they are tried) and the default mode last (chosen by nothing), or no
+default where one of the modes must be chosen (`steer`'s sources of the vector)."""
 
 from __future__ import annotations
 
@@ -29,12 +30,16 @@ class Mode:
         return flag in self.chosen_by or flag in self.takes
 
 
-def chosen(modes: Sequence[Mode], given: Mapping[str, bool]) -> Mode:
+def chosen(modes: Sequence[Mode], given: Mapping[str, bool], missing: str = "") -> Mode:
     """The mode the given options choose (the first whose choosing option is given, else the
     default), or BadInput naming the first given option it does not take and the modes that
-    do. `given`: every mode option of the command, and whether it was given."""
-    default = next(m for m in modes if not m.chosen_by)
+    do. `given`: every mode option of the command, and whether it was given. A command whose
+    every mode is chosen by an option (no default) needs one: `missing` says what is missing,
+    and the modes are listed after it."""
+    default = next((m for m in modes if not m.chosen_by), None)
     mode = next((m for m in modes if any(given.get(f) for f in m.chosen_by)), default)
+    if mode is None:
+        raise BadInput(f"{missing}: " + "; ".join(f"`{m.spelled}` ({m.what})" for m in modes))
     for flag, on in given.items():
         if on and not mode.accepts(flag):
             others = [m for m in modes if m.accepts(flag)]

@@ -9,6 +9,7 @@ import typer
 from fptrace.cli.io import Group, load_for, output, prompt_command, require_checks, stderr_console
 from fptrace.cli.options import OUTPUT, STATS, ChatOptions, LoadOptions, Outputs
 from fptrace.cli.page import write_page
+from fptrace.commands.steer.modes import MODES
 from fptrace.errors import BadInput
 
 VECTOR = "Steering vector"
@@ -16,7 +17,7 @@ VECTOR = "Steering vector"
 
 @prompt_command(order=65, group=Group.why, docs="steer",
                 examples=('fptrace steer "I think that you are" --add " love" --subtract " hate" '
-                          "--layer 6 --scale 0,0.25,0.5,1 -n 8",))
+                          "--layer 6 --scale 0,0.25,0.5,1 -n 8",), modes=MODES)
 def steer(
     prompt: Annotated[str | None, typer.Argument(
         help="The prompt to steer (or --messages FILE).")] = None,
@@ -83,8 +84,15 @@ def steer(
     What if the stream had a direction added? Activation steering at a sweep of strengths in
     one batched forward pass, measured against the clean run block by block."""
     from fptrace.addresses import parse_block, parse_selection
+    from fptrace.cli.modes import chosen
     from fptrace.commands.steer.core import parse_scales
+    from fptrace.commands.steer.modes import MISSING
 
+    source = chosen(MODES, {  # the vector's one source (commands/steer/modes.py)
+        "--sae": sae is not None, "--latent": latent is not None, "--vector": vector is not None,
+        "--pairs": pairs is not None, "--add": add is not None, "--subtract": subtract is not None,
+        "--token": token is not None, "--layer": layer is not None, "--method": method != "mean",
+        "--mean-positions": mean_positions}, MISSING)
     parse_scales(scale)
     block = None if layer is None else parse_block(layer, "--layer")
     where = parse_selection(positions, "--positions")
@@ -96,12 +104,9 @@ def steer(
     from fptrace.commands.steer.core import steer as run_steer
     from fptrace.commands.steer.vectors import match_norms, steering_vector, write_vector
 
-    if sae is not None or latent is not None:
+    if source is MODES[0]:  # --sae DIR --latent N
         from fptrace.commands.steer.vectors import latent_vector
 
-        if any(v is not None for v in (add, subtract, pairs, vector, token, layer)):
-            raise BadInput("--sae/--latent is the steering vector's one source: give it without "
-                           "--add, --pairs, --vector, --token and --layer")
         if sae is None:
             raise BadInput("--latent goes with --sae DIR: the SAE whose latent is added")
         vec = latent_vector(lm, sae, latent)
