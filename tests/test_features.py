@@ -364,7 +364,8 @@ def test_ablate_by_latent_removes_its_write(tmp_path):
     assert run["direct"] + run["indirect"] == pytest.approx(run["logit_change"], abs=1e-6)
     for args, message in ((["--sae", sae], "go together"),
                           (["--sae", sae, "--latent", "64"], "latents 0 to 63"),
-                          (["--sae", sae, "--latent", "1", "--mlp", "0"], "removes one latent")):
+                          (["--sae", sae, "--latent", "1", "--mlp", "0"],
+                           "--mlp is not an option of `ablate --sae DIR --latent N`")):
         res = runner.invoke(app, ["ablate", "The cat sat", "-m", folder, *args])
         assert res.exit_code == 2 and message in res.stderr, (args, res.stderr)
 

@@ -1,7 +1,7 @@
-"""Modes declared once (fptrace/cli/modes.py): `diff`'s four comparisons and `steer`'s sources of
-the vector refuse an option of another mode in one line naming where it belongs, before
-anything is read or loaded; the paragraph of each --help and the table of each docs page are
-the declaration's."""
+"""Modes declared once (fptrace/cli/modes.py): `diff`'s four comparisons, `steer`'s sources of
+the vector and what `ablate` removes refuse an option of another mode in one line naming where
+it belongs, before anything is read or loaded; the paragraph of each --help and the table of
+each docs page are the declaration's."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ from typer.testing import CliRunner
 
 from fptrace.cli.main import app
 from fptrace.cli.modes import Mode, chosen, help_paragraph, markdown
+from fptrace.commands.ablate.modes import MODES as ABLATE
 from fptrace.commands.diff.modes import MODES
 from fptrace.commands.steer.modes import MODES as STEER
 from fptrace.errors import BadInput
@@ -22,7 +23,7 @@ ROOT = Path(__file__).resolve().parent.parent
 runner = CliRunner()
 
 
-DECLARED = {"diff": MODES, "steer": STEER}
+DECLARED = {"ablate": ABLATE, "diff": MODES, "steer": STEER}
 
 
 @pytest.mark.parametrize("name", sorted(DECLARED))
@@ -83,3 +84,10 @@ def test_steer_wants_one_source_before_the_model_loads():
                        (["--layer", "1"], "give one source of the steering vector: ")):
         r = runner.invoke(app, ["steer", "hi", "-m", "no/such-model", *args])
         assert r.exit_code == 2 and says in r.stderr, r.stderr
+
+
+def test_ablate_removes_parts_or_a_latent_never_both():
+    r = runner.invoke(app, ["ablate", "hi", "-m", "no/such-model", "--sae", "dir", "--latent",
+                            "1", "--head", "0.1"])
+    assert r.exit_code == 2 and "--head is not an option of `ablate --sae DIR --latent N`" \
+        in r.stderr and "it belongs to `ablate` (heads, MLPs" in r.stderr, r.stderr

@@ -9,6 +9,7 @@ import typer
 from fptrace.cli.io import Group, load_for, output, prompt_command, require_checks
 from fptrace.cli.options import STATS, ChatOptions, LoadOptions, Outputs
 from fptrace.cli.page import write_page
+from fptrace.commands.ablate.modes import MODES
 
 PARTS = "Parts"
 
@@ -16,7 +17,8 @@ PARTS = "Parts"
 @prompt_command(order=66, group=Group.why, docs="ablate",
                 examples=(
                     'fptrace ablate "The capital of France is" --head 23.4 --mlp 27 --mlp 29',
-                    'fptrace ablate "The capital of France is" --all-heads --top 5'))
+                    'fptrace ablate "The capital of France is" --all-heads --top 5'),
+                modes=MODES)
 def ablate(
     prompt: Annotated[str | None, typer.Argument(
         help="The prompt whose next-token logit is followed (or --messages FILE).")] = None,
@@ -69,7 +71,13 @@ def ablate(
     (zero or mean; an expert from its router's choice), the total effect next to the direct
     effect from attribution; --all-heads as a grid."""
     from fptrace.addresses import parse_block, parse_expert, parse_head
+    from fptrace.cli.modes import chosen
 
+    chosen(MODES, {  # parts or a latent (commands/ablate/modes.py)
+        "--sae": sae is not None, "--latent": latent is not None, "--head": bool(head),
+        "--mlp": bool(mlp), "--expert": bool(expert), "--all-heads": all_heads,
+        "--all-mlps": all_mlps, "--mode": mode != "zero", "--mean-over": mean_over is not None,
+        "--route": route != "renormalise"})
     heads = [parse_head(h, "--head") for h in head or ()]
     mlps = [parse_block(m, "--mlp") for m in mlp or ()]
     experts = [parse_expert(e, "--expert") for e in expert or ()]
