@@ -17,13 +17,16 @@ Inputs, prepared under --work (rebuilt each run; the HF folder is kept between r
 - the prompt: <|im_start|> (id 1, a special token, so that circuit-tracer prepends nothing)
   then a fixed English sentence's ids, --tokens ids in all; both tools get the same ids;
 - the transcoders: one per block (30), --latents latents each, seeded random weights (W_enc
-  N(0, 1/d), W_dec N(0, 1/n), b_enc 0, b_dec N(0, 0.01)), JumpReLU with one threshold per
-  block placed (in a gap of the pre-activations) so that --active latents fire per position
-  on average on this prompt; written with the same float32 numbers in SAELens's layout (what
-  fptrace reads: cfg.json `jumprelu_transcoder`, sae_weights.safetensors) and in
+  N(0, 1/d), b_enc 0, b_dec N(0, 0.01)), JumpReLU with one threshold per block placed (in a
+  gap of the pre-activations) so that --active latents fire per position on average on this
+  prompt; the decoder is --fit (0.8) times the least-squares decoder of the block's MLP output
+  on this prompt plus the rest times a random N(0, 1/n) one, so that the latents carry most of
+  the graph (with random decoders the error nodes carry all of it and no latent survives the
+  pruning: nothing to compare there); written with the same float32 numbers in SAELens's
+  layout (what fptrace reads: cfg.json `jumprelu_transcoder`, sae_weights.safetensors) and in
   circuit-tracer's (layer_{i}.safetensors: W_enc, W_dec (d_sae, d_model), b_enc, b_dec,
-  activation_function.threshold; config.yaml `model_kind: transcoder_set`, hooks
-  `mlp.hook_in` / `mlp.hook_out`), loaded by circuit-tracer as its command line loads a set
+  activation_function.threshold; config.yaml `model_kind: transcoder_set`, hooks `mlp.hook_in`
+  / `mlp.hook_out`), loaded by circuit-tracer as its command line loads a set
   (load_transcoders: encoder in memory, decoder read lazily from the file).
 
 What runs, so that both compute the same graph:
@@ -39,6 +42,13 @@ What runs, so that both compute the same graph:
   most latents active at one (block, position) and N all active latents, so every active
   latent is a candidate and gets its row unless its influence on the logits is 0 (fptrace
   skips those: circuit-tracer computes them); float64 (fptrace's only mode).
+- With --max-nodes N both compute N latent rows, chosen by their influence on the logits
+  over the rows so far: circuit-tracer ranks after the logits' rows and then every
+  update_interval (4) x batch_size rows, fptrace every 4 x batch_size rows; with
+  --fp-batch equal to --ct-batch and N <= 4 x batch_size both rank once, after the logits'
+  rows, so they pick the same latents (up to ties). Then circuit-tracer's rows simply lack
+  the latents it did not compute, while fptrace sums them into per-site remainders (not
+  error nodes), so the pruning and the scores need not agree there.
 - Timed: circuit-tracer's `attribute` call alone (model and transcoders loaded before) and
   its whole subprocess (interpreter start, imports, load, an untimed check pass, attribute,
   pruning); fptrace's `graph` call alone (model loaded and transcoders read before; the
@@ -56,7 +66,9 @@ Compared:
     tiny edge is float32's rounding of a sum of larger terms, so it is also given for the
     edges of at least 1e-3 of their row's largest.
 (b) the node sets after pruning (node 0.8, edge 0.98): circuit-tracer's prune_graph mask
-    against fptrace's kept nodes, by node_id (circuit-tracer's frontend spelling).
+    against fptrace's kept nodes, as typed keys (latent, error, token, logit, fptrace's
+    remainders): circuit-tracer's frontend node_id spells a block-0 latent "0_{latent}_{pos}"
+    and an error node "0_{block}_{pos}", which can collide.
 (c) the replacement and completeness scores (compute_graph_scores against fptrace's).
 
 Prints a table and writes --out (JSON).
@@ -83,11 +95,10 @@ def ct_side(spec_path: str) -> None:
     t_start = time.perf_counter()
     with open(spec_path) as f:
         spec = json.load(f)
+    import circuit_tracer
     import numpy as np
     import torch
     import yaml
-
-    import circuit_tracer
     from circuit_tracer import ReplacementModel, attribute
     from circuit_tracer.attribution.targets import AttributionTargets, CustomTarget
     from circuit_tracer.graph import compute_graph_scores, prune_graph
@@ -136,6 +147,7 @@ def ct_side(spec_path: str) -> None:
              node_mask=pr.node_mask.numpy(), cumulative=pr.cumulative_scores.numpy(),
              logits=logits.numpy(), probs=g.logit_probabilities.numpy())
     import importlib.metadata as md
+
     import transformers
     versions = {p: md.version(p) for p in ("circuit-tracer", "nnsight", "transformers", "torch",
                                            "numpy", "safetensors", "transformer-lens")}
@@ -185,27 +197,38 @@ def hf_folder(lm, folder: str) -> str:
 
 
 def mlp_inputs(lm, ids: list[int]):
-    """Each block's MLP input on the prompt, float32 as the model computes it: (L, T, d)."""
+    """Each block's MLP input and output on the prompt, float32 as the model computes them:
+    (L, T, d) each, and the last position's logits."""
     import torch
 
     got: dict[int, torch.Tensor] = {}
+    out_: dict[int, torch.Tensor] = {}
     layers = lm.model.model.layers
-    hooks = [layers[i].mlp.register_forward_pre_hook(
-        lambda m, a, i=i: got.__setitem__(i, a[0][0].detach().clone())) for i in
-        range(len(layers))]
+    def hook(i: int):
+        def keep(module, args, output) -> None:
+            got[i] = args[0][0].detach().clone()
+            out_[i] = output[0].detach().clone()
+        return keep
+
+    hooks = [layers[i].mlp.register_forward_hook(hook(i)) for i in range(len(layers))]
     try:
         with torch.no_grad():
             out = lm.model(torch.tensor([ids]), use_cache=False)
     finally:
         for h in hooks:
             h.remove()
-    return torch.stack([got[i] for i in range(len(layers))]), out.logits[0, -1].float()
+    n = len(layers)
+    return (torch.stack([got[i] for i in range(n)]), torch.stack([out_[i] for i in range(n)]),
+            out.logits[0, -1].float())
 
 
-def write_transcoders(x, n: int, active: int, root: str, hf: str, seed: int = 0) -> dict:
+def write_transcoders(x, y, n: int, active: int, fit: float, root: str, hf: str,
+                      seed: int = 0) -> dict:
     """Seeded random JumpReLU transcoders, one per block, in both layouts (see the module's
     text); the threshold of block l sits in the widest gap of its pre-activations near the
-    rank that fires `active` latents a position on average."""
+    rank that fires `active` latents a position on average; the decoder is `fit` times the
+    least-squares decoder of the MLP's output y on this prompt plus 1 - fit times a random
+    one (so that the latents, not only the error nodes, carry the graph)."""
     import numpy as np
     import torch
     from safetensors.numpy import save_file
@@ -231,6 +254,11 @@ def write_transcoders(x, n: int, active: int, root: str, hf: str, seed: int = 0)
         assert theta > 0, theta
         thresholds.append(theta)
         counts[layer] = (pre > theta).sum(-1)
+        if fit:
+            acts = np.where(pre > theta, pre, 0.0)
+            target = y[layer].double().numpy() - b_dec.astype(np.float64)
+            W_fit = np.linalg.lstsq(acts, target, rcond=None)[0]
+            W_dec = (fit * W_fit + (1 - fit) * W_dec).astype(np.float32)
         thr = np.full(n, theta, dtype=np.float32)
         folder = os.path.join(sae_root, f"layer_{layer}")
         os.makedirs(folder, exist_ok=True)
@@ -273,7 +301,7 @@ def stats(rel) -> dict:
 
     if not len(rel):
         return {"n": 0}
-    return {"n": int(len(rel)), "max": float(rel.max()), "median": float(np.median(rel)),
+    return {"n": len(rel), "max": float(rel.max()), "median": float(np.median(rel)),
             "p99": float(np.quantile(rel, 0.99)), "above_1e-4": int((rel > 1e-4).sum())}
 
 
@@ -282,7 +310,7 @@ def compare(ct: dict, cap: dict, L: int, T: int, ids: list[int], targets: list[i
     import numpy as np
 
     rows_ct, feats = ct["rows"], ct["features"]
-    n_sel, n_log = len(feats), len(targets)
+    n_sel = len(feats)
     ct_col = {tuple(int(v) for v in f): j for j, f in enumerate(feats)}
     ct_row = {("f", *k): j for k, j in ct_col.items()}
     ct_row.update({("l", t): n_sel + j for j, t in enumerate(targets)})
@@ -332,6 +360,8 @@ def compare(ct: dict, cap: dict, L: int, T: int, ids: list[int], targets: list[i
     rel_row = (diff / np.where(scale > 0, scale, 1.0))[nz]
     big = nz & (np.maximum(np.abs(F), np.abs(C)) >= 1e-3 * scale)
     rel_big = diff[big] / np.maximum(np.abs(F), np.abs(C))[big]
+    big2 = nz & (np.maximum(np.abs(F), np.abs(C)) >= 1e-2 * scale)
+    rel_big2 = diff[big2] / np.maximum(np.abs(F), np.abs(C))[big2]
     worst = np.unravel_index(int(np.argmax(np.where(nz, diff / np.maximum(
         np.maximum(np.abs(F), np.abs(C)), 1e-300), 0))), F.shape)
     kinds = {"latent": slice(0, n_sel), "error": slice(n_sel, n_sel + L * T),
@@ -346,6 +376,7 @@ def compare(ct: dict, cap: dict, L: int, T: int, ids: list[int], targets: list[i
             "edges_zero_in_one_only": int((nz & ~both).sum()),
             "relative": stats(rel), "relative_to_row_max": stats(rel_row),
             "relative_edges_above_1e-3_of_row_max": stats(rel_big),
+            "relative_edges_above_1e-2_of_row_max": stats(rel_big2),
             "relative_by_source": by_kind,
             "worst_edge": {"fptrace": float(F[worst]), "circuit_tracer": float(C[worst]),
                            "row": int(worst[0]), "column": int(worst[1])},
@@ -353,26 +384,42 @@ def compare(ct: dict, cap: dict, L: int, T: int, ids: list[int], targets: list[i
             "fptrace_remainder_max_abs": max(rests) if rests else 0.0}
 
 
-def ct_node_ids(ct: dict, L: int, T: int, ids: list[int], targets: list[int]) -> set[str]:
-    """circuit-tracer's pruned node set in its frontend's node_id spelling."""
+def ct_nodes(ct: dict, L: int, T: int, targets: list[int]) -> set[tuple]:
+    """circuit-tracer's pruned node set as typed keys (its frontend's node_id cannot tell a
+    block-0 latent "0_{latent}_{pos}" from an error node "0_{block}_{pos}")."""
     import numpy as np
 
     feats, mask = ct["features"], ct["node_mask"]
     n_sel = len(feats)
-    out = set()
+    out: set[tuple] = set()
     for i in np.flatnonzero(mask):
         i = int(i)
         if i < n_sel:
             layer, pos, f = (int(v) for v in feats[i])
-            out.add(f"{layer}_{f}_{pos}")
+            out.add(("latent", layer, f, pos))
         elif i < n_sel + L * T:
-            layer, pos = divmod(i - n_sel, T)
-            out.add(f"0_{layer}_{pos}")
+            out.add(("error", *divmod(i - n_sel, T)))
         elif i < n_sel + L * T + T:
-            pos = i - n_sel - L * T
-            out.add(f"E_{ids[pos]}_{pos}")
+            out.add(("token", i - n_sel - L * T))
         else:
-            out.add(f"{L + 1}_{targets[i - n_sel - L * T - T]}_{T - 1}")
+            out.add(("logit", targets[i - n_sel - L * T - T]))
+    return out
+
+
+def fp_nodes(g) -> set[tuple]:
+    """fptrace's kept nodes as the same typed keys (remainders as "rest")."""
+    out: set[tuple] = set()
+    for n in g.nodes:
+        if n.node_type == "latent":
+            out.add(("latent", n.layer, n.index, n.position))
+        elif n.node_type == "error":
+            out.add(("error", n.layer, n.position))
+        elif n.node_type == "other latents":
+            out.add(("rest", n.layer, n.position))
+        elif n.node_type == "embedding":
+            out.add(("token", n.position))
+        else:
+            out.add(("logit", n.index))
     return out
 
 
@@ -389,6 +436,11 @@ def main() -> None:
     ap.add_argument("--ct-batch", type=int, default=256,
                     help="circuit-tracer's batch_size (its command line's default: 256)")
     ap.add_argument("--fp-batch", type=int, default=32, help="fptrace's batch_size (default)")
+    ap.add_argument("--fit", type=float, default=0.8,
+                    help="share of the least-squares decoder in each transcoder's decoder")
+    ap.add_argument("--max-nodes", type=int, default=None,
+                    help="latent rows for both (circuit-tracer's max_feature_nodes, fptrace's "
+                         "max_nodes); default: every active latent")
     ap.add_argument("--stock-logits", action="store_true",
                     help="circuit-tracer's own demeaned logit targets (no comparison of "
                          "logit rows then)")
@@ -415,15 +467,15 @@ def main() -> None:
     fp_load = time.perf_counter() - t0
     ids = ([BOS] + list(lm.prepare(TEXT).ids) * 4)[:args.tokens]
     hf = hf_folder(lm, os.path.join(args.work, "smollm2-135m-f32"))
-    x, logits32 = mlp_inputs(lm, ids)
+    x, y, logits32 = mlp_inputs(lm, ids)
     L, T, _ = x.shape
-    tc_root = os.path.join(args.work, f"tc-{args.latents}-{args.active}-{T}")
-    tc = write_transcoders(x, args.latents, args.active, tc_root, hf)
+    tc_root = os.path.join(args.work, f"tc-{args.latents}-{args.active}-{args.fit}-{T}")
+    tc = write_transcoders(x, y, args.latents, args.active, args.fit, tc_root, hf)
     counts = tc["counts"]
     targets, probs = salient(logits32)
     n_active = int(counts.sum())
     spec = {"hf": hf, "config": tc["config"], "ids": ids, "batch": args.ct_batch,
-            "max_feature_nodes": None, "zero_bos": args.zero_bos,
+            "max_feature_nodes": args.max_nodes, "zero_bos": args.zero_bos,
             "raw_logits": not args.stock_logits, "targets": targets, "probs": probs,
             "node_threshold": 0.8, "edge_threshold": 0.98,
             "out": os.path.join(args.work, "ct-graph.npz")}
@@ -453,7 +505,7 @@ def main() -> None:
     def spy(*a, **kw):
         names = ("lm", "prepared", "queries", "ids", "real", "chosen", "done", "layout",
                  "visited", "weights")
-        cap.update(dict(zip(names, a)))
+        cap.update(dict(zip(names, a[:len(names)], strict=True)))
         return assemble(*a, **kw)
 
     core._assemble = spy
@@ -462,22 +514,25 @@ def main() -> None:
     tset = read_transcoders(tc["saelens"], lm)
     fp_read = time.perf_counter() - t0
     t0 = time.perf_counter()
-    g = core.graph(lm, ids, transcoders=tset, per_site=int(counts.max()), max_nodes=n_active,
+    g = core.graph(lm, ids, transcoders=tset, per_site=int(counts.max()),
+                   max_nodes=args.max_nodes or n_active,
                    batch_size=args.fp_batch)
     fp_graph = time.perf_counter() - t0
     core._assemble = assemble
     fp_targets = [n.index for n in g.nodes if n.node_type == "logit"]
 
     agree = compare(ct, cap, L, T, ids, targets)
-    fp_ids = {n.node_id for n in g.nodes}
-    ct_ids = ct_node_ids(ct, L, T, ids, targets)
-    fp_lat = {i for i in fp_ids if not i.startswith(("0_", "E_", "R_", f"{L + 1}_"))}
-    ct_lat = {i for i in ct_ids if not i.startswith(("0_", "E_", f"{L + 1}_"))}
-    pruned = {"fptrace_nodes": len(fp_ids), "ct_nodes": len(ct_ids),
-              "same": fp_ids == ct_ids, "both": len(fp_ids & ct_ids),
-              "fptrace_only": sorted(fp_ids - ct_ids)[:20], "ct_only": sorted(ct_ids - fp_ids)[:20],
-              "n_fptrace_only": len(fp_ids - ct_ids), "n_ct_only": len(ct_ids - fp_ids),
-              "fptrace_latents": len(fp_lat), "ct_latents": len(ct_lat)}
+    fp_set, ct_set = fp_nodes(g), ct_nodes(ct, L, T, targets)
+
+    def kinds(keys: set) -> dict:
+        return {k: sum(1 for t in keys if t[0] == k) for k in sorted({t[0] for t in keys})}
+
+    pruned = {"fptrace_nodes": len(fp_set), "ct_nodes": len(ct_set), "same": fp_set == ct_set,
+              "both": len(fp_set & ct_set), "fptrace_kinds": kinds(fp_set),
+              "ct_kinds": kinds(ct_set), "fptrace_only": [list(t) for t in
+                                                          sorted(fp_set - ct_set)][:20],
+              "ct_only": [list(t) for t in sorted(ct_set - fp_set)][:20],
+              "n_fptrace_only": len(fp_set - ct_set), "n_ct_only": len(ct_set - fp_set)}
     logit_diff = float((logits32.double() - torch.tensor(ct["logits"]).double()).abs().max())
     res = {
         "measured": started["time"], "loadavg_start": started["loadavg"],
@@ -486,10 +541,11 @@ def main() -> None:
         "torch_threads_fptrace": torch.get_num_threads(),
         "torch_threads_ct": ct_info["threads"],
         "tokens": T, "transcoders": L, "latents": args.latents, "active_per_site": args.active,
+        "decoder_fit": args.fit,
         "active_latents": n_active, "max_active_at_a_site": int(counts.max()),
         "ct_active_latents": ct_info["n_active"], "ct_selected": ct_info["n_selected"],
         "fptrace_computed": g.computed, "fptrace_per_site": g.per_site,
-        "ct_batch": args.ct_batch, "fptrace_batch": args.fp_batch,
+        "max_nodes": args.max_nodes, "ct_batch": args.ct_batch, "fptrace_batch": args.fp_batch,
         "ct_logit_targets": "stock (logit - mean logit)" if args.stock_logits else
         "CustomTarget: raw unembedding rows of fptrace's logit tokens",
         "ct_zero_positions": "slice(0, 1) (stock)" if args.zero_bos else "slice(0, 0)",
@@ -518,19 +574,41 @@ def main() -> None:
     }
     with open(args.out, "w") as f:
         json.dump(res, f, indent=1)
-    s, e, p, sc = res["seconds"], agree, pruned, res["scores"]
-    print(f"""
-                                  circuit-tracer {ct_info['circuit_tracer']:>8}   fptrace
- attribution alone (s)            {s['ct_attribute']:>14.1f}   {fp_graph:>8.1f}   ratio {res['speedup_attribute_vs_graph']:.2f}x
- whole (s)                        {ct_whole:>14.1f}   {s['fptrace_load_read_graph']:>8.1f}   (CT: subprocess; fptrace: load+read+graph)
- latent rows computed             {ct_info['n_selected']:>14}   {g.computed:>8}   (active {n_active})
- replacement                      {sc['ct_replacement']:>14.4f}   {sc['fptrace_replacement']:>8.4f}
- completeness                     {sc['ct_completeness']:>14.4f}   {sc['fptrace_completeness']:>8.4f}
- pruned nodes                     {p['ct_nodes']:>14}   {p['fptrace_nodes']:>8}   same: {p['same']} (both {p['both']})
- edges compared: {e['edges_nonzero_in_either']} in {e['rows_compared']} rows; relative diff max {e['relative']['max']:.2e} median {e['relative']['median']:.2e} p99 {e['relative']['p99']:.2e}, >1e-4: {e['relative']['above_1e-4']}
-   relative to the row's largest edge: max {e['relative_to_row_max']['max']:.2e}; zero in one only: {e['edges_zero_in_one_only']}
-   edges >= 1e-3 of their row's largest ({e['relative_edges_above_1e-3_of_row_max']['n']}): relative diff max {e['relative_edges_above_1e-3_of_row_max']['max']:.2e}, >1e-4: {e['relative_edges_above_1e-3_of_row_max']['above_1e-4']}
- load average: start {started['loadavg']}, end {res['loadavg_end']}; wrote {args.out}""")
+    print(table(res, ct_info["circuit_tracer"], args.out))
+
+
+def table(res: dict, version: str, out: str) -> str:
+    """The printed summary of one run."""
+    s, e, p, sc = res["seconds"], res["edges"], res["pruned"], res["scores"]
+
+    def rel(name: str, label: str) -> str:
+        d = e[name]
+        return (f"  {label} ({d['n']}): relative difference max {d['max']:.2e}, median "
+                f"{d['median']:.2e}, p99 {d['p99']:.2e}, above 1e-4: {d['above_1e-4']}")
+
+    rows = [("", f"circuit-tracer {version}", "fptrace"),
+            ("attribution alone (s)", f"{s['ct_attribute']:.1f}", f"{s['fptrace_graph']:.1f}"),
+            ("whole (s)", f"{s['ct_whole_subprocess']:.1f}",
+             f"{s['fptrace_load_read_graph']:.1f}"),
+            ("latent rows computed", str(res["ct_selected"]), str(res["fptrace_computed"])),
+            ("replacement", f"{sc['ct_replacement']:.4f}", f"{sc['fptrace_replacement']:.4f}"),
+            ("completeness", f"{sc['ct_completeness']:.4f}",
+             f"{sc['fptrace_completeness']:.4f}"),
+            ("pruned nodes", str(p["ct_nodes"]), str(p["fptrace_nodes"]))]
+    lines = [f"{a:<24}{b:>22}{c:>10}" for a, b, c in rows]
+    lines += [f"speed: circuit-tracer's attribute / fptrace's graph = "
+              f"{res['speedup_attribute_vs_graph']:.2f}x ({res['active_latents']} active latents)",
+              f"pruned node sets the same: {p['same']} (in both {p['both']}); kinds: "
+              f"circuit-tracer {p['ct_kinds']}, fptrace {p['fptrace_kinds']}",
+              f"edges compared: {e['edges_nonzero_in_either']} in rows {e['rows_compared']}; "
+              f"zero in one only: {e['edges_zero_in_one_only']}",
+              rel("relative", "all"),
+              rel("relative_edges_above_1e-3_of_row_max", ">= 1e-3 of the row's largest"),
+              rel("relative_edges_above_1e-2_of_row_max", ">= 1e-2 of the row's largest"),
+              rel("relative_to_row_max", "all, scaled by the row's largest"),
+              f"load average: start {res['loadavg_start']}, end {res['loadavg_end']}; "
+              f"wrote {out}"]
+    return "\n".join(lines)
 
 
 if __name__ == "__main__":
