@@ -453,6 +453,12 @@ def main() -> None:
     if args.ct_side:
         ct_side(args.ct_side)
         return
+    if not os.path.exists(args.ct_python):
+        raise SystemExit(f"{args.ct_python}: no such interpreter; circuit-tracer's venv is made "
+                         "as benchmarks/README.md says (python3 -m venv DIR; DIR/bin/pip install "
+                         "torch==2.13.0; DIR/bin/pip install circuit-tracer==0.5.0 "
+                         "'transformers<=4.57.3' 'nnsight>=0.6,<0.7'), then --ct-python "
+                         "DIR/bin/python")
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     import numpy as np
     import torch
