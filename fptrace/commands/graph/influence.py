@@ -75,13 +75,18 @@ def partial_influence(rows: Any, weights: Any, row_nodes: Any) -> Any:
     import numpy as np
 
     Ah = normalized(rows)
-    step = weights.copy()
-    total = np.zeros(rows.shape[1])
+    # the influence moves from node to node only through the computed rows: iterate on the
+    # square (r, r) part of Â (v_{k+1} = v_k Â[:, row_nodes], v_0 the rows' logit weights) and
+    # spread the sum over every column once at the end, Σ_k v_k Â: the same sum as
+    # Σ_k step_k with step_{k+1} = step_k[row_nodes] Â, at r² instead of r·n a step
+    square = Ah[:, row_nodes]
+    v = weights[row_nodes].astype(float)
+    acc = np.zeros_like(v)
     for _ in range(MAX_ITER):
-        step = step[row_nodes] @ Ah
-        if not step.any():
-            return total
-        total += step
+        if not v.any():
+            return acc @ Ah
+        acc += v
+        v = v @ square
     raise RuntimeError("influence did not converge: the graph has a cycle")
 
 
