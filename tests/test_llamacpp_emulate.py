@@ -61,7 +61,7 @@ def test_a_bad_emulate_value_is_one_line():
 
 def test_emulate_without_llamacpp_is_one_line():
     one_line_error(runner.invoke(app, ["diff", PROMPT, "--dtype-b", "float16", "--emulate",
-                                       "kv"]), "give it with --engine-b llama.cpp")
+                                       "kv"]), "it belongs to `diff --engine-b ENGINE`")
 
 
 # ---------------------------------------------------------------- the quantizers
