@@ -68,7 +68,7 @@ def diff(
     from fptrace.cli.modes import chosen
 
     side_b = engine.engine
-    mode = chosen(MODES, {  # the comparison, and no option of another (commands/diff/modes.py)
+    chosen(MODES, {  # the comparison, and no option of another (commands/diff/modes.py)
         "--stats": stats, "--engine-b": not side_b.default, "--deep": deep,
         "--deep-layers": deep_layers is not None, "--model-b": model_b is not None,
         "--dtype-b": dtype_b is not None, "--device-b": device_b is not None,
@@ -92,7 +92,7 @@ def diff(
             raise BadInput(f"--emulate: the {side_b.name} engine has no emulation in "
                            "transformers")
         steps = side_b.emulation.parse(emulate)
-    if mode is MODES[0]:  # --stats
+    if stats:  # diff --stats (its mode checked above)
         from fptrace.commands.diff.channels import diff_stats
         from fptrace.commands.diff.render import stats_diff_view
 

@@ -48,6 +48,15 @@ class Rows:
         """(n,) each target's edges from all sources plus its bias terms."""
         return self.tokens.sum(1) + self.sites.sum((1, 2)) + self.errors.sum((1, 2)) + self.bias
 
+    @property
+    def terms(self) -> float:
+        """Σ|terms| of the first target's sum (its edges and its bias terms): the scale of the
+        rounding a check of that sum allows (core.py's graph_sums, verify.py's graph_verify)."""
+        import numpy as np
+
+        return float(np.abs(self.tokens[0]).sum() + np.abs(self.sites[0]).sum()
+                     + np.abs(self.errors[0]).sum() + abs(self.bias[0]))
+
 
 def rows(p: Pass, targets: list[Target], chosen: Any) -> Rows:
     """The Rows of `targets` from the frozen pass p; chosen: (L, T, k) long, the neurons whose

@@ -36,13 +36,6 @@ def _edge(r: Rows, s: Target, chosen: Any) -> float:
     return float(r.chosen[0][s.layer, s.position, int(slot[0])])
 
 
-def _terms(r: Rows) -> float:
-    import numpy as np
-
-    return float(np.abs(r.tokens).sum() + np.abs(r.sites).sum() + np.abs(r.errors).sum()
-                 + abs(r.bias[0]))
-
-
 def _values(p: Any, done: list, B: int) -> Any:
     """(B, targets): each computed target's value in each row of a replay."""
     import torch
@@ -121,7 +114,7 @@ def verify(model: Any, parts: Any, sites: MlpSites | None, tset: Any, ids: list[
             for j, (_, r, _) in enumerate(done):
                 e = _edge(r, s, chosen)
                 change = float(got[True][b, j] - got[True][0, j])
-                scale = max(abs(e), 1e-6 * _terms(r), 1e-300)
+                scale = max(abs(e), 1e-6 * r.terms, 1e-300)
                 rel = abs(change + e) / scale
                 targets += e != 0.0
                 largest = max(largest, abs(e))

@@ -88,7 +88,7 @@ def steer(
     from fptrace.commands.steer.core import parse_scales
     from fptrace.commands.steer.modes import MISSING
 
-    source = chosen(MODES, {  # the vector's one source (commands/steer/modes.py)
+    chosen(MODES, {  # the vector's one source (commands/steer/modes.py)
         "--sae": sae is not None, "--latent": latent is not None, "--vector": vector is not None,
         "--pairs": pairs is not None, "--add": add is not None, "--subtract": subtract is not None,
         "--token": token is not None, "--layer": layer is not None, "--method": method != "mean",
@@ -104,7 +104,7 @@ def steer(
     from fptrace.commands.steer.core import steer as run_steer
     from fptrace.commands.steer.vectors import match_norms, steering_vector, write_vector
 
-    if source is MODES[0]:  # --sae DIR --latent N
+    if sae is not None or latent is not None:  # steer --sae DIR --latent N
         from fptrace.commands.steer.vectors import latent_vector
 
         if sae is None:
