@@ -314,23 +314,22 @@ def compare(ct: dict, cap: dict, L: int, T: int, ids: list[int], targets: list[i
     ct_col = {tuple(int(v) for v in f): j for j, f in enumerate(feats)}
     ct_row = {("f", *k): j for k, j in ct_col.items()}
     ct_row.update({("l", t): n_sel + j for j, t in enumerate(targets)})
-    layout, chosen, done = cap["layout"], cap["chosen"].numpy(), cap["done"]
-    k = layout.k
-    # candidate column c (layer, pos, slot) -> circuit-tracer's column, or -1
+    matrix, done = cap["matrix"], cap["done"]
+    layout = matrix.layout
+    # candidate column c -> circuit-tracer's column, or -1
     cand_map = np.full(layout.n_cand, -1)
     for c in range(layout.n_cand):
-        site, slot = divmod(c, k)
-        layer, pos = divmod(site, T)
-        cand_map[c] = ct_col.get((layer, pos, int(chosen[layer, pos, slot])), -1)
+        t = layout.cand.target(c)
+        cand_map[c] = ct_col.get((t.layer, t.position, t.index), -1)
     n_cols = n_sel + L * T + T
     F, C, rests, fp_only = [], [], [], 0.0
     n_feat_rows = n_logit_rows = 0
-    for t, r, _ in done:
+    for i, (t, _, _) in enumerate(done):
         key = ("l", t.index) if t.layer is None else ("f", t.layer, t.position, t.index)
         j = ct_row.get(key)
         if j is None:
             continue
-        full = layout.row(r)
+        full = matrix.rows[i]
         mapped = np.zeros(n_cols)
         cand = full[:layout.n_cand]
         ok = cand_map >= 0
@@ -509,8 +508,8 @@ def main() -> None:
     assemble = core._assemble
 
     def spy(*a, **kw):
-        names = ("lm", "prepared", "queries", "ids", "real", "chosen", "done", "layout",
-                 "visited", "weights")
+        names = ("lm", "prepared", "queries", "ids", "real", "done", "matrix", "visited",
+                 "weights")
         cap.update(dict(zip(names, a[:len(names)], strict=True)))
         return assemble(*a, **kw)
 

@@ -19,7 +19,7 @@ from fptrace.commands.graph import core as graph_core
 from fptrace.commands.graph import freezing
 from fptrace.commands.graph.core import graph
 from fptrace.commands.graph.influence import Adjacency, prune
-from fptrace.commands.graph.rows import Rows
+from fptrace.commands.graph.rows import Candidates, Rows
 from fptrace.errors import BadInput
 from fptrace.models.loading import wrap_model
 
@@ -75,13 +75,13 @@ def test_the_sums_hold_on_every_target_against_hooks():
     model, parts = graph_core.float64_copy(lm)
     sites = freezing.mlp_sites(parts.family)
     real = graph_core.real_pass(lm, model, parts, sites, IDS, [len(IDS) - 1])
-    chosen = real.acts.abs().topk(2, dim=-1).indices
+    cand = Candidates.top(real.acts, 2)
     with freezing.frozen(model, parts, sites) as p:
         model(torch.tensor([IDS]), use_cache=False, logits_to_keep=torch.tensor([5]))
-    targets = [graph_core.Target(layer, pos, int(chosen[layer, pos, 0]))
-               for layer in range(3) for pos in range(len(IDS))]
+    targets = [cand.target(c) for c in range(0, len(cand), 2)]  # the top one of each site
+    assert len(targets) == 3 * len(IDS)
     targets.append(graph_core.Target(None, 0, 7))
-    r = graph_core.rows(p, targets, chosen)
+    r = graph_core.rows(p, targets, cand)
     want = [float(real.logits[0, 7]) if t.layer is None else
             float(real.acts[t.layer, t.position, t.index]) for t in targets]
     np.testing.assert_allclose(r.total, want, rtol=1e-10, atol=1e-12)
@@ -89,8 +89,8 @@ def test_the_sums_hold_on_every_target_against_hooks():
 
 
 def _perturbed_rows(real_rows):
-    def rows(p, targets, chosen):
-        r = real_rows(p, targets, chosen)
+    def rows(p, targets, cand):
+        r = real_rows(p, targets, cand)
         tokens = r.tokens.copy()
         tokens[:, 0] += 1e-3
         return Rows(tokens=tokens, chosen=r.chosen, sites=r.sites, errors=r.errors, bias=r.bias)
@@ -444,8 +444,8 @@ def test_verify_catches_an_edge_the_sums_do_not():
     graph_sums, unchanged): the intervention disagrees, graph_verify fails and names the node;
     the command exits 5."""
     def scaled(real_rows):
-        def rows(p, targets, chosen):
-            r = real_rows(p, targets, chosen)
+        def rows(p, targets, cand):
+            r = real_rows(p, targets, cand)
             return Rows(tokens=r.tokens, chosen=r.chosen * 1.01, sites=r.sites,
                         errors=r.errors, bias=r.bias)
         return rows

@@ -70,6 +70,32 @@ def test_every_node_sums_to_the_real_model(family, tmp_path):
     assert float(miss.norm()) > 0.1 * float(y.norm())
 
 
+def test_every_candidate_computed_unranked_is_the_ranked_graph(tmp_path):
+    """Where max_nodes covers every candidate, each one's row is computed without ranking: the
+    candidates are the per_site largest latents that fire (read from the real model's MLP
+    inputs), every row sums exactly, and the pruned graph and its scores equal those of the
+    ranked path (max_nodes one short: it computes only the latents with influence, leaving out
+    the last block's latents before the query, which reach no logit)."""
+    lm = _lm("llama")
+    L, d = lm.config.num_hidden_layers, lm.config.hidden_size
+    folder = write_transcoders(str(tmp_path / "tc"), range(L), d, 48, k=8)
+    real = _real(lm, IDS)
+    firing = sum(min(3, int((read_dictionary(f"{folder}/layer_{layer}").encode(
+        real[layer][0].float()) != 0).sum(-1)[pos])) for layer in range(L)
+        for pos in range(len(IDS)))
+    every = graph(lm, IDS, transcoders=folder, max_nodes=10_000, per_site=3)
+    assert every.ok and every.checks[0].value < 1e-9, every.checks
+    assert every.candidates == every.computed == firing
+    ranked = graph(lm, IDS, transcoders=folder, max_nodes=firing - 1, per_site=3)
+    assert ranked.ok and ranked.computed < firing - 1  # those without influence left out
+    assert [n.node_id for n in ranked.nodes] == [n.node_id for n in every.nodes]
+    for a, b in zip(ranked.scores.__dict__.values(), every.scores.__dict__.values(),
+                    strict=True):
+        assert a == pytest.approx(b, rel=1e-12)
+    assert {(e.source, e.target): e.weight for e in ranked.edges} == pytest.approx(
+        {(e.source, e.target): e.weight for e in every.edges}, rel=1e-12)
+
+
 def test_a_block_without_a_transcoder_is_all_error_and_said(tmp_path):
     lm = _lm("llama")
     folder = write_transcoders(str(tmp_path / "tc"), [0], lm.config.hidden_size)

@@ -12,7 +12,8 @@ error node per (block, position): transcoders.py), exact.
 3. The model runs once more, frozen (freezing.py); the incoming edges of the logits, then of
    the candidates in order of their influence on the logits over the rows computed so far
    (circuit-tracer's attribute with max_feature_nodes), at most max_nodes, come from batched
-   backward passes (rows.py).
+   backward passes (rows.py); where max_nodes covers every candidate, each one's, unranked
+   (circuit-tracer's attribute without max_feature_nodes).
 4. Every computed node is checked: its edges from all sources plus its bias terms equal its
    value in the model within RTOL (float64); the float64 copy's logits equal the model's own.
 5. The graph is pruned and scored by circuit-tracer's definitions (influence.py).
@@ -44,7 +45,7 @@ from fptrace.commands.graph.result import (
     GraphNode,
     GraphScores,
 )
-from fptrace.commands.graph.rows import Rows, Target, rows
+from fptrace.commands.graph.rows import Candidates, Rows, Target, rows
 from fptrace.commands.graph.transcoders import TranscoderSet, read_transcoders
 from fptrace.core.attribution import rtol_for
 from fptrace.core.fragments import token_id
@@ -112,14 +113,14 @@ def graph(lm: LoadedModel, prompt: Prompt, *, positions: Any = None,
     L, T, m = real.acts.shape
     batch = rows_fitting(T, L, m, model_info(lm).d_model, batch_size)
     k = max(1, min(per_site, m))
-    chosen = real.acts.abs().topk(k, dim=-1).indices  # (L, T, k)
+    cand = Candidates.top(real.acts, k)
     logit_targets, probs = _logit_nodes(real, fixed, len(queries))
     device = parts.embed.weight.device
     with frozen(model, parts, sites, tset) as p:
         model(torch.tensor([ids], device=device), use_cache=False,
               logits_to_keep=torch.tensor(queries, device=device))
-    n_cand = L * T * k
-    layout = _Layout(L, T, k, len(logit_targets), errors=tset is not None)
+    n_cand = len(cand)
+    layout = _Layout(cand, len(logit_targets), errors=tset is not None)
 
     def value(t: Target) -> float:
         if t.layer is None:
@@ -127,16 +128,29 @@ def graph(lm: LoadedModel, prompt: Prompt, *, positions: Any = None,
         return float(real.acts[t.layer, t.position, t.index])
 
     done: list[tuple[Target, Rows, int]] = []  # (target, its rows (one), its node index)
+    matrix = _Matrix(layout)  # their rows in the candidate-level matrix
     for i in range(0, len(logit_targets), batch):
         ts = logit_targets[i:i + batch]
-        _keep(done, ts, rows(p, ts, chosen), [layout.logit(j) for j in range(i, i + len(ts))])
+        matrix.keep(done, ts, rows(p, ts, cand), [layout.logit(j) for j in range(i, i + len(ts))])
     weights = np.zeros(layout.n)
     weights[layout.logit(0):] = probs
     visited = np.zeros(n_cand, dtype=bool)
     budget = min(max_nodes, n_cand)
+
+    def compute(order: Any) -> None:
+        """The rows of the candidates `order`, in batches of one block at a time mostly."""
+        targets = [cand.target(int(c)) for c in order]
+        pairs = sorted(zip(targets, order.tolist(), strict=True), key=lambda x: x[0].layer or 0)
+        for i in range(0, len(pairs), batch):
+            part = pairs[i:i + batch]
+            matrix.keep(done, [t for t, _ in part], rows(p, [t for t, _ in part], cand),
+                        [c for _, c in part])
+        visited[order] = True
+
+    if budget == n_cand:  # every candidate's row: nothing to rank (circuit-tracer's attribute
+        compute(np.arange(n_cand))  # with max_feature_nodes None)
     while int(visited.sum()) < budget:
-        R = np.stack([layout.row(r) for _, r, _ in done])
-        infl = partial_influence(R, weights, np.array([i for _, _, i in done]))[:n_cand]
+        infl = partial_influence(matrix.rows, weights, matrix.nodes)[:n_cand]
         infl[visited] = -1
         order = np.argsort(-infl, kind="stable")
         # a round: the 4·batch_size most influential left (the batch asked for, not the one
@@ -144,17 +158,10 @@ def graph(lm: LoadedModel, prompt: Prompt, *, positions: Any = None,
         order = order[infl[order] > 0][:min(4 * batch_size, budget - int(visited.sum()))]
         if not len(order):
             break
-        targets = [layout.target(int(c), chosen) for c in order]
-        pairs = sorted(zip(targets, order.tolist(), strict=True), key=lambda x: x[0].layer or 0)
-        for i in range(0, len(pairs), batch):
-            part = pairs[i:i + batch]
-            _keep(done, [t for t, _ in part], rows(p, [t for t, _ in part], chosen),
-                  [c for _, c in part])
-        visited[order] = True
+        compute(order)
     checks = [_sums_check(done, value, lm, layout), _model_check(real, model_info(lm).dtype)]
-    g, ranked = _assemble(lm, prepared, queries, ids, real, chosen, done, layout, visited,
-                          weights, checks, node_threshold, edge_threshold, max_nodes, k, start,
-                          tset)
+    g, ranked = _assemble(lm, prepared, queries, ids, real, done, matrix, visited, weights,
+                          checks, node_threshold, edge_threshold, max_nodes, k, start, tset)
     if not verify:
         return g
     from dataclasses import replace
@@ -163,7 +170,7 @@ def graph(lm: LoadedModel, prompt: Prompt, *, positions: Any = None,
 
     picked = [n for n in ranked if n.index is not None][:verify]  # computed, by influence
     picks = [Target(n.layer, n.position, n.index) for n in picked if n.index is not None]
-    verified, check = run_verify(model, parts, sites, tset, ids, queries, done, chosen, picks,
+    verified, check = run_verify(model, parts, sites, tset, ids, queries, done, cand, picks,
                                  [n.label for n in picked], logit_targets[0], real.acts, RTOL)
     return replace(g, verified=verified, verify_logit=lm.token_text(logit_targets[0].index),
                    checks=(*g.checks, check), ok=g.ok and check.ok,
@@ -190,40 +197,65 @@ def _check_numbers(node_threshold: float, edge_threshold: float, max_nodes: int,
 
 
 class _Layout:
-    """Where each node sits in the candidate-level matrix: candidates (layer, position, slot),
-    then the per-site remainders (everything but the candidates), the per-site error nodes
-    (with transcoders), tokens, logits."""
+    """Where each node sits in the candidate-level matrix: the candidates, then the per-site
+    remainders (everything but the candidates), the per-site error nodes (with transcoders),
+    tokens, logits."""
 
-    def __init__(self, L: int, T: int, k: int, n_logits: int, errors: bool = False) -> None:
-        self.L, self.T, self.k, self.n_logits = L, T, k, n_logits
-        self.n_cand = L * T * k
-        self.n_err = L * T if errors else 0
-        self.n = self.n_cand + L * T + self.n_err + T + n_logits
+    def __init__(self, cand: Candidates, n_logits: int, errors: bool = False) -> None:
+        self.cand, self.n_logits = cand, n_logits
+        self.L, self.T = cand.L, cand.T
+        self.n_cand = len(cand)
+        self.n_err = self.L * self.T if errors else 0
+        self.n = self.n_cand + self.L * self.T + self.n_err + self.T + n_logits
 
     def logit(self, j: int) -> int:
         return self.n_cand + self.L * self.T + self.n_err + self.T + j
-
-    def target(self, c: int, chosen: Any) -> Target:
-        site, slot = divmod(c, self.k)
-        layer, pos = divmod(site, self.T)
-        return Target(layer, pos, int(chosen[layer, pos, slot]))
 
     def row(self, r: Rows) -> Any:
         """One target's Rows as a row of the candidate-level matrix."""
         import numpy as np
 
-        cand = r.chosen[0]  # (L, T, k)
-        rest = r.sites[0] - cand.sum(-1)  # (L, T)
+        cand = r.chosen[0]  # (C,)
         err = r.errors[0].ravel() if self.n_err else np.zeros(0)
-        return np.concatenate([cand.ravel(), rest.ravel(), err, r.tokens[0],
-                               np.zeros(self.n_logits)])
+        rest = r.sites[0].ravel() - self.cand.per_site(cand)  # everything but the candidates
+        return np.concatenate([cand, rest, err, r.tokens[0], np.zeros(self.n_logits)])
 
 
-def _keep(done: list, targets: list[Target], got: Rows, nodes: list[int]) -> None:
-    for b, (t, i) in enumerate(zip(targets, nodes, strict=True)):
-        done.append((t, Rows(tokens=got.tokens[b:b + 1], chosen=got.chosen[b:b + 1],
-                             sites=got.sites[b:b + 1], errors=got.errors[b:b + 1],
-                             bias=got.bias[b:b + 1]), i))
+class _Matrix:
+    """The computed nodes' rows of the candidate-level matrix, each laid out once as it comes
+    (in a buffer that doubles when full), and the node each row is of."""
+
+    def __init__(self, layout: _Layout) -> None:
+        import numpy as np
+
+        self.layout = layout
+        self._rows = np.zeros((64, layout.n))
+        self._nodes = np.zeros(64, dtype=int)
+        self.size = 0
+
+    @property
+    def rows(self) -> Any:
+        return self._rows[:self.size]
+
+    @property
+    def nodes(self) -> Any:
+        return self._nodes[:self.size]
+
+    def keep(self, done: list, targets: list[Target], got: Rows, nodes: list[int]) -> None:
+        """Append each target's rows to `done` (target, Rows, node) and to the matrix."""
+        import numpy as np
+
+        for b, (t, i) in enumerate(zip(targets, nodes, strict=True)):
+            r = Rows(tokens=got.tokens[b:b + 1], chosen=got.chosen[b:b + 1],
+                     sites=got.sites[b:b + 1], errors=got.errors[b:b + 1],
+                     bias=got.bias[b:b + 1])
+            done.append((t, r, i))
+            if self.size == len(self._rows):
+                self._rows = np.concatenate([self._rows, np.zeros_like(self._rows)])
+                self._nodes = np.concatenate([self._nodes, np.zeros_like(self._nodes)])
+            self._rows[self.size] = self.layout.row(r)
+            self._nodes[self.size] = i
+            self.size += 1
 
 
 def _logit_nodes(real: Any, fixed: int | None, n_q: int) -> tuple[list[Target], Any]:
@@ -287,13 +319,14 @@ NO_ERROR_NODES = ("none: under this freezing the model is exactly linear between
 
 
 def _assemble(lm: LoadedModel, prepared: Any, queries: list[int], ids: list[int], real: Any,
-              chosen: Any, done: list, layout: _Layout, visited: Any, weights: Any,
+              done: list, matrix: _Matrix, visited: Any, weights: Any,
               checks: list[GraphCheck], node_threshold: float, edge_threshold: float,
               max_nodes: int, k: int, start: float,
               tset: TranscoderSet | None) -> tuple[AttributionGraph, list[GraphNode]]:
     """The graph over the computed neurons (or latents): their rows with the candidates not
     computed folded into their site's remainder; pruned, scored, described; and the computed
     neurons (latents) by influence, those the pruning dropped included."""
+    layout = matrix.layout
     L, T = layout.L, layout.T
     import numpy as np
 
@@ -309,16 +342,16 @@ def _assemble(lm: LoadedModel, prepared: Any, queries: list[int], ids: list[int]
     index = np.zeros(len(done), dtype=int)
     bias: dict[int, float] = {}
     cand_index = {c: i for i, c in enumerate(neurons)}
-    for j, (_, r, node) in enumerate(done):
-        full = layout.row(r)
+    for j, (_, _, node) in enumerate(done):
+        full = matrix.rows[j]
         row = full[col]
         # the candidates not computed join their site's remainder
         cand = full[:layout.n_cand].copy()
         cand[neurons] = 0
-        row[nn_:nn_ + n_rest] += cand.reshape(L * T, layout.k).sum(-1)
+        row[nn_:nn_ + n_rest] += layout.cand.per_site(cand)
         i = cand_index[node] if node < layout.n_cand else nn_ + (node - layout.n_cand)
         R[j], index[j] = row, i
-        bias[i] = float(r.bias[0])
+        bias[i] = float(done[j][1].bias[0])
     A = Adjacency(R, index, n)
     w = np.zeros(n)
     w[-n_log:] = weights[-n_log:]
@@ -335,7 +368,7 @@ def _assemble(lm: LoadedModel, prepared: Any, queries: list[int], ids: list[int]
     ids_of: list[str] = []
     logit_targets = [t for t, _, node in done if node >= layout.n_cand]
     for i in range(n):
-        nodes.append(_node(lm, i, neurons, layout, chosen, ids, queries, real, logit_targets,
+        nodes.append(_node(lm, i, neurons, layout, ids, queries, real, logit_targets,
                            pr, bias.get(i), w))
         ids_of.append(nodes[-1].node_id)
     by_influence = np.argsort(-pr.influence, kind="stable")
@@ -380,16 +413,16 @@ def _ranges(blocks: tuple[int, ...]) -> str:
     return ", ".join(out)
 
 
-def _node(lm: LoadedModel, i: int, neurons: list[int], layout: _Layout, chosen: Any,
-          ids: list[int], queries: list[int], real: Any, logits: list[Target], pr: Any,
-          bias: float | None, w: Any) -> GraphNode:
+def _node(lm: LoadedModel, i: int, neurons: list[int], layout: _Layout, ids: list[int],
+          queries: list[int], real: Any, logits: list[Target], pr: Any, bias: float | None,
+          w: Any) -> GraphNode:
     L, T = layout.L, layout.T
     nn_ = len(neurons)
     common: dict[str, Any] = {"influence": float(pr.influence[i]),
                               "cumulative": float(pr.cumulative[i]), "bias": bias}
     latents = bool(layout.n_err)
     if i < nn_:
-        t = layout.target(neurons[i], chosen)
+        t = layout.cand.target(neurons[i])
         return GraphNode(node_id=f"{t.layer}_{t.index}_{t.position}",
                          node_type="latent" if latents else "neuron",
                          layer=t.layer, position=t.position, index=t.index,

@@ -137,6 +137,9 @@ class Pass:
     u: dict = field(default_factory=dict)  # layer -> (B, T, m) the up pre-activation
     acts: dict = field(default_factory=dict)  # layer -> (B, T, m) a = r·u, linear in u
     leaves: dict = field(default_factory=dict)  # layer -> (B, T, m) a, a leaf
+    # layer -> (U,) the latents that are the columns of acts and leaves there (transcoders:
+    # those that fire somewhere, in order); a layer absent: every neuron, in order
+    columns: dict = field(default_factory=dict)
     errors: dict = field(default_factory=dict)  # layer -> (B, T, d) a transcoder's error, a leaf
     biases: list = field(default_factory=list)  # (bias (n,), the module's output (..., n))
     logits: Any = None  # (B, Q, V) the LM head's output at the query positions

@@ -175,9 +175,9 @@ class AttributionGraph:
     """At most this many neurons (latents) have their incoming edges computed (--max-nodes)."""
     per_site: int
     """At each (layer, position), the candidate neurons (latents): the per_site of largest
-    |activation|."""
+    |activation|, those whose activation is not 0."""
     candidates: int
-    """Candidate neurons or latents (per_site × layers × positions)."""
+    """Candidate neurons or latents (at most per_site × layers × positions)."""
     computed: int
     """Neurons (latents) whose incoming edges were computed (and checked), chosen by
     influence."""

@@ -13,6 +13,7 @@ model's value.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
 
 from fptrace.commands.graph.freezing import Pass
@@ -29,11 +30,70 @@ class Target:
 
 
 @dataclass(frozen=True)
+class Candidates:
+    """The neurons (latents) whose edges are kept one by one, the graph's candidate nodes: at
+    each (layer, position) the `k` of largest |activation| whose activation is not zero (a
+    node that is zero has no outgoing edge; with transcoders most latents are), C in all, in
+    (layer, position, |activation|) order. Every other neuron's (latent's) edge is summed in
+    its site's remainder."""
+
+    layer: Any  # (C,) numpy int64
+    position: Any  # (C,)
+    index: Any  # (C,) the neuron or latent
+    L: int
+    T: int
+
+    @classmethod
+    def top(cls, acts: Any, k: int) -> Candidates:
+        """The candidates of the activations acts (L, T, m), a torch tensor."""
+        top = acts.abs().topk(k, dim=-1)
+        layer, pos, slot = (top.values > 0).nonzero(as_tuple=True)
+        L, T, _ = acts.shape
+        return cls(layer.cpu().numpy(), pos.cpu().numpy(),
+                   top.indices[layer, pos, slot].cpu().numpy(), L, T)
+
+    def __len__(self) -> int:
+        return len(self.index)
+
+    def target(self, c: int) -> Target:
+        return Target(int(self.layer[c]), int(self.position[c]), int(self.index[c]))
+
+    @cached_property
+    def site(self) -> Any:
+        """(C,) each candidate's site, layer · T + position."""
+        return self.layer * self.T + self.position
+
+    @cached_property
+    def columns(self) -> dict[Target, int]:
+        """Each candidate's column (its place among the candidates)."""
+        return {self.target(c): c for c in range(len(self))}
+
+    @cached_property
+    def by_layer(self) -> dict[int, tuple[Any, Any, Any]]:
+        """Per layer, torch long tensors: the candidates' columns, positions and indices."""
+        import numpy as np
+        import torch
+
+        out = {}
+        for layer in np.unique(self.layer).tolist():
+            c = np.flatnonzero(self.layer == layer)
+            out[layer] = (torch.from_numpy(c), torch.from_numpy(self.position[c]),
+                          torch.from_numpy(self.index[c]))
+        return out
+
+    def per_site(self, row: Any) -> Any:
+        """(L · T,) the sum of a candidate-level `row` (C,) over each site's candidates."""
+        import numpy as np
+
+        return np.bincount(self.site, weights=row, minlength=self.L * self.T)
+
+
+@dataclass(frozen=True)
 class Rows:
     """The incoming edges of n targets, in float64 (numpy arrays, n first).
 
-    tokens (n, T): from each position's token embedding; chosen (n, L, T, k): from each chosen
-    neuron or latent (Columns.chosen); sites (n, L, T): from every neuron or latent of a (layer,
+    tokens (n, T): from each position's token embedding; chosen (n, C): from each candidate
+    (Candidates); sites (n, L, T): from every neuron or latent of a (layer,
     position), chosen or not; errors (n, L, T): from each (layer, position)'s transcoder error
     (zeros for neurons); bias (n,): the bias terms (and a learned position embedding)."""
 
@@ -58,9 +118,23 @@ class Rows:
                      + np.abs(self.errors[0]).sum() + abs(self.bias[0]))
 
 
-def rows(p: Pass, targets: list[Target], chosen: Any) -> Rows:
-    """The Rows of `targets` from the frozen pass p; chosen: (L, T, k) long, the neurons whose
-    edges are kept one by one at each (layer, position)."""
+def _columns(p: Pass, layer: int | None, index: Any) -> tuple[Any, Any]:
+    """The columns of block `layer`'s acts and leaves in the pass that hold the neurons
+    (latents) `index` (a long tensor), and whether each is there (Pass.columns)."""
+    import torch
+
+    kept = p.columns.get(layer)
+    if layer is None or kept is None:
+        return index, torch.ones(index.shape, dtype=torch.bool)
+    index = index.to(kept.device)
+    col = torch.searchsorted(kept, index).clamp(max=max(len(kept) - 1, 0))
+    there = kept[col] == index if len(kept) else torch.zeros(index.shape, dtype=torch.bool)
+    return col, there
+
+
+def rows(p: Pass, targets: list[Target], cand: Candidates) -> Rows:
+    """The Rows of `targets` from the frozen pass p; cand: the neurons (latents) whose edges are
+    kept one by one."""
     import torch
 
     n = len(targets)
@@ -75,7 +149,9 @@ def rows(p: Pass, targets: list[Target], chosen: Any) -> Rows:
         out = p.logits if layer is None else p.acts[layer]  # (1, T or Q, m or V)
         g = torch.zeros((n, *out.shape), dtype=out.dtype, device=out.device)  # (n, 1, T, m)
         for b, t in ts:
-            g[b, 0, t.position, t.index] = 1.0
+            col, there = _columns(p, layer, torch.tensor([t.index]))
+            if bool(there[0]):  # else no seed: its row sums to its bias terms, and the
+                g[b, 0, t.position, int(col[0])] = 1.0  # check fails where the value is not 0
         outputs.append(out)
         grads.append(g)
     err_layers = sorted(p.errors) if any_logit else [l for l in sorted(p.errors) if l < top]
@@ -90,20 +166,19 @@ def rows(p: Pass, targets: list[Target], chosen: Any) -> Rows:
     if p.pos is not None:
         bias += (got[0] * p.pos).sum((1, 2, 3))
         got = got[1:]
-    L, T, k = chosen.shape
+    L, T = cand.L, cand.T
     sites = torch.zeros((n, L, T), dtype=tokens.dtype, device=tokens.device)
-    kept = torch.zeros((n, L, T, k), dtype=tokens.dtype, device=tokens.device)
-    chosen = chosen.to(tokens.device)
+    kept = torch.zeros((n, len(cand)), dtype=tokens.dtype, device=tokens.device)
     errors = torch.zeros((n, L, T), dtype=tokens.dtype, device=tokens.device)
     for layer, g in zip(layers, got[:len(layers)], strict=True):
         if g is None:
             continue
         e = (g * p.leaves[layer])[:, 0]  # (n, T, m): each neuron's edge
         sites[:, layer] = e.sum(-1)
-        short = int(chosen[layer].max()) + 1 - e.shape[-1]  # a narrower block's transcoder:
-        if short > 0:  # its candidates past its width are zeros of the padding
-            e = torch.nn.functional.pad(e, (0, short))
-        kept[:, layer] = e.gather(-1, chosen[layer].unsqueeze(0).expand(n, T, k))
+        if layer in cand.by_layer and e.shape[-1]:
+            c, pos, idx = (x.to(e.device) for x in cand.by_layer[layer])
+            col, there = _columns(p, layer, idx)
+            kept[:, c] = e[:, pos, col] * there
     got = got[len(layers):]
     for layer, g in zip(err_layers, got[:len(err_layers)], strict=True):
         if g is not None:
@@ -116,4 +191,4 @@ def rows(p: Pass, targets: list[Target], chosen: Any) -> Rows:
                 bias=bias.detach().cpu().numpy())
 
 
-__all__ = ["Rows", "Target", "rows"]
+__all__ = ["Candidates", "Rows", "Target", "rows"]

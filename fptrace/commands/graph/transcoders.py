@@ -14,11 +14,12 @@ In the frozen pass (freezing.py) the MLP module of block l returns, instead of i
 
 x the MLP's input (the frozen norm's output), c the encoder's bias (b_enc − b_dec · W_enc when
 the format subtracts b_dec from the input), r the activation function held at its value
-(r = a / p where p ≠ 0: 1 for a latent that fires through ReLU, JumpReLU or TopK, 0 for the
-others), and e = y − (a · W_dec + b_dec) the transcoder's error, a constant. ŷ equals y (to
+(r = a / p: 1 for a latent that fires through ReLU, JumpReLU or TopK, 0 for the others),
+and e = y − (a · W_dec + b_dec) the transcoder's error, a constant. ŷ equals y (to
 float64's rounding), so every later value is the model's own; a is a leaf (a gradient stops
 there: an edge is a direct effect), e is a leaf too (its edges are the error node's), c and
-b_dec are bias terms.
+b_dec are bias terms. Only the latents that fire at some position of the prompt are columns of
+a and p there (`Pass.columns`): a latent that never fires is 0 everywhere and has no edge.
 
 The MLP's own computation still runs (its output gives e): a mixture of experts' block is
 replaced like a dense one, its router and experts held inside the error.
@@ -152,15 +153,21 @@ def replacement_hook(state: Any, layer: int, tc: Transcoder | None) -> Any:
             state.errors[layer] = new
         else:
             x = args[0]
-            p = tc.pre(x)  # (B, T, n)
-            state.biases.append((tc.c, p))
-            a = tc.act(p.detach())
-            r = torch.where(p.detach() != 0, a / torch.where(p.detach() != 0, p.detach(), 1.0),
-                            0.0)
+            with torch.no_grad():  # which latents fire where (a firing latent passes p)
+                fires = tc.act(tc.pre(x)) != 0  # (B, T, n)
+            # the columns kept: the latents that fire somewhere (the others are 0 everywhere,
+            # without an edge out: leaving them out saves most of the backward passes' work)
+            kept = fires.flatten(0, -2).any(0).nonzero().flatten()  # (U,) sorted
+            state.columns[layer] = kept
+            c = tc.c[kept]
+            p = x @ tc.W_enc[:, kept] + c  # (B, T, U)
+            state.biases.append((c, p))
+            r = fires[..., kept].to(p.dtype)  # 1 where it fires, else 0
+            a = r * p.detach()
             state.acts[layer] = r * p  # linear in x
             leaf = a.detach().requires_grad_(True)  # a gradient stops here: edges are direct
             state.leaves[layer] = leaf
-            recon = leaf @ tc.W_dec + tc.b_dec  # (B, T, d)
+            recon = leaf @ tc.W_dec[kept] + tc.b_dec  # (B, T, d)
             err = (y.detach() - recon.detach()).requires_grad_(True)
             state.errors[layer] = err
             new = recon + err

@@ -24,16 +24,15 @@ from typing import Any
 
 from fptrace.commands.graph.freezing import MlpSites, Replay, frozen
 from fptrace.commands.graph.result import GraphCheck, GraphVerified
-from fptrace.commands.graph.rows import Rows, Target
+from fptrace.commands.graph.rows import Candidates, Rows, Target
 from fptrace.core.hooks import Hook, hooked
 
 ROWS = 16  # removed nodes per pass (with the prompt's own row)
 
 
-def _edge(r: Rows, s: Target, chosen: Any) -> float:
+def _edge(r: Rows, s: Target, cand: Candidates) -> float:
     """The edge from candidate s into the target whose rows r are."""
-    slot = (chosen[s.layer, s.position] == s.index).nonzero()[0]
-    return float(r.chosen[0][s.layer, s.position, int(slot[0])])
+    return float(r.chosen[0][cand.columns[s]])
 
 
 def _values(p: Any, done: list, B: int) -> Any:
@@ -83,7 +82,7 @@ def _real_logits(model: Any, parts: Any, sites: MlpSites | None, tset: Any, x: A
 
 
 def verify(model: Any, parts: Any, sites: MlpSites | None, tset: Any, ids: list[int],
-           queries: list[int], done: list, chosen: Any, picks: list[Target], labels: list[str],
+           queries: list[int], done: list, cand: Candidates, picks: list[Target], labels: list[str],
            logit: Target, acts: Any, rtol: float) -> tuple[tuple[GraphVerified, ...], GraphCheck]:
     """The three interventions of the module's text for each node of `picks` (candidates whose
     edges into the computed nodes `done` the graph holds; labels their names); logit: the top
@@ -112,7 +111,7 @@ def verify(model: Any, parts: Any, sites: MlpSites | None, tset: Any, ids: list[
         for b, s in enumerate(chunk, 1):
             rel_s, targets, largest = 0.0, 0, 0.0
             for j, (_, r, _) in enumerate(done):
-                e = _edge(r, s, chosen)
+                e = _edge(r, s, cand)
                 change = float(got[True][b, j] - got[True][0, j])
                 scale = max(abs(e), 1e-6 * r.terms, 1e-300)
                 rel = abs(change + e) / scale
@@ -124,7 +123,7 @@ def verify(model: Any, parts: Any, sites: MlpSites | None, tset: Any, ids: list[
                 worst, where = rel_s, labels[start + b - 1]
             out.append(GraphVerified(
                 node=labels[start + b - 1], targets=targets, largest_edge=largest,
-                difference=rel_s, direct=-_edge(done[top][1], s, chosen),
+                difference=rel_s, direct=-_edge(done[top][1], s, cand),
                 predicted=float(got[False][b, top] - got[False][0, top]),
                 real=float(real_top[b] - real_top[0])))
     check = GraphCheck(name="graph_verify", value=worst, ok=worst <= rtol, worst=where,
