@@ -22,7 +22,7 @@ import tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
-sys.path.insert(0, os.path.join(ROOT, "tests"))
+sys.path[:0] = [ROOT, os.path.join(ROOT, "tests")]  # this checkout's fptrace and tests
 
 PROMPT = "The capital of France is"
 SETTINGS = {"defaults": {}, "float32": {"flash_attn": "off", "kv_cache": "f32"}}

@@ -37,6 +37,7 @@ ARCHS = [
     ("gemma2", "gemma2", False, "blk.1.post_attention_norm.weight", 1, "ln1_post"),
     ("gemma3", "gemma3", False, "blk.2.ffn_up.weight", 2, "mlp_up"),
     ("qwen3_moe", "qwen3moe", False, "blk.1.ffn_down_exps.weight", 1, "mlp_out"),
+    ("gpt2", "gpt2", False, "position_embd.weight", 0, "resid_pre"),
 ]
 # what the tiny files hold because llama.cpp or transformers' GGUF loader assumes it: Gemma's
 # tied head (its GGUF has no output tensor) and Gemma 2's query scale (llama.cpp's is
@@ -47,12 +48,12 @@ ARCHS = [
 CONFIG = {"gemma2": {"head_dim": 256, "query_pre_attn_scalar": 256, "tie_word_embeddings": True},
           "gemma3": {"head_dim": 256, "query_pre_attn_scalar": 256, "tie_word_embeddings": True,
                      "final_logit_softcapping": None, "sliding_window_pattern": 6}}
-# where llama.cpp's arithmetic is not float32's: Gemma's GELU, which ggml's CPU kernel reads
-# from a table of float16 values (3e-4 relative on the tiny model's MLP activation): every point
-# before it holds to float32, the first to part is block 0's mlp_act, and the streams stay
-# within GELU_TABLE
+# where llama.cpp's arithmetic is not float32's: Gemma's and GPT-2's GELU, which ggml's CPU
+# kernel reads from a table of float16 values (3e-4 relative on the tiny models' MLP
+# activation): every point before it holds to float32, the first to part is block 0's mlp_act,
+# and the streams stay within GELU_TABLE
 GELU_TABLE = 1e-3
-ROUNDED = {"gemma2": (0, "mlp_act"), "gemma3": (0, "mlp_act")}
+ROUNDED = {"gemma2": (0, "mlp_act"), "gemma3": (0, "mlp_act"), "gpt2": (0, "mlp_act")}
 # what llama.cpp's converter does to a family's weights besides renaming them: Gemma's norm
 # weights stored with the 1 its RMSNorm adds
 NORM_OFFSET = {"gemma2": 1.0, "gemma3": 1.0}
@@ -74,7 +75,7 @@ def tiny_model(family: str):
         for name, p in model.named_parameters():
             if name.endswith("bias"):
                 p.normal_(0, 0.1)
-            elif "norm" in name:
+            elif "norm" in name or ".ln_" in name:  # GPT-2's LayerNorms are ln_1, ln_2, ln_f
                 p.uniform_(0.5, 1.5)
             elif name.endswith("mlp.gate.weight"):  # a router whose choices are not ties
                 p.normal_(0, 1.0)

@@ -76,13 +76,18 @@ def write(model: Any, path: str, arch: str, bundled: str, *, rope_adjacent: bool
     w.add_context_length(int(cfg.max_position_embeddings))
     w.add_embedding_length(int(cfg.hidden_size))
     w.add_block_count(n)
-    w.add_feed_forward_length(int(cfg.intermediate_size))
+    w.add_feed_forward_length(int(getattr(cfg, "intermediate_size", None)
+                                  or getattr(cfg, "n_inner", None) or 4 * cfg.hidden_size))
     w.add_head_count(int(cfg.num_attention_heads))
     w.add_head_count_kv(int(getattr(cfg, "num_key_value_heads", cfg.num_attention_heads)))
-    w.add_layer_norm_rms_eps(float(cfg.rms_norm_eps))
-    theta = getattr(cfg, "rope_theta", None) or (getattr(cfg, "rope_parameters", None) or {}) \
-        .get("rope_theta", 10000.0)
-    w.add_rope_freq_base(float(theta))
+    if hasattr(cfg, "rms_norm_eps"):
+        w.add_layer_norm_rms_eps(float(cfg.rms_norm_eps))
+    else:  # LayerNorm (GPT-2)
+        w.add_layer_norm_eps(float(cfg.layer_norm_epsilon))
+    if hasattr(cfg, "rope_theta") or hasattr(cfg, "rope_parameters"):  # not GPT-2's
+        theta = getattr(cfg, "rope_theta", None) or \
+            (getattr(cfg, "rope_parameters", None) or {}).get("rope_theta", 10000.0)
+        w.add_rope_freq_base(float(theta))
     head_dim = getattr(cfg, "head_dim", None)
     if head_dim:
         w.add_key_length(int(head_dim))
@@ -110,6 +115,7 @@ def write(model: Any, path: str, arch: str, bundled: str, *, rope_adjacent: bool
         if getattr(cfg, "shared_expert_intermediate_size", None):
             w.add_expert_shared_feed_forward_length(int(cfg.shared_expert_intermediate_size))
     tied = bool(getattr(cfg, "tie_word_embeddings", False))
+    conv1d = conv1d_weights(model)
     for hf_name, tensor in model.state_dict().items():
         if tied and hf_name == "lm_head.weight":  # llama.cpp reads the token embedding
             continue
@@ -129,6 +135,8 @@ def write(model: Any, path: str, arch: str, bundled: str, *, rope_adjacent: bool
         if name is None:
             raise ValueError(f"no llama.cpp name for {hf_name} in {arch}")
         data = tensor.detach().float().numpy().copy()
+        if hf_name in conv1d:  # GPT-2's Conv1D stores (in, out); GGUF, as nn.Linear, (out, in)
+            data = data.T.copy()
         if rope_adjacent and hf_name.endswith(("q_proj.weight", "q_proj.bias")):
             data = permute(data, nh)
         elif rope_adjacent and hf_name.endswith(("k_proj.weight", "k_proj.bias")):
@@ -140,6 +148,14 @@ def write(model: Any, path: str, arch: str, bundled: str, *, rope_adjacent: bool
     w.write_kv_data_to_file()
     w.write_tensors_to_file()
     w.close()
+
+
+def conv1d_weights(model: Any) -> set[str]:
+    """The state-dict names of the weights of transformers' Conv1D modules (GPT-2's linear
+    layers), which llama.cpp's converter transposes."""
+    from transformers.pytorch_utils import Conv1D
+
+    return {f"{name}.weight" for name, m in model.named_modules() if isinstance(m, Conv1D)}
 
 
 def _arch_enum(arch: str) -> str:

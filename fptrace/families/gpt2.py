@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from fptrace.families import Family, Tap
+from fptrace.families import Family, LlamaCppNames, Tap
 from fptrace.families.kinds import MlpKind, NormKind, PositionKind
 from fptrace.families.ops import (
     LAYERNORM_FORMULA,
@@ -87,6 +87,22 @@ def final_norm(x: Any, norm: Any, cfg: Any, s: Steps) -> Any:
     return h
 
 
+# llama.cpp's gpt2 graph (checked on a tiny GGUF, tests/test_llamacpp_families.py): the token
+# embedding plus the learned position's is `inpL`; each LayerNorm's output after its weight and
+# bias is `attn_norm` / `ffn_norm`; q, k and v are `Qcur`, `Kcur`, `Vcur`, views of the fused
+# projection (with its bias) cut into heads, no rotation; the MLP's up projection with its bias
+# is `ffn_up_b` (`ffn_up` is before the bias), its GELU (tanh form, as GPT-2's gelu_new) is
+# `ffn_gelu`, the down projection with its bias `ffn_out`. The attention output (c_proj with its
+# bias) is not named: `ffn_inp`'s operand 0 is it. The converter stores each Conv1D weight
+# transposed, (out, in) as every other GGUF linear.
+LLAMACPP_NAMES = LlamaCppNames(
+    archs=("gpt2",), operands={"attn_out": ("ffn_inp", 0)},
+    points={Point.embed: "inpL", Point.ln1: "attn_norm", Point.q: "Qcur", Point.k: "Kcur",
+            Point.v: "Vcur", Point.z: "kqv_out", Point.attn_out: "attn_out",
+            Point.resid_mid: "ffn_inp", Point.ln2: "ffn_norm", Point.mlp_up: "ffn_up_b",
+            Point.mlp_act: "ffn_gelu", Point.mlp_out: "ffn_out", Point.resid_post: "l_out",
+            Point.final_norm: "result_norm", Point.logits: "result_output"})
+
 FAMILY = Family(
     name="gpt2", title="GPT-2", model_types=("gpt2",),
     blocks="transformer.h", embed="transformer.wte", pos_embed="transformer.wpe",
@@ -102,6 +118,11 @@ FAMILY = Family(
           Point.mlp_act: Tap("mlp.c_proj", "in"), Point.mlp_out: Tap("mlp.c_proj")},
     head_taps=("attn.c_attn",), heads=heads,
     d_mlp=lambda config: getattr(config, "n_inner", None) or 4 * config.n_embd,
+    llamacpp_names=LLAMACPP_NAMES,
+    # what transformers' GGUF loader leaves at GPT-2's defaults: the positions the learned
+    # embedding holds (it reads context_length into n_ctx, which GPT2Config does not use) and
+    # the MLP's width (it reads feed_forward_length into a key of its own name)
+    gguf_config={"n_positions": "context_length", "n_inner": "feed_forward_length"},
     tiny=dict(model_type="gpt2", n_layer=3, n_embd=64, n_head=4, vocab_size=1000,
               n_positions=64),
 )
