@@ -38,6 +38,7 @@ ARCHS = [
     ("gemma3", "gemma3", False, "blk.2.ffn_up.weight", 2, "mlp_up"),
     ("qwen3_moe", "qwen3moe", False, "blk.1.ffn_down_exps.weight", 1, "mlp_out"),
     ("gpt2", "gpt2", False, "position_embd.weight", 0, "resid_pre"),
+    ("phi3", "phi3", False, "blk.1.ffn_up.weight", 1, "mlp_gate"),
 ]
 # what the tiny files hold because llama.cpp or transformers' GGUF loader assumes it: Gemma's
 # tied head (its GGUF has no output tensor) and Gemma 2's query scale (llama.cpp's is
@@ -171,6 +172,34 @@ def test_llamacpps_routing_is_checked_and_flips_are_named(tiny, tmp_path):
     flipped = scaled(path, str(tmp_path / "router.gguf"), "blk.1.ffn_gate_inp.weight", -1.0)
     result = engine_diff(lm, engine("llama.cpp"), flipped, PROMPT, settings=EXACT)
     assert result.routing.flipped > 0 and result.routing.first.layer == 1
+
+
+def test_a_file_named_phi3_without_phi3s_tokens_fails_with_the_reason(tiny, tmp_path):
+    """llama.cpp's vocabulary loader looks Phi-3's special tokens up by their text in a file
+    whose general.name says Phi-3 (whatever its architecture) and fails with `_Map_base::at`
+    on a vocabulary without them: the tiny files are named otherwise, and the one line says
+    why when the name is the cause."""
+    from gguf import GGUFReader
+
+    from fptrace.engines.llamacpp.trace import run_llamacpp
+    from fptrace.errors import ModelLoadError
+
+    (family, *_), path, _, _ = tiny
+    if family != "phi3":
+        pytest.skip("the name's rule is shown on the phi3 file")
+    renamed = str(tmp_path / "named-phi3.gguf")
+    shutil.copyfile(path, renamed)
+    reader = GGUFReader(renamed, "r+")
+    field = reader.fields["general.name"]
+    old = bytes(field.parts[field.data[0]])
+    new = b"fptrace tiny Phi-3"
+    assert len(new) == len(old), old  # rewritten in place: the same length
+    field.parts[field.data[0]][:] = np.frombuffer(new, dtype=np.uint8)
+    reader.data.flush()
+    del reader
+    with pytest.raises(ModelLoadError, match=r"_Map_base::at \(its general.name, 'fptrace "
+                       r"tiny Phi-3', makes llama.cpp look up Phi-3's special tokens"):
+        run_llamacpp(renamed, PROMPT)
 
 
 def test_the_runs_own_checks_pass(tiny):

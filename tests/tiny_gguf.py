@@ -63,16 +63,19 @@ def permute(w: np.ndarray, heads: int) -> np.ndarray:
 
 
 def write(model: Any, path: str, arch: str, bundled: str, *, rope_adjacent: bool = False,
-          norm_offset: float = 0.0, extra: dict | None = None) -> None:
+          norm_offset: float = 0.0, extra: dict | None = None, name: str | None = None) -> None:
     """Write `model` (a transformers *ForCausalLM, float32, vocabulary VOCAB) to `path` as a
-    GGUF of llama.cpp's architecture `arch`."""
+    GGUF of llama.cpp's architecture `arch` (named `name` in its general.name)."""
     import gguf
 
     cfg = model.config
     n = int(cfg.num_hidden_layers)
     names = gguf.get_tensor_name_map(gguf.MODEL_ARCH[_arch_enum(arch)], n)
     w = gguf.GGUFWriter(path, arch)
-    w.add_name(f"tiny {arch}")
+    # not the architecture's name: llama.cpp's vocabulary loader looks Phi-3's special tokens
+    # up by their text in a file whose general.name says "phi3" or "phi-3", and fails
+    # (`_Map_base::at`) on a vocabulary without them, as the bundled SmolLM2's
+    w.add_name(name or "fptrace tiny model")
     w.add_context_length(int(cfg.max_position_embeddings))
     w.add_embedding_length(int(cfg.hidden_size))
     w.add_block_count(n)

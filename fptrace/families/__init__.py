@@ -110,10 +110,16 @@ class LlamaCppNames:
     product's input the way llama.cpp does for that weight's type; operands: a name of `points`
     the graph does not give, read as operand i of a node it names in the same block (Qwen2's
     graph adds its unnamed attention output to the stream as `ffn_inp`'s operand 0: {"attn_out":
-    ("ffn_inp", 0)}; engines/llamacpp/capture.py); added: the points whose nodes the stream
+    ("ffn_inp", 0)}; more indices follow operands of unnamed operands, Phi-3's {"attn_out":
+    ("l_out", 0, 0)}; engines/llamacpp/capture.py); added: the points whose nodes the stream
     receives from attention and from the MLP (the post-norms where the family has them);
     routing: for a mixture of experts, the nodes of each MoE block's router logits (T, E), the
-    experts it chose (T, k) and their weights (T, k), which make the trace's routing."""
+    experts it chose (T, k) and their weights (T, k), which make the trace's routing; parts:
+    a point the graph computes inside a fused product, Point -> (name, i, n): the i-th of n
+    equal slices of that node's last dimension (Phi-3's gate and up, the halves of `ffn_up`);
+    q_scaled: the graph's last `Qcur` is q already multiplied by 1/√head_dim (Phi-3 scales q
+    before attention, whose own scale is then 1), so it is multiplied back before it is
+    compared."""
 
     archs: tuple[str, ...]
     points: dict
@@ -123,6 +129,8 @@ class LlamaCppNames:
     operands: dict = field(default_factory=dict)
     added: tuple = (Point.attn_out, Point.mlp_out)
     routing: tuple[str, str, str] | None = None
+    parts: dict = field(default_factory=dict)
+    q_scaled: bool = False
 
 
 @dataclass(frozen=True)

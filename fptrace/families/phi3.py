@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-from fptrace.families import Family, Tap
+from fptrace.families import Family, LlamaCppNames, Tap
 from fptrace.families.llama import FAMILY as LLAMA
 from fptrace.families.llama import LLAMA_LABELS, LLAMA_TAPS
 from fptrace.families.llama import heads as llama_heads
@@ -86,6 +86,23 @@ def qk_weights(attn: Any, nh: int, nkv: int, hd: int) -> tuple[Any, Any, Any, An
     return W[q], None if b is None else b[q], W[k], None if b is None else b[k]
 
 
+# llama.cpp's phi3 graph (checked on a tiny GGUF, tests/test_llamacpp_families.py): q, k and v
+# are views of the fused `attn_qkv` product, rotated by halves as transformers' are (W_Q and W_K
+# not permuted); the graph names q after RoPE `Qcur` and then, multiplied by 1/√head_dim before
+# attention (whose own scale is then 1), `Qcur` again: the last is kept and scaled back. The
+# stream between attention and the MLP is not named: `l_out`'s operand 0 is it, and that node's
+# operand 0 the attention output. The MLP's gate and up are the halves of the fused `ffn_up`
+# product (gate first, as transformers' chunk), SiLU(gate)·up is `ffn_swiglu`.
+LLAMACPP_NAMES = LlamaCppNames(
+    archs=("phi3",), q_scaled=True,
+    operands={"ffn_inp": ("l_out", 0), "attn_out": ("l_out", 0, 0)},
+    parts={Point.mlp_gate: ("ffn_up", 0, 2), Point.mlp_up: ("ffn_up", 1, 2)},
+    points={Point.embed: "embd", Point.ln1: "attn_norm", Point.q: "Qcur", Point.k: "Kcur",
+            Point.v: "Vcur", Point.z: "kqv_out", Point.attn_out: "attn_out",
+            Point.resid_mid: "ffn_inp", Point.ln2: "ffn_norm", Point.mlp_act: "ffn_swiglu",
+            Point.mlp_out: "ffn_out", Point.resid_post: "l_out",
+            Point.final_norm: "result_norm", Point.logits: "result_output"})
+
 FAMILY = replace(
     LLAMA, name="phi3", title="Phi-3", model_types=("phi3",), recompute_block=block,
     qk_weights=qk_weights,
@@ -93,7 +110,7 @@ FAMILY = replace(
             "gate_up_proj": "MLP gate+up (fused)"},
     taps={**LLAMA_TAPS, Point.mlp_gate: Tap("mlp.gate_up_proj", part=(0, 2)),
           Point.mlp_up: Tap("mlp.gate_up_proj", part=(1, 2))},
-    head_taps=("self_attn.qkv_proj",), heads=heads,
+    head_taps=("self_attn.qkv_proj",), heads=heads, llamacpp_names=LLAMACPP_NAMES,
     tiny=dict(model_type="phi3", num_hidden_layers=2, hidden_size=64, intermediate_size=96,
               num_attention_heads=4, num_key_value_heads=4, vocab_size=1000,
               max_position_embeddings=64, pad_token_id=0),

@@ -75,9 +75,17 @@ def check_gguf(path: str) -> GGUFMetadata:
     return check(path)
 
 
-def load_failure(path: str, architecture: str | None, errors: list[str]) -> FptraceError:
+# llama.cpp's vocabulary loader (llama-vocab.cpp) gives these tokens their attributes, looked up
+# by their text, in any file whose general.name says Phi-3, whatever its architecture; a
+# vocabulary without one of them fails there with std::unordered_map::at's `_Map_base::at`
+PHI3_TOKENS = ("<unk>", "<s>", "</s>", "<|endoftext|>")
+
+
+def load_failure(path: str, architecture: str | None, errors: list[str],
+                 name: str | None = None) -> FptraceError:
     """Why llama.cpp returned no model, from the error messages it logged: an architecture this
-    build does not know, or the reason it gave for one it does."""
+    build does not know, or the reason it gave for one it does (`name`: the file's
+    general.name, which explains one of them)."""
     build = f"llama.cpp ({B.PACKAGE} {B.PINNED_VERSION})"
     if any("unknown model architecture" in e for e in errors):
         return BadInput(f"{build} cannot load {path!r}: architecture {architecture!r} is "
@@ -85,6 +93,10 @@ def load_failure(path: str, architecture: str | None, errors: list[str]) -> Fptr
     said = [e.split("error loading model: ")[-1].rstrip(".") for e in errors
             if "failed to load model" not in e]
     why = f": {said[-1]}" if said else " (it gave no reason)"
+    if said and "_Map_base::at" in said[-1] and name and \
+            any(p in name.lower() for p in ("phi3", "phi-3")):
+        why += (f" (its general.name, {name!r}, makes llama.cpp look up Phi-3's special tokens "
+                f"{', '.join(PHI3_TOKENS)} by their text, and its vocabulary lacks one)")
     return ModelLoadError(f"{build} failed to load {path!r} (architecture {architecture!r}, "
                           f"which this build knows){why}")
 
@@ -140,21 +152,24 @@ BLOCK_SUFFIX = re.compile(r"-\d+$")
 class Capture:
     """The eval callback: says yes to every node whose base name is wanted and copies it.
 
-    operands: name -> (named base, i): where an architecture's graph leaves a point unnamed
+    operands: name -> (named base, i, ...): where an architecture's graph leaves a point unnamed
     (Qwen2's attention output, which its graph adds to the stream as ffn_inp's operand 0) or
     names it without its block (Gemma 2's `ffn_post_norm`), the point is read as operand i of
-    the named node of the same block and stored under `name`.
+    the named node of the same block and stored under `name`; more indices follow operands of
+    operands (Phi-3's attention output is operand 0 of l_out's unnamed operand 0).
     The operand cannot be read once its consumer is computed (ggml may compute an add in place,
     over its operand), so every unnamed node of the stream's width (`width`) is copied when it
     is computed and the operand is found among the recent ones by its address."""
 
     def __init__(self, lib: C.CDLL, wanted: frozenset[str] | None,
-                 operands: dict[str, tuple[str, int]] | None = None, width: int | None = None):
+                 operands: dict[str, tuple] | None = None, width: int | None = None):
         self.lib, self.wanted = lib, wanted
         self.tensors: dict[str, np.ndarray] = {}
         self.skipped: set[str] = set()
         self.error: BaseException | None = None
-        self.consumers = {base: (name, i) for name, (base, i) in (operands or {}).items()}
+        self.consumers: dict[str, list[tuple[str, tuple[int, ...]]]] = {}
+        for point, (base, *path) in (operands or {}).items():
+            self.consumers.setdefault(base, []).append((point, tuple(path)))
         self.width = width
         self.recent: dict[int, np.ndarray] = {}
         self.callback = B.EVAL_CALLBACK(self.__call__)
@@ -194,14 +209,17 @@ class Capture:
     def operand_of(self, t: int, name: str) -> None:
         """Store the operand `name`'s node carries for a point its graph leaves unnamed."""
         base, _, layer = name.rpartition("-")
-        if base not in self.consumers:
-            return
-        point, i = self.consumers[base]
-        if f"{point}-{layer}" in self.tensors:  # named in this graph after all
-            return
-        src = B.source(t, i, name)
-        if src in self.recent:
-            self.tensors[f"{point}-{layer}"] = self.recent[src]
+        for point, path in self.consumers.get(base, ()):
+            if f"{point}-{layer}" in self.tensors:  # named in this graph after all
+                continue
+            src: int | None = t
+            for i in path:  # operand of operand: each one an unnamed node, named node_N
+                if src is None:
+                    break
+                src = B.source(src, i, name if src == t else
+                               self.lib.ggml_get_name(src).decode("utf-8", "replace"))
+            if src in self.recent:
+                self.tensors[f"{point}-{layer}"] = self.recent[src]
 
 
 def make_batch(ids: list[int]) -> tuple[B.Batch, list]:
@@ -220,7 +238,7 @@ def make_batch(ids: list[int]) -> tuple[B.Batch, list]:
 def run_pass(path: str, prompt: str, options: EngineOptions | None = None,
              ids: list[int] | None = None, wanted: frozenset[str] | None = None,
              capture: bool = True,
-             operands: dict[str, tuple[str, int]] | None = None,
+             operands: dict[str, tuple] | None = None,
              meta: GGUFMetadata | None = None) -> LlamaCppPass:
     """Load `path` in llama.cpp, tokenize `prompt` with its tokenizer (or take `ids`), decode
     once with every wanted graph tensor captured (all of them when `wanted` is None), and the
@@ -238,7 +256,8 @@ def run_pass(path: str, prompt: str, options: EngineOptions | None = None,
     B.take_errors()
     model = lib.llama_model_load_from_file(path.encode(), lib.llama_model_default_params())
     if not model:
-        raise load_failure(path, meta.architecture, B.take_errors())
+        raise load_failure(path, meta.architecture, B.take_errors(),
+                           meta.values.get("general.name"))
     try:
         vocab = lib.llama_model_get_vocab(model)
         own = tuple(tokenize(lib, vocab, prompt)) if prompt else None

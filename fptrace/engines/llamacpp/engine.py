@@ -124,7 +124,7 @@ def run_pass(lm: Any, path: str, prompt: Any, settings: Mapping[str, str]) -> Gr
     names = names_for(captured)
     traced, _ = llamacpp_trace(lm, captured, snippet=int(lm.config.hidden_size),
                                given_ids=True)
-    return GraphPass(traced, frozenset(names.points), captured, names)
+    return GraphPass(traced, frozenset(names.points) | frozenset(names.parts), captured, names)
 
 
 def parse(text: str) -> tuple[str, ...]:

@@ -104,8 +104,10 @@ def wanted_names() -> frozenset[str]:
 
 
 def copied(names: LlamaCppNames) -> frozenset[str]:
-    """The graph names one family's map copies: its points and its router's nodes."""
-    return frozenset(names.points.values()) | frozenset(names.routing or ())
+    """The graph names one family's map copies: its points, the fused products its parts are
+    cut from, and its router's nodes."""
+    return frozenset(names.points.values()) | frozenset(n for n, *_ in names.parts.values()) \
+        | frozenset(names.routing or ())
 
 
 def routing(lm: LoadedModel, lm_pass: LlamaCppPass, names: LlamaCppNames) -> Any:
@@ -148,6 +150,12 @@ def block_points(lm_pass: LlamaCppPass, names: LlamaCppNames, layer: int,
     for point in BLOCK:
         name = names.points.get(point)
         x = lm_pass.get(name, layer) if name else None
+        if point in names.parts:  # a slice of a fused product (Phi-3's gate and up)
+            fused, i, parts = names.parts[point]
+            x = lm_pass.get(fused, layer)
+            if x is not None:
+                width = x.shape[-1] // parts
+                x = x[..., i * width:(i + 1) * width]
         if x is None:
             continue
         if point in (Point.q, Point.k, Point.v):
@@ -156,6 +164,8 @@ def block_points(lm_pass: LlamaCppPass, names: LlamaCppNames, layer: int,
             if names.rope_adjacent and point != Point.v:
                 hd = x.shape[-1]
                 x = np.concatenate([x[..., 0:hd:2], x[..., 1:hd:2]], axis=-1)
+            if names.q_scaled and point == Point.q:  # Phi-3's q, scaled before attention
+                x = x * np.float32(math.sqrt(x.shape[-1]))
             x = np.ascontiguousarray(x.transpose(1, 0, 2))  # (nh, T, hd)
         else:
             x = squeeze(x, 2)
