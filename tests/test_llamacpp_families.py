@@ -39,13 +39,15 @@ ARCHS = [
     ("qwen3_moe", "qwen3moe", False, "blk.1.ffn_down_exps.weight", 1, "mlp_out"),
     ("gpt2", "gpt2", False, "position_embd.weight", 0, "resid_pre"),
     ("phi3", "phi3", False, "blk.1.ffn_up.weight", 1, "mlp_gate"),
+    ("qwen2_moe", "qwen2moe", False, "blk.1.ffn_gate_inp_shexp.weight", 1, "mlp_out"),
 ]
 # what the tiny files hold because llama.cpp or transformers' GGUF loader assumes it: Gemma's
 # tied head (its GGUF has no output tensor) and Gemma 2's query scale (llama.cpp's is
 # 1/√head_dim; transformers reads no key for it and takes 256); Gemma 3's window pattern (6 in
 # llama.cpp, whatever the config says) and no final softcap. What fptrace tells the loader from
 # the file (Family.gguf_config) is left as the family's tiny config has it: Qwen3's 16-wide
-# heads, Gemma 2's softcaps of 2 and 3, Qwen3-MoE's 32-wide experts and renormalised weights.
+# heads, Gemma 2's softcaps of 2 and 3, Qwen3-MoE's 32-wide experts and renormalised weights,
+# Qwen2-MoE's 32- and 48-wide routed and shared experts, GPT-2's 64 positions.
 CONFIG = {"gemma2": {"head_dim": 256, "query_pre_attn_scalar": 256, "tie_word_embeddings": True},
           "gemma3": {"head_dim": 256, "query_pre_attn_scalar": 256, "tie_word_embeddings": True,
                      "final_logit_softcapping": None, "sliding_window_pattern": 6}}
@@ -172,6 +174,50 @@ def test_llamacpps_routing_is_checked_and_flips_are_named(tiny, tmp_path):
     flipped = scaled(path, str(tmp_path / "router.gguf"), "blk.1.ffn_gate_inp.weight", -1.0)
     result = engine_diff(lm, engine("llama.cpp"), flipped, PROMPT, settings=EXACT)
     assert result.routing.flipped > 0 and result.routing.first.layer == 1
+
+
+def test_qwen2_moes_shared_expert_and_its_gate_beside_the_routed_experts(tiny):
+    """Qwen2-MoE's MLP output (compared as mlp_out) is the routed experts' sum plus the shared
+    expert's output times σ(its own gate): llama.cpp's nodes for each part (`ffn_moe_out`,
+    `ffn_shexp`, `ffn_shexp_gate`, which ggml computes as SiLU(x)/x) hold to transformers'
+    modules within float32."""
+    import torch
+
+    from fptrace.engines.llamacpp.capture import EngineOptions, run_pass
+
+    (family, *_), path, _, lm = tiny
+    if family != "qwen2_moe":
+        pytest.skip("Qwen2-MoE's shared expert")
+    ids = lm.encode(PROMPT)
+    names = ("ffn_moe_out", "ffn_shexp", "ffn_shexp_gate")
+    p = run_pass(path, "", EngineOptions(flash_attn="off", cache_type="f32"), ids=ids,
+                 wanted=frozenset(names))
+    seen: dict = {}
+    hooks = []
+    for k, blk in enumerate(lm.parts.blocks):
+        for part in ("", "shared_expert", "shared_expert_gate"):
+            module = blk.mlp.get_submodule(part)
+            hooks.append(module.register_forward_hook(
+                lambda m, a, out, key=(k, part): seen.__setitem__(
+                    key, (out[0] if isinstance(out, tuple) else out).detach().numpy()
+                    .reshape(len(ids), -1))))  # the sparse block flattens (B, T) inside
+    try:
+        with torch.no_grad():
+            lm.model(torch.tensor([ids]))
+    finally:
+        for h in hooks:
+            h.remove()
+
+    def rel(a, b):
+        return float(np.linalg.norm(a - b) / np.linalg.norm(b))
+
+    for k in range(len(lm.parts.blocks)):
+        ours = {n: p.tensors[f"{n}-{k}"].reshape(len(ids), -1) for n in names}
+        gate = 1 / (1 + np.exp(-seen[k, "shared_expert_gate"]))  # (T, 1)
+        shared = seen[k, "shared_expert"]
+        assert rel(ours["ffn_shexp_gate"], gate) < FLOAT32, k
+        assert rel(ours["ffn_shexp"], shared) < FLOAT32, k
+        assert rel(ours["ffn_moe_out"], seen[k, ""] - gate * shared) < FLOAT32, k
 
 
 def test_a_file_named_phi3_without_phi3s_tokens_fails_with_the_reason(tiny, tmp_path):

@@ -144,6 +144,8 @@ def write(model: Any, path: str, arch: str, bundled: str, *, rope_adjacent: bool
             data = permute(data, nh)
         elif rope_adjacent and hf_name.endswith(("k_proj.weight", "k_proj.bias")):
             data = permute(data, nkv)
+        if hf_name.endswith("shared_expert_gate.weight"):  # Qwen2-MoE's (1, d): a vector in GGUF
+            data = data.reshape(-1)
         if norm_offset and "norm" in hf_name:
             data = data + np.float32(norm_offset)
         w.add_tensor(name, data)

@@ -10,7 +10,25 @@ from typing import Any
 
 from fptrace.families import Moe
 from fptrace.families.mixtral import FAMILY as MIXTRAL
+from fptrace.families.qwen2 import LLAMACPP_NAMES as QWEN2_NAMES
 from fptrace.families.qwen3_moe import d_expert
+from fptrace.points import Point
+
+# llama.cpp's qwen2moe graph (checked on a tiny GGUF, tests/test_llamacpp_families.py): Qwen2's
+# names up to the MLP (the attention output, unnamed, is ffn_inp's operand 0). The MoE block's
+# output, what the stream receives, is `ffn_out`: the routed experts' sum `ffn_moe_out` plus the
+# shared expert's output `ffn_shexp` times its gate σ(`ffn_shexp_gate_inp`) (`ffn_shexp_gate`,
+# which ggml computes as SiLU(x)/x), `ffn_shexp_out`. The router's logits are `ffn_moe_logits`,
+# the experts chosen `ffn_moe_topk` and their weights, never renormalised in llama.cpp's
+# qwen2moe, `ffn_moe_weights`. The shared expert's own gate, up and SwiGLU are named `ffn_gate`,
+# `ffn_up`, `ffn_swiglu` (Llama's MLP names), so those are left unmapped: they are not the
+# block's MLP
+LLAMACPP_NAMES = replace(
+    QWEN2_NAMES, archs=("qwen2moe",),
+    points={p: n for p, n in QWEN2_NAMES.points.items()
+            if p not in (Point.mlp_gate, Point.mlp_up, Point.mlp_act, Point.mlp_out)}
+    | {Point.mlp_out: "ffn_out"},
+    routing=("ffn_moe_logits", "ffn_moe_topk", "ffn_moe_weights"))
 
 
 def moe(cfg: Any) -> Moe | None:
@@ -26,6 +44,13 @@ def moe(cfg: Any) -> Moe | None:
 FAMILY = replace(
     MIXTRAL, name="qwen2_moe", title="Qwen2-MoE", model_types=("qwen2_moe",), moe=moe,
     d_mlp=d_expert, shared_experts="shared_expert", shared_expert_gate="shared_expert_gate",
+    llamacpp_names=LLAMACPP_NAMES,
+    # what transformers' GGUF loader leaves at Qwen2-MoE's defaults: the routed and the shared
+    # experts' widths; and the chosen weights not renormalised, as llama.cpp's qwen2moe never
+    # does (the GGUF has no key for it; the loader's default already agrees)
+    gguf_config={"moe_intermediate_size": "expert_feed_forward_length",
+                 "shared_expert_intermediate_size": "expert_shared_feed_forward_length",
+                 "norm_topk_prob": False},
     tiny=dict(model_type="qwen2_moe", num_hidden_layers=2, hidden_size=64, intermediate_size=96,
               moe_intermediate_size=32, shared_expert_intermediate_size=48,
               num_attention_heads=4, num_key_value_heads=2, vocab_size=1000,
