@@ -9,7 +9,10 @@ defaults, what `fptrace heads` does; stats: `activation_stats()` at batch size 8
 `fptrace stats` does), the ratio heads / the median of the stats passes. heads' phases are timed
 by wrapping its functions: the prompts' attention passes, the induction sequences' passes, the
 induction check (one row per candidate head and sequence), the previous-token check, the OV
-scores.
+scores. Each figure is also taken in the process's CPU time (`time.process_time`: user and
+system time of all its threads): on a shared machine the wall time also counts the time other
+processes held the cores, the CPU time does not (at one thread, the CPU ratio is the one a quiet
+machine would show, up to what the neighbours' use of the caches and memory adds).
 
 Usage: python benchmarks/bench_heads.py [--repeats 1] [--threads T] [--json out.json]
 """
@@ -18,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import time
 
@@ -41,17 +45,19 @@ def main() -> None:
     texts, subjects = read_prompts([])
     tokens = sum(len(lm.prepare(t).ids) for t in texts)
     phases: dict[str, float] = {}
+    cpu_phases: dict[str, float] = {}
 
     def timed(module, name, label=None):
         f = getattr(module, name)
 
         def wrapper(*a, **k):
-            t = time.perf_counter()
+            t, c = time.perf_counter(), time.process_time()
             try:
                 return f(*a, **k)
             finally:
                 key = label(k) if label else name
                 phases[key] = phases.get(key, 0.0) + time.perf_counter() - t
+                cpu_phases[key] = cpu_phases.get(key, 0.0) + time.process_time() - c
         setattr(module, name, wrapper)
 
     timed(core, "attention", lambda k: "attention: induction sequences" if "keep" in k
@@ -60,31 +66,38 @@ def main() -> None:
     timed(checks, "previous_check")
     timed(weights, "ov_scores")
 
-    def run_stats() -> float:
-        t = time.perf_counter()
+    def run_stats() -> tuple[float, float]:
+        t, c = time.perf_counter(), time.process_time()
         activation_stats(lm, texts, batch_size=8)
-        return time.perf_counter() - t
+        return time.perf_counter() - t, time.process_time() - c
 
-    def run_heads() -> tuple[float, object]:
-        t = time.perf_counter()
+    def run_heads() -> tuple[float, float, object]:
+        t, c = time.perf_counter(), time.process_time()
         r = core.heads(lm, texts, subjects=subjects, induction=8, induction_length=64)
-        return time.perf_counter() - t, r
+        return time.perf_counter() - t, time.process_time() - c, r
 
     run_stats()  # warm-up
-    st, hd = [], []
+    st, hd, st_cpu, hd_cpu = [], [], [], []
     result = None
     for _ in range(args.repeats):
-        st.append(run_stats())
+        for x, list_ in zip(run_stats(), (st, st_cpu), strict=True):
+            list_.append(x)
         phases.clear()
-        t, result = run_heads()
+        cpu_phases.clear()
+        t, c, result = run_heads()
         hd.append(t)
-        st.append(run_stats())
+        hd_cpu.append(c)
+        for x, list_ in zip(run_stats(), (st, st_cpu), strict=True):
+            list_.append(x)
     s, h = statistics.median(st), statistics.median(hd)
     candidates = {"induction": sum(x.loss_change is not None for x in result.heads),
                   "previous-token": sum(x.next_share is not None for x in result.heads)}
     out = {"prompts": len(texts), "prompt_tokens": tokens, "threads": torch.get_num_threads(),
            "stats_s": st, "heads_s": hd, "ratio": h / s, "heads_phases_s": phases,
-           "checked_heads": candidates}
+           "stats_cpu_s": st_cpu, "heads_cpu_s": hd_cpu,
+           "cpu_ratio": statistics.median(hd_cpu) / statistics.median(st_cpu),
+           "heads_phases_cpu_s": cpu_phases, "checked_heads": candidates,
+           "load_average": [round(x, 2) for x in os.getloadavg()]}
     print(json.dumps(out, indent=1))
     if args.json:
         with open(args.json, "w", encoding="utf-8") as f:
