@@ -444,3 +444,106 @@ def test_the_induction_check_from_clean_blocks_equals_the_whole_pass(family):
     for h in every:
         assert skipping[h] == pytest.approx(whole[h], abs=1e-5), h
     assert len({round(v, 6) for v in whole.values()}) > 1  # the heads' changes differ
+
+
+@pytest.mark.parametrize("family", ["llama", "gpt2"])
+def test_the_induction_check_equals_a_plain_ablation_on_the_models_own_logits(family):
+    """Each head's loss change (the check stops at the final norm's input and takes the LM head
+    only where the loss reads it, in passes cut by cost) equals the plain one: the head's slice
+    of the output projection's input zeroed by a hook written here, the model's own logits of
+    the whole sequence, the cross-entropy of the repeated half."""
+    from fptrace.addresses import Head
+    from fptrace.commands.heads.checks import induction_check
+    from fptrace.commands.heads.core import attention
+    from fptrace.commands.heads.patterns import induction_items
+
+    lm = wrap_model(build_tiny(family), name=f"tiny-{family}", random_weights=True)
+    rand = induction_items(lm, N, LEN, SEED)
+    cfg = lm.model.config
+    L, H = cfg.num_hidden_layers, cfg.num_attention_heads
+    hd = cfg.hidden_size // H
+    ids = torch.tensor([list(it.ids) for it in rand])
+
+    def plain(head=None):
+        handles = []
+        if head is not None:
+            blocks = lm.model.model.layers if family == "llama" else lm.model.transformer.h
+            attn = blocks[head.layer].self_attn if family == "llama" else blocks[head.layer].attn
+            proj = attn.o_proj if family == "llama" else attn.c_proj
+
+            def zero(module, args):
+                z = args[0].clone()
+                z[..., head.head * hd:(head.head + 1) * hd] = 0
+                return (z,)
+            handles.append(proj.register_forward_pre_hook(zero))
+        try:
+            with torch.no_grad():
+                logits = lm.model(ids).logits.float()  # (B, 2n, V)
+        finally:
+            for h in handles:
+                h.remove()
+        return float(sum(torch.nn.functional.cross_entropy(lg[LEN:2 * LEN - 1], row[LEN + 1:])
+                         for lg, row in zip(logits, ids, strict=True)) / len(rand))
+
+    kept = []
+    attention(lm, [it.ids for it in rand], keep=LEN, states=kept)
+    states = {it: [(out[b], is_tuple) for out, is_tuple in kept] for b, it in enumerate(rand)}
+    clean = plain()
+    every = [Head(layer, h) for layer in range(L) for h in range(H)]
+    got = induction_check(lm, rand, LEN, every, clean, states)
+    for h in every:
+        assert got[h] == pytest.approx(plain(h) - clean, abs=1e-5), h
+    assert len({round(v, 6) for v in got.values()}) > 1  # the heads' changes differ
+
+
+def test_cheapest_passes_is_the_least_cost_cut():
+    """The passes against every cut of a few items into runs, by brute force, for random
+    costs; a pass too large (None) is never made unless it holds one item."""
+    import itertools
+    import random
+
+    from fptrace.commands.heads.checks import cheapest_passes
+
+    rng = random.Random(5)
+    for n in range(1, 8):
+        for most in (1, 3, n):
+            table = {(j, i): rng.choice([None, 1.0, 2.5, 4.0, 7.0]) if i - j > 1 else
+                     rng.choice([1.0, 2.5, 4.0])
+                     for j in range(n) for i in range(j + 1, n + 1)}
+            for (j, i), c in list(table.items()):  # too large: every larger pass too
+                if c is None:
+                    for a in range(j + 1):
+                        for b in range(i, n + 1):
+                            table[(a, b)] = None
+            costs = []
+            for k in range(n):
+                for cuts in itertools.combinations(range(1, n), k):
+                    edges = (0, *cuts, n)
+                    runs = list(itertools.pairwise(edges))
+                    if all(i - j <= most and (table[(j, i)] is not None or i - j == 1)
+                           for j, i in runs):
+                        costs.append(sum(table[r] or 0.0 for r in runs))
+            got = cheapest_passes(n, most, lambda j, i, table=table: table[(j, i)])
+            assert [j for j, _ in got] == [0] + [i for _, i in got][:-1] and got[-1][1] == n
+            assert all(i - j <= most and (table[(j, i)] is not None or i - j == 1)
+                       for j, i in got)
+            assert sum(table[r] or 0.0 for r in got) == min(costs), (n, most)
+
+
+def test_prompt_batches_hold_every_prompt_once_within_their_bounds():
+    """Short prompts are not padded to a long one's length (the shipped prompts' lengths:
+    eight a pass padded 5-token prompts to 92), and no pass exceeds its bounds."""
+    from fptrace.commands.heads.core import PROMPT_TOKENS, WEIGHTS_BYTES, prompt_batches
+    from fptrace.commands.heads.patterns import Item
+
+    lengths = [3, 4] + [5] * 22 + [6] * 4 + [7] + [8] * 4 + [10] * 3 + [90, 92, 92, 94, 104]
+    items = [Item(str(k), tuple(range(n))) for k, n in enumerate(lengths)]
+    got = prompt_batches(items, 270)
+    assert sorted(it.name for p in got for it in p) == sorted(it.name for it in items)
+    padded = sum(len(p) * max(len(it.ids) for it in p) for p in got)
+    assert padded < 1.1 * sum(lengths)  # 720 for 682: one pass of the five long ones at most
+    for p in got:
+        T = max(len(it.ids) for it in p)
+        assert len(p) * T <= PROMPT_TOKENS and len(p) * 270 * T * T * 4 <= WEIGHTS_BYTES
+    alone = prompt_batches([Item("a", tuple(range(2000))), Item("b", (1, 2))], 270)
+    assert [len(p) for p in alone] == [1, 1]  # a prompt over the bounds is a pass of its own

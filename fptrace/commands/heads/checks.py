@@ -11,7 +11,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
@@ -21,7 +21,8 @@ from fptrace.core.interventions import Part, ablation_hooks
 from fptrace.families.parts import dims, output_projection
 from fptrace.models.loading import LoadedModel
 
-BATCH = 16  # rows per forward pass
+BATCH = 32  # rows per forward pass, at most
+PASS_TOKENS = 40  # what a pass costs beyond its tokens, in tokens (benchmarks/README.md)
 PREVIOUS_PROMPTS = 6  # prompts the previous-token check replaces tokens in ...
 PREVIOUS_TOKENS = 32  # ... each cut to its first tokens
 
@@ -33,30 +34,73 @@ def induction_check(lm: LoadedModel, rand: Sequence[Any], n: int, heads: Sequenc
     With `states` (each sequence's clean block outputs: sequence -> [(output (T, d), whether
     the block returns a tuple)] block by block), the blocks before the earliest removed head of
     a pass are not run again: removing a head of block l changes nothing before block l, so the
-    clean outputs stand in for them (tests/test_heads.py holds both ways equal)."""
+    clean outputs stand in for them (tests/test_heads.py holds both ways equal). The rows (one
+    per head and sequence, by block) are cut into the passes that cost least (cheapest_passes:
+    a pass runs all its rows from its earliest head's block; a pass costs PASS_TOKENS beyond its
+    tokens). Each pass stops at the final norm's input; the LM head then takes only the
+    positions whose prediction the loss reads (repeated_losses)."""
     import torch
 
-    from fptrace.commands.heads.patterns import repeated_loss
+    from fptrace.commands.heads.patterns import repeated_losses
 
     out: dict[Head, float] = {}
     if clean is None:
         return out
-    # one row per (head, sequence), by block: a pass's rows start from one block
+    L = len(lm.parts.blocks)
     pairs = [(h, it) for h in sorted(heads, key=lambda h: (h.layer, h.head)) for it in rand]
+
+    def cost(j: int, i: int) -> float:
+        first = pairs[j][0].layer if states is not None else 0
+        return (i - j) * len(pairs[j][1].ids) * (L - first) + PASS_TOKENS * L
+
     totals = dict.fromkeys(heads, 0.0)
-    for start in range(0, len(pairs), BATCH):
-        chunk = pairs[start:start + BATCH]
+    for start, stop in cheapest_passes(len(pairs), BATCH, cost):
+        chunk = pairs[start:stop]
         rows = [(Part(h.layer, h.head),) for h, _ in chunk]
         first = min(h.layer for h, _ in chunk)
         x = torch.tensor([list(it.ids) for _, it in chunk], device=lm.device)  # (B, 2n)
-        with torch.inference_mode(), hooked(ablation_hooks(lm, rows, None), prepend=True), \
-                clean_blocks(lm, first, None if states is None else
-                             [states[it] for _, it in chunk]):
-            logits = lm.model(x, use_cache=False, logits_to_keep=n).logits  # (B, n, V)
-        for (h, it), lg in zip(chunk, logits, strict=True):
-            totals[h] += repeated_loss(lg, it.ids, n)
+        got: list[Any] = []
+
+        def grab(module: Any, args: tuple, got: list = got) -> None:
+            got.append(args[0])
+            raise StopForward  # the LM head is taken below, at the positions read
+
+        try:
+            with torch.inference_mode(), hooked(ablation_hooks(lm, rows, None), prepend=True), \
+                    hooked([Hook.before(lm.parts.final_norm, grab)]), \
+                    clean_blocks(lm, first, None if states is None else
+                                 [states[it] for _, it in chunk]):
+                lm.model(x, use_cache=False, logits_to_keep=1)
+        except StopForward:
+            pass
+        losses = repeated_losses(lm, got[0], [it.ids for _, it in chunk], n)
+        for (h, _), loss in zip(chunk, losses, strict=True):
+            totals[h] += loss
     for h in heads:
         out[h] = totals[h] / len(rand) - clean
+    return out
+
+
+def cheapest_passes(n: int, most: int, cost: Callable[[int, int], float | None]
+                    ) -> list[tuple[int, int]]:
+    """Items 0 … n − 1 (in order) cut into passes [start, stop) of at most `most` items that
+    minimise the sum of cost(start, stop) (a pass's cost; None: too large a pass, and so is any
+    pass that holds it; a pass of one item is always made)."""
+    best = [0.0] + [float("inf")] * n  # best[i]: the least cost of the first i items
+    cut = [0] * (n + 1)  # the last pass of the first i items starts at cut[i]
+    for i in range(1, n + 1):
+        for j in range(i - 1, max(i - most, 0) - 1, -1):
+            c = cost(j, i)
+            if c is None and j < i - 1:
+                break
+            c = best[j] + (c or 0.0)
+            if c < best[i]:
+                best[i], cut[i] = c, j
+    out: list[tuple[int, int]] = []
+    i = n
+    while i > 0:
+        out.insert(0, (cut[i], i))
+        i = cut[i]
     return out
 
 
@@ -136,4 +180,4 @@ def previous_check(lm: LoadedModel, items: Sequence[Any], heads: Sequence[Head],
             for h in heads}
 
 
-__all__ = ["clean_blocks", "induction_check", "previous_check"]
+__all__ = ["cheapest_passes", "clean_blocks", "induction_check", "previous_check"]

@@ -1,7 +1,7 @@
 """`fptrace heads`: what each attention head does, measured (docs/heads.md).
 
-Pattern scores come from the model's own attention weights (transformers' eager attention, up
-to 8 prompts a pass, right-padded: a real position never attends to a later pad):
+Pattern scores come from the model's own attention weights (transformers' eager attention, the
+prompts batched by length, right-padded: a real position never attends to a later pad):
 previous-token, duplicate-token, first-token (the sinks of `fptrace stats`), subject, and
 induction on sequences of seeded random tokens repeated once. Position 0 is never
 a key of the previous-token, duplicate-token or induction patterns: a head that gives all its
@@ -44,7 +44,7 @@ INDUCTION_LENGTH = 64
 EVIDENCE = 8  # positions listed with --head
 OV_TOKENS = 32  # tokens sampled for the OV copying share
 INDUCTION_BATCH = 8  # induction sequences a pass
-PROMPT_BATCH = 8  # prompts a pass (right-padded to the longest) ...
+PROMPT_TOKENS = 2048  # padded tokens a pass of prompts (right-padded to the longest) ...
 WEIGHTS_BYTES = 1 << 29  # ... while their attention weights stay under 512 MiB
 
 
@@ -106,17 +106,22 @@ def attention(lm: LoadedModel, rows: Sequence[Sequence[int]], keep: int = 1,
 
 
 def prompt_batches(items: Sequence[Item], heads: int) -> list[list[Item]]:
-    """The prompts by length, in passes of at most PROMPT_BATCH whose attention weights (every
-    head's T × T at the longest prompt's T, float32) stay under WEIGHTS_BYTES."""
-    out: list[list[Item]] = []
-    for it in sorted(items, key=lambda it: len(it.ids)):
-        T = len(it.ids)
-        if out and len(out[-1]) < PROMPT_BATCH and \
-                (len(out[-1]) + 1) * heads * T * T * 4 <= WEIGHTS_BYTES:
-            out[-1].append(it)
-        else:
-            out.append([it])
-    return out
+    """The prompts by length, cut into the passes that cost least (checks.cheapest_passes): a
+    pass of B prompts padded to the longest one's T costs B·T tokens plus PASS_TOKENS; it holds
+    at most PROMPT_TOKENS padded tokens, and its attention weights (every head's T × T at the
+    longest prompt's T, float32) stay under WEIGHTS_BYTES. (Eight prompts a pass padded 5-token
+    prompts to 92 tokens beside the shipped 90-token ones: 1,232 tokens for 682.)"""
+    from fptrace.commands.heads.checks import PASS_TOKENS, cheapest_passes
+
+    order = sorted(items, key=lambda it: len(it.ids))
+
+    def cost(j: int, i: int) -> float | None:
+        B, T = i - j, len(order[i - 1].ids)  # sorted: the last is the longest
+        if B * T > PROMPT_TOKENS or B * heads * T * T * 4 > WEIGHTS_BYTES:
+            return None
+        return B * T + PASS_TOKENS
+
+    return [order[j:i] for j, i in cheapest_passes(len(order), len(order), cost)]
 
 
 def heads(lm: LoadedModel, prompts: Sequence[Any] = (), *, subjects: Sequence[str | None] = (),

@@ -13,6 +13,8 @@ from fptrace.core.trace import model_info
 from fptrace.errors import BadInput
 from fptrace.models.loading import LoadedModel
 
+LOSS_POSITIONS = 512  # positions a product with the LM head takes for the loss (repeated_losses)
+
 
 @dataclass(frozen=True)
 class Item:
@@ -130,4 +132,24 @@ def repeated_loss(logits: Any, ids: Sequence[int], n: int) -> float:
     return float(torch.nn.functional.cross_entropy(pred.float(), t[n + 1:2 * n]))
 
 
-__all__ = ["Item", "Tally", "induction_items", "pattern_masks", "repeated_loss", "tally"]
+def repeated_losses(lm: LoadedModel, stream: Any, rows: Sequence[Sequence[int]], n: int
+                    ) -> list[float]:
+    """repeated_loss of each row, from the final norm's input `stream` (B, 2n, d): the final
+    projection (final norm, LM head, any final softcap) is taken only at the n − 1 positions
+    whose prediction the loss reads, LOSS_POSITIONS positions a product, each row's loss by the
+    same cross-entropy as repeated_loss."""
+    import torch
+
+    per = max(1, LOSS_POSITIONS // max(n - 1, 1))  # rows a product
+    out = []
+    with torch.inference_mode():
+        for start in range(0, len(rows), per):
+            logits = lm.parts.project(stream[start:start + per, n:2 * n - 1])  # (r, n − 1, V)
+            for lg, ids in zip(logits, rows[start:start + per], strict=True):
+                t = torch.tensor(list(ids[n + 1:2 * n]), device=lg.device)
+                out.append(float(torch.nn.functional.cross_entropy(lg.float(), t)))
+    return out
+
+
+__all__ = ["Item", "Tally", "induction_items", "pattern_masks", "repeated_loss",
+           "repeated_losses", "tally"]
