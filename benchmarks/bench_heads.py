@@ -60,8 +60,8 @@ def main() -> None:
                 cpu_phases[key] = cpu_phases.get(key, 0.0) + time.process_time() - c
         setattr(module, name, wrapper)
 
-    timed(core, "attention", lambda k: "attention: induction sequences" if "keep" in k
-          else "attention: prompts")
+    timed(core, "attention", lambda k: "attention: induction sequences"
+          if "keep" in k or "final" in k else "attention: prompts")
     timed(checks, "induction_check")
     timed(checks, "previous_check")
     timed(weights, "ov_scores")

@@ -426,15 +426,14 @@ def test_the_induction_check_from_clean_blocks_equals_the_whole_pass(family):
     from fptrace.addresses import Head
     from fptrace.commands.heads.checks import induction_check
     from fptrace.commands.heads.core import attention
-    from fptrace.commands.heads.patterns import induction_items, repeated_loss
+    from fptrace.commands.heads.patterns import induction_items
 
     lm = wrap_model(build_tiny(family), name=f"tiny-{family}", random_weights=True)
     rand = induction_items(lm, N, LEN, SEED)
     kept = []
-    _, logits = attention(lm, [it.ids for it in rand], keep=LEN, states=kept)
+    attention(lm, [it.ids for it in rand], states=kept)
     states = {it: [(out[b], is_tuple) for out, is_tuple in kept] for b, it in enumerate(rand)}
-    clean = sum(repeated_loss(lg, it.ids, LEN)
-                for lg, it in zip(logits, rand, strict=True)) / len(rand)
+    clean = 0.0  # both sides are the removed-head losses themselves
     cfg = lm.model.config
     L, H = cfg.num_hidden_layers, cfg.num_attention_heads
     every = [Head(layer, h) for layer in range(L) for h in range(H)]
@@ -454,7 +453,7 @@ def test_the_induction_check_equals_a_plain_ablation_on_the_models_own_logits(fa
     the whole sequence, the cross-entropy of the repeated half."""
     from fptrace.addresses import Head
     from fptrace.commands.heads.checks import induction_check
-    from fptrace.commands.heads.core import attention
+    from fptrace.commands.heads.core import attention, heads
     from fptrace.commands.heads.patterns import induction_items
 
     lm = wrap_model(build_tiny(family), name=f"tiny-{family}", random_weights=True)
@@ -486,7 +485,7 @@ def test_the_induction_check_equals_a_plain_ablation_on_the_models_own_logits(fa
                          for lg, row in zip(logits, ids, strict=True)) / len(rand))
 
     kept = []
-    attention(lm, [it.ids for it in rand], keep=LEN, states=kept)
+    attention(lm, [it.ids for it in rand], states=kept)
     states = {it: [(out[b], is_tuple) for out, is_tuple in kept] for b, it in enumerate(rand)}
     clean = plain()
     every = [Head(layer, h) for layer in range(L) for h in range(H)]
@@ -494,6 +493,11 @@ def test_the_induction_check_equals_a_plain_ablation_on_the_models_own_logits(fa
     for h in every:
         assert got[h] == pytest.approx(plain(h) - clean, abs=1e-5), h
     assert len({round(v, 6) for v in got.values()}) > 1  # the heads' changes differ
+    whole = heads(lm, [], seed=SEED, induction=N, induction_length=LEN, weights=False)
+    assert whole.clean_loss == pytest.approx(clean, abs=1e-5)  # the clean pass's own loss
+    checked = [x for x in whole.heads if x.loss_change is not None]
+    for x in checked:
+        assert x.loss_change == pytest.approx(got[Head(x.layer, x.head)], abs=1e-5)
 
 
 def test_cheapest_passes_is_the_least_cost_cut():
@@ -524,7 +528,7 @@ def test_cheapest_passes_is_the_least_cost_cut():
                            for j, i in runs):
                         costs.append(sum(table[r] or 0.0 for r in runs))
             got = cheapest_passes(n, most, lambda j, i, table=table: table[(j, i)])
-            assert [j for j, _ in got] == [0] + [i for _, i in got][:-1] and got[-1][1] == n
+            assert [j for j, _ in got] == [0, *[i for _, i in got][:-1]] and got[-1][1] == n
             assert all(i - j <= most and (table[(j, i)] is not None or i - j == 1)
                        for j, i in got)
             assert sum(table[r] or 0.0 for r in got) == min(costs), (n, most)

@@ -29,7 +29,7 @@ from fptrace.commands.heads.patterns import (
     Tally,
     induction_items,
     pattern_masks,
-    repeated_loss,
+    repeated_losses,
     tally,
 )
 from fptrace.commands.heads.result import Evidence, Heads, HeadScores
@@ -71,15 +71,17 @@ def items_of(lm: LoadedModel, prompts: Sequence[Any], subjects: Sequence[str | N
 
 
 def attention(lm: LoadedModel, rows: Sequence[Sequence[int]], keep: int = 1,
-              states: list | None = None) -> tuple[list[list[Any]], Any]:
+              states: list | None = None, final: list | None = None
+              ) -> tuple[list[list[Any]], Any]:
     """One pass of `rows` (token ids, all of one length): per row, every block's attention
     weights (H, T, T) float32; and the logits of the last `keep` positions (B, keep, V). The
     heads are the model's own: transformers' eager attention returns them. With `states` (a
     list), each block's output (B, T, d) and whether the block returns a tuple are appended to
-    it, block by block."""
+    it, block by block. With `final` (a list), the final norm's input (B, T, d) is appended to
+    it and the pass stops there (the logits are None)."""
     import torch
 
-    from fptrace.core.hooks import first_output
+    from fptrace.core.hooks import StopForward, first_output
 
     weights: list[Any] = [None] * len(lm.parts.attns)
 
@@ -96,13 +98,24 @@ def attention(lm: LoadedModel, rows: Sequence[Sequence[int]], keep: int = 1,
             weights[i] = w.float()  # (B, H, T, T)
         return hook
 
+    def grab(module: Any, args: tuple) -> None:
+        if final is not None:
+            final.append(args[0])
+            raise StopForward  # the caller takes the LM head where it reads it
+
     hooks = [Hook.after(a, keeper(i)) for i, a in enumerate(lm.parts.attns)]
     if states is not None:
         hooks += [Hook.after(b, store) for b in lm.parts.blocks]
+    if final is not None:
+        hooks.append(Hook.before(lm.parts.final_norm, grab))
     x = torch.tensor([list(r) for r in rows], device=lm.device)  # (B, T)
-    with torch.inference_mode(), eager_attention(lm.model), hooked(hooks):
-        logits = lm.model(x, use_cache=False, logits_to_keep=keep).logits  # (B, keep, V)
-    return [[w[b] for w in weights] for b in range(len(rows))], logits.float()
+    logits = None
+    try:
+        with torch.inference_mode(), eager_attention(lm.model), hooked(hooks):
+            logits = lm.model(x, use_cache=False, logits_to_keep=keep).logits.float()
+    except StopForward:
+        pass
+    return [[w[b] for w in weights] for b in range(len(rows))], logits
 
 
 def prompt_batches(items: Sequence[Item], heads: int) -> list[list[Item]]:
@@ -170,14 +183,18 @@ def heads(lm: LoadedModel, prompts: Sequence[Any] = (), *, subjects: Sequence[st
     for start in range(0, len(rand), INDUCTION_BATCH):  # one length: batched
         chunk = rand[start:start + INDUCTION_BATCH]
         kept: list[tuple[Any, bool]] = []
-        ws, logits = attention(lm, [it.ids for it in chunk], keep=induction_length,
-                               states=kept if check else None)
+        final: list[Any] = []
+        ws, _ = attention(lm, [it.ids for it in chunk], states=kept if check else None,
+                          final=final)
         for b, it in enumerate(chunk):
             clean_states[it] = [(out[b], is_tuple) for out, is_tuple in kept]
-        for w, it, lg in zip(ws, chunk, logits, strict=True):
+        for w, it in zip(ws, chunk, strict=True):
             masks = pattern_masks(it.ids, induction_length)
             tally(sums, w, it, {k: masks[k] for k in ("duplicate", "induction")}, focus)
-            clean_losses.append(repeated_loss(lg, it.ids, induction_length))
+        # the same loss as the check's (repeated_losses): the clean and the removed-head
+        # figures differ by the removal alone, not by two ways of taking the loss
+        clean_losses += repeated_losses(lm, final[0], [it.ids for it in chunk],
+                                        induction_length)
     clean_loss = sum(clean_losses) / len(clean_losses) if clean_losses else None
     scores = {s: sums.mean(s) for s in ("previous", "duplicate", "induction", "first",
                                          "subject")}

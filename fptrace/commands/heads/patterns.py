@@ -13,7 +13,8 @@ from fptrace.core.trace import model_info
 from fptrace.errors import BadInput
 from fptrace.models.loading import LoadedModel
 
-LOSS_POSITIONS = 512  # positions a product with the LM head takes for the loss (repeated_losses)
+LOSS_POSITIONS = 4096  # positions a product with the LM head takes (repeated_losses) ...
+LOSS_VOCAB = 1024  # ... and its vocabulary rows
 
 
 @dataclass(frozen=True)
@@ -120,36 +121,49 @@ def tally(sums: Tally, weights: list[Any], item: Item, masks: dict, focus: Head 
                                        item.ids[a], item.ids[b]))
 
 
-def repeated_loss(logits: Any, ids: Sequence[int], n: int) -> float:
-    """The mean cross-entropy of the predictions of the second copy's tokens 1 … n − 1 (each
-    predicted at the position before it), in nats; `logits` (k, V) are those of the last k ≥ n
-    positions of the 2n."""
-    import torch
-
-    t = torch.tensor(list(ids), device=logits.device)
-    first = logits.shape[0] - n  # the row of position n
-    pred = logits[first:first + n - 1]  # positions n … 2n − 2 predict tokens n + 1 … 2n − 1
-    return float(torch.nn.functional.cross_entropy(pred.float(), t[n + 1:2 * n]))
-
-
 def repeated_losses(lm: LoadedModel, stream: Any, rows: Sequence[Sequence[int]], n: int
                     ) -> list[float]:
-    """repeated_loss of each row, from the final norm's input `stream` (B, 2n, d): the final
-    projection (final norm, LM head, any final softcap) is taken only at the n − 1 positions
-    whose prediction the loss reads, LOSS_POSITIONS positions a product, each row's loss by the
-    same cross-entropy as repeated_loss."""
+    """Each row's mean cross-entropy of the predictions of the second copy's tokens 1 … n − 1
+    (each predicted at the position before it), in nats, from the final norm's input `stream`
+    (B, 2n, d). The final projection (final norm, LM head, any final softcap) is taken only at
+    the n − 1 positions whose prediction the loss reads, LOSS_POSITIONS a product; where the LM
+    head is a plain Linear, LOSS_VOCAB of its rows at a time, each position's log-sum-exp
+    gathered over them (the (positions, V) logits are never held whole: reading them back from
+    memory took about half as long as the product). A position's loss is the log-sum-exp of
+    its logits minus its target's logit (float32), a row's the mean over its n − 1 positions."""
     import torch
 
-    per = max(1, LOSS_POSITIONS // max(n - 1, 1))  # rows a product
-    out = []
+    B, d = len(rows), stream.shape[-1]
+    targets = torch.tensor([list(ids[n + 1:2 * n]) for ids in rows], device=stream.device)
+    head = lm.parts.lm_head
+    plain = type(head) is torch.nn.Linear
+    cap = lm.parts.final_softcap
+    losses = []
     with torch.inference_mode():
-        for start in range(0, len(rows), per):
-            logits = lm.parts.project(stream[start:start + per, n:2 * n - 1])  # (r, n − 1, V)
-            for lg, ids in zip(logits, rows[start:start + per], strict=True):
-                t = torch.tensor(list(ids[n + 1:2 * n]), device=lg.device)
-                out.append(float(torch.nn.functional.cross_entropy(lg.float(), t)))
-    return out
+        normed = lm.parts.final_norm(stream[:, n:2 * n - 1]).reshape(-1, d)  # (B·(n − 1), d)
+        flat = targets.reshape(-1)
+        V = int(head.weight.shape[0]) if plain else 0
+        for start in range(0, len(flat), LOSS_POSITIONS):
+            x, t = normed[start:start + LOSS_POSITIONS], flat[start:start + LOSS_POSITIONS]
+            if not plain:
+                logits = lm.parts.head(x).float()  # (m, V)
+                lse = torch.logsumexp(logits, -1)
+                mine = logits.gather(1, t[:, None])[:, 0]
+            else:
+                parts, mine = [], torch.zeros(len(t), device=x.device)
+                for v in range(0, V, LOSS_VOCAB):
+                    bias = None if head.bias is None else head.bias[v:v + LOSS_VOCAB]
+                    lg = torch.nn.functional.linear(x, head.weight[v:v + LOSS_VOCAB], bias)
+                    if cap:
+                        lg = torch.tanh(lg / cap) * cap
+                    lg = lg.float()  # (m, LOSS_VOCAB)
+                    parts.append(torch.logsumexp(lg, -1))
+                    here = (t >= v) & (t < v + lg.shape[1])
+                    mine[here] = lg[here, t[here] - v]
+                lse = torch.logsumexp(torch.stack(parts, -1), -1)
+            losses.append(lse - mine)
+    per_row = torch.cat(losses).view(B, n - 1).mean(-1)
+    return [float(x) for x in per_row]
 
 
-__all__ = ["Item", "Tally", "induction_items", "pattern_masks", "repeated_loss",
-           "repeated_losses", "tally"]
+__all__ = ["Item", "Tally", "induction_items", "pattern_masks", "repeated_losses", "tally"]
