@@ -122,8 +122,8 @@ def prompt_batches(items: Sequence[Item], heads: int) -> list[list[Item]]:
     """The prompts by length, cut into the passes that cost least (checks.cheapest_passes): a
     pass of B prompts padded to the longest one's T costs B·T tokens plus PASS_TOKENS; it holds
     at most PROMPT_TOKENS padded tokens, and its attention weights (every head's T × T at the
-    longest prompt's T, float32) stay under WEIGHTS_BYTES. (Eight prompts a pass padded 5-token
-    prompts to 92 tokens beside the shipped 90-token ones: 1,232 tokens for 682.)"""
+    longest prompt's T, float32) stay under WEIGHTS_BYTES. (Eight prompts a pass padded six
+    shipped prompts of 8–10 tokens to 92 beside two of 90 and 92: 1,232 tokens for 682.)"""
     from fptrace.commands.heads.checks import PASS_TOKENS, cheapest_passes
 
     order = sorted(items, key=lambda it: len(it.ids))
