@@ -19,10 +19,15 @@ temporary folders) is lent through Bench, so an example needs no test helper by 
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
+
+if TYPE_CHECKING:
+    from rich.console import RenderableType
+
+    from fptrace.models.loading import LoadedModel
 
 
 class Bench(Protocol):
@@ -31,7 +36,7 @@ class Bench(Protocol):
     def tiny(self, family: str) -> Any:
         """A family's tiny random-weight torch model (seed 0, norms and biases perturbed)."""
 
-    def lm(self, family: str, random_weights: bool = True) -> Any:
+    def lm(self, family: str, random_weights: bool = True) -> LoadedModel:
         """That model, ready to trace (named tiny-<family>; prompts as token ids)."""
 
     def gpt2_folder(self) -> str:
@@ -43,7 +48,8 @@ class Bench(Protocol):
 
 # a view: from the golden model (a seeded tiny GPT-2) and the bench, a function of the width
 # (None: every column) returning the renderable
-MakeView = Callable[[Any, Bench], Callable[[Any], Any]]
+Render = Callable[[int | None], "RenderableType"]
+MakeView = Callable[["LoadedModel", Bench], Render]
 
 
 @dataclass(frozen=True)
@@ -82,10 +88,15 @@ class Case:
     argv: tuple[str | bytes, ...]
 
 
+# what a note's case returns: the sentences of the run where the note is absent, and of the one
+# where it is present (None where no cheap run exists)
+Said = tuple[Sequence[str], Sequence[str] | None]
+
+
 @dataclass(frozen=True)
 class NoteCase:
     """For one note: the sentences of a run where its condition does not hold, and of one where
     it holds (None where no cheap run exists)."""
 
     key: str
-    run: Callable[[Bench], tuple[Any, Any]]
+    run: Callable[[Bench], Said]

@@ -9,7 +9,7 @@ import os
 import sys
 from collections.abc import Callable
 from enum import Enum
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import typer
 from rich.console import Console
@@ -24,6 +24,9 @@ from fptrace.cli.options import (
     output_options,
 )
 from fptrace.errors import BadInput, FptraceError
+
+if TYPE_CHECKING:
+    from fptrace.models.loading import LoadedModel
 
 COMMAND_MARK = "__fptrace_command__"
 
@@ -214,7 +217,7 @@ def quiet_libraries() -> None:
     transformers.logging.disable_progress_bar()
 
 
-def load(opts: LoadOptions) -> Any:
+def load(opts: LoadOptions) -> LoadedModel:
     """The model, or with --tp N outside torchrun: N ranks of this same command started through
     torch's launcher (after the checks that need no weights), whose exit code ends this one."""
     quiet_libraries()
@@ -271,7 +274,7 @@ def ids_of(prompt: str | None, chat: ChatOptions) -> tuple[int, ...]:
 
 
 def load_for(prompt: str | None, opts: LoadOptions, chat: ChatOptions | None = None,
-             out: Outputs = Outputs()) -> tuple[Any, Any]:
+             out: Outputs = Outputs()) -> tuple[LoadedModel, Any]:
     """What a command that traces one prompt does first: check the prompt (and turn it into a
     conversation with --chat/--messages) and the --plot and --html paths, before anything is
     loaded, so a mistake costs nothing; then load the model. Returns (model, what to trace)."""
@@ -290,7 +293,7 @@ def load_for(prompt: str | None, opts: LoadOptions, chat: ChatOptions | None = N
     return lm, traced
 
 
-def said_of_ids(lm: Any, ids: tuple[int, ...]) -> None:
+def said_of_ids(lm: LoadedModel, ids: tuple[int, ...]) -> None:
     """Refuse ids outside the model's vocabulary; say on stderr (the ids are traced as given)
     where the text they decode to tokenizes to other ids."""
     lm.check_ids(ids)

@@ -6,9 +6,14 @@ the same prompt with its logit-lens grid. The command names its own report secti
 from __future__ import annotations
 
 import os
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fptrace.errors import BadInput
+
+if TYPE_CHECKING:
+    from fptrace.models.loading import LoadedModel
+    from fptrace.models.prompts import Prompt
+    from fptrace.results import Trace
 
 
 def check_page(path: str, option: str = "--html", force: bool = False) -> None:
@@ -20,8 +25,8 @@ def check_page(path: str, option: str = "--html", force: bool = False) -> None:
         raise BadInput(f"{option} {path}: a report is an .html file")
 
 
-def write_page(path: str | None, lm: Any, prompt: Any, name: str, result: Any,
-               trace: Any = None) -> None:
+def write_page(path: str | None, lm: LoadedModel, prompt: Prompt, name: str, result: Any,
+               trace: Trace | None = None) -> None:
     """Write the page of `result`, the result of command `name`'s report section, with the
     trace of `prompt` (traced here, with its lens grid, unless `trace` already has one);
     nothing where `path` is None (no --html)."""

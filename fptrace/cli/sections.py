@@ -16,7 +16,13 @@ import functools
 import inspect
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from fptrace.models.loading import LoadedModel
+    from fptrace.models.options import LoadOptions
+    from fptrace.models.prompts import Prompt
+    from fptrace.results import Trace
 
 # (name, Annotated[type, typer.Option(...)], default): the shape of cli/options.py's groups
 Option = tuple[str, Any, Any]
@@ -27,10 +33,10 @@ class Page:
     """What the sections computed so far know: the loaded model, the prompt, the loading
     options, the trace every report holds, and each earlier section's result by name."""
 
-    lm: Any
-    prompt: Any
-    opts: Any
-    trace: Any
+    lm: LoadedModel
+    prompt: Prompt
+    opts: LoadOptions
+    trace: Trace
     results: dict[str, Any] = field(default_factory=dict)
 
 

@@ -19,7 +19,7 @@ removing a part (its direct effect: what the part wrote straight into the logits
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fptrace.core.fragments import token_id
 from fptrace.core.hooks import Capture, Hook, capture_stats, first_output, hooked
@@ -39,6 +39,10 @@ from fptrace.models.loading import LoadedModel
 from fptrace.models.prompts import Prepared, Prompt
 from fptrace.notes import EXPERTS_UNSPLIT, HEADS_UNSPLIT
 
+if TYPE_CHECKING:
+    import torch
+    from torch import nn
+
 # the parts a block's MLP writes: whole, or (a mixture of experts) as its experts
 MLP_PARTS = ("mlp", "expert", "shared_experts")
 RTOL = 1e-4  # float32: |sum − logit| ≤ RTOL · max(1, Σ|parts|)
@@ -49,7 +53,8 @@ def rtol_for(dtype: str) -> float:
     return RTOL if dtype == "float32" else HALF_RTOL
 
 
-def frozen_norm(module: Any, x: Any, norm_type: NormKind) -> tuple[bool, Any, Any]:
+def frozen_norm(module: nn.Module, x: torch.Tensor, norm_type: NormKind
+                ) -> tuple[bool, torch.Tensor, torch.Tensor | None]:
     """A norm at its input x (d,), as the linear map it is there: (centre, gain (d,), bias (d,)
     or None), so that norm(x) = (x − mean(x) if centre else x) · gain + bias, and the same map
     applied to each part of x sums to norm(x). For rows x (N, d), each row's own map: gain
@@ -57,10 +62,10 @@ def frozen_norm(module: Any, x: Any, norm_type: NormKind) -> tuple[bool, Any, An
     import torch
 
     x = x if x.dtype == torch.float64 else x.float()  # float64 stays (graph's exact pass)
-    eps = getattr(module, "variance_epsilon", None)
-    eps = getattr(module, "eps", 1e-5) if eps is None else eps
-    w = module.weight.float().to(x.device) if getattr(module, "weight", None) is not None \
-        else torch.ones_like(x)
+    variance_eps = getattr(module, "variance_epsilon", None)
+    eps: float = getattr(module, "eps", 1e-5) if variance_eps is None else variance_eps
+    weight: torch.Tensor | None = getattr(module, "weight", None)
+    w = weight.float().to(x.device) if weight is not None else torch.ones_like(x)
     if norm_type is NormKind.layernorm:
         centred = x - x.mean(dim=-1, keepdim=True)
         scale = torch.rsqrt(centred.pow(2).mean(dim=-1, keepdim=True) + eps)
@@ -236,13 +241,13 @@ def direct_logits(lm: LoadedModel, prompt: Prompt, *, target: str | None = None,
 
 
 def _keep_input(store: list, i: int, cap: Capture) -> Any:
-    def hook(module: Any, args: tuple) -> None:
+    def hook(module: nn.Module, args: tuple) -> None:
         store[i] = cap.take_last(args[0])[0]  # (in,) at the last position
     return hook
 
 
 def _keep_output(store: dict, key: str, cap: Capture) -> Any:
-    def hook(module: Any, args: tuple, output: Any) -> None:
+    def hook(module: nn.Module, args: tuple, output: Any) -> None:
         store[key] = cap.take_last(first_output(output))[0]  # (V,)
     return hook
 

@@ -33,9 +33,12 @@ import math
 import operator
 from collections.abc import Sequence
 from itertools import pairwise
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fptrace.errors import BadInput, NonFiniteValues
+
+if TYPE_CHECKING:
+    import numpy as np
 
 # |x| bins: [0, 1e-3), [1e-3, 1e-2), …, [1e3, 1e4), [1e4, inf)
 DEFAULT_BINS: tuple[float, ...] = (0.0, 1e-3, 1e-2, 0.1, 1.0, 10.0, 100.0, 1e3, 1e4, math.inf)
@@ -142,12 +145,12 @@ class ChannelStats:
     # ---- results ----------------------------------------------------------------------------
 
     @property
-    def mean(self) -> Any:
+    def mean(self) -> np.ndarray:
         """(d,) float64."""
         return self._mean.copy()
 
     @property
-    def var(self) -> Any:
+    def var(self) -> np.ndarray:
         """(d,) float64 population variance M2 / count (nan while empty)."""
         import numpy as np
 
@@ -156,44 +159,44 @@ class ChannelStats:
         return self._m2 / self.count
 
     @property
-    def std(self) -> Any:
+    def std(self) -> np.ndarray:
         """(d,) float64 population standard deviation."""
         import numpy as np
 
         return np.sqrt(self.var)
 
     @property
-    def m2(self) -> Any:
+    def m2(self) -> np.ndarray:
         """(d,) float64 sum of squared deviations from the mean."""
         return self._m2.copy()
 
     @property
-    def absmax(self) -> Any:
+    def absmax(self) -> np.ndarray:
         """(d,) float64 largest |x| (-1 while empty)."""
         return self._absmax.copy()
 
     @property
-    def absmax_value(self) -> Any:
+    def absmax_value(self) -> np.ndarray:
         """(d,) float64 the signed value whose |x| is absmax."""
         return self._value.copy()
 
     @property
-    def argmax_prompt(self) -> Any:
+    def argmax_prompt(self) -> np.ndarray:
         """(d,) int64 prompt id of absmax (-1 while empty)."""
         return self._prompt.copy()
 
     @property
-    def argmax_position(self) -> Any:
+    def argmax_position(self) -> np.ndarray:
         """(d,) int64 position of absmax within its prompt (-1 while empty)."""
         return self._position.copy()
 
     @property
-    def argmax_token(self) -> Any:
+    def argmax_token(self) -> np.ndarray:
         """(d,) int64 token id at absmax (-1 while empty, or where no tokens were given)."""
         return self._token.copy()
 
     @property
-    def hist(self) -> Any:
+    def hist(self) -> np.ndarray:
         """(d, n_bins) int64 counts of |x| per bin; every row sums to count."""
         return self._hist.copy()
 

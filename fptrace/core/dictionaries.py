@@ -38,7 +38,7 @@ import errno
 import os
 import re
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fptrace.addresses import Site
 from fptrace.core.dictionary_sites import MLP_IN, dictionary_site, hook_name, same_tensor
@@ -47,6 +47,9 @@ from fptrace.jsontext import loads
 from fptrace.numbers import parse_int
 from fptrace.points import Point
 from fptrace.userfiles import check_regular, read_text
+
+if TYPE_CHECKING:
+    import torch
 
 KINDS = ("relu", "jumprelu", "topk", "batchtopk")
 FORMATS = ("saelens", "gemmascope", "sparsify")
@@ -70,11 +73,11 @@ class Dictionary:
     role: str  # "sae" or "transcoder"
     site: Site  # what it encodes
     out_site: Site  # what it reconstructs (the same as site for an SAE)
-    W_enc: Any  # (d_in, d_sae)
-    b_enc: Any  # (d_sae,)
-    W_dec: Any  # (d_sae, d_out)
-    b_dec: Any  # (d_out,)
-    threshold: Any = None  # (d_sae,) JumpReLU / BatchTopK
+    W_enc: torch.Tensor  # (d_in, d_sae)
+    b_enc: torch.Tensor  # (d_sae,)
+    W_dec: torch.Tensor  # (d_sae, d_out)
+    b_dec: torch.Tensor  # (d_out,)
+    threshold: torch.Tensor | None = None  # (d_sae,) JumpReLU / BatchTopK
     k: int | None = None  # TopK
     shift_input: bool = False  # x − b_dec before the encoder
     notes: list[str] = field(default_factory=list)
@@ -91,30 +94,31 @@ class Dictionary:
     def d_out(self) -> int:
         return int(self.W_dec.shape[1])
 
-    def to(self, device: Any) -> Dictionary:
+    def to(self, device: torch.device | str) -> Dictionary:
         for name in ("W_enc", "b_enc", "W_dec", "b_dec", "threshold"):
             t = getattr(self, name)
             if t is not None:
                 setattr(self, name, t.to(device))
         return self
 
-    def pre(self, x: Any) -> Any:
+    def pre(self, x: torch.Tensor) -> torch.Tensor:
         """(N, d_in) -> (N, d_sae): the encoder's pre-activations."""
         x = x.float()
         if self.shift_input:
             x = x - self.b_dec
         return x @ self.W_enc + self.b_enc
 
-    def encode(self, x: Any) -> Any:
+    def encode(self, x: torch.Tensor) -> torch.Tensor:
         """(N, d_in) -> (N, d_sae) activations (see the module's text)."""
         return activate(self.kind, self.pre(x), self.threshold, self.k)
 
-    def decode(self, a: Any) -> Any:
+    def decode(self, a: torch.Tensor) -> torch.Tensor:
         """(N, d_sae) -> (N, d_out)."""
         return a @ self.W_dec + self.b_dec
 
 
-def activate(kind: str, pre: Any, threshold: Any = None, k: int | None = None) -> Any:
+def activate(kind: str, pre: torch.Tensor, threshold: torch.Tensor | None = None,
+             k: int | None = None) -> torch.Tensor:
     """(..., d_sae) pre-activations -> the activations of a dictionary of this kind (one of
     KINDS), in pre's dtype: ReLU; JumpReLU and BatchTopK, relu where above the threshold; TopK,
     the relu of the k largest of each row."""
@@ -123,6 +127,7 @@ def activate(kind: str, pre: Any, threshold: Any = None, k: int | None = None) -
     if kind == "relu":
         return torch.relu(pre)
     if kind in ("jumprelu", "batchtopk"):
+        assert threshold is not None, kind  # the readers refuse such a dictionary without one
         return torch.where(pre > threshold, torch.relu(pre), torch.zeros_like(pre))
     vals, idx = pre.topk(min(int(k or 1), pre.shape[-1]), dim=-1)  # (..., k)
     return torch.zeros_like(pre).scatter(-1, idx, torch.relu(vals))

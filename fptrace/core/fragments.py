@@ -13,17 +13,21 @@ leading '▁', merges across the boundary).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING
 
 from fptrace.errors import BadInput
 from fptrace.numbers import DIGITS, is_int, parse_int
 
+if TYPE_CHECKING:
+    from fptrace.models.loading import LoadedModel
+    from fptrace.models.prompts import Prompt
 
-def _shown(lm: Any, ids: Sequence[int]) -> str:
+
+def _shown(lm: LoadedModel, ids: Sequence[int]) -> str:
     return " + ".join(repr(lm.token_text(i)) for i in ids)
 
 
-def token_id(lm: Any, text: str, what: str, prompt: Any = None) -> int:
+def token_id(lm: LoadedModel, text: str, what: str, prompt: Prompt | None = None) -> int:
     """The id of a token given as text (one token, as the tokenizer writes that text alone or
     right after `prompt`), or as `#ID`."""
     if text.startswith("#") and (is_int(text[1:]) or DIGITS.fullmatch(text[1:])):
@@ -49,10 +53,10 @@ def token_id(lm: Any, text: str, what: str, prompt: Any = None) -> int:
                    f"(#{alone[0]} is {lm.token_text(alone[0])!r})")
 
 
-def _after_prompt(lm: Any, prompt: Any, text: str) -> list[int] | None:
+def _after_prompt(lm: LoadedModel, prompt: Prompt, text: str) -> list[int] | None:
     """The ids `text` gets when it follows the prompt, if the prompt's own ids stay a prefix."""
     p = lm.prepare(prompt)
-    if p.from_ids or p.dropped:
+    if p.from_ids or p.dropped or lm.tokenizer is None:  # text was prepared: it has one
         return None
     special = not p.chat
     ids = lm.tokenizer.encode(p.text + text, special)
@@ -60,7 +64,7 @@ def _after_prompt(lm: Any, prompt: Any, text: str) -> list[int] | None:
     return ids[n:] if ids[:n] == list(p.ids) else None
 
 
-def subject_positions(lm: Any, prompt: Any, subject: str, occurrence: int | None = None,
+def subject_positions(lm: LoadedModel, prompt: Prompt, subject: str, occurrence: int | None = None,
                       what: str = "--noise") -> list[int]:
     """The positions of the prompt's tokens whose characters overlap the subject's; with
     several occurrences of the subject, `occurrence` (from 1) chooses one."""

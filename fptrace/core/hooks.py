@@ -9,10 +9,14 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fptrace.errors import TraceFailed
 from fptrace.families.parts import ModelParts
+
+if TYPE_CHECKING:
+    import torch
+    from torch import nn
 
 
 def first_output(x: Any) -> Any:
@@ -28,17 +32,17 @@ class Hook:
     return a new one); with kwargs, the keyword arguments are passed too (fn(module, args,
     kwargs[, output]))."""
 
-    module: Any  # a torch.nn.Module
+    module: nn.Module
     fn: Callable[..., Any]
     pre: bool = False
     kwargs: bool = False
 
     @classmethod
-    def before(cls, module: Any, fn: Callable[..., Any], kwargs: bool = False) -> Hook:
+    def before(cls, module: nn.Module, fn: Callable[..., Any], kwargs: bool = False) -> Hook:
         return cls(module, fn, pre=True, kwargs=kwargs)
 
     @classmethod
-    def after(cls, module: Any, fn: Callable[..., Any], kwargs: bool = False) -> Hook:
+    def after(cls, module: nn.Module, fn: Callable[..., Any], kwargs: bool = False) -> Hook:
         return cls(module, fn, pre=False, kwargs=kwargs)
 
 
@@ -113,7 +117,7 @@ class Capture:
     attn_positions: list = field(default_factory=list)
     mlp_positions: list = field(default_factory=list)
 
-    def take_last(self, h: Any) -> Any:
+    def take_last(self, h: torch.Tensor) -> torch.Tensor:
         """(B, T, d) -> (B, d) float32 copy of the last position (rows are left-padded, so the
         last position is every row's last real token). A copy, so the stream is not kept; on
         the home device, so that blocks spread over devices give one stack."""
@@ -121,13 +125,13 @@ class Capture:
 
         return h[:, -1].to(self.home or h.device, torch.float32, copy=True)
 
-    def take_positions(self, h: Any) -> Any:
+    def take_positions(self, h: torch.Tensor) -> torch.Tensor:
         """(B, T, d) -> (N, d) float32 copy of row 0's last N positions."""
         import torch
 
         return h[0, -self.keep_positions:].to(self.home or h.device, torch.float32, copy=True)
 
-    def norm_stats(self, h: Any) -> tuple[Any, Any]:
+    def norm_stats(self, h: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """(B,) mean over the real positions of ‖stream‖, and (B, 4): its largest value, the
         position (counted from the row's first real token), and at that position the channel
         of the largest |value| and that value."""
@@ -174,7 +178,7 @@ def capture_stats(parts: ModelParts, cap: Capture) -> Iterator[Capture]:
     cap.attn_positions = [None] * n if cap.keep_positions else []
     cap.mlp_positions = [None] * n if cap.keep_positions else []
 
-    def embed_hook(module: Any, args: tuple, kwargs: dict) -> None:
+    def embed_hook(module: nn.Module, args: tuple, kwargs: dict) -> None:
         h = args[0] if args else kwargs["hidden_states"]
         cap.embed_last = cap.take_last(h)
         cap.embed_mean_norm, cap.embed_max_norm = cap.norm_stats(h)
@@ -183,7 +187,7 @@ def capture_stats(parts: ModelParts, cap: Capture) -> Iterator[Capture]:
         cap.shapes["embed"] = tuple(h.shape)
 
     def block_hook(i: int):
-        def hook(module: Any, args: tuple, kwargs: dict, output: Any) -> None:
+        def hook(module: nn.Module, args: tuple, kwargs: dict, output: Any) -> None:
             h = first_output(output)
             cap.resid_last[i] = cap.take_last(h)
             cap.resid_mean_norm[i], cap.resid_max_norm[i] = cap.norm_stats(h)
@@ -194,14 +198,14 @@ def capture_stats(parts: ModelParts, cap: Capture) -> Iterator[Capture]:
         return hook
 
     def part_hook(store: list, kept: list, i: int):
-        def hook(module: Any, args: tuple, output: Any) -> None:
+        def hook(module: nn.Module, args: tuple, output: Any) -> None:
             h = first_output(output)
             store[i] = cap.take_last(h)
             if cap.keep_positions:
                 kept[i] = cap.take_positions(h)
         return hook
 
-    def final_hook(module: Any, args: tuple, output: Any) -> None:
+    def final_hook(module: nn.Module, args: tuple, output: Any) -> None:
         h = first_output(output)
         cap.final_last = cap.take_last(h)
         cap.shapes["final_norm"] = tuple(h.shape)

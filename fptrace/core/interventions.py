@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fptrace.addresses import Block, Expert, Head, many, resolve_block, resolve_expert, resolve_head
 from fptrace.core.hooks import Capture, Hook, capture_stats, first_output, hooked, is_oom
@@ -28,6 +28,9 @@ from fptrace.core.trace import sizes
 from fptrace.errors import BadInput
 from fptrace.families.parts import dims, output_projection
 from fptrace.models.loading import LoadedModel
+
+if TYPE_CHECKING:
+    from torch import nn
 
 MODES = ("zero", "mean")
 
@@ -103,7 +106,7 @@ def steering_hooks(lm: LoadedModel, vectors: dict[int, Any], strengths: Sequence
     s = torch.tensor(list(strengths), dtype=torch.float32)[:, None, None]  # (B, 1, 1)
 
     def add(v: Any) -> Any:
-        def hook(module: Any, args: tuple, output: Any) -> Any:
+        def hook(module: nn.Module, args: tuple, output: Any) -> Any:
             h = first_output(output)  # (B, T, d)
             delta = (s.to(h.device) * v.to(h.device)).to(h.dtype)  # (B, 1, d)
             if positions is None:
@@ -136,7 +139,7 @@ def mean_outputs(lm: LoadedModel, prompts: Sequence[Sequence[int]]) -> Means:
     sums: dict[str, list] = {"heads": [None] * n, "mlps": [None] * n}
 
     def keep(store: list, i: int, pre: bool):
-        def hook(module: Any, args: tuple, output: Any = None) -> None:
+        def hook(module: nn.Module, args: tuple, output: Any = None) -> None:
             x = (args[0] if pre else first_output(output)).float().sum(dim=(0, 1))
             store[i] = x if store[i] is None else store[i] + x
         return hook
@@ -206,7 +209,7 @@ def latent_removal_hooks(lm: LoadedModel, block: int, encode: Any, direction: An
     there (`ablate --sae DIR --latent N`). store["a"] gets the activations (B, T) float32."""
     import torch
 
-    def hook(module: Any, args: tuple, output: Any) -> Any:
+    def hook(module: nn.Module, args: tuple, output: Any) -> Any:
         h = first_output(output)  # (B, T, d)
         a = encode(h.float())  # (B, T)
         store["a"] = a.detach().clone()
@@ -233,7 +236,7 @@ def _expert_removal(lm: LoadedModel, layer: int, B: int, removed: dict[int, list
     for r, es in removed.items():
         sets.setdefault(tuple(sorted(set(es))), []).append(r)
 
-    def hook(module: Any, args: tuple, output: Any) -> Any:
+    def hook(module: nn.Module, args: tuple, output: Any) -> Any:
         logits, weights, indices = output[0], output[1], output[2]  # (N, E), (N, k), (N, k)
         T = indices.shape[0] // B  # the rows are B copies of T positions, row-major
         w, idx = weights, indices
@@ -251,7 +254,7 @@ def _expert_removal(lm: LoadedModel, layer: int, B: int, removed: dict[int, list
 def _replace_input(keep: Any, fill: Any) -> Any:
     import torch
 
-    def hook(module: Any, args: tuple) -> tuple:
+    def hook(module: nn.Module, args: tuple) -> tuple:
         x = args[0]  # (B, T, nh·hd)
         return (torch.where(keep.to(x.device), x, fill.to(x.device, x.dtype)), *args[1:])
     return hook
@@ -260,7 +263,7 @@ def _replace_input(keep: Any, fill: Any) -> Any:
 def _replace_output(keep: Any, fill: Any) -> Any:
     import torch
 
-    def hook(module: Any, args: tuple, output: Any) -> Any:
+    def hook(module: nn.Module, args: tuple, output: Any) -> Any:
         h = first_output(output)  # (B, T, d)
         new = torch.where(keep.to(h.device), h, fill.to(h.device, h.dtype))
         return (new, *output[1:]) if isinstance(output, tuple) else new
@@ -297,7 +300,7 @@ def run_rows(lm: LoadedModel, ids: Sequence[int], B: int, hooks: list[Hook],
     cap = Capture(mask=None, home=lm.device)
     got: dict[str, Any] = {}
 
-    def head_output(module: Any, args: tuple, output: Any) -> None:
+    def head_output(module: nn.Module, args: tuple, output: Any) -> None:
         got["pre_cap"] = first_output(output)[:, -1].float()  # (B, V)
 
     input_ids = torch.tensor([list(ids)] * B, device=lm.device)

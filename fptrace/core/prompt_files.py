@@ -7,11 +7,14 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fptrace.errors import BadInput
 from fptrace.jsontext import loads
 from fptrace.userfiles import read_text
+
+if TYPE_CHECKING:
+    from fptrace.models.loading import LoadedModel
 
 
 def _read_lines(path: str, what: str) -> list[tuple[int, str]]:
@@ -65,7 +68,7 @@ def prompts_at(path: str, what: str) -> list[tuple[str, str]]:
     return prompts
 
 
-def encode_listed(lm: Any, texts: Sequence[Any], wheres: Sequence[str]) -> list[list[int]]:
+def encode_listed(lm: LoadedModel, texts: Sequence[Any], wheres: Sequence[str]) -> list[list[int]]:
     """The ids of prompts read from a file or an option, a mistake naming where each came from
     (`--pairs f.jsonl:3 (positive)`) and suggesting no option the command lacks (--truncate)."""
     from fptrace.errors import PromptTooLong

@@ -14,10 +14,13 @@ import signal
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fptrace.core.inputs import PromptItem
 from fptrace.errors import BadInput, FptraceError
+
+if TYPE_CHECKING:
+    from fptrace.models.loading import LoadedModel
 
 
 @dataclass
@@ -59,14 +62,14 @@ def failure(item: PromptItem, e: BaseException) -> Failure:
                    type(e).__name__)
 
 
-def encode(lm: Any, item: PromptItem, truncate: bool) -> Encoded:
+def encode(lm: LoadedModel, item: PromptItem, truncate: bool) -> Encoded:
     """The item's prompt as the model takes it (text through the tokenizer, a conversation
     through the chat template: LoadedModel.prepare), or an FptraceError saying why it cannot be
     run."""
     return Encoded(item, lm.prepare(item.checked(), truncate))
 
 
-def run_groups(lm: Any, items: Sequence[PromptItem], work: Callable[[list[Encoded]], Any],
+def run_groups(lm: LoadedModel, items: Sequence[PromptItem], work: Callable[[list[Encoded]], Any],
                emit: Callable[[list[PromptItem], list[Any], dict[str, Failure]], None], *,
                summary: Summary, batch_size: int, truncate: bool,
                progress: Callable[[int, int], None] | None = None) -> Summary:

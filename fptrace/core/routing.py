@@ -16,7 +16,7 @@ import contextlib
 import math
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fptrace.core.hooks import Hook, hooked
 from fptrace.families import Moe
@@ -25,8 +25,12 @@ from fptrace.families.ops import route, route_distribution
 from fptrace.families.parts import ModelParts
 from fptrace.results import BlockRoute, Routing
 
+if TYPE_CHECKING:
+    from torch import nn
+    from transformers import PretrainedConfig
 
-def moe_facts(parts: ModelParts, config: Any) -> Moe | None:
+
+def moe_facts(parts: ModelParts, config: PretrainedConfig) -> Moe | None:
     """The config's MoE facts, or None for a dense model (or a family without them)."""
     fam = parts.family
     return fam.moe(config) if fam.moe is not None else None
@@ -63,7 +67,7 @@ class RouterCapture:
 
 
 @contextlib.contextmanager
-def capture_routing(parts: ModelParts, config: Any) -> Iterator[RouterCapture | None]:
+def capture_routing(parts: ModelParts, config: PretrainedConfig) -> Iterator[RouterCapture | None]:
     """Hook every MoE block's router for one forward pass (None for a dense model: no hook).
     The router's outputs are kept as they are (float32 logits and weights are not copied: the
     MoE block only reads them)."""
@@ -75,7 +79,7 @@ def capture_routing(parts: ModelParts, config: Any) -> Iterator[RouterCapture | 
     cap.blocks = [i for i, _ in found]
 
     def hook(i: int):
-        def keep(module: Any, args: tuple, output: Any) -> None:
+        def keep(module: nn.Module, args: tuple, output: Any) -> None:
             logits, weights, indices = output[0], output[1], output[2]
             cap.logits[i] = logits.detach().float()  # a copy only where the dtype differs
             cap.weights[i] = weights.detach().float()
@@ -248,12 +252,12 @@ def last_route_hooks(parts: ModelParts, layers: Sequence[int], got: dict[int, di
     found = dict(routers(parts))
 
     def keep_route(i: int):
-        def hook(module: Any, args: tuple, output: Any) -> None:
+        def hook(module: nn.Module, args: tuple, output: Any) -> None:
             got.setdefault(i, {})["route"] = tuple(o[-1].detach().clone() for o in output[:3])
         return hook
 
     def keep_input(i: int):
-        def hook(module: Any, args: tuple) -> None:
+        def hook(module: nn.Module, args: tuple) -> None:
             got.setdefault(i, {})["x"] = args[0][-1].detach().clone()
         return hook
 
@@ -359,8 +363,8 @@ def choice_by_hand(r: LastRoute, moe: Moe, removed: Sequence[int], how: str
     return [(e, v * moe.scale) for e, v in w.items()]
 
 
-def removal_change(parts: ModelParts, config: Any, r: LastRoute, removed: Sequence[int],
-                   how: str) -> Any:
+def removal_change(parts: ModelParts, config: PretrainedConfig, r: LastRoute,
+                   removed: Sequence[int], how: str) -> Any:
     """What the MoE block's output at that position becomes minus what it was, (C,) float32,
     when the experts `removed` are gone (choice_by_hand(); nothing else changed): Σ over the
     new choice of w'_e·y_e − Σ over the old of w_e·y_e, each y_e from the experts module."""

@@ -6,9 +6,12 @@ never changing its input. A draw takes an explicit seed, so the same call gives 
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fptrace.errors import BadInput
+
+if TYPE_CHECKING:
+    import torch
 
 
 def check_options(temperature: float, top_k: int, top_p: float) -> None:
@@ -21,7 +24,7 @@ def check_options(temperature: float, top_k: int, top_p: float) -> None:
         raise BadInput(f"--top-p must be in (0, 1], not {top_p}")
 
 
-def greedy(logits: Any) -> Any:
+def greedy(logits: torch.Tensor) -> torch.Tensor:
     """A one-hot distribution on the highest logit (the first one on a tie)."""
     import torch
 
@@ -30,7 +33,7 @@ def greedy(logits: Any) -> Any:
     return out
 
 
-def with_temperature(logits: Any, temperature: float) -> Any:
+def with_temperature(logits: torch.Tensor, temperature: float) -> torch.Tensor:
     """softmax(logits / temperature); temperature 0 is greedy."""
     import torch
 
@@ -41,7 +44,7 @@ def with_temperature(logits: Any, temperature: float) -> Any:
     return torch.softmax(logits.float() / temperature, dim=-1)
 
 
-def keep_top_k(probs: Any, k: int) -> Any:
+def keep_top_k(probs: torch.Tensor, k: int) -> torch.Tensor:
     """Keep the k most probable tokens and renormalise; every other token gets 0."""
     import torch
 
@@ -54,7 +57,7 @@ def keep_top_k(probs: Any, k: int) -> Any:
     return out / out.sum()
 
 
-def keep_top_p(probs: Any, p: float) -> Any:
+def keep_top_p(probs: torch.Tensor, p: float) -> torch.Tensor:
     """Nucleus: keep the smallest set of most probable tokens whose mass reaches p, and
     renormalise. A token is kept when the mass of the tokens ranked above it is below p."""
     import torch
@@ -71,7 +74,7 @@ def keep_top_p(probs: Any, p: float) -> Any:
     return out / out.sum()
 
 
-def draw(probs: Any, seed: int) -> int:
+def draw(probs: torch.Tensor, seed: int) -> int:
     """One token id drawn from probs with a generator seeded by `seed`."""
     import torch
 
@@ -86,7 +89,8 @@ def check_generation(temperature: float, top_k: int | None, top_p: float) -> Non
     check_options(temperature, 1, top_p)
 
 
-def distribution(logits: Any, temperature: float, top_k: int | None, top_p: float) -> Any:
+def distribution(logits: torch.Tensor, temperature: float, top_k: int | None, top_p: float
+                 ) -> torch.Tensor:
     """The one distribution generation draws from: temperature (0 = greedy), then top-k
     (None = off), then top-p (1 = off)."""
     check_generation(temperature, top_k, top_p)
@@ -111,8 +115,8 @@ def describe(temperature: float, top_k: int | None, top_p: float) -> str:
     return ", ".join(parts)
 
 
-def strategies(logits: Any, temperature: float, top_k: int, top_p: float
-               ) -> list[tuple[str, Any]]:
+def strategies(logits: torch.Tensor, temperature: float, top_k: int, top_p: float
+               ) -> list[tuple[str, torch.Tensor]]:
     """The four ways side by side, each as (label, distribution over the vocabulary).
     top-k and top-p are applied after the temperature, as generation libraries do."""
     check_options(temperature, top_k, top_p)

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import torch
 
 
 def norms(v: Any) -> Any:
@@ -12,14 +15,14 @@ def norms(v: Any) -> Any:
     return torch.linalg.vector_norm(v.float(), dim=-1)
 
 
-def cosine(a: Any, b: Any) -> Any:
+def cosine(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     """(..., d), (..., d) -> (...) cosine similarity in float32; 0 where either is zero."""
     import torch
 
     return torch.nn.functional.cosine_similarity(a.float(), b.float(), dim=-1, eps=1e-12)
 
 
-def top_k(logits: Any, k: int) -> tuple[list[int], list[float], list[float]]:
+def top_k(logits: torch.Tensor, k: int) -> tuple[list[int], list[float], list[float]]:
     """Top-k of one row of logits: ids, probabilities (float32 softmax), logits."""
     import torch
 
@@ -30,7 +33,7 @@ def top_k(logits: Any, k: int) -> tuple[list[int], list[float], list[float]]:
     return idx.tolist(), p.tolist(), row[idx].tolist()
 
 
-def rank(row: Any, i: int) -> int:
+def rank(row: torch.Tensor, i: int) -> int:
     """1 + how many entries of a row of logits (or probabilities) beat entry i."""
     return int((row > row[i]).sum()) + 1
 

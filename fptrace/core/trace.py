@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fptrace.addresses import Sizes
 from fptrace.core import stats
@@ -26,6 +26,9 @@ from fptrace.results import (
     TopToken,
     Trace,
 )
+
+if TYPE_CHECKING:
+    import torch
 
 
 def base_notes(lm: LoadedModel) -> list[str]:
@@ -243,7 +246,7 @@ def row_ranges(layers: Sequence[int | None]) -> str:
     return " and ".join(parts)
 
 
-def _positions(lm: LoadedModel, prepared: Prepared, logits: Any
+def _positions(lm: LoadedModel, prepared: Prepared, logits: torch.Tensor
                ) -> tuple[tuple[PositionStats, ...], float | None]:
     """Every position's prediction (logits: (n, V) for the row's n real positions) and the
     mean cross-entropy of the predictions that have a next token, in nats."""
@@ -403,7 +406,7 @@ def first_nonfinite(layers: Sequence[LayerStats]) -> str | None:
                  for l in layers if not l.finite), None)
 
 
-def ranked_token(lm: LoadedModel, logits: Any, i: int) -> TopToken:
+def ranked_token(lm: LoadedModel, logits: torch.Tensor, i: int) -> TopToken:
     """Token i of a row of logits (V,): its rank, text, probability (float32 softmax), logit."""
     import torch
 

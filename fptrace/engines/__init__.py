@@ -27,7 +27,10 @@ from typing import TYPE_CHECKING, Any, Protocol
 if TYPE_CHECKING:
     import numpy as np
 
+    from fptrace.models.loading import LoadedModel
+    from fptrace.models.prompts import Prompt
     from fptrace.points import Point
+    from fptrace.results import Trace
 
 # the options of `run` whose support varies by engine, by flag: an engine's `takes` names those
 # it honours (its own settings it always takes, and no other engine does)
@@ -83,9 +86,9 @@ class Traced:
     """What an engine's trace returns: the Trace, and the model loaded in transformers with the
     prompt it ran, where the engine loaded one the page can be written from."""
 
-    trace: Any  # core.trace.Trace
-    lm: Any = None  # models.loading.LoadedModel
-    prompt: Any = None  # the text or ids it ran
+    trace: Trace
+    lm: LoadedModel | None = None  # models.loading.LoadedModel
+    prompt: Prompt | None = None  # the text or ids it ran
 
 
 @dataclass(frozen=True)

@@ -8,10 +8,13 @@ import re
 import shutil
 import tempfile
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fptrace.errors import BadInput
 from fptrace.numbers import DIGITS, is_int, parse_float, parse_int
+
+if TYPE_CHECKING:
+    from transformers import PretrainedConfig
 
 Progress = Callable[[str], None]
 
@@ -191,7 +194,7 @@ def dispatch(model: Any, placed: dict) -> Any:
     return model
 
 
-def estimate(config: Any, dtype: Any, device: Any, placed: dict | None,
+def estimate(config: PretrainedConfig, dtype: Any, device: Any, placed: dict | None,
               progress: Progress) -> None:
     """Before loading: the weights' size from a meta-device model of the config; a clear error
     (not an out-of-memory crash) when they cannot fit the device and no device map spreads

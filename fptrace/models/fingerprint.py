@@ -14,12 +14,15 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from fptrace.models.loading import LoadedModel
 
 WEIGHT_FILES = (".safetensors", ".bin", ".pt", ".pth", ".gguf")
 
 
-def weights_fingerprint(lm: Any) -> str | None:
+def weights_fingerprint(lm: LoadedModel) -> str | None:
     """A short hex digest of the loaded model's tensors, or None where they cannot all be read
     here (weights offloaded to disk, sharded over ranks)."""
     files = [] if lm.random_weights else _weight_files(lm.source)
@@ -65,7 +68,7 @@ def _weight_files(source: str) -> list[str]:
     return []
 
 
-def _cache_key(files: list[str], lm: Any) -> str | None:
+def _cache_key(files: list[str], lm: LoadedModel) -> str | None:
     from fptrace.models.gguf_cache import file_key
 
     h = hashlib.sha256(f"{lm.dtype}|{lm.quantization}|".encode())

@@ -9,7 +9,7 @@ import os
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fptrace.errors import BadInput, ModelLoadError, ModelNotFound
 from fptrace.families.parts import ModelParts, resolve_parts
@@ -35,7 +35,11 @@ from fptrace.models.sources import (
     short_error,
 )
 from fptrace.models.tokenizers import OFFLINE, HFTokenizer, TextTokenizer
-from fptrace.results import Token
+from fptrace.results import ModelInfo, Token
+
+if TYPE_CHECKING:
+    import torch
+    from transformers import PretrainedConfig
 
 Progress = Callable[[str], None]
 
@@ -54,17 +58,17 @@ class LoadedModel:
     parts: ModelParts
     random_weights: bool
     source: str
-    info: Any = field(default=None, repr=False, compare=False)  # ModelInfo, set by model_info()
+    info: ModelInfo | None = field(default=None, repr=False, compare=False)  # by model_info()
     tensor_parallel: int = 1  # ranks the weights are sharded over (torchrun)
     quantization: str | None = None  # "int8" / "int4": weight-only, quantized on load
     quantized_weights: int | None = None  # how many of the blocks' linear weights it quantized
 
     @property
-    def config(self) -> Any:
+    def config(self) -> PretrainedConfig:
         return self.model.config
 
     @property
-    def device(self) -> Any:
+    def device(self) -> torch.device:
         """Where inputs go: the embedding's execution device (with a device map, the device
         Accelerate runs it on, even when its weights are offloaded to CPU or disk)."""
         embed = self.parts.embed
@@ -82,7 +86,7 @@ class LoadedModel:
         return placement(self.model, self.parts.family.blocks)
 
     @property
-    def dtype(self) -> Any:
+    def dtype(self) -> torch.dtype:
         return self.parts.lm_head.weight.dtype
 
     # ---------------------------------------------------------------- prompts and tokens
@@ -97,28 +101,30 @@ class LoadedModel:
         if isinstance(prompt, Prepared):
             return prompt
         template: tuple[bool, ...] = ()
-        if isinstance(prompt, (str, Chat)) and self.tokenizer is None:
-            raise BadInput(f"{self.name} has no tokenizer available offline; "
-                           "pass token ids through the Python API instead")
-        if isinstance(prompt, Chat):
-            text = self.tokenizer.render_chat(prompt.as_dicts())
-            ids = self.tokenizer.encode(text, special=False)  # the template wrote its specials
-            spans = self.tokenizer.spans(text, special=False)
-            if spans is not None and len(spans) == len(ids):
-                template = template_flags(spans, content_spans(text, prompt))
-        elif isinstance(prompt, str):
-            text = prompt
-            ids = encode_prompt(self.tokenizer, prompt)
+        seconds = None
+        if isinstance(prompt, (str, Chat)):
+            tok = self.tokenizer
+            if tok is None:
+                raise BadInput(f"{self.name} has no tokenizer available offline; "
+                               "pass token ids through the Python API instead")
+            if isinstance(prompt, Chat):
+                text = tok.render_chat(prompt.as_dicts())
+                ids = tok.encode(text, special=False)  # the template wrote its specials
+                spans = tok.spans(text, special=False)
+                if spans is not None and len(spans) == len(ids):
+                    template = template_flags(spans, content_spans(text, prompt))
+            else:
+                text = prompt
+                ids = encode_prompt(tok, prompt)
+            # the tokenizer's time, warm: its first call of a run also pays for its start-up
+            start = time.perf_counter()
+            tok.encode(text, special=not isinstance(prompt, Chat))
+            seconds = time.perf_counter() - start
         else:
             ids = [int(i) for i in prompt]
             if not ids:
                 raise BadInput("no token ids to trace")
             text = self.tokenizer.decode(ids) if self.tokenizer is not None else ""
-        seconds = None
-        if isinstance(prompt, (str, Chat)):  # the tokenizer's time, warm: its first call of a
-            start = time.perf_counter()  # run also pays for its start-up
-            self.tokenizer.encode(text, special=not isinstance(prompt, Chat))
-            seconds = time.perf_counter() - start
         self.check_ids(ids)
         ctx = getattr(self.config, "max_position_embeddings", None)
         dropped = 0
@@ -248,7 +254,8 @@ def _few(ids: Sequence[int], n: int = 4) -> str:
     return "[" + ", ".join([str(i) for i in ids[:n]] + (["…"] if len(ids) > n else [])) + "]"
 
 
-def tokenizer_for(spec: ModelSpec, config: Any, progress: Progress) -> TextTokenizer | None:
+def tokenizer_for(spec: ModelSpec, config: PretrainedConfig | None, progress: Progress
+                  ) -> TextTokenizer | None:
     """The model's tokenizer from local files only, never its weights (None when there is none
     offline); the offline tokenizers of known models load without transformers."""
     if spec.kind == "gguf" and spec.path:
@@ -277,7 +284,7 @@ def tokenizer_for(spec: ModelSpec, config: Any, progress: Progress) -> TextToken
     return None
 
 
-def _random_model(config: Any, seed: int, dtype: Any, device: Any) -> Any:
+def _random_model(config: PretrainedConfig, seed: int, dtype: torch.dtype, device: Any) -> Any:
     import torch
     from transformers import AutoModelForCausalLM
 

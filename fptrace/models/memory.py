@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import os
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fptrace.errors import BadInput
+
+if TYPE_CHECKING:
+    from transformers import PretrainedConfig
 
 
 def available_bytes(device: Any) -> int | None:
@@ -47,8 +50,8 @@ def check_fits(needed: int, device: Any, what: str) -> None:
             "a smaller model, or `fptrace shapes` (no weights needed)")
 
 
-def forward_bytes(config: Any, batch: int, seq_len: int, logits_positions: int, dtype_bytes: int
-                  ) -> int:
+def forward_bytes(config: PretrainedConfig, batch: int, seq_len: int, logits_positions: int,
+                  dtype_bytes: int) -> int:
     """A rough peak of one forward pass's activations: the few (B, T, d)-sized tensors alive in
     a block, the MLP's hidden layer, one layer's attention scores, and the logits (float32)."""
     from fptrace.families.parts import dims
@@ -60,8 +63,8 @@ def forward_bytes(config: Any, batch: int, seq_len: int, logits_positions: int, 
     return per_block * dtype_bytes + batch * logits_positions * vocab * 4
 
 
-def check_forward_fits(config: Any, device: Any, dtype_bytes: int, batch: int, seq_len: int,
-                       what: str, lower: str, extra_bytes: int = 0) -> None:
+def check_forward_fits(config: PretrainedConfig, device: Any, dtype_bytes: int, batch: int,
+                       seq_len: int, what: str, lower: str, extra_bytes: int = 0) -> None:
     """Refuse, before it runs, a batched forward whose activations (plus `extra_bytes` the
     caller keeps) would not fit in 80% of the free memory: `what` names the batch, `lower` what
     to change ("lower --batch-size")."""
@@ -72,8 +75,8 @@ def check_forward_fits(config: Any, device: Any, dtype_bytes: int, batch: int, s
                        f"on {device}; {lower}")
 
 
-def out_of_memory(config: Any, device: Any, batch: int, seq_len: int, logits_positions: int,
-                  dtype_bytes: int) -> str:
+def out_of_memory(config: PretrainedConfig, device: Any, batch: int, seq_len: int,
+                  logits_positions: int, dtype_bytes: int) -> str:
     need = forward_bytes(config, batch, seq_len, logits_positions, dtype_bytes)
     free = available_bytes(device)
     have = f", {human_bytes(free)} free" if free is not None else ""

@@ -6,9 +6,12 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import TYPE_CHECKING
 
 from fptrace.models.registry import DEFAULT_MODEL
+
+if TYPE_CHECKING:
+    from fptrace.models.loading import LoadedModel
 
 
 @dataclass(frozen=True)
@@ -26,7 +29,7 @@ class LoadOptions:
     tp: int | None = None  # --tp N: shard over N processes on this machine (torch's launcher)
     quantize: str | None = None  # "int8" / "int4": torchao weight-only, on load
 
-    def load(self, progress: Callable[[str], None] | None = None) -> Any:
+    def load(self, progress: Callable[[str], None] | None = None) -> LoadedModel:
         """The LoadedModel these options describe."""
         from fptrace.models import resident
         from fptrace.models.loading import load_model

@@ -11,6 +11,7 @@ WorkerFailed and keeps what it already has. `batch --ray` hands it groups of pro
 
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -50,19 +51,19 @@ def connect(address: str) -> Any:
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     for name in ("ray", "ray.data"):  # Ray's own messages: errors only, and on stderr
         logging.getLogger(name).setLevel(logging.ERROR)
-    quiet = dict(include_dashboard=False, log_to_driver=False, logging_level="ERROR",
-                 configure_logging=True)
+    init = functools.partial(ray.init, include_dashboard=False, log_to_driver=False,
+                             logging_level=logging.ERROR, configure_logging=True)  # quiet
     if ray.is_initialized():
         return ray
     try:
         if address == "auto":
             try:
-                ray.init(address="auto", **quiet)
+                init(address="auto")
             except (ConnectionError, RuntimeError, ValueError):
-                ray.init(**quiet)  # no cluster running: a local one, stopped at exit
+                init()  # no cluster running: a local one, stopped at exit
         else:
             _reachable(address)
-            ray.init(address=address, **quiet)
+            init(address=address)
     except (ConnectionError, RuntimeError, ValueError) as e:
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise BadInput(f"--ray {address}: cannot reach the Ray cluster ({first[:200]})") from None

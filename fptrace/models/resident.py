@@ -20,13 +20,16 @@ import os
 import time
 from collections import OrderedDict
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from fptrace.models.loading import LoadedModel
 
 
 @dataclass
 class Held:
     key: tuple
-    lm: Any
+    lm: LoadedModel
     nbytes: int
     seal: tuple
     loaded_at: float = field(default_factory=time.time)
@@ -80,7 +83,7 @@ def loaded(key: tuple) -> Any | None:
     return held.lm
 
 
-def keep(key: tuple, lm: Any, load_seconds: float) -> str | None:
+def keep(key: tuple, lm: LoadedModel, load_seconds: float) -> str | None:
     """Hold `lm` for later requests, letting the least recently used go to stay within the
     budget; a line to show where it cannot be held (it alone is over the budget)."""
     from fptrace.models.memory import human_bytes
@@ -126,7 +129,7 @@ def weight_bytes(model: Any) -> int:
     return total
 
 
-def seal(lm: Any) -> tuple:
+def seal(lm: LoadedModel) -> tuple:
     """What a request must leave as it found it: the tensors' version counters (bumped by any
     in-place change), the hooks, the training flags, the attention implementation and the
     LoadedModel's own fields."""

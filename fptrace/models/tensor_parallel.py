@@ -14,9 +14,12 @@ import os
 import subprocess
 import sys
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fptrace.errors import BadInput
+
+if TYPE_CHECKING:
+    from transformers import PretrainedConfig
 
 
 def world_size() -> int:
@@ -38,7 +41,7 @@ def is_main() -> bool:
     return rank() == 0
 
 
-def check(config: Any, n: int, *, device_map: str | None = None,
+def check(config: PretrainedConfig, n: int, *, device_map: str | None = None,
           random_weights: bool = False) -> None:
     """Before loading anything: can this config be split over n ranks?"""
     if device_map is not None:

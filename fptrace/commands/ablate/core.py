@@ -18,7 +18,7 @@ fails (exit 5) when either does not hold.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fptrace.addresses import Block, Expert, Head
 from fptrace.commands.ablate.notes import (
@@ -51,6 +51,9 @@ from fptrace.errors import BadInput
 from fptrace.models.loading import LoadedModel
 from fptrace.models.prompts import Prompt
 from fptrace.results import Check, TopToken
+
+if TYPE_CHECKING:
+    import torch
 
 LOWER = "lower --batch-size"
 
@@ -216,7 +219,7 @@ def _run(lm: LoadedModel, d: DirectLogits, out: Any, r: int, parts: tuple[Part, 
                      float(logits[top_id])), experts=any(p.expert is not None for p in parts))
 
 
-def _softmax(logits: Any) -> Any:
+def _softmax(logits: torch.Tensor) -> torch.Tensor:
     import torch
 
     return torch.softmax(logits.float(), -1)

@@ -3,40 +3,43 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fptrace.addresses import Head
-from fptrace.examples import Bench, Case, NoteCase, Setup, View
+from fptrace.examples import Bench, Case, NoteCase, Render, Said, Setup, View
+
+if TYPE_CHECKING:
+    from fptrace.models.loading import LoadedModel
 
 PROMPT = "The cat sat on the mat"
 
 
-def _ablated(lm: Any, **kw: Any) -> tuple[str, ...]:
+def _ablated(lm: LoadedModel, **kw: Any) -> tuple[str, ...]:
     from fptrace.commands.ablate.core import ablate
 
     kw.setdefault("heads", [Head(1, 0)])
     return ablate(lm, [5, 6, 7], **kw).notes
 
 
-def _softcap(bench: Bench) -> tuple[Any, Any]:
+def _softcap(bench: Bench) -> Said:
     return _ablated(bench.lm("llama")), _ablated(bench.lm("gemma2"))
 
 
-def _wo_bias(bench: Bench) -> tuple[Any, Any]:
+def _wo_bias(bench: Bench) -> Said:
     """GPT-2's c_proj has a bias: removing only an MLP leaves no head's block behind."""
     gpt2 = bench.lm("gpt2")
     return _ablated(gpt2, heads=(), mlps=[1]), _ablated(gpt2)
 
 
-def _mean(bench: Bench) -> tuple[Any, Any]:
+def _mean(bench: Bench) -> Said:
     return _ablated(bench.lm("llama")), _ablated(bench.lm("llama"), mode="mean")
 
 
 def _expert(family: str, route: str = "renormalise", expert: int | None = None
-            ) -> Callable[[Bench], tuple[Any, Any]]:
+            ) -> Callable[[Bench], Said]:
     """Removing an MLP of the same model: no expert note; removing expert 0 of its last block
     (or `expert`, default the one the last position chose first) with `route`: the note."""
-    def run(bench: Bench) -> tuple[Any, Any]:
+    def run(bench: Bench) -> Said:
         from fptrace.addresses import Expert
         from fptrace.core.trace import run_trace
 
@@ -53,10 +56,10 @@ def _expert(family: str, route: str = "renormalise", expert: int | None = None
     return run
 
 
-def _every_chosen(family: str) -> Callable[[Bench], tuple[Any, Any]]:
+def _every_chosen(family: str) -> Callable[[Bench], Said]:
     """One expert the last position chose removed at its last block: the others stay; every
     one it chose removed: none is left."""
-    def run(bench: Bench) -> tuple[Any, Any]:
+    def run(bench: Bench) -> Said:
         from fptrace.addresses import Expert
         from fptrace.core.trace import run_trace
 
@@ -80,7 +83,7 @@ NOTE_CASES = (NoteCase("ablate_softcap", _softcap),
               NoteCase("ablate_expert_none_left", _every_chosen("mixtral")))
 
 
-def _view(lm: Any, bench: Bench) -> Callable[[Any], Any]:
+def _view(lm: LoadedModel, bench: Bench) -> Render:
     from fptrace.commands.ablate.core import ablate
     from fptrace.commands.ablate.render import ablate_view
 

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
 from fptrace.cli.io import Group, load_for, output, prompt_command
 from fptrace.cli.options import STATS, ChatOptions, LoadOptions, Outputs
 from fptrace.cli.page import write_page
+
+if TYPE_CHECKING:
+    from fptrace.models.loading import LoadedModel
 
 
 @prompt_command(order=40, group=Group.why, docs="attribute",
@@ -72,7 +75,7 @@ def attribute(
                        f"{result.difference:+.2e}; {result.tolerance})")
 
 
-def attribute_qk_cli(lm: Any, prompt: str, head: Any, query: Any, key: Any, group: str,
+def attribute_qk_cli(lm: LoadedModel, prompt: str, head: Any, query: Any, key: Any, group: str,
                      top: int, outputs: Outputs) -> None:
     """`attribute --qk`: the split of one attention score, printed; exit 5 when it does not
     match the model."""

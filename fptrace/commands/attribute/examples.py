@@ -2,34 +2,36 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fptrace.addresses import Head
-from fptrace.examples import Bench, Case, NoteCase, Setup, View
+from fptrace.examples import Bench, Case, NoteCase, Render, Said, Setup, View
+
+if TYPE_CHECKING:
+    from fptrace.models.loading import LoadedModel
 
 PROMPT = "The cat sat on the mat"
 
 
-def _softcap(bench: Bench) -> tuple[Any, Any]:
+def _softcap(bench: Bench) -> Said:
     from fptrace.commands.attribute.core import attribute
 
     return attribute(bench.lm("llama"), [5, 6, 7]).notes, \
         attribute(bench.lm("gemma2"), [5, 6, 7]).notes
 
 
-def _qk(lm: Any, **kw: Any) -> tuple[str, ...]:
+def _qk(lm: LoadedModel, **kw: Any) -> tuple[str, ...]:
     from fptrace.commands.attribute.qk import attribute_qk
 
     return attribute_qk(lm, [5, 6, 7, 8], Head(1, 0), **kw).notes
 
 
-def _qk_key_defaulted(bench: Bench) -> tuple[Any, Any]:
+def _qk_key_defaulted(bench: Bench) -> Said:
     lm = bench.lm("llama")
     return _qk(lm, key=1), _qk(lm)
 
 
-def _qk_softcap(bench: Bench) -> tuple[Any, Any]:
+def _qk_softcap(bench: Bench) -> Said:
     return _qk(bench.lm("llama"), key=1), _qk(bench.lm("gemma2"), key=1)
 
 
@@ -38,7 +40,7 @@ NOTE_CASES = (NoteCase("attribute_softcap", _softcap),
               NoteCase("attribute_qk_softcap", _qk_softcap))
 
 
-def _view(lm: Any, bench: Bench) -> Callable[[Any], Any]:
+def _view(lm: LoadedModel, bench: Bench) -> Render:
     from fptrace.commands.attribute.core import attribute
     from fptrace.commands.attribute.render import attribution_view
 
@@ -46,7 +48,7 @@ def _view(lm: Any, bench: Bench) -> Callable[[Any], Any]:
     return lambda w: attribution_view(a, w)
 
 
-def _view_qk(lm: Any, bench: Bench) -> Callable[[Any], Any]:
+def _view_qk(lm: LoadedModel, bench: Bench) -> Render:
     from rich.console import Group
 
     from fptrace.commands.attribute.qk import attribute_qk

@@ -22,7 +22,7 @@ after block L's attention: later blocks cannot change the score.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fptrace.addresses import Head, Position, resolve_head, resolve_position
 from fptrace.commands.attribute.notes import QK_KEY_DEFAULTED, QK_SOFTCAP
@@ -44,6 +44,9 @@ from fptrace.models.loading import LoadedModel
 from fptrace.models.prompts import Prepared, Prompt
 from fptrace.notes import HEADS_UNSPLIT
 from fptrace.results import Check
+
+if TYPE_CHECKING:
+    from torch import nn
 
 GROUPS = ("term", "source")
 KEEP_BYTES = 256 * 2**20  # most kept of every earlier block at every position in one pass
@@ -155,23 +158,23 @@ def _forward(lm: LoadedModel, ids: list[int], layer: int, head: int, i: int,
         return h[0].index_select(0, rows.to(h.device)).to(home)
 
     def keep_in(store: list, n: int):
-        def hook(module: Any, args: tuple) -> None:
+        def hook(module: nn.Module, args: tuple) -> None:
             store[n] = take(args[0])
         return hook
 
     def keep_out(store: list, n: int):
-        def hook(module: Any, args: tuple, output: Any) -> None:
+        def hook(module: nn.Module, args: tuple, output: Any) -> None:
             store[n] = take(first_output(output))
         return hook
 
-    def embed(module: Any, args: tuple, kwargs: dict) -> None:
+    def embed(module: nn.Module, args: tuple, kwargs: dict) -> None:
         got["embed"] = take(args[0] if args else kwargs["hidden_states"])
 
-    def stream(module: Any, args: tuple, kwargs: dict) -> None:
+    def stream(module: nn.Module, args: tuple, kwargs: dict) -> None:
         h = args[0] if args else kwargs["hidden_states"]
         got["stream"] = h[0, :i + 1].to(home, torch.float64)  # (i + 1, d)
 
-    def weights(module: Any, args: tuple, output: Any) -> None:
+    def weights(module: nn.Module, args: tuple, output: Any) -> None:
         w = output[1] if isinstance(output, (tuple, list)) and len(output) > 1 else None
         got["weights"] = None if w is None else w[0, head, i, :i + 1].to(home).double()
         raise StopForward  # nothing after block L's attention changes the score

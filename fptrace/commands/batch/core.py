@@ -19,7 +19,7 @@ import os
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fptrace.core.inputs import PromptItem, numbered_lines, read_inputs
 from fptrace.core.prompt_groups import Encoded, Failure, Summary, run_groups, sigterm_interrupts
@@ -27,6 +27,9 @@ from fptrace.errors import BadInput, WriteFailed
 from fptrace.jsontext import loads
 from fptrace.locks import lock
 from fptrace.results import SCHEMA_VERSION
+
+if TYPE_CHECKING:
+    from fptrace.models.loading import LoadedModel
 
 RECORD_START = b'{"kind": '  # every line record_line writes starts so
 
@@ -187,7 +190,7 @@ def record_line(item: PromptItem, result: Any = None, error: str | None = None,
     return line
 
 
-def run_batch(lm: Any, items: list[PromptItem], out: Callable[[list[str]], None],
+def run_batch(lm: LoadedModel, items: list[PromptItem], out: Callable[[list[str]], None],
               done: set[str], *, batch_size: int = 8, top_k: int = 10, snippet: int = 4,
               truncate: bool = False,
               progress: Callable[[int, int], None] | None = None) -> Summary:
@@ -239,7 +242,7 @@ def done_ids(path: str) -> set[str]:
     return done
 
 
-def batch_file(inputs: Sequence[str], out: str, *, load: Callable[[], Any], model_name: str,
+def batch_file(inputs: Sequence[str], out: str, *, load: Callable[[], LoadedModel], model_name: str,
                random_weights: bool, force: bool = False, batch_size: int = 8,
                top_k: int = 10, snippet: int = 4, truncate: bool = False,
                progress: Callable[[int], Any] | None = None,
@@ -288,6 +291,7 @@ def batch_file(inputs: Sequence[str], out: str, *, load: Callable[[], Any], mode
             if elsewhere is not None:
                 return elsewhere(items, done, write, batch_size=batch_size, top_k=top_k,
                                  snippet=snippet, truncate=truncate, progress=tick)
+            assert lm is not None  # loaded: nothing traces elsewhere
             return run_batch(lm, items, write, done, batch_size=batch_size, top_k=top_k,
                              snippet=snippet, truncate=truncate, progress=tick)
     finally:

@@ -11,13 +11,17 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from fptrace.commands.batch.core import run_batch
 from fptrace.core.inputs import PromptItem, prompt_from_json, prompt_to_json
 from fptrace.core.prompt_groups import Summary
 
+if TYPE_CHECKING:
+    from fptrace.models.loading import LoadedModel
 
-def trace_block(lm: object, block: dict, *, top_k: int, snippet: int, truncate: bool) -> dict:
+
+def trace_block(lm: LoadedModel, block: dict, *, top_k: int, snippet: int, truncate: bool) -> dict:
     """On an actor: trace one group of rows (see run_on_ray) into its lines."""
     items = [PromptItem(id=i, source=s, prompt=prompt_from_json(p), extra=json.loads(e),
                         error=err or None)

@@ -21,7 +21,7 @@ import math
 import queue
 import threading
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fptrace.addresses import Selection, resolve_selection
 from fptrace.commands.diff.core import diff
@@ -42,6 +42,11 @@ from fptrace.families.ops import Steps
 from fptrace.families.parts import dims
 from fptrace.models.loading import LoadedModel
 from fptrace.points import BLOCK, Point, inputs
+
+if TYPE_CHECKING:
+    from torch import nn
+
+    from fptrace.models.prompts import Prompt
 
 HEADED = (Point.q, Point.k, Point.v, Point.attn_weights, Point.z)  # error shown by head
 RECOMPUTED = (Point.q, Point.k, Point.v)
@@ -78,7 +83,7 @@ class _Stop(Exception):
 class _Side:
     """One run: its forward pass in a thread, handing over each compared block's points."""
 
-    def __init__(self, lm: LoadedModel, prompt: Any, layers: Sequence[int]) -> None:
+    def __init__(self, lm: LoadedModel, prompt: Prompt, layers: Sequence[int]) -> None:
         self.lm, self.prompt, self.layers = lm, prompt, layers
         fam = lm.parts.family
         self.taps = fam.block_taps(lm.parts.parallel_residual) if layers else {}
@@ -119,7 +124,7 @@ class _Side:
         quiet = Steps(head=0, kv_head=0, n_heads=dm.n_heads, n_kv_heads=dm.n_kv_heads,
                       quiet=True)
 
-        def hook(module: Any, args: tuple, output: Any) -> None:
+        def hook(module: nn.Module, args: tuple, output: Any) -> None:
             projections = [got.pop(("proj", i)) for i in range(len(fam.head_taps))]
             q, k, v = fam.heads(*projections, blk.get_submodule(fam.attn), lm.config, layer,
                                 quiet, lm.model, fam)
@@ -133,7 +138,7 @@ class _Side:
         return hook
 
 
-def _tap_hook(module: Any, tap: Tap, got: dict, key: Any) -> Hook:
+def _tap_hook(module: nn.Module, tap: Tap, got: dict, key: Any) -> Hook:
     """A hook that keeps, as a float32 copy, what the tap names."""
     import torch
 
@@ -336,7 +341,7 @@ def _next(side: _Side) -> tuple:
         return msg
 
 
-def run_sides(lm_a: LoadedModel, lm_b: LoadedModel, prompt: Any, layers: Sequence[int],
+def run_sides(lm_a: LoadedModel, lm_b: LoadedModel, prompt: Prompt, layers: Sequence[int],
               compare: Any) -> tuple[tuple, tuple, list]:
     """Both forward passes in lockstep: compare(layer, points_a, points_b) at the end of each
     block of `layers`, then each side's (trace, lens). Eager attention (for its weights) while
@@ -370,7 +375,7 @@ def run_sides(lm_a: LoadedModel, lm_b: LoadedModel, prompt: Any, layers: Sequenc
                 _attention(s.lm, impl)
 
 
-def record(lm: LoadedModel, prompt: Any, layers: Sequence[int], attention: str = "eager"
+def record(lm: LoadedModel, prompt: Prompt, layers: Sequence[int], attention: str = "eager"
            ) -> tuple[Any, Any, dict]:
     """One model's pass with the points of `layers` recorded, for a comparison against another
     engine's numbers: (trace, lens, {layer: points}). The attention implementation `attention`
@@ -408,7 +413,7 @@ def _attention(lm: LoadedModel, impl: str) -> str | None:
     return before
 
 
-def deep_diff(lm_a: LoadedModel, lm_b: LoadedModel, prompt: Any, *,
+def deep_diff(lm_a: LoadedModel, lm_b: LoadedModel, prompt: Prompt, *,
               layers: Sequence[int] | Selection | None = None,
               labels: tuple[str, str] = ("a", "b"), tolerance: float | None = None
               ) -> TraceDiff:

@@ -3,15 +3,17 @@
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from fptrace.examples import Bench, Case, NoteCase, Setup, View
+from fptrace.examples import Bench, Case, NoteCase, Render, Said, Setup, View
+
+if TYPE_CHECKING:
+    from fptrace.models.loading import LoadedModel
 
 PROMPT = "The cat sat on the mat"
 
 
-def _traced(lm: Any, ids: list[int], **kw: Any) -> Any:
+def _traced(lm: LoadedModel, ids: list[int], **kw: Any) -> Any:
     from fptrace.core.trace import run_trace
 
     return run_trace(lm, ids, **kw)
@@ -23,35 +25,35 @@ def _diffed(a: Any, b: Any) -> tuple[str, ...]:
     return diff(a, b).notes
 
 
-def _models(bench: Bench) -> tuple[Any, Any]:
+def _models(bench: Bench) -> Said:
     t = _traced(bench.lm("llama"), [5, 6, 7], snippet=64)
     return _diffed(t, t), _diffed(t, _traced(bench.lm("mistral"), [5, 6, 7], snippet=64))
 
 
-def _random(bench: Bench) -> tuple[Any, Any]:
+def _random(bench: Bench) -> Said:
     t = _traced(bench.lm("llama", random_weights=False), [5, 6, 7], snippet=64)
     r = _traced(bench.lm("llama"), [5, 6, 7], snippet=64)
     return _diffed(t, t), _diffed(t, r)
 
 
-def _blocks(bench: Bench) -> tuple[Any, Any]:
+def _blocks(bench: Bench) -> Said:
     t = _traced(bench.lm("llama"), [5, 6, 7], snippet=64)
     short = dataclasses.replace(t, layers=t.layers[:-1])
     return _diffed(t, t), _diffed(t, short)
 
 
-def _widths(bench: Bench) -> tuple[Any, Any]:
+def _widths(bench: Bench) -> Said:
     t = _traced(bench.lm("llama"), [5, 6, 7], snippet=64)
     return _diffed(t, t), None
 
 
-def _snippet(bench: Bench) -> tuple[Any, Any]:
+def _snippet(bench: Bench) -> Said:
     lm = bench.lm("llama")
     return _diffed(_traced(lm, [5, 6, 7], snippet=64), _traced(lm, [5, 6, 8], snippet=64)), \
         _diffed(_traced(lm, [5, 6, 7]), _traced(lm, [5, 6, 8]))
 
 
-def _nonfinite(bench: Bench) -> tuple[Any, Any]:
+def _nonfinite(bench: Bench) -> Said:
     lm = bench.lm("llama")
     t = _traced(lm, [5, 6, 7], snippet=64)
     rows = list(t.layers)
@@ -72,11 +74,11 @@ def _deep(bench: Bench, b: Any) -> tuple[str, ...]:
     return deep_diff(a, other, [5, 6, 7]).deep.notes
 
 
-def _deep_block_level(bench: Bench) -> tuple[Any, Any]:
+def _deep_block_level(bench: Bench) -> Said:
     return _deep(bench, None), _deep(bench, bench.lm("gpt2"))
 
 
-def _deep_missing_points(bench: Bench) -> tuple[Any, Any]:
+def _deep_missing_points(bench: Bench) -> Said:
     return _deep(bench, None), None
 
 
@@ -89,7 +91,7 @@ NOTE_CASES = (NoteCase("diff_models", _models), NoteCase("diff_random", _random)
               NoteCase("diff_deep_missing_points", _deep_missing_points))
 
 
-def _view(lm: Any, bench: Bench) -> Callable[[Any], Any]:
+def _view(lm: LoadedModel, bench: Bench) -> Render:
     from fptrace.commands.diff.core import diff
     from fptrace.commands.diff.render import diff_view
     from fptrace.core.trace import run_trace
@@ -98,7 +100,7 @@ def _view(lm: Any, bench: Bench) -> Callable[[Any], Any]:
     return lambda w: diff_view(d, w)
 
 
-def _view_deep(lm: Any, bench: Bench) -> Callable[[Any], Any]:
+def _view_deep(lm: LoadedModel, bench: Bench) -> Render:
     import torch
 
     from fptrace.commands.diff.deep import deep_diff

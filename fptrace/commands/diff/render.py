@@ -251,13 +251,17 @@ def deep_figure(d: TraceDiff) -> tuple[Any, dict]:
 
     plt = pyplot()
     deep = d.deep
+    assert deep is not None  # drawn for diff --deep only
     points = list(deep.points)
-    grid = []
+    grid: list[list[float]] = []
     for blk in deep.blocks:
         rels = {p.point: p for p in blk.points}
-        grid.append([math.inf if p in rels and rels[p].nonfinite else
-                     (rels[p].rel if p in rels and rels[p].rel is not None else math.nan)
-                     for p in points])
+        row = []
+        for p in points:
+            r = rels.get(p)
+            row.append(math.nan if r is None else math.inf if r.nonfinite else
+                       math.nan if r.rel is None else r.rel)
+        grid.append(row)
     series = {"points": points, "layers": list(deep.layers), "rel": grid,
               "tolerance": deep.tolerance}
     shown = [[math.log10(max(x, 1e-12)) if math.isfinite(x) else math.nan for x in row]

@@ -12,7 +12,7 @@ from __future__ import annotations
 import contextlib
 import copy
 from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fptrace.addresses import Block, Index, resolve_block, resolve_index
 from fptrace.commands.explain.embedding import embedding
@@ -30,6 +30,10 @@ from fptrace.models.prompts import Prompt
 from fptrace.models.tensor_parallel import full
 from fptrace.points import Point
 from fptrace.results import Check, Token, TopToken
+
+if TYPE_CHECKING:
+    import torch
+    from torch import nn
 
 # (atol, rtol) of a recomputed tensor against the model's, by its dtype (see _close). The
 # recomputation runs in float32, so against
@@ -53,21 +57,21 @@ def _captured(lm: LoadedModel, layer: int) -> Iterator[dict]:
     parts = lm.parts
     got: dict[str, Any] = {}
 
-    def pre(module: Any, args: tuple, kwargs: dict) -> None:
+    def pre(module: nn.Module, args: tuple, kwargs: dict) -> None:
         got["block_in"] = (args[0] if args else kwargs["hidden_states"]).detach().clone()
 
     def keep(name: str):
-        def hook(module: Any, args: tuple, output: Any) -> None:
+        def hook(module: nn.Module, args: tuple, output: Any) -> None:
             got[name] = first_output(output).detach().clone()
         return hook
 
-    def embed_out(module: Any, args: tuple, kwargs: dict) -> None:
+    def embed_out(module: nn.Module, args: tuple, kwargs: dict) -> None:
         got["embed_out"] = (args[0] if args else kwargs["hidden_states"]).detach().clone()
 
-    def mlp_in(module: Any, args: tuple, kwargs: dict) -> None:
+    def mlp_in(module: nn.Module, args: tuple, kwargs: dict) -> None:
         got["mlp_in"] = (args[0] if args else next(iter(kwargs.values()))).detach().clone()
 
-    def router_out(module: Any, args: tuple, output: Any) -> None:
+    def router_out(module: nn.Module, args: tuple, output: Any) -> None:
         got["router"] = tuple(t.detach().clone() for t in output[:3])
 
     moe = [Hook.after(r, router_out) for i, r in routers(parts) if i == layer]
@@ -82,7 +86,7 @@ def _captured(lm: LoadedModel, layer: int) -> Iterator[dict]:
         yield got
 
 
-def _float32(module: Any) -> Any:
+def _float32(module: nn.Module) -> Any:
     """The module itself when it is already float32 and whole; else its float32 weights: a copy
     (one block, or the final norm: small), or, when the model is sharded over tensor-parallel
     ranks, a plain object tree with each module's whole weights (`full_tensor()`), which is
@@ -97,7 +101,7 @@ def _float32(module: Any) -> Any:
     return copy.deepcopy(module).float()
 
 
-def _whole(module: Any) -> Any:
+def _whole(module: nn.Module) -> Any:
     import types
 
     tree = types.SimpleNamespace(**{name: _whole(child)
@@ -292,7 +296,7 @@ def _all_heads(s: Steps, toks: tuple[Token, ...]) -> tuple[AttentionMatrix, ...]
                  for h in range(w.shape[0]))
 
 
-def _sampling(lm: LoadedModel, logits: Any, temperature: float, top_k: int, top_p: float,
+def _sampling(lm: LoadedModel, logits: torch.Tensor, temperature: float, top_k: int, top_p: float,
               seed: int, show: int) -> Sampling:
     import torch
 

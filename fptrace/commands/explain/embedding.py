@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -16,8 +16,11 @@ from fptrace.families.ops import Steps
 from fptrace.models.tensor_parallel import full
 from fptrace.points import Point
 
+if TYPE_CHECKING:
+    from fptrace.models.loading import LoadedModel
 
-def embedding(lm: Any, ids: Sequence[int], s: Steps, n: int = 4) -> tuple[Any, tuple]:
+
+def embedding(lm: LoadedModel, ids: Sequence[int], s: Steps, n: int = 4) -> tuple[Any, tuple]:
     """x: (1, T, C), the stream entering block 0, recomputed; and one row per token with the
     first n values of each part."""
     fam = lm.parts.family

@@ -2,26 +2,28 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from fptrace.examples import Bench, Case, NoteCase, Setup, View
+from fptrace.examples import Bench, Case, NoteCase, Render, Said, Setup, View
+
+if TYPE_CHECKING:
+    from fptrace.models.loading import LoadedModel
 
 PROMPT = "The cat sat on the mat"
 
 
-def _explained(lm: Any, **kw: Any) -> tuple[str, ...]:
+def _explained(lm: LoadedModel, **kw: Any) -> tuple[str, ...]:
     from fptrace.commands.explain.core import explain
 
     return explain(lm, [5, 6, 7, 8], **kw).notes
 
 
-def _end_of_pass(bench: Bench) -> tuple[Any, Any]:
+def _end_of_pass(bench: Bench) -> Said:
     lm = bench.lm("llama")
     return _explained(lm, layer=-1), _explained(lm, layer=0)
 
 
-def _matrix_limit(bench: Bench) -> tuple[Any, Any]:
+def _matrix_limit(bench: Bench) -> Said:
     lm = bench.lm("llama")
     return _explained(lm), _explained(lm, max_matrix=2)
 
@@ -30,7 +32,7 @@ NOTE_CASES = (NoteCase("explain_end_of_pass", _end_of_pass),
               NoteCase("explain_matrix_limit", _matrix_limit))
 
 
-def _view(lm: Any, bench: Bench) -> Callable[[Any], Any]:
+def _view(lm: LoadedModel, bench: Bench) -> Render:
     from fptrace.commands.explain.core import explain
     from fptrace.commands.explain.render import explain_view
 

@@ -27,7 +27,7 @@ is refused, naming both.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fptrace.addresses import Site
 from fptrace.commands.features.notes import ATTRIBUTION_WITHHELD, MASSIVE, NOT_IN_STREAM, SOFTCAP
@@ -50,6 +50,10 @@ from fptrace.core.trace import base_notes, model_info, ranked_token
 from fptrace.errors import BadInput
 from fptrace.results import Check
 
+if TYPE_CHECKING:
+    from fptrace.models.loading import LoadedModel
+    from fptrace.models.prompts import Prompt
+
 DECOMPOSITION_RTOL = 1e-6
 MASSIVE_RATIO = 10.0
 # the wrong-site guard: the site's FVU above this while a neighbouring stream's is below
@@ -58,7 +62,7 @@ SITE_FVU = 0.2
 NEIGHBOUR_FVU = 0.1
 
 
-def load_dictionaries(lm: Any, saes: Sequence[Any] = (), transcoders: Sequence[Any] = (),
+def load_dictionaries(lm: LoadedModel, saes: Sequence[Any] = (), transcoders: Sequence[Any] = (),
                       site: str | None = None) -> list[Dictionary]:
     """Each --sae and --transcoder read (or taken as given), its role and place checked against
     the option and the model."""
@@ -83,10 +87,10 @@ def check_latent(dicts: Sequence[Dictionary], latent: int | None) -> None:
             raise BadInput(f"--latent {latent}: {d.path!r} has latents 0 to {d.d_sae - 1}")
 
 
-def features(lm: Any, prompt: Any, *, saes: Sequence[Any] = (), transcoders: Sequence[Any] = (),
-             site: str | None = None, top: int = 5, latent: int | None = None,
-             target: str | None = None, top_prompts: str | None = None, top_n: int = 10,
-             batch_size: int = 8) -> Features:
+def features(lm: LoadedModel, prompt: Prompt, *, saes: Sequence[Any] = (),
+             transcoders: Sequence[Any] = (), site: str | None = None, top: int = 5,
+             latent: int | None = None, target: str | None = None,
+             top_prompts: str | None = None, top_n: int = 10, batch_size: int = 8) -> Features:
     """Read the prompt through each dictionary (see the module's text)."""
     import torch
 
@@ -185,7 +189,7 @@ def _guard_site(d: Dictionary, cap: Captured, n_layers: int) -> None:
                     f"{other:.3g}: it was trained one place off; fix its hook name")
 
 
-def _readout(lm: Any, d: Dictionary, cap: Captured, t: int, top: int, latent: int | None,
+def _readout(lm: LoadedModel, d: Dictionary, cap: Captured, t: int, top: int, latent: int | None,
              notes: list) -> DictionaryReadout:
     import torch
 
@@ -230,7 +234,7 @@ def _readout(lm: Any, d: Dictionary, cap: Captured, t: int, top: int, latent: in
         latent=trace)
 
 
-def _attribution(lm: Any, d: Dictionary, cap: Captured, a: Any, err: Any, y: Any, t: int,
+def _attribution(lm: LoadedModel, d: Dictionary, cap: Captured, a: Any, err: Any, y: Any, t: int,
                  top: int, notes: list) -> FeatureAttribution | None:
     """The target's logit split through the dictionary at the last position (module text)."""
     import torch
@@ -281,7 +285,7 @@ def _attribution(lm: Any, d: Dictionary, cap: Captured, a: Any, err: Any, y: Any
         difference=total - model_logit, tolerance=tolerance)
 
 
-def largest(lm: Any, d: Dictionary, latent: int, path: str, n: int, batch_size: int
+def largest(lm: LoadedModel, d: Dictionary, latent: int, path: str, n: int, batch_size: int
             ) -> tuple[tuple[TopActivation, ...], int]:
     """The n places over the prompts of `path` where the latent is largest, streamed a group of
     prompts at a time (core/inputs.py, core/prompt_groups.py, as `stats` reads them)."""

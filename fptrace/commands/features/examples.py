@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from fptrace.examples import Bench, Case, NoteCase, Setup, View
+from fptrace.examples import Bench, Case, NoteCase, Render, Said, Setup, View
+
+if TYPE_CHECKING:
+    from fptrace.models.loading import LoadedModel
 
 PROMPT = "The cat sat on the mat"
 
@@ -53,7 +55,7 @@ def write_seeded(folder: str, d_model: int, d_sae: int, hook: str = "blocks.1.ho
     return folder
 
 
-def _notes(lm: Any, **kw: Any) -> tuple[str, ...]:
+def _notes(lm: LoadedModel, **kw: Any) -> tuple[str, ...]:
     from fptrace.commands.features.core import features
 
     d = int(lm.config.hidden_size)
@@ -61,21 +63,21 @@ def _notes(lm: Any, **kw: Any) -> tuple[str, ...]:
     return features(lm, [5, 6, 7, 8], **kw).notes
 
 
-def _massive(bench: Bench) -> tuple[Any, Any]:
+def _massive(bench: Bench) -> Said:
     return _notes(bench.lm("llama")), None
 
 
-def _withheld(bench: Bench) -> tuple[Any, Any]:
+def _withheld(bench: Bench) -> Said:
     return _notes(bench.lm("llama")), None
 
 
-def _not_in_stream(bench: Bench) -> tuple[Any, Any]:
+def _not_in_stream(bench: Bench) -> Said:
     lm = bench.lm("llama")
     d = int(lm.config.hidden_size)
     return _notes(lm), _notes(lm, saes=[seeded(d, 4 * d, "blocks.1.hook_mlp_in")])
 
 
-def _softcap(bench: Bench) -> tuple[Any, Any]:
+def _softcap(bench: Bench) -> Said:
     return _notes(bench.lm("llama")), _notes(bench.lm("gemma2"))
 
 
@@ -85,7 +87,7 @@ NOTE_CASES = (NoteCase("features_massive", _massive),
               NoteCase("features_softcap", _softcap))
 
 
-def _view(lm: Any, bench: Bench) -> Callable[[Any], Any]:
+def _view(lm: LoadedModel, bench: Bench) -> Render:
     from fptrace.commands.features.core import features
     from fptrace.commands.features.render import features_view
 

@@ -9,12 +9,17 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fptrace.addresses import Site
 from fptrace.core.dictionary_sites import MLP_IN
 from fptrace.core.hooks import Hook, first_output, hooked
 from fptrace.points import Point
+
+if TYPE_CHECKING:
+    from torch import nn
+
+    from fptrace.models.loading import LoadedModel
 
 
 def stream_index(site: Site) -> int | None:
@@ -53,7 +58,7 @@ def _hidden(args: tuple, kwargs: dict) -> Any:
     return args[0] if args else kwargs["hidden_states"]
 
 
-def hooks_for(lm: Any, cap: Captured, streams: Iterable[int], sites: Iterable[Site],
+def hooks_for(lm: LoadedModel, cap: Captured, streams: Iterable[int], sites: Iterable[Site],
               attribution: bool = False) -> list[Hook]:
     """Hooks that fill `cap` with the given stream numbers and MLP sites; with attribution, the
     final stream and the LM head's output at the last position too."""
@@ -62,12 +67,12 @@ def hooks_for(lm: Any, cap: Captured, streams: Iterable[int], sites: Iterable[Si
     hooks: list[Hook] = []
 
     def pre(store: dict, key: int) -> Any:
-        def hook(module: Any, args: tuple, kwargs: dict) -> None:
+        def hook(module: nn.Module, args: tuple, kwargs: dict) -> None:
             store[key] = _copy(_hidden(args, kwargs))
         return hook
 
     def post(store: dict, key: int) -> Any:
-        def hook(module: Any, args: tuple, kwargs: dict, output: Any) -> None:
+        def hook(module: nn.Module, args: tuple, kwargs: dict, output: Any) -> None:
             store[key] = _copy(first_output(output))
         return hook
 
@@ -83,10 +88,10 @@ def hooks_for(lm: Any, cap: Captured, streams: Iterable[int], sites: Iterable[Si
             hooks.append(Hook.after(parts.mlp_adds[s.layer], post(cap.mlp_out, s.layer),
                                     kwargs=True))
     if attribution:
-        def final(module: Any, args: tuple, kwargs: dict, output: Any) -> None:
+        def final(module: nn.Module, args: tuple, kwargs: dict, output: Any) -> None:
             cap.final_last = _copy(first_output(output)[:, -1])
 
-        def head(module: Any, args: tuple, kwargs: dict, output: Any) -> None:
+        def head(module: nn.Module, args: tuple, kwargs: dict, output: Any) -> None:
             cap.logits_last = _copy(first_output(output)[:, -1])
 
         hooks.append(Hook.after(parts.blocks[n - 1], final, kwargs=True))
@@ -94,7 +99,7 @@ def hooks_for(lm: Any, cap: Captured, streams: Iterable[int], sites: Iterable[Si
     return hooks
 
 
-def capture(lm: Any, input_ids: Any, streams: Iterable[int], sites: Iterable[Site],
+def capture(lm: LoadedModel, input_ids: Any, streams: Iterable[int], sites: Iterable[Site],
             attribution: bool = False, **kwargs: Any) -> Captured:
     """One forward pass of input_ids (B, T) with the hooks of hooks_for; the model's own
     last-position logits are not needed beyond the LM head's hook."""

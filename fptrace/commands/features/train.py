@@ -39,7 +39,7 @@ import os
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fptrace.addresses import Site
 from fptrace.atomic import write_atomic
@@ -49,6 +49,9 @@ from fptrace.core.dictionary_sites import hook_name
 from fptrace.core.trace import model_info
 from fptrace.errors import BadInput, OutOfMemory
 from fptrace.points import Point
+
+if TYPE_CHECKING:
+    from fptrace.models.loading import LoadedModel
 
 STATE = "trainer_state.safetensors"
 STATE_JSON = "trainer_state.json"
@@ -190,7 +193,7 @@ def inputs_digest(items: Sequence[Any]) -> str:
     return h.hexdigest()
 
 
-def collect(lm: Any, items: Sequence[Any], layer: int, progress: Callable | None = None,
+def collect(lm: LoadedModel, items: Sequence[Any], layer: int, progress: Callable | None = None,
             batch_size: int = 8) -> tuple[Any, list[int]]:
     """(N, d) float32 on the CPU: the stream after `layer` at every position but each prompt's
     first, and the number of positions each prompt gave (in order)."""
@@ -270,8 +273,8 @@ class TopK:
             self.W_dec /= self.W_dec.norm(dim=-1, keepdim=True).clamp(min=1e-12)
 
 
-def train(lm: Any, inputs: Sequence[str], out: str, opts: TrainOptions, *, resume: bool = False,
-          progress: Callable[[str, int, int], None] | None = None,
+def train(lm: LoadedModel, inputs: Sequence[str], out: str, opts: TrainOptions, *,
+          resume: bool = False, progress: Callable[[str, int, int], None] | None = None,
           items: Sequence[Any] | None = None) -> TrainResult:
     """Train and write the SAE (see the module's text). progress(phase, done, total): phase
     `prompts` while collecting (done in prompts), `steps` while training. `items`: the prompts
@@ -496,7 +499,7 @@ def _load_state(out: str, doc: dict, sae: TopK, adam: Any, since_fired: Any
     return step, list(doc.get("losses", []))
 
 
-def write_saelens_folder(out: str, sae: TopK, opts: TrainOptions, lm: Any,
+def write_saelens_folder(out: str, sae: TopK, opts: TrainOptions, lm: LoadedModel,
                    transcoder: bool = False) -> None:
     """cfg.json + sae_weights.safetensors in `out`: a TopK SAE of the stream after block L, or
     with `transcoder` a TopK transcoder of block L's MLP (architecture `topk_transcoder`: read by
@@ -509,7 +512,8 @@ def write_saelens_folder(out: str, sae: TopK, opts: TrainOptions, lm: Any,
     bos = getattr(tok, "bos_id", None) if tok is not None else None
     # what the tokenizer did to the prompts trained on (SmolLM2's GGUF adds no begin-of-text
     # token): a reader that reruns the model must prepare its prompts the same way
-    prepend_bos = bool(bos is not None and tok.encode("The", special=True)[:1] == [bos])
+    prepend_bos = bool(tok is not None and bos is not None
+                       and tok.encode("The", special=True)[:1] == [bos])
     L = opts.layer
     hook = f"blocks.{L}.ln2.hook_normalized" if transcoder else hook_name(Site(L, Point.resid_post))
     places = {"hook_name": hook, "hook_layer": L}

@@ -56,7 +56,7 @@ import statistics
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fptrace.addresses import Selection, Site
 from fptrace.commands.features.result import TranscoderLayer, TranscodersResult
@@ -85,6 +85,9 @@ from fptrace.core.trace import model_info
 from fptrace.errors import BadInput, FptraceError, WriteFailed
 from fptrace.points import Point
 
+if TYPE_CHECKING:
+    from fptrace.models.loading import LoadedModel
+
 MANIFEST = "transcoders.json"
 ACTIVATIONS = "activations"
 EXPORTS = ("circuit-tracer",)
@@ -105,8 +108,8 @@ def _files(out: str, layer: int) -> dict[str, str]:
     return {"in": base + ".in.f32", "out": base + ".out.f32"}
 
 
-def check_export(export: str | None, layers: Sequence[int], n_layers: int, lm: Any = None
-                 ) -> None:
+def check_export(export: str | None, layers: Sequence[int], n_layers: int,
+                 lm: LoadedModel | None = None) -> None:
     """--export's name, and what circuit-tracer's loader needs: a transcoder for every block
     and (once the model is loaded) no norm between the MLP and the stream."""
     if export is None:
@@ -215,7 +218,7 @@ def _resumed_run(out: str, opts: TrainOptions, layers: Sequence[int], export: st
     return doc
 
 
-def collect_mlp(lm: Any, items: Sequence[Any], layers: Sequence[int], files: dict,
+def collect_mlp(lm: LoadedModel, items: Sequence[Any], layers: Sequence[int], files: dict,
                 progress: Callable | None = None, batch_size: int = 8) -> int:
     """Append, for every prompt of `items`, the selected blocks' MLP inputs and outputs at
     every position but its first to files[(layer, "in" | "out")] (open binary files), as
@@ -257,7 +260,7 @@ def collect_mlp(lm: Any, items: Sequence[Any], layers: Sequence[int], files: dic
     return rows
 
 
-def _collect(lm: Any, out: str, layers: Sequence[int], kept: list, held: list,
+def _collect(lm: LoadedModel, out: str, layers: Sequence[int], kept: list, held: list,
              progress: Callable | None) -> dict:
     """The collection pass (see the module's text): {"train": rows, "held": rows, "d": d}."""
     from contextlib import ExitStack
@@ -367,7 +370,7 @@ def _export_layer(folder: str, layer: int, sae: TopK, theta: float) -> None:
     atomic_write(os.path.join(folder, f"layer_{layer}.safetensors"), save(tensors))
 
 
-def _export_config(folder: str, layers: Sequence[int], lm: Any) -> None:
+def _export_config(folder: str, layers: Sequence[int], lm: LoadedModel) -> None:
     """circuit-tracer's config.yaml: what its load_transcoders reads (model_kind, the hooks,
     scan, transcoders: the files in layer order) and what its command line takes the model's
     name from (model_name). Written as JSON-quoted strings, which YAML reads as they are."""
@@ -394,7 +397,7 @@ def _export_config(folder: str, layers: Sequence[int], lm: Any) -> None:
     atomic_write(os.path.join(folder, "config.yaml"), ("\n".join(lines) + "\n").encode())
 
 
-def train_transcoders(lm: Any, inputs: Sequence[str], out: str, opts: TrainOptions,
+def train_transcoders(lm: LoadedModel, inputs: Sequence[str], out: str, opts: TrainOptions,
                       layers: Selection | Sequence[int] | None = None, *,
                       export: str | None = None,
                       resume: bool = False, progress: Callable[[str, int, int], None] | None = None,
@@ -463,7 +466,7 @@ def train_transcoders(lm: Any, inputs: Sequence[str], out: str, opts: TrainOptio
         export_folder=export_dir)
 
 
-def _train_layer(lm: Any, out: str, layer: int, opts: TrainOptions, source: dict,
+def _train_layer(lm: LoadedModel, out: str, layer: int, opts: TrainOptions, source: dict,
                  collected: dict, export_dir: str | None, progress: Callable | None) -> dict:
     """Train block `layer`'s transcoder from the collected rows (continuing its checkpoint
     where there is one), write it, and return its figures (TranscoderLayer's fields)."""

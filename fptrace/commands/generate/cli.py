@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
 from fptrace.cli.io import Group, emit_json, load_for, prompt_command, show, stdout_console
 from fptrace.cli.options import SAMPLING, STATS, ChatOptions, LoadOptions, Outputs
+
+if TYPE_CHECKING:
+    from fptrace.models.loading import LoadedModel
+    from fptrace.models.prompts import Prompt
 
 
 @prompt_command(order=70, group=Group.compare, docs="generate",
@@ -68,7 +72,7 @@ def generate(
         raise NonFiniteValues(f"NaN or Inf appeared at step {bad.index} ({bad.first_nonfinite})")
 
 
-def _step_printer(lm: Any, prompt: Any, max_new_tokens: int, layers: bool, wide: bool,
+def _step_printer(lm: LoadedModel, prompt: Prompt, max_new_tokens: int, layers: bool, wide: bool,
                   sampled: bool) -> Callable[[Any, str], None]:
     """Print the header, the prompt's tokens and the step columns; return the callback that
     prints each step's line as soon as the step exists."""

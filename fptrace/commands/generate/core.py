@@ -13,7 +13,7 @@ import contextlib
 import inspect
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fptrace.commands.generate.notes import TENSOR_PARALLEL_KV
 from fptrace.commands.generate.result import Generation, GenStep
@@ -24,6 +24,9 @@ from fptrace.errors import BadInput
 from fptrace.models.loading import LoadedModel
 from fptrace.models.prompts import Prepared, Prompt
 from fptrace.results import FinalNormStats, TopToken
+
+if TYPE_CHECKING:
+    from torch import nn
 
 
 def _cache_kwarg(model: Any) -> str:
@@ -98,7 +101,7 @@ def generate(lm: LoadedModel, prompt: Prompt, *, max_new_tokens: int = 12,
 
     seen: dict[str, Any] = {}
 
-    def stream_shape(module: Any, args: tuple, kwargs: dict) -> None:
+    def stream_shape(module: nn.Module, args: tuple, kwargs: dict) -> None:
         h = args[0] if args else kwargs["hidden_states"]
         seen["shape"] = tuple(int(d) for d in h.shape)
 

@@ -3,15 +3,17 @@
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING
 
-from fptrace.examples import Bench, Case, NoteCase, Setup, View
+from fptrace.examples import Bench, Case, NoteCase, Render, Said, Setup, View
+
+if TYPE_CHECKING:
+    from fptrace.models.loading import LoadedModel
 
 PROMPT = "The cat sat on the mat"
 
 
-def _tensor_parallel(bench: Bench) -> tuple[Any, Any]:
+def _tensor_parallel(bench: Bench) -> Said:
     from fptrace.commands.generate.core import generate
 
     return generate(bench.lm("llama"), [5, 6, 7], max_new_tokens=1).notes, None
@@ -20,7 +22,7 @@ def _tensor_parallel(bench: Bench) -> tuple[Any, Any]:
 NOTE_CASES = (NoteCase("generate_tensor_parallel", _tensor_parallel),)
 
 
-def _view(lm: Any, bench: Bench) -> Callable[[Any], Any]:
+def _view(lm: LoadedModel, bench: Bench) -> Render:
     from rich.console import Group
 
     from fptrace.commands.generate.core import generate

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING
 
-from fptrace.examples import Bench, View
+from fptrace.examples import Bench, Render, View
+
+if TYPE_CHECKING:
+    from fptrace.models.loading import LoadedModel
 
 
-def _view(lm: Any, bench: Bench) -> Callable[[Any], Any]:
+def _view(lm: LoadedModel, bench: Bench) -> Render:
     from fptrace.commands.models.core import list_models
     from fptrace.commands.models.render import models_table
 

@@ -14,7 +14,7 @@ happens (hooks.hooked).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fptrace.commands.patch.notes import WEAK_CORRUPTION
 from fptrace.commands.patch.result import PatchCell, PatchResult
@@ -25,6 +25,9 @@ from fptrace.errors import BadInput
 from fptrace.families.kinds import EmbedScale
 from fptrace.models.loading import LoadedModel
 from fptrace.models.prompts import Prompt
+
+if TYPE_CHECKING:
+    from torch import nn
 
 WHAT = ("resid", "attn", "mlp")
 
@@ -70,7 +73,7 @@ class Patcher:
         clean: list[Any] = [None] * len(self.modules)
 
         def keep(i: int):
-            def hook(module: Any, args: tuple, output: Any) -> None:
+            def hook(module: nn.Module, args: tuple, output: Any) -> None:
                 clean[i] = first_output(output)[0].detach().clone()  # (T, d)
             return hook
 
@@ -102,7 +105,7 @@ class Patcher:
                 ps.append(pos)
 
         def restore(i: int):
-            def hook(module: Any, args: tuple, output: Any) -> Any:
+            def hook(module: nn.Module, args: tuple, output: Any) -> Any:
                 if i not in per_module:
                     return None
                 rs, ps = per_module[i]
@@ -115,7 +118,7 @@ class Patcher:
         if self.noise is not None:
             noise = self.noise
 
-            def corrupt(module: Any, args: tuple, output: Any) -> Any:
+            def corrupt(module: nn.Module, args: tuple, output: Any) -> Any:
                 return output + noise.to(output.dtype)  # (B, T, d) + (T, d)
 
             hooks.insert(0, Hook.after(lm.parts.embed, corrupt))

@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING
 
-from fptrace.examples import Bench, Case, NoteCase, Setup, View
+from fptrace.examples import Bench, Case, NoteCase, Render, Said, Setup, View
+
+if TYPE_CHECKING:
+    from fptrace.models.loading import LoadedModel
 
 PROMPT = "The cat sat on the mat"
 
 
-def _weak_corruption(bench: Bench) -> tuple[Any, Any]:
+def _weak_corruption(bench: Bench) -> Said:
     """A corruption that changes the answer (other tokens, on a model with sharp logits) and
     one that cannot (the prompt itself)."""
     import torch
@@ -31,7 +33,7 @@ def _weak_corruption(bench: Bench) -> tuple[Any, Any]:
 NOTE_CASES = (NoteCase("patch_weak_corruption", _weak_corruption),)
 
 
-def _view(lm: Any, bench: Bench) -> Callable[[Any], Any]:
+def _view(lm: LoadedModel, bench: Bench) -> Render:
     from fptrace.commands.patch.core import patch
     from fptrace.commands.patch.render import patch_view
 

@@ -57,6 +57,7 @@ def run(
 
     output(trace, trace_view, outputs, figure=trace_figure)
     if traced.lm is not None:  # an engine that loads no model refuses --html
+        assert traced.prompt is not None  # a model is loaded with the prompt it ran
         write_page(outputs.html, traced.lm, traced.prompt, "run", trace, trace)
     if trace.first_nonfinite:
         from fptrace.errors import NonFiniteValues

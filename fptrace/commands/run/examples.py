@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from fptrace.examples import Bench, Case, NoteCase, Setup, View
+from fptrace.examples import Bench, Case, NoteCase, Render, Said, Setup, View
+
+if TYPE_CHECKING:
+    from fptrace.models.loading import LoadedModel
 
 PROMPT = "The cat sat on the mat"
 
@@ -26,7 +28,7 @@ def _tokenizer_sentences(t: Any) -> list[str]:
     return [m.group(0) for m in TOKENIZED.pattern().finditer(text)]
 
 
-def _tokenized(bench: Bench) -> tuple[Any, Any]:
+def _tokenized(bench: Bench) -> Said:
     from fptrace.core.trace import run_trace
     from fptrace.models.loading import load_model
 
@@ -38,7 +40,7 @@ def _tokenized(bench: Bench) -> tuple[Any, Any]:
 NOTE_CASES = (NoteCase("tokenized", _tokenized),)
 
 
-def _view(lm: Any, bench: Bench) -> Callable[[Any], Any]:
+def _view(lm: LoadedModel, bench: Bench) -> Render:
     from fptrace.commands.run.render import trace_view
     from fptrace.core.trace import run_trace
 

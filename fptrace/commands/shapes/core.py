@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fptrace.commands.shapes.notes import BEYOND_CONTEXT
 from fptrace.commands.shapes.result import (
@@ -25,6 +25,9 @@ from fptrace.errors import BadInput, FptraceError
 from fptrace.families.kinds import PositionKind
 from fptrace.families.parts import dims, resolve_parts
 from fptrace.results import ShapeStep, Token
+
+if TYPE_CHECKING:
+    from torch import nn
 
 BYTES = {"float32": 4, "bfloat16": 2, "float16": 2, "int8": 1, "4-bit": 0.5}
 
@@ -444,7 +447,7 @@ def _expert_share(model: Any, parts: Any, moe: Any) -> tuple[dict[str, float], l
     return share, moe_blocks
 
 
-def _get_child(module: Any, path: str | None) -> Any:
+def _get_child(module: nn.Module, path: str | None) -> Any:
     if not path:
         return None
     try:

@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING
 
-from fptrace.examples import Bench, Case, NoteCase, Setup, View
+from fptrace.examples import Bench, Case, NoteCase, Render, Said, Setup, View
+
+if TYPE_CHECKING:
+    from fptrace.models.loading import LoadedModel
 
 
-def _beyond_context(bench: Bench) -> tuple[Any, Any]:
+def _beyond_context(bench: Bench) -> Said:
     from fptrace.commands.shapes.core import shape_report
 
     return shape_report("gpt2", seq_len=8).notes, shape_report("gpt2", seq_len=2000).notes
@@ -18,7 +20,7 @@ def _beyond_context(bench: Bench) -> tuple[Any, Any]:
 NOTE_CASES = (NoteCase("shapes_beyond_context", _beyond_context),)
 
 
-def _view(lm: Any, bench: Bench) -> Callable[[Any], Any]:
+def _view(lm: LoadedModel, bench: Bench) -> Render:
     from fptrace.commands.shapes.core import shape_report
     from fptrace.commands.shapes.render import shape_view
 

@@ -100,6 +100,7 @@ MOE_COLS = (Col("blocks", 0), Col("MLP", 1), Col("× blocks", 1, "right"),
 def experts(r: ShapeReport, width: int | None = None) -> RenderableType:
     """A mixture-of-experts model's total and active parameters, per kind of block and in all."""
     m = r.moe
+    assert m is not None  # shown for a mixture of experts only
     shared = f" (+ {m.n_shared} shared)" if m.n_shared else ""
     rows: list = [[b.blocks, "experts" if b.moe else "dense", str(b.count), f"{b.total:,}",
                    f"{b.active:,}", f"{100 * b.active / b.total:.1f}%"] for b in m.blocks]
@@ -132,7 +133,7 @@ def cost(r: ShapeReport, width: int | None = None) -> RenderableType:
         [f"FLOPs of the prefill (T={r.seq_len})", _flops(c.flops_prefill)],
         ["FLOPs of one decode step", _flops(c.flops_decode_step)]]
     experts = r.moe is not None
-    if experts:
+    if r.moe is not None:
         rows.insert(len(c.weights_bytes), [f"weights one token reads in {r.dtype} (active "
                                            "experts)",
                                            human_bytes(r.moe.active_weights_bytes[r.dtype])])

@@ -22,13 +22,18 @@ each site saw every real position once.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fptrace.core.activation_stats import FINAL, ActivationStats, MassiveTally
 from fptrace.core.hooks import Hook, first_output, hooked
 from fptrace.core.prompt_groups import Encoded
 from fptrace.core.routing import capture_routing, moe_facts, tally
 from fptrace.errors import Mismatch, NonFiniteValues, UnsupportedModel
+
+if TYPE_CHECKING:
+    from torch import nn
+
+    from fptrace.models.loading import LoadedModel
 
 CONTAINER_SITES = {"attn": ("attn_in", "z"), "mlp": ("mlp_in", "mlp_act")}
 STAGE_BYTES = 64 * 2**20  # staged activations counted together (see the module's text)
@@ -44,7 +49,7 @@ def _linears(container: Any) -> list[Any]:
 class Collector:
     """The hooks of one loaded model; run(group) gives the group's statistics."""
 
-    def __init__(self, lm: Any, template: ActivationStats) -> None:
+    def __init__(self, lm: LoadedModel, template: ActivationStats) -> None:
         self.lm = lm
         self.template = template
         self.names = {id(m): n for n, m in lm.model.named_modules()}
@@ -194,7 +199,7 @@ class _Pass:
         out.append(Hook.before(parts.lm_head, self._lm_head_hook, kwargs=True))
         return out
 
-    def _linear_hook(self, container: str, module: Any) -> Any:
+    def _linear_hook(self, container: str, module: nn.Module) -> Any:
         name = self.c.names[id(module)]
 
         def hook(mod: Any, args: tuple, kwargs: dict) -> None:

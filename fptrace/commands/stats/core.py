@@ -21,7 +21,7 @@ import dataclasses
 import os
 import time
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fptrace.commands.stats.findings import (
     OUTLIER_LAYERS,
@@ -41,10 +41,13 @@ from fptrace.core.prompt_groups import Failure, Summary, run_groups, sigterm_int
 from fptrace.errors import BadInput
 from fptrace.results import ModelInfo
 
+if TYPE_CHECKING:
+    from fptrace.models.loading import LoadedModel
+
 TOP = 3
 
 
-def new_statistics(lm: Any, sinks: bool = True) -> ActivationStats:
+def new_statistics(lm: LoadedModel, sinks: bool = True) -> ActivationStats:
     from fptrace.core.routing import moe_facts, routers
     from fptrace.families.parts import dims
 
@@ -91,7 +94,7 @@ def model_of(doc: dict) -> ModelInfo:
 
 # ---- counting -------------------------------------------------------------------------------
 
-def collect(lm: Any, items: Sequence[PromptItem], stats: ActivationStats, *,
+def collect(lm: LoadedModel, items: Sequence[PromptItem], stats: ActivationStats, *,
             batch_size: int = 8, truncate: bool = False,
             progress: Callable[[int, int], None] | None = None,
             after_group: Callable[[ActivationStats], None] | None = None) -> Summary:
@@ -124,7 +127,8 @@ def collect(lm: Any, items: Sequence[PromptItem], stats: ActivationStats, *,
     return s
 
 
-def count_block(lm: Any, block: dict, *, batch_size: int, truncate: bool, sinks: bool) -> dict:
+def count_block(lm: LoadedModel, block: dict, *, batch_size: int, truncate: bool,
+                sinks: bool) -> dict:
     """On a Ray actor: the statistics of one shard of prompts (see collect_on_ray), and the
     model's facts, both as JSON (what a statistics file holds: no pickle crosses the cluster)."""
     import json
@@ -188,7 +192,7 @@ def collect_on_ray(items: Sequence[PromptItem], stats: ActivationStats, *, addre
     return s
 
 
-def activation_stats(lm: Any, prompts: Sequence[str], *, batch_size: int = 8,
+def activation_stats(lm: LoadedModel, prompts: Sequence[str], *, batch_size: int = 8,
                      truncate: bool = False, sinks: bool = True,
                      sink_threshold: float = SINK_THRESHOLD, top: int = TOP) -> Stats:
     """The statistics `fptrace stats` computes, of a list of prompts (their ids p:1, p:2, ...;
@@ -204,8 +208,9 @@ def activation_stats(lm: Any, prompts: Sequence[str], *, batch_size: int = 8,
 # ---- the command's work: files in, a statistics file out -------------------------------------
 
 def stats_run(inputs: Sequence[str], *, out: str | None, resume: bool, force: bool,
-              load: Callable[[], Any], model_name: str, random_weights: bool, sinks: bool = True,
-              batch_size: int = 8, truncate: bool = False, checkpoint_every: float = 60.0,
+              load: Callable[[], LoadedModel], model_name: str, random_weights: bool,
+              sinks: bool = True, batch_size: int = 8, truncate: bool = False,
+              checkpoint_every: float = 60.0,
               sink_threshold: float = SINK_THRESHOLD, top: int = TOP,
               progress: Callable[[int], Any] | None = None,
               elsewhere: Callable[..., Summary] | None = None,
@@ -235,7 +240,7 @@ def stats_run(inputs: Sequence[str], *, out: str | None, resume: bool, force: bo
 
 
 def _counted(items: list, *, out: str | None, resume: bool, force: bool,
-             load: Callable[[], Any], model_name: str, random_weights: bool, sinks: bool,
+             load: Callable[[], LoadedModel], model_name: str, random_weights: bool, sinks: bool,
              batch_size: int, truncate: bool, checkpoint_every: float, sink_threshold: float,
              top: int, progress: Callable[[int], Any] | None,
              elsewhere: Callable[..., Summary] | None,
@@ -289,6 +294,7 @@ def _counted(items: list, *, out: str | None, resume: bool, force: bool,
             summary = elsewhere(items, stats, batch_size=batch_size, truncate=truncate,
                                 progress=tick, after_group=checkpoint, on_model=know)
         else:
+            assert lm is not None  # loaded: nothing counts elsewhere
             summary = collect(lm, items, stats, batch_size=batch_size, truncate=truncate,
                               progress=tick, after_group=checkpoint)
     if lm is not None:
@@ -302,7 +308,7 @@ def _counted(items: list, *, out: str | None, resume: bool, force: bool,
     return result, summary
 
 
-def _same_weights(lm: Any, doc: dict | None, out: str | None, model_name: str,
+def _same_weights(lm: LoadedModel, doc: dict | None, out: str | None, model_name: str,
                   random_weights: bool) -> str | None:
     """The loaded model's fingerprint; when resuming a file that has one, it must be the same:
     other weights under the same name are refused, the same weights under another name or

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from fptrace.examples import Bench, Case, NoteCase, Setup, View
+from fptrace.examples import Bench, Case, NoteCase, Render, Said, Setup, View
+
+if TYPE_CHECKING:
+    from fptrace.models.loading import LoadedModel
 
 PROMPT = "The cat sat on the mat"
 
@@ -13,7 +15,7 @@ PROMPT = "The cat sat on the mat"
 PROMPTS = (PROMPT, "The dog ran")
 
 
-def _notes(lm: Any, prompts: tuple[str, ...] = PROMPTS, **kw: Any) -> tuple[str, ...]:
+def _notes(lm: LoadedModel, prompts: tuple[str, ...] = PROMPTS, **kw: Any) -> tuple[str, ...]:
     from fptrace.commands.stats.core import activation_stats
 
     return activation_stats(lm, list(prompts), **kw).notes
@@ -25,17 +27,17 @@ def _gpt2(bench: Bench, random_weights: bool = True) -> Any:
     return load_model(bench.gpt2_folder(), random_weights=random_weights, device="cpu")
 
 
-def _random_weights(bench: Bench) -> tuple[Any, Any]:
+def _random_weights(bench: Bench) -> Said:
     trained = _gpt2(bench, random_weights=False)  # its weights as saved: not random
     return _notes(trained), _notes(_gpt2(bench))
 
 
-def _failed(bench: Bench) -> tuple[Any, Any]:
+def _failed(bench: Bench) -> Said:
     lm = _gpt2(bench)
     return _notes(lm), _notes(lm, (PROMPTS[0], "word " * 40))  # 32 positions at most
 
 
-def _eager_attention(bench: Bench) -> tuple[Any, Any]:
+def _eager_attention(bench: Bench) -> Said:
     lm = _gpt2(bench)
     return _notes(lm, sinks=False), _notes(lm)
 
@@ -45,7 +47,7 @@ NOTE_CASES = (NoteCase("stats_random_weights", _random_weights),
               NoteCase("stats_eager_attention", _eager_attention))
 
 
-def _view(lm: Any, bench: Bench) -> Callable[[Any], Any]:
+def _view(lm: LoadedModel, bench: Bench) -> Render:
     from fptrace.commands.stats.core import build, collect, new_statistics
     from fptrace.commands.stats.render import stats_view
     from fptrace.core.inputs import PromptItem

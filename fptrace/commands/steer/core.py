@@ -19,7 +19,7 @@ from __future__ import annotations
 import math
 import os
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fptrace.addresses import Block, Selection, resolve_selection
 from fptrace.commands.steer.notes import STEER_BLOCK0, STEER_GGUF_BLOCKS, STEER_POSITIONS
@@ -40,6 +40,9 @@ from fptrace.errors import BadInput
 from fptrace.models.loading import LoadedModel
 from fptrace.models.prompts import Prompt
 from fptrace.results import Check, TopToken
+
+if TYPE_CHECKING:
+    import torch
 
 LOWER = "sweep fewer strengths (--scale) or shorten the prompt"
 
@@ -180,7 +183,8 @@ def _lens(lm: LoadedModel, cap: Any, layers: tuple[int, ...], clean: int
     return kl, top
 
 
-def _finite_rows(logits: Any, scales: Sequence[float], clean: int, vec: SteeringVector) -> None:
+def _finite_rows(logits: torch.Tensor, scales: Sequence[float], clean: int,
+                 vec: SteeringVector) -> None:
     """A strength whose steered run overflows to NaN or Inf is named (exit 4), not reported as a
     check that fails: the model computed what it was asked, at a strength it cannot hold."""
     import torch

@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from fptrace.examples import Bench, Case, NoteCase, Setup, View
+from fptrace.examples import Bench, Case, NoteCase, Render, Said, Setup, View
+
+if TYPE_CHECKING:
+    from fptrace.models.loading import LoadedModel
 
 PROMPT = "The cat sat on the mat"
 
 
-def _steered(lm: Any, **kw: Any) -> tuple[str, ...]:
+def _steered(lm: LoadedModel, **kw: Any) -> tuple[str, ...]:
     from fptrace.commands.steer.core import steer
 
     kw.setdefault("token", "#5")
@@ -18,7 +20,7 @@ def _steered(lm: Any, **kw: Any) -> tuple[str, ...]:
     return steer(lm, [5, 6, 7], scales="0,1", **kw).notes
 
 
-def _gguf_blocks(bench: Bench) -> tuple[Any, Any]:
+def _gguf_blocks(bench: Bench) -> Said:
     from fptrace.commands.steer.vectors import token_vector, write_vector
 
     lm = bench.lm("llama")
@@ -27,11 +29,11 @@ def _gguf_blocks(bench: Bench) -> tuple[Any, Any]:
     return _steered(lm), _steered(lm, token=None, layer=None, vector=path)
 
 
-def _positions(bench: Bench) -> tuple[Any, Any]:
+def _positions(bench: Bench) -> Said:
     return _steered(bench.lm("llama")), _steered(bench.lm("llama"), positions=[-1])
 
 
-def _block0(bench: Bench) -> tuple[Any, Any]:
+def _block0(bench: Bench) -> Said:
     return _steered(bench.lm("llama")), _steered(bench.lm("llama"), layer=0)
 
 
@@ -40,7 +42,7 @@ NOTE_CASES = (NoteCase("steer_gguf_blocks", _gguf_blocks),
               NoteCase("steer_block0", _block0))
 
 
-def _view(lm: Any, bench: Bench) -> Callable[[Any], Any]:
+def _view(lm: LoadedModel, bench: Bench) -> Render:
     from fptrace.commands.steer.core import steer
     from fptrace.commands.steer.render import steer_view
 

@@ -24,7 +24,7 @@ from __future__ import annotations
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fptrace.addresses import Block, resolve_block
 from fptrace.core.dictionary_sites import hook_name
@@ -32,6 +32,11 @@ from fptrace.core.trace import sizes
 from fptrace.errors import BadInput
 from fptrace.models.loading import LoadedModel
 from fptrace.numbers import parse_int
+
+if TYPE_CHECKING:
+    from torch import nn
+
+    from fptrace.models.prompts import Prompt
 
 METHODS = ("mean", "pca")
 SUFFIXES = (".gguf", ".safetensors", ".npy")
@@ -56,7 +61,7 @@ class SteeringVector:
         return {k: float(v.norm()) for k, v in self.layers.items()}
 
 
-def match_norms(lm: LoadedModel, prompt: Any, vec: SteeringVector) -> SteeringVector:
+def match_norms(lm: LoadedModel, prompt: Prompt, vec: SteeringVector) -> SteeringVector:
     """`--norm-match`: each block's direction scaled to the norm of the prompt's clean stream
     after that block, at the last position (one more forward pass)."""
     from dataclasses import replace
@@ -83,7 +88,7 @@ def steering_vector(lm: LoadedModel, *, add: str | None = None, subtract: str | 
                     pairs: str | Sequence[tuple[str, str]] | None = None, method: str = "mean",
                     vector: str | None = None, token: str | None = None,
                     layer: int | Block | None = None, mean_positions: bool = False,
-                    prompt: Any = None) -> SteeringVector:
+                    prompt: Prompt | None = None) -> SteeringVector:
     """The steering vector of exactly one source: add and subtract (two prompts), pairs (a
     JSON Lines file of {"positive", "negative"}, or a list of pairs), vector (a file) or token
     (read as the token it is right after `prompt`, when it is not one token alone)."""
@@ -132,7 +137,7 @@ def block_outputs(lm: LoadedModel, prompts: Sequence[Any], layers: Sequence[int]
         m = (torch.ones(input_ids.shape, dtype=torch.bool) if mask is None else mask).cpu()
 
         def keep(k: int):
-            def hook(module: Any, args: tuple, output: Any) -> None:
+            def hook(module: nn.Module, args: tuple, output: Any) -> None:
                 h = first_output(output).float().cpu()  # (B, T, d)
                 out[k].append(((h * m[..., None]).sum(1) / m.sum(1, keepdim=True))
                               if mean_positions else h[:, -1])  # left-padded: the last is real
@@ -197,7 +202,8 @@ def pairs_vector(lm: LoadedModel, pairs: str | Sequence[tuple[str, str]], layer:
                           path=name, passes=-(-2 * len(items) // BATCH))
 
 
-def token_vector(lm: LoadedModel, token: str, layer: int, prompt: Any = None) -> SteeringVector:
+def token_vector(lm: LoadedModel, token: str, layer: int, prompt: Prompt | None = None
+                 ) -> SteeringVector:
     """The LM head's row of one token: adding it raises that token's logit most directly."""
     from fptrace.core.fragments import token_id
 

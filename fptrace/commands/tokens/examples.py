@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING
 
-from fptrace.examples import Bench, Case, NoteCase, Setup, View
+from fptrace.examples import Bench, Case, NoteCase, Render, Said, Setup, View
+
+if TYPE_CHECKING:
+    from fptrace.models.loading import LoadedModel
 
 
-def _not_in_tokenizer(bench: Bench) -> tuple[Any, Any]:
+def _not_in_tokenizer(bench: Bench) -> Said:
     """GPT-2's tokenizer holds all 50,257 ids of its vocabulary (no case where it holds is
     cheap: no bundled model pads its vocabulary past its tokenizer)."""
     from fptrace.commands.tokens.core import tokens
@@ -19,7 +21,7 @@ def _not_in_tokenizer(bench: Bench) -> tuple[Any, Any]:
 NOTE_CASES = (NoteCase("tokens_not_in_tokenizer", _not_in_tokenizer),)
 
 
-def _view(lm: Any, bench: Bench) -> Callable[[Any], Any]:
+def _view(lm: LoadedModel, bench: Bench) -> Render:
     import dataclasses
 
     from fptrace.commands.tokens.core import tokens
@@ -29,7 +31,7 @@ def _view(lm: Any, bench: Bench) -> Callable[[Any], Any]:
     return lambda w: tokens_view(result, w)
 
 
-def _ids_view(lm: Any, bench: Bench) -> Callable[[Any], Any]:
+def _ids_view(lm: LoadedModel, bench: Bench) -> Render:
     import dataclasses
 
     from fptrace.commands.tokens.core import tokens

@@ -10,7 +10,7 @@ the same renderers, so the app shows what `run --json` says. Textual is imported
 from __future__ import annotations
 
 import contextlib
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Group
 from rich.text import Text
@@ -23,6 +23,9 @@ from textual.widgets import DataTable, Footer, Input, Static, TabbedContent, Tab
 from fptrace.cli.actions import TuiAction, TuiPane, collect
 from fptrace.errors import FptraceError
 from fptrace.render.text import norm, num, visible
+
+if TYPE_CHECKING:
+    from fptrace.models.loading import LoadedModel
 
 HELP = """[b]fptrace tui[/b]: one model, loaded once; any number of prompts.
 [b]/[/b] edit the prompt (Enter traces it, Escape leaves it)   [b]↑ ↓[/b] choose a layer
@@ -66,7 +69,7 @@ class FptraceApp(App):
     """
     BINDINGS = [Binding(a.key, f"key({i})", a.label, show=a.show) for i, a in enumerate(ACTIONS)]
 
-    def __init__(self, lm: Any = None, prompt: str | None = None, load: Any = None,
+    def __init__(self, lm: LoadedModel | None = None, prompt: str | None = None, load: Any = None,
                  chat: Any = None) -> None:
         """chat: None for plain text; else the messages before the user's (a Chat whose last
         message the prompt box supplies: `--chat`, `--system`, `--messages`)."""
@@ -125,7 +128,7 @@ class FptraceApp(App):
             return
         self.call_from_thread(self.loaded, lm)
 
-    def loaded(self, lm: Any) -> None:
+    def loaded(self, lm: LoadedModel) -> None:
         self.lm = lm
         self.status(f"loaded {lm.name}")
         if self.first_prompt:
@@ -182,7 +185,7 @@ class FptraceApp(App):
 
     # ----------------------------------------------------------------- panes
     def show_layer(self) -> None:
-        if self.trace is None or not self.free():
+        if self.trace is None or self.lm is None or not self.free():  # a trace has its model
             return
         from fptrace.core.trace import lens_top_k
 
@@ -327,7 +330,7 @@ class FptraceApp(App):
         from fptrace.core.trace import run_trace
         from fptrace.render.page import build_html
 
-        if self.trace is None:
+        if self.trace is None or self.lm is None:  # a trace has its model
             return
         values = defaults()
         values.update({k: v for k, v in (("layer", max(self.layer - 1, 0)), ("head", self.head))
