@@ -67,3 +67,14 @@ class OutOfMemory(FptraceError):
     """A load or forward pass that needs more memory than the device has."""
 
     exit_code = 3
+
+
+def as_parameter(name: str) -> str:
+    """How a check outside the CLI names a value: as the Python API's caller passed it
+    (`top_k`). A check that takes `named` names each value through it."""
+    return name
+
+
+def as_flag(name: str) -> str:
+    """How the CLI names the same value, the `named` it passes: its flag (`top_k` -> `--top-k`)."""
+    return "--" + name.replace("_", "-")

@@ -227,6 +227,7 @@ def test_bad_input(tmp_path):
         (["--head", "0.0", "--mode", "mean", "--mean-over", str(tmp_path / "x.txt")],
          "no such file"),
         ([], "say what to remove"),
+        (["--head", "0.0", "--target", "#100000"], "--target #100000: outside the vocabulary"),
     ]
     for args, needle in cases:
         r = runner.invoke(app, ["ablate", PROMPT, "-m", tiny_gpt2(), "--random-weights", *args])
@@ -282,6 +283,8 @@ def test_the_api_takes_typed_values_and_names_its_parameters():
         ablate(lm, IDS, mlps=[9])
     with pytest.raises(BadInput, match=r"^mlps='1': the block must be an int"):
         ablate(lm, IDS, mlps=["1"])
+    with pytest.raises(BadInput, match=r"^target #100000: outside the vocabulary"):
+        ablate(lm, IDS, heads=[Head(0, 0)], target="#100000")
 
 
 def test_a_batch_too_big_says_what_to_lower(monkeypatch):

@@ -91,9 +91,10 @@ def test_frozen_norm_is_the_model_norm_at_that_input(tiny):
 
 def test_bad_targets():
     lm = wrap_model(build_tiny("llama"), name="tiny-llama", random_weights=True)
-    with pytest.raises(BadInput, match="outside the vocabulary"):
+    # the Python API's parameters are named as passed; the CLI names its flags (below)
+    with pytest.raises(BadInput, match=r"^target #100000: outside the vocabulary"):
         attribute(lm, IDS, target="#100000")
-    with pytest.raises(BadInput, match="same token"):
+    with pytest.raises(BadInput, match=r"^target and versus are the same token$"):
         attribute(lm, IDS, target="#7", versus="#7")
 
 
@@ -131,6 +132,12 @@ def test_cli_target_of_several_tokens():
     assert r.exit_code == 2
     line = r.stderr.strip().splitlines()[-1]
     assert "is 3 tokens" in line and "' on'" in line
+    assert line.startswith("fptrace: error: --target ' on the mat'")
+    r = runner.invoke(app, ["attribute", "The cat sat", "-m", tiny_gpt2(), "--random-weights",
+                            "--target", "#7", "--versus", "#7"])
+    assert r.exit_code == 2
+    assert r.stderr.strip().splitlines()[-1] == \
+        "fptrace: error: --target and --versus are the same token"
 
 
 MOE = ["deepseek_v3", "gpt_oss", "mixtral", "olmoe", "qwen2_moe", "qwen3_moe"]

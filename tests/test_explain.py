@@ -144,9 +144,9 @@ def test_bad_layer_and_head():
     with pytest.raises(BadInput, match="^layer='1': the block must be an int"):
         explain(lm, IDS, layer="1")
     assert explain(lm, IDS, layer=-1, head=-1).layer == 2
-    with pytest.raises(BadInput, match="--top-p"):
-        explain(lm, IDS, top_p=1.2)
-    with pytest.raises(BadInput, match="--temperature"):
+    with pytest.raises(BadInput, match=r"^top_p must be in \(0, 1\], not 1.2"):
+        explain(lm, IDS, top_p=1.2)  # the parameter's name: --top-p is the CLI's
+    with pytest.raises(BadInput, match=r"^temperature must be 0 or more"):
         explain(lm, IDS, temperature=-1)
 
 

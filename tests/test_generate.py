@@ -128,14 +128,16 @@ def test_stops_at_end_of_sequence():
 
 def test_bad_input():
     lm = wrap_model(build_tiny("gpt2"), name="tiny-gpt2", random_weights=True)  # context 64
-    with pytest.raises(BadInput, match="-n must be at least 1"):
+    with pytest.raises(BadInput, match=r"^max_new_tokens must be at least 1, not 0"):
         generate(lm, IDS, max_new_tokens=0)
     with pytest.raises(BadInput, match="context window of 64.*-n 59"):
         generate(lm, IDS, max_new_tokens=60)
-    with pytest.raises(BadInput, match="--top-p"):
-        generate(lm, IDS, temperature=1.0, top_p=0)
-    with pytest.raises(BadInput, match="--temperature"):
+    with pytest.raises(BadInput, match=r"^top_p must be in \(0, 1\]"):
+        generate(lm, IDS, temperature=1.0, top_p=0)  # the parameter's name: --top-p is the CLI's
+    with pytest.raises(BadInput, match=r"^temperature must be 0 or more"):
         generate(lm, IDS, temperature=-1)
+    with pytest.raises(BadInput, match=r"^top_k must be at least 1 \(or None for off\), not 0"):
+        generate(lm, IDS, top_k=0)
 
 
 @pytest.mark.slow

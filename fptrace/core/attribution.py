@@ -18,6 +18,7 @@ removing a part (its direct effect: what the part wrote straight into the logits
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -32,7 +33,7 @@ from fptrace.core.routing import (
     shared_output,
 )
 from fptrace.core.trace import layer_stats, model_info
-from fptrace.errors import BadInput, UnsupportedModel
+from fptrace.errors import BadInput, UnsupportedModel, as_parameter
 from fptrace.families.kinds import NormKind
 from fptrace.families.parts import output_projection
 from fptrace.models.loading import LoadedModel
@@ -197,9 +198,11 @@ def head_parts(lm: LoadedModel, layer: int, y: Any, o: Any, w_o: tuple, nh: int,
 
 
 def direct_logits(lm: LoadedModel, prompt: Prompt, *, target: str | None = None,
-                  versus: str | None = None) -> DirectLogits:
+                  versus: str | None = None, named: Callable[[str], str] = as_parameter
+                  ) -> DirectLogits:
     """Run the prompt once and take its last position's stream apart (see the module's text):
-    the target is the model's top-1 unless given (one token, or #ID)."""
+    the target is the model's top-1 unless given (one token, or #ID). `named`: how an error
+    names `target` and `versus` (the CLI: --target, --versus)."""
     import torch
 
     fam = lm.parts.family
@@ -226,10 +229,11 @@ def direct_logits(lm: LoadedModel, prompt: Prompt, *, target: str | None = None,
     _, checks = layer_stats(lm, cap, snippet=0, logit_lens=False)
     if not checks[0].holds:
         raise UnsupportedModel("cannot attribute: " + checks[0].note())
-    t = int(logits.argmax()) if target is None else token_id(lm, target, "--target", prepared)
-    v = None if versus is None else token_id(lm, versus, "--versus", prepared)
+    t = int(logits.argmax()) if target is None else \
+        token_id(lm, target, named("target"), prepared)
+    v = None if versus is None else token_id(lm, versus, named("versus"), prepared)
     if v == t:
-        raise BadInput("--target and --versus are the same token")
+        raise BadInput(f"{named('target')} and {named('versus')} are the same token")
     pre_cap = got["pre_cap"]
     d = DirectLogits(lm=lm, prepared=prepared, ids=ids, logits=logits, target=t, versus=v, parts=[],
                      model_logit=float(pre_cap[t] - (pre_cap[v] if v is not None else 0)),

@@ -78,8 +78,8 @@ def run_groups(lm: LoadedModel, items: Sequence[PromptItem], work: Callable[[lis
     input order, the results of its pass (one, or one per prompt when the group was run again
     prompt by prompt, in input order) and the failures by id. Counts go into summary (traced,
     failed, tokens, seconds, interrupted); progress(prompts, tokens) after each chunk."""
-    if batch_size < 1:
-        raise BadInput("--batch-size must be at least 1")
+    if batch_size < 1:  # the CLI's --batch-size is held to the same by Typer
+        raise BadInput(f"batch_size must be at least 1, not {batch_size}")
     start = time.perf_counter()
     try:
         for g in range(0, len(items), batch_size):

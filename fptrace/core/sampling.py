@@ -6,22 +6,25 @@ never changing its input. A draw takes an explicit seed, so the same call gives 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from fptrace.errors import BadInput
+from fptrace.errors import BadInput, as_parameter
 
 if TYPE_CHECKING:
     import torch
 
 
-def check_options(temperature: float, top_k: int, top_p: float) -> None:
-    """Reject values no sampler accepts, with the flag named."""
+def check_options(temperature: float, top_k: int, top_p: float, *,
+                  named: Callable[[str], str] = as_parameter) -> None:
+    """Reject values no sampler accepts, each named as `named` says (the CLI: its flag)."""
     if not temperature >= 0:  # also catches NaN
-        raise BadInput(f"--temperature must be 0 or more (0 means greedy), not {temperature}")
+        raise BadInput(f"{named('temperature')} must be 0 or more (0 means greedy), "
+                       f"not {temperature}")
     if top_k < 1:
-        raise BadInput(f"--top-k must be at least 1, not {top_k}")
+        raise BadInput(f"{named('top_k')} must be at least 1, not {top_k}")
     if not 0 < top_p <= 1:
-        raise BadInput(f"--top-p must be in (0, 1], not {top_p}")
+        raise BadInput(f"{named('top_p')} must be in (0, 1], not {top_p}")
 
 
 def greedy(logits: torch.Tensor) -> torch.Tensor:
@@ -82,11 +85,13 @@ def draw(probs: torch.Tensor, seed: int) -> int:
     return int(torch.multinomial(probs.detach().float().cpu(), 1, generator=gen))
 
 
-def check_generation(temperature: float, top_k: int | None, top_p: float) -> None:
-    """The options of generation, where top-k may be off (None)."""
+def check_generation(temperature: float, top_k: int | None, top_p: float, *,
+                     named: Callable[[str], str] = as_parameter, off: str = "None") -> None:
+    """The options of generation, where top-k may be off (None; `off`: how the caller says
+    it, the CLI's 0)."""
     if top_k is not None and top_k < 1:
-        raise BadInput(f"--top-k must be at least 1 (or 0 for off), not {top_k}")
-    check_options(temperature, 1, top_p)
+        raise BadInput(f"{named('top_k')} must be at least 1 (or {off} for off), not {top_k}")
+    check_options(temperature, 1, top_p, named=named)
 
 
 def distribution(logits: torch.Tensor, temperature: float, top_k: int | None, top_p: float

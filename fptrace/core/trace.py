@@ -103,10 +103,10 @@ def run_traces(lm: LoadedModel, prompts: Sequence[Prompt], *, top_k: int = 10,
     prompt gives alone, within float tolerance."""
     import torch
 
-    if top_k < 1:
-        raise BadInput("--top-k must be at least 1")
+    if top_k < 1:  # the CLI's --top-k and --snippet are held to the same by Typer
+        raise BadInput(f"top_k must be at least 1, not {top_k}")
     if snippet < 0:
-        raise BadInput("--snippet must be 0 or more")
+        raise BadInput(f"snippet must be 0 or more, not {snippet}")
     prepared = [lm.prepare(p, truncate) for p in prompts]
     if lens_grid and len(prepared) != 1:
         raise BadInput("the logit-lens grid is computed for one prompt at a time")

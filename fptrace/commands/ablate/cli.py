@@ -10,6 +10,7 @@ from fptrace.cli.io import Group, load_for, output, prompt_command, require_chec
 from fptrace.cli.options import STATS, ChatOptions, LoadOptions, Outputs
 from fptrace.cli.page import write_page
 from fptrace.commands.ablate.modes import MODES
+from fptrace.errors import as_flag
 
 PARTS = "Parts"
 
@@ -87,7 +88,7 @@ def ablate(
     result = run_ablate(lm, prompt, heads=heads, mlps=mlps, all_heads=all_heads,
                         all_mlps=all_mlps, mode=mode, mean_over=mean_over, target=target,
                         batch_size=batch_size, top=top, sae=sae, latent=latent,
-                        experts=experts, route=route)
+                        experts=experts, route=route, named=as_flag)
     from fptrace.commands.ablate.render import ablate_figure, ablate_view
 
     output(result, ablate_view, outputs, figure=ablate_figure)

@@ -17,7 +17,7 @@ fails (exit 5) when either does not hold.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from fptrace.addresses import Block, Expert, Head
@@ -47,7 +47,7 @@ from fptrace.core.interventions import (
 )
 from fptrace.core.routing import ROUTES
 from fptrace.core.trace import base_notes, model_info, ranked_token
-from fptrace.errors import BadInput
+from fptrace.errors import BadInput, as_parameter
 from fptrace.models.loading import LoadedModel
 from fptrace.models.prompts import Prompt
 from fptrace.results import Check, TopToken
@@ -63,19 +63,21 @@ def ablate(lm: LoadedModel, prompt: Prompt, *, heads: Sequence[Head] = (),
            mode: str = "zero", mean_over: str | Sequence[str] | None = None,
            target: str | None = None, batch_size: int = 32, top: int = 10,
            sae: str | None = None, latent: int | None = None, experts: Sequence[Expert] = (),
-           route: str = "renormalise") -> Ablation:
+           route: str = "renormalise", named: Callable[[str], str] = as_parameter
+           ) -> Ablation:
     """The target's logit with parts removed: each of `heads` (`Head(layer, head)` values),
     `mlps` (block indices) and `experts` (`Expert(layer, expert)` values: a routed expert of a
     mixture of experts, gone from its router's choice as `route` says: `renormalise` or
     `next`) alone and all together, and with all_heads / all_mlps one part per run (negative
     blocks and heads count from the end); or, with sae and latent, what latent N of that SAE
-    wrote, removed at every position."""
+    wrote, removed at every position. `named`: how an error about `target` names it (the
+    CLI: --target)."""
     if sae is not None or latent is not None:
         if heads or mlps or experts or all_heads or all_mlps or mode != "zero" \
                 or mean_over is not None:
             raise BadInput("--sae/--latent removes one latent: give it without --head, --mlp, "
                            "--expert, --all-heads, --all-mlps and --mode mean")
-        return _ablate_latent(lm, prompt, sae, latent, target)
+        return _ablate_latent(lm, prompt, sae, latent, target, named)
     if mode not in MODES:
         raise BadInput(f"--mode {mode!r}: use zero or mean")
     if route not in ROUTES:
@@ -105,7 +107,7 @@ def ablate(lm: LoadedModel, prompt: Prompt, *, heads: Sequence[Head] = (),
     grid_mlps = [(Part(l),) for l in range(L)] if all_mlps else []
     todo = list(dict.fromkeys(runs + grid_heads + grid_mlps))
 
-    d = direct_logits(lm, prompt, target=target)
+    d = direct_logits(lm, prompt, target=target, named=named)
     ids, t = d.ids, d.target
     passes = 1
     routed = Routed(lm, d, route, sorted({p.layer for p in chosen if p.expert is not None}))
@@ -380,7 +382,7 @@ def _expert_notes(lm: LoadedModel, runs: Sequence[tuple[Part, ...]], routed: Rou
 
 
 def _ablate_latent(lm: LoadedModel, prompt: Prompt, sae: str | None, latent: int | None,
-                   target: str | None) -> Ablation:
+                   target: str | None, named: Callable[[str], str]) -> Ablation:
     """`--sae DIR --latent N`: at the output of the block the SAE reads, aᵢ·dᵢ (aᵢ its encoding
     of that output, position by position) is subtracted; one batch of two rows, the clean run
     and the ablated one. Direct effect: minus aᵢ·dᵢ at the last position through the frozen final
@@ -398,7 +400,7 @@ def _ablate_latent(lm: LoadedModel, prompt: Prompt, sae: str | None, latent: int
     check_model(dic, info.n_layers, info.d_model, lm.name)
     block, row = latent_block(dic, latent)
     dic.to(lm.device)
-    d = direct_logits(lm, prompt, target=target)
+    d = direct_logits(lm, prompt, target=target, named=named)
     t = d.target
     store: dict = {}
     hooks = latent_removal_hooks(lm, block, lambda h: dic.encode(h.reshape(-1, h.shape[-1])

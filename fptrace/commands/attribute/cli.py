@@ -9,6 +9,7 @@ import typer
 from fptrace.cli.io import Group, load_for, output, prompt_command
 from fptrace.cli.options import STATS, ChatOptions, LoadOptions, Outputs
 from fptrace.cli.page import write_page
+from fptrace.errors import as_flag
 
 if TYPE_CHECKING:
     from fptrace.models.loading import LoadedModel
@@ -63,7 +64,7 @@ def attribute(
         return attribute_qk_cli(lm, prompt, head, i, j, group, top, outputs)
     from fptrace.commands.attribute.core import attribute as run_attribute
 
-    result = run_attribute(lm, prompt, target=target, versus=versus, top=top)
+    result = run_attribute(lm, prompt, target=target, versus=versus, top=top, named=as_flag)
     from fptrace.commands.attribute.render import attribution_figure, attribution_view
 
     output(result, attribution_view, outputs, figure=attribution_figure)

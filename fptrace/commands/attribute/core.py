@@ -8,19 +8,25 @@ check that the parts sum to the model's logit (exit 5 when they do not).
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from fptrace.commands.attribute.notes import SOFTCAP
 from fptrace.commands.attribute.result import Attribution, Contribution, LayerAttribution
 from fptrace.core.attribution import MLP_PARTS, DirectLogits, direct_logits
 from fptrace.core.trace import base_notes, model_info, ranked_token
+from fptrace.errors import as_parameter
 from fptrace.models.loading import LoadedModel
 from fptrace.models.prompts import Prompt
 
 
 def attribute(lm: LoadedModel, prompt: Prompt, *, target: str | None = None,
-              versus: str | None = None, top: int = 12) -> Attribution:
+              versus: str | None = None, top: int = 12,
+              named: Callable[[str], str] = as_parameter) -> Attribution:
     """Direct logit attribution of the target token's logit at the last position (default:
-    the model's top-1), or of the logit difference target − versus."""
-    return attribution(direct_logits(lm, prompt, target=target, versus=versus), top)
+    the model's top-1), or of the logit difference target − versus. `named`: how an error
+    names a parameter (the CLI: its flag)."""
+    return attribution(direct_logits(lm, prompt, target=target, versus=versus, named=named),
+                       top)
 
 
 def attribution(d: DirectLogits, top: int = 12) -> Attribution:

@@ -42,8 +42,9 @@ def explain(
     then follow the last position to the logits and the sampling choices."""
     from fptrace.addresses import parse_block, parse_index
     from fptrace.core.sampling import check_options
+    from fptrace.errors import as_flag
 
-    check_options(temperature, top_k, top_p)
+    check_options(temperature, top_k, top_p, named=as_flag)
     block, h = parse_block(layer, "--layer"), parse_index(head, "--head", "head")
     lm, prompt = load_for(prompt, opts, chat, outputs)
     from fptrace.commands.explain.core import covered

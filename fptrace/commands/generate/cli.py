@@ -48,9 +48,10 @@ def generate(
     and its alternatives, and the time of the prefill and of each decode step."""
     from fptrace.commands.generate.core import check_new_tokens
     from fptrace.core.sampling import check_generation
+    from fptrace.errors import as_flag
 
-    check_new_tokens(max_new_tokens)
-    check_generation(temperature, top_k or None, top_p)  # --top-k 0: off
+    check_new_tokens(max_new_tokens, "-n")
+    check_generation(temperature, top_k or None, top_p, named=as_flag, off="0")  # --top-k 0
     lm, prompt = load_for(prompt, opts, chat, outputs)
     from fptrace.commands.generate.core import generate as run_generate
 

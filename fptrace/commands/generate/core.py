@@ -57,9 +57,10 @@ def _kv(cache: Any) -> tuple[tuple[int, ...], int, int, tuple[str, ...]]:
     return shapes[0], len(keys), int(total), layout
 
 
-def check_new_tokens(max_new_tokens: int) -> None:
+def check_new_tokens(max_new_tokens: int, what: str = "max_new_tokens") -> None:
+    """`what`: how the caller names the count (the CLI: -n)."""
     if max_new_tokens < 1:
-        raise BadInput(f"-n must be at least 1, not {max_new_tokens}")
+        raise BadInput(f"{what} must be at least 1, not {max_new_tokens}")
 
 
 def check_length(lm: LoadedModel, n_prompt: int, max_new_tokens: int, alternatives: int = 1
