@@ -26,6 +26,8 @@ from fptrace.cli.options import (
 from fptrace.errors import BadInput, FptraceError
 
 if TYPE_CHECKING:
+    from matplotlib.figure import Figure
+
     from fptrace.models.loading import LoadedModel
 
 COMMAND_MARK = "__fptrace_command__"
@@ -322,7 +324,7 @@ def launch_ranks(opts: LoadOptions) -> None:
         raise typer.Exit(tp.launch(n or opts.tp, argv))
 
 
-def write_plot(fig: Any, path: str, force: bool = False) -> None:
+def write_plot(fig: Figure, path: str, force: bool = False) -> None:
     from fptrace.render.figures import save
 
     save(fig, path, force)

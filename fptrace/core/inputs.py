@@ -16,11 +16,14 @@ import sys
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fptrace.errors import BadInput
 from fptrace.jsontext import loads
 from fptrace.userfiles import read_bytes
+
+if TYPE_CHECKING:
+    from fptrace.models.prompts import Chat
 
 SUFFIXES = (".txt", ".jsonl")
 
@@ -28,13 +31,14 @@ SUFFIXES = (".txt", ".jsonl")
 @dataclass(frozen=True)
 class PromptItem:
     id: str
-    prompt: Any  # the text, a Chat (a .jsonl line's "messages") or a tuple of token ids (its
-    # "ids"); None when unreadable
+    # the text, a Chat (a .jsonl line's "messages") or a tuple of token ids (its "ids"); None
+    # when unreadable
+    prompt: str | Chat | tuple[int, ...] | None
     source: str  # "file:line"
     extra: dict = field(default_factory=dict)  # fields of a .jsonl object beyond id and prompt
     error: str | None = None  # an input problem: the item becomes an error record
 
-    def checked(self) -> Any:
+    def checked(self) -> str | Chat | tuple[int, ...]:
         """The prompt, refused (BadInput) where no tokenizer can take it."""
         from fptrace.models.prompts import Chat
         from fptrace.models.tokenizers import check_prompt
@@ -49,7 +53,7 @@ class PromptItem:
         return check_prompt(self.prompt or "")
 
 
-def prompt_to_json(prompt: Any) -> str:
+def prompt_to_json(prompt: str | Chat | tuple[int, ...] | None) -> str:
     """A prompt (text, Chat or token ids) as JSON, to hand it to another process (a Ray
     worker)."""
     from fptrace.models.prompts import Chat
@@ -59,7 +63,7 @@ def prompt_to_json(prompt: Any) -> str:
     return json.dumps({"messages": prompt.as_dicts()} if isinstance(prompt, Chat) else prompt)
 
 
-def prompt_from_json(text: str) -> Any:
+def prompt_from_json(text: str) -> str | Chat | tuple[int, ...] | None:
     from fptrace.models.prompts import parse_messages
 
     value = loads(text)

@@ -26,6 +26,7 @@ from fptrace.families.parts import ModelParts
 from fptrace.results import BlockRoute, Routing
 
 if TYPE_CHECKING:
+    import torch
     from torch import nn
     from transformers import PretrainedConfig
 
@@ -278,7 +279,7 @@ def kept_routes(parts: ModelParts, got: dict[int, dict]) -> dict[int, LastRoute]
     return out
 
 
-def shared_output(parts: ModelParts, layer: int, x: Any) -> Any:
+def shared_output(parts: ModelParts, layer: int, x: torch.Tensor) -> Any:
     """What the shared experts of block `layer` add on x (C,), their own gate included, by the
     model's own modules: (C,) float32, or None where the family has none."""
     import torch
@@ -294,7 +295,7 @@ def shared_output(parts: ModelParts, layer: int, x: Any) -> Any:
     return y[0].float()
 
 
-def expert_output(parts: ModelParts, layer: int, x: Any, e: int) -> Any:
+def expert_output(parts: ModelParts, layer: int, x: torch.Tensor, e: int) -> torch.Tensor:
     """Routed expert e of block `layer` on x (C,), weight 1, by the model's own experts
     module: (C,) float32."""
     import torch

@@ -8,7 +8,7 @@ if TYPE_CHECKING:
     import torch
 
 
-def norms(v: Any) -> Any:
+def norms(v: torch.Tensor) -> torch.Tensor:
     """(..., d) -> (...) L2 norm in float32."""
     import torch
 

@@ -14,6 +14,7 @@ from fptrace.errors import BadInput
 from fptrace.numbers import DIGITS, is_int, parse_float, parse_int
 
 if TYPE_CHECKING:
+    import torch
     from transformers import PretrainedConfig
 
 Progress = Callable[[str], None]
@@ -94,7 +95,7 @@ def parse_max_memory(text: str | None) -> dict | None:
 DTYPES = ("auto", "float32", "bfloat16", "float16")
 
 
-def pick_device(device: str) -> Any:
+def pick_device(device: str) -> torch.device:
     import torch
 
     device = device.strip().lower()
@@ -121,7 +122,7 @@ def pick_device(device: str) -> Any:
     return dev
 
 
-def pick_dtype(dtype: str, device: Any) -> Any:
+def pick_dtype(dtype: str, device: torch.device) -> torch.dtype:
     import torch
 
     dtype = dtype.strip().lower()

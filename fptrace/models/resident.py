@@ -73,7 +73,7 @@ def key_of(opts: Any) -> tuple:
             tuple(sorted(args.items())))
 
 
-def loaded(key: tuple) -> Any | None:
+def loaded(key: tuple) -> LoadedModel | None:
     """The model held for `key`, or None."""
     held = _held.get(key)
     if held is None:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Group, RenderableType
 from rich.text import Text
@@ -14,6 +14,9 @@ from fptrace.render.figures import pyplot
 from fptrace.render.fit import Col, fit_table
 from fptrace.render.tables import check_lines, header
 from fptrace.render.text import bullets, visible
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
 
 
 def _mode(a: Ablation) -> str:
@@ -108,7 +111,7 @@ def ablate_view(a: Ablation, width: int | None = 120) -> RenderableType:
     return Group(*parts)
 
 
-def ablate_figure(a: Any) -> tuple[Any, dict]:
+def ablate_figure(a: Ablation) -> tuple[Figure, dict]:
     """The ablation grid as a heatmap (blocks × heads, and the MLP column), or the bars of the
     named parts' total and direct effects."""
     plt = pyplot()

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import TYPE_CHECKING
 
 from rich.console import Group, RenderableType
 from rich.text import Text
@@ -20,6 +20,9 @@ from fptrace.render.figures import pyplot
 from fptrace.render.fit import Col, fit_table
 from fptrace.render.tables import header
 from fptrace.render.text import bar, bullets, visible
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
 
 NAMES = {"embed": "embedding", "attn_head": "attention head", "attn_bias": "attention W_O bias",
          "attn": "attention (not split)", "mlp": "MLP", "final_norm_bias": "final norm bias",
@@ -100,12 +103,13 @@ def attribution_view(a: Attribution, width: int | None = 120) -> RenderableType:
                  notes, verdict(a))
 
 
-def attribution_figure(a: Any) -> tuple[Any, dict]:
+def attribution_figure(a: Attribution) -> tuple[Figure, dict]:
     """Per-block bars (attention and MLP, in logits) and the layer × head heatmap."""
     plt = pyplot()
-    series = {"layers": [l.layer for l in a.layers], "attn": [l.attn for l in a.layers],
-              "mlp": [l.mlp for l in a.layers],
-              "heads": [list(r) for r in a.head_grid]}
+    series: dict[str, list] = {"layers": [l.layer for l in a.layers],
+                               "attn": [l.attn for l in a.layers],
+                               "mlp": [l.mlp for l in a.layers],
+                               "heads": [list(r) for r in a.head_grid]}
     fig, (ax, hx) = plt.subplots(1, 2, figsize=(15, 6), constrained_layout=True)
     x = series["layers"]
     w = 0.4
@@ -239,7 +243,7 @@ def qk_view(a: QKAttribution, width: int | None = 120) -> RenderableType:
     return Group(header(a.model), qk_summary(a), body, bullets(a.notes), qk_verdict(a))
 
 
-def qk_figure(a: Any) -> tuple[Any, dict]:
+def qk_figure(a: QKAttribution) -> tuple[Figure, dict]:
     """The grid of terms as a heatmap: query parts (rows) × key parts (columns)."""
     plt = pyplot()
     q, k = _tok(a, a.query), _tok(a, a.key)

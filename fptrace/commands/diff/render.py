@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Any
+from typing import TYPE_CHECKING
 
 from rich.console import Group, RenderableType
 from rich.text import Text
@@ -18,6 +18,9 @@ from fptrace.commands.diff.result import (
 )
 from fptrace.render.fit import Col, RowStyle, fit_table
 from fptrace.render.text import bullets, compact, norm, num, visible
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
 
 
 def _side(s: DiffSide) -> Text:
@@ -242,7 +245,7 @@ def diff_view(d: TraceDiff, width: int | None = 120) -> RenderableType:
     return Group(*parts)
 
 
-def deep_figure(d: TraceDiff) -> tuple[Any, dict]:
+def deep_figure(d: TraceDiff) -> tuple[Figure, dict]:
     """diff --deep as a heatmap: blocks × points, log10 of the relative difference (NaN/Inf in
     black), the point where the runs part circled."""
     import math

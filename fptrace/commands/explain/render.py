@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import TYPE_CHECKING
 
 from rich.console import Group, RenderableType
 from rich.rule import Rule
@@ -16,6 +16,9 @@ from fptrace.render.fit import Col, fit_table
 from fptrace.render.tables import header, token_table
 from fptrace.render.text import bar, bullets, shape, visible
 from fptrace.results import Check, ExplainStep
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
 
 SECTION_TITLES = {"attention": "attention", "mlp": "MLP", "end": "end of the pass",
                   "embedding": "embedding"}
@@ -178,7 +181,7 @@ def explain_view(e: Explanation, width: int | None = 120) -> RenderableType:
     return Group(*parts)
 
 
-def attention_figure(e: Explanation) -> tuple[Any, dict]:
+def attention_figure(e: Explanation) -> tuple[Figure, dict]:
     """Every head's attention weights at the explained layer, one heatmap each."""
     plt = pyplot()
     heads = [m for m in e.head_weights]

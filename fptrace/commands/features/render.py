@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Group, RenderableType
 from rich.text import Text
@@ -13,6 +13,11 @@ from fptrace.render.figures import pyplot
 from fptrace.render.fit import Col, fit_table
 from fptrace.render.tables import check_lines, header
 from fptrace.render.text import bar, bullets, visible
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
+
+    from fptrace.commands.features.result import TrainResult, TranscodersResult
 
 
 def _name(r: DictionaryReadout) -> str:
@@ -111,7 +116,7 @@ def features_view(f: Features, width: int | None = 120) -> RenderableType:
     return Group(*parts)
 
 
-def features_figure(f: Features) -> tuple[Any, dict]:
+def features_figure(f: Features) -> tuple[Figure, dict]:
     """Per dictionary: ‖x‖ and ‖error‖ over the positions, and the logit split's terms."""
     plt = pyplot()
     n = len(f.dictionaries)
@@ -145,7 +150,7 @@ def features_figure(f: Features) -> tuple[Any, dict]:
     return fig, series
 
 
-def train_view(r: Any, width: int | None = 120) -> RenderableType:
+def train_view(r: TrainResult, width: int | None = 120) -> RenderableType:
     """What `features train` made and how well it rebuilds held-out text."""
     t = Text(f"TopK SAE written to {r.out} (SAELens layout: cfg.json + sae_weights.safetensors)",
              style="bold")
@@ -167,7 +172,7 @@ LAYER_COLS = (Col("block", 0, "right"), Col("FVU", 0, "right"), Col("L0", 0, "ri
               Col("export L0", 1, "right"), Col("", 2))
 
 
-def transcoders_view(r: Any, width: int | None = 120) -> RenderableType:
+def transcoders_view(r: TranscodersResult, width: int | None = 120) -> RenderableType:
     """What `features train --transcoder` made: per block, how well its transcoder rebuilds the
     MLP's output on held-out text."""
     t = Text(f"{len(r.layers)} TopK transcoders written to {r.out} (SAELens layout: "

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
 from rich.console import Group, RenderableType
 from rich.text import Text
@@ -12,6 +12,9 @@ from fptrace.render.figures import pyplot
 from fptrace.render.fit import Col, fit_table
 from fptrace.render.tables import header
 from fptrace.render.text import bullets, visible
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
 
 WHAT = {"resid": "the block's output stream", "attn": "what attention added",
         "mlp": "what the MLP added"}
@@ -61,17 +64,18 @@ def patch_view(r: PatchResult, width: int | None = 120) -> RenderableType:
     return Group(header(r.model), summary(r), grid_table(r, width), notes)
 
 
-def patch_figure(r: Any) -> tuple[Any, dict]:
+def patch_figure(r: PatchResult) -> tuple[Figure, dict]:
     """The causal-tracing heatmap: layers × positions, the target's restored probability."""
     plt = pyplot()
+    tokens = [t.text for t in r.tokens]
     series = {"grid": [list(row) for row in r.grid], "p_clean": r.p_clean,
-              "p_corrupt": r.p_corrupt, "tokens": [t.text for t in r.tokens]}
+              "p_corrupt": r.p_corrupt, "tokens": tokens}
     T = len(r.tokens)
     fig, ax = plt.subplots(figsize=(max(4.0, 0.9 * T + 2), max(4.0, 0.18 * len(r.grid) + 2)),
                            constrained_layout=True)
     im = ax.imshow(series["grid"], cmap="Purples", vmin=0, vmax=max(r.p_clean, 1e-6),
                    aspect="auto", origin="lower")
-    ax.set_xticks(range(T), [visible(t) for t in series["tokens"]], rotation=45, ha="right")
+    ax.set_xticks(range(T), [visible(t) for t in tokens], rotation=45, ha="right")
     ax.set_ylabel("layer")
     what = {"resid": "residual stream", "attn": "attention output", "mlp": "MLP output"}[r.what]
     ax.set_title(f"Restoring the {what}: p({visible(r.target.text)}) "

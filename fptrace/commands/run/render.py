@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Group, RenderableType
 from rich.panel import Panel
@@ -15,6 +15,9 @@ from fptrace.render.routing import routing_table, top1_grid
 from fptrace.render.tables import header, layers, token_table, top_k
 from fptrace.render.text import duration, num, shape, visible
 from fptrace.results import ShapeStep, Trace
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
 
 
 def _lens_metrics(ax: Any, x: list, rows: Any, series: dict) -> None:
@@ -29,7 +32,7 @@ def _lens_metrics(ax: Any, x: list, rows: Any, series: dict) -> None:
         kx.legend(loc="center right", fontsize=8)
 
 
-def trace_figure(trace: Trace) -> tuple[Any, dict]:
+def trace_figure(trace: Trace) -> tuple[Figure, dict]:
     """Residual norms per layer, what attention and the MLP added, the logit-lens heatmap
     (layers × positions) and the top-k bar chart."""
     plt = pyplot()

@@ -6,7 +6,7 @@ each layer's largest |x| with the layers of massive activations marked."""
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import TYPE_CHECKING
 
 from rich.console import Group, RenderableType
 from rich.text import Text
@@ -16,6 +16,9 @@ from fptrace.render.figures import pyplot
 from fptrace.render.fit import Col, fit_table
 from fptrace.render.tables import header
 from fptrace.render.text import bullets, compact, visible
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
 
 
 def layers_text(layers: tuple[int, ...]) -> str:
@@ -158,7 +161,7 @@ def stats_view(r: Stats, width: int | None = 120) -> RenderableType:
                  bullets(r.notes))
 
 
-def stats_figure(r: Stats) -> tuple[Any, dict]:
+def stats_figure(r: Stats) -> tuple[Figure, dict]:
     """The channel maxima of the residual stream, layers × channels (log scale), and each
     layer's largest |x| with the layers of massive activations marked."""
     import numpy as np

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Group, RenderableType
 from rich.text import Text
@@ -12,6 +12,9 @@ from fptrace.render.figures import pyplot
 from fptrace.render.fit import Col, fit_table
 from fptrace.render.tables import check_lines, header
 from fptrace.render.text import bullets, norm, visible
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
 
 
 def _scale(r: SteerRow) -> str:
@@ -102,7 +105,7 @@ def steer_view(s: Steering, width: int | None = 120) -> RenderableType:
     return Group(*parts)
 
 
-def steer_figure(s: Any) -> tuple[Any, dict]:
+def steer_figure(s: Steering) -> tuple[Figure, dict]:
     """The sweep's curves: the target's probability and the output's KL against the strength,
     and KL(steered ‖ clean) after each block, a curve per strength."""
     plt = pyplot()
