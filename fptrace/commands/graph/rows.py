@@ -14,9 +14,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import cached_property
-from typing import Any
+from typing import TYPE_CHECKING
 
 from fptrace.commands.graph.freezing import Pass
+
+if TYPE_CHECKING:
+    import numpy as np
+    import torch
 
 
 @dataclass(frozen=True)
@@ -37,14 +41,14 @@ class Candidates:
     (layer, position, |activation|) order. Every other neuron's (latent's) edge is summed in
     its site's remainder."""
 
-    layer: Any  # (C,) numpy int64
-    position: Any  # (C,)
-    index: Any  # (C,) the neuron or latent
+    layer: np.ndarray  # (C,) int64
+    position: np.ndarray  # (C,)
+    index: np.ndarray  # (C,) the neuron or latent
     L: int
     T: int
 
     @classmethod
-    def top(cls, acts: Any, k: int) -> Candidates:
+    def top(cls, acts: torch.Tensor, k: int) -> Candidates:
         """The candidates of the activations acts (L, T, m), a torch tensor."""
         top = acts.abs().topk(k, dim=-1)
         layer, pos, slot = (top.values > 0).nonzero(as_tuple=True)
@@ -59,7 +63,7 @@ class Candidates:
         return Target(int(self.layer[c]), int(self.position[c]), int(self.index[c]))
 
     @cached_property
-    def site(self) -> Any:
+    def site(self) -> np.ndarray:
         """(C,) each candidate's site, layer · T + position."""
         return self.layer * self.T + self.position
 
@@ -69,7 +73,7 @@ class Candidates:
         return {self.target(c): c for c in range(len(self))}
 
     @cached_property
-    def by_layer(self) -> dict[int, tuple[Any, Any, Any]]:
+    def by_layer(self) -> dict[int, tuple[torch.Tensor, torch.Tensor, torch.Tensor]]:
         """Per layer, torch long tensors: the candidates' columns, positions and indices."""
         import numpy as np
         import torch
@@ -81,7 +85,7 @@ class Candidates:
                           torch.from_numpy(self.index[c]))
         return out
 
-    def per_site(self, row: Any) -> Any:
+    def per_site(self, row: np.ndarray) -> np.ndarray:
         """(L · T,) the sum of a candidate-level `row` (C,) over each site's candidates."""
         import numpy as np
 
@@ -97,14 +101,14 @@ class Rows:
     position), chosen or not; errors (n, L, T): from each (layer, position)'s transcoder error
     (zeros for neurons); bias (n,): the bias terms (and a learned position embedding)."""
 
-    tokens: Any
-    chosen: Any
-    sites: Any
-    errors: Any
-    bias: Any
+    tokens: np.ndarray
+    chosen: np.ndarray
+    sites: np.ndarray
+    errors: np.ndarray
+    bias: np.ndarray
 
     @property
-    def total(self) -> Any:
+    def total(self) -> np.ndarray:
         """(n,) each target's edges from all sources plus its bias terms."""
         return self.tokens.sum(1) + self.sites.sum((1, 2)) + self.errors.sum((1, 2)) + self.bias
 
@@ -118,7 +122,8 @@ class Rows:
                      + np.abs(self.errors[0]).sum() + abs(self.bias[0]))
 
 
-def _columns(p: Pass, layer: int | None, index: Any) -> tuple[Any, Any]:
+def _columns(p: Pass, layer: int | None,
+             index: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """The columns of block `layer`'s acts and leaves in the pass that hold the neurons
     (latents) `index` (a long tensor), and whether each is there (Pass.columns)."""
     import torch
@@ -142,7 +147,7 @@ def rows(p: Pass, targets: list[Target], cand: Candidates) -> Rows:
     any_logit = any(t.layer is None for t in targets)
     layers = sorted(p.leaves) if any_logit else [l for l in sorted(p.leaves) if l < top]
     outputs, grads = [], []
-    by_layer: dict[Any, list[tuple[int, Target]]] = {}
+    by_layer: dict[int | None, list[tuple[int, Target]]] = {}
     for b, t in enumerate(targets):
         by_layer.setdefault(t.layer, []).append((b, t))
     for layer, ts in by_layer.items():
