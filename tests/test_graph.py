@@ -88,6 +88,32 @@ def test_the_sums_hold_on_every_target_against_hooks():
     assert np.abs(r.bias).max() > 1e-3  # the biases matter here
 
 
+def test_a_prefix_pass_gives_the_whole_passes_rows():
+    """A target's rows from the frozen pass of the prompt's first t + 1 positions (core.py's
+    prefix passes) sum to the float64 model's value read by a hook, as those of the whole
+    prompt's pass do, and equal them edge by edge, nothing from a later position (GPT-2: a
+    learned position embedding, biases everywhere)."""
+    lm = wrap_model(build_tiny("gpt2"), random_weights=True)
+    model, parts = graph_core.float64_copy(lm)
+    sites = freezing.mlp_sites(parts.family)
+    real = graph_core.real_pass(lm, model, parts, sites, IDS, [len(IDS) - 1])
+    cand = Candidates.top(real.acts, 2)
+    with freezing.frozen(model, parts, sites) as whole:
+        model(torch.tensor([IDS]), use_cache=False, logits_to_keep=torch.tensor([5]))
+    assert graph_core.prefix_ends(len(IDS)) == [2, 3, 5, 6]
+    for end in graph_core.prefix_ends(len(IDS))[:-1]:
+        with freezing.frozen(model, parts, sites) as prefix:
+            model(torch.tensor([IDS[:end]]), use_cache=False, logits_to_keep=1)
+        targets = [cand.target(c) for c in range(len(cand)) if cand.position[c] == end - 1]
+        short, full = graph_core.rows(prefix, targets, cand), graph_core.rows(whole, targets, cand)
+        want = [float(real.acts[t.layer, t.position, t.index]) for t in targets]
+        np.testing.assert_allclose(short.total, want, rtol=1e-10, atol=1e-12)
+        for a, b in ((short.tokens, full.tokens), (short.chosen, full.chosen),
+                     (short.sites, full.sites), (short.bias, full.bias)):
+            np.testing.assert_allclose(a, b, rtol=1e-10, atol=1e-13)
+        assert not full.sites[..., end:].any() and not full.tokens[:, end:].any()
+
+
 def _perturbed_rows(real_rows):
     def rows(p, targets, cand):
         r = real_rows(p, targets, cand)

@@ -13,7 +13,9 @@ error node per (block, position): transcoders.py), exact.
    the candidates in order of their influence on the logits over the rows computed so far
    (circuit-tracer's attribute with max_feature_nodes), at most max_nodes, come from batched
    backward passes (rows.py); where max_nodes covers every candidate, each one's, unranked
-   (circuit-tracer's attribute without max_feature_nodes).
+   (circuit-tracer's attribute without max_feature_nodes). A candidate's backward pass runs
+   through the frozen pass of the shortest prefix of the prompt that holds its position
+   (prefix_ends).
 4. Every computed node is checked: its edges from all sources plus its bias terms equal its
    value in the model within RTOL (float64); the float64 copy's logits equal the model's own.
 5. The graph is pruned and scored by circuit-tracer's definitions (influence.py).
@@ -32,6 +34,7 @@ from fptrace.commands.graph.freezing import (
     FREEZING,
     TRANSCODER_EDGE,
     TRANSCODER_FREEZING,
+    Pass,
     frozen,
     mlp_sites,
 )
@@ -57,6 +60,7 @@ from fptrace.models.prompts import Prompt, too_long
 RTOL = 1e-5  # |Σ edges + bias − value| ≤ RTOL · max(|value|, 1e-6 · Σ|terms|), float64
 LOGIT_PROB = 0.95  # logit nodes: the top tokens until they hold this probability ...
 MAX_LOGITS = 10  # ... at most this many (circuit-tracer's defaults)
+PREFIXES = 4  # a candidate's row comes from the pass of the shortest of this many prefixes
 BATCH = 32  # targets per backward pass, at most ...
 PASS_BYTES = 1 << 30  # ... and fewer where one pass's gradients would take more (rows_fitting)
 
@@ -70,6 +74,15 @@ def rows_fitting(T: int, L: int, m: int, d: int, most: int, budget: int = PASS_B
     instead of 6.6 GB (and ran faster). Memory is then linear in the prompt's length."""
     per_target = int(8 * T * L * (m + 4 * d) * 1.25)
     return max(1, min(most, budget // max(per_target, 1)))
+
+
+def prefix_ends(T: int) -> list[int]:
+    """The lengths of the prefixes whose frozen passes give the candidates' rows: the first
+    ⌈T·i/PREFIXES⌉ positions, i = 1 … PREFIXES. A target at position t has no edge from a later
+    position (the model is causal: its frozen attention gives a later key exactly 0), so its
+    backward pass needs only the positions up to t: through the shortest prefix holding t the
+    passes cost about 0.6 of the whole prompt's (linear in the positions, more for attention)."""
+    return sorted({max(1, -(-T * i // PREFIXES)) for i in range(1, PREFIXES + 1)})
 
 
 def query_positions(positions: Any, n: int) -> list[int]:
@@ -137,14 +150,31 @@ def graph(lm: LoadedModel, prompt: Prompt, *, positions: Any = None,
     visited = np.zeros(n_cand, dtype=bool)
     budget = min(max_nodes, n_cand)
 
+    passes = {len(ids): p}  # the frozen passes of the prompt's first `end` positions
+    ends = prefix_ends(len(ids))
+
+    def pass_for(end: int) -> Pass:
+        if end not in passes:
+            with frozen(model, parts, sites, tset) as q:
+                model(torch.tensor([ids[:end]], device=device), use_cache=False,
+                      logits_to_keep=1)
+            passes[end] = q
+        return passes[end]
+
     def compute(order: Any) -> None:
-        """The rows of the candidates `order`, in batches of one block at a time mostly."""
+        """The rows of the candidates `order`: in batches from the shortest prefix's pass that
+        holds their positions, one block at a time mostly."""
         targets = [cand.target(int(c)) for c in order]
-        pairs = sorted(zip(targets, order.tolist(), strict=True), key=lambda x: x[0].layer or 0)
-        for i in range(0, len(pairs), batch):
-            part = pairs[i:i + batch]
-            matrix.keep(done, [t for t, _ in part], rows(p, [t for t, _ in part], cand),
-                        [c for _, c in part])
+        end_of = {t: next(e for e in ends if e > t.position) for t in targets}
+        pairs = sorted(zip(targets, order.tolist(), strict=True),
+                       key=lambda x: (end_of[x[0]], x[0].layer or 0))
+        for end in ends:
+            group = [x for x in pairs if end_of[x[0]] == end]
+            for i in range(0, len(group), batch):
+                part = group[i:i + batch]
+                matrix.keep(done, [t for t, _ in part],
+                            rows(pass_for(end), [t for t, _ in part], cand),
+                            [c for _, c in part])
         visited[order] = True
 
     if budget == n_cand:  # every candidate's row: nothing to rank (circuit-tracer's attribute

@@ -139,10 +139,14 @@ def _columns(p: Pass, layer: int | None,
 
 def rows(p: Pass, targets: list[Target], cand: Candidates) -> Rows:
     """The Rows of `targets` from the frozen pass p; cand: the neurons (latents) whose edges are
-    kept one by one."""
+    kept one by one. p may be a pass of the prompt's first positions only (core.py: a target
+    at position t has no edge from a later position, the model being causal), its targets
+    within it; the rows are of every position, those past p's zero."""
     import torch
 
     n = len(targets)
+    L, T = cand.L, cand.T
+    Tp = p.embed.shape[1]  # the pass's positions
     top = max((t.layer for t in targets if t.layer is not None), default=None)
     any_logit = any(t.layer is None for t in targets)
     layers = sorted(p.leaves) if any_logit else [l for l in sorted(p.leaves) if l < top]
@@ -166,28 +170,30 @@ def rows(p: Pass, targets: list[Target], cand: Candidates) -> Rows:
     got = torch.autograd.grad(outputs, inputs, grads, retain_graph=True, allow_unused=True,
                               is_grads_batched=True)
     g_embed, got = got[0], got[1:]
-    tokens = (g_embed * p.embed).sum(-1)[:, 0]  # (n, T)
+    tokens = torch.zeros((n, T), dtype=g_embed.dtype, device=g_embed.device)
+    tokens[:, :Tp] = (g_embed * p.embed).sum(-1)[:, 0]  # (n, Tp)
     bias = torch.zeros(n, dtype=tokens.dtype, device=tokens.device)
     if p.pos is not None:
         bias += (got[0] * p.pos).sum((1, 2, 3))
         got = got[1:]
-    L, T = cand.L, cand.T
     sites = torch.zeros((n, L, T), dtype=tokens.dtype, device=tokens.device)
     kept = torch.zeros((n, len(cand)), dtype=tokens.dtype, device=tokens.device)
     errors = torch.zeros((n, L, T), dtype=tokens.dtype, device=tokens.device)
     for layer, g in zip(layers, got[:len(layers)], strict=True):
         if g is None:
             continue
-        e = (g * p.leaves[layer])[:, 0]  # (n, T, m): each neuron's edge
-        sites[:, layer] = e.sum(-1)
+        e = (g * p.leaves[layer])[:, 0]  # (n, Tp, m): each neuron's edge
+        sites[:, layer, :Tp] = e.sum(-1)
         if layer in cand.by_layer and e.shape[-1]:
             c, pos, idx = (x.to(e.device) for x in cand.by_layer[layer])
+            inside = pos < Tp
+            c, pos, idx = c[inside], pos[inside], idx[inside]
             col, there = _columns(p, layer, idx)
             kept[:, c] = e[:, pos, col] * there
     got = got[len(layers):]
     for layer, g in zip(err_layers, got[:len(err_layers)], strict=True):
         if g is not None:
-            errors[:, layer] = (g * p.errors[layer])[:, 0].sum(-1)  # (n, T)
+            errors[:, layer, :Tp] = (g * p.errors[layer])[:, 0].sum(-1)  # (n, Tp)
     for (b, _), g in zip(p.biases, got[len(err_layers):], strict=True):
         if g is not None:
             bias += (g * b).reshape(n, -1).sum(1)
