@@ -14,7 +14,13 @@ A Q4_K_M file: `--q4-k-m FILE` writes one from the bundled model first (llama.cp
 type rule, ggml's quantizer: fptrace/engines/llamacpp/quantize.py), unless FILE exists, and
 measures on it.
 
-Usage: python benchmarks/bench_llamacpp_emulation.py [--gguf FILE | --q4-k-m FILE] [--json OUT]
+Other families: `--families` measures, instead of the bundled model, the tiny Q4_1 file of each
+family whose weights map onto llama.cpp's names (Qwen2, Qwen3, Qwen3-MoE, Qwen2-MoE), as
+tests/test_llamacpp_families.py writes it (a tiny random model of the family in float32 under
+llama.cpp's names, then every 2-D tensor but the routers quantized to Q4_1 by ggml).
+
+Usage: python benchmarks/bench_llamacpp_emulation.py [--gguf FILE | --q4-k-m FILE | --families]
+       [--json OUT]
 """
 
 from __future__ import annotations
@@ -72,6 +78,32 @@ def measure(path: str, model: str) -> list[dict]:
     return out
 
 
+def families() -> list[dict]:
+    """The ladder on each family's tiny Q4_1 file (tests/test_llamacpp_families.py's)."""
+    import tempfile
+
+    import gguf as G
+    from test_llamacpp_families import ARCHS, EMULATED, tiny_model
+    from tiny_gguf import write
+
+    from fptrace.engines.llamacpp.quantize import one_type, requantize
+    from fptrace.models.registry import known_models
+
+    bundled = known_models()["smollm2-135m"].gguf_path()
+    out = []
+    with tempfile.TemporaryDirectory() as folder:
+        for family in EMULATED:
+            _, arch, adjacent, *_ = next(a for a in ARCHS if a[0] == family)
+            f32 = os.path.join(folder, f"{family}-f32.gguf")
+            q41 = os.path.join(folder, f"{family}-q4_1.gguf")
+            write(tiny_model(family, **EMULATED[family]), f32, arch, bundled,
+                  rope_adjacent=adjacent)
+            requantize(f32, q41, one_type("Q4_1"), G.LlamaFileType.MOSTLY_Q4_1, "Q4_1")
+            print(family, file=sys.stderr)
+            out.append(dict(family=family, runs=measure(q41, q41)))
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--gguf", default=None, help="a GGUF file (default: the bundled model's)")
@@ -79,8 +111,17 @@ def main() -> None:
                     help="write the bundled model as Q4_K_M to this file (unless it exists) "
                     "and measure on it")
     ap.add_argument("--json", default=os.path.join(HERE, "results-llamacpp-emulation.json"))
+    ap.add_argument("--families", action="store_true",
+                    help="measure each mapped family's tiny Q4_1 file instead")
     args = ap.parse_args()
-    sys.path.insert(0, ROOT)
+    sys.path[:0] = [ROOT, os.path.join(ROOT, "tests")]  # this checkout's fptrace and tests
+    if args.families:
+        if args.json == ap.get_default("json"):
+            args.json = os.path.join(HERE, "results-llamacpp-emulation-families.json")
+        with open(args.json, "w", encoding="utf-8") as f:
+            json.dump(dict(date=time.strftime("%Y-%m-%d"), gguf="tiny Q4_1 per family",
+                           families=families()), f, indent=1)
+        return
     from fptrace.models.registry import known_models
 
     bundled = known_models()["smollm2-135m"].gguf_path()

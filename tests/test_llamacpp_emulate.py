@@ -421,3 +421,16 @@ def test_a_block_alone_is_the_deep_diffs_block_output(ladder, smollm, gguf):
     finally:
         smollm.model.set_attn_implementation(previous)
     assert eager == pytest.approx(off, rel=1e-4)
+
+
+@needs_lib
+def test_a_row_that_does_not_fit_the_types_blocks_is_not_quantized():
+    """ggml_quantize_chunk writes whole blocks: a row of 48 values for Q4_1's blocks of 32 would
+    be written past its buffer (the process aborted in free()); it is refused first."""
+    from fptrace.engines.llamacpp.binding import load
+    from fptrace.engines.llamacpp.quantize import quantize_rows
+
+    lib = load().lib
+    assert quantize_rows(lib, "Q4_1", np.ones((2, 64), np.float32)).shape == (2, 2 * 20)
+    with pytest.raises(BadInput, match="a row of 48 values cannot be cut into Q4_1's blocks"):
+        quantize_rows(lib, "Q4_1", np.ones((2, 48), np.float32))

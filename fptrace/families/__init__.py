@@ -119,7 +119,9 @@ class LlamaCppNames:
     equal slices of that node's last dimension (Phi-3's gate and up, the halves of `ffn_up`);
     q_scaled: the graph's last `Qcur` is q already multiplied by 1/√head_dim (Phi-3 scales q
     before attention, whose own scale is then 1), so it is multiplied back before it is
-    compared."""
+    compared; experts: the GGUF names (gate, up, down: `blk.{layer}.NAME.weight`, 3-D) of the
+    routed experts' weights, by the path in the block of the module that holds them stacked
+    (transformers' experts module), for `--emulate act-q8`."""
 
     archs: tuple[str, ...]
     points: dict
@@ -131,6 +133,7 @@ class LlamaCppNames:
     routing: tuple[str, str, str] | None = None
     parts: dict = field(default_factory=dict)
     q_scaled: bool = False
+    experts: dict = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

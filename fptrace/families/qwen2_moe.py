@@ -28,7 +28,12 @@ LLAMACPP_NAMES = replace(
     points={p: n for p, n in QWEN2_NAMES.points.items()
             if p not in (Point.mlp_gate, Point.mlp_up, Point.mlp_act, Point.mlp_out)}
     | {Point.mlp_out: "ffn_out"},
-    routing=("ffn_moe_logits", "ffn_moe_topk", "ffn_moe_weights"))
+    routing=("ffn_moe_logits", "ffn_moe_topk", "ffn_moe_weights"),
+    weights=QWEN2_NAMES.weights | {
+        "mlp.shared_expert.gate_proj": "ffn_gate_shexp", "mlp.shared_expert.up_proj":
+        "ffn_up_shexp", "mlp.shared_expert.down_proj": "ffn_down_shexp",
+        "mlp.shared_expert_gate": "ffn_gate_inp_shexp"},
+    experts={"mlp.experts": ("ffn_gate_exps", "ffn_up_exps", "ffn_down_exps")})
 
 
 def moe(cfg: Any) -> Moe | None:

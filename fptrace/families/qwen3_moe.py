@@ -23,7 +23,8 @@ LLAMACPP_NAMES = replace(
     points={p: n for p, n in QWEN3_NAMES.points.items()
             if p not in (Point.mlp_gate, Point.mlp_up, Point.mlp_act, Point.mlp_out)}
     | {Point.mlp_out: "ffn_moe_out"},
-    routing=("ffn_moe_logits", "ffn_moe_topk", "ffn_moe_weights_norm"))
+    routing=("ffn_moe_logits", "ffn_moe_topk", "ffn_moe_weights_norm"),
+    experts={"mlp.experts": ("ffn_gate_exps", "ffn_up_exps", "ffn_down_exps")})
 
 
 def moe(cfg: Any) -> Moe | None:

@@ -3,7 +3,8 @@ one step at a time, to measure how much of the gap between the engines each one 
 
 The numerics are engines/llamacpp/emulate.py's; this module attaches them to a loaded model:
 - `act-q8`: a hook after every linear module whose GGUF weight is quantized replaces its output
-  by the product llama.cpp computes (its input quantized to the weight type's 8-bit blocks);
+  by the product llama.cpp computes (its input quantized to the weight type's 8-bit blocks),
+  and one after each MoE block's experts module each chosen expert's three products;
   the hooks are prepended, so that every other hook sees the changed output, and they read the
   module's unchanged input, so that a hook on that input (diff --deep's z and mlp_act) sees what
   llama.cpp's graph names there (its quantization happens inside the product);
@@ -36,10 +37,53 @@ def product_hooks(lm: LoadedModel, types: dict[str, str], names: Any) -> list[Ho
             kind = types.get(f"blk.{layer}.{base}.weight")
             if kind is not None and E.VEC_DOT.get(kind) is not None:
                 hooks.append(_product_hook(blk.get_submodule(path), kind))
+        for path, bases in names.experts.items():
+            kinds = tuple(types.get(f"blk.{layer}.{base}.weight") for base in bases)
+            if any(k is not None and E.VEC_DOT.get(k) is not None for k in kinds):
+                hooks.append(_experts_hook(blk.get_submodule(path), kinds))
     head = next((types[f"{n}.weight"] for n in names.heads if f"{n}.weight" in types), None)
     if head is not None and E.VEC_DOT.get(head) is not None:
         hooks.append(_product_hook(lm.parts.lm_head, head))
     return hooks
+
+
+def _experts_hook(module: Any, kinds: tuple) -> Hook:
+    """A hook after transformers' experts module of one MoE block (gate_up_proj (E, 2·I, d) and
+    down_proj (E, d, I) stacked; called with the tokens (N, d), the experts each token chose
+    (N, k) and their weights (N, k)): its output becomes llama.cpp's, each chosen expert's three
+    products computed with its input quantized for that weight's type (`kinds`: the GGUF types
+    of gate, up, down; llama.cpp's mul_mat_id quantizes as mul_mat does), the expert's output
+    times its weight, added up over the chosen experts."""
+    import torch
+
+    gate_up, down = module.gate_up_proj.detach(), module.down_proj.detach()
+    half = gate_up.shape[1] // 2
+    weights = (gate_up[:, :half], gate_up[:, half:], down)
+    minimums = tuple(E.block_minimums(w.reshape(-1, w.shape[-1])).reshape(*w.shape[:2], -1)
+                     if E.VEC_DOT.get(k) == "Q8_1" else None
+                     for w, k in zip(weights, kinds, strict=True))
+
+    def product(x: Any, i: int, e: int) -> Any:
+        w = weights[i][e].float()
+        if E.VEC_DOT.get(kinds[i]) is None:  # float32 (or a type with no emulation)
+            return torch.nn.functional.linear(x, w)
+        m = minimums[i]
+        return E.quantized_product(x, w, None, kinds[i], None if m is None else m[e])
+
+    def after(m: Any, args: tuple, kwargs: dict, output: Any) -> Any:
+        x, chosen, weight = (*args, *kwargs.values())[:3]
+        x = x.float()
+        out = torch.zeros_like(x)
+        for e in torch.unique(chosen).tolist():
+            if not 0 <= e < weights[0].shape[0]:
+                continue
+            token, slot = torch.where(chosen == e)
+            rows = x[token]
+            act = m.act_fn(product(rows, 0, e)) * product(rows, 1, e)
+            out.index_add_(0, token, product(act, 2, e) * weight[token, slot, None].float())
+        return out.to(output.dtype)
+
+    return Hook.after(module, after, kwargs=True)
 
 
 def _product_hook(module: Any, kind: str) -> Hook:

@@ -54,6 +54,8 @@ def quantize_rows(lib: C.CDLL, kind: str, x: np.ndarray) -> np.ndarray:
     qtype = GGMLQuantizationType[kind]
     block, size = GGML_QUANT_SIZES[qtype]
     rows, n = x.shape
+    if n % block:  # ggml would write past the buffer (and past a row's end)
+        raise BadInput(f"a row of {n} values cannot be cut into {kind}'s blocks of {block}")
     x = np.ascontiguousarray(x, dtype=np.float32)
     out = np.empty((rows, n // block * size), dtype=np.uint8)
     written = lib.ggml_quantize_chunk(int(qtype), x.ctypes.data, out.ctypes.data, 0, rows, n,
@@ -67,13 +69,33 @@ def quantize_rows(lib: C.CDLL, kind: str, x: np.ndarray) -> np.ndarray:
 def write_q4_k_m(src: str, dst: str) -> dict[str, str]:
     """Write `dst`, the GGUF `src` requantized to Q4_K_M by llama.cpp's quantizer; returns each
     tensor's new type."""
+    return requantize(src, dst, q4_k_m_type, LLAMA_FTYPE_MOSTLY_Q4_K_M, "Q4_K_M")
+
+
+def one_type(kind: str):
+    """The rule that gives every 2-D tensor `kind` (a type of blocks of 32: Q4_0, Q4_1, Q5_0,
+    Q8_0, ...), as llama-quantize with that type does, but for the routers of a mixture of
+    experts (`ffn_gate_inp`), which it keeps in float32; 1-D tensors stay float32."""
+
+    def type_of(name: str, shape: tuple[int, ...], n_layer: int, has_output: bool) -> str:
+        if len(shape) < 2 or ".ffn_gate_inp" in name:
+            return "F32"
+        return kind
+
+    return type_of
+
+
+def requantize(src: str, dst: str, type_of, file_type: int, label: str) -> dict[str, str]:
+    """Write `dst`, the GGUF `src` with each tensor quantized by ggml to the type
+    `type_of(name, numpy shape, n_layer, has_output)` gives it (general.file_type: `file_type`);
+    returns each tensor's new type."""
     from gguf import GGMLQuantizationType, GGUFReader, GGUFValueType, GGUFWriter
     from gguf.quants import dequantize
 
     from fptrace.engines.llamacpp.binding import load
 
     if os.path.exists(dst):
-        raise BadInput(f"{dst} exists; give a new path for the Q4_K_M file")
+        raise BadInput(f"{dst} exists; give a new path for the {label} file")
     lib = load().lib
     reader = GGUFReader(src)
     arch = bytes(reader.fields["general.architecture"].parts[-1]).decode()
@@ -87,11 +109,11 @@ def write_q4_k_m(src: str, dst: str) -> dict[str, str]:
         vtype = field.types[0]
         sub = field.types[-1] if vtype == GGUFValueType.ARRAY else None
         writer.add_key_value(field.name, field.contents(), vtype, sub_type=sub)
-    writer.add_file_type(LLAMA_FTYPE_MOSTLY_Q4_K_M)
+    writer.add_file_type(file_type)
     types = {}
     for t in reader.tensors:
         values = dequantize(t.data, t.tensor_type).astype(np.float32)
-        kind = q4_k_m_type(t.name, values.shape, n_layer, "output.weight" in names)
+        kind = type_of(t.name, values.shape, n_layer, "output.weight" in names)
         types[t.name] = kind
         if kind == "F32":
             writer.add_tensor(t.name, values)
@@ -106,4 +128,5 @@ def write_q4_k_m(src: str, dst: str) -> dict[str, str]:
     return types
 
 
-__all__ = ["more_bits", "q4_k_m_type", "quantize_rows", "write_q4_k_m"]
+__all__ = ["more_bits", "one_type", "q4_k_m_type", "quantize_rows", "requantize",
+           "write_q4_k_m"]
