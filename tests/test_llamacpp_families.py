@@ -8,6 +8,7 @@ file is named at its block and operation."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
 
 import numpy as np
@@ -314,3 +315,119 @@ def test_emulate_brings_each_family_to_llamacpps_numbers(family, tmp_path, gguf,
     assert full.alone_worst * 5 < off.alone_worst and full.alone_median * 5 < off.alone_median
     assert full.worst < off.worst and full.median < off.median
     assert q8.alone_median * 2 < off.alone_median, (q8.alone, off.alone)
+
+
+# ---------------------------------------------------------------- what transformers cannot load
+
+def one_line_refusal(r, *needles: str) -> str:
+    assert r.exit_code == 2, (r.exit_code, r.stderr[-800:])
+    lines = [ln for ln in r.stderr.splitlines() if ln.startswith("fptrace: error: ")]
+    assert len(lines) == 1 and "Traceback" not in r.stderr, r.stderr[-800:]
+    for needle in needles:
+        assert needle in lines[0], lines[0]
+    return lines[0]
+
+
+# GGUF architectures llama.cpp runs and fptrace has a family for (GPT-NeoX, OLMo 2, OLMoE,
+# DeepSeek-V2/V3), which transformers' GGUF loader does not read: the engine loads the same file
+# in transformers (token texts, the lens), so each is one line naming the loader
+UNREAD = ["gptneox", "olmo2", "olmoe", "deepseek2"]
+
+
+def header_only(path: str, arch: str, bundled: str) -> str:
+    """A GGUF of `arch` with the keys every architecture has, the bundled tokenizer cut to
+    VOCAB tokens and a token embedding: enough for either loader to say whether it reads the
+    architecture."""
+    import gguf as G
+
+    from tiny_gguf import VOCAB, tokenizer_fields
+
+    w = G.GGUFWriter(path, arch)
+    w.add_name("fptrace tiny model")
+    w.add_context_length(64)
+    w.add_embedding_length(64)
+    w.add_block_count(1)
+    w.add_feed_forward_length(96)
+    w.add_head_count(4)
+    w.add_head_count_kv(4)
+    w.add_layer_norm_rms_eps(1e-6)
+    w.add_file_type(G.LlamaFileType.ALL_F32)
+    for key, kind, value in tokenizer_fields(bundled):
+        if isinstance(kind, tuple):
+            w.add_key_value(key, value, kind[0], sub_type=kind[1])
+        else:
+            w.add_key_value(key, value, kind)
+    w.add_tensor("token_embd.weight", np.zeros((VOCAB, 64), np.float32))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return path
+
+
+@pytest.mark.parametrize("arch", UNREAD)
+def test_an_architecture_transformers_does_not_read_is_one_line(arch, tmp_path, gguf, own_cache):
+    from transformers.modeling_gguf_pytorch_utils import GGUF_SUPPORTED_ARCHITECTURES
+
+    # when transformers reads one of them, its family can be mapped (and this row goes)
+    assert arch not in GGUF_SUPPORTED_ARCHITECTURES
+    path = header_only(str(tmp_path / f"{arch}.gguf"), arch, gguf)
+    r = CliRunner().invoke(app, ["run", PROMPT, "-m", path])
+    one_line_refusal(r, f"GGUF loader reads no {arch!r} file", "--engine llama.cpp too")
+
+
+def test_with_the_llamacpp_engine_too(tmp_path, gguf, own_cache):
+    """A whole tiny OLMo 2 file: llama.cpp runs it, then the same line comes from loading the
+    file in transformers."""
+    from tiny_gguf import write
+
+    path = str(tmp_path / "olmo2.gguf")
+    write(tiny_model("olmo2"), path, "olmo2", gguf)
+    r = CliRunner().invoke(app, ["run", PROMPT, "-m", path, "--engine", "llama.cpp"])
+    one_line_refusal(r, "GGUF loader reads no 'olmo2' file", "--engine llama.cpp too")
+
+
+@pytest.fixture(scope="module")
+def gpt_oss(tmp_path_factory, gguf):
+    """A tiny gpt-oss GGUF as llama.cpp's converter writes it (YaRN's keys, the experts split
+    and transposed, the sinks named .weight), and the same without the YaRN keys."""
+    from tiny_gguf import write
+
+    folder = tmp_path_factory.mktemp("gpt_oss")
+    model = tiny_model("gpt_oss")
+    paths = str(folder / "tiny-gpt_oss.gguf"), str(folder / "no-yarn.gguf")
+    write(model, paths[0], "gpt-oss", gguf)
+    write(model, paths[1], "gpt-oss", gguf, rope_scaling=False)
+    return paths
+
+
+def test_gpt_oss_runs_in_llamacpp_but_transformers_cannot_load_it(gpt_oss):
+    """llama.cpp runs the tiny gpt-oss file (its router and experts in every block); transformers'
+    GGUF loader fails on its YaRN keys, and without them loads neither the experts nor the
+    sinks: the reason fptrace gives (gguf_metadata.LOADER_GAPS). When this fails, transformers
+    has changed: check the gap again and map the family if it is gone."""
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    from fptrace.engines.llamacpp.capture import EngineOptions, run_pass
+
+    path, no_yarn = gpt_oss
+    p = run_pass(path, PROMPT, EngineOptions(flash_attn="off", cache_type="f32"))
+    assert p.architecture == "gpt-oss"
+    assert {"ffn_moe_topk-1", "ffn_moe_out-1", "l_out-1"} <= set(p.tensors)
+    folder = os.path.dirname(path)
+    with pytest.raises(TypeError):
+        AutoConfig.from_pretrained(folder, gguf_file=os.path.basename(path))
+    _, info = AutoModelForCausalLM.from_pretrained(
+        folder, gguf_file=os.path.basename(no_yarn), ignore_mismatched_sizes=True,
+        output_loading_info=True)
+    missing = set(info["missing_keys"])
+    for k in range(2):
+        assert {f"model.layers.{k}.mlp.experts.gate_up_proj",
+                f"model.layers.{k}.self_attn.sinks"} <= missing, missing
+
+
+def test_gpt_oss_is_one_line_naming_the_loaders_gap(gpt_oss, own_cache):
+    for path in gpt_oss:
+        r = CliRunner().invoke(app, ["run", PROMPT, "-m", path, "--engine", "llama.cpp"])
+        one_line_refusal(r, "GGUF loader cannot load a gpt-oss file", "attn_sinks",
+                         "--engine llama.cpp too")

@@ -63,9 +63,11 @@ def permute(w: np.ndarray, heads: int) -> np.ndarray:
 
 
 def write(model: Any, path: str, arch: str, bundled: str, *, rope_adjacent: bool = False,
-          norm_offset: float = 0.0, extra: dict | None = None, name: str | None = None) -> None:
+          norm_offset: float = 0.0, extra: dict | None = None, name: str | None = None,
+          rope_scaling: bool = True) -> None:
     """Write `model` (a transformers *ForCausalLM, float32, vocabulary VOCAB) to `path` as a
-    GGUF of llama.cpp's architecture `arch` (named `name` in its general.name)."""
+    GGUF of llama.cpp's architecture `arch` (named `name` in its general.name); rope_scaling:
+    with the config's YaRN keys, where it has them (gpt-oss's)."""
     import gguf
 
     cfg = model.config
@@ -91,6 +93,12 @@ def write(model: Any, path: str, arch: str, bundled: str, *, rope_adjacent: bool
         theta = getattr(cfg, "rope_theta", None) or \
             (getattr(cfg, "rope_parameters", None) or {}).get("rope_theta", 10000.0)
         w.add_rope_freq_base(float(theta))
+        scaling = getattr(cfg, "rope_parameters", None) or {}
+        if rope_scaling and scaling.get("rope_type") == "yarn":  # gpt-oss's, as its converter
+            w.add_rope_scaling_type(gguf.RopeScalingType.YARN)
+            w.add_rope_scaling_factor(float(scaling["factor"]))
+            w.add_rope_scaling_orig_ctx_len(int(scaling.get(
+                "original_max_position_embeddings", 4096)))
     head_dim = getattr(cfg, "head_dim", None)
     if head_dim:
         w.add_key_length(int(head_dim))
@@ -110,11 +118,12 @@ def write(model: Any, path: str, arch: str, bundled: str, *, rope_adjacent: bool
             w.add_key_value(key, value, kind)
     nh = int(cfg.num_attention_heads)
     nkv = int(getattr(cfg, "num_key_value_heads", nh))
-    experts = getattr(cfg, "num_experts", None)
+    experts = getattr(cfg, "num_experts", None) or getattr(cfg, "num_local_experts", None)
     if experts:
         w.add_expert_count(int(experts))
         w.add_expert_used_count(int(cfg.num_experts_per_tok))
-        w.add_expert_feed_forward_length(int(cfg.moe_intermediate_size))
+        w.add_expert_feed_forward_length(int(getattr(cfg, "moe_intermediate_size", None)
+                                             or cfg.intermediate_size))
         if getattr(cfg, "shared_expert_intermediate_size", None):
             w.add_expert_shared_feed_forward_length(int(cfg.shared_expert_intermediate_size))
     tied = bool(getattr(cfg, "tie_word_embeddings", False))
@@ -122,6 +131,11 @@ def write(model: Any, path: str, arch: str, bundled: str, *, rope_adjacent: bool
     for hf_name, tensor in model.state_dict().items():
         if tied and hf_name == "lm_head.weight":  # llama.cpp reads the token embedding
             continue
+        if cfg.model_type == "gpt_oss" and ".mlp.experts." in hf_name:
+            _gpt_oss_experts(w, hf_name, tensor.detach().float().numpy())
+            continue
+        if hf_name.endswith("self_attn.sinks"):  # gpt-oss's converter names it .weight
+            hf_name += ".weight"
         if hf_name.endswith(("mlp.experts.gate_up_proj", "mlp.experts.down_proj")):
             # transformers keeps each block's experts stacked, W_gate above W_up; llama.cpp
             # too, in three tensors
@@ -153,6 +167,27 @@ def write(model: Any, path: str, arch: str, bundled: str, *, rope_adjacent: bool
     w.write_kv_data_to_file()
     w.write_tensors_to_file()
     w.close()
+
+
+def _gpt_oss_experts(w: Any, hf_name: str, data: np.ndarray) -> None:
+    """gpt-oss's experts as its converter writes them: transformers keeps gate_up_proj (E, d,
+    2·I) with gate and up interleaved (gate the even columns) and down_proj (E, I, d), each
+    with a bias; llama.cpp's ffn_gate_exps, ffn_up_exps (E, I, d), ffn_down_exps (E, d, I)
+    and their biases."""
+    block = hf_name.split(".")[2]
+    if hf_name.endswith("gate_up_proj_bias"):
+        w.add_tensor(f"blk.{block}.ffn_gate_exps.bias", data[..., ::2].copy())
+        w.add_tensor(f"blk.{block}.ffn_up_exps.bias", data[..., 1::2].copy())
+    elif hf_name.endswith("gate_up_proj"):
+        t = data.transpose(0, 2, 1)
+        w.add_tensor(f"blk.{block}.ffn_gate_exps.weight", t[:, ::2, :].copy())
+        w.add_tensor(f"blk.{block}.ffn_up_exps.weight", t[:, 1::2, :].copy())
+    elif hf_name.endswith("down_proj_bias"):
+        w.add_tensor(f"blk.{block}.ffn_down_exps.bias", data.copy())
+    elif hf_name.endswith("down_proj"):
+        w.add_tensor(f"blk.{block}.ffn_down_exps.weight", data.transpose(0, 2, 1).copy())
+    else:
+        raise ValueError(f"no llama.cpp name for {hf_name} in gpt-oss")
 
 
 def conv1d_weights(model: Any) -> set[str]:

@@ -17,7 +17,7 @@ from typing import Any
 
 from fptrace.errors import ModelLoadError
 from fptrace.models.devices import alias_tied_offload
-from fptrace.models.gguf_metadata import GGUFMetadata, config_overrides
+from fptrace.models.gguf_metadata import GGUFMetadata, config_overrides, loader_gap, unreadable
 from fptrace.models.gguf_metadata import check as check_metadata
 from fptrace.models.sources import short_error
 from fptrace.models.tokenizers import HFTokenizer
@@ -161,13 +161,17 @@ def _dequantize(path: str, entry: str, progress: Progress, meta: GGUFMetadata) -
     from safetensors.torch import save_model
     from transformers import AutoModelForCausalLM
 
+    gap = loader_gap(meta)
+    if gap is not None:
+        raise ModelLoadError(f"cannot read the GGUF file {path}: {gap}")
     progress(f"dequantizing {os.path.basename(path)} (once, ~20 s; cached in {entry})")
     try:
         model = AutoModelForCausalLM.from_pretrained(
             os.path.dirname(os.path.abspath(path)), gguf_file=os.path.basename(path),
             dtype=torch.float32, **config_overrides(meta))
     except Exception as e:
-        raise ModelLoadError(f"cannot read the GGUF file {path}: {short_error(e)}") from None
+        raise ModelLoadError(f"cannot read the GGUF file {path}: "
+                             f"{unreadable(meta.architecture, e)}") from None
     with building(os.path.dirname(entry)) as tmp:
         config = model.config.to_dict()
         config.pop("quantization_config", None)

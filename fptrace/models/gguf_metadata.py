@@ -289,4 +289,51 @@ def config_overrides(meta: GGUFMetadata) -> dict[str, Any]:
     return out
 
 
-__all__ = ["MAX_LAYERS", "GGUFMetadata", "check", "config_overrides", "problem", "read"]
+# GGUF architectures that llama.cpp runs and transformers' GGUF loader lists but cannot load as
+# llama.cpp's converter writes them: why (checked with transformers 5.24 on a tiny file written
+# as the converter writes it, tests/test_llamacpp_families.py)
+LOADER_GAPS = {
+    "gpt-oss": "it reads each gpt-oss.rope.scaling.* value from the key's length field (a "
+               "TypeError; every gpt-oss file has them, the converter writes YaRN's), and "
+               "without them it still leaves the experts (ffn_gate_exps, ffn_up_exps, "
+               "ffn_down_exps and their biases: it looks for ffn_*_projs) and the attention "
+               "sinks (attn_sinks.weight) unloaded and takes the heads to be 64 wide",
+}
+
+
+def _version() -> str:
+    from importlib import metadata
+
+    try:
+        return f"transformers {metadata.version('transformers')}"
+    except metadata.PackageNotFoundError:
+        return "transformers"
+
+
+NEEDS_LOADER = ("; fptrace reads every GGUF file through it, --engine llama.cpp too (for the "
+                "token texts and the logit lens)")
+
+
+def loader_gap(meta: GGUFMetadata) -> str | None:
+    """Why transformers' GGUF loader cannot load this file though it lists its architecture
+    (LOADER_GAPS), asked before the loader runs: a loader that reads the file without some of
+    its weights leaves them at random values with a warning only; None where no gap is known."""
+    arch = meta.architecture
+    if arch not in LOADER_GAPS:
+        return None
+    return (f"{_version()}'s GGUF loader cannot load a {arch} file as llama.cpp's converter "
+            f"writes it: {LOADER_GAPS[arch]}{NEEDS_LOADER}")
+
+
+def unreadable(arch: str | None, error: BaseException) -> str:
+    """Why transformers' GGUF loader failed on a file of GGUF architecture `arch` (with
+    `error`), for the one line that refuses the file: the architecture it does not read (its
+    own words kept), else the error itself."""
+    raw = f"{type(error).__name__}: {(str(error).strip().splitlines() or [''])[0]}"[:300]
+    if isinstance(error, ValueError) and "is not supported" in str(error):
+        return (f"{_version()}'s GGUF loader reads no {arch!r} file ({raw}){NEEDS_LOADER}")
+    return raw
+
+
+__all__ = ["LOADER_GAPS", "MAX_LAYERS", "NEEDS_LOADER", "GGUFMetadata", "check",
+           "config_overrides", "loader_gap", "problem", "read", "unreadable"]

@@ -60,14 +60,19 @@ def load_config(spec: ModelSpec) -> Any:
     if spec.kind == "gguf":
         from transformers import AutoConfig
 
-        from fptrace.models.gguf_metadata import check, config_overrides
+        from fptrace.models.gguf_metadata import check, config_overrides, loader_gap, unreadable
 
-        overrides = config_overrides(check(spec.path)) if spec.path else {}
+        meta = check(spec.path) if spec.path else None
+        gap = loader_gap(meta) if meta is not None else None
+        if gap is not None:
+            raise ModelLoadError(f"cannot read the GGUF file {spec.path}: {gap}")
+        overrides = config_overrides(meta) if meta is not None else {}
         try:
             return AutoConfig.from_pretrained(os.path.dirname(os.path.abspath(spec.path)),
                                               gguf_file=os.path.basename(spec.path), **overrides)
         except Exception as e:  # gguf raises many kinds on a bad file
-            raise ModelLoadError(f"cannot read the GGUF file {spec.path}: {short_error(e)}") from None
+            why = unreadable(meta.architecture if meta is not None else None, e)
+            raise ModelLoadError(f"cannot read the GGUF file {spec.path}: {why}") from None
     return config_from_dict(read_json(hub_file(spec.hub_id, "config.json")))
 
 
