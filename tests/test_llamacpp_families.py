@@ -431,3 +431,21 @@ def test_gpt_oss_is_one_line_naming_the_loaders_gap(gpt_oss, own_cache):
         r = CliRunner().invoke(app, ["run", PROMPT, "-m", path, "--engine", "llama.cpp"])
         one_line_refusal(r, "GGUF loader cannot load a gpt-oss file", "attn_sinks",
                          "--engine llama.cpp too")
+
+
+def test_a_file_missing_a_weight_is_refused_not_filled_at_random(tmp_path, gguf, own_cache):
+    """transformers' GGUF loader leaves a weight it finds no tensor for at its random initial
+    value with a warning only; fptrace refuses such a file in one line naming the weight."""
+    from types import SimpleNamespace
+
+    from tiny_gguf import write
+
+    model = tiny_model("llama")
+    gone = "model.layers.1.mlp.down_proj.weight"
+    kept = {k: v for k, v in model.state_dict().items() if k != gone}
+    path = str(tmp_path / "no-down.gguf")
+    write(SimpleNamespace(config=model.config, state_dict=lambda: kept,
+                          named_modules=model.named_modules), path, "llama", gguf,
+          rope_adjacent=True)
+    r = CliRunner().invoke(app, ["run", PROMPT, "-m", path])
+    one_line_refusal(r, "found no tensor for 1 of the model's weights", gone, "random values")

@@ -166,12 +166,20 @@ def _dequantize(path: str, entry: str, progress: Progress, meta: GGUFMetadata) -
         raise ModelLoadError(f"cannot read the GGUF file {path}: {gap}")
     progress(f"dequantizing {os.path.basename(path)} (once, ~20 s; cached in {entry})")
     try:
-        model = AutoModelForCausalLM.from_pretrained(
+        model, info = AutoModelForCausalLM.from_pretrained(
             os.path.dirname(os.path.abspath(path)), gguf_file=os.path.basename(path),
-            dtype=torch.float32, **config_overrides(meta))
+            dtype=torch.float32, output_loading_info=True, **config_overrides(meta))
     except Exception as e:
         raise ModelLoadError(f"cannot read the GGUF file {path}: "
                              f"{unreadable(meta.architecture, e)}") from None
+    # the loader leaves a weight it found no tensor for at its random initial value, with a
+    # warning only: a model computed from it would be silently wrong
+    missing = sorted(info.get("missing_keys") or ())
+    if missing:
+        raise ModelLoadError(
+            f"cannot read the GGUF file {path}: transformers' GGUF loader found no tensor for "
+            f"{len(missing)} of the model's weights ({', '.join(missing[:3])}"
+            f"{', ...' if len(missing) > 3 else ''}) and would leave them at random values")
     with building(os.path.dirname(entry)) as tmp:
         config = model.config.to_dict()
         config.pop("quantization_config", None)
