@@ -166,7 +166,7 @@ def _dequantize(path: str, entry: str, progress: Progress, meta: GGUFMetadata) -
         raise ModelLoadError(f"cannot read the GGUF file {path}: {gap}")
     progress(f"dequantizing {os.path.basename(path)} (once, ~20 s; cached in {entry})")
     try:
-        model, info = AutoModelForCausalLM.from_pretrained(
+        loaded: Any = AutoModelForCausalLM.from_pretrained(
             os.path.dirname(os.path.abspath(path)), gguf_file=os.path.basename(path),
             dtype=torch.float32, output_loading_info=True, **config_overrides(meta))
     except Exception as e:
@@ -174,6 +174,7 @@ def _dequantize(path: str, entry: str, progress: Progress, meta: GGUFMetadata) -
                              f"{unreadable(meta.architecture, e)}") from None
     # the loader leaves a weight it found no tensor for at its random initial value, with a
     # warning only: a model computed from it would be silently wrong
+    model, info = loaded
     missing = sorted(info.get("missing_keys") or ())
     if missing:
         raise ModelLoadError(
