@@ -121,7 +121,8 @@ class LlamaCppNames:
     before attention, whose own scale is then 1), so it is multiplied back before it is
     compared; experts: the GGUF names (gate, up, down: `blk.{layer}.NAME.weight`, 3-D) of the
     routed experts' weights, by the path in the block of the module that holds them stacked
-    (transformers' experts module), for `--emulate act-q8`."""
+    (transformers' experts module), for `--emulate act-q8`; no_emulation: why `--emulate` does
+    not cover the family (one line; None where it does)."""
 
     archs: tuple[str, ...]
     points: dict
@@ -134,6 +135,7 @@ class LlamaCppNames:
     parts: dict = field(default_factory=dict)
     q_scaled: bool = False
     experts: dict = field(default_factory=dict)
+    no_emulation: str | None = None
 
 
 @dataclass(frozen=True)

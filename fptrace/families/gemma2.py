@@ -26,7 +26,9 @@ LLAMACPP_NAMES = LlamaCppNames(
             Point.mlp_gate: "ffn_gate", Point.mlp_up: "ffn_up", Point.mlp_act: "ffn_geglu",
             Point.mlp_out: "ffn_out", Point.ln2_post: "ffn_post_norm",
             Point.resid_post: "l_out", Point.final_norm: "result_norm",
-            Point.logits: "result_output"})
+            Point.logits: "result_output"},
+    no_emulation="Gemma's RMSNorm multiplies by (1 + w), which the norm step does not, and its "
+                 "GELU comes from ggml's float16 table, which no step reproduces")
 
 FAMILY = replace(
     GEMMA, name="gemma2", title="Gemma 2", model_types=("gemma2",),

@@ -101,7 +101,10 @@ LLAMACPP_NAMES = LlamaCppNames(
             Point.v: "Vcur", Point.z: "kqv_out", Point.attn_out: "attn_out",
             Point.resid_mid: "ffn_inp", Point.ln2: "ffn_norm", Point.mlp_up: "ffn_up_b",
             Point.mlp_act: "ffn_gelu", Point.mlp_out: "ffn_out", Point.resid_post: "l_out",
-            Point.final_norm: "result_norm", Point.logits: "result_output"})
+            Point.final_norm: "result_norm", Point.logits: "result_output"},
+    no_emulation="GPT-2's Conv1D weights are stored (in, out), which the act-q8 step does not "
+                 "read, its LayerNorm is no step, and its GELU comes from ggml's float16 table, "
+                 "which no step reproduces")
 
 FAMILY = Family(
     name="gpt2", title="GPT-2", model_types=("gpt2",),

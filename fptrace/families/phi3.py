@@ -101,7 +101,9 @@ LLAMACPP_NAMES = LlamaCppNames(
             Point.v: "Vcur", Point.z: "kqv_out", Point.attn_out: "attn_out",
             Point.resid_mid: "ffn_inp", Point.ln2: "ffn_norm", Point.mlp_act: "ffn_swiglu",
             Point.mlp_out: "ffn_out", Point.resid_post: "l_out",
-            Point.final_norm: "result_norm", Point.logits: "result_output"})
+            Point.final_norm: "result_norm", Point.logits: "result_output"},
+    weights={"self_attn.qkv_proj": "attn_qkv", "self_attn.o_proj": "attn_output",
+             "mlp.gate_up_proj": "ffn_up", "mlp.down_proj": "ffn_down"})
 
 FAMILY = replace(
     LLAMA, name="phi3", title="Phi-3", model_types=("phi3",), recompute_block=block,

@@ -281,15 +281,26 @@ def attention(q: Any, k: Any, v: Any, mask: Any, scale: float, *, cache: str,
     return out.transpose(1, 2).contiguous(), None
 
 
-def attention_function(cache: str, kv: bool, kernel: str | None):
+def q_scale(head_dim: int) -> float:
+    """1/√head_dim as llama.cpp's graph computes it, in float: 1.0f / sqrtf(head_dim)."""
+    import numpy as np
+
+    return float(np.float32(1.0) / np.sqrt(np.float32(head_dim)))
+
+
+def attention_function(cache: str, kv: bool, kernel: str | None, q_scaled: bool = False):
     """A transformers attention function (the AttentionInterface signature) that rounds K and V
-    to `cache` (when kv) and computes attention with `kernel`."""
+    to `cache` (when kv) and computes attention with `kernel`. q_scaled: the graph multiplies q
+    by 1/√head_dim (in float32) before attention, whose own scale is then 1 (Phi-3's), so the
+    kernel rounds the scaled q; with `kernel` None (float32 attention) it changes nothing."""
 
     def attend(module: Any, query: Any, key: Any, value: Any, attention_mask: Any,
                scaling: float | None = None, dropout: float = 0.0, **kwargs: Any):
         if kv:
             key, value = round_to(key, cache), round_to(value, cache)
         scale = scaling if scaling is not None else query.shape[-1] ** -0.5
+        if q_scaled and kernel is not None:
+            query, scale = query * q_scale(query.shape[-1]), 1.0
         if kernel is None:
             from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
@@ -331,6 +342,7 @@ __all__ = [
     "q8_0",
     "q8_1_sums",
     "q8_k",
+    "q_scale",
     "quantized_product",
     "rms_norm",
     "round_to",

@@ -117,12 +117,13 @@ def _norm_hook(eps: float):
     return after
 
 
-def attention_name(cache: str, kv: bool, kernel: str | None) -> str:
+def attention_name(cache: str, kv: bool, kernel: str | None, q_scaled: bool = False) -> str:
     """Register the attention function of these settings with transformers; its name."""
     from transformers import AttentionInterface
 
-    name = f"{PREFIX}-{cache}-{'kv' if kv else 'f32'}-{KERNEL_NAMES[kernel]}"
-    AttentionInterface.register(name, E.attention_function(cache, kv, kernel))
+    name = f"{PREFIX}-{cache}-{'kv' if kv else 'f32'}-{KERNEL_NAMES[kernel]}" + \
+        ("-qscaled" if q_scaled else "")
+    AttentionInterface.register(name, E.attention_function(cache, kv, kernel, q_scaled))
     return name
 
 
@@ -136,6 +137,9 @@ def emulating(lm: LoadedModel, path: str, steps: Sequence[str], *, cache: str,
         yield None
         return
     names = lm.parts.family.llamacpp_names
+    if names is not None and names.no_emulation:
+        raise BadInput(f"--emulate does not cover the {lm.parts.family.name} family: "
+                       f"{names.no_emulation}")
     if names is None or not names.weights:
         raise BadInput(f"--emulate: the {lm.parts.family.name} family does not map its weights "
                        "to llama.cpp's names")
@@ -146,7 +150,8 @@ def emulating(lm: LoadedModel, path: str, steps: Sequence[str], *, cache: str,
     before = None
     if "kv" in steps or "attn" in steps:
         name = attention_name(cache, "kv" in steps,
-                              ("flash" if flash else "plain") if "attn" in steps else None)
+                              ("flash" if flash else "plain") if "attn" in steps else None,
+                              names.q_scaled)
         before = getattr(lm.config, "_attn_implementation", None)
         lm.model.set_attn_implementation(name)
     try:
