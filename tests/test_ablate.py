@@ -11,9 +11,9 @@ import json
 
 import pytest
 import torch
+from conftest import build_tiny, tiny_gpt2
 from typer.testing import CliRunner
 
-from conftest import build_tiny, tiny_gpt2
 from fptrace.addresses import Head
 from fptrace.cli.main import app
 from fptrace.commands.ablate.core import ablate
@@ -437,6 +437,7 @@ def test_expert_removal_equals_a_hook_on_the_models_router(family, how):
     the MoE block's output at the last position, through the final norm frozen at the clean
     stream and the target's unembedding row."""
     from conftest import build_tiny_moe
+
     from fptrace.addresses import Expert
 
     model = build_tiny_moe(family)
@@ -487,6 +488,7 @@ def test_every_expert_removed_leaves_the_routed_output_zero(family):
     model's own experts module, shared experts kept). `next` used to keep k removed experts,
     weighted by their unmasked probabilities (OLMoE's last block: -0.011 for -0.0052)."""
     from conftest import build_tiny_moe
+
     from fptrace.addresses import Expert
 
     model = build_tiny_moe(family)
@@ -520,6 +522,7 @@ def test_the_expert_check_is_not_the_rule_it_checks(monkeypatch):
     """The `ablated_experts` check computes the new choice by hand, not with the route() the
     hooks run: a hook rule that ignores the removal (keeps the removed expert) fails it."""
     from conftest import build_tiny_moe
+
     from fptrace.addresses import Expert
     from fptrace.core import routing
 
@@ -555,6 +558,7 @@ def test_cli_every_expert_of_a_block_next_equals_renormalise(tmp_path):
 
 def test_expert_notes_say_what_the_family_does():
     from conftest import build_tiny_moe
+
     from fptrace.addresses import Expert
 
     def notes(family, how):
@@ -593,6 +597,7 @@ def test_expert_bad_input_is_one_line(tmp_path):
 def test_expert_of_a_dense_block_is_refused():
     """DeepSeek-V3's first block is dense: no router, no expert to remove."""
     from conftest import build_tiny_moe
+
     from fptrace.addresses import Expert
 
     lm = wrap_model(build_tiny_moe("deepseek_v3"), name="tiny-deepseek_v3", random_weights=True)

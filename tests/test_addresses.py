@@ -195,9 +195,9 @@ def test_minus_zero_is_no_place(kind, text):
 
 
 def test_minus_zero_through_the_command_line(tmp_path):
+    from conftest import make_gpt2_folder
     from typer.testing import CliRunner
 
-    from conftest import make_gpt2_folder
     from fptrace.cli.main import app
 
     folder = str(make_gpt2_folder(tmp_path)[0])

@@ -8,9 +8,9 @@ import json
 
 import pytest
 import torch
+from conftest import build_tiny, tiny_gpt2
 from typer.testing import CliRunner
 
-from conftest import build_tiny, tiny_gpt2
 from fptrace.cli.main import app
 from fptrace.commands.attribute.core import attribute
 from fptrace.core.attribution import frozen_norm
@@ -212,6 +212,7 @@ def test_experts_that_do_not_add_up_are_one_part(monkeypatch):
     """Where the experts' terms do not add up to the block's output, the block is one `mlp`
     part, a note says so, and the parts still sum to the logit."""
     from conftest import build_tiny_moe
+
     from fptrace.core import attribution as engine
 
     lm = wrap_model(build_tiny_moe("mixtral"), name="tiny-mixtral", random_weights=True)

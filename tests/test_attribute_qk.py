@@ -11,9 +11,9 @@ import sys
 
 import pytest
 import torch
+from conftest import build_tiny, tiny_gpt2
 from typer.testing import CliRunner
 
-from conftest import build_tiny, tiny_gpt2
 from fptrace.addresses import Head
 from fptrace.cli.main import app
 from fptrace.commands.attribute.qk import attribute_qk

@@ -11,12 +11,12 @@ import sys
 import time
 
 import pytest
+from conftest import make_gpt2_folder
 from typer.testing import CliRunner
 
-from conftest import make_gpt2_folder
+from fptrace.cli.main import app
 from fptrace.commands.batch.core import OutFile, record_line
 from fptrace.core.inputs import PromptItem, read_inputs
-from fptrace.cli.main import app
 from fptrace.errors import BadInput
 
 runner = CliRunner()

@@ -8,9 +8,9 @@ import subprocess
 import sys
 
 import pytest
+from conftest import make_gpt2_folder, tiny_gpt2
 from typer.testing import CliRunner
 
-from conftest import make_gpt2_folder, tiny_gpt2
 from fptrace.cli.main import app
 
 runner = CliRunner()

@@ -8,14 +8,14 @@ import math
 
 import pytest
 import torch
+from conftest import build_tiny, make_gpt2_folder, tiny_gpt2
 from typer.testing import CliRunner
 
-from conftest import build_tiny, make_gpt2_folder, tiny_gpt2
 from fptrace.cli.main import app
+from fptrace.core.trace import run_trace
 from fptrace.errors import BadInput
 from fptrace.models.devices import parse_max_memory
 from fptrace.models.loading import load_model
-from fptrace.core.trace import run_trace
 
 IDS = [5, 17, 42, 7, 99, 3]
 runner = CliRunner()

@@ -8,9 +8,9 @@ import json
 
 import pytest
 import torch
+from conftest import tiny_gpt2
 from typer.testing import CliRunner
 
-from conftest import tiny_gpt2
 from fptrace.cli.main import app
 from fptrace.commands.diff.core import TOLERANCE, default_tolerance
 
@@ -142,6 +142,7 @@ def test_diff_finds_a_planted_routing_flip(family):
     import copy
 
     from conftest import build_tiny_moe
+
     from fptrace.commands.diff.core import diff
     from fptrace.core.trace import run_trace
     from fptrace.models.loading import wrap_model
@@ -174,6 +175,7 @@ def test_diff_finds_a_planted_routing_flip(family):
 
 def test_diff_of_a_dense_model_has_no_routing():
     from conftest import build_tiny
+
     from fptrace.commands.diff.core import diff
     from fptrace.core.trace import run_trace
     from fptrace.models.loading import wrap_model

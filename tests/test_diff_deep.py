@@ -12,9 +12,9 @@ import shutil
 
 import pytest
 import torch
+from conftest import TINY_CONFIGS, tiny_gpt2
 from typer.testing import CliRunner
 
-from conftest import TINY_CONFIGS, tiny_gpt2
 from fptrace.cli.main import app
 from fptrace.errors import BadInput
 

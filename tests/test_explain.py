@@ -8,12 +8,12 @@ import math
 
 import pytest
 import torch
+from conftest import TINY_CONFIGS, build_tiny, registered, tiny_gpt2
 from typer.testing import CliRunner
 
-from conftest import TINY_CONFIGS, build_tiny, registered, tiny_gpt2
 from fptrace.cli.main import app
-from fptrace.errors import BadInput, UnsupportedModel
 from fptrace.commands.explain.core import explain
+from fptrace.errors import BadInput, UnsupportedModel
 from fptrace.families.ops import Steps
 from fptrace.models.loading import wrap_model
 

@@ -7,12 +7,11 @@ import types
 
 import pytest
 import torch
-
 from conftest import TINY_CONFIGS, build_tiny, forward_then_remove
-from fptrace.families import (FAMILIES, Family, FamilyDefinitionError, check_family,
-                              load_families)
-from fptrace.models.loading import wrap_model
+
 from fptrace.core.trace import run_trace
+from fptrace.families import FAMILIES, Family, FamilyDefinitionError, check_family, load_families
+from fptrace.models.loading import wrap_model
 
 IDS = [5, 17, 42, 7, 9, 311, 12]
 
@@ -134,12 +133,13 @@ def test_custom_block_gets_its_columns_withheld():
 
 
 def test_withheld_columns_in_table_and_json():
+    import io
     import json
 
-    from fptrace.render.tables import layers
-    from fptrace.render.json import to_json
     from rich.console import Console
-    import io
+
+    from fptrace.render.json import to_json
+    from fptrace.render.tables import layers
 
     lm = wrap_model(build_tiny("starcoder2"), name="tiny-starcoder2", random_weights=True)
     handles = _scaled_blocks(lm, [0, 1])
@@ -192,7 +192,6 @@ def test_incomplete_family_module_is_refused():
 
 def test_a_model_type_claimed_twice_is_refused(monkeypatch):
     import sys
-
     from dataclasses import replace
 
     clash = types.ModuleType("fptrace.families.clash")

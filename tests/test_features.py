@@ -12,15 +12,15 @@ import os
 import numpy as np
 import pytest
 import torch
+from conftest import build_tiny, tiny_gpt2
+from test_features_dictionary import write_saelens, write_sparsify
 from typer.testing import CliRunner
 
-from conftest import build_tiny, tiny_gpt2
 from fptrace.cli.main import app
 from fptrace.commands.features.core import features
 from fptrace.commands.features.examples import write_seeded
 from fptrace.errors import BadInput
 from fptrace.models.loading import wrap_model
-from test_features_dictionary import write_saelens, write_sparsify
 
 IDS = [5, 17, 42, 7, 9, 311, 12]
 runner = CliRunner()

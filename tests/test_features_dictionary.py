@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 import torch
 
-from fptrace.core.dictionaries import check_model, check_role, read_dictionary
 from fptrace.addresses import Site
+from fptrace.core.dictionaries import check_model, check_role, read_dictionary
 from fptrace.core.dictionary_sites import MLP_IN, same_tensor
 from fptrace.core.dictionary_sites import dictionary_site as parse_site
 from fptrace.errors import BadInput

@@ -5,12 +5,12 @@ traceback."""
 from __future__ import annotations
 
 import pytest
+from conftest import make_gpt2_folder
 from hypothesis import given
 from hypothesis import strategies as st
-
-from conftest import make_gpt2_folder
-from fptrace.commands.features.examples import write_seeded
 from test_hardening import FUZZ, check, prompts
+
+from fptrace.commands.features.examples import write_seeded
 
 
 @pytest.fixture(scope="module")

@@ -9,12 +9,12 @@ import os
 
 import pytest
 import torch
+from conftest import tiny_gpt2
 from typer.testing import CliRunner
 
-from conftest import tiny_gpt2
 from fptrace.cli.main import app
-from fptrace.core.dictionaries import read_dictionary
 from fptrace.commands.features.train import TopK, TrainOptions, collect, train
+from fptrace.core.dictionaries import read_dictionary
 from fptrace.errors import BadInput
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -191,6 +191,7 @@ TC = TrainOptions(layer=0, latents=128, k=8, tokens=12800, batch_tokens=64, lr=2
 def llama(tmp_path_factory):
     """A tiny Llama (SwiGLU, as the bundled model) as a folder, loaded."""
     from conftest import make_llama_folder
+
     from fptrace.models.loading import load_model
 
     folder = make_llama_folder(tmp_path_factory.mktemp("llama"))
@@ -440,6 +441,7 @@ def test_the_export_is_refused_where_a_norm_follows_the_mlp():
     """Gemma 2 normalises the MLP's output before the stream receives it: the transcoders rebuild
     that, circuit-tracer's mlp.hook_out is before the norm, so the export would mislabel it."""
     from conftest import build_tiny
+
     from fptrace.commands.features.transcoders import check_export
     from fptrace.models.loading import wrap_model
 

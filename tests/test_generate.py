@@ -8,14 +8,14 @@ import math
 
 import pytest
 import torch
+from conftest import TINY_CONFIGS, build_tiny, make_gpt2_folder, tiny_gpt2
 from typer.testing import CliRunner
 
-from conftest import TINY_CONFIGS, build_tiny, make_gpt2_folder, tiny_gpt2
 from fptrace.cli.main import app
-from fptrace.errors import BadInput
 from fptrace.commands.generate.core import generate
-from fptrace.models.loading import wrap_model
 from fptrace.core.trace import run_trace
+from fptrace.errors import BadInput
+from fptrace.models.loading import wrap_model
 
 IDS = [5, 17, 42, 7, 99]
 runner = CliRunner()

@@ -4,9 +4,8 @@ width, no number or header is cut."""
 
 from __future__ import annotations
 
-import pytest
-
 import golden as views_module
+import pytest
 
 
 @pytest.fixture(scope="module")

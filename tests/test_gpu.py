@@ -7,11 +7,11 @@ import math
 
 import pytest
 import torch
-
 from conftest import build_tiny
+
+from fptrace.core.trace import run_trace
 from fptrace.models.devices import pick_dtype
 from fptrace.models.loading import load_model, wrap_model
-from fptrace.core.trace import run_trace
 
 pytestmark = [pytest.mark.gpu,
               pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA GPU")]

@@ -15,11 +15,11 @@ from contextlib import contextmanager
 
 import pytest
 import torch
+from conftest import make_gpt2_folder
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from typer.testing import CliRunner
 
-from conftest import make_gpt2_folder
 from fptrace.cli.main import app
 
 runner = CliRunner()

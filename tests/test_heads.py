@@ -373,9 +373,8 @@ def test_the_tui_heads_tab_shows_the_selected_heads_role(monkeypatch):
     import threading
 
     from fptrace.commands.heads import tui as heads_tui
-    from fptrace.commands.heads.tui import measure
-
     from fptrace.commands.heads.render import role_text
+    from fptrace.commands.heads.tui import measure
     from fptrace.commands.tui.app import FptraceApp
     from fptrace.models.loading import load_model
 

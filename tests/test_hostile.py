@@ -13,9 +13,9 @@ import time
 
 import numpy as np
 import pytest
+from conftest import tiny_gpt2
 from typer.testing import CliRunner
 
-from conftest import tiny_gpt2
 from fptrace.cli.main import app
 
 runner = CliRunner()
@@ -468,8 +468,8 @@ def test_quantizing_gpt2_conv1d_is_refused_naming_the_layers(tiny):
 def test_quantized_weights_are_counted_in_the_header_and_json(tmp_path):
     pytest.importorskip("torchao")
     import torch
-
     from conftest import make_llama_folder
+
     from fptrace.models.loading import load_model
 
     folder = str(make_llama_folder(tmp_path / "ll"))
@@ -593,8 +593,8 @@ def test_massive_note_names_every_row_where_it_holds():
     """Against the model's own hidden states: the rows where one position's ‖resid‖ is over
     10 × the last position's are exactly the rows the note names."""
     import torch
-
     from conftest import build_tiny
+
     from fptrace.core.trace import row_ranges, run_trace
     from fptrace.models.loading import wrap_model
 

@@ -16,7 +16,6 @@ import pytest
 from typer.testing import CliRunner
 
 from fptrace.cli.main import app
-
 from fptrace.engines.llamacpp import binding as B
 
 pytestmark = [pytest.mark.slow,
@@ -65,10 +64,10 @@ NORM_OFFSET = {"gemma2": 1.0, "gemma3": 1.0}
 
 def tiny_model(family: str, **overrides):
     import torch
+    from tiny_gguf import VOCAB
     from transformers import AutoConfig, AutoModelForCausalLM
 
     from fptrace.families import FAMILIES
-    from tiny_gguf import VOCAB
 
     cfg = dict(next(f for f in FAMILIES if f.name == family).tiny)
     config = AutoConfig.for_model(cfg.pop("model_type"), **{
@@ -117,8 +116,9 @@ def own_cache(tmp_path_factory):
 
 @pytest.fixture(scope="module", params=ARCHS, ids=[a[0] for a in ARCHS])
 def tiny(request, tmp_path_factory, gguf, own_cache):
-    from fptrace.models.loading import load_model
     from tiny_gguf import write
+
+    from fptrace.models.loading import load_model
 
     family, arch, adjacent, tensor, _, _ = request.param
     folder = tmp_path_factory.mktemp(family)
@@ -293,13 +293,13 @@ def test_emulate_brings_each_family_to_llamacpps_numbers(family, tmp_path, gguf,
     gap. On the MoE families this needs the chosen experts' products quantized as llama.cpp's
     mul_mat_id does (without them every block parts at its MLP output by 1e-3 or more)."""
     import gguf as G
+    from tiny_gguf import write
 
     from fptrace.commands.diff.engine import engine_diff
     from fptrace.engines import engine
     from fptrace.engines.llamacpp.emulate import STEPS
     from fptrace.engines.llamacpp.quantize import one_type, requantize
     from fptrace.models.loading import load_model
-    from tiny_gguf import write
 
     _, arch, adjacent, *_ = next(a for a in ARCHS if a[0] == family)
     f32, q41 = str(tmp_path / "f32.gguf"), str(tmp_path / "q4_1.gguf")
@@ -339,12 +339,12 @@ def test_emulated_attention_rounds_phi3s_query_after_its_scale(tmp_path, gguf):
     rounds q unscaled (4e-5 to 6e-5) at a head width whose scale is no power of 2 (32 here; the
     family's tiny 16 has 1/4, which commutes with the rounding)."""
     import torch
+    from tiny_gguf import write
 
     from fptrace.engines.llamacpp import emulate as E
     from fptrace.engines.llamacpp.capture import EngineOptions, run_pass
     from fptrace.engines.llamacpp.trace import block_points, names_for
     from fptrace.points import Point
-    from tiny_gguf import write
 
     path = str(tmp_path / "phi3-hd32.gguf")
     write(tiny_model("phi3", **EMULATED["phi3"]), path, "phi3", gguf)
@@ -355,7 +355,7 @@ def test_emulated_attention_rounds_phi3s_query_after_its_scale(tmp_path, gguf):
         q, k, v = (torch.from_numpy(pts[x].copy())[None] for x in (Point.q, Point.k, Point.v))
         want = pts[Point.z]
 
-        def z(q_scaled: bool) -> float:
+        def z(q_scaled: bool, q=q, k=k, v=v, want=want) -> float:
             attend = E.attention_function("f16", True, "flash", q_scaled)
             out, _ = attend(None, q, k, v, None, scaling=32 ** -0.5)
             got = out[0].reshape(want.shape).numpy()
@@ -387,7 +387,6 @@ def header_only(path: str, arch: str, bundled: str) -> str:
     VOCAB tokens and a token embedding: enough for either loader to say whether it reads the
     architecture."""
     import gguf as G
-
     from tiny_gguf import VOCAB, tokenizer_fields
 
     w = G.GGUFWriter(path, arch)

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 import torch
-
 from conftest import build_tiny, build_tiny_moe
+
 from fptrace.commands.explain.core import explain
 from fptrace.families import FAMILIES
 from fptrace.families.ops import Steps

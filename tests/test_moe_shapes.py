@@ -8,9 +8,9 @@ import json
 import math
 
 import pytest
+from conftest import TINY_CONFIGS
 from typer.testing import CliRunner
 
-from conftest import TINY_CONFIGS
 from fptrace.cli.main import app
 from fptrace.commands.shapes.core import shape_report
 from fptrace.models.registry import known_models
@@ -113,9 +113,11 @@ def test_deepseek_v3_dense_and_moe_blocks():
 
 
 def test_moe_view_and_dense_view():
-    from fptrace.commands.shapes.render import shape_view
-    from rich.console import Console
     import io
+
+    from rich.console import Console
+
+    from fptrace.commands.shapes.render import shape_view
 
     def text(r):
         buf = io.StringIO()
@@ -131,8 +133,9 @@ def test_moe_view_and_dense_view():
 def test_geglu_gated_mlp_step():
     """Gemma's GeGLU MLP is gated too: its act(gate) · up step is shown like SwiGLU's."""
     r = shape_report("gpt2", seq_len=3)  # warm import
-    from transformers import AutoConfig
     import tempfile
+
+    from transformers import AutoConfig
 
     cfg = dict(TINY_CONFIGS["gemma"])
     with tempfile.TemporaryDirectory() as tmp:
@@ -152,8 +155,8 @@ def test_deepseek_v3_kv_cache_is_the_latent():
 def test_deepseek_v3_cache_matches_the_model():
     """The tiny config's own cache after a forward pass holds what shapes counts."""
     import torch
-
     from conftest import build_tiny
+
     from fptrace.families.deepseek_v3 import kv_cache_values
 
     model = build_tiny("deepseek_v3")

@@ -12,10 +12,10 @@ import re
 from pathlib import Path
 
 import pytest
-
 from conftest import build_tiny, tiny_gpt2
-from fptrace.notes import NOTES, markdown
+
 from fptrace.models.loading import load_model, wrap_model
+from fptrace.notes import NOTES, markdown
 
 ROOT = Path(__file__).resolve().parent.parent
 PROMPT = "The cat sat on the mat"
@@ -125,6 +125,7 @@ def _attribute_heads_unsplit(f):
 def _attribute_experts_unsplit(f):
     """An MoE model whose experts add up (tests/test_attribute.py makes one that does not)."""
     from conftest import build_tiny_moe
+
     from fptrace.commands.attribute.core import attribute
 
     lm = wrap_model(build_tiny_moe("qwen2_moe"), name="tiny-qwen2_moe", random_weights=True)

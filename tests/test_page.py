@@ -43,9 +43,10 @@ def test_the_pages_script_and_style_are_files_that_parse():
     """page.js and page.css are package files a JavaScript and a CSS parser read without an
     error (the parsers do find errors: a broken copy of each fails), and build_html inlines them
     unchanged."""
+    from importlib.resources import files
+
     import esprima
     import tinycss2
-    from importlib.resources import files
 
     from fptrace.render.page import inlined
 
@@ -141,9 +142,9 @@ def test_lens_grid_cells_are_what_the_model_computed(tiny):
 
 # ---- the page and --html (a tiny GPT-2 folder with the real GPT-2 tokenizer)
 
+from conftest import make_gpt2_folder  # noqa: E402
 from typer.testing import CliRunner  # noqa: E402
 
-from conftest import make_gpt2_folder  # noqa: E402
 from fptrace.cli.main import app  # noqa: E402
 
 runner = CliRunner()

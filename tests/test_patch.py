@@ -7,13 +7,13 @@ from __future__ import annotations
 import json
 
 import pytest
+from conftest import build_tiny, tiny_gpt2
 from typer.testing import CliRunner
 
-from conftest import build_tiny, tiny_gpt2
 from fptrace.cli.main import app
+from fptrace.commands.patch.core import Patcher, patch, patch_rows
 from fptrace.errors import BadInput
 from fptrace.models.loading import wrap_model
-from fptrace.commands.patch.core import Patcher, patch, patch_rows
 
 IDS = [5, 17, 42, 7, 9, 311]
 runner = CliRunner()

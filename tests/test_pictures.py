@@ -7,9 +7,9 @@ import os
 import shutil
 
 import pytest
+from conftest import make_gpt2_folder
 from typer.testing import CliRunner
 
-from conftest import make_gpt2_folder
 from fptrace.cli.main import app
 
 runner = CliRunner()
@@ -33,9 +33,9 @@ def folder(tmp_path_factory):
 
 @pytest.mark.slow
 def test_trace_figure_plots_the_trace(smollm, tmp_path):
-    from fptrace.render.figures import save
     from fptrace.commands.run.render import trace_figure
     from fptrace.core.trace import run_trace
+    from fptrace.render.figures import save
 
     t = run_trace(smollm, PROMPT, lens_grid=True)
     fig, series = trace_figure(t)
@@ -63,9 +63,9 @@ def test_cli_plots(folder, tmp_path):
 
 
 def test_attention_figure_plots_every_head(folder):
-    from fptrace.models.loading import load_model
-    from fptrace.commands.explain.render import attention_figure
     from fptrace.commands.explain.core import explain
+    from fptrace.commands.explain.render import attention_figure
+    from fptrace.models.loading import load_model
 
     e = explain(load_model(folder), "The cat sat", layer=1, head=1, all_heads=True)
     fig, series = attention_figure(e)
@@ -154,8 +154,8 @@ def test_report_opens_offline_in_chromium(folder, tmp_path):
     assert all(u.startswith(("file:", "data:")) for u in requests), requests
     assert n_images == 5  # trace, attention, attribution, QK split, causal tracing decoded
     image_ok(shot, 1000, 600)
-    from fptrace.models.loading import load_model
     from fptrace.core.trace import run_trace
+    from fptrace.models.loading import load_model
 
     t = run_trace(load_model(folder), "The cat sat")
     for tok in ("The", "␣cat", "␣sat"):

@@ -10,10 +10,10 @@ from __future__ import annotations
 import json
 
 import pytest
+import tokenizer_fixtures
 import torch
 from typer.testing import CliRunner
 
-import tokenizer_fixtures
 from fptrace.cli.main import app
 from fptrace.errors import BadInput
 from fptrace.models.loading import load_model

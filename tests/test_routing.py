@@ -9,8 +9,8 @@ import dataclasses
 
 import pytest
 import torch
-
 from conftest import build_tiny, build_tiny_moe, make_moe_folder
+
 from fptrace.core.trace import run_trace, run_traces
 from fptrace.families import FAMILIES
 from fptrace.models.loading import wrap_model
@@ -180,9 +180,9 @@ def test_cli_run_header_table_and_json(tmp_path):
 def test_dense_json_has_null_routing(tmp_path):
     import json
 
+    from conftest import make_llama_folder
     from typer.testing import CliRunner
 
-    from conftest import make_llama_folder
     from fptrace.cli.main import app
 
     res = CliRunner().invoke(app, ["run", "The cat", "--model", str(make_llama_folder(tmp_path)),

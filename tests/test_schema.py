@@ -10,9 +10,9 @@ from pathlib import Path
 
 import jsonschema
 import pytest
+from conftest import make_gpt2_folder
 from typer.testing import CliRunner
 
-from conftest import make_gpt2_folder
 from fptrace.cli.main import app
 from fptrace.commands.schema.core import json_schema, markdown
 from fptrace.render.json import to_dict, to_json
@@ -93,8 +93,8 @@ def test_batch_lines(validator, folder, tmp_path):
 
 
 def test_nonfinite_floats_are_null_and_listed(validator, folder):
-    from fptrace.models.loading import load_model
     from fptrace.core.trace import run_trace
+    from fptrace.models.loading import load_model
 
     t = run_trace(load_model(folder), "The cat sat")
     layers = list(t.layers)

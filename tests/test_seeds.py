@@ -8,11 +8,11 @@ import math
 
 import pytest
 import torch
-
 from conftest import TINY_CONFIGS, build_tiny
-from fptrace.models.loading import wrap_model
-from fptrace.core.trace import run_trace
+
 from fptrace.commands.explain.core import explain
+from fptrace.core.trace import run_trace
+from fptrace.models.loading import wrap_model
 
 IDS = [5, 17, 42, 7, 9, 311]
 

@@ -6,12 +6,12 @@ import json
 
 import pytest
 import torch
+from conftest import TINY_CONFIGS
 from typer.testing import CliRunner
 
-from conftest import TINY_CONFIGS
 from fptrace.cli.main import app
-from fptrace.models.registry import known_models
 from fptrace.commands.shapes.core import shape_report
+from fptrace.models.registry import known_models
 
 runner = CliRunner()
 

@@ -9,26 +9,26 @@ from __future__ import annotations
 import contextlib
 import json
 import math
-from collections import Counter
 import signal
 import subprocess
 import sys
 import time
+from collections import Counter
 
 import numpy as np
 import pytest
 import torch
+from conftest import make_gpt2_folder, make_llama_folder, tiny_gpt2
 from typer.testing import CliRunner
 
-from conftest import make_gpt2_folder, make_llama_folder, tiny_gpt2
 from fptrace.cli.main import app
 from fptrace.commands.stats.collect import Collector
 from fptrace.commands.stats.core import new_statistics
 from fptrace.core.activation_stats import BINS, ActivationStats
 from fptrace.core.hooks import eager_attention
 from fptrace.core.inputs import PromptItem
-from fptrace.errors import UnsupportedModel
 from fptrace.core.prompt_groups import Encoded
+from fptrace.errors import UnsupportedModel
 
 runner = CliRunner()
 LENGTHS = (1, 5, 9, 3, 12, 7)
@@ -663,6 +663,7 @@ def test_expert_load_is_a_count_of_the_routers_own_choices(family):
     unpadded float32 logits round apart: 1e-6); any split merges into what one pass gives
     (counts equal, entropy sums to 1e-12)."""
     from conftest import build_tiny_moe
+
     from fptrace.commands.stats.findings import expert_loads
     from fptrace.models.loading import wrap_model
 

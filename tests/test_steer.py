@@ -12,13 +12,13 @@ import math
 
 import pytest
 import torch
+from conftest import tiny_gpt2
 from typer.testing import CliRunner
 
-from conftest import tiny_gpt2
 from fptrace.cli.main import app
 from fptrace.commands.steer.core import steer
-from fptrace.core.interventions import run_rows, steering_hooks
 from fptrace.commands.steer.vectors import SteeringVector, pairs_vector, read_vector, token_vector
+from fptrace.core.interventions import run_rows, steering_hooks
 from fptrace.errors import BadInput
 
 IDS = [5, 17, 42, 7, 9, 311]

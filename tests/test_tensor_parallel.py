@@ -10,9 +10,9 @@ import subprocess
 import sys
 
 import pytest
+from conftest import make_llama_folder
 from typer.testing import CliRunner
 
-from conftest import make_llama_folder
 from fptrace.cli.main import app
 
 runner = CliRunner()

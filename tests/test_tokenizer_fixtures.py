@@ -40,7 +40,6 @@ import json
 import time
 
 import pytest
-
 import tokenizer_fixtures as tf
 
 PROMPT = "The capital of France is"

@@ -10,12 +10,11 @@ import asyncio
 import gc
 import weakref
 
-
 from conftest import tiny_gpt2
-from fptrace.models.loading import load_model
-from fptrace.core.trace import lens_top_k, run_trace
-from fptrace.commands.tui.app import FptraceApp
 
+from fptrace.commands.tui.app import FptraceApp
+from fptrace.core.trace import lens_top_k, run_trace
+from fptrace.models.loading import load_model
 
 
 def _model():

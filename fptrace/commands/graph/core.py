@@ -27,7 +27,7 @@ error node per (block, position): transcoders.py), exact.
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fptrace.commands.graph.freezing import (
     EDGE_MEANING,
@@ -56,6 +56,9 @@ from fptrace.core.trace import base_notes, model_info
 from fptrace.errors import PromptTooLong
 from fptrace.models.loading import LoadedModel
 from fptrace.models.prompts import Prompt, too_long
+
+if TYPE_CHECKING:
+    import numpy as np
 
 RTOL = 1e-5  # |Σ edges + bias − value| ≤ RTOL · max(|value|, 1e-6 · Σ|terms|), float64
 LOGIT_PROB = 0.95  # logit nodes: the top tokens until they hold this probability ...
@@ -161,7 +164,7 @@ def graph(lm: LoadedModel, prompt: Prompt, *, positions: Any = None,
             passes[end] = q
         return passes[end]
 
-    def compute(order: Any) -> None:
+    def compute(order: np.ndarray) -> None:
         """The rows of the candidates `order`: in batches from the shortest prefix's pass that
         holds their positions, one block at a time mostly."""
         targets = [cand.target(int(c)) for c in order]
@@ -241,7 +244,7 @@ class _Layout:
     def logit(self, j: int) -> int:
         return self.n_cand + self.L * self.T + self.n_err + self.T + j
 
-    def row(self, r: Rows) -> Any:
+    def row(self, r: Rows) -> np.ndarray:
         """One target's Rows as a row of the candidate-level matrix."""
         import numpy as np
 
@@ -264,11 +267,11 @@ class _Matrix:
         self.size = 0
 
     @property
-    def rows(self) -> Any:
+    def rows(self) -> np.ndarray:
         return self._rows[:self.size]
 
     @property
-    def nodes(self) -> Any:
+    def nodes(self) -> np.ndarray:
         return self._nodes[:self.size]
 
     def keep(self, done: list, targets: list[Target], got: Rows, nodes: list[int]) -> None:

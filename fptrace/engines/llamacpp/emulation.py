@@ -16,12 +16,15 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fptrace.core.hooks import Hook, hooked
 from fptrace.engines.llamacpp import emulate as E
 from fptrace.errors import BadInput
 from fptrace.models.loading import LoadedModel
+
+if TYPE_CHECKING:
+    import torch
 
 PREFIX = "fptrace-llamacpp"
 # in the registered name ("flash" in it would make transformers look for a flash-attn package)
@@ -63,14 +66,14 @@ def _experts_hook(module: Any, kinds: tuple) -> Hook:
                      if E.VEC_DOT.get(k) == "Q8_1" else None
                      for w, k in zip(weights, kinds, strict=True))
 
-    def product(x: Any, i: int, e: int) -> Any:
+    def product(x: torch.Tensor, i: int, e: int) -> torch.Tensor:
         w = weights[i][e].float()
         if E.VEC_DOT.get(kinds[i]) is None:  # float32 (or a type with no emulation)
             return torch.nn.functional.linear(x, w)
         m = minimums[i]
         return E.quantized_product(x, w, None, kinds[i], None if m is None else m[e])
 
-    def after(m: Any, args: tuple, kwargs: dict, output: Any) -> Any:
+    def after(m: Any, args: tuple, kwargs: dict, output: torch.Tensor) -> torch.Tensor:
         x, chosen, weight = (*args, *kwargs.values())[:3]
         x = x.float()
         out = torch.zeros_like(x)
