@@ -49,6 +49,9 @@ What runs, so that both compute the same graph:
   rows, so they pick the same latents (up to ties). Then circuit-tracer's rows simply lack
   the latents it did not compute, while fptrace sums them into per-site remainders (not
   error nodes), so the pruning and the scores need not agree there.
+- Peak resident memory (VmHWM, reset just before): of circuit-tracer's `attribute` call and of
+  fptrace's `graph` call, each in its process (the model, inputs and anything else already
+  resident count too: the value before each call is given beside it).
 - Timed: circuit-tracer's `attribute` call alone (model and transcoders loaded before) and
   its whole subprocess (interpreter start, imports, load, an untimed check pass, attribute,
   pruning); fptrace's `graph` call alone (model loaded and transcoders read before; the
@@ -129,10 +132,12 @@ def ct_side(spec_path: str) -> None:
                    for t, p in zip(spec["targets"], spec["probs"], strict=True)]
     else:
         targets = None
+    rss_before = peak_rss_mib(reset=True)
     t0 = time.perf_counter()
     g = attribute(ids, model, attribution_targets=targets, batch_size=spec["batch"],
                   max_feature_nodes=spec["max_feature_nodes"])
     t_attr = time.perf_counter() - t0
+    rss_attr = peak_rss_mib()
     t0 = time.perf_counter()
     pr = prune_graph(g, spec["node_threshold"], spec["edge_threshold"])
     repl, compl = compute_graph_scores(g)
@@ -159,12 +164,27 @@ def ct_side(spec_path: str) -> None:
             "replacement": repl, "completeness": compl,
             "imports_s": t_imports - t_start, "load_s": t_loaded - t_imports,
             "attribute_s": t_attr, "prune_score_s": t_prune,
+            "rss_before_attribute_mib": rss_before, "peak_rss_attribute_mib": rss_attr,
             "whole_in_process_s": time.perf_counter() - t_start}
     with open(spec["out"] + ".json", "w") as f:
         json.dump(info, f)
 
 
 # ------------------------------------------------------------------------ preparation ---
+
+def peak_rss_mib(reset: bool = False) -> float:
+    """This process's peak resident set (VmHWM, MiB); with reset, the resident set now, the
+    peak reset to it first (/proc/self/clear_refs "5"), so that a later call gives the peak of
+    what ran in between (the process's own inputs and model stay counted: they are resident)."""
+    if reset:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmHWM:"):
+                return round(int(line.split()[1]) / 1024, 1)
+    return float("nan")
+
 
 def loadavg() -> list[float]:
     return [round(x, 2) for x in os.getloadavg()]
@@ -518,11 +538,13 @@ def main() -> None:
     t0 = time.perf_counter()
     tset = read_transcoders(tc["saelens"], lm)
     fp_read = time.perf_counter() - t0
+    fp_rss_before = peak_rss_mib(reset=True)
     t0 = time.perf_counter()
     g = core.graph(lm, ids, transcoders=tset, per_site=int(counts.max()),
                    max_nodes=args.max_nodes or n_active,
                    batch_size=args.fp_batch)
     fp_graph = time.perf_counter() - t0
+    fp_rss = peak_rss_mib()
     core._assemble = assemble
     fp_targets = [n.index for n in g.nodes if n.node_type == "logit"]
 
@@ -567,6 +589,9 @@ def main() -> None:
                     "fptrace_read_transcoders": fp_read,
                     "fptrace_load_read_graph": fp_load + fp_read + fp_graph},
         "speedup_attribute_vs_graph": ct_info["attribute_s"] / fp_graph,
+        "peak_rss_mib": {"ct_before_attribute": ct_info["rss_before_attribute_mib"],
+                         "ct_attribute": ct_info["peak_rss_attribute_mib"],
+                         "fptrace_before_graph": fp_rss_before, "fptrace_graph": fp_rss},
         "fptrace_checks": {c.name: c.value for c in g.checks}, "fptrace_ok": g.ok,
         "edges": agree, "pruned": pruned,
         "scores": {"ct_replacement": ct_info["replacement"],
@@ -585,6 +610,7 @@ def main() -> None:
 def table(res: dict, version: str, out: str) -> str:
     """The printed summary of one run."""
     s, e, p, sc = res["seconds"], res["edges"], res["pruned"], res["scores"]
+    m = res["peak_rss_mib"]
 
     def rel(name: str, label: str) -> str:
         d = e[name]
@@ -595,6 +621,9 @@ def table(res: dict, version: str, out: str) -> str:
             ("attribution alone (s)", f"{s['ct_attribute']:.1f}", f"{s['fptrace_graph']:.1f}"),
             ("whole (s)", f"{s['ct_whole_subprocess']:.1f}",
              f"{s['fptrace_load_read_graph']:.1f}"),
+            ("peak RSS (MiB)", f"{m['ct_attribute']:.0f}", f"{m['fptrace_graph']:.0f}"),
+            ("  RSS before it (MiB)", f"{m['ct_before_attribute']:.0f}",
+             f"{m['fptrace_before_graph']:.0f}"),
             ("latent rows computed", str(res["ct_selected"]), str(res["fptrace_computed"])),
             ("replacement", f"{sc['ct_replacement']:.4f}", f"{sc['fptrace_replacement']:.4f}"),
             ("completeness", f"{sc['ct_completeness']:.4f}",

@@ -27,6 +27,7 @@ error node per (block, position): transcoders.py), exact.
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from fptrace.commands.graph.freezing import (
@@ -144,14 +145,14 @@ def graph(lm: LoadedModel, prompt: Prompt, *, positions: Any = None,
         return float(real.acts[t.layer, t.position, t.index])
 
     done: list[tuple[Target, Rows, int]] = []  # (target, its rows (one), its node index)
-    matrix = _Matrix(layout)  # their rows in the candidate-level matrix
+    budget = min(max_nodes, n_cand)
+    matrix = _Matrix(layout, len(logit_targets) + budget)  # their candidate-level rows
     for i in range(0, len(logit_targets), batch):
         ts = logit_targets[i:i + batch]
         matrix.keep(done, ts, rows(p, ts, cand), [layout.logit(j) for j in range(i, i + len(ts))])
     weights = np.zeros(layout.n)
     weights[layout.logit(0):] = probs
     visited = np.zeros(n_cand, dtype=bool)
-    budget = min(max_nodes, n_cand)
 
     passes = {len(ids): p}  # the frozen passes of the prompt's first `end` positions
     ends = prefix_ends(len(ids))
@@ -197,8 +198,6 @@ def graph(lm: LoadedModel, prompt: Prompt, *, positions: Any = None,
                           checks, node_threshold, edge_threshold, max_nodes, k, start, tset)
     if not verify:
         return g
-    from dataclasses import replace
-
     from fptrace.commands.graph.verify import verify as run_verify
 
     picked = [n for n in ranked if n.index is not None][:verify]  # computed, by influence
@@ -255,15 +254,17 @@ class _Layout:
 
 
 class _Matrix:
-    """The computed nodes' rows of the candidate-level matrix, each laid out once as it comes
-    (in a buffer that doubles when full), and the node each row is of."""
+    """The computed nodes' rows of the candidate-level matrix, each laid out once as it comes,
+    in a buffer of as many rows as can be computed (the logits and max_nodes candidates), and
+    the node each row is of. A row's edges from the candidates are kept only here: each Rows
+    in `done` holds a view of them."""
 
-    def __init__(self, layout: _Layout) -> None:
+    def __init__(self, layout: _Layout, capacity: int) -> None:
         import numpy as np
 
         self.layout = layout
-        self._rows = np.zeros((64, layout.n))
-        self._nodes = np.zeros(64, dtype=int)
+        self._rows = np.zeros((capacity, layout.n))  # pages untouched until written
+        self._nodes = np.zeros(capacity, dtype=int)
         self.size = 0
 
     @property
@@ -276,18 +277,14 @@ class _Matrix:
 
     def keep(self, done: list, targets: list[Target], got: Rows, nodes: list[int]) -> None:
         """Append each target's rows to `done` (target, Rows, node) and to the matrix."""
-        import numpy as np
-
+        n_cand = self.layout.n_cand
         for b, (t, i) in enumerate(zip(targets, nodes, strict=True)):
-            r = Rows(tokens=got.tokens[b:b + 1], chosen=got.chosen[b:b + 1],
-                     sites=got.sites[b:b + 1], errors=got.errors[b:b + 1],
-                     bias=got.bias[b:b + 1])
-            done.append((t, r, i))
-            if self.size == len(self._rows):
-                self._rows = np.concatenate([self._rows, np.zeros_like(self._rows)])
-                self._nodes = np.concatenate([self._nodes, np.zeros_like(self._nodes)])
+            r = Rows(tokens=got.tokens[b:b + 1].copy(), chosen=got.chosen[b:b + 1],
+                     sites=got.sites[b:b + 1].copy(), errors=got.errors[b:b + 1].copy(),
+                     bias=got.bias[b:b + 1].copy())
             self._rows[self.size] = self.layout.row(r)
             self._nodes[self.size] = i
+            done.append((t, replace(r, chosen=self._rows[self.size:self.size + 1, :n_cand]), i))
             self.size += 1
 
 
