@@ -100,8 +100,13 @@ def test_a_prefix_pass_gives_the_whole_passes_rows():
     cand = Candidates.top(real.acts, 2)
     with freezing.frozen(model, parts, sites) as whole:
         model(torch.tensor([IDS]), use_cache=False, logits_to_keep=torch.tensor([5]))
-    assert graph_core.prefix_ends(len(IDS)) == [2, 3, 5, 6]
-    for end in graph_core.prefix_ends(len(IDS))[:-1]:
+    L, T, m = real.acts.shape
+    ends = graph_core.prefix_ends(T, L, m, lm.config.hidden_size)
+    assert ends == [2, 3, 5, 6]
+    # the bundled model's shapes: four prefixes at 16 tokens, the whole pass alone at 1,024
+    assert len(graph_core.prefix_ends(16, 30, 1536, 576)) == 4
+    assert graph_core.prefix_ends(1024, 30, 1536, 576) == [1024]
+    for end in ends[:-1]:
         with freezing.frozen(model, parts, sites) as prefix:
             model(torch.tensor([IDS[:end]]), use_cache=False, logits_to_keep=1)
         targets = [cand.target(c) for c in range(len(cand)) if cand.position[c] == end - 1]

@@ -80,12 +80,17 @@ def rows_fitting(T: int, L: int, m: int, d: int, most: int, budget: int = PASS_B
     return max(1, min(most, budget // max(per_target, 1)))
 
 
-def prefix_ends(T: int) -> list[int]:
+def prefix_ends(T: int, L: int, m: int, d: int, budget: int = PASS_BYTES) -> list[int]:
     """The lengths of the prefixes whose frozen passes give the candidates' rows: the first
     ⌈T·i/PREFIXES⌉ positions, i = 1 … PREFIXES. A target at position t has no edge from a later
     position (the model is causal: its frozen attention gives a later key exactly 0), so its
     backward pass needs only the positions up to t: through the shortest prefix holding t the
-    passes cost about 0.6 of the whole prompt's (linear in the positions, more for attention)."""
+    passes cost about 0.6 of the whole prompt's (linear in the positions, more for attention).
+    The shorter passes are held beside the whole one (1.5× its memory for four, estimated per
+    position as rows_fitting estimates a target's); where that would pass `budget`, the whole
+    prompt's pass alone ([T]): a long prompt's memory stays as it was."""
+    if 1.5 * 8 * T * L * (m + 4 * d) * 1.25 > budget:
+        return [T]
     return sorted({max(1, -(-T * i // PREFIXES)) for i in range(1, PREFIXES + 1)})
 
 
@@ -155,7 +160,7 @@ def graph(lm: LoadedModel, prompt: Prompt, *, positions: Any = None,
     visited = np.zeros(n_cand, dtype=bool)
 
     passes = {len(ids): p}  # the frozen passes of the prompt's first `end` positions
-    ends = prefix_ends(len(ids))
+    ends = prefix_ends(len(ids), L, m, model_info(lm).d_model)
 
     def pass_for(end: int) -> Pass:
         if end not in passes:
