@@ -68,16 +68,22 @@ def test_every_node_sums_to_the_real_model(made):
     assert sum(n.prob for n in top) <= 1.0
 
 
-def test_the_sums_hold_on_every_target_against_hooks():
-    """Independently of core.py's check: each row's edges plus bias terms, from the frozen
-    pass, equal the float64 model's value read by a hook (GPT-2: biases everywhere)."""
+def _gpt2_frozen():
+    """A tiny GPT-2 (biases everywhere, a learned position embedding): the model, its float64
+    copy, its MLP sites, the real pass over IDS, two candidates a site and the frozen pass."""
     lm = wrap_model(build_tiny("gpt2"), random_weights=True)
     model, parts = graph_core.float64_copy(lm)
     sites = freezing.mlp_sites(parts.family)
     real = graph_core.real_pass(lm, model, parts, sites, IDS, [len(IDS) - 1])
-    cand = Candidates.top(real.acts, 2)
     with freezing.frozen(model, parts, sites) as p:
         model(torch.tensor([IDS]), use_cache=False, logits_to_keep=torch.tensor([5]))
+    return lm, model, parts, sites, real, Candidates.top(real.acts, 2), p
+
+
+def test_the_sums_hold_on_every_target_against_hooks():
+    """Independently of core.py's check: each row's edges plus bias terms, from the frozen
+    pass, equal the float64 model's value read by a hook (GPT-2: biases everywhere)."""
+    _, _, _, _, real, cand, p = _gpt2_frozen()
     targets = [cand.target(c) for c in range(0, len(cand), 2)]  # the top one of each site
     assert len(targets) == 3 * len(IDS)
     targets.append(graph_core.Target(None, 0, 7))
@@ -93,13 +99,7 @@ def test_a_prefix_pass_gives_the_whole_passes_rows():
     prefix passes) sum to the float64 model's value read by a hook, as those of the whole
     prompt's pass do, and equal them edge by edge, nothing from a later position (GPT-2: a
     learned position embedding, biases everywhere)."""
-    lm = wrap_model(build_tiny("gpt2"), random_weights=True)
-    model, parts = graph_core.float64_copy(lm)
-    sites = freezing.mlp_sites(parts.family)
-    real = graph_core.real_pass(lm, model, parts, sites, IDS, [len(IDS) - 1])
-    cand = Candidates.top(real.acts, 2)
-    with freezing.frozen(model, parts, sites) as whole:
-        model(torch.tensor([IDS]), use_cache=False, logits_to_keep=torch.tensor([5]))
+    lm, model, parts, sites, real, cand, whole = _gpt2_frozen()
     L, T, m = real.acts.shape
     ends = graph_core.prefix_ends(T, L, m, lm.config.hidden_size)
     assert ends == [2, 3, 5, 6]
