@@ -137,6 +137,21 @@ class LlamaCppNames:
     experts: dict = field(default_factory=dict)
     no_emulation: str | None = None
 
+    def routed(self, arch: str, mlp_out: str, routing: tuple[str, str, str], experts: dict,
+               weights: dict | None = None) -> LlamaCppNames:
+        """These names for the mixture-of-experts architecture `arch` built on this one: the
+        dense MLP's points dropped (each position goes through experts of its own), the MoE
+        block's output (what the stream receives) named `mlp_out`, its router's nodes
+        `routing`, its experts' weights `experts`; `weights`: its linear modules' names, where
+        they differ from this one's."""
+        from dataclasses import replace
+
+        dense = (Point.mlp_gate, Point.mlp_up, Point.mlp_act, Point.mlp_out)
+        points = {p: n for p, n in self.points.items() if p not in dense}
+        return replace(self, archs=(arch,), points=points | {Point.mlp_out: mlp_out},
+                       routing=routing, experts=experts,
+                       weights=self.weights if weights is None else weights)
+
 
 @dataclass(frozen=True)
 class Family:

@@ -12,7 +12,6 @@ from fptrace.families import Moe
 from fptrace.families.mixtral import FAMILY as MIXTRAL
 from fptrace.families.qwen2 import LLAMACPP_NAMES as QWEN2_NAMES
 from fptrace.families.qwen3_moe import d_expert
-from fptrace.points import Point
 
 # llama.cpp's qwen2moe graph (checked on a tiny GGUF, tests/test_llamacpp_families.py): Qwen2's
 # names up to the MLP (the attention output, unnamed, is ffn_inp's operand 0). The MoE block's
@@ -23,12 +22,8 @@ from fptrace.points import Point
 # qwen2moe, `ffn_moe_weights`. The shared expert's own gate, up and SwiGLU are named `ffn_gate`,
 # `ffn_up`, `ffn_swiglu` (Llama's MLP names), so those are left unmapped: they are not the
 # block's MLP
-LLAMACPP_NAMES = replace(
-    QWEN2_NAMES, archs=("qwen2moe",),
-    points={p: n for p, n in QWEN2_NAMES.points.items()
-            if p not in (Point.mlp_gate, Point.mlp_up, Point.mlp_act, Point.mlp_out)}
-    | {Point.mlp_out: "ffn_out"},
-    routing=("ffn_moe_logits", "ffn_moe_topk", "ffn_moe_weights"),
+LLAMACPP_NAMES = QWEN2_NAMES.routed(
+    "qwen2moe", "ffn_out", ("ffn_moe_logits", "ffn_moe_topk", "ffn_moe_weights"),
     weights=QWEN2_NAMES.weights | {
         "mlp.shared_expert.gate_proj": "ffn_gate_shexp", "mlp.shared_expert.up_proj":
         "ffn_up_shexp", "mlp.shared_expert.down_proj": "ffn_down_shexp",

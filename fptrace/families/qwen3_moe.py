@@ -11,19 +11,14 @@ from typing import Any
 from fptrace.families import Moe
 from fptrace.families.mixtral import FAMILY as MIXTRAL
 from fptrace.families.qwen3 import LLAMACPP_NAMES as QWEN3_NAMES
-from fptrace.points import Point
 
 # llama.cpp's qwen3moe graph (checked on a tiny GGUF, tests/test_llamacpp_families.py): Qwen3's
 # names up to the MLP; the MoE block's output, what the stream receives, is `ffn_moe_out`; its
 # router's logits `ffn_moe_logits`, the experts chosen `ffn_moe_topk` and their weights, always
 # renormalised, `ffn_moe_weights_norm`. The experts' own products are not compared point by
 # point (each position's go through its own experts)
-LLAMACPP_NAMES = replace(
-    QWEN3_NAMES, archs=("qwen3moe",),
-    points={p: n for p, n in QWEN3_NAMES.points.items()
-            if p not in (Point.mlp_gate, Point.mlp_up, Point.mlp_act, Point.mlp_out)}
-    | {Point.mlp_out: "ffn_moe_out"},
-    routing=("ffn_moe_logits", "ffn_moe_topk", "ffn_moe_weights_norm"),
+LLAMACPP_NAMES = QWEN3_NAMES.routed(
+    "qwen3moe", "ffn_moe_out", ("ffn_moe_logits", "ffn_moe_topk", "ffn_moe_weights_norm"),
     experts={"mlp.experts": ("ffn_gate_exps", "ffn_up_exps", "ffn_down_exps")})
 
 
