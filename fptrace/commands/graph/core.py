@@ -76,8 +76,13 @@ def rows_fitting(T: int, L: int, m: int, d: int, most: int, budget: int = PASS_B
     bundled model (L 30, m 1,536, d 576) against the 0.92 MB this formula gives without its
     1.25: with 32 targets a 256-token graph peaked at 10.4 GB, with 8 at 128 tokens at 3.2 GB
     instead of 6.6 GB (and ran faster). Memory is then linear in the prompt's length."""
-    per_target = int(8 * T * L * (m + 4 * d) * 1.25)
-    return max(1, min(most, budget // max(per_target, 1)))
+    return max(1, min(most, budget // max(_pass_bytes(T, L, m, d), 1)))
+
+
+def _pass_bytes(T: int, L: int, m: int, d: int) -> int:
+    """The estimate of rows_fitting's text: one target's backward pass (or, alike, one frozen
+    pass) over T positions, in bytes."""
+    return int(8 * T * L * (m + 4 * d) * 1.25)
 
 
 def prefix_ends(T: int, L: int, m: int, d: int, budget: int = PASS_BYTES) -> list[int]:
@@ -89,7 +94,7 @@ def prefix_ends(T: int, L: int, m: int, d: int, budget: int = PASS_BYTES) -> lis
     The shorter passes are held beside the whole one (1.5× its memory for four, estimated per
     position as rows_fitting estimates a target's); where that would pass `budget`, the whole
     prompt's pass alone ([T]): a long prompt's memory stays as it was."""
-    if 1.5 * 8 * T * L * (m + 4 * d) * 1.25 > budget:
+    if 1.5 * _pass_bytes(T, L, m, d) > budget:
         return [T]
     return sorted({max(1, -(-T * i // PREFIXES)) for i in range(1, PREFIXES + 1)})
 
