@@ -3,6 +3,7 @@ SmolLM2 model loaded once per session (through an isolated cache folder)."""
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import sys
@@ -211,9 +212,10 @@ def page_heatmap(out, title: str, k: int = 0) -> dict:
     return next(s for s in data["sections"] if s["title"] == title)["heatmaps"][k]
 
 
-def hover_heatmap_cell(out, title: str, i: int, j: int) -> tuple[str, str]:
-    """(the cell's text, the tooltip) of cell (i, j) of the section titled `title` hovered in
-    headless Chromium, every request but the page's own refused; skips without Chromium."""
+@contextlib.contextmanager
+def chromium_page(out):
+    """The page file `out` open in headless Chromium (a playwright page), every request but the
+    page's own refused; skips without playwright or Chromium."""
     import shutil
 
     pytest.importorskip("playwright")
@@ -226,17 +228,25 @@ def hover_heatmap_cell(out, title: str, i: int, j: int) -> tuple[str, str]:
         browser = p.chromium.launch(executable_path=chromium, headless=True,
                                     chromium_sandbox=False, args=["--no-sandbox",
                                                                   "--disable-gpu"])
-        view = browser.new_page()
-        view.route("**/*", lambda r: r.continue_() if r.request.url == out.as_uri()
-                   else r.abort())
-        view.goto(out.as_uri(), wait_until="load")
+        try:
+            view = browser.new_page()
+            view.route("**/*", lambda r: r.continue_() if r.request.url == out.as_uri()
+                       else r.abort())
+            view.goto(out.as_uri(), wait_until="load")
+            yield view
+        finally:
+            browser.close()
+
+
+def hover_heatmap_cell(out, title: str, i: int, j: int) -> tuple[str, str]:
+    """(the cell's text, the tooltip) of cell (i, j) of the section titled `title` hovered in
+    headless Chromium, every request but the page's own refused; skips without Chromium."""
+    with chromium_page(out) as view:
         box = view.locator(".section-heatmap", has_text=title)
         td = box.locator(f'td[data-i="{i}"][data-j="{j}"]')
         text = td.inner_text()
         td.hover()
-        tip = view.inner_text("#tip")
-        browser.close()
-    return text, tip
+        return text, view.inner_text("#tip")
 
 
 def make_llama_folder(path, n_heads: int = 4, n_kv_heads: int = 2, seed: int = 0):

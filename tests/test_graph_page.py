@@ -1,14 +1,19 @@
 """The attribution graph on the page (`fptrace report --graph`, `fptrace graph --html`): the
 blocks × positions map holds every kept node of the graph's own JSON (its influence summed in
-its cell, its edges in its hover), a hover in Chromium shows them, and the options' mistakes
-are one line before anything is loaded."""
+its cell, its edges in its hover), a hover in Chromium shows them; the node-link drawing holds
+every kept node and edge, a hover highlights exactly a node's edges and a click shows its
+activations, which are the real model's (a hook on its MLP's down projection; a transcoder's
+encoder by hand on the MLP's input), and its effect on the logits; the options' mistakes are one
+line before anything is loaded."""
 
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
-from conftest import hover_heatmap_cell, page_heatmap, tiny_gpt2
+import torch
+from conftest import chromium_page, hover_heatmap_cell, page_heatmap, tiny_gpt2
 from typer.testing import CliRunner
 
 from fptrace.cli.main import app
@@ -30,6 +35,180 @@ def page(tmp_path_factory):
 
 def _map(out):
     return page_heatmap(out, "Attribution graph")
+
+
+def _drawing(out):
+    """The drawing's data, as the page's script reads it (the JSON the page embeds)."""
+    import re
+
+    html = out.read_text(encoding="utf-8")
+    m = re.search(r'<script type="application/json" id="fptrace-data">(.*?)</script>', html,
+                  re.S)
+    data = json.loads(m.group(1))
+    return next(s for s in data["sections"] if s["title"] == "Attribution graph")["graphs"][0]
+
+
+def _gpt2_mlp(folder, ids, where):
+    """Each block's MLP activations (the input of its down projection, mlp.c_proj: `down`) or
+    its MLP's input (`in`), (T, ·) float64, read by hooks on the real float32 GPT-2's own
+    modules, loaded here by transformers."""
+    from transformers import GPT2LMHeadModel
+
+    model = GPT2LMHeadModel.from_pretrained(folder).eval()
+    got, handles = {}, []
+    for i, block in enumerate(model.transformer.h):
+        module = block.mlp.c_proj if where == "down" else block.mlp
+        handles.append(module.register_forward_pre_hook(
+            lambda m, a, i=i: got.__setitem__(i, a[0][0].double())))
+    try:
+        with torch.inference_mode():
+            model(torch.tensor([ids]))
+    finally:
+        for h in handles:
+            h.remove()
+    return got
+
+
+def test_the_activations_are_the_real_models_mlp_activations(page):
+    """Each kept neuron's activation at every position equals the real model's MLP activation
+    there (the same neuron of the same block), read by a hook on the down projection's input;
+    other nodes have none."""
+    _, g = page
+    acts = _gpt2_mlp(tiny_gpt2(), [t["id"] for t in g["tokens"]], "down")
+    T = len(g["tokens"])
+    neurons = [n for n in g["nodes"] if n["node_type"] == "neuron"]
+    assert neurons
+    for n in neurons:
+        want = acts[n["layer"]][:, n["index"]].tolist()
+        assert len(n["activations"]) == T
+        assert n["activations"] == pytest.approx(want, rel=1e-4, abs=1e-6)
+        assert n["activations"][n["position"]] == n["value"]
+    assert all(n["activations"] is None for n in g["nodes"] if n["node_type"] != "neuron")
+
+
+def test_a_latents_activations_are_its_encoder_on_the_real_mlp_input(tmp_path):
+    """With transcoders: each kept latent's activation at every position equals its transcoder's
+    encoder (TopK, written out here from its weights) applied to the real MLP's input."""
+    from safetensors.numpy import load_file
+
+    from fptrace.commands.graph.examples import write_transcoders
+
+    folder = tiny_gpt2()
+    d = json.loads(Path(folder, "config.json").read_text())["n_embd"]
+    tc = write_transcoders(str(tmp_path / "tc"), range(2), d, 48, k=8)
+    r = runner.invoke(app, ["graph", PROMPT, "-m", folder, "--transcoders", tc, "--max-nodes",
+                            "8", "--node-threshold", "1", "--edge-threshold", "1", "--json"])
+    assert r.exit_code == 0, r.output
+    g = json.loads(r.stdout)
+    x = _gpt2_mlp(folder, [t["id"] for t in g["tokens"]], "in")
+    latents = [n for n in g["nodes"] if n["node_type"] == "latent"]
+    assert latents
+    for n in latents:
+        w = {k: torch.from_numpy(v).double()
+             for k, v in load_file(f"{tc}/layer_{n['layer']}/sae_weights.safetensors").items()}
+        pre = x[n["layer"]] @ w["W_enc"] + w["b_enc"]  # (T, d_sae)
+        top = pre.topk(8, dim=-1)
+        a = torch.zeros_like(pre).scatter(-1, top.indices, top.values.relu())
+        assert n["activations"] == pytest.approx(a[:, n["index"]].tolist(), rel=1e-4, abs=1e-6)
+    assert all(n["activations"] is None for n in g["nodes"] if n["node_type"] != "latent")
+
+
+def test_each_nodes_logit_effects(page):
+    """Every node but a logit has one effect per logit node, in their order: its direct edge
+    (the kept edge's weight where the pruning kept it) and its influence on that logit alone,
+    which weighted by the logits' probabilities sum to its influence."""
+    _, g = page
+    logits = [n for n in g["nodes"] if n["node_type"] == "logit"]
+    kept = {(e["source"], e["target"]): e["weight"] for e in g["edges"]}
+    found = 0
+    for n in g["nodes"]:
+        if n["node_type"] == "logit":
+            assert n["logits"] == []
+            continue
+        assert [e["logit"] for e in n["logits"]] == [lg["node_id"] for lg in logits]
+        weighted = sum(lg["prob"] * e["influence"]
+                       for lg, e in zip(logits, n["logits"], strict=True))
+        assert weighted == pytest.approx(n["influence"], rel=1e-9, abs=1e-15)
+        for e in n["logits"]:
+            if (n["node_id"], e["logit"]) in kept:
+                assert e["edge"] == kept[(n["node_id"], e["logit"])]
+                found += 1
+    assert found
+
+
+def test_the_drawing_holds_every_kept_node_and_edge(page):
+    out, g = page
+    d = _drawing(out)
+    L = g["model"]["n_layers"]
+    assert d["rows"] == ["tokens", *(f"block {b}" for b in range(L)), "logits"]
+    assert len(d["columns"]) == len(g["tokens"])
+    assert [n["id"] for n in d["nodes"]] == [n["node_id"] for n in g["nodes"]]
+    for drawn, n in zip(d["nodes"], g["nodes"], strict=True):
+        row = {"embedding": 0, "logit": L + 1}.get(n["node_type"], (n["layer"] or 0) + 1)
+        assert (drawn["row"], drawn["position"], drawn["size"]) == \
+            (row, n["position"], n["influence"])
+        assert drawn["activations"] == (n["activations"] or [])
+        assert [(e["node"], e["edge"], e["influence"]) for e in drawn["effects"]] == \
+            [(e["logit"], e["edge"], e["influence"]) for e in n["logits"]]
+    assert sorted(map(tuple, d["edges"])) == sorted((e["source"], e["target"], e["weight"])
+                                                    for e in g["edges"])
+    assert [abs(e[2]) for e in d["edges"]] == sorted((abs(e[2]) for e in d["edges"]),
+                                                     reverse=True)
+    assert d["shown"] == min(len(g["edges"]), 300)
+
+
+def test_the_drawing_in_chromium(page):
+    """One circle per kept node and one curve per kept edge; a hover highlights exactly the
+    node's edges and lists them; a click shows its activations (the JSON's values) and its
+    effect on each logit; asking for 10 edges draws the 10 strongest."""
+    out, g = page
+    ids = [n["node_id"] for n in g["nodes"]]
+    with chromium_page(out) as view:
+        pic = view.locator("svg.graph")
+        assert sorted(pic.locator("circle").evaluate_all(
+            "cs => cs.map(c => c.getAttribute('data-id'))")) == sorted(ids)
+        assert pic.locator("path.gedge").count() == len(g["edges"])
+        assert pic.locator("path.gedge:not(.more)").count() == min(len(g["edges"]), 300)
+        assert f"{min(len(g['edges']), 300)} of the {len(g['edges'])} kept edges drawn" in \
+            view.inner_text(".section-graph")
+
+        def ends(selector):
+            return sorted(pic.locator(selector).evaluate_all(
+                "ps => ps.map(p => [p.getAttribute('data-source'), "
+                "p.getAttribute('data-target'), Number(p.getAttribute('data-weight'))])"))
+
+        n = max((n for n in g["nodes"] if n["node_type"] == "neuron"),
+                key=lambda n: sum(n["node_id"] in (e["source"], e["target"]) for e in g["edges"]))
+        mine = [e for e in g["edges"] if n["node_id"] in (e["source"], e["target"])]
+        into = [e for e in mine if e["target"] == n["node_id"]]
+        assert into and len(into) < len(mine)
+        circle = pic.locator(f'circle[data-id="{n["node_id"]}"]')
+        circle.hover()
+        assert ends("path.gedge.hl") == sorted([e["source"], e["target"], e["weight"]]
+                                               for e in mine)
+        listed = view.inner_text(".graph-hover")
+        assert f"in ({len(into)} kept edges)" in listed
+        assert f"out ({len(mine) - len(into)} kept edges)" in listed
+        weights = [float(line.split()[0]) for line in listed.splitlines()
+                   if line.startswith("  ")]  # each edge's weight, six significant digits
+        assert weights == pytest.approx([e["weight"] for e in into] +
+                                        [e["weight"] for e in mine if e not in into], rel=1e-5)
+
+        circle.click()
+        cells = view.locator(".graph-detail .acts > span")
+        got = cells.evaluate_all("cs => cs.map(c => Number(c.getAttribute('data-value')))")
+        assert got == n["activations"]
+        effects = view.locator(".graph-detail table.effects tbody tr")
+        assert effects.evaluate_all("rs => rs.map(r => r.getAttribute('data-node'))") == \
+            [e["logit"] for e in n["logits"]]
+
+        view.fill(".section-graph input[type=number]", "10")
+        view.dispatch_event(".section-graph input[type=number]", "change")
+        view.mouse.move(0, 0)
+        assert ends("path.gedge:not(.more)") == sorted(
+            [e["source"], e["target"], e["weight"]]
+            for e in sorted(g["edges"], key=lambda e: -abs(e["weight"]))[:10])
+        assert "10 of the" in view.inner_text(".section-graph .graph-count")
 
 
 def test_the_map_holds_every_kept_node_and_its_edges(page):

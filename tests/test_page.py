@@ -40,15 +40,15 @@ def _own_streams(lm, ids):
 
 
 def test_the_pages_script_and_style_are_files_that_parse():
-    """page.js and page.css are package files a JavaScript and a CSS parser read without an
-    error (the parsers do find errors: a broken copy of each fails), and build_html inlines them
-    unchanged."""
+    """page.js, pagegraph.js and page.css are package files a JavaScript and a CSS parser read
+    without an error (the parsers do find errors: a broken copy of each fails), and build_html
+    inlines them unchanged."""
     from importlib.resources import files
 
     import esprima
     import tinycss2
 
-    from fptrace.render.page import inlined
+    from fptrace.render.page import SCRIPTS, inlined
 
     def css_errors(text):
         rules = tinycss2.parse_stylesheet(text, skip_comments=True, skip_whitespace=True)
@@ -59,12 +59,15 @@ def test_the_pages_script_and_style_are_files_that_parse():
                     r.content, skip_comments=True, skip_whitespace=True) if d.type == "error"]
         return found
 
-    js = files("fptrace.render").joinpath("page.js").read_text(encoding="utf-8")
+    assert SCRIPTS == ("page.js", "pagegraph.js")
+    for name in SCRIPTS:
+        js = files("fptrace.render").joinpath(name).read_text(encoding="utf-8")
+        assert inlined(name) == js
+        assert esprima.parseScript(js).body
+        with pytest.raises(esprima.Error):
+            esprima.parseScript(js.replace("function", "functio", 1))
     css = files("fptrace.render").joinpath("page.css").read_text(encoding="utf-8")
-    assert inlined("page.js") == js and inlined("page.css") == css
-    assert esprima.parseScript(js).body
-    with pytest.raises(esprima.Error):
-        esprima.parseScript(js.replace("function", "functio", 1))
+    assert inlined("page.css") == css
     assert css_errors(css) == [] and len(css) > 1000
     assert css_errors(css.replace(";", " ;}", 1)) or css_errors(css.replace(":", "", 1))
 

@@ -328,6 +328,7 @@
     (s.heatmaps || []).forEach(function (h, n) {
       var box = document.createElement("div");
       box.className = "section-heatmap";
+      box.setAttribute("data-section", s.title);
       box.appendChild(el("h3", { text: s.title + ": " + h.title }));
       var top = 0;
       h.values.forEach(function (r) { r.forEach(function (v) {

@@ -2,8 +2,9 @@
 inline PNG data, no request of any kind) holding the trace's header, the explorer (page.js
 drawing the trace and what each section offers, render/pagedata.py, from the JSON block embedded
 here), and the figures and terminal views of each section (cli/sections.py), in their order on
-the page. The style and the script are files of this package, page.css and page.js, inlined when
-a page is written. The report, `--html` on the analysis commands and the TUI's export build it."""
+the page. The style and the scripts are files of this package, page.css, page.js and
+pagegraph.js (the node-link drawings), inlined when a page is written. The report, `--html` on
+the analysis commands and the TUI's export build it."""
 
 from __future__ import annotations
 
@@ -27,6 +28,9 @@ style-src 'unsafe-inline'; script-src 'unsafe-inline'">
 """
 
 
+SCRIPTS = ("page.js", "pagegraph.js")  # the page's scripts, each in its <script>, in order
+
+
 @dataclass(frozen=True)
 class PageData:
     """What the page's script reads besides the trace: each section's heatmaps and block
@@ -36,7 +40,7 @@ class PageData:
 
 
 def inlined(name: str) -> str:
-    """The text of one of the page's own files (page.css, page.js), to go inside the page's
+    """The text of one of the page's own files (page.css, SCRIPTS), to go inside the page's
     <style> or <script> element: a file holding `</` followed by that element's name would end it
     early, and is refused."""
     text = files(__package__).joinpath(name).read_text(encoding="utf-8")
@@ -98,4 +102,4 @@ def build_html(trace: Trace, parts: Sequence[tuple[Any, Any]]) -> str:
         '<script type="application/json" id="fptrace-trace">',
         embedded(to_json(trace, indent=None)), "</script>\n",
         f'<script type="application/json" id="fptrace-data">{page_data(parts)}</script>\n',
-        f"<script>\n{inlined('page.js')}</script>\n</body>\n</html>\n"])
+        *(f"<script>\n{inlined(name)}</script>\n" for name in SCRIPTS), "</body>\n</html>\n"])

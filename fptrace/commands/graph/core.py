@@ -39,13 +39,14 @@ from fptrace.commands.graph.freezing import (
     frozen,
     mlp_sites,
 )
-from fptrace.commands.graph.influence import Adjacency, partial_influence, prune, scores
+from fptrace.commands.graph.influence import Adjacency, influence, partial_influence, prune, scores
 from fptrace.commands.graph.model64 import float64_copy, real_pass
 from fptrace.commands.graph.paths import strongest_paths
 from fptrace.commands.graph.result import (
     AttributionGraph,
     GraphCheck,
     GraphEdge,
+    GraphLogitEffect,
     GraphNode,
     GraphScores,
 )
@@ -413,6 +414,8 @@ def _assemble(lm: LoadedModel, prepared: Any, queries: list[int], ids: list[int]
         ids_of.append(nodes[-1].node_id)
     by_influence = np.argsort(-pr.influence, kind="stable")
     kept = [i for i in by_influence if pr.nodes[i]]
+    for i, effects in _logit_effects(A, kept, n - n_log, ids_of).items():
+        nodes[i] = replace(nodes[i], logits=effects)
     rows, src = np.nonzero(pr.edges)
     edges = sorted((GraphEdge(source=ids_of[s], target=ids_of[int(index[r])],
                               weight=float(R[r, s]))
@@ -442,6 +445,23 @@ def _assemble(lm: LoadedModel, prepared: Any, queries: list[int], ids: list[int]
         seconds=time.perf_counter() - start), ranked
 
 
+def _logit_effects(A: Adjacency, kept: list[int], first_logit: int,
+                   ids_of: list[str]) -> dict[int, tuple[GraphLogitEffect, ...]]:
+    """Each kept node but a logit: its direct edge into each logit node (the logits in their
+    order among the kept nodes) and its influence on that logit alone."""
+    import numpy as np
+
+    logits = [i for i in kept if i >= first_logit]
+    one_hot = np.zeros((len(logits), A.n))
+    one_hot[np.arange(len(logits)), logits] = 1.0
+    alone = influence(A, one_hot)  # (logits, n)
+    row_of = {int(node): r for r, node in enumerate(A.index)}
+    return {i: tuple(GraphLogitEffect(logit=ids_of[lg], edge=float(A.rows[row_of[lg], i]),
+                                      influence=float(alone[c, i]))
+                     for c, lg in enumerate(logits))
+            for i in kept if i < first_logit}
+
+
 def _ranges(blocks: tuple[int, ...]) -> str:
     """(0, 1, 2, 5) -> '0-2, 5'."""
     out: list[str] = []
@@ -467,7 +487,8 @@ def _node(lm: LoadedModel, i: int, neurons: list[int], layout: _Layout, ids: lis
                          node_type="latent" if latents else "neuron",
                          layer=t.layer, position=t.position, index=t.index,
                          label=f"L{t.layer} {'T' if latents else 'N'}{t.index} @{t.position}",
-                         value=float(real.acts[t.layer, t.position, t.index]), **common)
+                         value=float(real.acts[t.layer, t.position, t.index]),
+                         activations=tuple(real.acts[t.layer, :, t.index].tolist()), **common)
     i -= nn_
     if i < L * T:
         layer, pos = divmod(i, T)

@@ -65,7 +65,7 @@ def normalized(A: Any) -> Any:
 def influence(A: Adjacency, weights: Any) -> Any:
     """(n,) each node's influence on the weighted logits: weights·(Â + Â² + ...), Â = A
     normalized. A must be acyclic (it is: an edge always goes up a layer or along a
-    position)."""
+    position). Weights (k, n), k weightings at once: (k, n)."""
     return partial_influence(A.rows, weights, A.index)
 
 
@@ -80,7 +80,7 @@ def partial_influence(rows: Any, weights: Any, row_nodes: Any) -> Any:
     # spread the sum over every column once at the end, Σ_k v_k Â: the same sum as
     # Σ_k step_k with step_{k+1} = step_k[row_nodes] Â, at r² instead of r·n a step
     square = Ah[:, row_nodes]
-    v = weights[row_nodes].astype(float)
+    v = weights[..., row_nodes].astype(float)  # (r,) or (k, r)
     acc = np.zeros_like(v)
     for _ in range(MAX_ITER):
         if not v.any():

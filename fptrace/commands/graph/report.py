@@ -8,7 +8,7 @@ graph). A click on a row opens that block."""
 from __future__ import annotations
 
 from collections import defaultdict
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -16,7 +16,12 @@ from fptrace.cli.options import STATS
 from fptrace.cli.sections import Page, ReportSection
 from fptrace.render.html import section
 
+if TYPE_CHECKING:
+    from fptrace.commands.graph.result import AttributionGraph
+    from fptrace.render.pagedata import NodeGraph
+
 EDGES_SHOWN = 3  # the strongest edges in and out a node's hover lists
+EDGES_DRAWN = 300  # the drawing's strongest edges drawn before more are asked for
 
 OPTIONS = (
     ("graph", Annotated[bool, typer.Option(
@@ -86,6 +91,42 @@ def node_lines(g: Any) -> dict[str, list[str]]:
     return lines
 
 
+KINDS = {"embedding": "token", "neuron": "node", "latent": "node", "other neurons": "remainder",
+         "other latents": "remainder", "error": "error", "logit": "output"}
+
+
+def drawing(g: AttributionGraph) -> NodeGraph:
+    """The graph as a node-link drawing (render/pagedata.py's NodeGraph): the kept nodes at
+    (block, position), tokens at the bottom and logits at the top, each sized by its
+    influence; the kept edges, the EDGES_DRAWN strongest drawn until more are asked for; a
+    neuron's (latent's) activation at every position and each node's effect on each logit."""
+    from fptrace.render.pagedata import DrawnNode, LogitEffect, NodeGraph
+
+    L = g.model.n_layers
+    names = {n.node_id: _name(n, g.tokens) for n in g.nodes}
+    lines = node_lines(g)
+    what = "neuron" if g.transcoders is None else "latent"
+    nodes = tuple(DrawnNode(
+        id=n.node_id, label=names[n.node_id], kind=KINDS[n.node_type],
+        row=0 if n.node_type == "embedding" else L + 1 if n.layer is None else n.layer + 1,
+        position=n.position, size=n.influence, info=lines[n.node_id][0],
+        activations=n.activations or (),
+        effects=tuple(LogitEffect(node=e.logit, edge=e.edge, influence=e.influence)
+                      for e in n.logits)) for n in g.nodes)
+    edges = tuple((e.source, e.target, e.weight)
+                  for e in sorted(g.edges, key=lambda e: -abs(e.weight)))
+    return NodeGraph(
+        "the pruned graph as nodes and edges: x the position, y the block (tokens at the "
+        "bottom, logits at the top), a circle's area its influence on the logits; hover a node "
+        "for its edges, click it for its activation at every position and its effect on the "
+        "logits", ("tokens", *(f"block {b}" for b in range(L)), "logits"),
+        tuple(f"{t.text!r}" for t in g.tokens), nodes, edges, min(len(edges), EDGES_DRAWN),
+        kinds=(("token", "token"), ("node", what),
+               ("remainder", f"other {what}s (a site's remainder)"),
+               *((("error", "error node"),) if g.transcoders is not None else ()),
+               ("output", "logit")))
+
+
 def _data(result: Any) -> Any:
     from fptrace.render.pagedata import Heatmap, SectionData
 
@@ -112,7 +153,8 @@ def _data(result: Any) -> Any:
               for b in range(L)), blocks=tuple(range(L)),
         labels=tuple(tuple(str(count[b][p]) if count[b][p] else "·" for p in range(T))
                      for b in range(L)),
-        tips=tuple(tuple("\n".join(tips[b][p]) for p in range(T)) for b in range(L))),))
+        tips=tuple(tuple("\n".join(tips[b][p]) for p in range(T)) for b in range(L))),),
+        graphs=(drawing(g),))
 
 
 def _verify(result: Any) -> None:

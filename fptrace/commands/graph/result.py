@@ -6,13 +6,29 @@ from fptrace.results import SCHEMA_VERSION, ModelInfo, Token, result
 
 # 1.6: `fptrace graph` (this kind); 1.7: graphs over transcoders (AttributionGraph.transcoders,
 # .missing_blocks; the latent, other latents and error nodes); 1.8: --verify
-# (AttributionGraph.verified, GraphVerified, the graph_verify check)
-SCHEMA_SINCE = "1.8"
+# (AttributionGraph.verified, GraphVerified, the graph_verify check); 1.9: the page's drawing
+# (GraphNode.activations, GraphNode.logits, GraphLogitEffect)
+SCHEMA_SINCE = "1.9"
 
 CHECK_TARGETS = ("for `graph`: `graph_sums` (every computed node's incoming edges plus its bias "
                  "terms equal its value in the model, float64), `graph_model` (the float64 "
                  "copy's logits equal the model's own) and, with --verify, `graph_verify` (each "
                  "removed node changes every computed node by minus its edge)")
+
+
+@result
+class GraphLogitEffect:
+    """What one node does to one logit node of the graph."""
+
+    logit: str
+    """The logit node's node_id."""
+    edge: float
+    """The node's direct edge into that logit (0 where it has none), from the unpruned graph:
+    the pruning may drop it from `edges`."""
+    influence: float
+    """The node's influence on that logit alone (circuit-tracer's node influence with that
+    logit's weight 1 and every other logit's 0): the node's `influence` is the sum of these
+    weighted by each logit's probability."""
 
 
 @result
@@ -55,6 +71,13 @@ class GraphNode:
     carries (biases of linear maps and norms, a learned position embedding); else null."""
     prob: float | None = None
     """For a logit: the token's probability at that position; else null."""
+    activations: tuple[float, ...] | None = None
+    """For a neuron (latent): its activation at every position of the prompt, from the same
+    float64 forward pass as `value` (the same neuron of the same block; `value` is the one at
+    `position`); else null."""
+    logits: tuple[GraphLogitEffect, ...] = ()
+    """For every node but a logit: its direct edge into and its influence on each logit node,
+    in the order of the logit nodes in `nodes`; empty for a logit."""
 
 
 @result
