@@ -88,7 +88,8 @@ def test_the_activations_are_the_real_models_mlp_activations(page):
 
 def test_a_latents_activations_are_its_encoder_on_the_real_mlp_input(tmp_path):
     """With transcoders: each kept latent's activation at every position equals its transcoder's
-    encoder (TopK, written out here from its weights) applied to the real MLP's input."""
+    encoder (TopK, written out here from its weights) applied to the real MLP's input; the
+    drawing tells error nodes and remainders from latents."""
     from safetensors.numpy import load_file
 
     from fptrace.commands.graph.examples import write_transcoders
@@ -96,10 +97,16 @@ def test_a_latents_activations_are_its_encoder_on_the_real_mlp_input(tmp_path):
     folder = tiny_gpt2()
     d = json.loads(Path(folder, "config.json").read_text())["n_embd"]
     tc = write_transcoders(str(tmp_path / "tc"), range(2), d, 48, k=8)
+    out = tmp_path / "t.html"
     r = runner.invoke(app, ["graph", PROMPT, "-m", folder, "--transcoders", tc, "--max-nodes",
-                            "8", "--node-threshold", "1", "--edge-threshold", "1", "--json"])
+                            "8", "--node-threshold", "1", "--edge-threshold", "1", "--json",
+                            "--html", str(out)])
     assert r.exit_code == 0, r.output
     g = json.loads(r.stdout)
+    kinds = {n["id"]: n["kind"] for n in _drawing(out)["nodes"]}  # error nodes drawn as such
+    assert {n["node_type"]: kinds[n["node_id"]] for n in g["nodes"]} == {
+        "embedding": "token", "latent": "node", "other latents": "remainder", "error": "error",
+        "logit": "output"}
     x = _gpt2_mlp(folder, [t["id"] for t in g["tokens"]], "in")
     latents = [n for n in g["nodes"] if n["node_type"] == "latent"]
     assert latents
@@ -257,3 +264,4 @@ def test_report_takes_the_graph_and_its_mistakes_are_one_line(tmp_path):
     assert r.exit_code == 0, r.output
     assert "How the answer was computed: the attribution graph" in out.read_text()
     assert _map(out)["rows"][0] == "block 0"
+    assert _drawing(out)["rows"][0] == "tokens"

@@ -3,7 +3,9 @@ view, and a blocks × positions map of the pruned graph: a cell's colour is the 
 logits of the nodes kept at that block and position (neurons or latents, remainders, error
 nodes), its label how many neurons or latents are kept there, and its hover each of those nodes
 with its value, its influence and its strongest edges in and out (weights exact, from the
-graph). A click on a row opens that block."""
+graph). A click on a row opens that block. Beside it the graph drawn as nodes and edges
+(render/pagedata.py's NodeGraph, drawn by pagegraph.js): each kept node at (block, position),
+its edges on hover, its activation at every position and its effect on each logit on click."""
 
 from __future__ import annotations
 
