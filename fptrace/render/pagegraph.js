@@ -48,7 +48,9 @@
       most = Math.max(most, cells[key].length);
     });
     var colW = Math.max(96, 16 * most + 16), rowH = R > 20 ? 22 : 30;
-    var left = 80, top = 16, bottom = 44, W = left + colW * C + 12, H = top + rowH * R + bottom;
+    var outputs = g.nodes.some(function (n) { return n.kind === "output"; });
+    var left = 80, top = outputs ? 64 : 16, bottom = 44;  // room for the outputs' labels
+    var W = left + colW * C + 60, H = top + rowH * R + bottom;
     var at = {}, biggest = 0;
     g.nodes.forEach(function (n) { biggest = Math.max(biggest, n.size); });
     Object.keys(cells).forEach(function (key) {
@@ -81,7 +83,7 @@
                            role: "img", "aria-label": g.title });
     g.rows.forEach(function (label, i) {
       var y = top + rowH * (R - 1 - i + 0.5);
-      pic.appendChild(svg("line", { "class": "grid", x1: left, x2: W - 12, y1: y, y2: y }));
+      pic.appendChild(svg("line", { "class": "grid", x1: left, x2: W - 60, y1: y, y2: y }));
       var t = svg("text", { "class": "row-label", x: left - 6, y: y + 4 });
       t.textContent = label;
       pic.appendChild(t);
@@ -203,6 +205,14 @@
 
     g.nodes.forEach(function (n) {
       var p = at[n.id];
+      if (n.kind === "output") {  // an output's label above it, slanted
+        var label = svg("text", { "class": "out-label", x: p.x.toFixed(2),
+                                  y: (p.y - p.r - 4).toFixed(2),
+                                  transform: "rotate(-40 " + p.x.toFixed(2) + " " +
+                                             (p.y - p.r - 4).toFixed(2) + ")" });
+        label.textContent = short(n.label.replace(/^\u2192/, ""), 12);
+        nodeLayer.appendChild(label);
+      }
       var c = svg("circle", { "class": "gnode " + n.kind, cx: p.x.toFixed(2), cy: p.y.toFixed(2),
                               r: p.r.toFixed(2), "data-id": n.id, tabindex: "0" });
       var title = svg("title", {});
