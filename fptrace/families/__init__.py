@@ -219,6 +219,10 @@ class Family:
     shared_experts: str | None = None
     shared_expert_gate: str | None = None
     router_score_bias: str | None = None  # the router's choice-only bias (Moe.score_bias)
+    # the gate, up and down projections (from the MLP module) of a mixture's dense SwiGLU
+    # MLPs: its shared experts' and its dense blocks' (DeepSeek-V3's first; Qwen-MoE's
+    # mlp_only_layers), where `graph --neurons` finds their neurons
+    moe_dense_mlp: tuple[str, str, str] = ("gate_proj", "up_proj", "down_proj")
     attn_sinks: str | None = None  # the attention module's learned sink logit per head (gpt-oss)
     # the config attribute giving the values per head that z and W_O see, where it is not
     # head_dim (DeepSeek-V3's latent attention: v_head_dim)

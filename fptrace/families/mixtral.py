@@ -36,6 +36,9 @@ MOE_TAPS = {p: t for p, t in LLAMA_TAPS.items()
 FAMILY = replace(
     LLAMA, name="mixtral", title="Mixtral", model_types=("mixtral",), mlp_type=MlpKind.moe, moe=moe,
     taps=MOE_TAPS,
+    # a dense SwiGLU MLP of the family (Qwen2-MoE's shared expert, DeepSeek-V3's shared experts
+    # and first blocks, the Qwen-MoE mlp_only_layers): Llama's projections
+    moe_dense_mlp=("gate_proj", "up_proj", "down_proj"),
     tiny=dict(model_type="mixtral", num_hidden_layers=2, hidden_size=64, intermediate_size=48,
               num_attention_heads=4, num_key_value_heads=2, vocab_size=1000,
               max_position_embeddings=64, num_local_experts=4, num_experts_per_tok=2,

@@ -15,8 +15,10 @@ gradients are those of a linear model:
   an edge is a direct effect (it passes through no other neuron).
 
 Where each part lives comes from the family file: the points `mlp_up` (u) and `mlp_act` (a, the
-down projection's input) of its taps. A family without them (a mixture of experts, a model type
-without a family file) is refused before anything runs.
+down projection's input) of its taps. A family without them (a model type without a family
+file) is refused before anything runs. A mixture of experts' block is frozen by experts.py:
+the router's choice and weights held, each chosen expert's neurons a = r · u with r frozen and
+a leaf, its output recomputed from the experts' weights (checked equal to the module's own).
 
 A replay (`frozen(..., replay=Replay(...))`, `graph --verify`: verify.py) runs a batch whose
 row 0 is the prompt and each other row the prompt with one node removed, every row frozen at row
@@ -37,6 +39,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from fptrace.commands.graph.experts import MoeSites, frozen_hook, layouts, moe_sites, router_hook
 from fptrace.commands.graph.transcoders import replacement_hook
 from fptrace.core.attribution import frozen_norm
 from fptrace.core.hooks import Hook, first_output, hooked
@@ -80,6 +83,9 @@ class MlpSites:
     up: str  # block-relative path of the module whose output holds u
     up_part: tuple[int, int] | None  # (i, n): u is the i-th of n slices of that output
     down: str  # block-relative path of the down projection (its input is a)
+    # a mixture of experts: its blocks' parts (experts.py); up and down are then its dense
+    # blocks' (DeepSeek-V3's first), None for a dense family
+    moe: MoeSites | None = None
 
 
 def mlp_sites(family: Any) -> MlpSites:
@@ -87,8 +93,9 @@ def mlp_sites(family: Any) -> MlpSites:
     up = family.taps.get(Point.mlp_up)
     act = family.taps.get(Point.mlp_act)
     if family.mlp_type is MlpKind.moe:
-        raise BadInput(f"graph --neurons: the {family.title} family's MLP is a mixture of "
-                       "experts; fptrace cannot freeze its routing yet (dense MLPs only)")
+        moe = moe_sites(family)
+        return MlpSites(up=f"{family.mlp}.{moe.dense[1]}", up_part=None,
+                        down=f"{family.mlp}.{moe.dense[2]}", moe=moe)
     if family.name.startswith("generic:"):
         raise BadInput(f"graph --neurons: fptrace has no family file for model type "
                        f"{family.title!r}, so it cannot tell where its MLP's neurons are to "
@@ -135,6 +142,8 @@ class Pass:
     embed: Any = None  # (B, T, d) the token embeddings, a leaf
     pos: Any = None  # (B, T, d) a learned position embedding's output, a leaf, or None
     u: dict = field(default_factory=dict)  # layer -> (B, T, m) the up pre-activation
+    # MoE block -> the router's (indices (B·T, k), weights (B·T, k)), read by its MLP's hook
+    routes: dict = field(default_factory=dict)
     acts: dict = field(default_factory=dict)  # layer -> (B, T, m) a = r·u, linear in u
     leaves: dict = field(default_factory=dict)  # layer -> (B, T, m) a, a leaf
     # layer -> (U,) the latents that are the columns of acts and leaves there (transcoders:
@@ -317,6 +326,7 @@ def frozen(model: Any, parts: Any, sites: MlpSites | None,
     state = Pass(replay=replay)
     fam = parts.family
     hooks = [Hook.after(parts.embed, _leaf_hook(state, "embed"))]
+    experts = layouts(parts, None if sites is None or transcoders is not None else sites.moe)
     if fam.pos_embed:
         hooks.append(Hook.after(model.get_submodule(fam.pos_embed), _leaf_hook(state, "pos")))
     for layer, blk in enumerate(parts.blocks):
@@ -325,6 +335,13 @@ def frozen(model: Any, parts: Any, sites: MlpSites | None,
                 state, layer, transcoders.by_block.get(layer))))
             continue
         assert sites is not None
+        if layer in experts:
+            assert sites.moe is not None
+            mlp = parts.mlps[layer]
+            hooks += [Hook.after(mlp.get_submodule(sites.moe.router),
+                                 router_hook(state.routes, layer)),
+                      Hook.after(mlp, frozen_hook(state, layer, sites.moe, experts[layer]))]
+            continue
         hooks.append(Hook.after(blk.get_submodule(sites.up), _up_hook(state, layer,
                                                                        sites.up_part)))
         hooks.append(Hook.before(blk.get_submodule(sites.down), _down_hook(state, layer)))

@@ -4,15 +4,18 @@ The graph is computed on a float64 copy of the model, so that its sums are exact
 rounding. Its norms are computed in float64 too (transformers' RMSNorm casts to float32 inside
 whatever the weights' dtype). The real pass reads each neuron's activation where the down
 projection takes it and each logit from the LM head's output (before any final softcap); the
-copy's logits are checked against the model's own forward pass in its own dtype.
+copy's logits are checked against the model's own forward pass in its own dtype. In a mixture of
+experts' block, each chosen expert's neuron act(gate) · up, recomputed from the MLP's input and
+the router's own choice, and the router's choice itself (experts.py).
 """
 
 from __future__ import annotations
 
 import copy
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
+from fptrace.commands.graph.experts import layouts, real_hooks
 from fptrace.commands.graph.freezing import MlpSites, float64_norms
 from fptrace.commands.graph.transcoders import latents_hook
 from fptrace.core.hooks import Hook, first_output, hooked
@@ -25,10 +28,13 @@ from fptrace.models.loading import LoadedModel
 class Real:
     """What the float64 model computed on the prompt."""
 
-    acts: Any  # (L, T, m) every neuron's activation
+    acts: Any  # (L, T, m) every neuron's activation (a narrower block's padded with zeros)
     logits: Any  # (Q, V) the LM head's output at the query positions (before any softcap)
     probs: Any  # (Q, V) the probabilities (after any softcap), float64
     own: Any  # (Q, V) the model's own LM head output in its dtype, as float64
+    # MoE block -> the router's choice: indices (T, k), weights (T, k) float64, and the shared
+    # experts' gate (T,) or None (experts.real_hooks)
+    routes: dict = field(default_factory=dict)
 
 
 def float64_copy(lm: LoadedModel) -> tuple[Any, ModelParts]:
@@ -67,10 +73,15 @@ def real_pass(lm: LoadedModel, model: Any, parts: ModelParts, sites: MlpSites | 
             got[key] = first_output(output)[0].detach().to(torch.float64).cpu()  # (Q, V)
         return hook
 
+    routes: dict[int, Any] = {}
     if transcoders is None:
         assert sites is not None
+        experts = layouts(parts, sites.moe)
         hooks = [Hook.before(b.get_submodule(sites.down), keep_act(i))
-                 for i, b in enumerate(parts.blocks)]
+                 for i, b in enumerate(parts.blocks) if i not in experts]
+        for i, lay in experts.items():
+            assert sites.moe is not None
+            hooks += real_hooks(parts.mlps[i], i, sites.moe, lay, acts, routes)
     else:
         hooks = [Hook.after(parts.mlps[i], latents_hook(acts, i, tc))
                  for i, tc in sorted(transcoders.by_block.items())]
@@ -83,12 +94,13 @@ def real_pass(lm: LoadedModel, model: Any, parts: ModelParts, sites: MlpSites | 
         final = model(x, use_cache=False, logits_to_keep=keep_idx).logits[0]  # (Q, V)
     with torch.inference_mode(), hooked([Hook.after(lm.parts.lm_head, keep("own"))]):
         lm.model(x.to(lm.device), use_cache=False, logits_to_keep=keep_idx.to(lm.device))
-    if transcoders is not None:
-        m, T = transcoders.width, len(ids)
-        acts = {i: torch.nn.functional.pad(acts[i], (0, m - acts[i].shape[-1])) if i in acts
-                else torch.zeros(T, m, dtype=torch.float64) for i in range(len(parts.blocks))}
+    T = len(ids)
+    m = transcoders.width if transcoders is not None else max(a.shape[-1] for a in acts.values())
+    acts = {i: torch.nn.functional.pad(acts[i], (0, m - acts[i].shape[-1])) if i in acts
+            else torch.zeros(T, m, dtype=torch.float64) for i in range(len(parts.blocks))}
     return Real(acts=torch.stack([acts[i] for i in range(len(parts.blocks))]),
-                logits=got["logits"], probs=torch.softmax(final, dim=-1).cpu(), own=got["own"])
+                logits=got["logits"], probs=torch.softmax(final, dim=-1).cpu(), own=got["own"],
+                routes=routes)
 
 
 __all__ = ["Real", "float64_copy", "real_pass"]

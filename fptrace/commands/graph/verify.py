@@ -11,7 +11,8 @@ checked by the intervention they predict.
 2. Frozen, the other nodes following (Replay without hold): the removed node's effect on the top
    logit through every path of the linear model: what the graph predicts.
 3. Unfrozen: the node's activation set to 0 in the float64 model as it computes (its patterns,
-   norms and gates free; a latent's decoded vector taken from its MLP's output): the real change
+   norms and gates free, a mixture's routing too; a latent's decoded vector taken from its MLP's
+   output): the real change
    of the top logit, beside the prediction. A number, not a verdict: the difference is what the
    freezing leaves out.
 
@@ -22,6 +23,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from fptrace.commands.graph.experts import layouts, removal_hooks
 from fptrace.commands.graph.freezing import MlpSites, Replay, frozen
 from fptrace.commands.graph.result import GraphCheck, GraphVerified
 from fptrace.commands.graph.rows import Candidates, Rows, Target
@@ -74,7 +76,15 @@ def _real_logits(model: Any, parts: Any, sites: MlpSites | None, tset: Any, x: A
     layers = sorted({s.layer for s in picks if s.layer is not None})
     if tset is None:
         assert sites is not None
-        hooks = [Hook.before(parts.blocks[l].get_submodule(sites.down), zero(l)) for l in layers]
+        experts = layouts(parts, sites.moe)
+        hooks = [Hook.before(parts.blocks[l].get_submodule(sites.down), zero(l)) for l in layers
+                 if l not in experts]
+        for l in layers:
+            if l in experts:
+                assert sites.moe is not None
+                hooks += removal_hooks(parts.mlps[l], l, sites.moe, experts[l],
+                                       [(b, s.position, s.index)
+                                        for b, s in enumerate(picks, 1) if s.layer == l])
     else:
         hooks = [Hook.after(parts.mlps[l], minus(l)) for l in layers]
     with torch.no_grad(), hooked(hooks, prepend=True):

@@ -1,0 +1,289 @@
+"""`fptrace graph --neurons` on a mixture of experts: each chosen expert's neurons as nodes.
+
+In an MoE block the router chooses k experts at each position, with weights; each chosen
+expert is a SwiGLU MLP stored in the experts module's 3-D tensors (gate_up_proj (E, 2·I, d),
+down_proj (E, d, I)); shared experts (Qwen2-MoE's, gated by σ(shared_expert_gate · x);
+DeepSeek-V3's) are a SwiGLU MLP that every position takes. In the frozen pass (freezing.py)
+the MLP module's output is replaced by the same computation, written out so that its neurons
+show:
+
+    y = Σ_{e chosen at t} w_{t,e} · W_down[e] · a_e + g_t · W_down_s · a_s,
+    a_e = r_e ⊙ u_e,   u_e = the up half of gate_up_proj[e] · x,   r_e = act(gate half)
+
+with the router's choice and its weights w held at their values (the model's own router output,
+read by a hook on the router), each neuron's gate r frozen (SwiGLU: r = act(gate)), the shared
+gate g = σ(shared_expert_gate · x) frozen, and the activations a a leaf (a gradient stops there:
+an edge is a direct effect). The recomputed y must equal the module's own output (Mismatch,
+exit 5, otherwise); every later value is then the model's own.
+
+The neurons of block l are numbered as one MLP of n_experts · d_expert + d_shared neurons
+(ExpertLayout): expert e's neuron n is e · d_expert + n, the shared experts' neuron n is
+n_experts · d_expert + n. At a position, only the chosen experts' neurons are computed; every
+other expert's are 0 there (no node, no edge).
+
+A dense block of a partly-MoE model (DeepSeek-V3's first blocks) is frozen as a dense MLP
+(freezing.py's hooks on its up and down projections).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from fptrace.core.hooks import Hook, first_output
+from fptrace.errors import BadInput, Mismatch
+
+MODULE_RTOL = 1e-9  # |recomputed block output − the module's own| ≤ this · max |own| (float64)
+
+
+@dataclass(frozen=True)
+class MoeSites:
+    """Where an MoE block's parts are, from its MLP module (the family file): the router (its
+    output (logits, weights of the chosen, indices of the chosen)), the routed experts (3-D
+    tensors), the shared experts and their gate (or None), and the gate, up and down
+    projections of a dense SwiGLU MLP of the family (its shared experts', its dense blocks')."""
+
+    router: str
+    experts: str
+    shared: str | None
+    shared_gate: str | None
+    dense: tuple[str, str, str]
+
+
+@dataclass(frozen=True)
+class ExpertLayout:
+    """How one MoE block's neurons are numbered (see the module's text)."""
+
+    n_experts: int
+    d_expert: int
+    d_shared: int  # 0: no shared experts
+
+    @property
+    def width(self) -> int:
+        return self.n_experts * self.d_expert + self.d_shared
+
+    def split(self, index: int) -> tuple[int | None, int]:
+        """(the routed expert, or None for the shared experts; the neuron within it)."""
+        e, n = divmod(index, self.d_expert)
+        if e < self.n_experts:
+            return e, n
+        return None, index - self.n_experts * self.d_expert
+
+    def name(self, index: int) -> str:
+        """`E5 N417` (routed expert 5's neuron 417) or `shared N3`."""
+        e, n = self.split(index)
+        return f"shared N{n}" if e is None else f"E{e} N{n}"
+
+
+def moe_sites(family: Any) -> MoeSites:
+    """The family's MoE sites, or BadInput naming why its experts cannot be frozen."""
+    if family.attn_sinks:
+        raise BadInput(f"graph --neurons: the {family.title} family's attention adds a learned "
+                       "sink to each head's softmax, which fptrace cannot freeze yet")
+    return MoeSites(router=family.router, experts=family.experts, shared=family.shared_experts,
+                    shared_gate=family.shared_expert_gate, dense=family.moe_dense_mlp)
+
+
+def layout(mlp: Any, sites: MoeSites) -> ExpertLayout:
+    """The numbering of the MoE block whose MLP module is `mlp`, from its weights' shapes;
+    BadInput where its experts are not SwiGLU MLPs stored as [gate; up] without biases."""
+    experts = mlp.get_submodule(sites.experts)
+    if getattr(experts, "is_transposed", False) or getattr(experts, "has_bias", False) or \
+            not getattr(experts, "is_concatenated", True) or \
+            not getattr(experts, "has_gate", True) or hasattr(experts, "limit"):
+        raise BadInput("graph --neurons: this model's experts are not plain SwiGLU MLPs "
+                       "stored as [gate; up] without biases; fptrace cannot freeze them yet")
+    E, two_i, _ = experts.gate_up_proj.shape
+    shared = 0
+    if sites.shared:
+        shared = int(mlp.get_submodule(sites.shared).get_submodule(sites.dense[1]).out_features)
+    return ExpertLayout(n_experts=int(E), d_expert=int(two_i) // 2, d_shared=shared)
+
+
+def layouts(parts: Any, sites: MoeSites | None) -> dict[int, ExpertLayout]:
+    """Each MoE block's numbering (its MLP has the family's router; DeepSeek-V3's first blocks
+    are dense and absent); empty for a dense family (sites None)."""
+    from fptrace.core.routing import routers
+
+    if sites is None:
+        return {}
+    return {i: layout(parts.mlps[i], sites) for i, _ in routers(parts)}
+
+
+def router_hook(routes: dict, layer: int) -> Any:
+    """A hook on block `layer`'s router: its choice (indices (N, k)) and weights (N, k), as it
+    returned them, kept in routes[layer] for the MLP's hook."""
+    def hook(module: Any, args: tuple, output: Any) -> None:
+        routes[layer] = (output[2].detach(), output[1].detach())
+    return hook
+
+
+def _pre(mlp: Any, sites: MoeSites, lay: ExpertLayout, x: Any, idx: Any) -> tuple[Any, Any]:
+    """x (N, d), idx (N, k): the gate and up pre-activations (N, width) of every chosen expert's
+    neurons at each position (0 where the expert was not chosen), and of the shared experts'."""
+    import torch
+
+    experts = mlp.get_submodule(sites.experts)
+    N = x.shape[0]
+    E, I = lay.n_experts, lay.d_expert
+    gate = x.new_zeros(N, E, I)
+    up = x.new_zeros(N, E, I)
+    for e in idx.unique().tolist():
+        if not 0 <= e < E:
+            continue
+        tok = (idx == e).any(dim=-1).nonzero().flatten()  # (n,) the positions that chose e
+        g, u = torch.nn.functional.linear(x[tok], experts.gate_up_proj[e]).chunk(2, dim=-1)
+        at = (tok, torch.full_like(tok, e))
+        gate = gate.index_put(at, g)  # (N, E, I)
+        up = up.index_put(at, u)
+    gate, up = gate.reshape(N, E * I), up.reshape(N, E * I)
+    if lay.d_shared:
+        shared = mlp.get_submodule(sites.shared)
+        gate = torch.cat([gate, shared.get_submodule(sites.dense[0])(x)], dim=-1)
+        up = torch.cat([up, shared.get_submodule(sites.dense[1])(x)], dim=-1)
+    return gate, up
+
+
+def _gate(mlp: Any, sites: MoeSites, lay: ExpertLayout, gate: Any) -> Any:
+    """r (N, width): each neuron's gate act(gate pre-activation), the experts' own function."""
+    import torch
+
+    E, I = lay.n_experts, lay.d_expert
+    r = mlp.get_submodule(sites.experts).act_fn(gate[:, :E * I])
+    if lay.d_shared:
+        r = torch.cat([r, mlp.get_submodule(sites.shared).act_fn(gate[:, E * I:])], dim=-1)
+    return r
+
+
+def _shared_gate(mlp: Any, sites: MoeSites, x: Any) -> Any:
+    """(N, 1) the shared experts' gate σ(shared_expert_gate · x), or None (no gate)."""
+    import torch
+
+    if not sites.shared or not sites.shared_gate:
+        return None
+    return torch.sigmoid(mlp.get_submodule(sites.shared_gate)(x))
+
+
+def _output(mlp: Any, sites: MoeSites, lay: ExpertLayout, a: Any, idx: Any, w: Any,
+            g: Any) -> Any:
+    """(N, d): the block's output from the activations a (N, width): Σ over each position's
+    chosen experts of its weight × the expert's down projection of its neurons, plus the shared
+    experts' down projection (× their gate g (N, 1), or 1)."""
+    import torch
+
+    experts = mlp.get_submodule(sites.experts)
+    E, I = lay.n_experts, lay.d_expert
+    d = experts.down_proj.shape[1]
+    y = a.new_zeros(a.shape[0], d)
+    for e in idx.unique().tolist():
+        if not 0 <= e < E:
+            continue
+        tok, slot = (idx == e).nonzero(as_tuple=True)  # (n,) each
+        out = torch.nn.functional.linear(a[tok, e * I:(e + 1) * I], experts.down_proj[e])
+        y = y.index_add(0, tok, out * w[tok, slot, None].to(out.dtype))  # (N, d)
+    if lay.d_shared:
+        s = mlp.get_submodule(sites.shared).get_submodule(sites.dense[2])(a[:, E * I:])
+        y = y + (s if g is None else g * s)
+    return y
+
+
+def _check(y: Any, own: Any, layer: int) -> None:
+    """The recomputed block output against the module's own (Mismatch where they differ)."""
+    diff = float((y.detach() - own.detach()).abs().max()) if y.numel() else 0.0
+    scale = max(float(own.detach().abs().max()) if own.numel() else 0.0, 1e-300)
+    if diff > MODULE_RTOL * scale:
+        raise Mismatch(f"graph: block {layer}'s mixture of experts recomputed from its experts' "
+                       f"weights differs from the module's own output by {diff / scale:.2e} "
+                       f"(relative; at most {MODULE_RTOL:g})")
+
+
+def frozen_hook(state: Any, layer: int, sites: MoeSites, lay: ExpertLayout) -> Any:
+    """The forward hook of block `layer`'s MoE module in the frozen pass: its output replaced by
+    the same computation with the routing, the gates and the shared gate frozen and the
+    activations a leaf (see the module's text); fills state.acts and state.leaves. In a replay
+    (freezing.Replay) every row takes row 0's routing, gates and shared gate, its activations
+    held at row 0's or following its up pre-activations, the removed node 0."""
+    def hook(module: Any, args: tuple, output: Any) -> Any:
+        own = first_output(output)  # (B, T, d)
+        x = args[0]
+        B, T, d = x.shape
+        idx, w = state.routes.pop(layer)  # (B·T, k) each
+        xf = x.reshape(B * T, d)
+        if state.replay is not None:
+            idx, w = (t.view(B, T, -1)[:1].expand(B, T, -1).reshape(B * T, -1) for t in (idx, w))
+        gate, up = _pre(module, sites, lay, xf, idx)  # (N, width) each
+        g = _shared_gate(module, sites, xf)
+        if state.replay is None:
+            r = _gate(module, sites, lay, gate).detach()  # frozen
+            acts = r * up  # (N, width): linear in u
+            state.acts[layer] = acts.view(B, T, -1)
+            leaf = acts.detach().view(B, T, -1).requires_grad_(True)  # edges are direct
+            state.leaves[layer] = leaf
+            a = leaf.view(B * T, -1)
+        else:
+            r0 = _gate(module, sites, lay, gate.view(B, T, -1)[0]).expand(B, T, -1)
+            u = up.view(B, T, -1)
+            state.acts[layer] = r0 * u
+            base = (r0 * u[:1]).expand(B, T, -1).clone() if state.replay.hold else r0 * u
+            a = state.replay.remove(base, layer).reshape(B * T, -1)
+            if g is not None:
+                g = g.view(B, T, 1)[:1].expand(B, T, 1).reshape(B * T, 1)
+        y = _output(module, sites, lay, a, idx, w, None if g is None else g.detach())
+        y = y.view(B, T, d)
+        if state.replay is None:
+            _check(y, own, layer)
+        return (y, *output[1:]) if isinstance(output, tuple) else y
+    return hook
+
+
+def real_hooks(mlp: Any, layer: int, sites: MoeSites, lay: ExpertLayout, acts: dict,
+               routes: dict) -> list[Hook]:
+    """Hooks for the real pass (no gradient) of the MoE block `layer`: acts[layer] (T, width)
+    every chosen expert's neuron activation act(gate) · up (0 for the experts not chosen),
+    recomputed from the MLP's input and the router's own choice and checked to give the
+    module's output; routes[layer]: the router's (indices (T, k), weights (T, k))."""
+    seen: dict[int, tuple[Any, Any]] = {}
+
+    def hook(module: Any, args: tuple, output: Any) -> None:
+        x = args[0][0]  # (T, d), row 0
+        idx, w = seen.pop(layer)
+        T = x.shape[0]
+        idx, w = idx[:T], w[:T]
+        gate, up = _pre(module, sites, lay, x, idx)
+        a = _gate(module, sites, lay, gate) * up  # (T, width)
+        _check(_output(module, sites, lay, a, idx, w, _shared_gate(module, sites, x)),
+               first_output(output)[0], layer)
+        acts[layer] = a.detach().cpu().clone()
+        routes[layer] = (idx.detach().cpu().clone(), w.detach().double().cpu().clone(),
+                         None if not sites.shared_gate else
+                         _shared_gate(module, sites, x).detach().double().cpu()[:, 0])
+    return [Hook.after(mlp.get_submodule(sites.router), router_hook(seen, layer)),
+            Hook.after(mlp, hook)]
+
+
+def removal_hooks(mlp: Any, layer: int, sites: MoeSites, lay: ExpertLayout,
+                  removed: list[tuple[int, int, int]]) -> list[Hook]:
+    """Hooks for a pass with nothing frozen (graph --verify's `real`): in batch row b the
+    neuron `index` of block `layer` at `position` set to 0 for each (b, position, index) of
+    `removed`, the block's output recomputed from its input and the router's own choice in
+    that row (the rest of the computation as the model does it)."""
+    seen: dict[int, tuple[Any, Any]] = {}
+
+    def hook(module: Any, args: tuple, output: Any) -> Any:
+        x = args[0]
+        B, T, d = x.shape
+        idx, w = seen.pop(layer)
+        xf = x.reshape(B * T, d)
+        gate, up = _pre(module, sites, lay, xf, idx)
+        a = (_gate(module, sites, lay, gate) * up).view(B, T, -1).clone()
+        for b, pos, index in removed:
+            a[b, pos, index] = 0.0
+        y = _output(module, sites, lay, a.view(B * T, -1), idx, w,
+                    _shared_gate(module, sites, xf)).view(B, T, d)
+        return (y, *output[1:]) if isinstance(output, tuple) else y
+    return [Hook.after(mlp.get_submodule(sites.router), router_hook(seen, layer)),
+            Hook.after(mlp, hook)]
+
+
+__all__ = ["ExpertLayout", "MoeSites", "frozen_hook", "layout", "layouts", "moe_sites",
+           "real_hooks", "removal_hooks", "router_hook"]
