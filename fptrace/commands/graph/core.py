@@ -30,6 +30,14 @@ import time
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
+from fptrace.commands.graph.experts import (
+    MOE_FREEZING,
+    ExpertLayout,
+    graph_routes,
+    layouts,
+    neuron_fields,
+    neuron_name,
+)
 from fptrace.commands.graph.freezing import (
     EDGE_MEANING,
     FREEZING,
@@ -148,7 +156,8 @@ def graph(lm: LoadedModel, prompt: Prompt, *, positions: Any = None,
         model(torch.tensor([ids], device=device), use_cache=False,
               logits_to_keep=torch.tensor(queries, device=device))
     n_cand = len(cand)
-    layout = _Layout(cand, len(logit_targets), errors=tset is not None)
+    layout = _Layout(cand, len(logit_targets), errors=tset is not None,
+                     experts=layouts(parts, None if sites is None else sites.moe))
 
     def value(t: Target) -> float:
         if t.layer is None:
@@ -244,8 +253,10 @@ class _Layout:
     remainders (everything but the candidates), the per-site error nodes (with transcoders),
     tokens, logits."""
 
-    def __init__(self, cand: Candidates, n_logits: int, errors: bool = False) -> None:
+    def __init__(self, cand: Candidates, n_logits: int, errors: bool = False,
+                 experts: dict[int, ExpertLayout] | None = None) -> None:
         self.cand, self.n_logits = cand, n_logits
+        self.experts = experts or {}  # MoE block -> its neurons' numbering (experts.py)
         self.L, self.T = cand.L, cand.T
         self.n_cand = len(cand)
         self.n_err = self.L * self.T if errors else 0
@@ -348,7 +359,9 @@ def _model_check(real: Any, dtype: str) -> GraphCheck:
 def _label(lm: LoadedModel, t: Target, layout: _Layout) -> str:
     if t.layer is None:
         return f"logit {lm.token_text(t.index)!r} (query {t.position})"
-    return f"L{t.layer} {'T' if layout.n_err else 'N'}{t.index} @{t.position}"
+    if layout.n_err:
+        return f"L{t.layer} T{t.index} @{t.position}"
+    return f"L{t.layer} {neuron_name(layout.experts, t.layer, t.index)} @{t.position}"
 
 
 ERROR_NODES = ("one per (block, position): what the block's transcoder misses of its MLP's "
@@ -429,9 +442,14 @@ def _assemble(lm: LoadedModel, prepared: Any, queries: list[int], ids: list[int]
                                                n=L))
     info = model_info(lm)
     ranked = [nodes[i] for i in by_influence if i < nn_]
+    freezing: tuple[str, ...] = FREEZING if tset is None else TRANSCODER_FREEZING
+    if layout.experts:
+        freezing = (*FREEZING[:3], *MOE_FREEZING, FREEZING[3])
+    routes = graph_routes(real.routes, {(nodes[i].layer, nodes[i].position) for i in kept
+                                        if nodes[i].node_type in ("neuron", "other neurons")})
     return AttributionGraph(
         prompt=prepared.text, model=info, tokens=lm.tokens(prepared)[:len(ids)],
-        queries=tuple(queries), freezing=FREEZING if tset is None else TRANSCODER_FREEZING,
+        queries=tuple(queries), freezing=freezing, routes=routes,
         edge=EDGE_MEANING if tset is None else TRANSCODER_EDGE,
         error_nodes=NO_ERROR_NODES if tset is None else ERROR_NODES,
         transcoders=None if tset is None else tset.path,
@@ -483,12 +501,15 @@ def _node(lm: LoadedModel, i: int, neurons: list[int], layout: _Layout, ids: lis
     latents = bool(layout.n_err)
     if i < nn_:
         t = layout.cand.target(neurons[i])
+        assert t.layer is not None
+        expert, shared, neuron = neuron_fields(layout.experts, t.layer, t.index)
         return GraphNode(node_id=f"{t.layer}_{t.index}_{t.position}",
                          node_type="latent" if latents else "neuron",
                          layer=t.layer, position=t.position, index=t.index,
-                         label=f"L{t.layer} {'T' if latents else 'N'}{t.index} @{t.position}",
+                         label=_label(lm, t, layout),
                          value=float(real.acts[t.layer, t.position, t.index]),
-                         activations=tuple(real.acts[t.layer, :, t.index].tolist()), **common)
+                         activations=tuple(real.acts[t.layer, :, t.index].tolist()), **common,
+                         expert=expert, shared_expert=shared, neuron=neuron)
     i -= nn_
     if i < L * T:
         layer, pos = divmod(i, T)

@@ -27,11 +27,46 @@ A dense block of a partly-MoE model (DeepSeek-V3's first blocks) is frozen as a 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Protocol, cast
 
+from fptrace.commands.graph.result import GraphRoute
 from fptrace.core.hooks import Hook, first_output
 from fptrace.errors import BadInput, Mismatch
+
+if TYPE_CHECKING:
+    from torch import Tensor, nn
+
+    from fptrace.families import Family
+    from fptrace.families.parts import ModelParts
+
+HookFn = Callable[..., object]
+
+
+class HeldRows(Protocol):
+    """A replay's rows (freezing.Replay): whether the other nodes are held, and the removal."""
+
+    @property
+    def hold(self) -> bool: ...
+
+    def remove(self, base: Tensor, layer: int) -> Tensor: ...
+
+
+class FrozenState(Protocol):
+    """What the frozen pass's MoE hook fills (freezing.Pass)."""
+
+    @property
+    def routes(self) -> dict: ...
+
+    @property
+    def acts(self) -> dict: ...
+
+    @property
+    def leaves(self) -> dict: ...
+
+    @property
+    def replay(self) -> HeldRows | None: ...
 
 MODULE_RTOL = 1e-9  # |recomputed block output − the module's own| ≤ this · max |own| (float64)
 
@@ -75,7 +110,49 @@ class ExpertLayout:
         return f"shared N{n}" if e is None else f"E{e} N{n}"
 
 
-def moe_sites(family: Any) -> MoeSites:
+# what the freezing holds in an MoE block, printed with the graph beside freezing.FREEZING
+MOE_FREEZING = (
+    "a mixture of experts' router: at each position the experts it chose and their weights held "
+    "at their values (an expert not chosen there is not computed there: its neurons are 0, no "
+    "node)",
+    "each chosen expert's neurons as a dense MLP's: a = r · u, r = act(gate) held; a shared "
+    "expert's gate σ(shared_expert_gate · x) held",
+)
+
+
+def neuron_name(experts: dict[int, ExpertLayout], layer: int, index: int) -> str:
+    """`E5 N417`, `shared N3` in an MoE block, `N417` in a dense one."""
+    lay = experts.get(layer)
+    return f"N{index}" if lay is None else lay.name(index)
+
+
+def neuron_fields(experts: dict[int, ExpertLayout], layer: int,
+                  index: int) -> tuple[int | None, bool, int | None]:
+    """GraphNode's expert, shared_expert and neuron of neuron `index` of block `layer` (None,
+    False, None for a dense block's)."""
+    lay = experts.get(layer)
+    if lay is None:
+        return None, False, None
+    e, n = lay.split(index)
+    return e, e is None, n
+
+
+def graph_routes(routes: dict, sites: set[tuple[int, int]]) -> tuple[GraphRoute, ...]:
+    """The router's choice (model64.Real.routes) at each (MoE block, position) of `sites`, by
+    block and position, each position's experts by weight."""
+    out = []
+    for layer, pos in sorted(sites):
+        if layer not in routes:
+            continue
+        idx, w, gate = routes[layer]
+        pairs = sorted(zip(idx[pos].tolist(), w[pos].tolist(), strict=True), key=lambda p: -p[1])
+        out.append(GraphRoute(layer=layer, position=pos, experts=tuple(e for e, _ in pairs),
+                              weights=tuple(v for _, v in pairs),
+                              shared_gate=None if gate is None else float(gate[pos])))
+    return tuple(out)
+
+
+def moe_sites(family: Family) -> MoeSites:
     """The family's MoE sites, or BadInput naming why its experts cannot be frozen."""
     if family.attn_sinks:
         raise BadInput(f"graph --neurons: the {family.title} family's attention adds a learned "
@@ -84,7 +161,13 @@ def moe_sites(family: Any) -> MoeSites:
                     shared_gate=family.shared_expert_gate, dense=family.moe_dense_mlp)
 
 
-def layout(mlp: Any, sites: MoeSites) -> ExpertLayout:
+def _tensor(module: nn.Module, name: str) -> Tensor:
+    """A module's tensor attribute (the experts' 3-D weights)."""
+    out: Tensor = getattr(module, name)
+    return out
+
+
+def layout(mlp: nn.Module, sites: MoeSites) -> ExpertLayout:
     """The numbering of the MoE block whose MLP module is `mlp`, from its weights' shapes;
     BadInput where its experts are not SwiGLU MLPs stored as [gate; up] without biases."""
     experts = mlp.get_submodule(sites.experts)
@@ -93,14 +176,15 @@ def layout(mlp: Any, sites: MoeSites) -> ExpertLayout:
             not getattr(experts, "has_gate", True) or hasattr(experts, "limit"):
         raise BadInput("graph --neurons: this model's experts are not plain SwiGLU MLPs "
                        "stored as [gate; up] without biases; fptrace cannot freeze them yet")
-    E, two_i, _ = experts.gate_up_proj.shape
+    E, two_i, _ = _tensor(experts, "gate_up_proj").shape
     shared = 0
     if sites.shared:
-        shared = int(mlp.get_submodule(sites.shared).get_submodule(sites.dense[1]).out_features)
+        up = mlp.get_submodule(sites.shared).get_submodule(sites.dense[1])
+        shared = int(_tensor(up, "weight").shape[0])
     return ExpertLayout(n_experts=int(E), d_expert=int(two_i) // 2, d_shared=shared)
 
 
-def layouts(parts: Any, sites: MoeSites | None) -> dict[int, ExpertLayout]:
+def layouts(parts: ModelParts, sites: MoeSites | None) -> dict[int, ExpertLayout]:
     """Each MoE block's numbering (its MLP has the family's router; DeepSeek-V3's first blocks
     are dense and absent); empty for a dense family (sites None)."""
     from fptrace.core.routing import routers
@@ -110,15 +194,16 @@ def layouts(parts: Any, sites: MoeSites | None) -> dict[int, ExpertLayout]:
     return {i: layout(parts.mlps[i], sites) for i, _ in routers(parts)}
 
 
-def router_hook(routes: dict, layer: int) -> Any:
+def router_hook(routes: dict, layer: int) -> HookFn:
     """A hook on block `layer`'s router: its choice (indices (N, k)) and weights (N, k), as it
     returned them, kept in routes[layer] for the MLP's hook."""
-    def hook(module: Any, args: tuple, output: Any) -> None:
+    def hook(module: nn.Module, args: tuple, output: tuple) -> None:
         routes[layer] = (output[2].detach(), output[1].detach())
     return hook
 
 
-def _pre(mlp: Any, sites: MoeSites, lay: ExpertLayout, x: Any, idx: Any) -> tuple[Any, Any]:
+def _pre(mlp: nn.Module, sites: MoeSites, lay: ExpertLayout, x: Tensor,
+         idx: Tensor) -> tuple[Tensor, Tensor]:
     """x (N, d), idx (N, k): the gate and up pre-activations (N, width) of every chosen expert's
     neurons at each position (0 where the expert was not chosen), and of the shared experts'."""
     import torch
@@ -132,30 +217,36 @@ def _pre(mlp: Any, sites: MoeSites, lay: ExpertLayout, x: Any, idx: Any) -> tupl
         if not 0 <= e < E:
             continue
         tok = (idx == e).any(dim=-1).nonzero().flatten()  # (n,) the positions that chose e
-        g, u = torch.nn.functional.linear(x[tok], experts.gate_up_proj[e]).chunk(2, dim=-1)
+        g, u = torch.nn.functional.linear(x[tok], _tensor(experts, "gate_up_proj")[e]).chunk(
+            2, dim=-1)
         at = (tok, torch.full_like(tok, e))
         gate = gate.index_put(at, g)  # (N, E, I)
         up = up.index_put(at, u)
     gate, up = gate.reshape(N, E * I), up.reshape(N, E * I)
-    if lay.d_shared:
+    if lay.d_shared and sites.shared:
         shared = mlp.get_submodule(sites.shared)
         gate = torch.cat([gate, shared.get_submodule(sites.dense[0])(x)], dim=-1)
         up = torch.cat([up, shared.get_submodule(sites.dense[1])(x)], dim=-1)
     return gate, up
 
 
-def _gate(mlp: Any, sites: MoeSites, lay: ExpertLayout, gate: Any) -> Any:
+def _act(module: nn.Module) -> Callable[[Tensor], Tensor]:
+    """An MLP's (the experts') activation function, as transformers names it."""
+    return cast("Callable[[Tensor], Tensor]", module.act_fn)
+
+
+def _gate(mlp: nn.Module, sites: MoeSites, lay: ExpertLayout, gate: Tensor) -> Tensor:
     """r (N, width): each neuron's gate act(gate pre-activation), the experts' own function."""
     import torch
 
     E, I = lay.n_experts, lay.d_expert
-    r = mlp.get_submodule(sites.experts).act_fn(gate[:, :E * I])
-    if lay.d_shared:
-        r = torch.cat([r, mlp.get_submodule(sites.shared).act_fn(gate[:, E * I:])], dim=-1)
+    r = _act(mlp.get_submodule(sites.experts))(gate[:, :E * I])
+    if lay.d_shared and sites.shared:
+        r = torch.cat([r, _act(mlp.get_submodule(sites.shared))(gate[:, E * I:])], dim=-1)
     return r
 
 
-def _shared_gate(mlp: Any, sites: MoeSites, x: Any) -> Any:
+def _shared_gate(mlp: nn.Module, sites: MoeSites, x: Tensor) -> Tensor | None:
     """(N, 1) the shared experts' gate σ(shared_expert_gate · x), or None (no gate)."""
     import torch
 
@@ -164,8 +255,8 @@ def _shared_gate(mlp: Any, sites: MoeSites, x: Any) -> Any:
     return torch.sigmoid(mlp.get_submodule(sites.shared_gate)(x))
 
 
-def _output(mlp: Any, sites: MoeSites, lay: ExpertLayout, a: Any, idx: Any, w: Any,
-            g: Any) -> Any:
+def _output(mlp: nn.Module, sites: MoeSites, lay: ExpertLayout, a: Tensor, idx: Tensor,
+            w: Tensor, g: Tensor | None) -> Tensor:
     """(N, d): the block's output from the activations a (N, width): Σ over each position's
     chosen experts of its weight × the expert's down projection of its neurons, plus the shared
     experts' down projection (× their gate g (N, 1), or 1)."""
@@ -173,21 +264,22 @@ def _output(mlp: Any, sites: MoeSites, lay: ExpertLayout, a: Any, idx: Any, w: A
 
     experts = mlp.get_submodule(sites.experts)
     E, I = lay.n_experts, lay.d_expert
-    d = experts.down_proj.shape[1]
+    down = _tensor(experts, "down_proj")  # (E, d, I)
+    d = down.shape[1]
     y = a.new_zeros(a.shape[0], d)
     for e in idx.unique().tolist():
         if not 0 <= e < E:
             continue
         tok, slot = (idx == e).nonzero(as_tuple=True)  # (n,) each
-        out = torch.nn.functional.linear(a[tok, e * I:(e + 1) * I], experts.down_proj[e])
+        out = torch.nn.functional.linear(a[tok, e * I:(e + 1) * I], down[e])
         y = y.index_add(0, tok, out * w[tok, slot, None].to(out.dtype))  # (N, d)
-    if lay.d_shared:
+    if lay.d_shared and sites.shared:
         s = mlp.get_submodule(sites.shared).get_submodule(sites.dense[2])(a[:, E * I:])
         y = y + (s if g is None else g * s)
     return y
 
 
-def _check(y: Any, own: Any, layer: int) -> None:
+def _check(y: Tensor, own: Tensor, layer: int) -> None:
     """The recomputed block output against the module's own (Mismatch where they differ)."""
     diff = float((y.detach() - own.detach()).abs().max()) if y.numel() else 0.0
     scale = max(float(own.detach().abs().max()) if own.numel() else 0.0, 1e-300)
@@ -197,13 +289,13 @@ def _check(y: Any, own: Any, layer: int) -> None:
                        f"(relative; at most {MODULE_RTOL:g})")
 
 
-def frozen_hook(state: Any, layer: int, sites: MoeSites, lay: ExpertLayout) -> Any:
+def frozen_hook(state: FrozenState, layer: int, sites: MoeSites, lay: ExpertLayout) -> HookFn:
     """The forward hook of block `layer`'s MoE module in the frozen pass: its output replaced by
     the same computation with the routing, the gates and the shared gate frozen and the
     activations a leaf (see the module's text); fills state.acts and state.leaves. In a replay
     (freezing.Replay) every row takes row 0's routing, gates and shared gate, its activations
     held at row 0's or following its up pre-activations, the removed node 0."""
-    def hook(module: Any, args: tuple, output: Any) -> Any:
+    def hook(module: nn.Module, args: tuple, output: Tensor | tuple) -> Tensor | tuple:
         own = first_output(output)  # (B, T, d)
         x = args[0]
         B, T, d = x.shape
@@ -213,7 +305,8 @@ def frozen_hook(state: Any, layer: int, sites: MoeSites, lay: ExpertLayout) -> A
             idx, w = (t.view(B, T, -1)[:1].expand(B, T, -1).reshape(B * T, -1) for t in (idx, w))
         gate, up = _pre(module, sites, lay, xf, idx)  # (N, width) each
         g = _shared_gate(module, sites, xf)
-        if state.replay is None:
+        replay = state.replay
+        if replay is None:
             r = _gate(module, sites, lay, gate).detach()  # frozen
             acts = r * up  # (N, width): linear in u
             state.acts[layer] = acts.view(B, T, -1)
@@ -224,27 +317,27 @@ def frozen_hook(state: Any, layer: int, sites: MoeSites, lay: ExpertLayout) -> A
             r0 = _gate(module, sites, lay, gate.view(B, T, -1)[0]).expand(B, T, -1)
             u = up.view(B, T, -1)
             state.acts[layer] = r0 * u
-            base = (r0 * u[:1]).expand(B, T, -1).clone() if state.replay.hold else r0 * u
-            a = state.replay.remove(base, layer).reshape(B * T, -1)
+            base = (r0 * u[:1]).expand(B, T, -1).clone() if replay.hold else r0 * u
+            a = replay.remove(base, layer).reshape(B * T, -1)
             if g is not None:
                 g = g.view(B, T, 1)[:1].expand(B, T, 1).reshape(B * T, 1)
         y = _output(module, sites, lay, a, idx, w, None if g is None else g.detach())
         y = y.view(B, T, d)
-        if state.replay is None:
+        if replay is None:
             _check(y, own, layer)
         return (y, *output[1:]) if isinstance(output, tuple) else y
     return hook
 
 
-def real_hooks(mlp: Any, layer: int, sites: MoeSites, lay: ExpertLayout, acts: dict,
+def real_hooks(mlp: nn.Module, layer: int, sites: MoeSites, lay: ExpertLayout, acts: dict,
                routes: dict) -> list[Hook]:
     """Hooks for the real pass (no gradient) of the MoE block `layer`: acts[layer] (T, width)
     every chosen expert's neuron activation act(gate) · up (0 for the experts not chosen),
     recomputed from the MLP's input and the router's own choice and checked to give the
     module's output; routes[layer]: the router's (indices (T, k), weights (T, k))."""
-    seen: dict[int, tuple[Any, Any]] = {}
+    seen: dict[int, tuple[Tensor, Tensor]] = {}
 
-    def hook(module: Any, args: tuple, output: Any) -> None:
+    def hook(module: nn.Module, args: tuple, output: Tensor | tuple) -> None:
         x = args[0][0]  # (T, d), row 0
         idx, w = seen.pop(layer)
         T = x.shape[0]
@@ -254,22 +347,22 @@ def real_hooks(mlp: Any, layer: int, sites: MoeSites, lay: ExpertLayout, acts: d
         _check(_output(module, sites, lay, a, idx, w, _shared_gate(module, sites, x)),
                first_output(output)[0], layer)
         acts[layer] = a.detach().cpu().clone()
+        g = _shared_gate(module, sites, x)  # (T, 1) or None
         routes[layer] = (idx.detach().cpu().clone(), w.detach().double().cpu().clone(),
-                         None if not sites.shared_gate else
-                         _shared_gate(module, sites, x).detach().double().cpu()[:, 0])
+                         None if g is None else g.detach().double().cpu()[:, 0])
     return [Hook.after(mlp.get_submodule(sites.router), router_hook(seen, layer)),
             Hook.after(mlp, hook)]
 
 
-def removal_hooks(mlp: Any, layer: int, sites: MoeSites, lay: ExpertLayout,
+def removal_hooks(mlp: nn.Module, layer: int, sites: MoeSites, lay: ExpertLayout,
                   removed: list[tuple[int, int, int]]) -> list[Hook]:
     """Hooks for a pass with nothing frozen (graph --verify's `real`): in batch row b the
     neuron `index` of block `layer` at `position` set to 0 for each (b, position, index) of
     `removed`, the block's output recomputed from its input and the router's own choice in
     that row (the rest of the computation as the model does it)."""
-    seen: dict[int, tuple[Any, Any]] = {}
+    seen: dict[int, tuple[Tensor, Tensor]] = {}
 
-    def hook(module: Any, args: tuple, output: Any) -> Any:
+    def hook(module: nn.Module, args: tuple, output: Tensor | tuple) -> Tensor | tuple:
         x = args[0]
         B, T, d = x.shape
         idx, w = seen.pop(layer)
@@ -285,5 +378,6 @@ def removal_hooks(mlp: Any, layer: int, sites: MoeSites, lay: ExpertLayout,
             Hook.after(mlp, hook)]
 
 
-__all__ = ["ExpertLayout", "MoeSites", "frozen_hook", "layout", "layouts", "moe_sites",
-           "real_hooks", "removal_hooks", "router_hook"]
+__all__ = ["MOE_FREEZING", "ExpertLayout", "MoeSites", "frozen_hook", "graph_routes", "layout",
+           "layouts", "moe_sites", "neuron_fields", "neuron_name", "real_hooks", "removal_hooks",
+           "router_hook"]

@@ -3,7 +3,8 @@
 The layout of its circuit_tracer/frontend/graph_models.py (Model: metadata, qParams, nodes,
 links) as its utils/create_graph_files.py fills it: a node has node_id, feature, layer (a
 string: the block, `E` for a token, n_layers + 1 for a logit), ctx_idx (the position),
-feature_type (`embedding`, `cross layer transcoder` (a transcoder latent, or here a neuron),
+feature_type (`embedding`, `cross layer transcoder` (a transcoder latent, or here a neuron;
+its feature: its index in its MLP, in a mixture of experts expert · d_expert + its neuron),
 `mlp reconstruction error` (a transcoder's error node, or here a site's remainder, exact),
 `logit`), jsNodeId, clerp, influence (the cumulative
 influence) and activation; a link has source, target, weight (the edge, source → target).
@@ -15,6 +16,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from fptrace.commands.graph.render import neuron_text
 from fptrace.commands.graph.result import AttributionGraph, GraphNode
 from fptrace.results import SCHEMA_VERSION
 
@@ -37,7 +39,8 @@ def _node(g: AttributionGraph, n: GraphNode) -> dict[str, Any]:
         feature, js = -1, f"{n.node_id}-0"
     else:
         feature, js = n.index, f"L_{n.index}-{n.position}"
-    clerp = {"neuron": f"neuron {n.index} of block {n.layer} (activation {n.value:+.4g})"
+    what = f"neuron {n.index}" if n.neuron is None else f"expert neuron {neuron_text(n)}"
+    clerp = {"neuron": f"{what} of block {n.layer} (activation {n.value:+.4g})"
              if n.value is not None else "",
              "latent": f"transcoder latent {n.index} of block {n.layer} (activation "
                        f"{n.value:+.4g})" if n.value is not None else "",

@@ -73,7 +73,7 @@ def real_pass(lm: LoadedModel, model: Any, parts: ModelParts, sites: MlpSites | 
             got[key] = first_output(output)[0].detach().to(torch.float64).cpu()  # (Q, V)
         return hook
 
-    routes: dict[int, Any] = {}
+    routes: dict[int, tuple] = {}
     if transcoders is None:
         assert sites is not None
         experts = layouts(parts, sites.moe)

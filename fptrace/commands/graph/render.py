@@ -15,14 +15,22 @@ from fptrace.render.text import bullets, visible
 TOP_NODES = 12
 
 
+def neuron_text(n: GraphNode) -> str:
+    """`N417`, in a mixture of experts `E5 N417` or `shared N417`."""
+    if n.shared_expert:
+        return f"shared N{n.neuron}"
+    return f"N{n.index}" if n.expert is None else f"E{n.expert} N{n.neuron}"
+
+
 def _names(g: AttributionGraph) -> dict[str, str]:
-    """node_id -> a short name: `'cat'@2`, `L3 N417@5`, `L3 rest@5`, `→' Paris'`."""
+    """node_id -> a short name: `'cat'@2`, `L3 N417@5` (`L3 E5 N17@5`), `L3 rest@5`,
+    `→' Paris'`."""
     out = {}
     for n in g.nodes:
         if n.node_type == "embedding":
             out[n.node_id] = f"{visible(g.tokens[n.position].text)!r}@{n.position}"
         elif n.node_type == "neuron":
-            out[n.node_id] = f"L{n.layer} N{n.index}@{n.position}"
+            out[n.node_id] = f"L{n.layer} {neuron_text(n)}@{n.position}"
         elif n.node_type == "latent":
             out[n.node_id] = f"L{n.layer} T{n.index}@{n.position}"
         elif n.node_type in ("other neurons", "other latents"):
@@ -115,6 +123,26 @@ def nodes_table(g: AttributionGraph, width: int | None) -> RenderableType:
                      title_justify="left")
 
 
+ROUTE_COLS = (Col("site", 0), Col("experts chosen: weight", 0, wrap=True),
+              Col("shared gate", 1, "right"))
+
+
+def routes_table(g: AttributionGraph, width: int | None) -> RenderableType | None:
+    """A mixture of experts: the router's choice (held in the freezing) at the sites of the
+    most influential nodes (the JSON has every kept site's)."""
+    if not g.routes:
+        return None
+    top = [n for n in g.nodes if n.node_type in ("neuron", "other neurons")][:TOP_NODES]
+    sites = {(n.layer, n.position) for n in top}
+    rows = [[f"L{r.layer} @{r.position}",
+             ", ".join(f"E{e}: {w:.3f}" for e, w in zip(r.experts, r.weights, strict=True)),
+             "" if r.shared_gate is None else f"{r.shared_gate:.3f}"]
+            for r in g.routes if (r.layer, r.position) in sites]
+    return fit_table(ROUTE_COLS, rows, width, title="The router's choice, held (the sites of "
+                     f"the {len(top)} most influential neurons and remainders; --json: every "
+                     "kept site's)", title_justify="left")
+
+
 VERIFY_COLS = (Col("node", 0), Col("into", 2, "right"), Col("largest edge", 2, "right"),
                Col("held: off by", 0, "right"), Col("direct", 0, "right"),
                Col("frozen", 0, "right"), Col("real", 0, "right"))
@@ -153,9 +181,11 @@ def verdict(g: AttributionGraph) -> Text:
 
 def graph_view(g: AttributionGraph, width: int | None = 120) -> RenderableType:
     verified = verify_table(g, width)
+    routes = routes_table(g, width)
     return Group(header(g.model), freezing(g), summary(g), logits_table(g, width),
                  paths_table(g, width), nodes_table(g, width),
+                 *(() if routes is None else (routes,)),
                  *(() if verified is None else (verified,)), bullets(g.notes), verdict(g))
 
 
-__all__ = ["graph_view"]
+__all__ = ["graph_view", "neuron_text"]

@@ -7,7 +7,8 @@ from fptrace.results import SCHEMA_VERSION, ModelInfo, Token, result
 # 1.6: `fptrace graph` (this kind); 1.7: graphs over transcoders (AttributionGraph.transcoders,
 # .missing_blocks; the latent, other latents and error nodes); 1.8: --verify
 # (AttributionGraph.verified, GraphVerified, the graph_verify check); 1.9: the page's drawing
-# (GraphNode.activations, GraphNode.logits, GraphLogitEffect)
+# (GraphNode.activations, GraphNode.logits, GraphLogitEffect) and mixtures of experts
+# (GraphNode.expert, .shared_expert, .neuron; AttributionGraph.routes, GraphRoute)
 SCHEMA_SINCE = "1.9"
 
 CHECK_TARGETS = ("for `graph`: `graph_sums` (every computed node's incoming edges plus its bias "
@@ -53,9 +54,12 @@ class GraphNode:
     """The position in the prompt."""
     index: int | None
     """A neuron's index in its MLP (a latent's in its transcoder), or the token id of a token or
-    logit; null for a remainder or an error node."""
+    logit; null for a remainder or an error node. In a mixture-of-experts block the MLP's
+    neurons are numbered expert by expert: routed expert e's neuron n is e · d_expert + n, the
+    shared experts' neuron n is n_experts · d_expert + n."""
     label: str
-    """What the node is, in words (`L3 N417 @5`, `' Paris'`)."""
+    """What the node is, in words (`L3 N417 @5`; in a mixture of experts `L3 E5 N17 @5`, `L3
+    shared N17 @5`; `' Paris'`)."""
     value: float | None
     """A neuron's (latent's) activation or a logit's value in the model (float64); null for
     tokens, remainders and error nodes (a vector, not a number)."""
@@ -78,6 +82,16 @@ class GraphNode:
     logits: tuple[GraphLogitEffect, ...] = ()
     """For every node but a logit: its direct edge into and its influence on each logit node,
     in the order of the logit nodes in `nodes`; empty for a logit."""
+    expert: int | None = None
+    """For a neuron of a mixture-of-experts block: the routed expert it belongs to (one the
+    router chose at its position); null for a shared expert's neuron, a dense MLP's and every
+    other node."""
+    shared_expert: bool = False
+    """For a neuron of a mixture-of-experts block: whether it is one of the shared experts'
+    (Qwen2-MoE's shared expert, DeepSeek-V3's shared experts), which every position takes."""
+    neuron: int | None = None
+    """For a neuron of a mixture-of-experts block: its index within its expert (or within the
+    shared experts' MLP); null otherwise (a dense neuron's index is `index`)."""
 
 
 @result
@@ -147,6 +161,25 @@ class GraphVerified:
     real: float
     """The top logit's real change: the node's activation set to 0 in the model as it computes
     (nothing frozen). Beside `predicted`, a number, not a verdict."""
+
+
+@result
+class GraphRoute:
+    """A mixture-of-experts block's router at one position: the experts it chose and their
+    weights, held at these values in the graph's freezing."""
+
+    layer: int
+    """The block."""
+    position: int
+    """The position in the prompt."""
+    experts: tuple[int, ...]
+    """The routed experts chosen there, by weight (largest first)."""
+    weights: tuple[float, ...]
+    """Each chosen expert's weight: what the block multiplies its output by (the router's own
+    output, after any renormalisation and scaling)."""
+    shared_gate: float | None = None
+    """The shared expert's gate σ(shared_expert_gate · x) there (Qwen2-MoE); null where the
+    family's shared experts have no gate or there are none."""
 
 
 @result
@@ -229,5 +262,8 @@ class AttributionGraph:
     dropped included), each removed (empty without it)."""
     verify_logit: str | None = None
     """With --verify: the logit whose change is measured (the most probable logit node)."""
+    routes: tuple[GraphRoute, ...] = ()
+    """A mixture of experts: the router's choice at each (MoE block, position) where the graph
+    keeps a neuron or a remainder, by block and position (empty for a dense model)."""
     kind: str = "graph"
     schema_version: str = SCHEMA_VERSION
