@@ -22,14 +22,16 @@ from fptrace.errors import BadInput, Mismatch
 from fptrace.models.loading import wrap_model
 
 IDS = [5, 17, 42, 7, 9, 311]
-FAMILIES = ("mixtral", "qwen2_moe", "deepseek_v3", "qwen3_moe", "olmoe")
+# (family, config changes): Qwen3-MoE's first block dense too (mlp_only_layers)
+FAMILIES = {"mixtral": {}, "qwen2_moe": {}, "deepseek_v3": {}, "qwen3_moe": {}, "olmoe": {},
+            "qwen3_moe-dense0": {"mlp_only_layers": [0]}}
 
 
-@pytest.fixture(scope="module", params=FAMILIES)
+@pytest.fixture(scope="module", params=sorted(FAMILIES))
 def made(request):
     """(the tiny MoE model, its graph with every node and edge kept)."""
-    lm = wrap_model(build_tiny_moe(request.param), name=f"tiny-{request.param}",
-                    random_weights=True)
+    lm = wrap_model(build_tiny_moe(request.param.split("-")[0], **FAMILIES[request.param]),
+                    name=f"tiny-{request.param}", random_weights=True)
     return lm, graph(lm, IDS, max_nodes=16, per_site=3, node_threshold=1.0, edge_threshold=1.0)
 
 
@@ -152,8 +154,9 @@ def test_every_node_sums_to_the_model_own_values(made):
     assert "routed" in kinds
     if lm.model.config.model_type in ("qwen2_moe", "deepseek_v3"):
         assert "shared" in kinds
-    if lm.model.config.model_type == "deepseek_v3":  # its first block is dense
-        assert "dense" in kinds and 0 not in clean["route"]
+    config = lm.model.config
+    if config.model_type == "deepseek_v3" or getattr(config, "mlp_only_layers", None):
+        assert "dense" in kinds and 0 not in clean["route"]  # its first block is dense
     for n in (n for n in g.nodes if n.node_type == "logit"):
         want = float(clean["logits"][n.index])
         assert n.value == pytest.approx(want, rel=1e-9)
