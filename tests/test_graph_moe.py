@@ -371,3 +371,29 @@ def test_gpt_oss_is_refused_in_one_line():
     with pytest.raises(BadInput, match="sink") as e:
         graph(lm, IDS)
     assert "\n" not in str(e.value)
+
+
+def test_the_frozen_pass_holds_only_the_chosen_experts_neurons():
+    """The backward passes carry, per MoE block, the neurons of the experts the router chose
+    somewhere in the pass and the shared experts' (the others are 0 everywhere)."""
+    lm = wrap_model(build_tiny_moe("deepseek_v3"), random_weights=True)
+    model, parts = graph_core.float64_copy(lm)
+    sites = freezing.mlp_sites(parts.family)
+    ids = IDS[:2]
+    clean = _clean(model, parts, ids)
+    with freezing.frozen(model, parts, sites) as p:
+        model(torch.tensor([ids]), use_cache=False)
+    assert sorted(p.columns) == sorted(clean["route"]) == [1, 2]
+    for layer, cols in p.columns.items():
+        E, two_i, _ = parts.mlps[layer].experts.gate_up_proj.shape
+        I = two_i // 2
+        chosen = sorted(set(clean["route"][layer][0].flatten().tolist()))
+        assert len(chosen) < E
+        want = [e * I + n for e in chosen for n in range(I)] + \
+            list(range(E * I, E * I + parts.mlps[layer].shared_experts.up_proj.out_features))
+        assert cols.tolist() == want
+        assert p.leaves[layer].shape[-1] == len(want)
+        full = clean["a"][layer]  # (T, width)
+        torch.testing.assert_close(p.acts[layer][0].detach(), full[:, cols], rtol=1e-12,
+                                   atol=0.0)
+        assert float(full.abs().sum()) == pytest.approx(float(full[:, cols].abs().sum()))

@@ -60,6 +60,9 @@ class FrozenState(Protocol):
     def routes(self) -> dict: ...
 
     @property
+    def columns(self) -> dict: ...
+
+    @property
     def acts(self) -> dict: ...
 
     @property
@@ -279,6 +282,18 @@ def _output(mlp: nn.Module, sites: MoeSites, lay: ExpertLayout, a: Tensor, idx: 
     return y
 
 
+def _chosen_columns(lay: ExpertLayout, idx: Tensor) -> Tensor:
+    """(U,) the neurons (sorted) of the routed experts that idx (N, k) chose somewhere, and the
+    shared experts'."""
+    import torch
+
+    E, I = lay.n_experts, lay.d_expert
+    chosen = [e for e in idx.unique().tolist() if 0 <= e < E]
+    cols = [torch.arange(e * I, (e + 1) * I) for e in sorted(chosen)]
+    cols.append(torch.arange(E * I, lay.width))
+    return torch.cat(cols)
+
+
 def _check(y: Tensor, own: Tensor, layer: int) -> None:
     """The recomputed block output against the module's own (Mismatch where they differ)."""
     diff = float((y.detach() - own.detach()).abs().max()) if y.numel() else 0.0
@@ -308,11 +323,15 @@ def frozen_hook(state: FrozenState, layer: int, sites: MoeSites, lay: ExpertLayo
         replay = state.replay
         if replay is None:
             r = _gate(module, sites, lay, gate).detach()  # frozen
-            acts = r * up  # (N, width): linear in u
+            # the columns: the neurons of the experts chosen somewhere in the pass, and the
+            # shared ones (the others are 0 everywhere, without an edge: Pass.columns)
+            kept = _chosen_columns(lay, idx).to(x.device)  # (U,) sorted
+            state.columns[layer] = kept
+            acts = (r * up)[:, kept]  # (N, U): linear in u
             state.acts[layer] = acts.view(B, T, -1)
             leaf = acts.detach().view(B, T, -1).requires_grad_(True)  # edges are direct
             state.leaves[layer] = leaf
-            a = leaf.view(B * T, -1)
+            a = up.new_zeros(up.shape).index_copy(1, kept, leaf.view(B * T, -1))  # (N, width)
         else:
             r0 = _gate(module, sites, lay, gate.view(B, T, -1)[0]).expand(B, T, -1)
             u = up.view(B, T, -1)
