@@ -515,3 +515,26 @@ def test_verify_bad_inputs():
         r = runner.invoke(app, ["graph", "The cat sat", "-m", tiny_gpt2(), "--neurons",
                                 "--verify", bad])
         assert r.exit_code == 2 and "--verify" in r.stderr, r.output
+
+
+def test_node_ids_are_unique_where_circuit_tracers_spelling_collides(tmp_path):
+    """circuit-tracer spells an error node 0_{layer}_{position}, the spelling of block 0's
+    feature number `layer` at that position too; fptrace's ids (and its graph file's) must name
+    one node each. With every block-0 neuron kept but one per site, and the remainders kept,
+    that spelling would collide here."""
+    lm = wrap_model(build_tiny("llama"), name="tiny-llama", random_weights=True)
+    m = lm.model.config.intermediate_size
+    g = graph(lm, IDS, max_nodes=100_000, per_site=m - 1, node_threshold=1.0,
+              edge_threshold=1.0)
+    rest = {(n.layer, n.position) for n in g.nodes if n.node_type == "other neurons"}
+    block0 = {(n.index, n.position) for n in g.nodes if n.node_type == "neuron" and n.layer == 0}
+    assert rest & block0  # a remainder and a block-0 neuron that "0_{layer}_{pos}" would merge
+    ids = [n.node_id for n in g.nodes]
+    assert len(set(ids)) == len(ids)
+    from fptrace.commands.graph.frontend import graph_file
+
+    f = graph_file(g)
+    assert len({n["node_id"] for n in f["nodes"]}) == len(f["nodes"])
+    by_id = {n.node_id: n for n in g.nodes}
+    for e in g.edges:  # every edge names the node it means
+        assert by_id[e.source].node_type != "logit" and e.target in by_id

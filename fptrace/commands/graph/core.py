@@ -513,14 +513,14 @@ def _node(lm: LoadedModel, i: int, neurons: list[int], layout: _Layout, ids: lis
     i -= nn_
     if i < L * T:
         layer, pos = divmod(i, T)
-        return GraphNode(node_id=f"{'R' if latents else '0'}_{layer}_{pos}",
+        return GraphNode(node_id=f"R_{layer}_{pos}",
                          node_type="other latents" if latents else "other neurons",
                          layer=layer, position=pos, index=None, label=f"L{layer} rest @{pos}",
                          value=None, **common)
     i -= L * T
     if i < layout.n_err:
         layer, pos = divmod(i, T)
-        return GraphNode(node_id=f"0_{layer}_{pos}", node_type="error", layer=layer,
+        return GraphNode(node_id=f"X_{layer}_{pos}", node_type="error", layer=layer,
                          position=pos, index=None, label=f"L{layer} error @{pos}", value=None,
                          **common)
     i -= layout.n_err

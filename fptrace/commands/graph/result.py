@@ -37,11 +37,12 @@ class GraphNode:
     """One node of the attribution graph."""
 
     node_id: str
-    """The node's id, as circuit-tracer's frontend spells it: `E_{token}_{position}` (a token),
-    `{layer}_{neuron}_{position}` (a neuron or latent), `0_{layer}_{position}` (with --neurons:
-    the neurons of a site left out of the graph; with transcoders: the site's error node),
-    `R_{layer}_{position}` (with transcoders: the latents of a site left out of the graph),
-    `{n_layers + 1}_{token}_{position}` (a logit)."""
+    """The node's id, unique in the graph: `E_{token}_{position}` (a token),
+    `{layer}_{neuron}_{position}` (a neuron or latent, as circuit-tracer's frontend spells a
+    feature), `R_{layer}_{position}` (the neurons or latents of a site left out of the graph),
+    `X_{layer}_{position}` (with transcoders: the site's error node; circuit-tracer spells it
+    `0_{layer}_{position}`, which names a block-0 feature too), `{n_layers + 1}_{token}_{position}`
+    (a logit)."""
     node_type: str
     """`embedding` (a token at a position), `neuron` (one MLP neuron at a position), `latent`
     (one transcoder latent at a position), `other neurons` / `other latents` (every neuron or
