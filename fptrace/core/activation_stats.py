@@ -546,7 +546,9 @@ def read_document(path: str) -> dict:
         kind = doc.get("kind") if isinstance(doc, dict) else None
         raise BadInput(f"{path} is not an fptrace statistics file (kind {kind!r}, not 'stats'); "
                        "it is what `fptrace stats --out` writes")
-    theirs, ours = _version(doc.get("schema_version")), _version(SCHEMA_VERSION)
+    theirs = _version(doc.get("schema_version"))
+    major, minor = SCHEMA_VERSION.split(".")
+    ours = int(major), int(minor)
     if theirs is None or theirs[0] < ours[0]:
         was = "no schema version" if doc.get("schema_version") is None else \
             f"schema version {doc.get('schema_version')}"

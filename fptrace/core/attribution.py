@@ -228,7 +228,7 @@ def direct_logits(lm: LoadedModel, prompt: Prompt, *, target: str | None = None,
                           logits_to_keep=1).logits[0, -1].float()  # (V,)
     _, checks = layer_stats(lm, cap, snippet=0, logit_lens=False)
     if not checks[0].holds:
-        raise UnsupportedModel("cannot attribute: " + checks[0].note())
+        raise UnsupportedModel(f"cannot attribute: {checks[0].note()}")
     t = int(logits.argmax()) if target is None else \
         token_id(lm, target, named("target"), prepared)
     v = None if versus is None else token_id(lm, versus, named("versus"), prepared)

@@ -352,8 +352,8 @@ def _int(cfg: dict, key: str, path: str, *, low: int = 1) -> int:
 def _saelens(folder: str) -> Dictionary:
     cfg_path = os.path.join(folder, "cfg.json")
     cfg = read_json(cfg_path)
-    meta = cfg.get("metadata") if isinstance(cfg.get("metadata"), dict) else \
-        cfg.get("meta") if isinstance(cfg.get("meta"), dict) else {}
+    meta: dict = next((m for m in (cfg.get("metadata"), cfg.get("meta")) if isinstance(m, dict)),
+                      {})
     arch = str(cfg.get("architecture", "standard"))
     if arch not in _SAELENS_ARCH:
         raise BadInput(f"{cfg_path!r}: architecture {arch!r} is not one fptrace reads (it reads "

@@ -130,9 +130,9 @@ def run_traces(lm: LoadedModel, prompts: Sequence[Prompt], *, top_k: int = 10,
                           ) from None
     per_row, checks = layer_stats(lm, cap, snippet=snippet, logit_lens=logit_lens)
     grid, grid_positions = _lens_grid(lm, cap, T) if lens_grid else ((), ())
-    routing = [None] * B if routed is None else routing_of_rows(
-        routed, moe_facts(lm.parts, lm.config), B, T, [len(p.ids) for p in prepared],
-        str(lm.dtype).replace("torch.", ""))
+    facts = moe_facts(lm.parts, lm.config) if routed is not None else None
+    routing = [None] * B if routed is None or facts is None else routing_of_rows(
+        routed, facts, B, T, [len(p.ids) for p in prepared], str(lm.dtype).replace("torch.", ""))
     traces = []
     for b, p in enumerate(prepared):
         ids, dropped = list(p.ids), p.dropped
@@ -215,10 +215,10 @@ def _notes(lm: LoadedModel, check: Decomposition, dropped: int, rows: Sequence[L
             notes.append(TIED_LENS_LAST(token=repr(rows[0].lens_text), p=rows[0].lens_prob))
     held = [r for r in rows if r.resid_norm_max is not None and len(ids) > 1
             and r.resid_norm_max > 10 * max(r.resid_norm_last, 1e-12)]
-    if held:  # every row where the condition holds, for the position where it first holds
-        pos = held[0].resid_norm_max_position
+    # every row where the condition holds, for the position where it first holds
+    if held and (pos := held[0].resid_norm_max_position) is not None:
         held = [r for r in held if r.resid_norm_max_position == pos]
-        peak = max(held, key=lambda r: r.resid_norm_max)
+        peak = max(held, key=lambda r: r.resid_norm_max or 0.0)
         notes.append(MASSIVE(
             where=row_ranges([r.layer for r in held]), position=pos,
             token=repr(lm.token_text(ids[pos])), norm=peak.resid_norm_max,

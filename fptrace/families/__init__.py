@@ -408,7 +408,7 @@ def gguf_config_for(arch: str) -> dict:
 
 def family_for_config(config: Any) -> Family | None:
     """The registered family of a transformers config, or None."""
-    return _BY_TYPE.get(getattr(config, "model_type", None))
+    return _BY_TYPE.get(str(getattr(config, "model_type", "")))
 
 
 def supported_types() -> list[str]:

@@ -132,7 +132,7 @@ def block(x: Any, blk: Any, cfg: Any, layer: int, s: Steps, model: Any, fam: Fam
     s.section = "mlp"
     h = rms_norm(x, blk.post_attention_layernorm.weight, eps)  # (B, T, C)
     s("post_attention_layernorm", RMS_FORMULA, h, point=Point.ln2)
-    moe = fam.moe(cfg)
+    moe = fam.moe(cfg) if fam.moe is not None else None
     if moe is not None and hasattr(mlp, fam.router):  # blocks from first_k_dense_replace on
         mlp_out = moe_mlp(h, mlp, moe, s, fam)  # (B, T, C)
     else:  # the first blocks: a dense SwiGLU MLP

@@ -52,7 +52,7 @@ def block(x: Any, blk: Any, cfg: Any, layer: int, s: Steps, model: Any, fam: Fam
                          softcap=fam.softcap(cfg, "attn"))  # (B, T, nh*hd)
     attn_out = linear(y, attn.o_proj)  # (B, T, C)
     s("o_proj (W_O)", "o = y · W_Oᵀ", attn_out, keep=True, point=Point.attn_out)
-    if fam.post_norms:  # Gemma 2 and 3
+    if fam.attn_added is not None:  # post-norms: Gemma 2 and 3
         attn_out = rms_norm(attn_out, blk.get_submodule(fam.attn_added).weight, eps,
                             one_plus=True)  # (B, T, C)
         s(fam.attn_added, "attn_out = o / √(mean(o²) + ε) · (1 + γ)   (what the stream "
@@ -66,7 +66,7 @@ def block(x: Any, blk: Any, cfg: Any, layer: int, s: Steps, model: Any, fam: Fam
     s(pre, RMS_1W_FORMULA, h, point=Point.ln2)
     act = getattr(cfg, "hidden_activation", None) or cfg.hidden_act
     mlp_out = gated_mlp(h, mlp, s, act=act)  # (B, T, C)
-    if fam.post_norms:
+    if fam.mlp_added is not None:
         mlp_out = rms_norm(mlp_out, blk.get_submodule(fam.mlp_added).weight, eps,
                            one_plus=True)  # (B, T, C)
         s(fam.mlp_added, "mlp_out = m / √(mean(m²) + ε) · (1 + γ)   (what the stream "

@@ -9,6 +9,7 @@ from dataclasses import replace
 from typing import Any
 
 from fptrace.families import Moe
+from fptrace.families.kinds import QkNorm
 from fptrace.families.mixtral import FAMILY as MIXTRAL
 
 
@@ -22,7 +23,7 @@ def moe(cfg: Any) -> Moe | None:
 
 
 FAMILY = replace(
-    MIXTRAL, name="olmoe", title="OLMoE", model_types=("olmoe",), qk_norm="whole", moe=moe,
+    MIXTRAL, name="olmoe", title="OLMoE", model_types=("olmoe",), qk_norm=QkNorm.whole, moe=moe,
     tiny=dict(model_type="olmoe", num_hidden_layers=2, hidden_size=64, intermediate_size=32,
               num_attention_heads=4, num_key_value_heads=4, vocab_size=1000,
               max_position_embeddings=64, num_experts=8, num_experts_per_tok=2,

@@ -8,6 +8,7 @@ from typing import Any
 
 from fptrace.errors import UnsupportedModel
 from fptrace.families import Family, family_for_config, supported_types
+from fptrace.families.kinds import MlpKind, NormKind, PositionKind
 
 
 @dataclass(frozen=True)
@@ -171,8 +172,8 @@ def _generic_parts(model: Any) -> ModelParts:
     generic = Family(
         name=f"generic:{config.model_type}", title=config.model_type,
         model_types=(config.model_type,), blocks=blocks_path, embed="", final_norm=final_name,
-        lm_head="", attn=attn_name, mlp=mlp_name, norm_type=norm_type, mlp_type=mlp_type,
-        positions=positions, tiny={})
+        lm_head="", attn=attn_name, mlp=mlp_name, norm_type=NormKind(norm_type),
+        mlp_type=MlpKind(mlp_type), positions=PositionKind(positions), tiny={})
     return ModelParts(
         family=generic, blocks=blocks, attns=attns, mlps=mlps, attn_adds=attns, mlp_adds=mlps,
         final_norm=model.get_submodule(final_name), lm_head=lm_head, embed=embed,

@@ -9,6 +9,7 @@ from dataclasses import replace
 from typing import Any
 
 from fptrace.families import Moe
+from fptrace.families.kinds import QkNorm
 from fptrace.families.mixtral import FAMILY as MIXTRAL
 from fptrace.families.qwen3 import LLAMACPP_NAMES as QWEN3_NAMES
 
@@ -38,7 +39,8 @@ def d_expert(cfg: Any) -> int | None:
 
 
 FAMILY = replace(
-    MIXTRAL, name="qwen3_moe", title="Qwen3-MoE", model_types=("qwen3_moe",), qk_norm="per_head",
+    MIXTRAL, name="qwen3_moe", title="Qwen3-MoE", model_types=("qwen3_moe",),
+    qk_norm=QkNorm.per_head,
     moe=moe, d_mlp=d_expert, llamacpp_names=LLAMACPP_NAMES,
     # what transformers' GGUF loader leaves at Qwen3-MoE's defaults: the head width, the
     # experts' width, and the renormalisation of the chosen weights, which llama.cpp's qwen3moe

@@ -79,16 +79,15 @@ def parse_max_memory(text: str | None) -> dict | None:
             raise BadInput(f"--max-memory {text!r}: expected DEVICE=SIZE pairs separated by commas, "
                            "e.g. 0=70GiB,1=70GiB,cpu=200GiB (sizes in B, KB, MB, GB, KiB, MiB, "
                            "GiB, ...)")
+        device: int | str = key
         if is_int(key) or DIGITS.fullmatch(key):  # a GPU number, in ASCII or refused by name
-            key = parse_int(key, "--max-memory: the GPU number", low=0)
-            out[key] = value.replace(" ", "")
-        elif key in ("cpu", "mps", "disk"):
-            out[key] = value.replace(" ", "")
-        else:
+            device = parse_int(key, "--max-memory: the GPU number", low=0)
+        elif key not in ("cpu", "mps", "disk"):
             raise BadInput(f"--max-memory: unknown device {key!r}; use GPU numbers (0, 1, ...), "
                            "cpu or mps")
-        if _MEM.match(value).group(2) is None:
-            out[key] = int(float(value))
+        size = _MEM.match(value)
+        out[device] = int(float(value)) if size is not None and size.group(2) is None \
+            else value.replace(" ", "")
     return out
 
 

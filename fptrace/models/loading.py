@@ -263,14 +263,14 @@ def tokenizer_for(spec: ModelSpec, config: PretrainedConfig | None, progress: Pr
     if spec.known is not None and spec.known.tokenizer in OFFLINE:
         return OFFLINE[spec.known.tokenizer](spec.known.config)
     if spec.kind == "folder":
-        if any(os.path.exists(os.path.join(spec.path, n)) for n in
+        if any(os.path.exists(os.path.join(spec.local, n)) for n in
                ("tokenizer.json", "tokenizer_config.json", "vocab.json", "tokenizer.model")):
             from transformers import AutoTokenizer
 
             try:
-                return HFTokenizer(AutoTokenizer.from_pretrained(spec.path), spec.name)
+                return HFTokenizer(AutoTokenizer.from_pretrained(spec.local), spec.name)
             except Exception as e:
-                raise ModelLoadError(f"cannot read the tokenizer in {spec.path}: "
+                raise ModelLoadError(f"cannot read the tokenizer in {spec.local}: "
                                      f"{short_error(e)}") from None
         return None
     if spec.kind == "hub":
@@ -321,8 +321,7 @@ def load_model(name: str = DEFAULT_MODEL, *, random_weights: bool = False, seed:
     placed = placed_options(device_map, max_memory, offload_folder)
     ranks = tp.world_size()
     if ranks > 1:  # under torchrun: each rank loads its shard of every layer
-        tp.check(load_config(spec) if not (spec.kind == "gguf" and spec.path is None)
-                 else config_from_dict(spec.known.config), ranks, device_map=device_map,
+        tp.check(load_config(spec), ranks, device_map=device_map,
                  random_weights=random_weights)
         placed = tp.from_pretrained_options(ranks)
     # from_pretrained's arguments beyond the dtype: a device map or the tensor-parallel
@@ -331,8 +330,7 @@ def load_model(name: str = DEFAULT_MODEL, *, random_weights: bool = False, seed:
                                                  ranks)} or None
     t0 = time.perf_counter()
     if random_weights:
-        config = load_config(spec) if not (spec.kind == "gguf" and spec.path is None) \
-            else config_from_dict(spec.known.config)
+        config = load_config(spec)
         model = _random_model(config, seed, dt, dev if placed is None else None)
         if placed is not None:
             model = dispatch(model, placed)
@@ -345,15 +343,15 @@ def load_model(name: str = DEFAULT_MODEL, *, random_weights: bool = False, seed:
         model = gguf_model(spec.path, dt, progress, pretrained)
         source = spec.path
     elif spec.kind == "folder":
-        safe = check_folder_weights(spec.path, allow_pickle)
-        if not needs_remote_code(os.path.join(spec.path, "config.json"), trust_remote_code):
+        safe = check_folder_weights(spec.local, allow_pickle)
+        if not needs_remote_code(os.path.join(spec.local, "config.json"), trust_remote_code):
             estimate(load_config(spec), dt, dev, placed, progress)
-        model = from_pretrained(spec.path, safe, trust_remote_code, dt, pretrained)
-        source = os.path.abspath(spec.path)
+        model = from_pretrained(spec.local, safe, trust_remote_code, dt, pretrained)
+        source = os.path.abspath(spec.local)
     else:
-        config_path = hub_file(spec.hub_id, "config.json")
+        config_path = hub_file(spec.repo, "config.json")
         folder = os.path.dirname(config_path)
-        ensure_hub_weights(spec.hub_id, folder)
+        ensure_hub_weights(spec.repo, folder)
         safe = check_folder_weights(folder, allow_pickle)
         if not needs_remote_code(config_path, trust_remote_code):
             estimate(load_config(spec), dt, dev, placed, progress)

@@ -130,7 +130,7 @@ def _item_lines(text: str) -> list[int]:
     """The line on which each element of a top-level JSON list starts."""
     decoder = json.JSONDecoder()
     i = text.index("[") + 1
-    lines = []
+    lines: list[int] = []
     while True:
         while i < len(text) and text[i] in " \t\r\n,":
             i += 1

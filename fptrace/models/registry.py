@@ -74,6 +74,20 @@ class ModelSpec:
     hub_id: str | None = None
     known: KnownModel | None = None
 
+    @property
+    def local(self) -> str:
+        """The .gguf file or the folder (kinds "gguf" with a file and "folder")."""
+        if self.path is None:
+            raise ValueError(f"{self.name}: no local file or folder")
+        return self.path
+
+    @property
+    def repo(self) -> str:
+        """The hub id (kind "hub")."""
+        if self.hub_id is None:
+            raise ValueError(f"{self.name}: not a hub id")
+        return self.hub_id
+
 
 _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.\-]*/[\w.\-]+$")
 

@@ -56,7 +56,7 @@ def load_config(spec: ModelSpec) -> Any:
     if spec.known is not None:
         return config_from_dict(spec.known.config)
     if spec.kind == "folder":
-        return config_from_dict(read_json(os.path.join(spec.path, "config.json")))
+        return config_from_dict(read_json(os.path.join(spec.local, "config.json")))
     if spec.kind == "gguf":
         from transformers import AutoConfig
 
@@ -68,12 +68,12 @@ def load_config(spec: ModelSpec) -> Any:
             raise ModelLoadError(f"cannot read the GGUF file {spec.path}: {gap}")
         overrides = config_overrides(meta) if meta is not None else {}
         try:
-            return AutoConfig.from_pretrained(os.path.dirname(os.path.abspath(spec.path)),
-                                              gguf_file=os.path.basename(spec.path), **overrides)
+            return AutoConfig.from_pretrained(os.path.dirname(os.path.abspath(spec.local)),
+                                              gguf_file=os.path.basename(spec.local), **overrides)
         except Exception as e:  # gguf raises many kinds on a bad file
             why = unreadable(meta.architecture if meta is not None else None, e)
             raise ModelLoadError(f"cannot read the GGUF file {spec.path}: {why}") from None
-    return config_from_dict(read_json(hub_file(spec.hub_id, "config.json")))
+    return config_from_dict(read_json(hub_file(spec.repo, "config.json")))
 
 
 def short_error(e: BaseException) -> str:

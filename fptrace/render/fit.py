@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from rich import box as boxes
-from rich.console import Console, RenderableType
+from rich.console import Console, JustifyMethod, RenderableType
 from rich.measure import Measurement
 from rich.table import Table
 from rich.text import Text
@@ -27,7 +27,7 @@ WIDE_HINT = "--wide, a wider terminal or --json shows them"
 class Col:
     header: str | Text
     priority: int = 0  # 0: always; larger numbers are left out first
-    justify: str = "left"
+    justify: JustifyMethod = "left"
     style: str | None = None
     wrap: bool = False  # may wrap (text); columns of numbers never wrap and are never cut
     min_width: int | None = None
@@ -73,7 +73,7 @@ def _natural(col: Col, cells: list[Any]) -> int:
                                            .maximum for c in cells])
 
 
-def _build(cols: Sequence[Col], rows: Sequence[Sequence[Any]], keep: list[int],
+def _build(cols: Sequence[Col], rows: Sequence[Sequence[Any] | RowStyle], keep: list[int],
            table_kw: dict, sections: Sequence[int], widths: list[int]) -> Table:
     t = Table(**table_kw)
     for i in keep:
@@ -85,10 +85,8 @@ def _build(cols: Sequence[Col], rows: Sequence[Sequence[Any]], keep: list[int],
     for r, row in enumerate(rows):
         if r in sections:
             t.add_section()
-        row_style = None
-        if isinstance(row, RowStyle):
-            row, row_style = row.cells, row.style
-        t.add_row(*[row[i] for i in keep], style=row_style)
+        cells, row_style = (row.cells, row.style) if isinstance(row, RowStyle) else (row, None)
+        t.add_row(*[cells[i] for i in keep], style=row_style)
     return t
 
 

@@ -36,7 +36,7 @@ from fptrace.commands.diff.result import (
     TraceDiff,
 )
 from fptrace.core.hooks import Hook, hooked
-from fptrace.errors import BadInput
+from fptrace.errors import BadInput, UnsupportedModel
 from fptrace.families import Tap
 from fptrace.families.ops import Steps
 from fptrace.families.parts import dims
@@ -120,14 +120,18 @@ class _Side:
         """After the block: q, k, v from the projections, then wait while they are compared."""
         lm = self.lm
         fam = lm.parts.family
+        heads = fam.heads
+        if heads is None:  # mismatch() refuses such a family before the pass
+            raise UnsupportedModel(f"the {fam.name} family has no points recorded inside its "
+                                   "blocks")
         dm = dims(lm.config, fam)
         quiet = Steps(head=0, kv_head=0, n_heads=dm.n_heads, n_kv_heads=dm.n_kv_heads,
                       quiet=True)
 
         def hook(module: nn.Module, args: tuple, output: Any) -> None:
             projections = [got.pop(("proj", i)) for i in range(len(fam.head_taps))]
-            q, k, v = fam.heads(*projections, blk.get_submodule(fam.attn), lm.config, layer,
-                                quiet, lm.model, fam)
+            q, k, v = heads(*projections, blk.get_submodule(fam.attn), lm.config, layer,
+                            quiet, lm.model, fam)
             got.update({Point.q: q, Point.k: k, Point.v: v})
             points = dict(got)
             got.clear()
@@ -214,7 +218,7 @@ def compare_block(layer: int, pa: dict, pb: dict, order: Sequence[Point], parall
     upstream_rel: the relative difference of the block's input as seen before it (the previous
     block's output, or 0 for block 0's input, the token ids), None when not compared."""
     present = [p for p in order if p in pa and p in pb]
-    rels: dict[Point, float | None] = {}
+    rels: dict[Point, float] = {}  # inf where NaN/Inf (compare_point)
     rows = []
     for p in present:
         c = compare_point(p, pa[p], pb[p], n_heads)
@@ -248,8 +252,9 @@ def parting(blocks: Sequence[BlockDiff], tolerance: float) -> Parting | None:
                 continue
             block_in = next((q.rel for q in blk.points if q.point == Point.resid_pre.value),
                             None)
+            rel = math.inf if p.rel is None else p.rel
             agree = p.inputs_rel is not None and p.inputs_rel <= tolerance and (
-                p.nonfinite or p.rel > GROWTH * p.inputs_rel)
+                p.nonfinite or rel > GROWTH * p.inputs_rel)
             return Parting(layer=blk.layer, point=p.point, rel=p.rel, nonfinite=p.nonfinite,
                            cause="operation" if agree else "upstream", inputs=p.inputs,
                            inputs_rel=p.inputs_rel, block_input_rel=block_in, heads=p.heads,
@@ -265,7 +270,7 @@ def _carriers(p: PointDiff) -> str:
     what = "heads" if p.heads else "channels"
     if items[0].share is None:
         return f"; NaN/Inf in {what} " + ", ".join(str(s.index) for s in items)
-    shown = [s for s in items if s.share >= 0.01]
+    shown = [s for s in items if s.share is not None and s.share >= 0.01]
     return f"; {what} " + ", ".join(f"{s.index} ({s.share:.0%})" for s in shown) + \
         " carry it"
 
@@ -283,7 +288,7 @@ def _sentence(layer: int, p: PointDiff, agree: bool, block_in: float | None) -> 
                     "cause is upstream (compare from block 0)")
         return f"{head}, from the same token ids: the operation differs (the embedding)"
     names = ", ".join(p.inputs)
-    if agree:
+    if agree and p.inputs_rel is not None:
         block = f" and block {layer}'s input {_to(block_in)}" if block_in is not None and \
             Point.resid_pre.value not in p.inputs else ""
         return (f"{head}, while its inputs ({names}) agree {_to(p.inputs_rel)}{block}: the "

@@ -46,7 +46,7 @@ DEEP_COLS = (Col("lens KL", 0, "right"), Col("worst point", 0), Col("its rel", 0
 def _rel(x: float | None, tolerance: float, nonfinite: bool = False) -> Text:
     over = nonfinite or x is None or not x <= tolerance
     return Text("NaN/Inf" if nonfinite else "—" if x is None else f"{x:.2e}",
-                style="bold red" if over else None)
+                style="bold red" if over else "")
 
 
 def shares(items: tuple[ErrorShare, ...], least: float = 0.05) -> str:
@@ -85,7 +85,7 @@ def layers_table(d: TraceDiff, width: int | None) -> RenderableType:
         rel = "—" if r.rel_diff is None else f"{r.rel_diff:.2e}"
         rows.append(RowStyle([
             "embed" if r.layer is None else str(r.layer), norm(r.norm_a), norm(r.norm_b),
-            Text(rel, style="bold red" if over else None), num(r.cos, 6),
+            Text(rel, style="bold red" if over else ""), num(r.cos, 6),
             Text(visible(r.lens_a or "—")), Text(visible(r.lens_b or "—")),
             "" if r.lens_same else "≠"] + (_deep_cells(d.deep, r.layer) if d.deep else []),
             None))

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 from fptrace.addresses import Block, Index, resolve_block, resolve_index
@@ -42,12 +42,14 @@ TOLERANCE = {"float32": (1e-5, 1e-5), "float64": (1e-7, 1e-7), "bfloat16": (2e-2
              "float16": (5e-3, 5e-3)}
 
 
-def covered(family: Family) -> Family:
-    """The family, when it has a block recomputation (families/), or UnsupportedModel."""
-    if family.recompute_block is None:
+def covered(family: Family) -> tuple[Callable[..., Any], Callable[..., Any]]:
+    """The family's recomputation of a block and of the final norm (families/), or
+    UnsupportedModel where it has none."""
+    block, final_norm = family.recompute_block, family.recompute_final_norm
+    if block is None or final_norm is None:
         raise UnsupportedModel(f"explain has no walkthrough for the {family.name} family yet; "
                                f"it supports {with_walkthrough()}")
-    return family
+    return block, final_norm
 
 
 @contextlib.contextmanager
@@ -135,7 +137,8 @@ def explain(lm: LoadedModel, prompt: Prompt, *, layer: int | Block = 0, head: in
     import torch
 
     sampling.check_options(temperature, top_k, top_p)
-    fam = covered(lm.parts.family)
+    fam = lm.parts.family
+    recompute_block, recompute_final_norm = covered(fam)
     info = model_info(lm)
     layer = resolve_block(layer, sizes(lm), "layer").layer
     head = resolve_index(head, info.n_heads, "head", f"each block of {lm.name}", "head")
@@ -156,8 +159,8 @@ def explain(lm: LoadedModel, prompt: Prompt, *, layer: int | Block = 0, head: in
         x0, embedding_rows = embedding(lm, ids, s)  # (1, T, C)
         embed_check = _close("embedding = the stream entering block 0", x0, got["embed_out"],
                              tol, "embedding")
-        y = fam.recompute_block(got["block_in"].float(), _float32(lm.parts.blocks[layer]), cfg,
-                                layer, s, lm.model, fam)  # (1, T, C)
+        y = recompute_block(got["block_in"].float(), _float32(lm.parts.blocks[layer]), cfg,
+                            layer, s, lm.model, fam)  # (1, T, C)
         checks = [embed_check] + _attention_checks(s)
         checks += [
             _close(f"attention output = the model's "
@@ -171,7 +174,8 @@ def explain(lm: LoadedModel, prompt: Prompt, *, layer: int | Block = 0, head: in
         ]
         if "router" in got and "router logits" in s.kept:
             checks += _router_checks(s, got["router"], tol)
-        logits, end_checks = _end_of_pass(lm, fam, got["last_out"].float(), s, model_logits, tol)
+        logits, end_checks = _end_of_pass(lm, recompute_final_norm, got["last_out"].float(), s,
+                                          model_logits, tol)
         checks += end_checks
         checks.append(_per_position(lm, layer, got, tol))
     toks = lm.tokens(prepared)
@@ -249,12 +253,12 @@ def _attention_checks(s: Steps) -> list[Check]:
                   float(nonzero), "= 0", nonzero == 0, target="causal_zeros", unit="count")]
 
 
-def _end_of_pass(lm: LoadedModel, fam: Family, x: Any, s: Steps, model_logits: Any,
-                 tol: tuple[float, float]) -> tuple[Any, list[Check]]:
+def _end_of_pass(lm: LoadedModel, final_norm: Callable[..., Any], x: Any, s: Steps,
+                 model_logits: Any, tol: tuple[float, float]) -> tuple[Any, list[Check]]:
     import torch
 
     s.section = "end"
-    h = fam.recompute_final_norm(x, _float32(lm.parts.final_norm), lm.config, s)  # (B, T, C)
+    h = final_norm(x, _float32(lm.parts.final_norm), lm.config, s)  # (B, T, C)
     h = h[:, -1, :]  # (B, C)
     s("last position", "h = h[:, −1]   (only the last position predicts the next token)", h)
     head = lm.parts.lm_head

@@ -88,7 +88,7 @@ def checks_table(checks: tuple[Check, ...], width: int | None = None) -> Rendera
     for c in checks:
         mark = Text("✓", style="bold green") if c.ok else Text("✗", style="bold red")
         measured = f"{c.value:.0f}" if c.unit == "count" else f"{c.value:.2e}"
-        rows.append([mark, Text(c.name, style=None if c.ok else "bold red"), measured,
+        rows.append([mark, Text(c.name, style="" if c.ok else "bold red"), measured,
                      c.tolerance])
     return fit_table(CHECK_COLS, rows, width, padding=(0, 1), title="Checks against the model",
                      title_justify="left")
@@ -194,8 +194,8 @@ def attention_figure(e: Explanation) -> tuple[Figure, dict]:
     size = 2.2 if T <= 12 else 3.0
     fig, axes = plt.subplots(rows, cols, figsize=(cols * size + 1, rows * size + 1),
                              squeeze=False, constrained_layout=True)
-    series = {"heads": [m.head for m in heads], "weights": [[list(r) for r in m.rows]
-                                                            for m in heads]}
+    series: dict[str, list] = {"heads": [m.head for m in heads],
+                               "weights": [[list(r) for r in m.rows] for m in heads]}
     for k, ax in enumerate(axes.flat):
         if k >= n:
             ax.axis("off")

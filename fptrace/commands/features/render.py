@@ -78,15 +78,15 @@ def attribution_table(a: FeatureAttribution, width: int | None) -> RenderableTyp
 
 
 def latent_table(f: Features, width: int | None) -> RenderableType | None:
-    traced = [r for r in f.dictionaries if r.latent is not None]
+    traced = [(r, r.latent) for r in f.dictionaries if r.latent is not None]
     if not traced:
         return None
     cols = [Col("pos", 0, "right"), Col("token", 0)] + [
-        Col(f"{r.out_site}", 0 if i < 3 else 1, "right") for i, r in enumerate(traced)]
-    rows = [[str(p), Text(visible(tok.text))] + [f"{r.latent.activations[p]:.4g}"
-                                                 for r in traced]
+        Col(f"{r.out_site}", 0 if i < 3 else 1, "right") for i, (r, _) in enumerate(traced)]
+    rows = [[str(p), Text(visible(tok.text))] + [f"{latent.activations[p]:.4g}"
+                                                 for _, latent in traced]
             for p, tok in enumerate(f.tokens)]
-    return fit_table(cols, rows, width, title=f"Latent {traced[0].latent.latent} over the "
+    return fit_table(cols, rows, width, title=f"Latent {traced[0][1].latent} over the "
                      "positions (its activation in each dictionary)", title_justify="left")
 
 
@@ -124,7 +124,7 @@ def features_figure(f: Features) -> tuple[Figure, dict]:
     series: dict = {"dictionaries": []}
     for (ax, bx), r in zip(axes, f.dictionaries):
         xs = [p.position for p in r.positions]
-        s = {"site": r.out_site, "norm": [p.norm for p in r.positions],
+        s: dict[str, Any] = {"site": r.out_site, "norm": [p.norm for p in r.positions],
              "error_norm": [p.error_norm for p in r.positions],
              "l0": [p.l0 for p in r.positions]}
         ax.semilogy(xs, s["norm"], "o-", label="‖x‖")

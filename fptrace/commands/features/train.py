@@ -328,7 +328,8 @@ def fit(sae: TopK, x_train: Any, y_train: Any, out: str, opts: TrainOptions, sou
 
     adam = torch.optim.Adam(sae.params(), lr=opts.lr)
     steps = max(1, opts.tokens // opts.batch_tokens)
-    step, since_fired, losses = 0, torch.zeros(opts.latents, dtype=torch.long), []
+    step, since_fired = 0, torch.zeros(opts.latents, dtype=torch.long)
+    losses: list[float] = []
     if doc is not None:
         step, losses = _load_state(out, doc, sae, adam, since_fired)
     else:

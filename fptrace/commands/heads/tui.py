@@ -4,14 +4,18 @@ per prompt on a worker thread, the interface answering meanwhile."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fptrace.cli.actions import TuiPane
+
+if TYPE_CHECKING:
+    from fptrace.commands.heads.result import Heads
+    from fptrace.models.loading import LoadedModel
 
 TUI_INDUCTION = (2, 16)  # sequences, most tokens each (the context's half at most)
 
 
-def measure(lm: Any, traced: Any) -> Any:
+def measure(lm: LoadedModel, traced: Any) -> Heads:
     """`fptrace heads` over one traced prompt, as the tab shows it."""
     from fptrace.commands.heads.core import heads
     from fptrace.core.trace import model_info

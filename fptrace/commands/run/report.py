@@ -2,20 +2,23 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fptrace.cli.sections import Page, ReportSection
 from fptrace.render.html import png, terminal
 
+if TYPE_CHECKING:
+    from fptrace.results import Trace
 
-def _figures(trace: Any) -> list[str]:
+
+def _figures(trace: Trace) -> list[str]:
     from fptrace.commands.run.render import trace_figure
 
     figure = png(trace_figure(trace)[0])
     return [f'<img alt="residual stream, logit lens and top-k" src="{figure}">']
 
 
-def _body(trace: Any) -> list[str]:
+def _body(trace: Trace) -> list[str]:
     from fptrace.commands.run.render import trace_view
 
     out = ["<h2>The forward pass, block by block</h2>", terminal(trace_view(trace, 130))]

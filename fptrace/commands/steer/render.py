@@ -78,11 +78,11 @@ def kl_table(s: Steering, width: int | None) -> RenderableType:
                                          for i, r in enumerate(steered)]
     rows = []
     for j, k in enumerate(s.kl_layers):
-        cells = [str(k)]
+        cells: list[str | Text] = [str(k)]
         for r in steered:
             first = r.first_changed == k
             cells.append(Text(f"{r.kl[j]:.4f}" + ("★" if first else " "),
-                              style="bold" if first else None))
+                              style="bold" if first else ""))
         rows.append(cells)
     return Group(Text("KL(steered ‖ clean) of the logit lens at the last position after each "
                       "block, nats (★: where its top-1 first differs from the clean run's)"),
@@ -109,9 +109,11 @@ def steer_figure(s: Steering) -> tuple[Figure, dict]:
     """The sweep's curves: the target's probability and the output's KL against the strength,
     and KL(steered ‖ clean) after each block, a curve per strength."""
     plt = pyplot()
-    series = {"scales": [r.scale for r in s.rows], "target_prob": [r.target.prob for r in s.rows],
-              "kl_final": [r.kl[-1] for r in s.rows], "kl_layers": list(s.kl_layers),
-              "kl": {f"{r.scale:g}": list(r.kl) for r in s.rows if not r.clean}}
+    series: dict[str, Any] = {"scales": [r.scale for r in s.rows],
+                              "target_prob": [r.target.prob for r in s.rows],
+                              "kl_final": [r.kl[-1] for r in s.rows],
+                              "kl_layers": list(s.kl_layers),
+                              "kl": {f"{r.scale:g}": list(r.kl) for r in s.rows if not r.clean}}
     order = sorted(range(len(s.rows)), key=lambda i: s.rows[i].scale)
     fig, (ax, kx) = plt.subplots(1, 2, figsize=(13, 5), constrained_layout=True)
     xs = [series["scales"][i] for i in order]

@@ -23,7 +23,9 @@ if TYPE_CHECKING:
 
     from fptrace.engines.llamacpp.capture import EngineOptions, LlamaCppPass
     from fptrace.families import LlamaCppNames
+    from fptrace.models.loading import LoadedModel
     from fptrace.points import Point
+    from fptrace.results import Trace
 
 NAME = "llama.cpp"
 
@@ -90,7 +92,7 @@ class GraphPass:
     """llama.cpp's pass as diff compares it (an EnginePass): its trace, and each block's
     points read from the graph's tensors through the family's llama.cpp names."""
 
-    trace: Any
+    trace: Trace
     points: frozenset[Point]
     captured: LlamaCppPass
     names: LlamaCppNames
@@ -109,7 +111,7 @@ class GraphPass:
         return squeeze(self.captured.tensors[name], 2)
 
 
-def run_pass(lm: Any, path: str, prompt: Any, settings: Mapping[str, str]) -> GraphPass:
+def run_pass(lm: LoadedModel, path: str, prompt: Any, settings: Mapping[str, str]) -> GraphPass:
     """llama.cpp's pass of `prompt` (a text: llama.cpp tokenizes it too, and a difference is
     named; ids: both engines run exactly these) on the GGUF at `path`, traced."""
     from fptrace.engines.llamacpp.trace import llamacpp_trace, names_for, run_llamacpp
@@ -139,7 +141,7 @@ def ladder(steps: Sequence[str]) -> tuple[tuple[str, ...], ...]:
     return rungs(steps)
 
 
-def emulating(lm: Any, path: str, steps: Sequence[str],
+def emulating(lm: LoadedModel, path: str, steps: Sequence[str],
               settings: Mapping[str, str]) -> AbstractContextManager[str | None]:
     from fptrace.engines.llamacpp.emulation import emulating as hooked
 
