@@ -1,5 +1,6 @@
-"""The progress bar of the commands over many prompts (batch, stats), on stderr: prompts done,
-tokens/s and the time left."""
+"""The progress bars on stderr: of the commands over many prompts (batch, stats: prompts done,
+tokens/s and the time left) and of a dictionary's training (features train: the collection,
+then the steps)."""
 
 from __future__ import annotations
 
@@ -36,3 +37,29 @@ def prompts_progress(err: Console, todo: int, verb: str = "tracing"
             bar.update(task, advance=n_prompts, tps=tokens / max(time.perf_counter() - t0, 1e-9))
 
         yield tick
+
+
+@contextlib.contextmanager
+def training_progress(err: Console, collecting: str) -> Iterator[Callable[[str, int, int], None]]:
+    """A dictionary's training on stderr: the collection (phase `prompts`, advanced by prompts,
+    its bar named `collecting`) and the training (phase `steps`, or `layer L` for each block,
+    in steps: one training bar at a time)."""
+    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                  TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn(),
+                  console=err) as bar:
+        tasks: dict = {}
+
+        def progress(phase: str, done: int, total: int) -> None:
+            if phase == "prompts":
+                if phase not in tasks:
+                    tasks[phase] = bar.add_task(collecting, total=total)
+                bar.update(tasks[phase], advance=done)
+                return
+            verb = "training: steps" if phase == "steps" else f"training {phase}: steps"
+            if phase not in tasks:
+                for old in [p for p in tasks if p != "prompts"]:
+                    bar.remove_task(tasks.pop(old))
+                tasks[phase] = bar.add_task(verb, total=total)
+            bar.update(tasks[phase], completed=done)
+
+        yield progress

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
 from dataclasses import replace
 from typing import Annotated
 
@@ -189,7 +187,9 @@ def train_cli(inputs: list[str], opts: LoadOptions, layer: str | None, out: str 
     items = check_before_load(options, inputs, opts.model)
     lm = load(opts)
     options = replace(options, layer=resolve_block(block, sizes(lm), "--layer").layer)
-    with _bars("collecting the stream: prompts") as progress:
+    from fptrace.render.progress import training_progress
+
+    with training_progress(stderr_console(), "collecting the stream: prompts") as progress:
         result = train(lm, inputs, out, options, resume=resume, progress=progress, items=items)
     from fptrace.commands.features.render import train_view
 
@@ -228,43 +228,12 @@ def transcoders_cli(inputs: list[str], opts: LoadOptions, layer: str | None,
                            batch_tokens=batch_tokens, lr=lr, seed=seed)
     items = check_before_load(options, inputs, opts.model, chosen, export, out, resume)
     lm = load(opts)
-    with _bars("collecting the MLPs' inputs and outputs: prompts") as progress:
+    from fptrace.render.progress import training_progress
+
+    with training_progress(stderr_console(),
+                           "collecting the MLPs' inputs and outputs: prompts") as progress:
         result = train_transcoders(lm, inputs, out, options, chosen, export=export,
                                    resume=resume, progress=progress, items=items)
     from fptrace.commands.features.render import transcoders_view
 
     output(result, transcoders_view, outputs)
-
-
-@contextmanager
-def _bars(collecting: str) -> Iterator[Callable[[str, int, int], None]]:
-    """The training's progress on stderr: the collection (phase `prompts`, advanced by prompts)
-    and the training (phase `steps`, or `layer L` for each block, in steps)."""
-    from rich.progress import (
-        BarColumn,
-        MofNCompleteColumn,
-        Progress,
-        TextColumn,
-        TimeElapsedColumn,
-        TimeRemainingColumn,
-    )
-
-    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                  TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn(),
-                  console=stderr_console()) as bar:
-        tasks: dict = {}
-
-        def progress(phase: str, done: int, total: int) -> None:
-            if phase == "prompts":
-                if phase not in tasks:
-                    tasks[phase] = bar.add_task(collecting, total=total)
-                bar.update(tasks[phase], advance=done)
-                return
-            verb = "training: steps" if phase == "steps" else f"training {phase}: steps"
-            if phase not in tasks:
-                for old in [p for p in tasks if p != "prompts"]:  # one training bar at a time
-                    bar.remove_task(tasks.pop(old))
-                tasks[phase] = bar.add_task(verb, total=total)
-            bar.update(tasks[phase], completed=done)
-
-        yield progress
