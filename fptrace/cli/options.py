@@ -95,6 +95,18 @@ WideOpt = Annotated[bool, typer.Option(
     rich_help_panel=OUTPUT)]
 
 
+RAY = "Ray"
+RayOpt = Annotated[str | None, typer.Option(
+    "--ray", metavar="ADDRESS", help="Spread the work over a Ray cluster's actors: auto (the "
+    "cluster `ray start` or RAY_ADDRESS names, else a local one) or its address; the results "
+    "come back here, in order.", rich_help_panel=RAY)]
+WorkersOpt = Annotated[int, typer.Option("--workers", help="With --ray: actors, each loading "
+                                         "the model once.", rich_help_panel=RAY)]
+GpusPerWorkerOpt = Annotated[float | None, typer.Option(
+    "--gpus-per-worker", help="With --ray: GPUs per actor (default 1 when the cluster has "
+    "GPUs, else 0).", rich_help_panel=RAY)]
+
+
 @dataclass(frozen=True)
 class Outputs:
     """Where a command's result goes: the JSON (--json) or the view that fits the terminal

@@ -7,6 +7,12 @@ and the results stream back to the driver in input order (`iter_batches`). An ac
 restarted and its block retried by Ray; when a block keeps failing, the driver stops with
 WorkerFailed and keeps what it already has. `batch --ray` hands it groups of prompts to trace,
 `stats --ray` shards of prompts whose statistics come back to be merged.
+
+Work whose calls share a state (`graph --ray`: a prompt's frozen passes, made once per actor and
+read by every batch of backward passes) runs on an ActorGroup instead: Ray's actors (StateActor,
+each loading the model once, computing on as many torch threads as this process), `each` to
+prepare every actor's state, `map` to hand the calls out to the actors free (Ray's ActorPool)
+and have their results back in the calls' order.
 """
 
 from __future__ import annotations
@@ -17,7 +23,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from fptrace.errors import BadInput, FptraceError
-from fptrace.numbers import is_int
+from fptrace.numbers import check_finite, is_int
 
 
 class WorkerFailed(FptraceError):
@@ -37,6 +43,108 @@ class ModelActor:
 
     def __call__(self, block: dict) -> dict:
         return self.work(self.lm, block, **self.settings)
+
+
+class StateActor:
+    """One Ray actor of an ActorGroup: loads the model once, computing on `threads` torch
+    threads (the driver's: a matrix product's summation order follows its threads); then
+    prepare(make, spec) keeps make(lm, spec) as its state and run(work, job) returns
+    work(state, job)."""
+
+    def __init__(self, load: dict, threads: int) -> None:
+        import torch
+
+        from fptrace.models.options import LoadOptions
+
+        torch.set_num_threads(threads)
+        self.lm = LoadOptions(**load).load()
+        self.state: Any = None
+
+    def prepare(self, make: Callable[[Any, Any], Any], spec: Any) -> int:
+        self.state = None  # the last state freed before the next is made
+        self.state = make(self.lm, spec)
+        return os.getpid()
+
+    def run(self, work: Callable[[Any, Any], Any], job: Any) -> Any:
+        return work(self.state, job)
+
+
+class ActorGroup:
+    """`workers` StateActors on the Ray cluster at `address` (connect), each with
+    `gpus_per_worker` GPUs (None: 1 where the cluster has GPUs, else 0) and the model that
+    `load` (LoadOptions' fields) loads; their loading starts at once. close() (or the end of a
+    `with`) ends them. A call that fails on an actor raises its FptraceError here, or
+    WorkerFailed."""
+
+    def __init__(self, *, address: str, workers: int, gpus_per_worker: float | None,
+                 load: dict) -> None:
+        check_workers(workers, gpus_per_worker)
+        connect(address)
+        import ray
+        import torch
+
+        if gpus_per_worker is None:
+            gpus_per_worker = 1 if ray.cluster_resources().get("GPU", 0) >= 1 else 0
+        actor = ray.remote(StateActor).options(num_gpus=gpus_per_worker, max_restarts=0)
+        self.actors = [actor.remote(load, torch.get_num_threads()) for _ in range(workers)]
+
+    def each(self, make: Callable[[Any, Any], Any], spec: Any) -> list:
+        """make(lm, spec) on every actor, kept as its state (spec sent once)."""
+        import ray
+
+        ref = ray.put(spec)
+        return self._get(lambda: ray.get([a.prepare.remote(make, ref) for a in self.actors]))
+
+    def map(self, work: Callable[[Any, Any], Any], jobs: list) -> list:
+        """work(state, job) for every job, each on the next actor free; the results in the
+        jobs' order."""
+        from ray.util import ActorPool
+
+        pool = ActorPool(self.actors)
+        return self._get(lambda: list(pool.map(lambda a, job: a.run.remote(work, job), jobs)))
+
+    @staticmethod
+    def _get(fetch: Callable[[], list]) -> list:
+        import ray.exceptions
+
+        try:
+            return fetch()
+        except ray.exceptions.RayTaskError as e:  # the call raised: a mistake of the input's?
+            if isinstance(e.cause, FptraceError):
+                raise e.cause from None
+            raise WorkerFailed(f"a Ray worker failed: {_first(e.cause or e)}; nothing was "
+                               "written") from None
+        except ray.exceptions.RayError as e:  # an actor died, or could not start
+            raise WorkerFailed(f"a Ray worker failed ({type(e).__name__}: {_first(e)}); "
+                               "nothing was written") from None
+
+    def close(self) -> None:
+        import ray
+
+        for a in self.actors:
+            ray.kill(a)
+        self.actors = []
+
+    def __enter__(self) -> ActorGroup:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _first(e: BaseException) -> str:
+    """An exception's first line, at most 200 characters, or its type's name."""
+    text = str(e).strip()
+    return text.splitlines()[0][:200] if text else type(e).__name__
+
+
+def check_workers(workers: int, gpus_per_worker: float | None) -> None:
+    """--workers at least 1, --gpus-per-worker (where given) a finite number, 0 or more."""
+    if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
+        raise BadInput(f"--workers {workers!r}: must be at least 1 (actors, each loading the "
+                       "model once)")
+    if gpus_per_worker is not None:
+        check_finite(float(gpus_per_worker), "--gpus-per-worker", low=0.0)
 
 
 def connect(address: str) -> Any:
@@ -90,8 +198,7 @@ def ray_map(rows: list[dict], work: Callable[..., dict], *, address: str, worker
     that each load the model (`load`: LoadOptions' fields) once; yields each block's result,
     in input order. A block that keeps failing ends the iteration with WorkerFailed, whose
     message ends with kept() (what the caller has kept so far)."""
-    if workers < 1:
-        raise BadInput("--workers must be at least 1")
+    check_workers(workers, gpus_per_worker)
     if not rows:
         return
     connect(address)
@@ -116,4 +223,5 @@ def ray_map(rows: list[dict], work: Callable[..., dict], *, address: str, worker
                            f"{kept()}") from None
 
 
-__all__ = ["ModelActor", "WorkerFailed", "connect", "ray_map"]
+__all__ = ["ActorGroup", "ModelActor", "StateActor", "WorkerFailed", "check_workers", "connect",
+           "ray_map"]

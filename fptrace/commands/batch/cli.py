@@ -7,7 +7,15 @@ from typing import Annotated
 import typer
 
 from fptrace.cli.io import Group, command, fail, launch_ranks, load, stderr_console
-from fptrace.cli.options import OUTPUT, STATS, LoadOptions, model_options
+from fptrace.cli.options import (
+    OUTPUT,
+    STATS,
+    GpusPerWorkerOpt,
+    LoadOptions,
+    RayOpt,
+    WorkersOpt,
+    model_options,
+)
 from fptrace.errors import BadInput
 
 
@@ -37,14 +45,9 @@ def batch(
     force: Annotated[bool, typer.Option("--force", help="Start over: empty an existing --out "
                                         "file of fptrace records instead of resuming it.",
                                         rich_help_panel=OUTPUT)] = False,
-    ray: Annotated[str | None, typer.Option(
-        "--ray", help="Trace on a Ray cluster: auto (the cluster `ray start` or RAY_ADDRESS "
-        "names, else a local one) or its address.", rich_help_panel="Ray")] = None,
-    workers: Annotated[int, typer.Option("--workers", help="With --ray: actors, each loading "
-                                         "the model once.", rich_help_panel="Ray")] = 1,
-    gpus_per_worker: Annotated[float | None, typer.Option(
-        "--gpus-per-worker", help="With --ray: GPUs per actor (default 1 when the cluster has "
-        "GPUs, else 0).", rich_help_panel="Ray")] = None,
+    ray: RayOpt = None,
+    workers: WorkersOpt = 1,
+    gpus_per_worker: GpusPerWorkerOpt = None,
 ) -> None:
     """Trace many prompts into resumable JSON Lines.
 

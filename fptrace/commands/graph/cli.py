@@ -7,7 +7,16 @@ from typing import Annotated
 import typer
 
 from fptrace.cli.io import Group, load_for, output, prompt_command
-from fptrace.cli.options import OUTPUT, STATS, ChatOptions, LoadOptions, Outputs
+from fptrace.cli.options import (
+    OUTPUT,
+    STATS,
+    ChatOptions,
+    GpusPerWorkerOpt,
+    LoadOptions,
+    Outputs,
+    RayOpt,
+    WorkersOpt,
+)
 
 GRAPH = "Graph"
 
@@ -55,6 +64,9 @@ def graph(
     graph_json: Annotated[str | None, typer.Option(
         "--graph-json", metavar="FILE", help="Also write the graph in circuit-tracer's "
         "frontend format (.json).", rich_help_panel=OUTPUT)] = None,
+    ray: RayOpt = None,
+    workers: WorkersOpt = 1,
+    gpus_per_worker: GpusPerWorkerOpt = None,
     outputs: Outputs = Outputs(),
 ) -> None:
     """How the answer was computed, node by node, exactly.
@@ -64,7 +76,8 @@ def graph(
     attention patterns, norm scales and neuron gates (latent activations) frozen at their values
     the model is linear, every edge is a direct effect, and every node's edges plus its bias
     terms equal its value (checked on every run: exit 5 when they do not). Pruned by
-    circuit-tracer's definitions; --graph-json writes a file its viewer opens."""
+    circuit-tracer's definitions; --graph-json writes a file its viewer opens. With --ray, the
+    backward passes run on a Ray cluster's actors: the same graph, bit for bit."""
     from fptrace.addresses import parse_selection
     from fptrace.commands.graph.inputs import check_request
 
@@ -73,15 +86,19 @@ def graph(
                         positions=None if positions is None
                         else parse_selection(positions, "--positions"),
                         graph_json=graph_json, force=outputs.force,
-                        transcoders=transcoders, verify=verify)
+                        transcoders=transcoders, verify=verify, workers=workers,
+                        gpus_per_worker=gpus_per_worker)
     lm, prompt = load_for(prompt, opts, chat, outputs)
     from fptrace.commands.graph.core import graph as run_graph
+    from fptrace.commands.graph.ray import ray_rows
+
+    with ray_rows(ray, workers, gpus_per_worker, opts) as pool:  # None without --ray
+        result = run_graph(lm, prompt, positions=req.positions, target=target,
+                           node_threshold=req.node_threshold, edge_threshold=req.edge_threshold,
+                           max_nodes=req.max_nodes, per_site=req.per_site,
+                           transcoders=req.transcoders, verify=req.verify, pool=pool)
     from fptrace.commands.graph.render import graph_view
 
-    result = run_graph(lm, prompt, positions=req.positions, target=target,
-                       node_threshold=req.node_threshold, edge_threshold=req.edge_threshold,
-                       max_nodes=req.max_nodes, per_site=req.per_site,
-                       transcoders=req.transcoders, verify=req.verify)
     output(result, graph_view, outputs)
     if not result.ok:  # exit 5, naming the node, before any file is written
         from fptrace.errors import Mismatch

@@ -15,7 +15,9 @@ error node per (block, position): transcoders.py), exact.
    backward passes (rows.py); where max_nodes covers every candidate, each one's, unranked
    (circuit-tracer's attribute without max_feature_nodes). A candidate's backward pass runs
    through the frozen pass of the shortest prefix of the prompt that holds its position
-   (prefix_ends).
+   (prefix_ends). Those passes run here, or where `pool` runs them (pool.py: `graph --ray`,
+   the batches of one round over a Ray cluster's actors, the same batches, assembled here in
+   the same order: the same graph).
 4. Every computed node is checked: its edges from all sources plus its bias terms equal its
    value in the model within RTOL (float64); the float64 copy's logits equal the model's own.
 5. The graph is pruned and scored by circuit-tracer's definitions (influence.py).
@@ -43,13 +45,13 @@ from fptrace.commands.graph.freezing import (
     FREEZING,
     TRANSCODER_EDGE,
     TRANSCODER_FREEZING,
-    Pass,
-    frozen,
     mlp_sites,
 )
 from fptrace.commands.graph.influence import Adjacency, influence, partial_influence, prune, scores
 from fptrace.commands.graph.model64 import float64_copy, real_pass
+from fptrace.commands.graph.passes import FrozenPasses
 from fptrace.commands.graph.paths import strongest_paths
+from fptrace.commands.graph.pool import GraphWork, Job, RowsPool, Worker, run
 from fptrace.commands.graph.result import (
     AttributionGraph,
     GraphCheck,
@@ -58,7 +60,7 @@ from fptrace.commands.graph.result import (
     GraphNode,
     GraphScores,
 )
-from fptrace.commands.graph.rows import Candidates, Rows, Target, rows
+from fptrace.commands.graph.rows import Candidates, Rows, Target
 from fptrace.commands.graph.transcoders import TranscoderSet, read_transcoders
 from fptrace.core.attribution import rtol_for
 from fptrace.core.fragments import token_id
@@ -125,13 +127,14 @@ def query_positions(positions: Any, n: int) -> list[int]:
 def graph(lm: LoadedModel, prompt: Prompt, *, positions: Any = None,
           target: str | None = None, node_threshold: float = 0.8, edge_threshold: float = 0.98,
           max_nodes: int = 64, per_site: int = 4, batch_size: int = BATCH,
-          transcoders: str | TranscoderSet | None = None, verify: int = 0) -> AttributionGraph:
+          transcoders: str | TranscoderSet | None = None, verify: int = 0,
+          pool: RowsPool | None = None) -> AttributionGraph:
     """The attribution graph of the prompt's next tokens at the query positions (see the
     module's text): over the MLP neurons, or with `transcoders` (a folder, or a TranscoderSet
     read by transcoders.read_transcoders) over their latents; with `verify`, its N most
-    influential nodes removed one at a time (verify.py)."""
+    influential nodes removed one at a time (verify.py); with `pool`, the backward passes run
+    there (pool.py, ray.py), the graph the same."""
     import numpy as np
-    import torch
 
     start = time.perf_counter()
     _check_numbers(node_threshold, edge_threshold, max_nodes, per_site, batch_size, verify)
@@ -151,10 +154,15 @@ def graph(lm: LoadedModel, prompt: Prompt, *, positions: Any = None,
     k = max(1, min(per_site, m))
     cand = Candidates.top(real.acts, k)
     logit_targets, probs = _logit_nodes(real, fixed, len(queries))
-    device = parts.embed.weight.device
-    with frozen(model, parts, sites, tset) as p:
-        model(torch.tensor([ids], device=device), use_cache=False,
-              logits_to_keep=torch.tensor(queries, device=device))
+    here = Worker(FrozenPasses(model, parts, sites, tset, ids, queries), cand)  # passes: lazy
+    work = GraphWork(tuple(ids), tuple(queries), cand, transcoders)
+
+    def computed(jobs: list[Job]) -> list[Rows]:
+        """The seam: each batch's rows, here or in the pool, in the jobs' order."""
+        if pool is not None:
+            return list(pool.map(work, jobs))
+        return [run(here, job) for job in jobs]
+
     n_cand = len(cand)
     layout = _Layout(cand, len(logit_targets), errors=tset is not None,
                      experts=layouts(parts, None if sites is None else sites.moe))
@@ -167,23 +175,16 @@ def graph(lm: LoadedModel, prompt: Prompt, *, positions: Any = None,
     done: list[tuple[Target, Rows, int]] = []  # (target, its rows (one), its node index)
     budget = min(max_nodes, n_cand)
     matrix = _Matrix(layout, len(logit_targets) + budget)  # their candidate-level rows
-    for i in range(0, len(logit_targets), batch):
-        ts = logit_targets[i:i + batch]
-        matrix.keep(done, ts, rows(p, ts, cand), [layout.logit(j) for j in range(i, i + len(ts))])
+    starts = range(0, len(logit_targets), batch)
+    jobs = [Job(len(ids), tuple(logit_targets[i:i + batch])) for i in starts]
+    for i, job, got in zip(starts, jobs, computed(jobs), strict=True):
+        matrix.keep(done, list(job.targets), got,
+                    [layout.logit(j) for j in range(i, i + len(job.targets))])
     weights = np.zeros(layout.n)
     weights[layout.logit(0):] = probs
     visited = np.zeros(n_cand, dtype=bool)
 
-    passes = {len(ids): p}  # the frozen passes of the prompt's first `end` positions
     ends = prefix_ends(len(ids), L, m, model_info(lm).d_model)
-
-    def pass_for(end: int) -> Pass:
-        if end not in passes:
-            with frozen(model, parts, sites, tset) as q:
-                model(torch.tensor([ids[:end]], device=device), use_cache=False,
-                      logits_to_keep=1)
-            passes[end] = q
-        return passes[end]
 
     def compute(order: np.ndarray) -> None:
         """The rows of the candidates `order`: in batches from the shortest prefix's pass that
@@ -192,13 +193,15 @@ def graph(lm: LoadedModel, prompt: Prompt, *, positions: Any = None,
         end_of = {t: next(e for e in ends if e > t.position) for t in targets}
         pairs = sorted(zip(targets, order.tolist(), strict=True),
                        key=lambda x: (end_of[x[0]], x[0].layer or 0))
+        jobs, nodes = [], []
         for end in ends:
             group = [x for x in pairs if end_of[x[0]] == end]
             for i in range(0, len(group), batch):
                 part = group[i:i + batch]
-                matrix.keep(done, [t for t, _ in part],
-                            rows(pass_for(end), [t for t, _ in part], cand),
-                            [c for _, c in part])
+                jobs.append(Job(end, tuple(t for t, _ in part)))
+                nodes.append([c for _, c in part])
+        for job, got, ns in zip(jobs, computed(jobs), nodes, strict=True):
+            matrix.keep(done, list(job.targets), got, ns)
         visited[order] = True
 
     if budget == n_cand:  # every candidate's row: nothing to rank (circuit-tracer's attribute

@@ -7,10 +7,19 @@ from typing import Annotated
 import typer
 
 from fptrace.cli.io import Group, command, fail, load, show, stderr_console, write_plot
-from fptrace.cli.options import OUTPUT, STATS, JsonOpt, LoadOptions, PlotOpt, WideOpt, model_options
+from fptrace.cli.options import (
+    OUTPUT,
+    STATS,
+    GpusPerWorkerOpt,
+    JsonOpt,
+    LoadOptions,
+    PlotOpt,
+    RayOpt,
+    WideOpt,
+    WorkersOpt,
+    model_options,
+)
 from fptrace.errors import BadInput
-
-RAY = "Ray"
 
 
 @command(order=85, group=Group.compare, docs="stats",
@@ -58,15 +67,9 @@ def stats(
         "this share of its attention to one position.", rich_help_panel=STATS)] = 0.3,
     top: Annotated[int, typer.Option("--top", min=1, help="Top channels shown per layer.",
                                      rich_help_panel=STATS)] = 3,
-    ray: Annotated[str | None, typer.Option(
-        "--ray", help="Count on a Ray cluster: auto (the cluster `ray start` or RAY_ADDRESS "
-        "names, else a local one) or its address; shards are merged here.",
-        rich_help_panel=RAY)] = None,
-    workers: Annotated[int, typer.Option("--workers", help="With --ray: actors, each loading "
-                                         "the model once.", rich_help_panel=RAY)] = 1,
-    gpus_per_worker: Annotated[float | None, typer.Option(
-        "--gpus-per-worker", help="With --ray: GPUs per actor (default 1 when the cluster has "
-        "GPUs, else 0).", rich_help_panel=RAY)] = None,
+    ray: RayOpt = None,
+    workers: WorkersOpt = 1,
+    gpus_per_worker: GpusPerWorkerOpt = None,
     plot: PlotOpt = None,
     as_json: JsonOpt = False,
     wide: WideOpt = False,

@@ -1,0 +1,41 @@
+"""The frozen passes a graph's rows come from: the whole prompt's (the query positions' logits
+kept) and each prefix's (core.prefix_ends: its first `end` positions, its last logit kept),
+each made once, when a batch first asks for it. The process that builds the graph and each
+worker of `graph --ray` (pool.py) make theirs with this one class, from the same float64 copy
+of the same model, so that the passes, and the rows computed from them, are the same."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fptrace.commands.graph.freezing import Pass, frozen
+
+
+class FrozenPasses:
+    """passes(end): the frozen pass (freezing.py) of the prompt's first `end` positions, made
+    on first use and kept; end = len(ids) is the whole prompt's, whose logits are the query
+    positions'. model: the float64 copy (model64.float64_copy), parts its ModelParts, sites
+    the MLP sites (None with transcoders, a TranscoderSet)."""
+
+    def __init__(self, model: Any, parts: Any, sites: Any, transcoders: Any, ids: list[int],
+                 queries: list[int]) -> None:
+        self.model, self.parts, self.sites, self.transcoders = model, parts, sites, transcoders
+        self.ids, self.queries = list(ids), list(queries)
+        self._made: dict[int, Pass] = {}
+
+    def __call__(self, end: int) -> Pass:
+        if end not in self._made:
+            import torch
+
+            device = self.parts.embed.weight.device
+            keep: Any = 1  # a prefix's pass: its last logit (no target reads it)
+            if end == len(self.ids):
+                keep = torch.tensor(self.queries, device=device)
+            with frozen(self.model, self.parts, self.sites, self.transcoders) as p:
+                self.model(torch.tensor([self.ids[:end]], device=device), use_cache=False,
+                           logits_to_keep=keep)
+            self._made[end] = p
+        return self._made[end]
+
+
+__all__ = ["FrozenPasses"]

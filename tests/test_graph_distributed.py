@@ -1,0 +1,183 @@
+"""graph's backward passes computed elsewhere (graph(pool=...), `graph --ray`), without Ray: an
+in-process stand-in for the cluster (InProcessGroup: StateActors, each loading the model itself
+from the same folder, the batches dealt out of order, each actor running its share backwards,
+every spec, job and result through pickle as Ray sends them) behind the very RayRows that
+`--ray` uses. The graph must equal the one-process graph bit for bit: every node, edge, score
+and check, compared as the JSON's shortest round-trip digits. A pool that moves one edge by one
+unit in the last place is caught; one that splits the batches otherwise is not the same bit for
+bit here (why the batches travel as one process forms them). tests/test_ray.py runs the command
+on a real local cluster once."""
+
+from __future__ import annotations
+
+import dataclasses
+import pickle
+
+import numpy as np
+import pytest
+import torch
+from conftest import make_llama_folder, tiny_gpt2
+
+from fptrace.commands.graph.core import graph
+from fptrace.commands.graph.examples import write_transcoders
+from fptrace.commands.graph.pool import Job, prepare, run
+from fptrace.commands.graph.ray import RayRows
+from fptrace.commands.graph.rows import Rows
+from fptrace.models.options import LoadOptions
+from fptrace.models.ray_pool import StateActor
+from fptrace.render.json import to_json
+
+IDS = [5, 17, 42, 7, 9, 311]
+
+
+def _copy(x):
+    return pickle.loads(pickle.dumps(x))
+
+
+class InProcessGroup:
+    """ActorGroup's each/map in this process: `workers` StateActors (each its own model, loaded
+    from `load`), each round's jobs dealt by a seeded shuffle, each actor running its share in
+    reverse; what crosses goes through pickle. Records each round's jobs and who ran them."""
+
+    def __init__(self, load: dict, workers: int, seed: int = 0) -> None:
+        self.actors = [StateActor(load, torch.get_num_threads()) for _ in range(workers)]
+        self.rng = np.random.default_rng(seed)
+        self.prepared = 0
+        self.rounds: list[list[int]] = []  # per round: each job's actor
+
+    def each(self, make, spec):
+        self.prepared += 1
+        return [a.prepare(make, _copy(spec)) for a in self.actors]
+
+    def map(self, work, jobs):
+        order = self.rng.permutation(len(jobs))
+        out: list = [None] * len(jobs)
+        who = [0] * len(jobs)
+        for w, actor in enumerate(self.actors):
+            for j in reversed(order[w::len(self.actors)].tolist()):
+                out[j] = _copy(actor.run(work, _copy(jobs[j])))
+                who[j] = w
+        self.rounds.append(who)
+        return out
+
+    def close(self) -> None:
+        self.actors = []
+
+
+def in_process(load: dict, workers: int = 3) -> RayRows:
+    """RayRows, as `graph --ray` makes it, over InProcessGroup instead of a Ray cluster."""
+    pool = RayRows.__new__(RayRows)
+    pool.group = InProcessGroup(load, workers)  # type: ignore[assignment]
+    pool._work, pool.calls = None, 0
+    return pool
+
+
+def same(a, b) -> bool:
+    """Every figure of two graphs equal, bit for bit (the time taken aside)."""
+    return to_json(dataclasses.replace(a, seconds=0.0), indent=None) == \
+        to_json(dataclasses.replace(b, seconds=0.0), indent=None)
+
+
+@pytest.fixture(scope="module")
+def llama(tmp_path_factory):
+    load = dataclasses.asdict(LoadOptions(model=str(make_llama_folder(
+        tmp_path_factory.mktemp("llama")))))
+    return load, LoadOptions(**load).load()
+
+
+@pytest.fixture(scope="module")
+def gpt2():
+    load = dataclasses.asdict(LoadOptions(model=tiny_gpt2()))
+    return load, LoadOptions(**load).load()
+
+
+@pytest.mark.parametrize("family", ["llama", "gpt2"])
+@pytest.mark.parametrize("max_nodes", [10, 1000])  # ranked in rounds; every candidate at once
+def test_the_graph_is_the_one_process_graph_bit_for_bit(family, max_nodes, request):
+    load, lm = request.getfixturevalue(family)
+    kw = dict(max_nodes=max_nodes, per_site=2, batch_size=2, node_threshold=0.9)
+    here = graph(lm, IDS, **kw)
+    pool = in_process(load)
+    there = graph(lm, IDS, pool=pool, **kw)
+    assert here.ok and there.ok and here.computed == there.computed
+    assert same(here, there)
+    group = pool.group
+    assert group.prepared == 1  # each actor made the frozen passes once for the graph
+    assert pool.calls == sum(len(r) for r in group.rounds)  # every batch ran on the actors
+    assert any(len(set(who)) > 1 for who in group.rounds)  # a round's batches spread out
+    if max_nodes == 10:  # the ranking's rounds: the logits', then the candidates' (≥ 2)
+        assert len(group.rounds) >= 3
+
+
+def test_transcoders_and_verify_bit_for_bit(llama, tmp_path):
+    """The workers read the transcoders' folder themselves; --verify runs here, on the rows the
+    pool computed."""
+    load, lm = llama
+    folder = write_transcoders(str(tmp_path / "tc"), range(2), 64, d_sae=32, k=8)
+    kw = dict(transcoders=folder, max_nodes=8, per_site=3, batch_size=3, verify=2)
+    here = graph(lm, IDS, **kw)
+    there = graph(lm, IDS, pool=in_process(load, workers=2), **kw)
+    assert here.ok and len(here.verified) == 2
+    assert same(here, there)
+
+
+def test_one_pool_serves_two_graphs(llama):
+    """The actors keep the model; a new graph (another prompt) is prepared anew."""
+    load, lm = llama
+    pool = in_process(load, workers=2)
+    for ids in (IDS, IDS[:4]):
+        assert same(graph(lm, ids, max_nodes=6, per_site=2, pool=pool),
+                    graph(lm, ids, max_nodes=6, per_site=2))
+    assert pool.group.prepared == 2
+
+
+class Nudged:
+    """A broken pool: the first batch's rows computed right, then one edge moved by one unit in
+    the last place."""
+
+    def __init__(self, lm):
+        self.lm, self.worker = lm, None
+
+    def map(self, work, jobs):
+        if self.worker is None:
+            self.worker = prepare(self.lm, work)
+        got = [run(self.worker, j) for j in jobs]
+        if not getattr(self, "done", False):
+            self.done = True
+            t = got[0].tokens.copy()
+            t[0, 1] = np.nextafter(t[0, 1], np.inf)
+            got[0] = dataclasses.replace(got[0], tokens=t)
+        return got
+
+
+class Resplit:
+    """A pool that computes every target in a backward pass of its own (the rows of each batch
+    stitched back together): the same numbers to ~1e-15, but other sums."""
+
+    def __init__(self, lm):
+        self.lm, self.worker = lm, None
+
+    def map(self, work, jobs):
+        if self.worker is None:
+            self.worker = prepare(self.lm, work)
+        out = []
+        for job in jobs:
+            one = [run(self.worker, Job(job.end, (t,))) for t in job.targets]
+            out.append(Rows(*(np.concatenate([getattr(r, f.name) for r in one])
+                              for f in dataclasses.fields(Rows))))
+        return out
+
+
+def test_the_comparison_catches_one_ulp_and_other_batches(llama):
+    load, lm = llama
+    kw = dict(max_nodes=10, per_site=2, batch_size=4)
+    here = graph(lm, IDS, **kw)
+    assert not same(here, graph(lm, IDS, pool=Nudged(lm), **kw))
+    other = graph(lm, IDS, pool=Resplit(lm), **kw)
+    assert other.ok  # exact within the checks' tolerance ...
+    for x, y in zip(here.edges, other.edges, strict=True):
+        assert x.weight == pytest.approx(y.weight, rel=1e-9, abs=1e-15)
+    # ... but not the same sums: the batches must travel as one process forms them (on this
+    # machine's kernels; a CPU whose batched products sum alike for every batch would pass)
+    if same(here, other):
+        pytest.skip("this CPU's kernels give the same bits whatever the batch: nothing to see")
