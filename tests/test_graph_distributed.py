@@ -181,3 +181,29 @@ def test_the_comparison_catches_one_ulp_and_other_batches(llama):
     # machine's kernels; a CPU whose batched products sum alike for every batch would pass)
     if same(here, other):
         pytest.skip("this CPU's kernels give the same bits whatever the batch: nothing to see")
+
+
+@pytest.mark.parametrize("args, says", [
+    (["--ray", "auto", "--workers", "0"], "--workers"),
+    (["--ray", "auto", "--workers", "\u00b2"], "--workers"),
+    (["--ray", "auto", "--gpus-per-worker", "-1"], "--gpus-per-worker"),
+    (["--ray", "auto", "--gpus-per-worker", "nan"], "--gpus-per-worker"),
+    (["--ray", "127.0.0.1:1"], "--ray 127.0.0.1:1"),  # loopback: nothing answers at port 1
+    (["--ray", ""], "--ray"),
+])
+def test_bad_ray_options_one_line_exit_2_nothing_written(args, says, tmp_path):
+    from typer.testing import CliRunner
+
+    from fptrace.cli.main import app
+
+    out = tmp_path / "g.json"
+    r = CliRunner().invoke(app, ["graph", "The cat sat", "-m", tiny_gpt2(), "--neurons",
+                                 "--graph-json", str(out), *args])
+    assert r.exit_code == 2, r.output
+    errors = [line for line in r.stderr.splitlines() if line.startswith("fptrace: error")]
+    if "\u00b2" in args:  # click's own refusal (one line at the real entry point, as batch's)
+        assert f"Invalid value for '{says}'" in r.stderr, r.stderr
+    else:
+        assert len(errors) == 1 and says in errors[0], r.stderr
+    assert "loaded" not in r.stderr  # refused before the model was loaded
+    assert not out.exists() and r.stdout == ""

@@ -1,7 +1,9 @@
 """batch --ray on a local Ray cluster started inside a private network and PID namespace
 (`unshare --net --pid --fork --mount-proc`, loopback brought up in it), so that Ray binds only
 to 127.0.0.1 and everything it starts ends with the namespace: the file equals the local
-batch's, record for record; a worker killed mid-run loses nothing."""
+batch's, record for record; a worker killed mid-run loses nothing; graph's backward passes on
+two actors give the one-process graph bit for bit (tests/test_graph_distributed.py holds the
+rest of graph --ray, without Ray)."""
 
 from __future__ import annotations
 
@@ -43,8 +45,14 @@ def setup(tmp_path_factory):
     return tmp, str(model), str(prompts)
 
 
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
 def _in_namespace(script: str, timeout: int = 240) -> subprocess.CompletedProcess:
-    env = dict(os.environ, OMP_NUM_THREADS="1", RAY_USAGE_STATS_ENABLED="0")
+    # the code under test for the driver and for Ray's workers (which `ray start` spawns with
+    # this environment), whatever the installed copy
+    path = os.pathsep.join(p for p in (ROOT, os.environ.get("PYTHONPATH")) if p)
+    env = dict(os.environ, OMP_NUM_THREADS="1", RAY_USAGE_STATS_ENABLED="0", PYTHONPATH=path)
     return subprocess.run(["unshare", "--net", "--pid", "--fork", "--mount-proc", "bash", "-c",
                            "ip link set lo up\n" + script], capture_output=True, text=True,
                           timeout=timeout, env=env)
@@ -63,10 +71,14 @@ def _same(a, b):
         assert [t["id"] for t in x["top_k"]] == [t["id"] for t in y["top_k"]]
 
 
+GRAPH = "--neurons --max-nodes 8 --per-site 2"
+
+
 @pytest.fixture(scope="module")
 def on_ray(setup):
-    """batch and stats on one cluster that `ray start` began (what `--ray auto` joins), in one
-    namespace: one cluster's start for both, and joining a running cluster is the path run."""
+    """batch, stats and graph on one cluster that `ray start` began (what `--ray auto` joins),
+    in one namespace: one cluster's start for all, and joining a running cluster is the path
+    run."""
     tmp, model, prompts = setup
     py, ray = sys.executable, os.path.join(os.path.dirname(sys.executable), "ray")
     script = f"""
@@ -78,12 +90,15 @@ echo "batch $?"
 {py} -m fptrace stats {prompts} --out {tmp}/stats-ray.json -m {model} -b 1 --ray auto \
   --workers 2 --json > {tmp}/stats.out 2> {tmp}/stats.err
 echo "stats $?"
+{py} -m fptrace graph "The cat sat on the mat" -m {model} {GRAPH} --ray auto --workers 2 \
+  --json > {tmp}/graph.out 2> {tmp}/graph.err
+echo "graph $?"
 {ray} stop --force > /dev/null 2>&1
 """
     r = _in_namespace(script, timeout=400)
-    assert "batch" in r.stdout and "stats" in r.stdout, (r.stdout + r.stderr)[-3000:]
+    assert "batch" in r.stdout and "graph" in r.stdout, (r.stdout + r.stderr)[-3000:]
     return {line.split()[0]: int(line.split()[1]) for line in r.stdout.splitlines()
-            if line.split()[:1] in (["batch"], ["stats"])}
+            if line.split()[:1] in (["batch"], ["stats"], ["graph"])}
 
 
 def test_ray_file_equals_local_batch(setup, on_ray):
@@ -157,3 +172,27 @@ def test_stats_on_ray_equals_local(setup, on_ray):
             assert ca["m2"] == pytest.approx(cb["m2"], rel=1e-9, abs=1e-12)
         np.testing.assert_allclose(la["sink_sums"], lb["sink_sums"], rtol=1e-12)  # (heads, P)
     assert a["sink_heads"] == b["sink_heads"] and a["massive"] == b["massive"]
+
+
+def test_graph_on_ray_is_the_one_process_graph_bit_for_bit(setup, on_ray):
+    """graph --ray auto --workers 2: the rounds' batches on two actors, each with its own frozen
+    passes; every node, edge, score and check the one-process graph's (here, on the thread
+    count the namespace's processes had: one), and stdout the JSON alone."""
+    import torch
+
+    tmp, model, _ = setup
+    assert on_ray["graph"] == 0, (tmp / "graph.err").read_text()[-3000:]
+    there = json.loads((tmp / "graph.out").read_text())  # nothing of Ray's on stdout
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # as the driver and its actors computed
+    try:
+        r = runner.invoke(app, ["graph", "The cat sat on the mat", "-m", model,
+                                *GRAPH.split(), "--json"])
+    finally:
+        torch.set_num_threads(threads)
+    assert r.exit_code == 0, r.output[-1500:]
+    here = json.loads(r.stdout)
+    assert there["ok"] and there["computed"] == here["computed"] > 0
+    for g in (here, there):
+        g.pop("seconds")
+    assert there == here  # floats parsed from their shortest round-trip digits: bit for bit

@@ -147,6 +147,22 @@ def check_workers(workers: int, gpus_per_worker: float | None) -> None:
         check_finite(float(gpus_per_worker), "--gpus-per-worker", low=0.0)
 
 
+def check_address(address: str) -> None:
+    """--ray before anything is loaded: Ray installed, and auto or an address at which
+    something answers (connect, later, joins it)."""
+    import importlib.util
+
+    if importlib.util.find_spec("ray") is None:
+        raise BadInput("--ray needs Ray: pip install \"fptrace[ray]\"")
+    if not address.strip():
+        raise BadInput("--ray '': give auto or the cluster's address (HOST:PORT)")
+    if address != "auto":
+        try:
+            _reachable(address)
+        except ConnectionError as e:
+            raise BadInput(f"--ray {address}: cannot reach the Ray cluster ({e})") from None
+
+
 def connect(address: str) -> Any:
     """ray.init: `auto` joins the cluster that `ray start` or RAY_ADDRESS names, else starts
     a local one; anything else is the address of an existing cluster."""
@@ -223,5 +239,5 @@ def ray_map(rows: list[dict], work: Callable[..., dict], *, address: str, worker
                            f"{kept()}") from None
 
 
-__all__ = ["ActorGroup", "ModelActor", "StateActor", "WorkerFailed", "check_workers", "connect",
-           "ray_map"]
+__all__ = ["ActorGroup", "ModelActor", "StateActor", "WorkerFailed", "check_address",
+           "check_workers", "connect", "ray_map"]

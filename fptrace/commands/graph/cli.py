@@ -87,7 +87,7 @@ def graph(
                         else parse_selection(positions, "--positions"),
                         graph_json=graph_json, force=outputs.force,
                         transcoders=transcoders, verify=verify, workers=workers,
-                        gpus_per_worker=gpus_per_worker)
+                        gpus_per_worker=gpus_per_worker, ray=ray)
     lm, prompt = load_for(prompt, opts, chat, outputs)
     from fptrace.commands.graph.core import graph as run_graph
     from fptrace.commands.graph.ray import ray_rows

@@ -109,4 +109,11 @@ def bad_inputs(at: Setup) -> tuple[Case, ...]:
         Case(17, "graph: two transcoders for one block", (*t, twice)),
         Case(18, "graph: --verify not a whole number (², which passes isdigit())",
              (*g, "--verify", "\u00b2")),
+        Case(19, "graph: --workers 0", (*g, "--ray", "auto", "--workers", "0")),
+        Case(20, "graph: --workers not a whole number (²)",
+             (*g, "--ray", "auto", "--workers", "\u00b2")),
+        Case(21, "graph: --gpus-per-worker negative",
+             (*g, "--ray", "auto", "--gpus-per-worker", "-1")),
+        Case(22, "graph: --ray at an address where no cluster answers (loopback port 1)",
+             (*g, "--ray", "127.0.0.1:1")),
     )

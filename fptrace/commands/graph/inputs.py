@@ -3,7 +3,7 @@ exit 2, nothing written): the thresholds are fractions in [0, 1], the counts pos
 numbers (--verify 0 or more), the graph file a path fptrace may write, and one of --neurons
 and --transcoders DIR given (DIR a folder that exists; its transcoders are read and checked
 against the model in transcoders.py), --workers at least 1 and --gpus-per-worker 0 or more (as
-batch and stats check them: models/ray_pool.check_workers). The query positions arrive parsed (cli.py, through
+batch and stats check them: models/ray_pool.check_workers), --ray's cluster answering. The query positions arrive parsed (cli.py, through
 fptrace.addresses) and are resolved against the prompt in core.py."""
 
 from __future__ import annotations
@@ -31,7 +31,8 @@ class GraphRequest:
 def check_request(*, neurons: bool, node_threshold: str, edge_threshold: str,
                   max_nodes: str, per_site: str, positions: Any, graph_json: str | None,
                   force: bool, transcoders: str | None = None, verify: str = "0",
-                  workers: int = 1, gpus_per_worker: float | None = None) -> GraphRequest:
+                  workers: int = 1, gpus_per_worker: float | None = None,
+                  ray: str | None = None) -> GraphRequest:
     """The request, or BadInput naming the option at fault (positions: a Selection parsed by
     the command line, or None)."""
     check_nodes(neurons, transcoders)
@@ -40,9 +41,11 @@ def check_request(*, neurons: bool, node_threshold: str, edge_threshold: str,
     n_max = parse_int(str(max_nodes), "--max-nodes", low=1)
     k = parse_int(str(per_site), "--per-site", low=1)
     n_verify = parse_int(str(verify), "--verify", low=0)
-    from fptrace.models.ray_pool import check_workers
+    from fptrace.models.ray_pool import check_address, check_workers
 
     check_workers(workers, gpus_per_worker)
+    if ray is not None:
+        check_address(ray)
     if graph_json is not None:
         from fptrace.atomic import check_target
 
