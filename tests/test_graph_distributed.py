@@ -95,7 +95,7 @@ def gpt2():
 @pytest.mark.parametrize("max_nodes", [10, 1000])  # ranked in rounds; every candidate at once
 def test_the_graph_is_the_one_process_graph_bit_for_bit(family, max_nodes, request):
     load, lm = request.getfixturevalue(family)
-    kw = dict(max_nodes=max_nodes, per_site=2, batch_size=2, node_threshold=0.9)
+    kw = {"max_nodes": max_nodes, "per_site": 2, "batch_size": 2, "node_threshold": 0.9}
     here = graph(lm, IDS, **kw)
     pool = in_process(load)
     there = graph(lm, IDS, pool=pool, **kw)
@@ -114,7 +114,7 @@ def test_transcoders_and_verify_bit_for_bit(llama, tmp_path):
     pool computed."""
     load, lm = llama
     folder = write_transcoders(str(tmp_path / "tc"), range(2), 64, d_sae=32, k=8)
-    kw = dict(transcoders=folder, max_nodes=8, per_site=3, batch_size=3, verify=2)
+    kw = {"transcoders": folder, "max_nodes": 8, "per_site": 3, "batch_size": 3, "verify": 2}
     here = graph(lm, IDS, **kw)
     there = graph(lm, IDS, pool=in_process(load, workers=2), **kw)
     assert here.ok and len(here.verified) == 2
@@ -169,8 +169,8 @@ class Resplit:
 
 
 def test_the_comparison_catches_one_ulp_and_other_batches(llama):
-    load, lm = llama
-    kw = dict(max_nodes=10, per_site=2, batch_size=4)
+    _, lm = llama
+    kw = {"max_nodes": 10, "per_site": 2, "batch_size": 4}
     here = graph(lm, IDS, **kw)
     assert not same(here, graph(lm, IDS, pool=Nudged(lm), **kw))
     other = graph(lm, IDS, pool=Resplit(lm), **kw)

@@ -2,9 +2,10 @@
 exit 2, nothing written): the thresholds are fractions in [0, 1], the counts positive whole
 numbers (--verify 0 or more), the graph file a path fptrace may write, and one of --neurons
 and --transcoders DIR given (DIR a folder that exists; its transcoders are read and checked
-against the model in transcoders.py), --workers at least 1 and --gpus-per-worker 0 or more (as
-batch and stats check them: models/ray_pool.check_workers), --ray's cluster answering. The query positions arrive parsed (cli.py, through
-fptrace.addresses) and are resolved against the prompt in core.py."""
+against the model in transcoders.py); --workers at least 1, --gpus-per-worker 0 or more, and
+something answering at --ray's address (models/ray_pool: as batch and stats check them). The
+query positions arrive parsed (cli.py, through fptrace.addresses) and are resolved against the
+prompt in core.py."""
 
 from __future__ import annotations
 
