@@ -20,10 +20,19 @@ from __future__ import annotations
 import functools
 import os
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from fptrace.errors import BadInput, FptraceError
 from fptrace.numbers import check_finite, is_int
+
+
+if TYPE_CHECKING:
+    from fptrace.models.loading import LoadedModel
+
+S = TypeVar("S")  # what an actor is prepared with (a spec)
+T = TypeVar("T")  # an actor's state, made of its model and a spec
+J = TypeVar("J")  # a job
+R = TypeVar("R")  # a job's result
 
 
 class WorkerFailed(FptraceError):
@@ -58,15 +67,15 @@ class StateActor:
 
         torch.set_num_threads(threads)
         self.lm = LoadOptions(**load).load()
-        self.state: Any = None
+        self.state: object = None
 
-    def prepare(self, make: Callable[[Any, Any], Any], spec: Any) -> int:
+    def prepare(self, make: Callable[[LoadedModel, S], object], spec: S) -> int:
         self.state = None  # the last state freed before the next is made
         self.state = make(self.lm, spec)
         return os.getpid()
 
-    def run(self, work: Callable[[Any, Any], Any], job: Any) -> Any:
-        return work(self.state, job)
+    def run(self, work: Callable[[T, J], R], job: J) -> R:
+        return work(cast(T, self.state), job)
 
 
 class ActorGroup:
@@ -86,16 +95,18 @@ class ActorGroup:
         if gpus_per_worker is None:
             gpus_per_worker = 1 if ray.cluster_resources().get("GPU", 0) >= 1 else 0
         actor = ray.remote(StateActor).options(num_gpus=gpus_per_worker, max_restarts=0)
-        self.actors = [actor.remote(load, torch.get_num_threads()) for _ in range(workers)]
+        # Ray's handles: their methods' .remote() is not in its type hints
+        self.actors: list = [actor.remote(load, torch.get_num_threads()) for _ in range(workers)]
 
-    def each(self, make: Callable[[Any, Any], Any], spec: Any) -> list:
-        """make(lm, spec) on every actor, kept as its state (spec sent once)."""
+    def each(self, make: Callable[[LoadedModel, S], object], spec: S) -> list[int]:
+        """make(lm, spec) on every actor, kept as its state (spec sent once); the actors'
+        process ids."""
         import ray
 
         ref = ray.put(spec)
         return self._get(lambda: ray.get([a.prepare.remote(make, ref) for a in self.actors]))
 
-    def map(self, work: Callable[[Any, Any], Any], jobs: list) -> list:
+    def map(self, work: Callable[[T, J], R], jobs: list[J]) -> list[R]:
         """work(state, job) for every job, each on the next actor free; the results in the
         jobs' order."""
         from ray.util import ActorPool
@@ -104,7 +115,7 @@ class ActorGroup:
         return self._get(lambda: list(pool.map(lambda a, job: a.run.remote(work, job), jobs)))
 
     @staticmethod
-    def _get(fetch: Callable[[], list]) -> list:
+    def _get(fetch: Callable[[], list[R]]) -> list[R]:
         import ray.exceptions
 
         try:

@@ -6,9 +6,15 @@ of the same model, so that the passes, and the rows computed from them, are the 
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
-from fptrace.commands.graph.freezing import Pass, frozen
+from fptrace.commands.graph.freezing import MlpSites, Pass, frozen
+
+if TYPE_CHECKING:
+    import torch
+
+    from fptrace.commands.graph.transcoders import TranscoderSet
+    from fptrace.families.parts import ModelParts
 
 
 class FrozenPasses:
@@ -17,8 +23,8 @@ class FrozenPasses:
     positions'. model: the float64 copy (model64.float64_copy), parts its ModelParts, sites
     the MLP sites (None with transcoders, a TranscoderSet)."""
 
-    def __init__(self, model: Any, parts: Any, sites: Any, transcoders: Any, ids: list[int],
-                 queries: list[int]) -> None:
+    def __init__(self, model: torch.nn.Module, parts: ModelParts, sites: MlpSites | None,
+                 transcoders: TranscoderSet | None, ids: list[int], queries: list[int]) -> None:
         self.model, self.parts, self.sites, self.transcoders = model, parts, sites, transcoders
         self.ids, self.queries = list(ids), list(queries)
         self._made: dict[int, Pass] = {}
@@ -28,7 +34,7 @@ class FrozenPasses:
             import torch
 
             device = self.parts.embed.weight.device
-            keep: Any = 1  # a prefix's pass: its last logit (no target reads it)
+            keep: int | torch.Tensor = 1  # a prefix's pass: its last logit (no target reads it)
             if end == len(self.ids):
                 keep = torch.tensor(self.queries, device=device)
             with frozen(self.model, self.parts, self.sites, self.transcoders) as p:

@@ -17,10 +17,13 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator, Sequence
-from typing import Any
+from typing import TYPE_CHECKING
 
 from fptrace.commands.graph.pool import GraphWork, Job, prepare, run
 from fptrace.commands.graph.rows import Rows
+
+if TYPE_CHECKING:
+    from fptrace.models.options import LoadOptions
 
 
 class RayRows:
@@ -50,13 +53,13 @@ class RayRows:
     def __enter__(self) -> RayRows:
         return self
 
-    def __exit__(self, *exc: Any) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
 
 @contextlib.contextmanager
 def ray_rows(address: str | None, workers: int, gpus_per_worker: float | None,
-             opts: Any) -> Iterator[RayRows | None]:
+             opts: LoadOptions) -> Iterator[RayRows | None]:
     """The command line's pool: RayRows on the cluster at `address` whose actors load the model
     as `opts` (LoadOptions) says, ended on leaving; None (this process) without an address."""
     if address is None:
