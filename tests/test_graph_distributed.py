@@ -20,7 +20,7 @@ from conftest import make_llama_folder, tiny_gpt2
 
 from fptrace.commands.graph.core import graph
 from fptrace.commands.graph.examples import write_transcoders
-from fptrace.commands.graph.pool import Job, prepare, run
+from fptrace.commands.graph.pool import Job, prepare, rows_of
 from fptrace.commands.graph.ray import RayRows
 from fptrace.commands.graph.rows import Rows
 from fptrace.models.options import LoadOptions
@@ -141,7 +141,7 @@ class Nudged:
     def map(self, work, jobs):
         if self.worker is None:
             self.worker = prepare(self.lm, work)
-        got = [run(self.worker, j) for j in jobs]
+        got = [rows_of(self.worker, j) for j in jobs]
         if not getattr(self, "done", False):
             self.done = True
             t = got[0].tokens.copy()
@@ -162,7 +162,7 @@ class Resplit:
             self.worker = prepare(self.lm, work)
         out = []
         for job in jobs:
-            one = [run(self.worker, Job(job.end, (t,))) for t in job.targets]
+            one = [rows_of(self.worker, Job(job.end, (t,))) for t in job.targets]
             out.append(Rows(*(np.concatenate([getattr(r, f.name) for r in one])
                               for f in dataclasses.fields(Rows))))
         return out

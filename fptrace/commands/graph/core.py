@@ -51,7 +51,7 @@ from fptrace.commands.graph.influence import Adjacency, influence, partial_influ
 from fptrace.commands.graph.model64 import float64_copy, real_pass
 from fptrace.commands.graph.passes import FrozenPasses
 from fptrace.commands.graph.paths import strongest_paths
-from fptrace.commands.graph.pool import GraphWork, Job, RowsPool, Worker, run
+from fptrace.commands.graph.pool import GraphWork, Job, RowsPool, Worker, rows_of
 from fptrace.commands.graph.result import (
     AttributionGraph,
     GraphCheck,
@@ -161,7 +161,7 @@ def graph(lm: LoadedModel, prompt: Prompt, *, positions: Any = None,
         """The seam: each batch's rows, here or in the pool, in the jobs' order."""
         if pool is not None:
             return list(pool.map(work, jobs))
-        return [run(here, job) for job in jobs]
+        return [rows_of(here, job) for job in jobs]
 
     n_cand = len(cand)
     layout = _Layout(cand, len(logit_targets), errors=tset is not None,

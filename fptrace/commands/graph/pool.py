@@ -7,13 +7,13 @@ process forms it; a RowsPool's `map(work, jobs)` returns the jobs' Rows in the j
 wherever and in whatever order it computed them, and core.py assembles them as it assembles its
 own. A worker makes the graph's frozen passes from GraphWork (the prompt's ids, the query
 positions, the candidates, the transcoders) on its own float64 copy of the same model
-(`prepare`), then runs each job it is handed (`run`): the same rows() of the same batch on the
-same pass as one process, so the same sums in the same order. The graph is then the one-process
-graph bit for bit wherever the workers compute as this process does: the same weights, the same
-kind of device and the same torch thread count (a matrix product's summation order follows its
-threads; ray.py sets the actors' count to this process's). The rows are checked here in any case
-(core.py's graph_sums: every node's edges plus its bias terms against this process's own
-float64 value).
+(`prepare`), then computes each job it is handed (`rows_of`): the same rows() of the same batch
+on the same pass as one process, so the same sums in the same order. The graph is then the
+one-process graph bit for bit wherever the workers compute as this process does: the same
+weights, the same kind of device and the same torch thread count (a matrix product's summation
+order follows its threads; ray.py sets the actors' count to this process's). The rows are
+checked here in any case (core.py's graph_sums: every node's edges plus its bias terms against
+this process's own float64 value).
 """
 
 from __future__ import annotations
@@ -81,9 +81,9 @@ def prepare(lm: LoadedModel, work: GraphWork) -> Worker:
                   work.cand)
 
 
-def run(worker: Worker, job: Job) -> Rows:
+def rows_of(worker: Worker, job: Job) -> Rows:
     """The Rows of one job: one batched backward pass through its prefix's frozen pass."""
     return rows(worker.passes(job.end), list(job.targets), worker.cand)
 
 
-__all__ = ["GraphWork", "Job", "RowsPool", "Worker", "prepare", "run"]
+__all__ = ["GraphWork", "Job", "RowsPool", "Worker", "prepare", "rows_of"]

@@ -19,7 +19,7 @@ import contextlib
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING
 
-from fptrace.commands.graph.pool import GraphWork, Job, prepare, run
+from fptrace.commands.graph.pool import GraphWork, Job, prepare, rows_of
 from fptrace.commands.graph.rows import Rows
 
 if TYPE_CHECKING:
@@ -45,7 +45,7 @@ class RayRows:
             self.group.each(prepare, work)
             self._work = work
         self.calls += len(jobs)
-        return self.group.map(run, list(jobs))
+        return self.group.map(rows_of, list(jobs))
 
     def close(self) -> None:
         self.group.close()
