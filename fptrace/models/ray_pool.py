@@ -25,7 +25,6 @@ from typing import TYPE_CHECKING, Any, TypeVar, cast
 from fptrace.errors import BadInput, FptraceError
 from fptrace.numbers import check_finite, is_int
 
-
 if TYPE_CHECKING:
     from fptrace.models.loading import LoadedModel
 
@@ -94,6 +93,11 @@ class ActorGroup:
 
         if gpus_per_worker is None:
             gpus_per_worker = 1 if ray.cluster_resources().get("GPU", 0) >= 1 else 0
+        most = max((n["Resources"].get("GPU", 0) for n in ray.nodes() if n.get("Alive")),
+                   default=0)
+        if gpus_per_worker > most:  # an actor that no node can hold would wait forever
+            raise BadInput(f"--gpus-per-worker {gpus_per_worker:g}: no node of the Ray cluster "
+                           f"has that many GPUs (the most: {most:g})")
         actor = ray.remote(StateActor).options(num_gpus=gpus_per_worker, max_restarts=0)
         # Ray's handles: their methods' .remote() is not in its type hints
         self.actors: list = [actor.remote(load, torch.get_num_threads()) for _ in range(workers)]

@@ -51,7 +51,7 @@ from fptrace.commands.graph.influence import Adjacency, influence, partial_influ
 from fptrace.commands.graph.model64 import float64_copy, real_pass
 from fptrace.commands.graph.passes import FrozenPasses
 from fptrace.commands.graph.paths import strongest_paths
-from fptrace.commands.graph.pool import GraphWork, Job, RowsPool, Worker, rows_of
+from fptrace.commands.graph.pool import GraphWork, Job, RowsPool
 from fptrace.commands.graph.result import (
     AttributionGraph,
     GraphCheck,
@@ -60,7 +60,7 @@ from fptrace.commands.graph.result import (
     GraphNode,
     GraphScores,
 )
-from fptrace.commands.graph.rows import Candidates, Rows, Target
+from fptrace.commands.graph.rows import Candidates, Rows, Target, rows
 from fptrace.commands.graph.transcoders import TranscoderSet, read_transcoders
 from fptrace.core.attribution import rtol_for
 from fptrace.core.fragments import token_id
@@ -154,14 +154,15 @@ def graph(lm: LoadedModel, prompt: Prompt, *, positions: Any = None,
     k = max(1, min(per_site, m))
     cand = Candidates.top(real.acts, k)
     logit_targets, probs = _logit_nodes(real, fixed, len(queries))
-    here = Worker(FrozenPasses(model, parts, sites, tset, ids, queries), cand)  # passes: lazy
+    passes = FrozenPasses(model, parts, sites, tset, ids, queries)  # each made when first used
     work = GraphWork(tuple(ids), tuple(queries), cand, transcoders)
 
     def computed(jobs: list[Job]) -> list[Rows]:
-        """The seam: each batch's rows, here or in the pool, in the jobs' order."""
+        """The seam: each batch's rows, in the jobs' order, here (what a pool's worker does:
+        pool.rows_of) or in the pool."""
         if pool is not None:
             return list(pool.map(work, jobs))
-        return [rows_of(here, job) for job in jobs]
+        return [rows(passes(job.end), list(job.targets), cand) for job in jobs]
 
     n_cand = len(cand)
     layout = _Layout(cand, len(logit_targets), errors=tset is not None,
