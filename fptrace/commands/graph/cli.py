@@ -88,11 +88,12 @@ def graph(
                         graph_json=graph_json, force=outputs.force,
                         transcoders=transcoders, verify=verify, workers=workers,
                         gpus_per_worker=gpus_per_worker, ray=ray)
-    lm, prompt = load_for(prompt, opts, chat, outputs)
     from fptrace.commands.graph.core import graph as run_graph
     from fptrace.commands.graph.ray import ray_rows
 
-    with ray_rows(ray, workers, gpus_per_worker, opts) as pool:  # None without --ray
+    # with --ray, the actors load the model while this process loads its own (None: here)
+    with ray_rows(ray, workers, gpus_per_worker, opts) as pool:
+        lm, prompt = load_for(prompt, opts, chat, outputs)
         result = run_graph(lm, prompt, positions=req.positions, target=target,
                            node_threshold=req.node_threshold, edge_threshold=req.edge_threshold,
                            max_nodes=req.max_nodes, per_site=req.per_site,
