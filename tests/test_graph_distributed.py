@@ -207,3 +207,17 @@ def test_bad_ray_options_one_line_exit_2_nothing_written(args, says, tmp_path):
         assert len(errors) == 1 and says in errors[0], r.stderr
     assert "loaded" not in r.stderr  # refused before the model was loaded
     assert not out.exists() and r.stdout == ""
+
+
+def test_ray_without_the_extra_says_how_to_install(monkeypatch):
+    import sys
+
+    from typer.testing import CliRunner
+
+    from fptrace.cli.main import app
+
+    monkeypatch.setitem(sys.modules, "ray", None)  # as if `pip install "fptrace[ray]"` had not run
+    r = CliRunner().invoke(app, ["graph", "The cat sat", "-m", tiny_gpt2(), "--neurons",
+                                 "--ray", "auto"])
+    assert r.exit_code == 2 and "loaded" not in r.stderr
+    assert 'pip install "fptrace[ray]"' in r.stderr.strip().splitlines()[-1]
