@@ -221,3 +221,25 @@ def test_ray_without_the_extra_says_how_to_install(monkeypatch):
                                  "--ray", "auto"])
     assert r.exit_code == 2 and "loaded" not in r.stderr
     assert 'pip install "fptrace[ray]"' in r.stderr.strip().splitlines()[-1]
+
+
+def test_an_actors_failure_is_one_line():
+    """What a call on the actors raises, here: the actor's own FptraceError as it is (a
+    transcoders folder missing on its node: exit 2), any other error or a dead actor as
+    WorkerFailed (exit 1) with its first line."""
+    exceptions = pytest.importorskip("ray.exceptions")
+    from fptrace.errors import BadInput
+    from fptrace.models.ray_pool import ActorGroup, WorkerFailed
+
+    def raising(e):
+        def fetch():
+            raise e
+        return fetch
+
+    with pytest.raises(BadInput, match="no such folder"):
+        ActorGroup._get(raising(exceptions.RayTaskError("run", "tb", BadInput("no such folder"))))
+    with pytest.raises(WorkerFailed, match=r"a Ray worker failed: boom$|boom;"):
+        ActorGroup._get(raising(exceptions.RayTaskError("run", "tb", ValueError("boom\nmore"))))
+    with pytest.raises(WorkerFailed, match="RayActorError"):
+        ActorGroup._get(raising(exceptions.RayActorError()))
+    assert ActorGroup._get(lambda: [1, 2]) == [1, 2]
