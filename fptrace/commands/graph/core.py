@@ -29,6 +29,7 @@ error node per (block, position): transcoders.py), exact.
 from __future__ import annotations
 
 import time
+from collections.abc import Iterable
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
@@ -157,12 +158,12 @@ def graph(lm: LoadedModel, prompt: Prompt, *, positions: Any = None,
     passes = FrozenPasses(model, parts, sites, tset, ids, queries)  # each made when first used
     work = GraphWork(tuple(ids), tuple(queries), cand, transcoders)
 
-    def computed(jobs: list[Job]) -> list[Rows]:
-        """The seam: each batch's rows, in the jobs' order, here (what a pool's worker does:
-        pool.rows_of) or in the pool."""
+    def computed(jobs: list[Job]) -> Iterable[Rows]:
+        """The seam: each batch's rows, in the jobs' order, here (one at a time, as a pool's
+        worker computes them: pool.rows_of) or in the pool."""
         if pool is not None:
-            return list(pool.map(work, jobs))
-        return [rows(passes(job.end), list(job.targets), cand) for job in jobs]
+            return pool.map(work, jobs)
+        return (rows(passes(job.end), list(job.targets), cand) for job in jobs)
 
     n_cand = len(cand)
     layout = _Layout(cand, len(logit_targets), errors=tset is not None,
