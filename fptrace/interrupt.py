@@ -69,12 +69,27 @@ def again() -> None:
     _state["again"] = True
 
 
+def _unraisable(info: Any) -> None:
+    """sys.unraisablehook while fptrace handles Ctrl-C: a KeyboardInterrupt that Python could
+    not raise (it landed inside a weakref callback or a __del__, where Python reports it as
+    "Exception ignored in ..." with a traceback on stderr, and goes on) is the interrupt this
+    module already noted: the run still ends with the one line and 130 (or a resident server
+    interrupts it again: commands/serve/), so nothing is printed for it. Any other exception is
+    reported as Python would."""
+    if _state["seen"] and info.exc_type is not None and \
+            issubclass(info.exc_type, KeyboardInterrupt):
+        return
+    sys.__unraisablehook__(info)
+
+
 def _take(phase: str) -> None:
     try:
         current = _signal.getsignal(_signal.SIGINT)
         if current is _signal.default_int_handler or current is _on_sigint:
             _signal.signal(_signal.SIGINT, _on_sigint)
             _state["phase"] = phase
+            if sys.unraisablehook is sys.__unraisablehook__:
+                sys.unraisablehook = _unraisable
     except ValueError:  # not the main thread: signals are not ours to handle there
         pass
 

@@ -178,6 +178,32 @@ def test_a_swallowed_interrupt_is_not_lost(tmp_path):
     assert p.returncode == 130 and p.stderr.strip() == "fptrace: error: interrupted", p.stderr
 
 
+def test_an_interrupt_inside_a_weakref_callback_prints_no_traceback(tmp_path):
+    """Ctrl-C that lands inside a weakref callback (or a __del__: torch and transformers run
+    many) cannot be raised there; Python would print "Exception ignored in ..." and a traceback
+    on stderr and go on. The run still ends with the one line and 130, and nothing else."""
+    script = tmp_path / "weak.py"
+    script.write_text(
+        "import os, signal, weakref\n"
+        "from fptrace.cli import main as m\n"
+        "class Thing:\n"
+        "    pass\n"
+        "def interrupted(ref):\n"
+        "    os.kill(os.getpid(), signal.SIGINT)\n"
+        "    for _ in range(100000):  # the handler runs here, inside the callback\n"
+        "        pass\n"
+        "def running(*a, **k):\n"
+        "    thing = Thing()\n"
+        "    ref = weakref.ref(thing, interrupted)\n"
+        "    del thing\n"
+        "    return 0 if ref() is None else 1\n"
+        "m.app = running\n"
+        "m.main(['models'])\n")
+    p = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
+                       timeout=120)
+    assert p.returncode == 130 and p.stderr.strip() == "fptrace: error: interrupted", p.stderr
+
+
 # ---- 2. deeply nested JSON: one reader (fptrace/jsontext.py), a line that names file and line ----
 
 DEEP = "[" * 100_000 + "]" * 100_000
