@@ -48,6 +48,7 @@ from fptrace.commands.graph.freezing import (
     TRANSCODER_FREEZING,
     mlp_sites,
 )
+from fptrace.commands.graph.heads import Source, split
 from fptrace.commands.graph.influence import Adjacency, influence, partial_influence, prune, scores
 from fptrace.commands.graph.model64 import float64_copy, real_pass
 from fptrace.commands.graph.passes import FrozenPasses
@@ -55,6 +56,7 @@ from fptrace.commands.graph.paths import strongest_paths
 from fptrace.commands.graph.pool import GraphWork, Job, RowsPool
 from fptrace.commands.graph.result import (
     AttributionGraph,
+    EdgeHead,
     GraphCheck,
     GraphEdge,
     GraphLogitEffect,
@@ -221,6 +223,13 @@ def graph(lm: LoadedModel, prompt: Prompt, *, positions: Any = None,
     checks = [_sums_check(done, value, lm, layout), _model_check(real, model_info(lm).dtype)]
     g, ranked = _assemble(lm, prepared, queries, ids, real, done, matrix, visited, weights,
                           checks, node_threshold, edge_threshold, max_nodes, k, start, tset)
+    computed: dict[tuple[int, int], list[int]] = {}  # site -> its neurons that are nodes
+    for c in np.flatnonzero(visited).tolist():
+        t = cand.target(c)
+        computed.setdefault((t.layer, t.position), []).append(t.index)
+    edges, check = split_edges(g, queries, computed, pass_for, ends, batch, L)
+    g = replace(g, edges=edges, checks=(*g.checks, check), ok=g.ok and check.ok,
+                seconds=time.perf_counter() - start)
     if not verify:
         return g
     from fptrace.commands.graph.verify import verify as run_verify
@@ -232,6 +241,71 @@ def graph(lm: LoadedModel, prompt: Prompt, *, positions: Any = None,
     return replace(g, verified=verified, verify_logit=lm.token_text(logit_targets[0].index),
                    checks=(*g.checks, check), ok=g.ok and check.ok,
                    seconds=time.perf_counter() - start)
+
+
+TOP_HEADS = 4  # heads kept on an edge (by |share|); the others are summed in heads_rest
+
+
+def split_edges(g: AttributionGraph, queries: list[int], computed: dict, pass_for: Any,
+                ends: list[int], batch: int, L: int) -> tuple[tuple[GraphEdge, ...], GraphCheck]:
+    """The kept edges, each split over the attention heads that carry it (heads.py): direct,
+    the TOP_HEADS heads of largest |share| and the rest; and the check that every split sums
+    to its edge (`graph_heads`). The rows of a target come from the frozen pass of the shortest
+    prefix that holds it (its candidates' rows did), a logit's from the whole prompt's."""
+    import numpy as np
+
+    by_id = {n.node_id: n for n in g.nodes}
+
+    def target(n: GraphNode) -> Target:
+        if n.layer is None:
+            return Target(None, queries.index(n.position), int(n.index or 0))
+        return Target(n.layer, n.position, int(n.index or 0))
+
+    def source(n: GraphNode) -> Source:
+        if n.node_type == "embedding":
+            return Source(None, n.position)
+        if n.node_type == "error":
+            return Source(n.layer, n.position, error=True)
+        if n.index is None:  # a remainder: its site's neurons but the graph's
+            return Source(n.layer, n.position,
+                          left_out=tuple(computed.get((n.layer, n.position), ())))
+        return Source(n.layer, n.position, n.index)
+
+    total = max(queries) + 1
+    by_pass: dict[int, dict[Target, list[int]]] = {}
+    for e, edge in enumerate(g.edges):
+        t = target(by_id[edge.target])
+        end = total if t.layer is None else next(x for x in ends if x > t.position)
+        by_pass.setdefault(end, {}).setdefault(t, []).append(e)
+    got: dict[int, Any] = {}
+    for end, per_target in sorted(by_pass.items()):
+        p = pass_for(end)
+        targets = list(per_target)
+        for i in range(0, len(targets), batch):
+            ts = targets[i:i + batch]
+            pairs = [(b, e) for b, t in enumerate(ts) for e in per_target[t]]
+            splits = split(p, ts, [(b, source(by_id[g.edges[e].source])) for b, e in pairs], L)
+            got.update({e: sp for (_, e), sp in zip(pairs, splits, strict=True)})
+    edges, worst, where = [], 0.0, ""
+    for e, edge in enumerate(g.edges):
+        sp = got[e]
+        flat = sp.parts.ravel()
+        total_ = sp.direct + float(flat.sum())
+        scale = max(abs(edge.weight), 1e-6 * (abs(sp.direct) + float(np.abs(flat).sum())),
+                    1e-300)
+        rel = abs(total_ - edge.weight) / scale
+        if rel >= worst:
+            worst, where = rel, f"{edge.source} -> {edge.target}"
+        order = np.argsort(-np.abs(flat), kind="stable")
+        top = [int(i) for i in order[:TOP_HEADS] if flat[i] != 0.0]
+        nh = sp.parts.shape[1]
+        heads = tuple(EdgeHead(layer=i // nh, head=i % nh, share=float(flat[i])) for i in top)
+        rest = float(flat.sum() - flat[top].sum()) if top else float(flat.sum())
+        edges.append(replace(edge, direct=sp.direct, heads=heads, heads_rest=rest))
+    check = GraphCheck(name="graph_heads", value=worst, ok=worst <= RTOL, worst=where,
+                       tolerance=f"|direct + Σ heads' shares − edge| ≤ {RTOL:g}·max(|edge|, "
+                                 "1e-6·Σ|shares|) for every kept edge (float64)")
+    return tuple(edges), check
 
 
 def _check_numbers(node_threshold: float, edge_threshold: float, max_nodes: int,
@@ -541,4 +615,4 @@ def _node(lm: LoadedModel, i: int, neurons: list[int], layout: _Layout, ids: lis
                      prob=float(real.probs[t.position, t.index]), **common)
 
 
-__all__ = ["RTOL", "graph", "query_positions"]
+__all__ = ["RTOL", "TOP_HEADS", "graph", "query_positions", "split_edges"]

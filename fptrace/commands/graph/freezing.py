@@ -128,6 +128,10 @@ class Replay:
 
 # set while a replay runs: the attention function then reads row 0's q and k for every row
 _REPLAYING: contextvars.ContextVar[bool] = contextvars.ContextVar("replaying", default=False)
+# set while a frozen pass runs: its Pass and each attention module's block (id(module) -> layer),
+# where the attention function leaves the values and outputs of the heads
+_KEEPING: contextvars.ContextVar[tuple[Any, dict[int, int]] | None] = contextvars.ContextVar(
+    "keeping", default=None)
 
 
 def _row0(t: Any) -> Any:
@@ -153,6 +157,19 @@ class Pass:
     biases: list = field(default_factory=list)  # (bias (n,), the module's output (..., n))
     logits: Any = None  # (B, Q, V) the LM head's output at the query positions
     replay: Replay | None = None  # a replay's rows (verify.py), or None for the frozen pass
+    # what the split of an edge over attention heads reads (heads.py), per block: the stream
+    # entering it (B, T, d), the stream its MLP reads (B, T, d; resid_mid, or the block's input
+    # with a parallel residual), what the stream receives from its MLP (B, T, d), the values
+    # each query head's frozen pattern multiplies (B, nh, T, hd; grouped-query: each K/V head's
+    # repeated for its query heads), each head's output pattern @ v (B, nh, T, hd) and what its
+    # pattern is made of (q, k, mask, scale, softcap: freezing.frozen_pattern)
+    blocks_in: dict = field(default_factory=dict)
+    reads: dict = field(default_factory=dict)
+    mlp_out: dict = field(default_factory=dict)
+    values: dict = field(default_factory=dict)
+    heads_out: dict = field(default_factory=dict)
+    patterns: dict = field(default_factory=dict)
+    final_in: Any = None  # (B, T, d) the stream entering the final norm
 
 
 # the frozen patterns the pass may hold for its backward passes (every block's, B × heads × T²
@@ -178,9 +195,25 @@ def _frozen_attention(module: Any, query: Any, key: Any, value: Any, attention_m
     held = q.shape[0] * q.shape[1] * q.shape[2] * k.shape[2] * q.element_size() * blocks
     if held <= HELD_PATTERNS_BYTES:
         pattern = frozen_pattern(q, k, attention_mask, scale, softcap)  # a constant
-        return (pattern @ v).transpose(1, 2).contiguous(), pattern  # (B, T, nh, hd)
-    out = _recomputed_pattern().apply(v, q, k, attention_mask, scale, softcap)
-    return out.transpose(1, 2).contiguous(), None
+        out = pattern @ v  # (B, nh, T, hd)
+    else:
+        pattern = None
+        out = _recomputed_pattern().apply(v, q, k, attention_mask, scale, softcap)
+    _keep_heads(module, v, out, (q, k, attention_mask, scale, softcap))
+    return out.transpose(1, 2).contiguous(), pattern  # (B, T, nh, hd)
+
+
+def _keep_heads(module: Any, v: Any, out: Any, pattern: tuple) -> None:
+    """In a frozen pass (not a replay), the block's values, head outputs and pattern inputs,
+    for the split of the edges over heads (heads.py)."""
+    keeping = _KEEPING.get()
+    if keeping is None:
+        return
+    state, layers = keeping
+    layer = layers.get(id(module), getattr(module, "layer_idx", None))
+    if layer is not None:
+        state.values[layer], state.heads_out[layer] = v, out
+        state.patterns[layer] = pattern
 
 
 def frozen_pattern(q: Any, k: Any, mask: Any, scale: float, softcap: float | None) -> Any:
@@ -302,6 +335,19 @@ def _down_hook(state: Pass, layer: int) -> Any:
     return hook
 
 
+def _keep_in(store: dict, key: Any) -> Any:
+    """A pre-hook (with kwargs) that keeps the module's first input (hidden_states) at key."""
+    def hook(module: Any, args: tuple, kwargs: dict) -> None:
+        store[key] = args[0] if args else kwargs["hidden_states"]
+    return hook
+
+
+def _keep_out(store: dict, key: Any) -> Any:
+    def hook(module: Any, args: tuple, output: Any) -> None:
+        store[key] = first_output(output)
+    return hook
+
+
 def _keep_logits(state: Pass) -> Any:
     def hook(module: Any, args: tuple, output: Any) -> None:
         state.logits = first_output(output)
@@ -314,6 +360,24 @@ def float64_norms(model: Any, parts: Any, state: Pass | None = None) -> list[Hoo
     state = Pass() if state is None else state
     return [Hook.after(m, _norm_hook(parts.family.norm_type, state)) for m in model.modules()
             if is_norm(m)]
+
+
+def _head_hooks(parts: Any, state: Pass) -> list[Hook]:
+    """Hooks keeping each block's input, the stream its MLP reads (the family's resid_mid
+    point), what the stream receives from its MLP, and the final norm's input."""
+    read = parts.family.taps[Point.resid_mid]
+
+    def final(module: Any, args: tuple, kwargs: dict) -> None:
+        state.final_in = args[0] if args else kwargs["hidden_states"]
+
+    hooks = [Hook.before(parts.final_norm, final, kwargs=True)]
+    for layer, blk in enumerate(parts.blocks):
+        hooks.append(Hook.before(blk, _keep_in(state.blocks_in, layer), kwargs=True))
+        module = blk.get_submodule(read.module)
+        hooks.append(Hook.before(module, _keep_in(state.reads, layer), kwargs=True)
+                     if read.side == "in" else Hook.after(module, _keep_out(state.reads, layer)))
+        hooks.append(Hook.after(parts.mlp_adds[layer], _keep_out(state.mlp_out, layer)))
+    return hooks
 
 
 @contextlib.contextmanager
@@ -351,14 +415,19 @@ def frozen(model: Any, parts: Any, sites: MlpSites | None,
                 and m.bias.dim() == 1 and m is not parts.embed:
             hooks.append(Hook.after(m, _bias_hook(state)))
     hooks.append(Hook.after(parts.lm_head, _keep_logits(state)))
+    if replay is None:  # what the split of the edges over heads reads (heads.py); first, so
+        hooks = _head_hooks(parts, state) + hooks  # that they run after the others (prepend)
     _register_attention()
     before = getattr(model.config, "_attn_implementation", None)
     model.set_attn_implementation(ATTENTION)
     token = _REPLAYING.set(replay is not None)
+    keeping = _KEEPING.set(None if replay is not None else
+                           (state, {id(a): l for l, a in enumerate(parts.attns)}))
     try:
         with hooked(hooks, prepend=True):
             yield state
     finally:
+        _KEEPING.reset(keeping)
         _REPLAYING.reset(token)
         if before is not None:
             model.set_attn_implementation(before)

@@ -8,12 +8,14 @@ from fptrace.results import SCHEMA_VERSION, ModelInfo, Token, result
 # .missing_blocks; the latent, other latents and error nodes); 1.8: --verify
 # (AttributionGraph.verified, GraphVerified, the graph_verify check); 1.9: the page's drawing
 # (GraphNode.activations, GraphNode.logits, GraphLogitEffect) and mixtures of experts
-# (GraphNode.expert, .shared_expert, .neuron; AttributionGraph.routes, GraphRoute)
-SCHEMA_SINCE = "1.9"
+# (GraphNode.expert, .shared_expert, .neuron; AttributionGraph.routes, GraphRoute); 1.10: heads
+# on edges (GraphEdge.direct, .heads, .heads_rest; EdgeHead; the graph_heads check)
+SCHEMA_SINCE = "1.10"
 
 CHECK_TARGETS = ("for `graph`: `graph_sums` (every computed node's incoming edges plus its bias "
                  "terms equal its value in the model, float64), `graph_model` (the float64 "
-                 "copy's logits equal the model's own) and, with --verify, `graph_verify` (each "
+                 "copy's logits equal the model's own), `graph_heads` (every kept edge's "
+                 "split over attention heads sums to the edge) and, with --verify, `graph_verify` (each "
                  "removed node changes every computed node by minus its edge)")
 
 
@@ -96,6 +98,21 @@ class GraphNode:
 
 
 @result
+class EdgeHead:
+    """One attention head's part of an edge: the part whose first attention hop is this head
+    reading the source's position (through its values; its pattern is frozen)."""
+
+    layer: int
+    """The head's block."""
+    head: int
+    """The query head (grouped-query attention: each query head of a shared K/V head apart)."""
+    share: float
+    """Its part of the edge's weight, in the same units: ⟨the gradient of the target with
+    respect to this head's values at the source's position, what the source's vector adds to
+    them⟩ (through the frozen norm and W_V)."""
+
+
+@result
 class GraphEdge:
     """One edge: the direct effect of a source on a target under the freezing."""
 
@@ -107,6 +124,14 @@ class GraphEdge:
     """The source's value × the gradient of the target (a neuron's activation, or a logit) with
     respect to it, in the model with attention patterns, norm scales and neuron gates frozen,
     through no other neuron."""
+    direct: float | None = None
+    """The part of the weight that passes through no attention head: the target reading the
+    source's vector in the stream at the source's own position (0 when the two positions
+    differ). direct + Σ heads' shares + heads_rest = weight (checked: graph_heads)."""
+    heads: tuple[EdgeHead, ...] = ()
+    """The heads whose first hop carries the largest parts (at most 4, by |share|)."""
+    heads_rest: float | None = None
+    """The parts of every other head, summed."""
 
 
 @result
@@ -127,7 +152,7 @@ class GraphCheck:
     """The check that the graph is exact."""
 
     name: str
-    """`graph_sums`, `graph_model` or (--verify) `graph_verify`."""
+    """`graph_sums`, `graph_model`, `graph_heads` or (--verify) `graph_verify`."""
     value: float
     """The largest relative difference measured."""
     tolerance: str

@@ -122,7 +122,7 @@ class Rows:
                      + np.abs(self.errors[0]).sum() + abs(self.bias[0]))
 
 
-def _columns(p: Pass, layer: int | None,
+def columns_of(p: Pass, layer: int | None,
              index: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """The columns of block `layer`'s acts and leaves in the pass that hold the neurons
     (latents) `index` (a long tensor), and whether each is there (Pass.columns)."""
@@ -135,6 +135,29 @@ def _columns(p: Pass, layer: int | None,
     col = torch.searchsorted(kept, index).clamp(max=max(len(kept) - 1, 0))
     there = kept[col] == index if len(kept) else torch.zeros(index.shape, dtype=torch.bool)
     return col, there
+
+
+def seeds(p: Pass, targets: list[Target]) -> tuple[list, list]:
+    """The outputs of the pass that hold the targets (each block's activations, the logits)
+    and, per output, the batched seeds (n, *output's shape) of a backward pass: target b's 1
+    at its place in row b."""
+    import torch
+
+    n = len(targets)
+    outputs, grads = [], []
+    by_layer: dict[int | None, list[tuple[int, Target]]] = {}
+    for b, t in enumerate(targets):
+        by_layer.setdefault(t.layer, []).append((b, t))
+    for layer, ts in by_layer.items():
+        out = p.logits if layer is None else p.acts[layer]  # (1, T or Q, m or V)
+        g = torch.zeros((n, *out.shape), dtype=out.dtype, device=out.device)  # (n, 1, T, m)
+        for b, t in ts:
+            col, there = columns_of(p, layer, torch.tensor([t.index]))
+            if bool(there[0]):  # else no seed: its row sums to its bias terms, and the
+                g[b, 0, t.position, int(col[0])] = 1.0  # check fails where the value is not 0
+        outputs.append(out)
+        grads.append(g)
+    return outputs, grads
 
 
 def rows(p: Pass, targets: list[Target], cand: Candidates) -> Rows:
@@ -150,19 +173,7 @@ def rows(p: Pass, targets: list[Target], cand: Candidates) -> Rows:
     top = max((t.layer for t in targets if t.layer is not None), default=None)
     any_logit = any(t.layer is None for t in targets)
     layers = sorted(p.leaves) if any_logit else [l for l in sorted(p.leaves) if l < top]
-    outputs, grads = [], []
-    by_layer: dict[int | None, list[tuple[int, Target]]] = {}
-    for b, t in enumerate(targets):
-        by_layer.setdefault(t.layer, []).append((b, t))
-    for layer, ts in by_layer.items():
-        out = p.logits if layer is None else p.acts[layer]  # (1, T or Q, m or V)
-        g = torch.zeros((n, *out.shape), dtype=out.dtype, device=out.device)  # (n, 1, T, m)
-        for b, t in ts:
-            col, there = _columns(p, layer, torch.tensor([t.index]))
-            if bool(there[0]):  # else no seed: its row sums to its bias terms, and the
-                g[b, 0, t.position, int(col[0])] = 1.0  # check fails where the value is not 0
-        outputs.append(out)
-        grads.append(g)
+    outputs, grads = seeds(p, targets)
     err_layers = sorted(p.errors) if any_logit else [l for l in sorted(p.errors) if l < top]
     inputs = [p.embed] + ([p.pos] if p.pos is not None else []) + \
         [p.leaves[l] for l in layers] + [p.errors[l] for l in err_layers] + \
@@ -188,7 +199,7 @@ def rows(p: Pass, targets: list[Target], cand: Candidates) -> Rows:
             c, pos, idx = (x.to(e.device) for x in cand.by_layer[layer])
             inside = pos < Tp
             c, pos, idx = c[inside], pos[inside], idx[inside]
-            col, there = _columns(p, layer, idx)
+            col, there = columns_of(p, layer, idx)
             kept[:, c] = e[:, pos, col] * there
     got = got[len(layers):]
     for layer, g in zip(err_layers, got[:len(err_layers)], strict=True):
@@ -202,4 +213,4 @@ def rows(p: Pass, targets: list[Target], cand: Candidates) -> Rows:
                 bias=bias.detach().cpu().numpy())
 
 
-__all__ = ["Candidates", "Rows", "Target", "rows"]
+__all__ = ["Candidates", "Rows", "Target", "columns_of", "rows", "seeds"]

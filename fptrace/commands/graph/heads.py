@@ -1,0 +1,204 @@
+"""Heads on edges: each kept edge split over the attention heads that carry it, exactly.
+
+Under the freezing a source at (block ls, position s) writes one vector w into the stream at s
+(a neuron or latent: its activation times what the stream receives from its block's MLP per
+unit of it; a remainder or an error node alike; a token: its embedding as block 0 receives
+it). From there the MLPs are cut (an edge is a direct effect: a gradient stops at every
+neuron) and q and k are held (the patterns are frozen), so w stays in the stream at s,
+unchanged, until either the target reads it there or a head of a later block reads it through
+its values. The gradient of the target with respect to the stream at s is then the sum of one
+gradient per reader, and the edge the sum of one part per reader:
+
+    edge = direct + Σ over blocks l > ls, heads h of part(l, h)
+    direct     = ⟨∂ target / ∂ (the stream the target reads)[s], w⟩   (0 unless the target is at s)
+    part(l, h) = ⟨∂ target / ∂ v_l[h, s], J_l,s · w⟩
+
+v_l[h] the values head h of block l multiplies by its frozen pattern (grouped-query attention:
+its K/V head's, repeated, so the split is by query head) and J_l,s the map from the stream
+entering block l at s to them (the frozen norm, W_V, any value norm: linear; their biases are
+constants, bias terms, not part of an edge). part(l, h) is the part of the edge whose first
+attention hop is head h of block l reading position s; what follows that hop (other heads, at
+other positions) is inside its gradient, Σ over q of pattern[q, s] times the gradient at head
+h's output at q.
+
+The parts are computed apart from the edge: the gradients with respect to each block's values
+and the target's read in one more backward pass of each target with kept edges; w and J_l,s·w
+as Jacobian-vector products of the frozen pass's own modules (double backward); so that their
+sum against the edge is a check on every run (`graph_heads`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from fptrace.commands.graph.freezing import Pass
+from fptrace.commands.graph.rows import Target, columns_of, seeds
+
+if TYPE_CHECKING:
+    import numpy as np
+    import torch
+
+SOURCES = 64  # sources per batched Jacobian-vector product
+
+
+@dataclass(frozen=True)
+class Source:
+    """A node whose outgoing edges are split: a token (layer None), a neuron or latent (index),
+    a remainder (index None: the site's neurons but `left_out`) or an error node."""
+
+    layer: int | None
+    position: int
+    index: int | None = None
+    error: bool = False
+    left_out: tuple[int, ...] = ()  # a remainder: the neurons of its site that are nodes
+
+
+@dataclass(frozen=True)
+class Split:
+    """One edge split: the part no head carries and each (block, head)'s part."""
+
+    direct: float
+    parts: np.ndarray  # (L, nh): block l's head h's part (0 for blocks before the source's)
+
+
+def _jvp(out: torch.Tensor, inp: torch.Tensor, V: torch.Tensor) -> torch.Tensor:
+    """J · V[i] for each row of V (n, *inp.shape), J the map inp -> out of the frozen pass
+    (linear under the freezing): (n, *out.shape), by double backward (J is applied as the
+    transpose of the transpose)."""
+    import torch
+
+    u = torch.zeros_like(out, requires_grad=True)
+    (jt,) = torch.autograd.grad(out, inp, u, create_graph=True, allow_unused=True)
+    if jt is None or not jt.requires_grad:  # out does not depend on inp
+        return torch.zeros((V.shape[0], *out.shape), dtype=out.dtype, device=out.device)
+    (jv,) = torch.autograd.grad(jt, u, V, is_grads_batched=True, allow_unused=True)
+    if jv is None:
+        return torch.zeros((V.shape[0], *out.shape), dtype=out.dtype, device=out.device)
+    return jv
+
+
+def written(p: Pass, sources: list[Source]) -> torch.Tensor:
+    """(n, d): the vector each source writes into the stream at its position."""
+    import torch
+
+    d = p.blocks_in[0].shape[-1]
+    out = torch.zeros((len(sources), d), dtype=p.embed.dtype, device=p.embed.device)
+    groups: dict[tuple[int | None, bool], list[int]] = {}
+    for i, s in enumerate(sources):
+        groups.setdefault((s.layer, s.error), []).append(i)
+    for (layer, error), members in groups.items():
+        if layer is None:
+            inp, dst = p.embed, p.blocks_in[0]
+        else:
+            inp = p.errors[layer] if error else p.leaves[layer]
+            dst = p.mlp_out[layer]
+        for start in range(0, len(members), SOURCES):
+            chunk = members[start:start + SOURCES]
+            V = torch.zeros((len(chunk), *inp.shape), dtype=inp.dtype, device=inp.device)
+            for r, i in enumerate(chunk):
+                s = sources[i]
+                if layer is None or error:
+                    V[r, 0, s.position] = inp[0, s.position].detach()
+                elif s.index is not None:
+                    col, there = columns_of(p, layer, torch.tensor([s.index]))
+                    if bool(there[0]):
+                        c = int(col[0])
+                        V[r, 0, s.position, c] = inp[0, s.position, c].detach()
+                else:  # a remainder: every neuron of its site but the graph's
+                    V[r, 0, s.position] = inp[0, s.position].detach()
+                    if s.left_out:
+                        col, there = columns_of(p, layer, torch.tensor(s.left_out))
+                        V[r, 0, s.position, col[there.to(col.device)]] = 0.0
+            jv = _jvp(dst, inp, V)  # (n, 1, T, d)
+            pos = torch.tensor([sources[i].position for i in chunk], device=jv.device)
+            out[chunk] = jv[torch.arange(len(chunk), device=jv.device), 0, pos]
+    return out
+
+
+def through_values(p: Pass, sources: list[Source], w: torch.Tensor) -> dict[int, torch.Tensor]:
+    """block l -> (n, nh, hd): J_l,s · w of each source (zeros for a source at or after block
+    l): what its vector adds to each head's values of block l at its position."""
+    import torch
+
+    got = {}
+    n = len(sources)
+    for layer in sorted(p.values):
+        vals, x = p.values[layer], p.blocks_in[layer]  # (1, nh, T, hd), (1, T, d)
+        res = torch.zeros((n, vals.shape[1], vals.shape[3]), dtype=w.dtype, device=w.device)
+        before = [i for i, s in enumerate(sources) if s.layer is None or s.layer < layer]
+        for start in range(0, len(before), SOURCES):
+            chunk = before[start:start + SOURCES]
+            pos = torch.tensor([sources[i].position for i in chunk], device=w.device)
+            V = torch.zeros((len(chunk), *x.shape), dtype=x.dtype, device=x.device)
+            V[torch.arange(len(chunk)), 0, pos] = w[chunk]
+            jv = _jvp(vals, x, V)  # (n, 1, nh, T, hd)
+            res[chunk] = jv[torch.arange(len(chunk), device=jv.device), 0, :, pos]
+        got[layer] = res
+    return got
+
+
+def _reads(p: Pass, t: Target) -> torch.Tensor:
+    """The stream the target reads: its block's MLP input stream, or the final norm's."""
+    return p.final_in if t.layer is None else p.reads[t.layer]
+
+
+def gradients(p: Pass, targets: list[Target]) -> tuple[dict[int, torch.Tensor], torch.Tensor]:
+    """For each target (a batch): the gradient with respect to each block's values, block l ->
+    (n, nh, T, hd), and with respect to the stream it reads (n, T, d)."""
+    import torch
+
+    outputs, grads = seeds(p, targets)
+    top = max((t.layer for t in targets if t.layer is not None), default=None)
+    any_logit = any(t.layer is None for t in targets)
+    layers = [l for l in sorted(p.values) if any_logit or top is None or l <= top]
+    reads: list[Any] = []
+    for t in targets:
+        r = _reads(p, t)
+        if not any(r is x for x in reads):
+            reads.append(r)
+    got = torch.autograd.grad(outputs, [p.values[l] for l in layers] + reads, grads,
+                              retain_graph=True, allow_unused=True, is_grads_batched=True)
+    n = len(targets)
+    by_layer = {}
+    for layer, g in zip(layers, got[:len(layers)], strict=True):
+        v = p.values[layer]
+        by_layer[layer] = (torch.zeros((n, *v.shape[1:]), dtype=v.dtype, device=v.device)
+                           if g is None else g[:, 0])
+    direct = torch.zeros((n, *p.blocks_in[0].shape[1:]), dtype=p.embed.dtype,
+                         device=p.embed.device)
+    for b, t in enumerate(targets):
+        r = _reads(p, t)
+        k = next(i for i, x in enumerate(reads) if x is r)
+        g = got[len(layers) + k]
+        if g is not None:
+            direct[b] = g[b, 0]
+    return by_layer, direct
+
+
+def split(p: Pass, targets: list[Target], edges: list[tuple[int, Source]],
+          L: int) -> list[Split]:
+    """Each edge (the index of its target in `targets`, its source) split: Split.direct and
+    Split.parts (L, nh), from the pass p (holding every target's and source's position)."""
+    import numpy as np
+    import torch
+
+    sources = sorted({s for _, s in edges}, key=lambda s: (-1 if s.layer is None else s.layer,
+                                                           s.position, s.index or -1, s.error))
+    at = {s: i for i, s in enumerate(sources)}
+    w = written(p, sources)  # (S, d)
+    u = through_values(p, sources, w)  # l -> (S, nh, hd)
+    g, direct = gradients(p, targets)
+    nh = next(iter(p.values.values())).shape[1]
+    out = []
+    for b, s in edges:
+        i = at[s]
+        parts = np.zeros((L, nh))
+        for layer, gl in g.items():
+            if s.layer is None or s.layer < layer:
+                parts[layer] = (gl[b, :, s.position] * u[layer][i]).sum(-1).cpu().numpy()
+        out.append(Split(direct=float(torch.dot(direct[b, s.position], w[i])), parts=parts))
+    return out
+
+
+__all__ = ["Source", "Split", "split", "through_values", "written"]
