@@ -339,8 +339,9 @@ def test_an_edge_from_an_expert_neuron_is_an_intervention(family):
 def test_verify_removes_expert_neurons_and_holds_every_edge():
     lm = wrap_model(build_tiny_moe("qwen2_moe"), random_weights=True)
     g = graph(lm, IDS, max_nodes=12, per_site=3, verify=3)
-    assert g.ok and [c.name for c in g.checks] == ["graph_sums", "graph_model", "graph_verify"]
-    assert g.checks[2].value < 1e-8 and len(g.verified) == 3
+    assert g.ok and [c.name for c in g.checks] == ["graph_sums", "graph_model", "graph_heads",
+                                                   "graph_verify"]
+    assert g.checks[-1].value < 1e-8 and len(g.verified) == 3
     assert all(" N" in v.node and ("E" in v.node or "shared" in v.node) for v in g.verified)
 
 

@@ -143,6 +143,28 @@ def routes_table(g: AttributionGraph, width: int | None) -> RenderableType | Non
                      "kept site's)", title_justify="left")
 
 
+TOP_EDGES = 8
+HEAD_COLS = (Col("edge", 0, wrap=True), Col("weight", 0, "right"), Col("direct", 0, "right"),
+             Col("heads (block.head: share)", 0, wrap=True), Col("other heads", 1, "right"))
+
+
+def heads_table(g: AttributionGraph, width: int | None) -> RenderableType | None:
+    """The kept edges that attention carries most (|weight − direct|), each with its heads."""
+    names = _names(g)
+    carried = sorted((e for e in g.edges if e.direct is not None and e.heads),
+                     key=lambda e: -abs(e.weight - (e.direct or 0.0)))[:TOP_EDGES]
+    if not carried:
+        return None
+    rows = [[f"{names.get(e.source, e.source)} → {names.get(e.target, e.target)}",
+             f"{e.weight:+.3f}", f"{e.direct:+.3f}",
+             ", ".join(f"L{h.layer}.H{h.head}: {h.share:+.3f}" for h in e.heads),
+             f"{e.heads_rest or 0.0:+.3f}"] for e in carried]
+    return fit_table(HEAD_COLS, rows, width, title="Edges through attention heads (the kept "
+                     "edges attention carries most: weight = direct + the heads' shares + "
+                     "other heads; a head's share: the part whose first hop is that head "
+                     "reading the source's position)", title_justify="left")
+
+
 VERIFY_COLS = (Col("node", 0), Col("into", 2, "right"), Col("largest edge", 2, "right"),
                Col("held: off by", 0, "right"), Col("direct", 0, "right"),
                Col("frozen", 0, "right"), Col("real", 0, "right"))
@@ -166,13 +188,17 @@ def verify_table(g: AttributionGraph, width: int | None) -> RenderableType | Non
 
 def verdict(g: AttributionGraph) -> Text:
     if g.ok:
-        c = g.checks[0]
+        by = {c.name: c for c in g.checks}
+        c = by["graph_sums"]
+        heads = "".join(f"; every kept edge's split over heads sums to the edge (largest relative "
+                        f"difference {v.value:.1e})" for n, v in by.items() if n == "graph_heads")
         held = "".join(f"; each removed node moved every computed node by minus its edge "
-                       f"(largest relative difference {v.value:.1e})" for v in g.checks[2:])
+                       f"(largest relative difference {v.value:.1e})" for n, v in by.items()
+                       if n == "graph_verify")
         return Text(f"✓ exact: every computed node's edges plus its bias terms equal its value "
                     f"in the model (largest relative difference {c.value:.1e}, at {c.worst}); "
-                    f"float64 logits match the model's ({g.checks[1].value:.1e}){held}",
-                    style="bold green")
+                    f"float64 logits match the model's ({by['graph_model'].value:.1e})"
+                    f"{heads}{held}", style="bold green")
     bad = "; ".join(f"{c.name}: {c.value:.2e} at {c.worst} ({c.tolerance})" for c in g.checks
                     if not c.ok)
     return Text(f"✗ THE GRAPH IS NOT EXACT: {bad}. Do not trust the numbers above.",
@@ -182,8 +208,10 @@ def verdict(g: AttributionGraph) -> Text:
 def graph_view(g: AttributionGraph, width: int | None = 120) -> RenderableType:
     verified = verify_table(g, width)
     routes = routes_table(g, width)
+    heads = heads_table(g, width)
     return Group(header(g.model), freezing(g), summary(g), logits_table(g, width),
                  paths_table(g, width), nodes_table(g, width),
+                 *(() if heads is None else (heads,)),
                  *(() if routes is None else (routes,)),
                  *(() if verified is None else (verified,)), bullets(g.notes), verdict(g))
 
