@@ -483,3 +483,45 @@ class Check:
     """`abs`: the value is a max absolute difference; `count`: it counts elements."""
 
 
+@result
+class QKPart:
+    """One part of the residual stream at the query's or the key's position (what block `layer`
+    reads there)."""
+
+    component: str
+    """`embed` (the token embedding, scaled where the family scales it), `pos_embed` (the learned
+    position embedding), `attn_head`, `attn_bias` (a block's W_O bias, through its post-norm where
+    it has one), `attn` (a block whose heads could not be split exactly), `mlp`, `bias` (the
+    constant of this side: the norm's bias through W_Q or W_K, plus the projection's bias), or
+    `rest` (in the grid: every part not shown)."""
+    layer: int | None
+    """The block that wrote it, or null."""
+    head: int | None
+    """The attention head, or null."""
+
+
+@result
+class QKPartSum:
+    """One part of one side, with every term it is in summed over the other side's parts."""
+
+    part: QKPart
+    """The part."""
+    value: float
+    """Its share of the score: Σ over the other side's parts of the terms it is in."""
+    norm: float
+    """‖what this part adds to q (or k)‖: its size, whatever the other side's direction."""
+
+
+@result
+class QKTerm:
+    """One term of the score: a part of the query's stream × a part of the key's stream."""
+
+    query: QKPart
+    """The part of the query position's stream."""
+    key: QKPart
+    """The part of the key position's stream."""
+    value: float
+    """scale · q(query part) · k(key part): through the frozen norms, the projections, the q/k
+    norms and the rotary rotation of each position."""
+    share: float
+    """value / the sum of |value| over every term."""

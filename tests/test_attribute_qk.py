@@ -320,7 +320,7 @@ def test_cli_json_plot_and_mismatch_exit(tmp_path, monkeypatch):
     r = runner.invoke(app, ["attribute", "The cat sat", "-m", tiny_gpt2(), "--random-weights",
                             "--qk", "1.1", "--group", "source"])
     assert r.exit_code == 0 and "Query side" in r.stdout and "Key side" in r.stdout
-    import fptrace.commands.attribute.qk as mod
+    import fptrace.core.qk as mod
 
     real = mod.frozen_norm  # a wrong norm scale: the recomputed weights no longer match
     monkeypatch.setattr(mod, "frozen_norm", lambda m, x, t: (lambda c, g, b: (c, g * 20, b))(
@@ -335,7 +335,7 @@ def test_cli_json_plot_and_mismatch_exit(tmp_path, monkeypatch):
 def test_two_passes_when_every_position_would_not_fit(monkeypatch):
     """Without --key, one pass keeps every position of every earlier block; past a budget a
     first pass finds the key and a second keeps two positions: the same split."""
-    import fptrace.commands.attribute.qk as mod
+    import fptrace.core.qk as mod
 
     lm = wrap_model(build_tiny("llama"), name="tiny-llama", random_weights=True)
     one = attribute_qk(lm, IDS, Head(2, 3))
