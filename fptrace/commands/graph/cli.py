@@ -61,6 +61,11 @@ def graph(
         "must change every computed node by minus its edge (checked: exit 5), and the top "
         "logit's real change is shown beside the graph's prediction.",
         rich_help_panel=GRAPH)] = "0",
+    qk: Annotated[str, typer.Option(
+        "--qk", metavar="N", help="For the N largest head shares of the kept edges, why the head "
+        "attends there: its attention score at (the query that reads most of it, the source's "
+        "position) split into query-part × key-part terms, as attribute --qk splits it.",
+        rich_help_panel=GRAPH)] = "0",
     graph_json: Annotated[str | None, typer.Option(
         "--graph-json", metavar="FILE", help="Also write the graph in circuit-tracer's "
         "frontend format (.json).", rich_help_panel=OUTPUT)] = None,
@@ -86,7 +91,7 @@ def graph(
                         positions=None if positions is None
                         else parse_selection(positions, "--positions"),
                         graph_json=graph_json, force=outputs.force,
-                        transcoders=transcoders, verify=verify, workers=workers,
+                        transcoders=transcoders, verify=verify, qk=qk, workers=workers,
                         gpus_per_worker=gpus_per_worker, ray=ray)
     from fptrace.commands.graph.core import graph as run_graph
     from fptrace.commands.graph.ray import ray_rows
@@ -97,7 +102,8 @@ def graph(
         result = run_graph(lm, prompt, positions=req.positions, target=target,
                            node_threshold=req.node_threshold, edge_threshold=req.edge_threshold,
                            max_nodes=req.max_nodes, per_site=req.per_site,
-                           transcoders=req.transcoders, verify=req.verify, pool=pool)
+                           transcoders=req.transcoders, verify=req.verify, qk=req.qk,
+                           pool=pool)
     from fptrace.commands.graph.render import graph_view
 
     output(result, graph_view, outputs)

@@ -61,6 +61,7 @@ from fptrace.commands.graph.result import (
     GraphEdge,
     GraphLogitEffect,
     GraphNode,
+    GraphQK,
     GraphScores,
 )
 from fptrace.commands.graph.rows import Candidates, Rows, Target, rows
@@ -131,16 +132,17 @@ def graph(lm: LoadedModel, prompt: Prompt, *, positions: Any = None,
           target: str | None = None, node_threshold: float = 0.8, edge_threshold: float = 0.98,
           max_nodes: int = 64, per_site: int = 4, batch_size: int = BATCH,
           transcoders: str | TranscoderSet | None = None, verify: int = 0,
-          pool: RowsPool | None = None) -> AttributionGraph:
+          qk: int = 0, pool: RowsPool | None = None) -> AttributionGraph:
     """The attribution graph of the prompt's next tokens at the query positions (see the
     module's text): over the MLP neurons, or with `transcoders` (a folder, or a TranscoderSet
     read by transcoders.read_transcoders) over their latents; with `verify`, its N most
-    influential nodes removed one at a time (verify.py); with `pool`, the backward passes run
-    there (pool.py, ray.py), the graph the same."""
+    influential nodes removed one at a time (verify.py); with `qk`, the N largest head shares
+    of the kept edges with their attention scores split (core/qk.py); with `pool`, the
+    backward passes run there (pool.py, ray.py), the graph the same."""
     import numpy as np
 
     start = time.perf_counter()
-    _check_numbers(node_threshold, edge_threshold, max_nodes, per_site, batch_size, verify)
+    _check_numbers(node_threshold, edge_threshold, max_nodes, per_site, batch_size, verify, qk)
     tset = read_transcoders(transcoders, lm) if isinstance(transcoders, str) else transcoders
     sites = mlp_sites(lm.parts.family) if tset is None else None
     try:
@@ -230,6 +232,10 @@ def graph(lm: LoadedModel, prompt: Prompt, *, positions: Any = None,
     edges, check = split_edges(g, queries, computed, pass_for, ends, batch, L)
     g = replace(g, edges=edges, checks=(*g.checks, check), ok=g.ok and check.ok,
                 seconds=time.perf_counter() - start)
+    if qk:
+        scored, qk_check = head_scores(lm, g, qk, queries, ids, computed, pass_for, ends)
+        g = replace(g, qk=scored, checks=(*g.checks, qk_check), ok=g.ok and qk_check.ok,
+                    seconds=time.perf_counter() - start)
     if not verify:
         return g
     from fptrace.commands.graph.verify import verify as run_verify
@@ -255,26 +261,10 @@ def split_edges(g: AttributionGraph, queries: list[int], computed: dict, pass_fo
     import numpy as np
 
     by_id = {n.node_id: n for n in g.nodes}
-
-    def target(n: GraphNode) -> Target:
-        if n.layer is None:
-            return Target(None, queries.index(n.position), int(n.index or 0))
-        return Target(n.layer, n.position, int(n.index or 0))
-
-    def source(n: GraphNode) -> Source:
-        if n.node_type == "embedding":
-            return Source(None, n.position)
-        if n.node_type == "error":
-            return Source(n.layer, n.position, error=True)
-        if n.index is None:  # a remainder: its site's neurons but the graph's
-            return Source(n.layer, n.position,
-                          left_out=tuple(computed.get((n.layer, n.position), ())))
-        return Source(n.layer, n.position, n.index)
-
     total = max(queries) + 1
     by_pass: dict[int, dict[Target, list[int]]] = {}
     for e, edge in enumerate(g.edges):
-        t = target(by_id[edge.target])
+        t = _target_of(by_id[edge.target], queries)
         end = total if t.layer is None else next(x for x in ends if x > t.position)
         by_pass.setdefault(end, {}).setdefault(t, []).append(e)
     got: dict[int, Any] = {}
@@ -284,7 +274,7 @@ def split_edges(g: AttributionGraph, queries: list[int], computed: dict, pass_fo
         for i in range(0, len(targets), batch):
             ts = targets[i:i + batch]
             pairs = [(b, e) for b, t in enumerate(ts) for e in per_target[t]]
-            splits = split(p, ts, [(b, source(by_id[g.edges[e].source])) for b, e in pairs], L)
+            splits = split(p, ts, [(b, _source_of(by_id[g.edges[e].source], computed)) for b, e in pairs], L)
             got.update({e: sp for (_, e), sp in zip(pairs, splits, strict=True)})
     edges, worst, where = [], 0.0, ""
     for e, edge in enumerate(g.edges):
@@ -308,8 +298,79 @@ def split_edges(g: AttributionGraph, queries: list[int], computed: dict, pass_fo
     return tuple(edges), check
 
 
+QK_TERMS = 6  # terms of a --qk score split shown (the rest summed)
+
+
+def head_scores(lm: LoadedModel, g: AttributionGraph, n: int, queries: list[int],
+                ids: list[int], computed: dict, pass_for: Any,
+                ends: list[int]) -> tuple[tuple[GraphQK, ...], GraphCheck]:
+    """--qk n: the n largest head shares of the kept edges; for each, the query position whose
+    read carries most of it (heads.by_query, whose sum over the queries is checked against the
+    share) and its attention score there split (core/qk.py's split_score, its own checks
+    against the model); and the check `graph_qk` over them."""
+    import numpy as np
+
+    from fptrace.commands.graph.heads import by_query
+    from fptrace.core.qk import split_score
+
+    by_id = {nd.node_id: nd for nd in g.nodes}
+    shares = sorted(((e, h) for e in g.edges for h in e.heads), key=lambda x: -abs(x[1].share))
+    out, worst, where, ok = [], 0.0, "", True
+    total = len(ids)
+    for e, h in shares[:n]:
+        src, tgt = by_id[e.source], by_id[e.target]
+        t = _target_of(tgt, queries)
+        end = total if t.layer is None else next(x for x in ends if x > t.position)
+        terms = by_query(pass_for(end), t, _source_of(src, computed), h.layer, h.head)
+        rel = abs(float(terms.sum()) - h.share) / max(abs(h.share), 1e-300)
+        q = int(np.argmax(np.abs(terms)))
+        s = split_score(lm, ids, h.layer, h.head, q, src.position, top=QK_TERMS)
+        label = f"L{h.layer}.H{h.head} q{q} k{src.position} ({e.source} -> {e.target})"
+        if rel >= worst:
+            worst, where = rel, label
+        if not s.ok:
+            ok, where = False, f"{label}: " + "; ".join(c.name for c in s.checks if not c.ok)
+        out.append(GraphQK(source=e.source, target=e.target, layer=h.layer, head=h.head,
+                           share=h.share, query=q, key=src.position,
+                           query_share=float(terms[q]), pattern=_pattern(pass_for(end), h, q,
+                                                                         src.position),
+                           weight=s.weight, score=s.score, top=s.top, rest=s.rest,
+                           checks=s.checks))
+    check = GraphCheck(name="graph_qk", value=worst, ok=ok and worst <= RTOL, worst=where,
+                       tolerance=f"|Σ over queries of a head's share − the share| ≤ {RTOL:g}·"
+                                 "|share| (float64), and each score split's checks against the "
+                                 "model (attribute --qk's) hold")
+    return tuple(out), check
+
+
+def _pattern(p: Pass, h: EdgeHead, q: int, k: int) -> float:
+    """The frozen pattern's weight of query q on key k in head h (the pass's own)."""
+    from fptrace.commands.graph.freezing import frozen_pattern
+
+    return float(frozen_pattern(*p.patterns[h.layer])[0, h.head, q, k])
+
+
+def _target_of(n: GraphNode, queries: list[int]) -> Target:
+    """The Target whose rows a computed node's are (a logit: its query's index)."""
+    if n.layer is None:
+        return Target(None, queries.index(n.position), int(n.index or 0))
+    return Target(n.layer, n.position, int(n.index or 0))
+
+
+def _source_of(n: GraphNode, computed: dict) -> Source:
+    """The Source a node is (heads.py): a token, a neuron or latent, a remainder (its site's
+    neurons but those that are nodes: `computed`) or an error node."""
+    if n.node_type == "embedding":
+        return Source(None, n.position)
+    if n.node_type == "error":
+        return Source(n.layer, n.position, error=True)
+    if n.index is None:
+        return Source(n.layer, n.position, left_out=tuple(computed.get((n.layer, n.position), ())))
+    return Source(n.layer, n.position, n.index)
+
+
 def _check_numbers(node_threshold: float, edge_threshold: float, max_nodes: int,
-                   per_site: int, batch_size: int, verify: int = 0) -> None:
+                   per_site: int, batch_size: int, verify: int = 0, qk: int = 0) -> None:
     """The API's numbers, refused naming its parameters (the command line checks its flags
     before loading: inputs.py)."""
     from fptrace.errors import BadInput
@@ -323,8 +384,9 @@ def _check_numbers(node_threshold: float, edge_threshold: float, max_nodes: int,
                         (batch_size, "batch_size")):
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise BadInput(f"{name}={value!r}: give a positive whole number")
-    if isinstance(verify, bool) or not isinstance(verify, int) or verify < 0:
-        raise BadInput(f"verify={verify!r}: give a whole number, 0 or more")
+    for value, name in ((verify, "verify"), (qk, "qk")):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise BadInput(f"{name}={value!r}: give a whole number, 0 or more")
 
 
 class _Layout:

@@ -116,4 +116,7 @@ def bad_inputs(at: Setup) -> tuple[Case, ...]:
              (*g, "--ray", "auto", "--gpus-per-worker", "-1")),
         Case(22, "graph: --ray at an address where no cluster answers (loopback port 1)",
              (*g, "--ray", "127.0.0.1:1")),
+        Case(23, "graph: --qk negative", (*g, "--qk", "-1")),
+        Case(24, "graph: --qk not a whole number (², which passes isdigit())",
+             (*g, "--qk", "\u00b2")),
     )

@@ -201,4 +201,26 @@ def split(p: Pass, targets: list[Target], edges: list[tuple[int, Source]],
     return out
 
 
-__all__ = ["Source", "Split", "split", "through_values", "written"]
+def by_query(p: Pass, target: Target, source: Source, layer: int, head: int) -> np.ndarray:
+    """(T,) head `head` of block `layer`'s share of the edge source -> target, by the query
+    position whose read carries it: pattern[q, s] · ⟨∂ target / ∂ (the head's output at q),
+    J_l,s · w⟩ (0 for q < s). They sum to the share (the gradient at the values is Σ over q of
+    pattern[q, s] times the gradient at the output at q)."""
+    import torch
+
+    from fptrace.commands.graph.freezing import frozen_pattern
+
+    w = written(p, [source])  # (1, d)
+    u = through_values(p, [source], w)[layer][0, head]  # (hd,)
+    outputs, grads = seeds(p, [target])
+    (gz,) = torch.autograd.grad(outputs, [p.heads_out[layer]], grads, retain_graph=True,
+                                allow_unused=True, is_grads_batched=True)
+    T = p.heads_out[layer].shape[2]
+    if gz is None:
+        return torch.zeros(T, dtype=torch.float64).numpy()
+    pattern = frozen_pattern(*p.patterns[layer])  # (1, nh, T, T), the held pattern, recomputed
+    gq = gz[0, 0, head]  # (T, hd): the gradient at the head's output at each query
+    return (pattern[0, head, :, source.position] * (gq @ u)).detach().cpu().numpy()
+
+
+__all__ = ["Source", "Split", "by_query", "split", "through_values", "written"]

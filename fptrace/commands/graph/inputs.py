@@ -1,6 +1,6 @@
 """The options of `fptrace graph`, checked before the model is loaded (one line on stderr,
 exit 2, nothing written): the thresholds are fractions in [0, 1], the counts positive whole
-numbers (--verify 0 or more), the graph file a path fptrace may write, and one of --neurons
+numbers (--verify and --qk 0 or more), the graph file a path fptrace may write, and one of --neurons
 and --transcoders DIR given (DIR a folder that exists; its transcoders are read and checked
 against the model in transcoders.py); --workers at least 1, --gpus-per-worker 0 or more, and
 something answering at --ray's address (models/ray_pool: as batch and stats check them). The
@@ -27,12 +27,13 @@ class GraphRequest:
     positions: Any  # a Selection, or None for the last position
     transcoders: str | None  # the folder, or None for --neurons
     verify: int = 0  # nodes removed one at a time (--verify)
+    qk: int = 0  # head shares whose attention score is split (--qk)
 
 
 def check_request(*, neurons: bool, node_threshold: str, edge_threshold: str,
                   max_nodes: str, per_site: str, positions: Any, graph_json: str | None,
                   force: bool, transcoders: str | None = None, verify: str = "0",
-                  workers: int = 1, gpus_per_worker: float | None = None,
+                  qk: str = "0", workers: int = 1, gpus_per_worker: float | None = None,
                   ray: str | None = None) -> GraphRequest:
     """The request, or BadInput naming the option at fault (positions: a Selection parsed by
     the command line, or None)."""
@@ -42,6 +43,7 @@ def check_request(*, neurons: bool, node_threshold: str, edge_threshold: str,
     n_max = parse_int(str(max_nodes), "--max-nodes", low=1)
     k = parse_int(str(per_site), "--per-site", low=1)
     n_verify = parse_int(str(verify), "--verify", low=0)
+    n_qk = parse_int(str(qk), "--qk", low=0)
     from fptrace.models.ray_pool import check_address, check_workers
 
     check_workers(workers, gpus_per_worker)
@@ -54,7 +56,8 @@ def check_request(*, neurons: bool, node_threshold: str, edge_threshold: str,
             raise BadInput(f"--graph-json {graph_json}: give a .json file name")
         check_target(graph_json, "--graph-json", "graph.json", force)
     return GraphRequest(node_threshold=node, edge_threshold=edge, max_nodes=n_max, per_site=k,
-                        positions=positions, transcoders=transcoders, verify=n_verify)
+                        positions=positions, transcoders=transcoders, verify=n_verify,
+                        qk=n_qk)
 
 
 def check_nodes(neurons: bool, transcoders: str | None) -> None:

@@ -165,6 +165,38 @@ def heads_table(g: AttributionGraph, width: int | None) -> RenderableType | None
                      "reading the source's position)", title_justify="left")
 
 
+QK_COLS = (Col("edge", 0, wrap=True), Col("head", 0), Col("query→key", 0),
+           Col("share (at query)", 1, "right"), Col("weight", 1, "right"),
+           Col("score", 0, "right"), Col("largest terms (query part × key part)", 0, wrap=True))
+
+
+def part_text(component: str, layer: int | None, head: int | None) -> str:
+    """A part of a stream, short: `embed`, `L3.H2`, `L3 mlp`, `L3 attn bias`, `bias`."""
+    if component == "attn_head":
+        return f"L{layer}.H{head}"
+    if layer is None:
+        return component.replace("_", " ")
+    return f"L{layer} {component.replace('_', ' ')}"
+
+
+def qk_table(g: AttributionGraph, width: int | None) -> RenderableType | None:
+    """--qk: for the largest head shares, the head's attention score split."""
+    if not g.qk:
+        return None
+    names = _names(g)
+    rows = [[f"{names.get(x.source, x.source)} → {names.get(x.target, x.target)}",
+             f"L{x.layer}.H{x.head}", f"{x.query}→{x.key}",
+             f"{x.share:+.3f} ({x.query_share:+.3f})", f"{x.weight:.3f}", f"{x.score:+.3f}",
+             ", ".join(f"{part_text(t.query.component, t.query.layer, t.query.head)} × "
+                       f"{part_text(t.key.component, t.key.layer, t.key.head)}: {t.value:+.2f}"
+                       for t in x.top[:3])] for x in g.qk]
+    return fit_table(QK_COLS, rows, width, title="Why the heads attend there (--qk): the "
+                     "largest head shares of the kept edges, the query that reads most of each "
+                     "(its part in brackets), the head's weight and score there split into "
+                     "terms (attribute --qk; --json: every term shown there)",
+                     title_justify="left")
+
+
 VERIFY_COLS = (Col("node", 0), Col("into", 2, "right"), Col("largest edge", 2, "right"),
                Col("held: off by", 0, "right"), Col("direct", 0, "right"),
                Col("frozen", 0, "right"), Col("real", 0, "right"))
@@ -192,7 +224,10 @@ def verdict(g: AttributionGraph) -> Text:
         c = by["graph_sums"]
         heads = "".join(f"; every kept edge's split over heads sums to the edge (largest relative "
                         f"difference {v.value:.1e})" for n, v in by.items() if n == "graph_heads")
-        held = "".join(f"; each removed node moved every computed node by minus its edge "
+        held = "".join(f"; each --qk head's share split by query sums to it and its score "
+                       f"split holds (largest relative difference {v.value:.1e})"
+                       for n, v in by.items() if n == "graph_qk")
+        held += "".join(f"; each removed node moved every computed node by minus its edge "
                        f"(largest relative difference {v.value:.1e})" for n, v in by.items()
                        if n == "graph_verify")
         return Text(f"✓ exact: every computed node's edges plus its bias terms equal its value "
@@ -209,9 +244,10 @@ def graph_view(g: AttributionGraph, width: int | None = 120) -> RenderableType:
     verified = verify_table(g, width)
     routes = routes_table(g, width)
     heads = heads_table(g, width)
+    qk = qk_table(g, width)
     return Group(header(g.model), freezing(g), summary(g), logits_table(g, width),
                  paths_table(g, width), nodes_table(g, width),
-                 *(() if heads is None else (heads,)),
+                 *(() if heads is None else (heads,)), *(() if qk is None else (qk,)),
                  *(() if routes is None else (routes,)),
                  *(() if verified is None else (verified,)), bullets(g.notes), verdict(g))
 

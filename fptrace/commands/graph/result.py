@@ -2,20 +2,22 @@
 
 from __future__ import annotations
 
-from fptrace.results import SCHEMA_VERSION, ModelInfo, Token, result
+from fptrace.results import SCHEMA_VERSION, Check, ModelInfo, QKTerm, Token, result
 
 # 1.6: `fptrace graph` (this kind); 1.7: graphs over transcoders (AttributionGraph.transcoders,
 # .missing_blocks; the latent, other latents and error nodes); 1.8: --verify
 # (AttributionGraph.verified, GraphVerified, the graph_verify check); 1.9: the page's drawing
 # (GraphNode.activations, GraphNode.logits, GraphLogitEffect) and mixtures of experts
 # (GraphNode.expert, .shared_expert, .neuron; AttributionGraph.routes, GraphRoute); 1.10: heads
-# on edges (GraphEdge.direct, .heads, .heads_rest; EdgeHead; the graph_heads check)
+# on edges (GraphEdge.direct, .heads, .heads_rest; EdgeHead; the graph_heads check) and --qk
+# (AttributionGraph.qk, GraphQK; the graph_qk check)
 SCHEMA_SINCE = "1.10"
 
 CHECK_TARGETS = ("for `graph`: `graph_sums` (every computed node's incoming edges plus its bias "
                  "terms equal its value in the model, float64), `graph_model` (the float64 "
                  "copy's logits equal the model's own), `graph_heads` (every kept edge's "
-                 "split over attention heads sums to the edge) and, with --verify, `graph_verify` (each "
+                 "split over attention heads sums to the edge), with --qk `graph_qk` (each "
+                 "head's share split by query sums to it, and each score split holds) and, with --verify, `graph_verify` (each "
                  "removed node changes every computed node by minus its edge)")
 
 
@@ -132,6 +134,46 @@ class GraphEdge:
     """The heads whose first hop carries the largest parts (at most 4, by |share|)."""
     heads_rest: float | None = None
     """The parts of every other head, summed."""
+
+
+@result
+class GraphQK:
+    """`--qk N`: one of the N largest head shares of the kept edges, and why that head attends
+    there: its attention score at (query, key) split into query-part × key-part terms (what
+    `fptrace attribute --qk LAYER.HEAD --query Q --key K` computes, on the model as loaded)."""
+
+    source: str
+    """The edge's source (node_id)."""
+    target: str
+    """The edge's target (node_id)."""
+    layer: int
+    """The head's block."""
+    head: int
+    """The query head."""
+    share: float
+    """The head's share of the edge (EdgeHead.share)."""
+    query: int
+    """The query position whose read carries the largest part of the share: the head reads the
+    source's position from every query position after it, and the share is the sum over them."""
+    key: int
+    """The key position: the source's."""
+    query_share: float
+    """The part of the share read at `query`: the frozen pattern's weight there times the
+    gradient of the target at the head's output at `query`, dotted with what the source adds to
+    the head's values."""
+    pattern: float
+    """The frozen pattern's weight of query on key in this head (the float64 pass's)."""
+    weight: float
+    """The model's own weight of query on key in this head (its eager attention, its dtype)."""
+    score: float
+    """The score (before the softmax, the mask and any softcap): the sum of every term."""
+    top: tuple[QKTerm, ...]
+    """The terms of largest |value|."""
+    rest: float
+    """The sum of every other term: score = Σ top + rest."""
+    checks: tuple[Check, ...]
+    """The score split's checks against the model (attribute --qk's: qk_stream, qk_score,
+    qk_weights)."""
 
 
 @result
@@ -291,5 +333,8 @@ class AttributionGraph:
     routes: tuple[GraphRoute, ...] = ()
     """A mixture of experts: the router's choice at each (MoE block, position) where the graph
     keeps a neuron or a remainder, by block and position (empty for a dense model)."""
+    qk: tuple[GraphQK, ...] = ()
+    """With --qk N: the N largest head shares of the kept edges, each with its attention score
+    split (empty without it)."""
     kind: str = "graph"
     schema_version: str = SCHEMA_VERSION
