@@ -194,7 +194,8 @@ class GraphCheck:
     """The check that the graph is exact."""
 
     name: str
-    """`graph_sums`, `graph_model`, `graph_heads` or (--verify) `graph_verify`."""
+    """`graph_sums`, `graph_model`, `graph_heads`, (--qk) `graph_qk` or (--verify)
+    `graph_verify`."""
     value: float
     """The largest relative difference measured."""
     tolerance: str
