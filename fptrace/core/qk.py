@@ -374,12 +374,12 @@ def _with_constant(parts: Any, const: Any, labels: list) -> tuple[Any, list]:
 
     if const is None:
         return parts, list(labels)
-    return torch.cat([parts, const[None]]), list(labels) + [QKPart("bias", None, None)]
+    return torch.cat([parts, const[None]]), [*labels, QKPart("bias", None, None)]
 
 
 def _sides(labels: list, folded: Any, vectors: Any) -> tuple[QKPartSum, ...]:
     return tuple(QKPartSum(p, float(v), float(n))
-                 for p, v, n in zip(labels, folded, vectors.norm(dim=1)))
+                 for p, v, n in zip(labels, folded, vectors.norm(dim=1), strict=True))
 
 
 def _row(qside: QKSide, kside: QKSide, stream: Any, i: int, j: int, rope: Any, scale: float,

@@ -274,7 +274,8 @@ def split_edges(g: AttributionGraph, queries: list[int], computed: dict, pass_fo
         for i in range(0, len(targets), batch):
             ts = targets[i:i + batch]
             pairs = [(b, e) for b, t in enumerate(ts) for e in per_target[t]]
-            splits = split(p, ts, [(b, _source_of(by_id[g.edges[e].source], computed)) for b, e in pairs], L)
+            srcs = [(b, _source_of(by_id[g.edges[e].source], computed)) for b, e in pairs]
+            splits = split(p, ts, srcs, L)
             got.update({e: sp for (_, e), sp in zip(pairs, splits, strict=True)})
     edges, worst, where = [], 0.0, ""
     for e, edge in enumerate(g.edges):

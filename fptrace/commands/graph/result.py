@@ -17,8 +17,9 @@ CHECK_TARGETS = ("for `graph`: `graph_sums` (every computed node's incoming edge
                  "terms equal its value in the model, float64), `graph_model` (the float64 "
                  "copy's logits equal the model's own), `graph_heads` (every kept edge's "
                  "split over attention heads sums to the edge), with --qk `graph_qk` (each "
-                 "head's share split by query sums to it, and each score split holds) and, with --verify, `graph_verify` (each "
-                 "removed node changes every computed node by minus its edge)")
+                 "head's share split by query sums to it, and each score split holds) and, "
+                 "with --verify, `graph_verify` (each removed node changes every computed node "
+                 "by minus its edge)")
 
 
 @result
