@@ -46,9 +46,10 @@ from fptrace.commands.graph.freezing import (
     FREEZING,
     TRANSCODER_EDGE,
     TRANSCODER_FREEZING,
+    Pass,
     mlp_sites,
 )
-from fptrace.commands.graph.heads import Source, split
+from fptrace.commands.graph.heads import Source, split, vectors
 from fptrace.commands.graph.influence import Adjacency, influence, partial_influence, prune, scores
 from fptrace.commands.graph.model64 import float64_copy, real_pass
 from fptrace.commands.graph.passes import FrozenPasses
@@ -159,7 +160,8 @@ def graph(lm: LoadedModel, prompt: Prompt, *, positions: Any = None,
     k = max(1, min(per_site, m))
     cand = Candidates.top(real.acts, k)
     logit_targets, probs = _logit_nodes(real, fixed, len(queries))
-    passes = FrozenPasses(model, parts, sites, tset, ids, queries)  # each made when first used
+    passes = FrozenPasses(model, parts, sites, tset, ids, queries,  # each made when first
+                          outputs=qk > 0)  # used; with --qk, the heads' outputs kept
     work = GraphWork(tuple(ids), tuple(queries), cand, transcoders)
 
     def computed(jobs: list[Job]) -> Iterable[Rows]:
@@ -225,15 +227,15 @@ def graph(lm: LoadedModel, prompt: Prompt, *, positions: Any = None,
     checks = [_sums_check(done, value, lm, layout), _model_check(real, model_info(lm).dtype)]
     g, ranked = _assemble(lm, prepared, queries, ids, real, done, matrix, visited, weights,
                           checks, node_threshold, edge_threshold, max_nodes, k, start, tset)
-    computed: dict[tuple[int, int], list[int]] = {}  # site -> its neurons that are nodes
+    nodes_at: dict[tuple[int, int], list[int]] = {}  # site -> its neurons that are nodes
     for c in np.flatnonzero(visited).tolist():
         t = cand.target(c)
-        computed.setdefault((t.layer, t.position), []).append(t.index)
-    edges, check = split_edges(g, queries, computed, pass_for, ends, batch, L)
+        nodes_at.setdefault((t.layer, t.position), []).append(t.index)
+    edges, check = split_edges(g, queries, nodes_at, passes, ends, batch, L)
     g = replace(g, edges=edges, checks=(*g.checks, check), ok=g.ok and check.ok,
                 seconds=time.perf_counter() - start)
     if qk:
-        scored, qk_check = head_scores(lm, g, qk, queries, ids, computed, pass_for, ends)
+        scored, qk_check = head_scores(lm, g, qk, queries, ids, nodes_at, passes, ends)
         g = replace(g, qk=scored, checks=(*g.checks, qk_check), ok=g.ok and qk_check.ok,
                     seconds=time.perf_counter() - start)
     if not verify:
@@ -262,37 +264,48 @@ def split_edges(g: AttributionGraph, queries: list[int], computed: dict, pass_fo
 
     by_id = {n.node_id: n for n in g.nodes}
     total = max(queries) + 1
+    source_of = {i: _source_of(by_id[i], computed) for i in {e.source for e in g.edges}}
     by_pass: dict[int, dict[Target, list[int]]] = {}
     for e, edge in enumerate(g.edges):
         t = _target_of(by_id[edge.target], queries)
         end = total if t.layer is None else next(x for x in ends if x > t.position)
         by_pass.setdefault(end, {}).setdefault(t, []).append(e)
-    got: dict[int, Any] = {}
+    E = len(g.edges)
+    direct, parts = np.zeros(E), None
     for end, per_target in sorted(by_pass.items()):
         p = pass_for(end)
         targets = list(per_target)
+        vecs = vectors(p, {source_of[g.edges[e].source] for es in per_target.values()
+                           for e in es})  # once for every batch of this pass
         for i in range(0, len(targets), batch):
             ts = targets[i:i + batch]
             pairs = [(b, e) for b, t in enumerate(ts) for e in per_target[t]]
-            srcs = [(b, _source_of(by_id[g.edges[e].source], computed)) for b, e in pairs]
-            splits = split(p, ts, srcs, L)
-            got.update({e: sp for (_, e), sp in zip(pairs, splits, strict=True)})
-    edges, worst, where = [], 0.0, ""
-    for e, edge in enumerate(g.edges):
-        sp = got[e]
-        flat = sp.parts.ravel()
-        total_ = sp.direct + float(flat.sum())
-        scale = max(abs(edge.weight), 1e-6 * (abs(sp.direct) + float(np.abs(flat).sum())),
-                    1e-300)
-        rel = abs(total_ - edge.weight) / scale
-        if rel >= worst:
-            worst, where = rel, f"{edge.source} -> {edge.target}"
-        order = np.argsort(-np.abs(flat), kind="stable")
-        top = [int(i) for i in order[:TOP_HEADS] if flat[i] != 0.0]
-        nh = sp.parts.shape[1]
-        heads = tuple(EdgeHead(layer=i // nh, head=i % nh, share=float(flat[i])) for i in top)
-        rest = float(flat.sum() - flat[top].sum()) if top else float(flat.sum())
-        edges.append(replace(edge, direct=sp.direct, heads=heads, heads_rest=rest))
+            srcs = [(b, source_of[g.edges[e].source]) for b, e in pairs]
+            got = split(p, ts, srcs, L, vecs)
+            rows = np.array([e for _, e in pairs], dtype=int)
+            if parts is None:
+                parts = np.zeros((E, L, got.parts.shape[2]))
+            direct[rows], parts[rows] = got.direct, got.parts
+    flat = (np.zeros((E, 0)) if parts is None else parts.reshape(E, -1))  # (E, L·nh)
+    nh = 1 if parts is None else parts.shape[2]
+    weight = np.array([e.weight for e in g.edges])
+    err = np.abs(direct + flat.sum(1) - weight)
+    scale = np.maximum(np.maximum(np.abs(weight), 1e-6 * (np.abs(direct)
+                                                          + np.abs(flat).sum(1))), 1e-300)
+    rel = err / scale
+    worst_i = int(np.argmax(rel)) if E else 0
+    worst = float(rel[worst_i]) if E else 0.0
+    where = f"{g.edges[worst_i].source} -> {g.edges[worst_i].target}" if E else ""
+    k = min(TOP_HEADS, flat.shape[1])
+    top = np.argsort(-np.abs(flat), axis=1, kind="stable")[:, :k]  # (E, k)
+    top_vals = np.take_along_axis(flat, top, axis=1)  # (E, k)
+    rest = flat.sum(1) - np.where(top_vals != 0.0, top_vals, 0.0).sum(1)
+    edges = []
+    for edge, cs, vs, d, r in zip(g.edges, top.tolist(), top_vals.tolist(), direct.tolist(),
+                                  rest.tolist(), strict=True):
+        heads = tuple(EdgeHead(layer=c // nh, head=c % nh, share=v)
+                      for c, v in zip(cs, vs, strict=True) if v != 0.0)
+        edges.append(replace(edge, direct=d, heads=heads, heads_rest=r))
     check = GraphCheck(name="graph_heads", value=worst, ok=worst <= RTOL, worst=where,
                        tolerance=f"|direct + Σ heads' shares − edge| ≤ {RTOL:g}·max(|edge|, "
                                  "1e-6·Σ|shares|) for every kept edge (float64)")

@@ -130,8 +130,9 @@ class Replay:
 _REPLAYING: contextvars.ContextVar[bool] = contextvars.ContextVar("replaying", default=False)
 # set while a frozen pass runs: its Pass and each attention module's block (id(module) -> layer),
 # where the attention function leaves the values and outputs of the heads
-_KEEPING: contextvars.ContextVar[tuple[Any, dict[int, int]] | None] = contextvars.ContextVar(
-    "keeping", default=None)
+# and whether the heads' outputs and patterns are kept too
+_KEEPING: contextvars.ContextVar[tuple[Any, dict[int, int], bool] | None] = \
+    contextvars.ContextVar("keeping", default=None)
 
 
 def _row0(t: Any) -> Any:
@@ -161,8 +162,8 @@ class Pass:
     # entering it (B, T, d), the stream its MLP reads (B, T, d; resid_mid, or the block's input
     # with a parallel residual), what the stream receives from its MLP (B, T, d), the values
     # each query head's frozen pattern multiplies (B, nh, T, hd; grouped-query: each K/V head's
-    # repeated for its query heads), each head's output pattern @ v (B, nh, T, hd) and what its
-    # pattern is made of (q, k, mask, scale, softcap: freezing.frozen_pattern)
+    # repeated for its query heads); with --qk, each head's output pattern @ v (B, nh, T, hd)
+    # and what its pattern is made of (q, k, mask, scale, softcap: frozen_pattern)
     blocks_in: dict = field(default_factory=dict)
     reads: dict = field(default_factory=dict)
     mlp_out: dict = field(default_factory=dict)
@@ -204,16 +205,18 @@ def _frozen_attention(module: Any, query: Any, key: Any, value: Any, attention_m
 
 
 def _keep_heads(module: Any, v: Any, out: Any, pattern: tuple) -> None:
-    """In a frozen pass (not a replay), the block's values, head outputs and pattern inputs,
-    for the split of the edges over heads (heads.py)."""
+    """In a frozen pass (not a replay), the block's values (and, where asked, its heads'
+    outputs and what its pattern is made of), for the split of the edges over heads
+    (heads.py)."""
     keeping = _KEEPING.get()
     if keeping is None:
         return
-    state, layers = keeping
+    state, layers, outputs = keeping
     layer = layers.get(id(module), getattr(module, "layer_idx", None))
     if layer is not None:
-        state.values[layer], state.heads_out[layer] = v, out
-        state.patterns[layer] = pattern
+        state.values[layer] = v
+        if outputs:
+            state.heads_out[layer], state.patterns[layer] = out, pattern
 
 
 def frozen_pattern(q: Any, k: Any, mask: Any, scale: float, softcap: float | None) -> Any:
@@ -382,11 +385,13 @@ def _head_hooks(parts: Any, state: Pass) -> list[Hook]:
 
 @contextlib.contextmanager
 def frozen(model: Any, parts: Any, sites: MlpSites | None,
-           transcoders: Any = None, replay: Replay | None = None) -> Iterator[Pass]:
+           transcoders: Any = None, replay: Replay | None = None,
+           outputs: bool = False) -> Iterator[Pass]:
     """Inside: a forward of `model` (the float64 copy, its ModelParts `parts`) runs frozen
     (see the module's text) and fills the Pass yielded; with `transcoders` (a TranscoderSet),
     each block's MLP is replaced by its transcoder instead (transcoders.py) and `sites` is not
-    read; with `replay`, the batch's rows are its rows (Replay)."""
+    read; with `replay`, the batch's rows are its rows (Replay); with `outputs`, each head's
+    output and what its pattern is made of are kept too (graph --qk: heads.by_query)."""
     state = Pass(replay=replay)
     fam = parts.family
     hooks = [Hook.after(parts.embed, _leaf_hook(state, "embed"))]
@@ -422,7 +427,7 @@ def frozen(model: Any, parts: Any, sites: MlpSites | None,
     model.set_attn_implementation(ATTENTION)
     token = _REPLAYING.set(replay is not None)
     keeping = _KEEPING.set(None if replay is not None else
-                           (state, {id(a): l for l, a in enumerate(parts.attns)}))
+                           (state, {id(a): l for l, a in enumerate(parts.attns)}, outputs))
     try:
         with hooked(hooks, prepend=True):
             yield state

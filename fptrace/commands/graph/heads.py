@@ -29,7 +29,7 @@ sum against the edge is a check on every run (`graph_heads`).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from fptrace.commands.graph.freezing import Pass
@@ -51,15 +51,16 @@ class Source:
     position: int
     index: int | None = None
     error: bool = False
-    left_out: tuple[int, ...] = ()  # a remainder: the neurons of its site that are nodes
+    # a remainder: the neurons of its site that are nodes (its site says which: not compared)
+    left_out: tuple[int, ...] = field(default=(), compare=False)
 
 
 @dataclass(frozen=True)
-class Split:
-    """One edge split: the part no head carries and each (block, head)'s part."""
+class Splits:
+    """Edges split: per edge the part no head carries, and each (block, head)'s part."""
 
-    direct: float
-    parts: np.ndarray  # (L, nh): block l's head h's part (0 for blocks before the source's)
+    direct: np.ndarray  # (E,)
+    parts: np.ndarray  # (E, L, nh): block l's head h's part (0 for blocks before the source's)
 
 
 def _jvp(out: torch.Tensor, inp: torch.Tensor, V: torch.Tensor) -> torch.Tensor:
@@ -176,29 +177,59 @@ def gradients(p: Pass, targets: list[Target]) -> tuple[dict[int, torch.Tensor], 
     return by_layer, direct
 
 
-def split(p: Pass, targets: list[Target], edges: list[tuple[int, Source]],
-          L: int) -> list[Split]:
-    """Each edge (the index of its target in `targets`, its source) split: Split.direct and
-    Split.parts (L, nh), from the pass p (holding every target's and source's position)."""
+EDGES = 4096  # edges whose parts are gathered at once
+
+
+@dataclass(frozen=True)
+class Vectors:
+    """What sources write, in one pass: each source's row, its vector w (S, d) in the stream,
+    and per block l what w adds to each head's values there (S, nh, hd)."""
+
+    at: dict[Source, int]
+    w: torch.Tensor
+    u: dict[int, torch.Tensor]
+
+
+def vectors(p: Pass, sources: set[Source] | list[Source]) -> Vectors:
+    """The Vectors of these sources in the pass p (each at a position p holds)."""
+    ordered = sorted(set(sources), key=lambda s: (-1 if s.layer is None else s.layer,
+                                                  s.position, -1 if s.index is None else s.index,
+                                                  s.error))
+    w = written(p, ordered)  # (S, d)
+    return Vectors(at={s: i for i, s in enumerate(ordered)}, w=w,
+                   u=through_values(p, ordered, w))
+
+
+def split(p: Pass, targets: list[Target], edges: list[tuple[int, Source]], L: int,
+          vecs: Vectors | None = None) -> Splits:
+    """The edges (each the index of its target in `targets`, and its source) split, from the
+    pass p (holding every target's and source's position); vecs: the sources' Vectors in p
+    (computed here when not given)."""
     import numpy as np
     import torch
 
-    sources = sorted({s for _, s in edges}, key=lambda s: (-1 if s.layer is None else s.layer,
-                                                           s.position, s.index or -1, s.error))
-    at = {s: i for i, s in enumerate(sources)}
-    w = written(p, sources)  # (S, d)
-    u = through_values(p, sources, w)  # l -> (S, nh, hd)
-    g, direct = gradients(p, targets)
+    vecs = vectors(p, {s for _, s in edges}) if vecs is None else vecs
+    at, w, u = vecs.at, vecs.w, vecs.u
+    g, direct = gradients(p, targets)  # l -> (n, nh, T, hd); (n, T, d)
     nh = next(iter(p.values.values())).shape[1]
-    out = []
-    for b, s in edges:
-        i = at[s]
-        parts = np.zeros((L, nh))
+    device = w.device
+    b_all = torch.tensor([b for b, _ in edges], device=device, dtype=torch.long)
+    s_all = torch.tensor([at[s] for _, s in edges], device=device, dtype=torch.long)
+    pos_all = torch.tensor([s.position for _, s in edges], device=device, dtype=torch.long)
+    src_all = torch.tensor([-1 if s.layer is None else s.layer for _, s in edges],
+                           device=device, dtype=torch.long)
+    E = len(edges)
+    parts = np.zeros((E, L, nh))
+    out_direct = np.zeros(E)
+    for start in range(0, E, EDGES):
+        sl = slice(start, start + EDGES)
+        b, i, pos, src = b_all[sl], s_all[sl], pos_all[sl], src_all[sl]
+        out_direct[sl] = (direct[b, pos] * w[i]).sum(-1).cpu().numpy()
         for layer, gl in g.items():
-            if s.layer is None or s.layer < layer:
-                parts[layer] = (gl[b, :, s.position] * u[layer][i]).sum(-1).cpu().numpy()
-        out.append(Split(direct=float(torch.dot(direct[b, s.position], w[i])), parts=parts))
-    return out
+            share = (gl[b, :, pos] * u[layer][i]).sum(-1)  # (e, nh)
+            share = share * (src < layer)[:, None]  # a head reads what was written before it
+            parts[sl, layer] = share.cpu().numpy()
+    return Splits(direct=out_direct, parts=parts)
 
 
 def by_query(p: Pass, target: Target, source: Source, layer: int, head: int) -> np.ndarray:
@@ -210,8 +241,7 @@ def by_query(p: Pass, target: Target, source: Source, layer: int, head: int) -> 
 
     from fptrace.commands.graph.freezing import frozen_pattern
 
-    w = written(p, [source])  # (1, d)
-    u = through_values(p, [source], w)[layer][0, head]  # (hd,)
+    u = vectors(p, [source]).u[layer][0, head]  # (hd,)
     outputs, grads = seeds(p, [target])
     (gz,) = torch.autograd.grad(outputs, [p.heads_out[layer]], grads, retain_graph=True,
                                 allow_unused=True, is_grads_batched=True)
@@ -223,4 +253,4 @@ def by_query(p: Pass, target: Target, source: Source, layer: int, head: int) -> 
     return (pattern[0, head, :, source.position] * (gq @ u)).detach().cpu().numpy()
 
 
-__all__ = ["Source", "Split", "by_query", "split", "through_values", "written"]
+__all__ = ["Source", "Splits", "Vectors", "by_query", "split", "through_values", "written"]

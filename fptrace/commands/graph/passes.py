@@ -21,11 +21,14 @@ class FrozenPasses:
     """passes(end): the frozen pass (freezing.py) of the prompt's first `end` positions, made
     on first use and kept; end = len(ids) is the whole prompt's, whose logits are the query
     positions'. model: the float64 copy (model64.float64_copy), parts its ModelParts, sites
-    the MLP sites (None with transcoders, a TranscoderSet)."""
+    the MLP sites (None with transcoders, a TranscoderSet); outputs: each head's output kept
+    too (freezing.frozen's `outputs`: graph --qk, in the process that builds the graph)."""
 
     def __init__(self, model: torch.nn.Module, parts: ModelParts, sites: MlpSites | None,
-                 transcoders: TranscoderSet | None, ids: list[int], queries: list[int]) -> None:
+                 transcoders: TranscoderSet | None, ids: list[int], queries: list[int],
+                 outputs: bool = False) -> None:
         self.model, self.parts, self.sites, self.transcoders = model, parts, sites, transcoders
+        self.outputs = outputs
         self.ids, self.queries = list(ids), list(queries)
         self._made: dict[int, Pass] = {}
 
@@ -37,7 +40,8 @@ class FrozenPasses:
             keep: int | torch.Tensor = 1  # a prefix's pass: its last logit (no target reads it)
             if end == len(self.ids):
                 keep = torch.tensor(self.queries, device=device)
-            with frozen(self.model, self.parts, self.sites, self.transcoders) as p:
+            with frozen(self.model, self.parts, self.sites, self.transcoders,
+                        outputs=self.outputs) as p:
                 self.model(torch.tensor([self.ids[:end]], device=device), use_cache=False,
                            logits_to_keep=keep)
             self._made[end] = p
