@@ -313,35 +313,44 @@ def split_edges(g: AttributionGraph, queries: list[int], computed: dict, pass_fo
 
 
 QK_TERMS = 6  # terms of a --qk score split shown (the rest summed)
+QK_TRIES = 4  # head shares tried per --qk pick (those read at query 0 are skipped)
 
 
 def head_scores(lm: LoadedModel, g: AttributionGraph, n: int, queries: list[int],
                 ids: list[int], computed: dict, pass_for: Any,
                 ends: list[int]) -> tuple[tuple[GraphQK, ...], GraphCheck]:
-    """--qk n: the n largest head shares of the kept edges; for each, the query position whose
-    read carries most of it (heads.by_query, whose sum over the queries is checked against the
-    share) and its attention score there split (core/qk.py's split_score, its own checks
-    against the model); and the check `graph_qk` over them."""
+    """--qk n: the n largest head shares of the kept edges (of the QK_TRIES · n largest, those
+    whose largest read is not at query 0, which sees only itself: its weight is 1 whatever the
+    score); for each, the query position whose read carries most of it (heads.by_query, whose
+    sum over the queries is checked against the share) and its attention score there split
+    (core/qk.py's split_score, its own checks against the model); and the check `graph_qk`
+    over them."""
     import numpy as np
 
     from fptrace.commands.graph.heads import by_query
     from fptrace.core.qk import split_score
 
     by_id = {nd.node_id: nd for nd in g.nodes}
-    shares = sorted(((e, h) for e in g.edges for h in e.heads), key=lambda x: -abs(x[1].share))
+    shares = sorted(((e, h) for e in g.edges for h in e.heads
+                     if by_id[e.target].position > 0),  # else read at query 0 only
+                    key=lambda x: -abs(x[1].share))
     out, worst, where, ok = [], 0.0, "", True
     total = len(ids)
-    for e, h in shares[:n]:
+    for e, h in shares[:QK_TRIES * n]:
+        if len(out) == n:
+            break
         src, tgt = by_id[e.source], by_id[e.target]
         t = _target_of(tgt, queries)
         end = total if t.layer is None else next(x for x in ends if x > t.position)
         terms = by_query(pass_for(end), t, _source_of(src, computed), h.layer, h.head)
         rel = abs(float(terms.sum()) - h.share) / max(abs(h.share), 1e-300)
+        if rel >= worst:
+            worst, where = rel, f"L{h.layer}.H{h.head} ({e.source} -> {e.target})"
         q = int(np.argmax(np.abs(terms)))
+        if q == 0:  # the first query sees only itself: its weight is 1 whatever the score
+            continue
         s = split_score(lm, ids, h.layer, h.head, q, src.position, top=QK_TERMS)
         label = f"L{h.layer}.H{h.head} q{q} k{src.position} ({e.source} -> {e.target})"
-        if rel >= worst:
-            worst, where = rel, label
         if not s.ok:
             ok, where = False, f"{label}: " + "; ".join(c.name for c in s.checks if not c.ok)
         out.append(GraphQK(source=e.source, target=e.target, layer=h.layer, head=h.head,
