@@ -8,11 +8,9 @@ result not ok (exit 5 on the command line).
 
 from __future__ import annotations
 
-from typing import Any
-
 from fptrace.addresses import Head, Position, resolve_head, resolve_position
 from fptrace.commands.attribute.notes import QK_KEY_DEFAULTED, QK_SOFTCAP
-from fptrace.commands.attribute.result import QKAttribution
+from fptrace.commands.attribute.result import Attribution, QKAttribution
 from fptrace.core.qk import split_score
 from fptrace.core.trace import base_notes, model_info, sizes
 from fptrace.errors import BadInput, UnsupportedModel
@@ -22,12 +20,13 @@ from fptrace.models.prompts import Prompt
 GROUPS = ("term", "source")
 
 
-def top_head(attribution: Any) -> Head | None:
+def top_head(attribution: Attribution) -> Head | None:
     """The head whose direct contribution to an Attribution is largest, or None when no block
     was split per head."""
-    heads = [c for c in attribution.contributions if c.component == "attn_head"]
-    best = max(heads, key=lambda c: abs(c.value), default=None)
-    return None if best is None else Head(best.layer, best.head)
+    heads = [(c.layer, c.head, c.value) for c in attribution.contributions
+             if c.component == "attn_head" and c.layer is not None and c.head is not None]
+    best = max(heads, key=lambda c: abs(c[2]), default=None)
+    return None if best is None else Head(best[0], best[1])
 
 
 def qk_request(qk: Head | None, query: object, key: object, group: str,

@@ -29,7 +29,7 @@ error node per (block, position): transcoders.py), exact.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
@@ -229,8 +229,8 @@ def graph(lm: LoadedModel, prompt: Prompt, *, positions: Any = None,
                           checks, node_threshold, edge_threshold, max_nodes, k, start, tset)
     nodes_at: dict[tuple[int, int], list[int]] = {}  # site -> its neurons that are nodes
     for c in np.flatnonzero(visited).tolist():
-        t = cand.target(c)
-        nodes_at.setdefault((t.layer, t.position), []).append(t.index)
+        nodes_at.setdefault((int(cand.layer[c]), int(cand.position[c])), []).append(
+            int(cand.index[c]))
     edges, check = split_edges(g, queries, nodes_at, passes, ends, batch, L)
     g = replace(g, edges=edges, checks=(*g.checks, check), ok=g.ok and check.ok,
                 seconds=time.perf_counter() - start)
@@ -254,7 +254,8 @@ def graph(lm: LoadedModel, prompt: Prompt, *, positions: Any = None,
 TOP_HEADS = 4  # heads kept on an edge (by |share|); the others are summed in heads_rest
 
 
-def split_edges(g: AttributionGraph, queries: list[int], computed: dict, pass_for: Any,
+def split_edges(g: AttributionGraph, queries: list[int], computed: dict,
+                pass_for: Callable[[int], Pass],
                 ends: list[int], batch: int, L: int) -> tuple[tuple[GraphEdge, ...], GraphCheck]:
     """The kept edges, each split over the attention heads that carry it (heads.py): direct,
     the TOP_HEADS heads of largest |share| and the rest; and the check that every split sums
@@ -317,7 +318,7 @@ QK_TRIES = 4  # head shares tried per --qk pick (those read at query 0 are skipp
 
 
 def head_scores(lm: LoadedModel, g: AttributionGraph, n: int, queries: list[int],
-                ids: list[int], computed: dict, pass_for: Any,
+                ids: list[int], computed: dict, pass_for: Callable[[int], Pass],
                 ends: list[int]) -> tuple[tuple[GraphQK, ...], GraphCheck]:
     """--qk n: the n largest head shares of the kept edges (of the QK_TRIES · n largest, those
     whose largest read is not at query 0, which sees only itself: its weight is 1 whatever the
@@ -334,7 +335,8 @@ def head_scores(lm: LoadedModel, g: AttributionGraph, n: int, queries: list[int]
     shares = sorted(((e, h) for e in g.edges for h in e.heads
                      if by_id[e.target].position > 0),  # else read at query 0 only
                     key=lambda x: -abs(x[1].share))
-    out, worst, where, ok = [], 0.0, "", True
+    out: list[GraphQK] = []
+    worst, where, ok = 0.0, "", True
     total = len(ids)
     for e, h in shares[:QK_TRIES * n]:
         if len(out) == n:

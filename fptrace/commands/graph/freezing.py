@@ -35,9 +35,9 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import functools
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fptrace.commands.graph.experts import MoeSites, frozen_hook, layouts, moe_sites, router_hook
 from fptrace.commands.graph.transcoders import replacement_hook
@@ -46,6 +46,12 @@ from fptrace.core.hooks import Hook, first_output, hooked
 from fptrace.errors import BadInput
 from fptrace.families.kinds import MlpKind
 from fptrace.points import Point
+
+if TYPE_CHECKING:
+    import torch
+    from torch import nn
+
+    from fptrace.families.parts import ModelParts
 
 ATTENTION = "fptrace-frozen-pattern"  # the attention implementation registered for the pass
 
@@ -131,7 +137,7 @@ _REPLAYING: contextvars.ContextVar[bool] = contextvars.ContextVar("replaying", d
 # set while a frozen pass runs: its Pass and each attention module's block (id(module) -> layer),
 # where the attention function leaves the values and outputs of the heads
 # and whether the heads' outputs and patterns are kept too
-_KEEPING: contextvars.ContextVar[tuple[Any, dict[int, int], bool] | None] = \
+_KEEPING: contextvars.ContextVar[tuple[Pass, dict[int, int], bool] | None] = \
     contextvars.ContextVar("keeping", default=None)
 
 
@@ -170,7 +176,7 @@ class Pass:
     values: dict = field(default_factory=dict)
     heads_out: dict = field(default_factory=dict)
     patterns: dict = field(default_factory=dict)
-    final_in: Any = None  # (B, T, d) the stream entering the final norm
+    final_in: torch.Tensor | None = None  # (B, T, d) the stream entering the final norm
 
 
 # the frozen patterns the pass may hold for its backward passes (every block's, B × heads × T²
@@ -204,7 +210,7 @@ def _frozen_attention(module: Any, query: Any, key: Any, value: Any, attention_m
     return out.transpose(1, 2).contiguous(), pattern  # (B, T, nh, hd)
 
 
-def _keep_heads(module: Any, v: Any, out: Any, pattern: tuple) -> None:
+def _keep_heads(module: nn.Module, v: torch.Tensor, out: torch.Tensor, pattern: tuple) -> None:
     """In a frozen pass (not a replay), the block's values (and, where asked, its heads'
     outputs and what its pattern is made of), for the split of the edges over heads
     (heads.py)."""
@@ -338,15 +344,15 @@ def _down_hook(state: Pass, layer: int) -> Any:
     return hook
 
 
-def _keep_in(store: dict, key: Any) -> Any:
+def _keep_in(store: dict, key: int) -> Callable[..., None]:
     """A pre-hook (with kwargs) that keeps the module's first input (hidden_states) at key."""
-    def hook(module: Any, args: tuple, kwargs: dict) -> None:
+    def hook(module: nn.Module, args: tuple, kwargs: dict) -> None:
         store[key] = args[0] if args else kwargs["hidden_states"]
     return hook
 
 
-def _keep_out(store: dict, key: Any) -> Any:
-    def hook(module: Any, args: tuple, output: Any) -> None:
+def _keep_out(store: dict, key: int) -> Callable[..., None]:
+    def hook(module: nn.Module, args: tuple, output: object) -> None:
         store[key] = first_output(output)
     return hook
 
@@ -365,12 +371,12 @@ def float64_norms(model: Any, parts: Any, state: Pass | None = None) -> list[Hoo
             if is_norm(m)]
 
 
-def _head_hooks(parts: Any, state: Pass) -> list[Hook]:
+def _head_hooks(parts: ModelParts, state: Pass) -> list[Hook]:
     """Hooks keeping each block's input, the stream its MLP reads (the family's resid_mid
     point), what the stream receives from its MLP, and the final norm's input."""
     read = parts.family.taps[Point.resid_mid]
 
-    def final(module: Any, args: tuple, kwargs: dict) -> None:
+    def final(module: nn.Module, args: tuple, kwargs: dict) -> None:
         state.final_in = args[0] if args else kwargs["hidden_states"]
 
     hooks = [Hook.before(parts.final_norm, final, kwargs=True)]

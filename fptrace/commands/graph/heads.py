@@ -30,7 +30,7 @@ sum against the edge is a check on every run (`graph_heads`).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from fptrace.commands.graph.freezing import Pass
 from fptrace.commands.graph.rows import Target, columns_of, seeds
@@ -141,7 +141,10 @@ def through_values(p: Pass, sources: list[Source], w: torch.Tensor) -> dict[int,
 
 def _reads(p: Pass, t: Target) -> torch.Tensor:
     """The stream the target reads: its block's MLP input stream, or the final norm's."""
-    return p.final_in if t.layer is None else p.reads[t.layer]
+    if t.layer is not None:
+        return p.reads[t.layer]
+    assert p.final_in is not None  # a frozen pass that reached the final norm
+    return p.final_in
 
 
 def gradients(p: Pass, targets: list[Target]) -> tuple[dict[int, torch.Tensor], torch.Tensor]:
@@ -153,7 +156,7 @@ def gradients(p: Pass, targets: list[Target]) -> tuple[dict[int, torch.Tensor], 
     top = max((t.layer for t in targets if t.layer is not None), default=None)
     any_logit = any(t.layer is None for t in targets)
     layers = [l for l in sorted(p.values) if any_logit or top is None or l <= top]
-    reads: list[Any] = []
+    reads: list[torch.Tensor] = []
     for t in targets:
         r = _reads(p, t)
         if not any(r is x for x in reads):

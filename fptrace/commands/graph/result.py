@@ -140,8 +140,9 @@ class GraphEdge:
 @result
 class GraphQK:
     """`--qk N`: one of the N largest head shares of the kept edges (those read mostly at
-    query 0, which sees only itself, skipped), and why that head attends there: its attention score at (query, key) split into query-part × key-part terms (what
-    `fptrace attribute --qk LAYER.HEAD --query Q --key K` computes, on the model as loaded)."""
+    query 0, which sees only itself, skipped), and why that head attends there: its attention
+    score at (query, key) split into query-part × key-part terms (what `fptrace attribute --qk
+    LAYER.HEAD --query Q --key K` computes, on the model as loaded)."""
 
     source: str
     """The edge's source (node_id)."""
