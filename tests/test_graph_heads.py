@@ -212,3 +212,21 @@ def test_qk_bad_values_exit_2_with_one_line(value, tmp_path):
     errors = [line for line in r.stderr.splitlines() if line.startswith("fptrace: error")]
     assert len(errors) == 1 and "--qk" in errors[0]
     assert not out.exists()
+
+
+def test_the_terminal_shows_the_heads_and_the_scores():
+    import io
+
+    from rich.console import Console
+
+    from fptrace.commands.graph.render import graph_view
+
+    lm = wrap_model(build_tiny("gpt2"), random_weights=True)
+    g = graph(lm, IDS, max_nodes=8, per_site=2, qk=2)
+    out = io.StringIO()
+    Console(file=out, width=80, color_system=None).print(graph_view(g, 80))
+    text = out.getvalue()
+    assert "Edges through attention heads" in text and "Why the heads attend there" in text
+    top = max((e for e in g.edges if e.heads), key=lambda e: abs(e.weight - (e.direct or 0)))
+    assert f"{top.weight:+.3f}" in text and f"L{top.heads[0].layer}.H{top.heads[0].head}" in text
+    assert "split over heads sums to the edge" in text
