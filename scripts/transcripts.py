@@ -132,9 +132,14 @@ def _last_unit(number: str) -> float:
     return 10.0 ** (int(exponent or 0) - decimals)
 
 
+# a version is a name, not a rounded figure: no tolerance ("schema version 1.9" is not 1.8)
+_VERSION = re.compile(r'(version|_version": ")\s*$')
+
+
 def _within_last_digit(a: str, b: str) -> bool:
     """Two masked texts that differ only in numbers each one unit apart in its last printed
-    digit at most (runs of spaces as one: a column may widen by a digit)."""
+    digit at most (runs of spaces as one: a column may widen by a digit); a version's number
+    (after `version` or `_version": "`) exactly equal."""
     la, lb = a.splitlines(), b.splitlines()
     if len(la) != len(lb):
         return False
@@ -143,6 +148,8 @@ def _within_last_digit(a: str, b: str) -> bool:
             return False
         for m, n in zip(_NUMBER.finditer(x), _NUMBER.finditer(y), strict=True):
             u, v = m.group(0).replace(",", ""), n.group(0).replace(",", "")
+            if u != v and _VERSION.search(x[:m.start()]):
+                return False
             if u != v and abs(float(u) - float(v)) > max(_last_unit(u), _last_unit(v)) * 1.000001:
                 return False
     return True

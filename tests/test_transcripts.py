@@ -73,6 +73,12 @@ def test_a_last_digit_may_move_by_one_and_no_more():
     assert not transcripts.same(plain, row("+0.527"), row("-0.527"))
     assert not transcripts.same(plain, "gap 1.5e-03", "gap 1.5e-02")
     assert not transcripts.same(plain, "top-1 Paris 0.527", "top-1 Lyon 0.527")
+    # a version is a name: no unit of tolerance
+    assert not transcripts.same(plain, "schema version 1.9", "schema version 1.8")
+    assert not transcripts.same(plain, '{"schema_version": "1.9", "id": 1}',
+                                '{"schema_version": "1.8", "id": 1}')
+    assert transcripts.same(plain, '{"schema_version": "1.9", "p": 0.528}',
+                            '{"schema_version": "1.9", "p": 0.527}')
     assert not transcripts.same(plain, "a 0.527\nb", "a 0.527 b")
     # a loose page compares the words only; a residual masked on one side and printed on the
     # other (1.00e-04 is past the mask) is a number on both
