@@ -91,8 +91,7 @@ class ActorGroup:
         import ray
         import torch
 
-        if gpus_per_worker is None:
-            gpus_per_worker = 1 if ray.cluster_resources().get("GPU", 0) >= 1 else 0
+        gpus_per_worker = _gpus(gpus_per_worker)
         most = max((n["Resources"].get("GPU", 0) for n in ray.nodes() if n.get("Alive")),
                    default=0)
         if gpus_per_worker > most:  # an actor that no node can hold would wait forever
@@ -145,6 +144,15 @@ class ActorGroup:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _gpus(gpus_per_worker: float | None) -> float:
+    """--gpus-per-worker, or where not given 1 when the connected cluster has GPUs, else 0."""
+    import ray
+
+    if gpus_per_worker is not None:
+        return gpus_per_worker
+    return 1 if ray.cluster_resources().get("GPU", 0) >= 1 else 0
 
 
 def _first(e: BaseException) -> str:
@@ -235,8 +243,7 @@ def ray_map(rows: list[dict], work: Callable[..., dict], *, address: str, worker
     connect(address)
     import ray.data  # binds `ray` too
 
-    if gpus_per_worker is None:
-        gpus_per_worker = 1 if ray.cluster_resources().get("GPU", 0) >= 1 else 0
+    gpus_per_worker = _gpus(gpus_per_worker)
     ctx = ray.data.DataContext.get_current()
     ctx.execution_options.preserve_order = True  # results come back in input order
     ds = ray.data.from_items(rows).map_batches(
@@ -249,8 +256,7 @@ def ray_map(rows: list[dict], work: Callable[..., dict], *, address: str, worker
     except (FptraceError, KeyboardInterrupt):
         raise
     except Exception as e:  # a block that kept failing: stop, keep what is done
-        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        raise WorkerFailed(f"the Ray workers failed ({type(e).__name__}: {first[:200]}); "
+        raise WorkerFailed(f"the Ray workers failed ({type(e).__name__}: {_first(e)}); "
                            f"{kept()}") from None
 
 

@@ -37,7 +37,7 @@ from fptrace.commands.diff.result import (
 )
 from fptrace.core.hooks import Hook, hooked
 from fptrace.errors import BadInput, UnsupportedModel
-from fptrace.families import Tap
+from fptrace.families import Family, Tap
 from fptrace.families.ops import Steps
 from fptrace.families.parts import dims
 from fptrace.models.loading import LoadedModel
@@ -56,13 +56,17 @@ TOP = 5  # heads and channels listed
 GROWTH = 10.0
 
 
+def _no_points(fam: Family) -> str:
+    return f"the {fam.name} family has no points recorded inside its blocks"
+
+
 def mismatch(a: LoadedModel, b: LoadedModel) -> str | None:
     """Why the points of a and b cannot be compared one for one, or None when they can."""
     fa, fb = a.parts.family, b.parts.family
     if fa.name != fb.name:
         return f"a is a {fa.title} model ({fa.name}) and b a {fb.title} one ({fb.name})"
     if fa.heads is None:
-        return f"the {fa.name} family has no points recorded inside its blocks"
+        return _no_points(fa)
     da, db = dims(a.config, fa), dims(b.config, fb)
     shape = ("n_layers", "d_model", "n_heads", "n_kv_heads", "head_dim", "d_mlp")
     diffs = [f"{k} {getattr(da, k)} and {getattr(db, k)}" for k in shape
@@ -122,8 +126,7 @@ class _Side:
         fam = lm.parts.family
         heads = fam.heads
         if heads is None:  # mismatch() refuses such a family before the pass
-            raise UnsupportedModel(f"the {fam.name} family has no points recorded inside its "
-                                   "blocks")
+            raise UnsupportedModel(_no_points(fam))
         dm = dims(lm.config, fam)
         quiet = Steps(head=0, kv_head=0, n_heads=dm.n_heads, n_kv_heads=dm.n_kv_heads,
                       quiet=True)

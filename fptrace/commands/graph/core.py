@@ -254,7 +254,7 @@ def graph(lm: LoadedModel, prompt: Prompt, *, positions: Any = None,
 TOP_HEADS = 4  # heads kept on an edge (by |share|); the others are summed in heads_rest
 
 
-def split_edges(g: AttributionGraph, queries: list[int], computed: dict,
+def split_edges(g: AttributionGraph, queries: list[int], nodes_at: dict,
                 pass_for: Callable[[int], Pass],
                 ends: list[int], batch: int, L: int) -> tuple[tuple[GraphEdge, ...], GraphCheck]:
     """The kept edges, each split over the attention heads that carry it (heads.py): direct,
@@ -265,11 +265,11 @@ def split_edges(g: AttributionGraph, queries: list[int], computed: dict,
 
     by_id = {n.node_id: n for n in g.nodes}
     total = max(queries) + 1
-    source_of = {i: _source_of(by_id[i], computed) for i in {e.source for e in g.edges}}
+    source_of = {i: _source_of(by_id[i], nodes_at) for i in {e.source for e in g.edges}}
     by_pass: dict[int, dict[Target, list[int]]] = {}
     for e, edge in enumerate(g.edges):
         t = _target_of(by_id[edge.target], queries)
-        end = total if t.layer is None else next(x for x in ends if x > t.position)
+        end = _pass_end(t, ends, total)
         by_pass.setdefault(end, {}).setdefault(t, []).append(e)
     E = len(g.edges)
     direct, parts = np.zeros(E), None
@@ -318,7 +318,7 @@ QK_TRIES = 4  # head shares tried per --qk pick (those read at query 0 are skipp
 
 
 def head_scores(lm: LoadedModel, g: AttributionGraph, n: int, queries: list[int],
-                ids: list[int], computed: dict, pass_for: Callable[[int], Pass],
+                ids: list[int], nodes_at: dict, pass_for: Callable[[int], Pass],
                 ends: list[int]) -> tuple[tuple[GraphQK, ...], GraphCheck]:
     """--qk n: the n largest head shares of the kept edges (of the QK_TRIES · n largest, those
     whose largest read is not at query 0, which sees only itself: its weight is 1 whatever the
@@ -343,8 +343,8 @@ def head_scores(lm: LoadedModel, g: AttributionGraph, n: int, queries: list[int]
             break
         src, tgt = by_id[e.source], by_id[e.target]
         t = _target_of(tgt, queries)
-        end = total if t.layer is None else next(x for x in ends if x > t.position)
-        terms = by_query(pass_for(end), t, _source_of(src, computed), h.layer, h.head)
+        end = _pass_end(t, ends, total)
+        terms = by_query(pass_for(end), t, _source_of(src, nodes_at), h.layer, h.head)
         rel = abs(float(terms.sum()) - h.share) / max(abs(h.share), 1e-300)
         if rel >= worst:
             worst, where = rel, f"L{h.layer}.H{h.head} ({e.source} -> {e.target})"
@@ -375,6 +375,12 @@ def _pattern(p: Pass, h: EdgeHead, q: int, k: int) -> float:
     return float(frozen_pattern(*p.patterns[h.layer])[0, h.head, q, k])
 
 
+def _pass_end(t: Target, ends: list[int], whole: int) -> int:
+    """The length of the prefix whose frozen pass gave target t's rows: the shortest that holds
+    a neuron's (latent's) position (compute's prefixes), the whole prompt's for a logit."""
+    return whole if t.layer is None else next(x for x in ends if x > t.position)
+
+
 def _target_of(n: GraphNode, queries: list[int]) -> Target:
     """The Target whose rows a computed node's are (a logit: its query's index)."""
     if n.layer is None:
@@ -382,15 +388,15 @@ def _target_of(n: GraphNode, queries: list[int]) -> Target:
     return Target(n.layer, n.position, int(n.index or 0))
 
 
-def _source_of(n: GraphNode, computed: dict) -> Source:
+def _source_of(n: GraphNode, nodes_at: dict) -> Source:
     """The Source a node is (heads.py): a token, a neuron or latent, a remainder (its site's
-    neurons but those that are nodes: `computed`) or an error node."""
+    neurons but those that are nodes: `nodes_at`) or an error node."""
     if n.node_type == "embedding":
         return Source(None, n.position)
     if n.node_type == "error":
         return Source(n.layer, n.position, error=True)
     if n.index is None:
-        return Source(n.layer, n.position, left_out=tuple(computed.get((n.layer, n.position), ())))
+        return Source(n.layer, n.position, left_out=tuple(nodes_at.get((n.layer, n.position), ())))
     return Source(n.layer, n.position, n.index)
 
 
