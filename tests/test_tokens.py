@@ -177,6 +177,22 @@ def test_retokenized_ids_are_traced_as_given_and_said():
     assert "tokenizes to other ids" not in r.stderr
 
 
+@pytest.mark.parametrize("model,special,text_ids", [
+    ("llama-3.2-1b", "<|reserved_special_token_100|>", [128000, 13347, 128105, 1070]),
+    ("qwen2.5-0.5b", "<|im_start|>", [13048, 151644, 1052]),
+])
+def test_offline_encodings_read_a_special_token_whole(model, special, text_ids):
+    """A special token spelled in a prompt is its one id, as the models' tokenizer.json reads
+    it (Llama 3: 128105, Qwen: 151644); quicktok's tiktoken default raised a ValueError, which
+    `run` showed as an internal error, and so did ids holding a special token (their text is
+    tokenized again for the retokenized note). Those ids read back as themselves: no note."""
+    doc = _json(["tokens", f"Hi{special} there", "-m", model, "--json"])
+    assert [t["id"] for t in doc["tokens"]] == text_ids
+    assert doc["tokens"][-2]["special"] and doc["tokens"][-2]["text"] == special
+    doc = _json(["tokens", "--ids", ",".join(map(str, text_ids)), "-m", model, "--json"])
+    assert doc.get("retokenized") is None
+
+
 def _same(a, b, path=""):
     """JSON equal but for timings (a text's tokenizer time is none for ids)."""
     if isinstance(a, dict) and isinstance(b, dict):

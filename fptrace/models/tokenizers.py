@@ -294,7 +294,9 @@ class QuicktokTokenizer(NoChatTemplate):
         self._prepend = prepend_bos
 
     def encode(self, text: str, special: bool = True) -> list[int]:
-        ids = list(self._enc.encode(text))
+        # a special token spelled in the text is read as its one id, as the models' own
+        # tokenizer.json reads it (quicktok's tiktoken default would raise instead)
+        ids = list(self._enc.encode(text, allowed_special="all"))
         if special and self._prepend and self.bos_id is not None:
             return [self.bos_id, *ids]
         return ids
