@@ -52,10 +52,14 @@ def test_bundled_model_bfloat16_on_gpu(cache_dir):
 def test_device_map_gpu_and_cpu(tmp_path):
     folder = tmp_path / "llama"
     build_tiny("llama").save_pretrained(folder)
-    whole = load_model(str(folder), device="cuda")
-    spread = load_model(str(folder), device_map="auto", max_memory="0=400KB,cpu=10MB")
+    # float32: the embedding and the head hold 256 KB each, a block 123 KB. Accelerate keeps
+    # room on the GPU for the largest module, so 700 KB places the embedding and block 0 there
+    # and the rest on the CPU (400 KB had placed everything on the CPU)
+    whole = load_model(str(folder), device="cuda", dtype="float32")
+    spread = load_model(str(folder), device_map="auto", max_memory="0=700KB,cpu=10MB",
+                        dtype="float32")
     assert any("cuda" in p for p in spread.placement) and any("cpu" in p for p in
-                                                               spread.placement)
+                                                               spread.placement), spread.placement
     a, b = run_trace(whole, IDS), run_trace(spread, IDS)
     assert [t.id for t in a.top_k] == [t.id for t in b.top_k]
     for la, lb in zip(a.layers, b.layers):
