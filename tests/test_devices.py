@@ -63,6 +63,16 @@ def test_disk_offload_gives_the_same_trace(llama_folder, tmp_path):
     assert [t.id for t in g1.generated] == [t.id for t in g2.generated]
 
 
+def test_no_hub_kernels_replace_the_traced_modules(llama_folder, smollm):
+    """transformers with `kernels` installed marks a loaded model for Hub kernels by default and,
+    on CUDA with a device map, swaps RMSNorm, SiLU and RoPE for code fetched from the Hub
+    (gpu_check met it: offline, the load failed asking for kernels-community/rotary). fptrace
+    loads with the kernels off, whatever the path: a folder, a device map, the bundled GGUF."""
+    assert load_model(llama_folder).model.use_kernels is False
+    assert load_model(llama_folder, device_map="auto").model.use_kernels is False
+    assert smollm.model.use_kernels is False
+
+
 def test_cli_device_map_header_and_json(tmp_path):
     # 6 blocks of width 64 beside a 12.9 MB tied embedding: 13.5 MB of CPU keeps the
     # embedding and blocks 0-1 in RAM and offloads blocks 2-5 and ln_f to disk

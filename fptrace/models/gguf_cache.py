@@ -19,7 +19,7 @@ from fptrace.errors import ModelLoadError
 from fptrace.models.devices import alias_tied_offload
 from fptrace.models.gguf_metadata import GGUFMetadata, config_overrides, loader_gap, unreadable
 from fptrace.models.gguf_metadata import check as check_metadata
-from fptrace.models.sources import short_error
+from fptrace.models.sources import NO_HUB_KERNELS, short_error
 from fptrace.models.tokenizers import HFTokenizer
 
 Progress = Callable[[str], None]
@@ -144,7 +144,7 @@ def gguf_model(path: str, dtype: Any, progress: Progress, placed: dict | None = 
             _dequantize(path, entry, progress, meta)
         try:
             return alias_tied_offload(AutoModelForCausalLM.from_pretrained(
-                entry, dtype=dtype, disable_mmap=True, **(placed or {})))
+                entry, dtype=dtype, disable_mmap=True, **NO_HUB_KERNELS, **(placed or {})))
         except Exception as e:
             if attempt:
                 raise ModelLoadError(f"cannot read the cache entry {entry} built from {path}: "
@@ -168,7 +168,8 @@ def _dequantize(path: str, entry: str, progress: Progress, meta: GGUFMetadata) -
     try:
         loaded: Any = AutoModelForCausalLM.from_pretrained(
             os.path.dirname(os.path.abspath(path)), gguf_file=os.path.basename(path),
-            dtype=torch.float32, output_loading_info=True, **config_overrides(meta))
+            dtype=torch.float32, output_loading_info=True, **NO_HUB_KERNELS,
+            **config_overrides(meta))
     except Exception as e:
         raise ModelLoadError(f"cannot read the GGUF file {path}: "
                              f"{unreadable(meta.architecture, e)}") from None

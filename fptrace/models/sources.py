@@ -149,6 +149,12 @@ def ensure_hub_weights(hub_id: str, folder: str) -> None:
         return
 
 
+# transformers (5.2x, with the `kernels` package it depends on) swaps modules and functions for
+# code fetched from the Hub (RMSNorm, SiLU, RoPE on CUDA) unless told not to: third-party code a
+# user never agreed to run, and not the modules whose outputs fptrace hooks and recomputes
+NO_HUB_KERNELS: dict[str, Any] = {"use_kernels": False}
+
+
 def from_pretrained(folder: str, safe: bool, trust_remote_code: bool, dtype: Any,
                      placed: dict | None = None) -> Any:
     from transformers import AutoModelForCausalLM
@@ -158,7 +164,7 @@ def from_pretrained(folder: str, safe: bool, trust_remote_code: bool, dtype: Any
         # while a pass reads a mapped weight kills the process (SIGBUS) with no line at all
         return alias_tied_offload(AutoModelForCausalLM.from_pretrained(
             folder, dtype=dtype, use_safetensors=safe, trust_remote_code=trust_remote_code,
-            disable_mmap=True, **(placed or {})))
+            disable_mmap=True, **NO_HUB_KERNELS, **(placed or {})))
     except FptraceError:
         raise
     except ValueError as e:
