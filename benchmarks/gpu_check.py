@@ -3,7 +3,7 @@ model and a 1B-parameter random-weight Llama (llama-3.2-1b config) in bfloat16, 
 the trace overhead against a bare forward with CUDA events.
 
 Usage (from the repository root, with the project installed: `make install`):
-    python benchmarks/gpu_check.py [--json benchmarks/results-gpu.json]
+    python benchmarks/gpu_check.py [--json benchmarks/results-gpu.json] [--skip-tests] [--profile]
 
 Method of the overhead figure: for T in (16, 512), after 5 warm-up calls of each, the bare
 forward `model(ids, logits_to_keep=1, use_cache=False)` and the traced forward
@@ -66,6 +66,32 @@ def overhead(lm, T: int, repeats: int = 20) -> dict:
         t += cuda_ms(traced, 1)
     mb, mt = statistics.median(b), statistics.median(t)
     return {"T": T, "bare_ms": mb, "traced_ms": mt, "ratio": mt / mb}
+
+
+def profile(lm, T: int, repeats: int = 10) -> None:
+    """Where the traced forward's time goes beyond the bare one: cProfile over `repeats` traced
+    calls (after the warm-up of `overhead`), the 25 functions of most own time and the 25
+    fptrace functions of most cumulative time. On a GPU the forward is bound by the launches
+    and the host's Python, so the host's profile is the overhead's."""
+    import cProfile
+    import pstats
+
+    import torch
+
+    from fptrace.core.trace import run_trace
+
+    ids = torch.randint(100, lm.config.vocab_size, (T,),
+                        generator=torch.Generator().manual_seed(0)).tolist()
+    prof = cProfile.Profile()
+    prof.enable()
+    for _ in range(repeats):
+        run_trace(lm, ids, logit_lens=False)
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()
+    prof.disable()
+    st = pstats.Stats(prof)
+    st.sort_stats("tottime").print_stats(25)
+    st.sort_stats("cumulative").print_stats("fptrace", 25)
 
 
 def _fptrace(args: list[str], launcher: list[str] | None = None) -> tuple[int, str, float]:
@@ -138,6 +164,8 @@ def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--json")
     ap.add_argument("--skip-tests", action="store_true")
+    ap.add_argument("--profile", action="store_true",
+                    help="also profile the traced forward of the 1B Llama at T=512 (cProfile)")
     args = ap.parse_args()
 
     import torch
@@ -175,6 +203,8 @@ def main() -> int:
         for row in report.get(name, []):
             print(f"{name:>17} T={row['T']:>4}: bare {row['bare_ms']:.2f} ms, traced "
                   f"{row['traced_ms']:.2f} ms, ratio {row['ratio']:.3f}")
+    if args.profile:
+        profile(big, 512)
     report["tensor_parallel"] = tensor_parallel_check()
     report["ray"] = ray_check()
     if args.json:
