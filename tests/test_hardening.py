@@ -291,6 +291,56 @@ def test_truncated_gguf_never_poisons_the_cache(tmp_path, cut):
     assert leftovers == []
 
 
+def test_cache_entry_is_reused_and_a_corrupt_one_rebuilt(tmp_path, monkeypatch):
+    """A GGUF's dequantized cache entry (a tiny Llama written as llama.cpp's converter writes
+    it, so each rebuild takes a second, not the bundled model's ~25 s): a warm load reads the
+    entry; an entry of the same size with a garbage header passes the manifest check, fails to
+    load and is rebuilt; the rebuilt model computes what the first load computed, bit for bit
+    (every path reads the entry: on an AVX-512 machine the GGUF reader's in-memory model once
+    printed a last digit other than the cache's); an entry of another size is refused before
+    loading."""
+    from tiny_gguf import tiny_model, write
+
+    from fptrace.models.gguf_cache import entry_ok
+    from fptrace.models.loading import load_model
+
+    monkeypatch.setenv("FPTRACE_CACHE_DIR", str(tmp_path / "cache"))
+    path = str(tmp_path / "tiny-llama.gguf")
+    write(tiny_model("llama"), path, "llama", _gguf_path(), rope_adjacent=True)
+    messages: list[str] = []
+    first = load_model(path, progress=messages.append)
+    assert any("dequantizing" in m for m in messages)
+    entries = [os.path.join(r, "model.safetensors") for r, _, f in os.walk(tmp_path / "cache")
+               if "model.safetensors" in f]
+    assert len(entries) == 1
+    messages.clear()
+    load_model(path, progress=messages.append)
+    assert not any("dequantizing" in m for m in messages)  # warm: read from the cache
+
+    # same size, garbage header: the manifest check passes, loading fails, the entry is rebuilt
+    with open(entries[0], "r+b") as f:
+        f.write(b"\xff" * 64)
+    messages.clear()
+    lm = load_model(path, progress=messages.append)
+    assert any("rebuilding" in m for m in messages)
+    ids = torch.tensor([[5, 17, 42, 7, 99]])
+    with torch.inference_mode():
+        assert torch.equal(lm.model(ids).logits, first.model(ids).logits)
+
+    # another size (a truncated or overlong file): the manifest's size check refuses the entry
+    # before loading
+    folder = os.path.dirname(entries[0])
+    with open(os.path.join(folder, "fptrace-cache.json")) as f:
+        manifest = json.load(f)
+    size = os.path.getsize(entries[0])
+    assert manifest["files"]["model.safetensors"] == size and entry_ok(folder)
+    with open(entries[0], "ab") as f:
+        f.write(b"\0")
+    assert not entry_ok(folder)
+    os.truncate(entries[0], size)
+    assert entry_ok(folder)
+
+
 def test_remote_code_needs_the_flag(tmp_path):
     (tmp_path / "config.json").write_text(json.dumps({
         "model_type": "evil", "auto_map": {"AutoModelForCausalLM": "modeling_evil.Evil"}}))

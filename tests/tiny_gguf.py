@@ -19,6 +19,42 @@ import numpy as np
 
 VOCAB = 2048
 
+# what the tiny files hold because llama.cpp or transformers' GGUF loader assumes it: Gemma's
+# tied head (its GGUF has no output tensor) and Gemma 2's query scale (llama.cpp's is
+# 1/√head_dim; transformers reads no key for it and takes 256); Gemma 3's window pattern (6 in
+# llama.cpp, whatever the config says) and no final softcap. What fptrace tells the loader from
+# the file (Family.gguf_config) is left as the family's tiny config has it: Qwen3's 16-wide
+# heads, Gemma 2's softcaps of 2 and 3, Qwen3-MoE's 32-wide experts and renormalised weights,
+# Qwen2-MoE's 32- and 48-wide routed and shared experts, GPT-2's 64 positions.
+CONFIG = {"gemma2": {"head_dim": 256, "query_pre_attn_scalar": 256, "tie_word_embeddings": True},
+          "gemma3": {"head_dim": 256, "query_pre_attn_scalar": 256, "tie_word_embeddings": True,
+                     "final_logit_softcapping": None, "sliding_window_pattern": 6}}
+
+
+def tiny_model(family: str, **overrides: Any) -> Any:
+    """A tiny random float32 model of the family, its vocabulary VOCAB, its biases and norm
+    weights away from their initial 0 and 1 (seeded: the same model each call)."""
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    from fptrace.families import FAMILIES
+
+    cfg = dict(next(f for f in FAMILIES if f.name == family).tiny)
+    config = AutoConfig.for_model(cfg.pop("model_type"), **{
+        **cfg, "vocab_size": VOCAB, "tie_word_embeddings": False, **CONFIG.get(family, {}),
+        **overrides})
+    torch.manual_seed(0)
+    model = AutoModelForCausalLM.from_config(config).float().eval()
+    with torch.no_grad():  # biases and norm weights away from their initial 0 and 1
+        for name, p in model.named_parameters():
+            if name.endswith("bias"):
+                p.normal_(0, 0.1)
+            elif "norm" in name or ".ln_" in name:  # GPT-2's LayerNorms are ln_1, ln_2, ln_f
+                p.uniform_(0.5, 1.5)
+            elif name.endswith("mlp.gate.weight"):  # a router whose choices are not ties
+                p.normal_(0, 1.0)
+    return model
+
 
 @functools.lru_cache(maxsize=2)
 def tokenizer_fields(bundled: str) -> list[tuple[str, Any, Any]]:
