@@ -29,6 +29,7 @@ not (they run only in a type checker).
 from __future__ import annotations
 
 import ast
+import functools
 from pathlib import Path
 
 import pytest
@@ -68,6 +69,7 @@ def _imports(path: Path) -> list[tuple[str, int, list[str]]]:
     return out
 
 
+@functools.cache  # the package's files do not change during a run; read once
 def _graph() -> dict[str, list[tuple[str, int, list[str]]]]:
     modules = {_module(p): p for p in PKG.rglob("*.py")}
     graph = {}
@@ -124,7 +126,8 @@ def _allowed(src: str, dst: str) -> bool:
 
 
 def test_no_import_cycle():
-    graph = {m: {t for t, _, _ in edges if t in _graph_keys()} for m, edges in _graph().items()}
+    keys = _graph_keys()
+    graph = {m: {t for t, _, _ in edges if t in keys} for m, edges in _graph().items()}
     index: dict[str, int] = {}
     low: dict[str, int] = {}
     stack: list[str] = []
