@@ -558,7 +558,12 @@ def test_killed_run_resumes_to_what_one_pass_gives(tmp_path, gpt2_folder):
     done = subprocess.run(cmd + ["--resume"], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
     assert f"skipped {kept}" in done.stderr
-    assert invoke("stats", src, "-m", gpt2_folder, "-b", "1", "--out", one).exit_code == 0
+    # the one pass in a process like the others: a worker of the suite may hold other torch
+    # settings (once, one absmax came out one float32 unit apart in-process), while the same
+    # command gives the same arithmetic, so the comparison stays exact
+    whole = [*cmd[:cmd.index("--out")], "--out", str(one)]
+    done = subprocess.run(whole, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
     assert_same_stats(statistics_of(out), statistics_of(one))
 
 
