@@ -5,7 +5,8 @@ the trace overhead against a bare forward with CUDA events.
 Usage (from the repository root, with the project installed: `make install`):
     python benchmarks/gpu_check.py [--json benchmarks/results-gpu.json] [--skip-tests] [--profile]
 
-Method of the overhead figure: for T in (16, 512), after 5 warm-up calls of each, the bare
+Method of the overhead figure: for T in (16, 512) (and 4,096 for the 1B Llama, where the GPU
+rather than the host bounds the forward), after 5 warm-up calls of each, the bare
 forward `model(ids, logits_to_keep=1, use_cache=False)` and the traced forward
 (`run_trace(..., logit_lens=False)`: hooks on every block plus the per-layer statistics) are
 timed alternately 20 times each with torch.cuda.Event pairs (synchronised); the ratio of the
@@ -198,7 +199,7 @@ def main() -> int:
         report["bundled_overhead"] = [overhead(small, T) for T in (16, 512)]
 
     big = load_model("llama-3.2-1b", random_weights=True, device="cuda", dtype="bfloat16")
-    report["llama_1b_bf16"] = [overhead(big, T) for T in (16, 512)]
+    report["llama_1b_bf16"] = [overhead(big, T) for T in (16, 512, 4096)]
     for name in ("bundled_overhead", "llama_1b_bf16"):
         for row in report.get(name, []):
             print(f"{name:>17} T={row['T']:>4}: bare {row['bare_ms']:.2f} ms, traced "
