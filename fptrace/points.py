@@ -43,6 +43,12 @@ class Point(str, Enum):
         """What a reader calls it in a sentence ("k after RoPE")."""
         return TITLES[self]
 
+    def title_in(self, rope: bool) -> str:
+        """The title in a family with rotary positions or without them: q and k are "after
+        RoPE" only where the family rotates them (GPT-2's positions are added to the
+        embedding, and its q and k are the projections' own)."""
+        return self.value if not rope and self in (Point.q, Point.k) else TITLES[self]
+
     def __str__(self) -> str:
         return self.value
 

@@ -131,6 +131,24 @@ def test_two_query_heads_swapped(tmp_path):
     assert (layer, point, cause) == (1, "q", "operation"), p["sentence"]
     assert {h["index"] for h in p["heads"]} == {0, 1}
     assert "the operation differs" in p["sentence"]
+    assert p["sentence"].startswith("block 1, q after RoPE: ")
+
+
+def test_two_query_heads_swapped_in_gpt2_name_no_rope(tmp_path):
+    """GPT-2 adds learned positions to the embedding: its q is the projection's own, and the
+    sentence says q, not "q after RoPE" (it said so for every family)."""
+    model = _folder(tmp_path / "a", "gpt2")
+    hd = 64 // 4
+
+    def swap(m):  # Conv1D: W is (d, 3d), q the first d columns
+        w = m.transformer.h[1].attn.c_attn.weight
+        w[:, :2 * hd] = torch.cat([w[:, hd:2 * hd].clone(), w[:, :hd].clone()], dim=1)
+
+    b = _copy(model, tmp_path / "b", swap)
+    layer, point, cause, p = _parted(_deep(tmp_path / "a", b))
+    assert (layer, point, cause) == (1, "q", "operation"), p["sentence"]
+    assert {h["index"] for h in p["heads"]} == {0, 1}
+    assert p["sentence"].startswith("block 1, q: ") and "RoPE" not in p["sentence"]
 
 
 WRONG_REPEAT = '''

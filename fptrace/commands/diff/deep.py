@@ -38,6 +38,7 @@ from fptrace.commands.diff.result import (
 from fptrace.core.hooks import Hook, hooked
 from fptrace.errors import BadInput, UnsupportedModel
 from fptrace.families import Family, Tap
+from fptrace.families.kinds import PositionKind
 from fptrace.families.ops import Steps
 from fptrace.families.parts import dims
 from fptrace.models.loading import LoadedModel
@@ -247,8 +248,9 @@ def _over(p: PointDiff, tolerance: float) -> bool:
     return p.nonfinite or p.rel is None or not p.rel <= tolerance
 
 
-def parting(blocks: Sequence[BlockDiff], tolerance: float) -> Parting | None:
-    """The first point over the tolerance, and whether its inputs already differed."""
+def parting(blocks: Sequence[BlockDiff], tolerance: float, rope: bool) -> Parting | None:
+    """The first point over the tolerance, and whether its inputs already differed (rope:
+    whether the family rotates q and k, for the sentence's words)."""
     for blk in blocks:
         for p in blk.points:
             if not _over(p, tolerance):
@@ -262,7 +264,7 @@ def parting(blocks: Sequence[BlockDiff], tolerance: float) -> Parting | None:
                            cause="operation" if agree else "upstream", inputs=p.inputs,
                            inputs_rel=p.inputs_rel, block_input_rel=block_in, heads=p.heads,
                            channels=p.channels, sentence=_sentence(blk.layer, p, agree,
-                                                                   block_in))
+                                                                   block_in, rope))
     return None
 
 
@@ -282,8 +284,9 @@ def _to(rel: float) -> str:
     return "exactly" if rel == 0 else f"to {rel:.1g}"
 
 
-def _sentence(layer: int, p: PointDiff, agree: bool, block_in: float | None) -> str:
-    title = Point(p.point).title
+def _sentence(layer: int, p: PointDiff, agree: bool, block_in: float | None,
+              rope: bool) -> str:
+    title = Point(p.point).title_in(rope)
     head = f"block {layer}, {title}: " + ("NaN/Inf" if p.nonfinite else f"rel {p.rel:.2g}")
     if p.point == Point.resid_pre.value:
         if p.inputs_rel is None:
@@ -468,7 +471,7 @@ def deep_diff(lm_a: LoadedModel, lm_b: LoadedModel, prompt: Prompt, *,
                       {q.point for q in b.points}}, key=order.index)
     if missing:
         notes.append(DEEP_MISSING(points=", ".join(p.value for p in missing)))
-    parted = parting(blocks, base.tolerance)
+    parted = parting(blocks, base.tolerance, fam.positions is PositionKind.rope)
     deep = DeepDiff(
         family_a=fam.name, family_b=lm_b.parts.family.name, compared=why_not is None,
         layers=chosen, points=tuple(p.value for p in order),

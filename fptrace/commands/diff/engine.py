@@ -24,6 +24,7 @@ from fptrace.commands.diff.deep import RECOMPUTED, compare_block, lens, lens_row
 from fptrace.commands.diff.result import DeepDiff, Emulation, EmulationRung, TraceDiff
 from fptrace.engines import Engine, EnginePass, SideB, default
 from fptrace.errors import BadInput
+from fptrace.families.kinds import PositionKind
 from fptrace.families.parts import dims
 from fptrace.models.loading import LoadedModel
 from fptrace.points import BLOCK, Point
@@ -95,7 +96,7 @@ def engine_diff(lm: LoadedModel, engine: Engine, path: str, prompt: str | Sequen
         points=tuple(p.value for p in order),
         recomputed=tuple(p.value for p in RECOMPUTED if p in order), tolerance=base.tolerance,
         blocks=tuple(blocks), lens=lens_rows(trace_a, lens_a, lens(lm, trace_b)),
-        parted=parting(blocks, base.tolerance), notes=())
+        parted=parting(blocks, base.tolerance, fam.positions is PositionKind.rope), notes=())
     return dataclasses.replace(base, deep=deep_result,
                                within=base.within and deep_result.parted is None)
 
