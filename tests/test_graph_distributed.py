@@ -243,3 +243,39 @@ def test_an_actors_failure_is_one_line():
     with pytest.raises(WorkerFailed, match="RayActorError"):
         ActorGroup._get(raising(exceptions.RayActorError()))
     assert ActorGroup._get(lambda: [1, 2]) == [1, 2]
+
+
+@pytest.mark.parametrize("path", ["ray_map", "ActorGroup"])
+def test_more_gpus_per_worker_than_any_node_has_is_refused(path, monkeypatch):
+    """--gpus-per-worker beyond every live node's GPUs: an actor no node can hold would wait
+    forever, so both paths (batch's and stats' ray_map, graph's ActorGroup) refuse it in one
+    line before asking for one; within what a node has, they ask. The cluster's view is
+    stubbed here (a node of 1 GPU, a dead one of 8); tests/test_ray.py runs a real cluster."""
+    ray = pytest.importorskip("ray")
+    pytest.importorskip("ray.data")  # imported before ray.remote is stubbed: it uses it
+    import fptrace.models.ray_pool as rp
+    from fptrace.errors import BadInput
+
+    monkeypatch.setattr(rp, "connect", lambda address: None)
+    monkeypatch.setattr(ray, "nodes", lambda: [{"Alive": True, "Resources": {"GPU": 1.0}},
+                                               {"Alive": False, "Resources": {"GPU": 8.0}}])
+    def start(gpus):
+        if path == "ray_map":
+            return next(rp.ray_map([{"id": 1}], dict, address="auto", workers=1,
+                                   gpus_per_worker=gpus, load={}, settings={}, rows_per_call=1,
+                                   kept=str))
+        return rp.ActorGroup(address="auto", workers=1, gpus_per_worker=gpus, load={})
+
+    class Asked(Exception):
+        pass
+
+    def remote(*args, **kwargs):  # Ray asked for an actor
+        raise Asked
+
+    monkeypatch.setattr(ray, "remote", remote)
+    monkeypatch.setattr(ray.data, "from_items", lambda rows: (_ for _ in ()).throw(Asked()))
+    with pytest.raises(BadInput, match=r"^--gpus-per-worker 2: no node of the Ray cluster has "
+                                       r"that many GPUs \(the most: 1\)$"):
+        start(2.0)
+    with pytest.raises(Asked):
+        start(1.0)

@@ -92,11 +92,6 @@ class ActorGroup:
         import torch
 
         gpus_per_worker = _gpus(gpus_per_worker)
-        most = max((n["Resources"].get("GPU", 0) for n in ray.nodes() if n.get("Alive")),
-                   default=0)
-        if gpus_per_worker > most:  # an actor that no node can hold would wait forever
-            raise BadInput(f"--gpus-per-worker {gpus_per_worker:g}: no node of the Ray cluster "
-                           f"has that many GPUs (the most: {most:g})")
         actor = ray.remote(StateActor).options(num_gpus=gpus_per_worker, max_restarts=0)
         # Ray's handles: their methods' .remote() is not in its type hints
         self.actors: list = [actor.remote(load, torch.get_num_threads()) for _ in range(workers)]
@@ -147,12 +142,19 @@ class ActorGroup:
 
 
 def _gpus(gpus_per_worker: float | None) -> float:
-    """--gpus-per-worker, or where not given 1 when the connected cluster has GPUs, else 0."""
+    """--gpus-per-worker, or where not given 1 when the connected cluster has GPUs, else 0;
+    refused where no live node of the connected cluster has that many (an actor no node can
+    hold would wait forever: the command would hang)."""
     import ray
 
-    if gpus_per_worker is not None:
-        return gpus_per_worker
-    return 1 if ray.cluster_resources().get("GPU", 0) >= 1 else 0
+    if gpus_per_worker is None:
+        return 1 if ray.cluster_resources().get("GPU", 0) >= 1 else 0
+    most = max((n["Resources"].get("GPU", 0) for n in ray.nodes() if n.get("Alive")),
+               default=0)
+    if gpus_per_worker > most:
+        raise BadInput(f"--gpus-per-worker {gpus_per_worker:g}: no node of the Ray cluster "
+                       f"has that many GPUs (the most: {most:g})")
+    return gpus_per_worker
 
 
 def _first(e: BaseException) -> str:
