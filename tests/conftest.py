@@ -271,10 +271,14 @@ def tiny_gpt2() -> str:
     """A tiny GPT-2 folder with the real GPT-2 tokenizer, made once per test session: the
     stand-in for `--model gpt2 --random-weights` (124M parameters) wherever the size does not
     matter."""
+    import atexit
+    import shutil
     import tempfile
     from pathlib import Path
 
-    folder, _ = make_gpt2_folder(Path(tempfile.mkdtemp(prefix="fptrace-tiny-gpt2-")))
+    made = tempfile.mkdtemp(prefix="fptrace-tiny-gpt2-")
+    atexit.register(shutil.rmtree, made, True)  # removed when the process that made it ends
+    folder, _ = make_gpt2_folder(Path(made))
     return str(folder)
 
 
