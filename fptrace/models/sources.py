@@ -152,7 +152,7 @@ def ensure_hub_weights(hub_id: str, folder: str) -> None:
 # transformers (5.2x, with the `kernels` package it depends on) swaps modules and functions for
 # code fetched from the Hub (RMSNorm, SiLU, RoPE on CUDA) unless told not to: third-party code a
 # user never agreed to run, and not the modules whose outputs fptrace hooks and recomputes
-NO_HUB_KERNELS: dict[str, Any] = {"use_kernels": False}
+NO_HUB_KERNELS: dict[str, bool] = {"use_kernels": False}
 
 
 def from_pretrained(folder: str, safe: bool, trust_remote_code: bool, dtype: Any,
