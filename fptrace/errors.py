@@ -2,11 +2,38 @@
 
 from __future__ import annotations
 
+import re
+from collections.abc import Callable
+
+OPEN, CLOSE = "\ue000", "\ue001"  # private-use characters: no message has them otherwise
+MARKED = re.compile(f"{OPEN}([a-z_][a-z0-9_]*){CLOSE}")
+
+
+def param(name: str) -> str:
+    """A parameter named in an error's message by its Python name (`vector`): the Python API's
+    caller reads `vector`, the CLI's user reads the flag the command declares for it
+    (`--vector`). See `FptraceError.message`."""
+    return f"{OPEN}{name}{CLOSE}"
+
+
+def spelled(text: str, spell: Callable[[str], str]) -> str:
+    """`text` with each name marked by `param` spelled by `spell`."""
+    return MARKED.sub(lambda m: spell(m.group(1)), text)
+
 
 class FptraceError(Exception):
-    """Base class: the message is shown to the user as it is, on one line."""
+    """Base class: the message is shown to the user as it is, on one line. A parameter that
+    it names through `param` reads as its Python name in `str(e)`; the CLI spells it as a
+    flag through `message`."""
 
     exit_code = 2
+
+    def message(self, spell: Callable[[str], str]) -> str:
+        """The message with each parameter named through `param` spelled by `spell`."""
+        return spelled(super().__str__(), spell)
+
+    def __str__(self) -> str:
+        return self.message(as_parameter)
 
 
 class ModelNotFound(FptraceError):
