@@ -22,7 +22,7 @@ import os
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 
-from fptrace.errors import BadInput, FptraceError
+from fptrace.errors import BadInput, FptraceError, param
 from fptrace.numbers import check_finite, is_int
 
 if TYPE_CHECKING:
@@ -95,7 +95,8 @@ class ActorGroup:
         most = max((n["Resources"].get("GPU", 0) for n in ray.nodes() if n.get("Alive")),
                    default=0)
         if gpus_per_worker > most:  # an actor that no node can hold would wait forever
-            raise BadInput(f"--gpus-per-worker {gpus_per_worker:g}: no node of the Ray cluster "
+            raise BadInput(f"{param('gpus_per_worker')} {gpus_per_worker:g}: no node of the Ray "
+                           f"cluster "
                            f"has that many GPUs (the most: {most:g})")
         actor = ray.remote(StateActor).options(num_gpus=gpus_per_worker, max_restarts=0)
         # Ray's handles: their methods' .remote() is not in its type hints
@@ -164,7 +165,8 @@ def _first(e: BaseException) -> str:
 def check_workers(workers: int, gpus_per_worker: float | None) -> None:
     """--workers at least 1, --gpus-per-worker (where given) a finite number, 0 or more."""
     if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
-        raise BadInput(f"--workers {workers!r}: must be at least 1 (actors, each loading the "
+        raise BadInput(f"{param('workers')} {workers!r}: must be at least 1 (actors, each loading "
+                       f"the "
                        "model once)")
     if gpus_per_worker is not None:
         check_finite(float(gpus_per_worker), "--gpus-per-worker", low=0.0)
@@ -176,14 +178,15 @@ def check_address(address: str) -> None:
     import importlib.util
 
     if importlib.util.find_spec("ray") is None:
-        raise BadInput("--ray needs Ray: pip install \"fptrace[ray]\"")
+        raise BadInput(f"{param('ray')} needs Ray: pip install \"fptrace[ray]\"")
     if not address.strip():
-        raise BadInput("--ray '': give auto or the cluster's address (HOST:PORT)")
+        raise BadInput(f"{param('ray')} '': give auto or the cluster's address (HOST:PORT)")
     if address != "auto":
         try:
             _reachable(address)
         except ConnectionError as e:
-            raise BadInput(f"--ray {address}: cannot reach the Ray cluster ({e})") from None
+            raise BadInput(f"{param('ray')} {address}: cannot reach the Ray cluster "
+                           f"({e})") from None
 
 
 def connect(address: str) -> Any:
@@ -192,7 +195,7 @@ def connect(address: str) -> Any:
     try:
         import ray
     except ImportError:
-        raise BadInput("--ray needs Ray: pip install \"fptrace[ray]\"") from None
+        raise BadInput(f"{param('ray')} needs Ray: pip install \"fptrace[ray]\"") from None
     import logging
 
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
@@ -213,7 +216,8 @@ def connect(address: str) -> Any:
             init(address=address)
     except (ConnectionError, RuntimeError, ValueError) as e:
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        raise BadInput(f"--ray {address}: cannot reach the Ray cluster ({first[:200]})") from None
+        raise BadInput(f"{param('ray')} {address}: cannot reach the Ray cluster "
+                       f"({first[:200]})") from None
     return ray
 
 
