@@ -35,6 +35,11 @@ class FptraceError(Exception):
     def __str__(self) -> str:
         return self.message(as_parameter)
 
+    def __format__(self, spec: str) -> str:
+        """`f"{where}: {e}"` keeps the marks, so an error that wraps another's message still
+        names its parameters through `param`; `str(e)` (or `{e!s}`) reads them as names."""
+        return format(super().__str__(), spec)
+
 
 class ModelNotFound(FptraceError):
     """A --model that names nothing fptrace can load."""

@@ -90,3 +90,10 @@ def test_the_declared_flag_and_the_fallback():
     assert r.exit_code == 2
     assert "fptrace: error: --top-tokens 3: with --raw; see --max-memory" in r.output
     assert flag("max_memory") == "--max-memory"  # outside any command
+
+
+def test_a_wrapped_message_keeps_its_marks():
+    inner = BadInput(f"{param('max_memory')} 3: no")
+    outer = BadInput(f"prompts.jsonl line 2: {inner}")
+    assert str(outer) == "prompts.jsonl line 2: max_memory 3: no"
+    assert outer.message(flag) == "prompts.jsonl line 2: --max-memory 3: no"
