@@ -54,7 +54,8 @@ def test_no_raise_outside_the_cli_names_a_flag():
 def test_param_reads_as_the_python_name_and_spells_as_asked():
     e = BadInput(f"{param('save_vector')} x: no; try {param('dtype')} bfloat16")
     assert str(e) == "save_vector x: no; try dtype bfloat16"
-    assert e.message(lambda n: "--" + n.replace("_", "-")) == "--save-vector x: no; try --dtype bfloat16"
+    dashed = e.message(lambda n: "--" + n.replace("_", "-"))
+    assert dashed == "--save-vector x: no; try --dtype bfloat16"
     assert str(BadInput("plain -- text")) == "plain -- text"
 
 
