@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 OPEN, CLOSE = "\ue000", "\ue001"  # private-use characters: no message has them otherwise
 MARKED = re.compile(f"{OPEN}([a-z_][a-z0-9_]*){CLOSE}")
@@ -21,10 +22,26 @@ def spelled(text: str, spell: Callable[[str], str]) -> str:
     return MARKED.sub(lambda m: spell(m.group(1)), text)
 
 
+# how str(e) spells a marked parameter: the innermost `spelling` in force (a command of the
+# CLI running: its flags), else as the Python API's caller named it
+SPELLINGS: list[Callable[[str], str]] = []
+
+
+@contextlib.contextmanager
+def spelling(spell: Callable[[str], str]) -> Iterator[None]:
+    """While it holds, str(e) (and so f"{e}", an error wrapping another's text, a batch
+    record's error) spells each parameter an error names through `param` with `spell`."""
+    SPELLINGS.append(spell)
+    try:
+        yield
+    finally:
+        SPELLINGS.pop()
+
+
 class FptraceError(Exception):
     """Base class: the message is shown to the user as it is, on one line. A parameter that
-    it names through `param` reads as its Python name in `str(e)`; the CLI spells it as a
-    flag through `message`."""
+    it names through `param` reads in `str(e)` as its Python name, or, while a command of the
+    CLI runs (`spelling`), as that command's flag; `message` spells it as asked."""
 
     exit_code = 2
 
@@ -33,12 +50,7 @@ class FptraceError(Exception):
         return spelled(super().__str__(), spell)
 
     def __str__(self) -> str:
-        return self.message(as_parameter)
-
-    def __format__(self, spec: str) -> str:
-        """`f"{where}: {e}"` keeps the marks, so an error that wraps another's message still
-        names its parameters through `param`; `str(e)` (or `{e!s}`) reads them as names."""
-        return format(super().__str__(), spec)
+        return self.message(SPELLINGS[-1] if SPELLINGS else as_parameter)
 
 
 class ModelNotFound(FptraceError):

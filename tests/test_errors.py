@@ -93,8 +93,18 @@ def test_the_declared_flag_and_the_fallback():
     assert flag("max_memory") == "--max-memory"  # outside any command
 
 
-def test_a_wrapped_message_keeps_its_marks():
+def test_a_wrapped_message_and_a_record_spell_as_the_command_does():
+    """While a command runs (`spelling`, which `guarded` holds), str(e) itself spells flags:
+    an error wrapping another's text and a batch record's error read as the command's, with
+    no mark left in them; outside one, the Python names."""
+    from fptrace.errors import spelling
+
     inner = BadInput(f"{param('max_memory')} 3: no")
-    outer = BadInput(f"prompts.jsonl line 2: {inner}")
-    assert str(outer) == "prompts.jsonl line 2: max_memory 3: no"
-    assert outer.message(flag) == "prompts.jsonl line 2: --max-memory 3: no"
+    assert str(BadInput(f"prompts.jsonl line 2: {inner}")) == \
+        "prompts.jsonl line 2: max_memory 3: no"
+    with spelling(flag):
+        outer = BadInput(f"prompts.jsonl line 2: {inner}")
+        record = {"error": str(inner)}
+    assert str(outer) == "prompts.jsonl line 2: --max-memory 3: no"
+    assert record == {"error": "--max-memory 3: no"}
+    assert str(inner) == "max_memory 3: no"  # the spelling ends with the command

@@ -23,7 +23,7 @@ from fptrace.cli.options import (
     model_options,
     output_options,
 )
-from fptrace.errors import BadInput, FptraceError, as_flag, spelled
+from fptrace.errors import BadInput, FptraceError, as_flag, spelled, spelling
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -200,6 +200,10 @@ def guarded(fn: Callable[..., Any]) -> Callable[..., Any]:
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
+        with spelling(flag):  # the errors' parameters as this command's flags
+            return call(*args, **kwargs)
+
+    def call(*args: Any, **kwargs: Any) -> Any:
         try:
             return fn(*args, **kwargs)
         except typer.Exit:

@@ -82,7 +82,7 @@ def parse_max_memory(text: str | None) -> dict | None:
                            "GiB, ...)")
         device: int | str = key
         if is_int(key) or DIGITS.fullmatch(key):  # a GPU number, in ASCII or refused by name
-            device = parse_int(key, "--max-memory: the GPU number", low=0)
+            device = parse_int(key, f"{param('max_memory')}: the GPU number", low=0)
         elif key not in ("cpu", "mps", "disk"):
             raise BadInput(f"{param('max_memory')}: unknown device {key!r}; use GPU numbers (0, "
                            f"1, ...), "

@@ -121,7 +121,7 @@ class FptraceApp(App):
         try:
             lm = self.load_options.load()
         except FptraceError as e:
-            self.call_from_thread(self.status, f"cannot load the model: {e!s}")
+            self.call_from_thread(self.status, f"cannot load the model: {e}")
             return
         except Exception as e:  # noqa: BLE001  (a bug or a broken file: said, not a crash)
             self.call_from_thread(self.status, f"cannot load the model: {type(e).__name__}: {e}")
