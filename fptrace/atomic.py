@@ -14,7 +14,7 @@ def check_target(path: str, what: str, example: str, force: bool = False) -> Non
     or the user said --force. Every output option (--plot, --save-vector, --save-scales, the
     --out of report and stats) goes through here; batch's --out, appended to rather than
     replaced, applies the same rule to its records (commands/batch/core.py)."""
-    from fptrace.errors import BadInput
+    from fptrace.errors import BadInput, param
 
     folder = os.path.dirname(os.path.abspath(path))
     if not os.path.isdir(folder):
@@ -27,7 +27,7 @@ def check_target(path: str, what: str, example: str, force: bool = False) -> Non
         raise BadInput(f"{what} {path} exists and is not a regular file")
     if os.path.exists(path) and not force and not written_by_us(path):
         raise BadInput(f"{what} {path} exists and is not a file fptrace wrote; refusing to "
-                       "replace it: choose another path, or pass --force to replace it")
+                       f"replace it: choose another path, or pass {param('force')} to replace it")
 
 
 MARK = "fptrace"  # how fptrace signs the files it writes, where their format has room for it

@@ -2,11 +2,55 @@
 
 from __future__ import annotations
 
+import contextlib
+import re
+from collections.abc import Callable, Iterator
+
+OPEN, CLOSE = "\ue000", "\ue001"  # private-use characters: no message has them otherwise
+MARKED = re.compile(f"{OPEN}([a-z_][a-z0-9_]*){CLOSE}")
+
+
+def param(name: str) -> str:
+    """A parameter named in an error's message by its Python name (`vector`): the Python API's
+    caller reads `vector`, the CLI's user reads the flag the command declares for it
+    (`--vector`). See `FptraceError.message`."""
+    return f"{OPEN}{name}{CLOSE}"
+
+
+def spelled(text: str, spell: Callable[[str], str]) -> str:
+    """`text` with each name marked by `param` spelled by `spell`."""
+    return MARKED.sub(lambda m: spell(m.group(1)), text)
+
+
+# how str(e) spells a marked parameter: the innermost `spelling` in force (a command of the
+# CLI running: its flags), else as the Python API's caller named it
+SPELLINGS: list[Callable[[str], str]] = []
+
+
+@contextlib.contextmanager
+def spelling(spell: Callable[[str], str]) -> Iterator[None]:
+    """While it holds, str(e) (and so f"{e}", an error wrapping another's text, a batch
+    record's error) spells each parameter an error names through `param` with `spell`."""
+    SPELLINGS.append(spell)
+    try:
+        yield
+    finally:
+        SPELLINGS.pop()
+
 
 class FptraceError(Exception):
-    """Base class: the message is shown to the user as it is, on one line."""
+    """Base class: the message is shown to the user as it is, on one line. A parameter that
+    it names through `param` reads in `str(e)` as its Python name, or, while a command of the
+    CLI runs (`spelling`), as that command's flag; `message` spells it as asked."""
 
     exit_code = 2
+
+    def message(self, spell: Callable[[str], str]) -> str:
+        """The message with each parameter named through `param` spelled by `spell`."""
+        return spelled(super().__str__(), spell)
+
+    def __str__(self) -> str:
+        return self.message(SPELLINGS[-1] if SPELLINGS else as_parameter)
 
 
 class ModelNotFound(FptraceError):

@@ -274,7 +274,7 @@ def test_more_gpus_per_worker_than_any_node_has_is_refused(path, monkeypatch):
 
     monkeypatch.setattr(ray, "remote", remote)
     monkeypatch.setattr(ray.data, "from_items", lambda rows: (_ for _ in ()).throw(Asked()))
-    with pytest.raises(BadInput, match=r"^--gpus-per-worker 2: no node of the Ray cluster has "
+    with pytest.raises(BadInput, match=r"^gpus_per_worker 2: no node of the Ray cluster has "
                                        r"that many GPUs \(the most: 1\)$"):
         start(2.0)
     with pytest.raises(Asked):

@@ -23,7 +23,7 @@ from fptrace.cli.options import (
     model_options,
     output_options,
 )
-from fptrace.errors import BadInput, FptraceError
+from fptrace.errors import BadInput, FptraceError, as_flag, spelled, spelling
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -164,7 +164,7 @@ def fail(message: str, code: int = 2) -> None:
     """One line on stderr, then exit non-zero."""
     from fptrace import interrupt
 
-    line = " ".join(str(message).split())
+    line = " ".join(spelled(str(message), flag).split())
     if code == interrupt.EXIT:
         interrupt.said()
         line = interrupt.with_reason(line)
@@ -172,11 +172,38 @@ def fail(message: str, code: int = 2) -> None:
     raise typer.Exit(code)
 
 
+def flag(name: str) -> str:
+    """How the running command spells a parameter that an error names through `param`: the
+    longest `--option` it declares for that name, else `--` + the name with `_` -> `-`."""
+    ctx = click_context()
+    command = ctx.command if ctx is not None else None
+    for p in getattr(command, "params", ()):
+        if p.name == name:
+            longs = [o for o in p.opts if o.startswith("--")]  # not its --no-x
+            if longs:
+                return max(longs, key=len)
+    return as_flag(name)
+
+
+def click_context() -> Any:
+    """The running command's click context, whether typer vendors click or uses it."""
+    import importlib
+
+    base = next(c for c in typer.Context.__mro__ if c.__name__ == "Context"
+                and c.__module__.endswith(".core") and c is not typer.Context)
+    package = base.__module__.rsplit(".", 1)[0]  # click, or typer's vendored copy of it
+    return importlib.import_module(f"{package}.globals").get_current_context(silent=True)
+
+
 def guarded(fn: Callable[..., Any]) -> Callable[..., Any]:
     """Turn every error into one line on stderr and a non-zero exit code: never a traceback."""
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
+        with spelling(flag):  # the errors' parameters as this command's flags
+            return call(*args, **kwargs)
+
+    def call(*args: Any, **kwargs: Any) -> Any:
         try:
             return fn(*args, **kwargs)
         except typer.Exit:
@@ -186,7 +213,7 @@ def guarded(fn: Callable[..., Any]) -> Callable[..., Any]:
 
             if seen() and e.exit_code != 130:  # an error that the interrupt caused
                 fail("interrupted", 130)
-            fail(str(e), e.exit_code)
+            fail(e.message(flag), e.exit_code)
         except KeyboardInterrupt:
             fail("interrupted", 130)
         except Exception as e:  # a bug of ours: still one line, the traceback on request

@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from fptrace.core.channel_stats import ChannelStats
-from fptrace.errors import BadInput
+from fptrace.errors import BadInput, param
 from fptrace.jsontext import loads
 from fptrace.results import SCHEMA_VERSION, result
 
@@ -328,7 +328,8 @@ class ActivationStats:
         a, b = names
         if self.sinks != other.sinks:  # (without sinks no heads are tallied: not another model)
             w, wo = (a, b) if self.sinks else (b, a)
-            raise BadInput(f"{w} was counted with attention sinks, {wo} without (--no-sinks): "
+            raise BadInput(f"{w} was counted with attention sinks, {wo} without "
+                           f"({param('no_sinks')}): "
                            "statistics merge only when counted alike")
         if self.n_layers != other.n_layers or (self.sinks and self.n_heads != other.n_heads):
             raise BadInput(f"{a} has {self.n_layers} layers of {self.n_heads} heads, {b} "
@@ -541,11 +542,11 @@ def read_document(path: str) -> dict:
         raise BadInput(f"cannot read {path}: {e.strerror}") from None
     except (UnicodeDecodeError, json.JSONDecodeError) as e:
         raise BadInput(f"{path} is not JSON ({type(e).__name__}: {str(e)[:80]}); a statistics "
-                       "file is what `fptrace stats --out` writes") from None
+                       f"file is what `fptrace stats {param('out')}` writes") from None
     if not isinstance(doc, dict) or doc.get("kind") != "stats":
         kind = doc.get("kind") if isinstance(doc, dict) else None
         raise BadInput(f"{path} is not an fptrace statistics file (kind {kind!r}, not 'stats'); "
-                       "it is what `fptrace stats --out` writes")
+                       f"it is what `fptrace stats {param('out')}` writes")
     theirs = _version(doc.get("schema_version"))
     major, minor = SCHEMA_VERSION.split(".")
     ours = int(major), int(minor)

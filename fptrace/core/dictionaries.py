@@ -42,7 +42,7 @@ from typing import TYPE_CHECKING, Any
 
 from fptrace.addresses import Site
 from fptrace.core.dictionary_sites import MLP_IN, dictionary_site, hook_name, same_tensor
-from fptrace.errors import BadInput
+from fptrace.errors import BadInput, param
 from fptrace.jsontext import loads
 from fptrace.numbers import parse_int
 from fptrace.points import Point
@@ -164,7 +164,7 @@ def read_dictionary(path: str, *, site: str | None = None, what: str = "--sae") 
     if site is not None:
         given = dictionary_site(site, "--site")
         if not same_tensor(given, d.site):
-            raise BadInput(f"--site {site}: the dictionary in {path!r} was trained on "
+            raise BadInput(f"{param('site')} {site}: the dictionary in {path!r} was trained on "
                            f"{hook_name(d.site)} (its "
                            f"{'config' if d.format != 'gemmascope' else 'files'} say so); "
                            "reading it elsewhere would give a wrong readout")
@@ -192,10 +192,12 @@ def check_role(d: Dictionary, expected: str, option: str = "--sae") -> None:
         if d.role == "transcoder":
             raise BadInput(f"{option} {d.path!r} is a transcoder ({hook_name(d.site)} → "
                            f"{hook_name(d.out_site)}: it maps the MLP's input to its output), "
-                           "not an SAE of the stream" + ("; give it with --transcoder" if features
+                           "not an SAE of the stream" + (f"; give it with "
+                                                         f"{param('transcoder')}" if features
                                                   else ""))
         raise BadInput(f"{option} {d.path!r} is an SAE of {hook_name(d.site)}, not a transcoder" +
-                       ("; give it with --sae" if features else " (it reconstructs what it "
+                       (f"; give it with "
+                        f"{param('sae')}" if features else " (it reconstructs what it "
                         "reads instead of mapping the MLP's input to its output)"))
 
 
@@ -225,7 +227,8 @@ def latent_block(d: Dictionary, latent: int, option: str = "--latent") -> tuple[
     s = d.out_site
     if d.role != "sae" or s.point not in (Point.resid_pre, Point.resid_post) or \
             (s.point is Point.resid_pre and s.layer == 0):
-        raise BadInput(f"{option} with --sae {d.path!r}: its latents write to {hook_name(s)}, "
+        raise BadInput(f"{option} with {param('sae')} {d.path!r}: its latents write to "
+                       f"{hook_name(s)}, "
                        "which is not the output of a block (an SAE of the stream after a block "
                        "is needed)")
     block = s.layer if s.point is Point.resid_post else s.layer - 1
@@ -499,7 +502,7 @@ def _gemmascope_place(folder: str, site: str | None, what: str) -> tuple[str, Si
         if site is None:
             raise BadInput(f"{what} {folder!r}: Gemma Scope weights whose folder does not say "
                            "where they were trained (no config.json, no layer_N in the path); "
-                           "give --site, e.g. blocks.12.hook_resid_post")
+                           f"give {param('site')}, e.g. blocks.12.hook_resid_post")
         s = dictionary_site(site, "--site")
         return "sae", s, s
     m = _LAYER.match(parts[at[-1]])
@@ -515,7 +518,7 @@ def _gemmascope_place(folder: str, site: str | None, what: str) -> tuple[str, Si
     else:
         if site is None:
             raise BadInput(f"{what} {folder!r}: the path names a layer but not what was read "
-                           "(res, mlp, transcoder); give --site")
+                           f"(res, mlp, transcoder); give {param('site')}")
         s = dictionary_site(site, "--site")
     return "sae", s, s
 

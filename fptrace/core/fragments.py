@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from fptrace.errors import BadInput
+from fptrace.errors import BadInput, param
 from fptrace.numbers import DIGITS, is_int, parse_int
 
 if TYPE_CHECKING:
@@ -100,5 +100,5 @@ def subject_positions(lm: LoadedModel, prompt: Prompt, subject: str, occurrence:
         chosen = found[0]
     if not chosen:
         raise BadInput(f"{what} {subject!r}: no token of the prompt covers it (dropped by "
-                       "--truncate?)")
+                       f"{param('truncate')}?)")
     return chosen

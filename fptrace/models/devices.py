@@ -10,7 +10,7 @@ import tempfile
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from fptrace.errors import BadInput
+from fptrace.errors import BadInput, param
 from fptrace.numbers import DIGITS, is_int, parse_float, parse_int
 
 if TYPE_CHECKING:
@@ -76,14 +76,16 @@ def parse_max_memory(text: str | None) -> dict | None:
         key, sep, value = part.partition("=")
         key, value = key.strip().lower(), value.strip()
         if not sep or not key or not _MEM.match(value):
-            raise BadInput(f"--max-memory {text!r}: expected DEVICE=SIZE pairs separated by commas, "
+            raise BadInput(f"{param('max_memory')} {text!r}: expected DEVICE=SIZE pairs separated "
+                           f"by commas, "
                            "e.g. 0=70GiB,1=70GiB,cpu=200GiB (sizes in B, KB, MB, GB, KiB, MiB, "
                            "GiB, ...)")
         device: int | str = key
         if is_int(key) or DIGITS.fullmatch(key):  # a GPU number, in ASCII or refused by name
-            device = parse_int(key, "--max-memory: the GPU number", low=0)
+            device = parse_int(key, f"{param('max_memory')}: the GPU number", low=0)
         elif key not in ("cpu", "mps", "disk"):
-            raise BadInput(f"--max-memory: unknown device {key!r}; use GPU numbers (0, 1, ...), "
+            raise BadInput(f"{param('max_memory')}: unknown device {key!r}; use GPU numbers (0, "
+                           f"1, ...), "
                            "cpu or mps")
         size = _MEM.match(value)
         out[device] = int(float(value)) if size is not None and size.group(2) is None \
@@ -110,12 +112,15 @@ def pick_device(device: str) -> torch.device:
         raise BadInput(f"unknown device {device!r}; use auto, cpu, cuda, cuda:N or mps") from None
     if dev.type == "cuda":
         if not torch.cuda.is_available():
-            raise BadInput(f"--device {device}: no CUDA GPU is visible here; use --device cpu")
+            raise BadInput(f"{param('device')} {device}: no CUDA GPU is visible here; use "
+                           f"{param('device')} cpu")
         if dev.index is not None and dev.index >= torch.cuda.device_count():
-            raise BadInput(f"--device {device}: only {torch.cuda.device_count()} CUDA device(s)")
+            raise BadInput(f"{param('device')} {device}: only {torch.cuda.device_count()} CUDA "
+                           f"device(s)")
     elif dev.type == "mps":
         if not (getattr(torch.backends, "mps", None) and torch.backends.mps.is_available()):
-            raise BadInput("--device mps: no Apple GPU is available here; use --device cpu")
+            raise BadInput(f"{param('device')} mps: no Apple GPU is available here; use "
+                           f"{param('device')} cpu")
     elif dev.type != "cpu":
         raise BadInput(f"unknown device {device!r}; use auto, cpu, cuda, cuda:N or mps")
     return dev
@@ -139,10 +144,12 @@ def placed_options(device_map: str | None, max_memory: str | None, offload_folde
     """from_pretrained arguments for Accelerate's big-model inference, or None."""
     if device_map is None:
         if max_memory or offload_folder:
-            raise BadInput("--max-memory and --offload-folder go with --device-map auto")
+            raise BadInput(f"{param('max_memory')} and {param('offload_folder')} go with "
+                           f"{param('device_map')} auto")
         return None
     if device_map not in ("auto", "balanced", "balanced_low_0", "sequential"):
-        raise BadInput(f"--device-map {device_map!r}: use auto (or balanced, balanced_low_0, "
+        raise BadInput(f"{param('device_map')} {device_map!r}: use auto (or balanced, "
+                       f"balanced_low_0, "
                        "sequential)")
     if offload_folder is None:
         offload_folder = tempfile.mkdtemp(prefix="fptrace-offload-")
@@ -153,7 +160,7 @@ def placed_options(device_map: str | None, max_memory: str | None, offload_folde
         try:
             os.makedirs(offload_folder, exist_ok=True)
         except OSError as e:
-            raise BadInput(f"--offload-folder {offload_folder}: {e.strerror}") from None
+            raise BadInput(f"{param('offload_folder')} {offload_folder}: {e.strerror}") from None
     return {"device_map": device_map, "max_memory": parse_max_memory(max_memory),
             "offload_folder": offload_folder}
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING, Any
 
-from fptrace.errors import BadInput
+from fptrace.errors import BadInput, param
 
 if TYPE_CHECKING:
     from transformers import PretrainedConfig
@@ -46,7 +46,8 @@ def check_fits(needed: int, device: Any, what: str) -> None:
     if free is not None and needed > 0.9 * free:
         raise BadInput(
             f"{what} need {human_bytes(needed)} on {device} but only {human_bytes(free)} is free; "
-            "try --dtype bfloat16, --device-map auto (spreads blocks over GPUs, CPU and disk), "
+            f"try {param('dtype')} bfloat16, {param('device_map')} auto (spreads blocks over "
+            f"GPUs, CPU and disk), "
             "a smaller model, or `fptrace shapes` (no weights needed)")
 
 

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from fptrace.errors import BadInput, PromptTooLong
+from fptrace.errors import BadInput, PromptTooLong, param
 from fptrace.jsontext import loads
 
 ROLES = ("system", "user", "assistant", "tool")
@@ -111,17 +111,17 @@ def read_messages(path: str) -> Chat:
     p = Path(path)
     if not p.is_file():
         raise BadInput(f"no such file: {path}" if not p.exists() else
-                       f"--messages {path} is not a file")
+                       f"{param('messages')} {path} is not a file")
     from fptrace.userfiles import read_text
 
     try:
         text = read_text(p, "utf-8-sig", "--messages")
     except UnicodeDecodeError as e:
-        raise BadInput(f"--messages {path}: not UTF-8 text (byte {e.start})") from None
+        raise BadInput(f"{param('messages')} {path}: not UTF-8 text (byte {e.start})") from None
     try:
         data = loads(text)
     except json.JSONDecodeError as e:
-        raise BadInput(f"--messages {path}, line {e.lineno}: not JSON ({e.msg})") from None
+        raise BadInput(f"{param('messages')} {path}, line {e.lineno}: not JSON ({e.msg})") from None
     lines = _item_lines(text) if isinstance(data, list) else []
     return parse_messages(data, f"--messages {path}", lines)
 
@@ -217,18 +217,19 @@ def read_ids(path: str) -> tuple[int, ...]:
     p = Path(path)
     if not p.is_file():
         raise BadInput(f"no such file: {path}" if not p.exists() else
-                       f"--ids-file {path} is not a file")
+                       f"{param('ids_file')} {path} is not a file")
     if p.stat().st_size > 64 * MAX_IDS:
-        raise BadInput(f"--ids-file {path}: {p.stat().st_size:,} bytes is more than "
+        raise BadInput(f"{param('ids_file')} {path}: {p.stat().st_size:,} bytes is more than "
                        f"{MAX_IDS:,} token ids could need")
     try:
         text = p.read_text(encoding="utf-8-sig")
     except UnicodeDecodeError as e:
-        raise BadInput(f"--ids-file {path}: not UTF-8 text (byte {e.start})") from None
+        raise BadInput(f"{param('ids_file')} {path}: not UTF-8 text (byte {e.start})") from None
     if text.lstrip().startswith(("[", "{")):
         try:
             data = loads(text)
         except json.JSONDecodeError as e:
-            raise BadInput(f"--ids-file {path}, line {e.lineno}: not JSON ({e.msg})") from None
+            raise BadInput(f"{param('ids_file')} {path}, line {e.lineno}: not JSON "
+                           f"({e.msg})") from None
         return check_ids(data, f"--ids-file {path}")
     return parse_ids(text, f"--ids-file {path}")

@@ -16,7 +16,7 @@ import logging
 import sys
 from typing import Any
 
-from fptrace.errors import BadInput
+from fptrace.errors import BadInput, param
 
 QUANTIZATIONS = ("int8", "int4")
 INT4_GROUP = 32
@@ -82,14 +82,15 @@ def check_quantization(kind: str, device: Any, config: Any = None, *,
         raise BadInput(f"quantization {kind!r}: choose int8 or int4 (torchao weight-only)")
     if random_weights:
         raise BadInput(f"{kind} quantization applies to weights loaded from a checkpoint; random "
-                       "weights are built in memory (drop --random-weights or the quantization)")
+                       f"weights are built in memory (drop {param('random_weights')} or the "
+                       f"quantization)")
     if ranks > 1:
         raise BadInput(f"{kind} quantization and tensor parallelism do not go together here; "
                        "quantize in one process")
     dev = getattr(device, "type", str(device))
     if dev not in ("cpu", "cuda"):
         raise BadInput(f"torchao's weight-only {kind} runs on CPU and CUDA, not on {dev}; pass "
-                       "--device cpu")
+                       f"{param('device')} cpu")
     if kind == "int4" and config is not None:
         from fptrace.families.parts import dims
 

@@ -22,7 +22,7 @@ import os
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 
-from fptrace.errors import BadInput, FptraceError
+from fptrace.errors import BadInput, FptraceError, param
 from fptrace.numbers import check_finite, is_int
 
 if TYPE_CHECKING:
@@ -152,8 +152,8 @@ def _gpus(gpus_per_worker: float | None) -> float:
     most = max((n["Resources"].get("GPU", 0) for n in ray.nodes() if n.get("Alive")),
                default=0)
     if gpus_per_worker > most:
-        raise BadInput(f"--gpus-per-worker {gpus_per_worker:g}: no node of the Ray cluster "
-                       f"has that many GPUs (the most: {most:g})")
+        raise BadInput(f"{param('gpus_per_worker')} {gpus_per_worker:g}: no node of the Ray "
+                       f"cluster has that many GPUs (the most: {most:g})")
     return gpus_per_worker
 
 
@@ -166,10 +166,11 @@ def _first(e: BaseException) -> str:
 def check_workers(workers: int, gpus_per_worker: float | None) -> None:
     """--workers at least 1, --gpus-per-worker (where given) a finite number, 0 or more."""
     if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
-        raise BadInput(f"--workers {workers!r}: must be at least 1 (actors, each loading the "
+        raise BadInput(f"{param('workers')} {workers!r}: must be at least 1 (actors, each loading "
+                       f"the "
                        "model once)")
     if gpus_per_worker is not None:
-        check_finite(float(gpus_per_worker), "--gpus-per-worker", low=0.0)
+        check_finite(float(gpus_per_worker), param("gpus_per_worker"), low=0.0)
 
 
 def check_address(address: str) -> None:
@@ -178,14 +179,15 @@ def check_address(address: str) -> None:
     import importlib.util
 
     if importlib.util.find_spec("ray") is None:
-        raise BadInput("--ray needs Ray: pip install \"fptrace[ray]\"")
+        raise BadInput(f"{param('ray')} needs Ray: pip install \"fptrace[ray]\"")
     if not address.strip():
-        raise BadInput("--ray '': give auto or the cluster's address (HOST:PORT)")
+        raise BadInput(f"{param('ray')} '': give auto or the cluster's address (HOST:PORT)")
     if address != "auto":
         try:
             _reachable(address)
         except ConnectionError as e:
-            raise BadInput(f"--ray {address}: cannot reach the Ray cluster ({e})") from None
+            raise BadInput(f"{param('ray')} {address}: cannot reach the Ray cluster "
+                           f"({e})") from None
 
 
 def connect(address: str) -> Any:
@@ -194,7 +196,7 @@ def connect(address: str) -> Any:
     try:
         import ray
     except ImportError:
-        raise BadInput("--ray needs Ray: pip install \"fptrace[ray]\"") from None
+        raise BadInput(f"{param('ray')} needs Ray: pip install \"fptrace[ray]\"") from None
     import logging
 
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
@@ -215,7 +217,8 @@ def connect(address: str) -> Any:
             init(address=address)
     except (ConnectionError, RuntimeError, ValueError) as e:
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        raise BadInput(f"--ray {address}: cannot reach the Ray cluster ({first[:200]})") from None
+        raise BadInput(f"{param('ray')} {address}: cannot reach the Ray cluster "
+                       f"({first[:200]})") from None
     return ray
 
 

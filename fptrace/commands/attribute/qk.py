@@ -13,7 +13,7 @@ from fptrace.commands.attribute.notes import QK_KEY_DEFAULTED, QK_SOFTCAP
 from fptrace.commands.attribute.result import Attribution, QKAttribution
 from fptrace.core.qk import split_score
 from fptrace.core.trace import base_notes, model_info, sizes
-from fptrace.errors import BadInput, UnsupportedModel
+from fptrace.errors import BadInput, UnsupportedModel, param
 from fptrace.models.loading import LoadedModel
 from fptrace.models.prompts import Prompt
 
@@ -35,13 +35,15 @@ def qk_request(qk: Head | None, query: object, key: object, group: str,
     model loads."""
     if qk is None:
         if query is not None or key is not None or group != "term":
-            raise BadInput("--query, --key and --group go with --qk LAYER.HEAD")
+            raise BadInput(f"{param('query')}, {param('key')} and {param('group')} go with "
+                           f"{param('qk')} LAYER.HEAD")
         return None
     if target is not None or versus is not None:
-        raise BadInput("--qk splits an attention score; --target and --versus choose a logit "
+        raise BadInput(f"{param('qk')} splits an attention score; {param('target')} and "
+                       f"{param('versus')} choose a logit "
                        "to attribute: use one or the other")
     if group not in GROUPS:
-        raise BadInput(f"--group must be one of {', '.join(GROUPS)} (got {group!r})")
+        raise BadInput(f"{param('group')} must be one of {', '.join(GROUPS)} (got {group!r})")
     return None
 
 
@@ -54,17 +56,19 @@ def attribute_qk(lm: LoadedModel, prompt: Prompt, head: Head, *,
     score."""
     fam = lm.parts.family
     if fam.qk_weights is None:
-        raise UnsupportedModel(f"attribute --qk needs the {fam.name} family's record of where "
+        raise UnsupportedModel(f"attribute {param('qk')} needs the {fam.name} family's record of "
+                               f"where "
                                "the norm before attention and W_Q, W_K are; it has none")
     if lm.tensor_parallel > 1:
-        raise UnsupportedModel("attribute --qk does not run on tensor-parallel ranks yet; "
-                               "load the model on one device (or with --device-map)")
+        raise UnsupportedModel(f"attribute {param('qk')} does not run on tensor-parallel ranks "
+                               f"yet; "
+                               f"load the model on one device (or with {param('device_map')})")
     info = model_info(lm)
     chosen = resolve_head(head, sizes(lm), "head")
     if top < 1:
-        raise BadInput("--top must be at least 1")
+        raise BadInput(f"{param('top')} must be at least 1")
     if group not in GROUPS:
-        raise BadInput(f"--group must be one of {', '.join(GROUPS)} (got {group!r})")
+        raise BadInput(f"{param('group')} must be one of {', '.join(GROUPS)} (got {group!r})")
     prepared = lm.prepare(prompt)
     ids = list(prepared.ids)
     T = len(ids)

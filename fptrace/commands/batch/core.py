@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from fptrace.core.inputs import PromptItem, numbered_lines, read_inputs
 from fptrace.core.prompt_groups import Encoded, Failure, Summary, run_groups, sigterm_interrupts
-from fptrace.errors import BadInput, WriteFailed
+from fptrace.errors import BadInput, WriteFailed, param
 from fptrace.jsontext import loads
 from fptrace.locks import lock
 from fptrace.results import SCHEMA_VERSION
@@ -57,15 +57,16 @@ class OutFile:
     def open(self) -> OutFile:
         p = self.path
         if p.is_dir():
-            raise BadInput(f"--out {p} is a folder; give a file path such as {p}/traces.jsonl")
+            raise BadInput(f"{param('out')} {p} is a folder; give a file path such as "
+                           f"{p}/traces.jsonl")
         if p.exists() and not p.is_file():
-            raise BadInput(f"--out {p} is not a regular file")
+            raise BadInput(f"{param('out')} {p} is not a regular file")
         if not p.parent.exists():
-            raise BadInput(f"--out {p}: the folder {p.parent} does not exist")
+            raise BadInput(f"{param('out')} {p}: the folder {p.parent} does not exist")
         try:
             fd = os.open(p, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
         except OSError as e:
-            raise BadInput(f"cannot open --out {p}: {e.strerror}") from e
+            raise BadInput(f"cannot open {param('out')} {p}: {e.strerror}") from e
         try:
             lock(fd, str(p), "batch")
             self._check_and_repair(fd)
@@ -97,14 +98,16 @@ class OutFile:
                 obj = None
             if not _is_record(obj):
                 if n == 1:
-                    raise BadInput(f"--out {self.path} exists and is not fptrace batch output; "
+                    raise BadInput(f"{param('out')} {self.path} exists and is not fptrace batch "
+                                   f"output; "
                                    "refusing to overwrite it: choose another path")
-                raise BadInput(f"--out {self.path} line {n} is not a complete fptrace record; "
-                               "fix or remove that line, or pass --force to start over")
+                raise BadInput(f"{param('out')} {self.path} line {n} is not a complete fptrace "
+                               f"record; "
+                               f"fix or remove that line, or pass {param('force')} to start over")
             records.append(obj)
         if not records and not data.startswith(RECORD_START):
             # a single unterminated line: ours only if it starts the way every record does
-            raise BadInput(f"--out {self.path} exists and is not fptrace batch output; "
+            raise BadInput(f"{param('out')} {self.path} exists and is not fptrace batch output; "
                            "refusing to overwrite it: choose another path")
         if self.force:
             os.ftruncate(fd, 0)
@@ -122,18 +125,19 @@ class OutFile:
         if r is None:
             return
         if r.get("schema_version") != SCHEMA_VERSION:
-            raise BadInput(f"--out {self.path} was written with schema version "
+            raise BadInput(f"{param('out')} {self.path} was written with schema version "
                            f"{r.get('schema_version')}, this fptrace writes {SCHEMA_VERSION}; "
-                           "pass --force to start over, or choose another --out")
+                           f"pass {param('force')} to start over, or choose another {param('out')}")
         model = r.get("model", {})
         was = (model.get("name"), len(r.get("top_k", [])),
                len(r.get("layers", [{}])[0].get("snippet", [])), bool(model.get("random_weights")))
         if was != (model_name, top_k, snippet, random_weights):
             raise BadInput(
-                f"--out {self.path} holds traces of model {was[0]}"
-                + (" (random weights)" if was[3] else "") + f" with --top-k {was[1]} "
-                f"--snippet {was[2]}; resume with the same options, pass --force to start over, "
-                "or choose another --out")
+                f"{param('out')} {self.path} holds traces of model {was[0]}"
+                + (" (random weights)" if was[3] else "") + f" with {param('top_k')} {was[1]} "
+                f"{param('snippet')} {was[2]}; resume with the same options, pass "
+                f"{param('force')} to start over, "
+                f"or choose another {param('out')}")
 
     def append(self, lines: list[str]) -> None:
         """Whole lines, each in one write; then fsync, so a record is either there or not.

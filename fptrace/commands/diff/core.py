@@ -16,7 +16,7 @@ import math
 from fptrace.commands.diff import notes as notes_
 from fptrace.commands.diff.result import DiffSide, LayerDiff, TokenDiff, TraceDiff
 from fptrace.commands.diff.routing import routing_diff
-from fptrace.errors import BadInput
+from fptrace.errors import BadInput, param
 from fptrace.jsontext import loads
 from fptrace.results import Trace
 
@@ -51,11 +51,11 @@ def read_trace(path: str) -> dict:
             raise BadInput(f"{path} holds {len(lines)} JSON lines; diff takes a file with one "
                            "trace (e.g. `head -n 1 traces.jsonl > a.json`)") from None
         raise BadInput(f"{path} is not JSON ({e.msg}, line {e.lineno}); diff takes traces "
-                       "saved by `fptrace run --json`") from None
+                       f"saved by `fptrace run {param('json')}`") from None
     if not isinstance(data, dict) or data.get("kind") != "trace" or "layers" not in data:
         kind = data.get("kind") if isinstance(data, dict) else type(data).__name__
         raise BadInput(f"{path} is not an fptrace trace (kind {kind!r}); save one with "
-                       "`fptrace run PROMPT --json > FILE`")
+                       f"`fptrace run PROMPT {param('json')} > FILE`")
     return data
 
 

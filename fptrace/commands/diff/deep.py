@@ -36,7 +36,7 @@ from fptrace.commands.diff.result import (
     TraceDiff,
 )
 from fptrace.core.hooks import Hook, hooked
-from fptrace.errors import BadInput, UnsupportedModel
+from fptrace.errors import BadInput, UnsupportedModel, param
 from fptrace.families import Family, Tap
 from fptrace.families.kinds import PositionKind
 from fptrace.families.ops import Steps
@@ -432,7 +432,8 @@ def deep_diff(lm_a: LoadedModel, lm_b: LoadedModel, prompt: Prompt, *,
     diff) and, inside the blocks of `layers` (a list of blocks, negative ones counted from the
     end; None: every block), point by point."""
     if lm_a.model is lm_b.model:
-        raise BadInput("diff --deep runs the two models side by side: load the model twice "
+        raise BadInput(f"diff {param('deep')} runs the two models side by side: load the model "
+                       f"twice "
                        "(a model compared with itself is two loads of it)")
     ids_a, ids_b = lm_a.encode(prompt), lm_b.encode(prompt)
     if ids_a != ids_b:

@@ -23,7 +23,7 @@ from fptrace.commands.diff.core import diff
 from fptrace.commands.diff.deep import RECOMPUTED, compare_block, lens, lens_rows, parting, record
 from fptrace.commands.diff.result import DeepDiff, Emulation, EmulationRung, TraceDiff
 from fptrace.engines import Engine, EnginePass, SideB, default
-from fptrace.errors import BadInput
+from fptrace.errors import BadInput, param
 from fptrace.families.kinds import PositionKind
 from fptrace.families.parts import dims
 from fptrace.models.loading import LoadedModel
@@ -53,7 +53,8 @@ def engine_diff(lm: LoadedModel, engine: Engine, path: str, prompt: str | Sequen
     settings = dict(settings or {})
     steps = tuple(emulate)
     if steps and engine.emulation is None:
-        raise BadInput(f"--emulate: the {engine.name} engine's numerics cannot be emulated")
+        raise BadInput(f"{param('emulate')}: the {engine.name} engine's numerics cannot be "
+                       f"emulated")
     ids = lm.encode(prompt)
     side_b = engine.compare.run_pass(lm, path, prompt, settings)
     trace_b = side_b.trace

@@ -22,7 +22,7 @@ from fptrace.core import sampling
 from fptrace.core.hooks import Hook, first_output, hooked
 from fptrace.core.routing import routers
 from fptrace.core.trace import base_notes, model_info, sizes
-from fptrace.errors import BadInput, UnsupportedModel
+from fptrace.errors import BadInput, UnsupportedModel, param
 from fptrace.families import Family, with_walkthrough
 from fptrace.families.ops import Steps
 from fptrace.models.loading import LoadedModel
@@ -143,7 +143,7 @@ def explain(lm: LoadedModel, prompt: Prompt, *, layer: int | Block = 0, head: in
     layer = resolve_block(layer, sizes(lm), "layer").layer
     head = resolve_index(head, info.n_heads, "head", f"each block of {lm.name}", "head")
     if show < 1:
-        raise BadInput("--show must be at least 1")
+        raise BadInput(f"{param('show')} must be at least 1")
     prepared = lm.prepare(prompt)
     ids = list(prepared.ids)
     cfg = lm.config

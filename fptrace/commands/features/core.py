@@ -47,7 +47,7 @@ from fptrace.core.dictionaries import Dictionary, check_model, check_role, read_
 from fptrace.core.dictionary_sites import MLP_IN, hook_name
 from fptrace.core.fragments import token_id
 from fptrace.core.trace import base_notes, model_info, ranked_token
-from fptrace.errors import BadInput
+from fptrace.errors import BadInput, param
 from fptrace.results import Check
 
 if TYPE_CHECKING:
@@ -75,7 +75,8 @@ def load_dictionaries(lm: LoadedModel, saes: Sequence[Any] = (), transcoders: Se
         check_model(d, info.n_layers, info.d_model, lm.name)
         out.append(d)
     if not out:
-        raise BadInput("give a dictionary: --sae DIR (an SAE of the stream) or --transcoder DIR")
+        raise BadInput(f"give a dictionary: {param('sae')} DIR (an SAE of the stream) or "
+                       f"{param('transcoder')} DIR")
     return out
 
 
@@ -84,7 +85,7 @@ def check_latent(dicts: Sequence[Dictionary], latent: int | None) -> None:
         return
     for d in dicts:
         if not 0 <= latent < d.d_sae:
-            raise BadInput(f"--latent {latent}: {d.path!r} has latents 0 to {d.d_sae - 1}")
+            raise BadInput(f"{param('latent')} {latent}: {d.path!r} has latents 0 to {d.d_sae - 1}")
 
 
 def features(lm: LoadedModel, prompt: Prompt, *, saes: Sequence[Any] = (),
@@ -95,9 +96,10 @@ def features(lm: LoadedModel, prompt: Prompt, *, saes: Sequence[Any] = (),
     import torch
 
     if top < 1:
-        raise BadInput(f"--top {top}: must be at least 1")
+        raise BadInput(f"{param('top')} {top}: must be at least 1")
     if top_prompts is not None and latent is None:
-        raise BadInput("--top-prompts needs --latent N: the latent whose largest activations "
+        raise BadInput(f"{param('top_prompts')} needs {param('latent')} N: the latent whose "
+                       f"largest activations "
                        "are listed")
     dicts = load_dictionaries(lm, saes, transcoders, site)
     check_latent(dicts, latent)
@@ -184,7 +186,8 @@ def _guard_site(d: Dictionary, cap: Captured, n_layers: int) -> None:
             if other is not None and other < NEIGHBOUR_FVU and other < own / 5:
                 name = "the embedding" if j == 0 else f"blocks.{j - 1}.hook_resid_post"
                 raise BadInput(
-                    f"--sae {d.path!r} is read at {hook_name(d.site)} as its config says, but it "
+                    f"{param('sae')} {d.path!r} is read at {hook_name(d.site)} as its config "
+                    f"says, but it "
                     f"reconstructs the stream there with FVU {own:.3g} and {name} with FVU "
                     f"{other:.3g}: it was trained one place off; fix its hook name")
 
@@ -298,7 +301,7 @@ def largest(lm: LoadedModel, d: Dictionary, latent: int, path: str, n: int, batc
     from fptrace.core.trace import padded_batch
 
     if n < 1:
-        raise BadInput(f"--top-n {n}: must be at least 1")
+        raise BadInput(f"{param('top_n')} {n}: must be at least 1")
     items = read_inputs([path])
     heap: list[tuple[float, int, str, int, str, str]] = []
     counter = [0]

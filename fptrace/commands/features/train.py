@@ -47,7 +47,7 @@ from fptrace.commands.features.result import TrainResult
 from fptrace.commands.features.streams import capture, stream_index
 from fptrace.core.dictionary_sites import hook_name
 from fptrace.core.trace import model_info
-from fptrace.errors import BadInput, OutOfMemory
+from fptrace.errors import BadInput, OutOfMemory, param
 from fptrace.points import Point
 
 if TYPE_CHECKING:
@@ -86,9 +86,9 @@ def check_options(opts: TrainOptions) -> None:
         if v < low:
             raise BadInput(f"{name} {v}: must be at least {low}")
     if opts.k >= opts.latents:
-        raise BadInput(f"--k {opts.k}: must be below --latents ({opts.latents})")
+        raise BadInput(f"{param('k')} {opts.k}: must be below {param('latents')} ({opts.latents})")
     if not 0 < opts.held_out < 1:
-        raise BadInput(f"--held-out {opts.held_out}: a fraction between 0 and 1")
+        raise BadInput(f"{param('held_out')} {opts.held_out}: a fraction between 0 and 1")
 
 
 BYTES_PER_TOKEN = 4  # of UTF-8 text, the usual rate of BPE tokenizers on English prose
@@ -135,7 +135,7 @@ def check_memory(d: int, opts: TrainOptions, positions: int, transcoder: bool = 
             f"checkpoint {human_bytes(part['sae'])}, a step {human_bytes(part['step'])}, {rows} "
             f"about {positions} positions {human_bytes(part['stream'])}) but "
             f"{human_bytes(free)} is free on the CPU, where the {what} is trained: lower "
-            "--latents or --batch-tokens, or train on fewer prompts")
+            f"{param('latents')} or {param('batch_tokens')}, or train on fewer prompts")
 
 
 def model_sizes(model: str) -> tuple[int, int, str] | None:
@@ -284,7 +284,8 @@ def train(lm: LoadedModel, inputs: Sequence[str], out: str, opts: TrainOptions, 
 
     info = model_info(lm)
     if not 0 <= opts.layer < info.n_layers:
-        raise BadInput(f"--layer {opts.layer}: {lm.name} has blocks 0 to {info.n_layers - 1}")
+        raise BadInput(f"{param('layer')} {opts.layer}: {lm.name} has blocks 0 to "
+                       f"{info.n_layers - 1}")
     check_options(opts)
     check_out(out, resume)
     items = list(items) if items is not None else read_inputs(list(inputs))
@@ -419,11 +420,13 @@ def check_out(out: str, resume: bool) -> None:
     """--out is a new or empty folder, or with --resume one that holds a training."""
     if resume:
         if not os.path.isfile(os.path.join(out, STATE_JSON)):
-            raise BadInput(f"--resume: {out!r} holds no interrupted training ({STATE_JSON})")
+            raise BadInput(f"{param('resume')}: {out!r} holds no interrupted training "
+                           f"({STATE_JSON})")
         return
     if os.path.exists(out) and (not os.path.isdir(out) or os.listdir(out)):
-        raise BadInput(f"--out {out!r} exists and is not an empty folder: give a new folder, or "
-                       "--resume to continue the training written there")
+        raise BadInput(f"{param('out')} {out!r} exists and is not an empty folder: give a new "
+                       f"folder, or "
+                       f"{param('resume')} to continue the training written there")
 
 
 def _save(out: str, sae: TopK, adam: Any, since_fired: Any, step: int, losses: list,
@@ -451,7 +454,7 @@ def resumed_state(out: str, opts: TrainOptions, source: dict) -> dict:
 
     doc = read_json(os.path.join(out, STATE_JSON))
     if doc.get("options") != opts.__dict__:
-        raise BadInput(f"--resume: {out!r} was trained with other options "
+        raise BadInput(f"{param('resume')}: {out!r} was trained with other options "
                        f"({doc.get('options')}); resume with the same ones")
     check_source(out, doc, source)
     return doc
@@ -463,14 +466,17 @@ def check_source(out: str, doc: dict, source: dict) -> None:
     model where either has no fingerprint, the same prompts."""
     was, now = doc.get("weights"), source["weights"]
     if was is not None and now is not None and was != now:
-        raise BadInput(f"--resume: {out!r} was trained on {doc.get('model')!r} with weights "
+        raise BadInput(f"{param('resume')}: {out!r} was trained on {doc.get('model')!r} with "
+                       f"weights "
                        f"{was}, this run loads {source['model']!r} with weights {now}: other "
                        "weights (whatever the name or width); resume with the same model")
     if (was is None or now is None) and doc.get("model") != source["model"]:
-        raise BadInput(f"--resume: {out!r} was trained on {doc.get('model')!r}, this run loads "
+        raise BadInput(f"{param('resume')}: {out!r} was trained on {doc.get('model')!r}, this run "
+                       f"loads "
                        f"{source['model']!r}; resume with the same model")
     if doc.get("inputs") is not None and doc["inputs"] != source["inputs"]:
-        raise BadInput(f"--resume: {out!r} was trained on other prompts ({doc.get('prompts')} "
+        raise BadInput(f"{param('resume')}: {out!r} was trained on other prompts "
+                       f"({doc.get('prompts')} "
                        f"prompts, digest {doc['inputs']}; these are {source['prompts']}, digest "
                        f"{source['inputs']}); resume with the same prompt files")
 
@@ -483,11 +489,13 @@ def _load_state(out: str, doc: dict, sae: TopK, adam: Any, since_fired: Any
     try:
         t = load_file(os.path.join(out, STATE))
     except Exception as e:
-        raise BadInput(f"--resume: cannot read {os.path.join(out, STATE)!r}: {e}") from None
+        raise BadInput(f"{param('resume')}: cannot read {os.path.join(out, STATE)!r}: "
+                       f"{e}") from None
     with torch.no_grad():
         for n, p in zip(("W_enc", "b_enc", "W_dec", "b_dec"), sae.params()):
             if tuple(t[n].shape) != tuple(p.shape):
-                raise BadInput(f"--resume: {out!r} holds {n} of shape {tuple(t[n].shape)}, not "
+                raise BadInput(f"{param('resume')}: {out!r} holds {n} of shape "
+                               f"{tuple(t[n].shape)}, not "
                                f"{tuple(p.shape)}")
             p.copy_(t[n])
     step = int(doc["step"])

@@ -82,7 +82,7 @@ from fptrace.commands.features.train import (
 )
 from fptrace.core.dictionary_sites import MLP_IN, hook_name
 from fptrace.core.trace import model_info
-from fptrace.errors import BadInput, FptraceError, WriteFailed
+from fptrace.errors import BadInput, FptraceError, WriteFailed, param
 from fptrace.points import Point
 
 if TYPE_CHECKING:
@@ -115,18 +115,20 @@ def check_export(export: str | None, layers: Sequence[int], n_layers: int,
     if export is None:
         return
     if export not in EXPORTS:
-        raise BadInput(f"--export {export!r}: the exports are {', '.join(EXPORTS)}")
+        raise BadInput(f"{param('export')} {export!r}: the exports are {', '.join(EXPORTS)}")
     if tuple(layers) != tuple(range(n_layers)):
-        raise BadInput(f"--export {export} needs a transcoder for every block (circuit-tracer "
+        raise BadInput(f"{param('export')} {export} needs a transcoder for every block "
+                       f"(circuit-tracer "
                        f"replaces every MLP and loads layers 0 to {n_layers - 1}): give "
-                       "--layers all")
+                       f"{param('layers')} all")
     if lm is not None:
         parts = lm.parts
         if any(a is not m for a, m in zip(parts.mlp_adds, parts.mlps, strict=True)):
-            raise BadInput(f"--export {export}: {parts.family.name} puts a norm after the MLP, "
+            raise BadInput(f"{param('export')} {export}: {parts.family.name} puts a norm after "
+                           f"the MLP, "
                            "so the transcoders rebuild what the stream receives after it, while "
                            "circuit-tracer's mlp.hook_out is the MLP's own output before it; "
-                           "train without --export")
+                           f"train without {param('export')}")
 
 
 def disk_bytes(d: int, positions: int, n_layers: int) -> int:
@@ -148,7 +150,8 @@ def check_resources(d: int, opts: TrainOptions, positions: int, n_layers: int, o
     free = shutil.disk_usage(where).free
     if need > 0.9 * free:
         raise WriteFailed(
-            f"features train --transcoder needs about {human_bytes(need)} of disk under --out "
+            f"features train {param('transcoder')} needs about {human_bytes(need)} of disk under "
+            f"{param('out')} "
             f"{out} for the MLPs' inputs and outputs ({n_layers} blocks × 2 × about {positions} "
             f"positions × d_model {d} × 4 bytes) but {human_bytes(free)} is free there: train "
             "fewer blocks at a time, on fewer prompts, or write to a larger disk")
@@ -182,12 +185,13 @@ def check_out(out: str, resume: bool) -> None:
     """--out is a new or empty folder, or with --resume one that holds a transcoder run."""
     if resume:
         if not os.path.isfile(os.path.join(out, MANIFEST)):
-            raise BadInput(f"--resume: {out!r} holds no interrupted transcoder training "
+            raise BadInput(f"{param('resume')}: {out!r} holds no interrupted transcoder training "
                            f"({MANIFEST})")
         return
     if os.path.exists(out) and (not os.path.isdir(out) or os.listdir(out)):
-        raise BadInput(f"--out {out!r} exists and is not an empty folder: give a new folder, or "
-                       "--resume to continue the training written there")
+        raise BadInput(f"{param('out')} {out!r} exists and is not an empty folder: give a new "
+                       f"folder, or "
+                       f"{param('resume')} to continue the training written there")
 
 
 def _run_options(opts: TrainOptions) -> dict:
@@ -208,12 +212,13 @@ def _resumed_run(out: str, opts: TrainOptions, layers: Sequence[int], export: st
     doc = read_json(os.path.join(out, MANIFEST))
     if doc.get("options") != _run_options(opts) or doc.get("layers") != list(layers) or \
             doc.get("export") != export:
-        raise BadInput(f"--resume: {out!r} was trained with other options (blocks "
+        raise BadInput(f"{param('resume')}: {out!r} was trained with other options (blocks "
                        f"{doc.get('layers')}, export {doc.get('export')}, {doc.get('options')});"
                        " resume with the same ones")
     check_source(out, doc, source)
     if not isinstance(doc.get("done"), dict):
-        raise BadInput(f"--resume: {os.path.join(out, MANIFEST)!r} is not a transcoder run's "
+        raise BadInput(f"{param('resume')}: {os.path.join(out, MANIFEST)!r} is not a transcoder "
+                       f"run's "
                        "record (no `done`)")
     return doc
 

@@ -20,7 +20,7 @@ from fptrace.commands.generate.result import Generation, GenStep
 from fptrace.core import sampling, stats
 from fptrace.core.hooks import Capture, Hook, capture_stats, hooked
 from fptrace.core.trace import base_notes, first_nonfinite, layer_stats, model_info, ranked_token
-from fptrace.errors import BadInput
+from fptrace.errors import BadInput, param
 from fptrace.models.loading import LoadedModel
 from fptrace.models.prompts import Prepared, Prompt
 from fptrace.results import FinalNormStats, TopToken
@@ -67,7 +67,7 @@ def check_length(lm: LoadedModel, n_prompt: int, max_new_tokens: int, alternativ
                  ) -> None:
     check_new_tokens(max_new_tokens)
     if alternatives < 1:
-        raise BadInput("--alternatives must be at least 1")
+        raise BadInput(f"{param('alternatives')} must be at least 1")
     ctx = getattr(lm.config, "max_position_embeddings", None)
     if ctx and n_prompt + max_new_tokens > ctx:
         raise BadInput(f"the prompt is {n_prompt} tokens and -n {max_new_tokens} would reach "

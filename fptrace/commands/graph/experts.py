@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Protocol, cast
 
 from fptrace.commands.graph.result import GraphRoute
 from fptrace.core.hooks import Hook, first_output
-from fptrace.errors import BadInput, Mismatch
+from fptrace.errors import BadInput, Mismatch, param
 
 if TYPE_CHECKING:
     from torch import Tensor, nn
@@ -158,7 +158,8 @@ def graph_routes(routes: dict, sites: set[tuple[int, int]]) -> tuple[GraphRoute,
 def moe_sites(family: Family) -> MoeSites:
     """The family's MoE sites, or BadInput naming why its experts cannot be frozen."""
     if family.attn_sinks:
-        raise BadInput(f"graph --neurons: the {family.title} family's attention adds a learned "
+        raise BadInput(f"graph {param('neurons')}: the {family.title} family's attention adds a "
+                       f"learned "
                        "sink to each head's softmax, which fptrace cannot freeze yet")
     return MoeSites(router=family.router, experts=family.experts, shared=family.shared_experts,
                     shared_gate=family.shared_expert_gate, dense=family.moe_dense_mlp)
@@ -177,7 +178,7 @@ def layout(mlp: nn.Module, sites: MoeSites) -> ExpertLayout:
     if getattr(experts, "is_transposed", False) or getattr(experts, "has_bias", False) or \
             not getattr(experts, "is_concatenated", True) or \
             not getattr(experts, "has_gate", True) or hasattr(experts, "limit"):
-        raise BadInput("graph --neurons: this model's experts are not plain SwiGLU MLPs "
+        raise BadInput(f"graph {param('neurons')}: this model's experts are not plain SwiGLU MLPs "
                        "stored as [gate; up] without biases; fptrace cannot freeze them yet")
     E, two_i, _ = _tensor(experts, "gate_up_proj").shape
     shared = 0

@@ -43,7 +43,7 @@ from fptrace.commands.graph.experts import MoeSites, frozen_hook, layouts, moe_s
 from fptrace.commands.graph.transcoders import replacement_hook
 from fptrace.core.attribution import frozen_norm
 from fptrace.core.hooks import Hook, first_output, hooked
-from fptrace.errors import BadInput
+from fptrace.errors import BadInput, param
 from fptrace.families.kinds import MlpKind
 from fptrace.points import Point
 
@@ -103,12 +103,13 @@ def mlp_sites(family: Any) -> MlpSites:
         return MlpSites(up=f"{family.mlp}.{moe.dense[1]}", up_part=None,
                         down=f"{family.mlp}.{moe.dense[2]}", moe=moe)
     if family.name.startswith("generic:"):
-        raise BadInput(f"graph --neurons: fptrace has no family file for model type "
+        raise BadInput(f"graph {param('neurons')}: fptrace has no family file for model type "
                        f"{family.title!r}, so it cannot tell where its MLP's neurons are to "
                        "freeze them")
     if family.mlp_type is MlpKind.unknown or up is None or act is None or act.side != "in" \
             or up.side != "out":
-        raise BadInput(f"graph --neurons: fptrace cannot freeze the MLP of the {family.title} "
+        raise BadInput(f"graph {param('neurons')}: fptrace cannot freeze the MLP of the "
+                       f"{family.title} "
                        "family (its file does not show the up pre-activation and the "
                        "activation)")
     return MlpSites(up=up.module, up_part=up.part, down=act.module)
@@ -192,7 +193,7 @@ def _frozen_attention(module: Any, query: Any, key: Any, value: Any, attention_m
     """The AttentionInterface function of the frozen pass: eager attention with q and k
     detached, so the pattern is a constant and the output is linear in the values."""
     if kwargs.get("s_aux") is not None or kwargs.get("sinks") is not None:
-        raise BadInput("graph --neurons: attention sinks cannot be frozen yet")
+        raise BadInput(f"graph {param('neurons')}: attention sinks cannot be frozen yet")
     q, k = query.detach(), key.detach()  # (B, nh, T, hd), (B, nkv, T, hd)
     if _REPLAYING.get():  # every row attends as the prompt does
         q, k = _row0(q), _row0(k)

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from fptrace.errors import BadInput
+from fptrace.errors import BadInput, param
 from fptrace.numbers import parse_float, parse_int
 
 
@@ -53,7 +53,7 @@ def check_request(*, neurons: bool, node_threshold: str, edge_threshold: str,
         from fptrace.atomic import check_target
 
         if not graph_json.lower().endswith(".json"):
-            raise BadInput(f"--graph-json {graph_json}: give a .json file name")
+            raise BadInput(f"{param('graph_json')} {graph_json}: give a .json file name")
         check_target(graph_json, "--graph-json", "graph.json", force)
     return GraphRequest(node_threshold=node, edge_threshold=edge, max_nodes=n_max, per_site=k,
                         positions=positions, transcoders=transcoders, verify=n_verify,
@@ -66,14 +66,18 @@ def check_nodes(neurons: bool, transcoders: str | None) -> None:
     import os
 
     if neurons and transcoders is not None:
-        raise BadInput("graph: --neurons and --transcoders both given: the nodes are either the "
+        raise BadInput(f"graph: {param('neurons')} and {param('transcoders')} both given: the "
+                       f"nodes are either the "
                        "model's own MLP neurons or the transcoders' latents; pass one")
     if not neurons and transcoders is None:
-        raise BadInput("graph: pass --neurons (the nodes are the model's own MLP neurons) or "
-                       "--transcoders DIR (the latents of per-block transcoders)")
+        raise BadInput(f"graph: pass {param('neurons')} (the nodes are the model's own MLP "
+                       f"neurons) or "
+                       f"{param('transcoders')} DIR (the latents of per-block transcoders)")
     if transcoders is not None and not os.path.isdir(transcoders):
-        raise BadInput(f"--transcoders {transcoders!r}: no such folder (give the folder of "
-                       "per-block transcoders, as `fptrace features train --transcoder` writes "
+        raise BadInput(f"{param('transcoders')} {transcoders!r}: no such folder (give the folder "
+                       f"of "
+                       f"per-block transcoders, as `fptrace features train {param('transcoder')}` "
+                       f"writes "
                        "it)")
 
 

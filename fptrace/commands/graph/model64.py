@@ -19,7 +19,7 @@ from fptrace.commands.graph.experts import layouts, real_hooks
 from fptrace.commands.graph.freezing import MlpSites, float64_norms
 from fptrace.commands.graph.transcoders import latents_hook
 from fptrace.core.hooks import Hook, first_output, hooked
-from fptrace.errors import BadInput
+from fptrace.errors import BadInput, param
 from fptrace.families.parts import ModelParts, resolve_parts
 from fptrace.models.loading import LoadedModel
 
@@ -42,9 +42,10 @@ def float64_copy(lm: LoadedModel) -> tuple[Any, ModelParts]:
     import torch
 
     if lm.quantization:
-        raise BadInput("graph needs the weights in floating point; drop --quantize")
+        raise BadInput(f"graph needs the weights in floating point; drop {param('quantize')}")
     if lm.tensor_parallel > 1 or getattr(lm.model, "hf_device_map", None):
-        raise BadInput("graph runs the whole model in one process: drop --tp and --device-map")
+        raise BadInput(f"graph runs the whole model in one process: drop {param('tp')} and "
+                       f"{param('device_map')}")
     model = copy.deepcopy(lm.model).to(torch.float64)
     for p in model.parameters():
         p.requires_grad_(False)

@@ -39,10 +39,10 @@ OPTIONS = (
 
 def _check(values: dict[str, Any]) -> None:
     from fptrace.commands.graph.inputs import check_nodes
-    from fptrace.errors import BadInput
+    from fptrace.errors import BadInput, param
 
     if values["graph_transcoders"] is not None and not values["graph"]:
-        raise BadInput("--graph-transcoders goes with --graph")
+        raise BadInput(f"{param('graph_transcoders')} goes with {param('graph')}")
     if values["graph"]:
         check_nodes(values["graph_transcoders"] is None, values["graph_transcoders"])
 

@@ -33,7 +33,7 @@ from typing import Any
 
 from fptrace.core.dictionaries import Dictionary, activate, check_model, check_role, read_dictionary
 from fptrace.core.dictionary_sites import MLP_IN, hook_name
-from fptrace.errors import BadInput
+from fptrace.errors import BadInput, param
 from fptrace.points import Point
 
 
@@ -88,7 +88,7 @@ def _folders(path: str) -> list[str]:
     try:
         names = sorted(os.listdir(path))
     except OSError as e:
-        raise BadInput(f"--transcoders {path!r}: cannot read the folder "
+        raise BadInput(f"{param('transcoders')} {path!r}: cannot read the folder "
                        f"({e.strerror or e})") from None
     marks = ("cfg.json", "params.npz", "params.safetensors")
     if any(n in names for n in marks):
@@ -97,9 +97,10 @@ def _folders(path: str) -> list[str]:
             if os.path.isdir(os.path.join(path, n))
             and any(os.path.exists(os.path.join(path, n, m)) for m in marks)]
     if not subs:
-        raise BadInput(f"--transcoders {path!r}: no transcoder there: give a folder of per-block "
+        raise BadInput(f"{param('transcoders')} {path!r}: no transcoder there: give a folder of "
+                       f"per-block "
                        "transcoder folders (each with cfg.json, as `fptrace features train "
-                       "--transcoder` writes them) or one transcoder's folder")
+                       f"{param('transcoder')}` writes them) or one transcoder's folder")
     return subs
 
 
@@ -111,7 +112,8 @@ def read_transcoders(path: str, lm: Any) -> TranscoderSet:
     from fptrace.core.trace import model_info
 
     if lm.parts.family.mlp_added:
-        raise BadInput(f"graph --transcoders: the {lm.parts.family.title} family normalises "
+        raise BadInput(f"graph {param('transcoders')}: the {lm.parts.family.title} family "
+                       f"normalises "
                        "the MLP's output before the stream receives it; a transcoder of the "
                        "MLP's output is not yet placed there")
     info = model_info(lm)
@@ -123,15 +125,16 @@ def read_transcoders(path: str, lm: Any) -> TranscoderSet:
         check_model(d, info.n_layers, info.d_model, lm.name, "--transcoders")
         if d.site.point is not MLP_IN or d.out_site.point is not Point.mlp_out or \
                 d.site.layer != d.out_site.layer:
-            raise BadInput(f"--transcoders {folder!r} maps {hook_name(d.site)} to "
+            raise BadInput(f"{param('transcoders')} {folder!r} maps {hook_name(d.site)} to "
                            f"{hook_name(d.out_site)}; a graph's transcoder maps one block's MLP "
                            "input to its output")
         if d.d_in != info.d_model:
-            raise BadInput(f"--transcoders {folder!r} reads vectors of width {d.d_in}; "
+            raise BadInput(f"{param('transcoders')} {folder!r} reads vectors of width {d.d_in}; "
                            f"{lm.name}'s MLP input has width {info.d_model}: a transcoder of "
                            "another model")
         if d.site.layer in by_block:
-            raise BadInput(f"--transcoders {path!r}: two transcoders for block {d.site.layer} "
+            raise BadInput(f"{param('transcoders')} {path!r}: two transcoders for block "
+                           f"{d.site.layer} "
                            f"({by_block[d.site.layer].path!r} and {folder!r})")
         by_block[d.site.layer] = _float64(d, device, torch)
     return TranscoderSet(path=path, by_block=by_block, n_layers=info.n_layers)

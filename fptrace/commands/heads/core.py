@@ -36,7 +36,7 @@ from fptrace.commands.heads.result import Evidence, Heads, HeadScores
 from fptrace.commands.heads.roles import LOSS_MIN, ROLES, THRESHOLDS
 from fptrace.core.hooks import Hook, eager_attention, hooked
 from fptrace.core.trace import base_notes, model_info, sizes
-from fptrace.errors import BadInput, UnsupportedModel
+from fptrace.errors import BadInput, UnsupportedModel, param
 from fptrace.models.loading import LoadedModel
 
 INDUCTION_SEQUENCES = 8
@@ -164,7 +164,8 @@ def heads(lm: LoadedModel, prompts: Sequence[Any] = (), *, subjects: Sequence[st
     rand = induction_items(lm, induction, induction_length, seed)
     if not rand and not any(pattern_masks(it.ids)["duplicate"].any() for it in items):
         raise BadInput("no token repeats within a prompt (after the first position) and "
-                       "--induction 0: the duplicate-token score needs one; add a prompt with a "
+                       f"{param('induction')} 0: the duplicate-token score needs one; add a "
+                       f"prompt with a "
                        "repeated word, or induction sequences")
     if not items and not rand:
         raise BadInput("nothing to score: give prompts or induction sequences")

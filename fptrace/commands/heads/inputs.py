@@ -7,7 +7,7 @@ import os
 from collections.abc import Sequence
 from typing import Any
 
-from fptrace.errors import BadInput
+from fptrace.errors import BadInput, param
 from fptrace.numbers import parse_int
 
 
@@ -17,7 +17,7 @@ def parse_induction(text: str) -> tuple[int, int]:
     if s == "0":
         return 0, 0
     if s.count("x") != 1:
-        raise BadInput(f"--induction {text!r}: give N×LEN as NxLEN (8x64), or 0 for none")
+        raise BadInput(f"{param('induction')} {text!r}: give N×LEN as NxLEN (8x64), or 0 for none")
     n, length = s.split("x")
     return parse_int(n, "--induction N", low=0), parse_int(length, "--induction LEN", low=2)
 

@@ -10,7 +10,7 @@ from typing import Any
 
 from fptrace.addresses import Head
 from fptrace.core.trace import model_info
-from fptrace.errors import BadInput
+from fptrace.errors import BadInput, param
 from fptrace.models.loading import LoadedModel
 
 LOSS_POSITIONS = 4096  # positions a product with the LM head takes (repeated_losses) ...
@@ -51,14 +51,15 @@ def induction_items(lm: LoadedModel, n: int, length: int, seed: int) -> list[Ite
     import torch
 
     if n < 0 or length < 0:
-        raise BadInput("--induction must be N×LEN with N ≥ 0 and LEN ≥ 2")
+        raise BadInput(f"{param('induction')} must be N×LEN with N ≥ 0 and LEN ≥ 2")
     if n == 0:
         return []
     if length < 2:
-        raise BadInput(f"--induction length {length}: a copy needs 2 tokens or more")
+        raise BadInput(f"{param('induction')} length {length}: a copy needs 2 tokens or more")
     ctx = model_info(lm).context_length
     if ctx and 2 * length > ctx:
-        raise BadInput(f"--induction length {length}: the repeated sequence is {2 * length} "
+        raise BadInput(f"{param('induction')} length {length}: the repeated sequence is "
+                       f"{2 * length} "
                        f"tokens, beyond {lm.name}'s context of {ctx}; use {ctx // 2} or less")
     g = torch.Generator().manual_seed(seed)
     V = int(lm.config.vocab_size)

@@ -21,7 +21,7 @@ from fptrace.commands.patch.result import PatchCell, PatchResult
 from fptrace.core.fragments import subject_positions, token_id
 from fptrace.core.hooks import Hook, first_output, hooked
 from fptrace.core.trace import base_notes, model_info, ranked_token
-from fptrace.errors import BadInput
+from fptrace.errors import BadInput, param
 from fptrace.families.kinds import EmbedScale
 from fptrace.models.loading import LoadedModel
 from fptrace.models.prompts import Prompt
@@ -137,20 +137,22 @@ def patch(lm: LoadedModel, prompt: Prompt, *, noise: str | None = None,
 
 
     if what not in WHAT:
-        raise BadInput(f"--what {what!r}: use resid, attn or mlp")
+        raise BadInput(f"{param('what')} {what!r}: use resid, attn or mlp")
     if (noise is None) == (corrupt is None):
-        raise BadInput("give one corruption: --noise SUBJECT (noise on its embeddings) or "
-                       "--corrupt PROMPT (a prompt of the same length)")
+        raise BadInput(f"give one corruption: {param('noise')} SUBJECT (noise on its embeddings) "
+                       f"or "
+                       f"{param('corrupt')} PROMPT (a prompt of the same length)")
     if batch_size < 1:
-        raise BadInput("--batch-size must be at least 1")
+        raise BadInput(f"{param('batch_size')} must be at least 1")
     if noise_scale <= 0:
-        raise BadInput("--noise-scale must be above 0")
+        raise BadInput(f"{param('noise_scale')} must be above 0")
     info = model_info(lm)
     L = info.n_layers
     if not 1 <= window <= L:
-        raise BadInput(f"--window {window}: {lm.name} has {L} blocks; use 1 to {L}")
+        raise BadInput(f"{param('window')} {window}: {lm.name} has {L} blocks; use 1 to {L}")
     if what == "resid" and window != 1:
-        raise BadInput("--window goes with --what attn or mlp (resid restores one block output)")
+        raise BadInput(f"{param('window')} goes with {param('what')} attn or mlp (resid restores "
+                       f"one block output)")
     prepared = lm.prepare(prompt)
     ids = list(prepared.ids)
     T = len(ids)

@@ -21,7 +21,7 @@ from fptrace.commands.shapes.result import (
     ShapeReport,
 )
 from fptrace.core.hooks import Hook, hooked
-from fptrace.errors import BadInput, FptraceError
+from fptrace.errors import BadInput, FptraceError, param
 from fptrace.families.kinds import PositionKind
 from fptrace.families.parts import dims, resolve_parts
 from fptrace.results import ShapeStep, Token
@@ -202,13 +202,13 @@ def shape_report(name: str, prompt: str | None = None, seq_len: int | None = Non
 
         gpu_bytes = parse_size(gpu_memory, "--gpu-memory")
         if gpu_bytes <= 0:
-            raise BadInput("--gpu-memory must be above 0")
+            raise BadInput(f"{param('gpu_memory')} must be above 0")
     if batch < 1:
-        raise BadInput("--batch must be at least 1")
+        raise BadInput(f"{param('batch')} must be at least 1")
     if dtype not in BYTES or dtype in ("int8", "4-bit"):
         raise BadInput(f"unknown dtype {dtype!r}; use float32, bfloat16 or float16")
     if seq_len is not None and seq_len < 1:
-        raise BadInput("--seq-len must be at least 1")
+        raise BadInput(f"{param('seq_len')} must be at least 1")
     spec = resolve(name)
     config = load_config(spec)
     tokens, tokenizer_name = _tokens(spec, config, prompt, seq_len)
@@ -336,7 +336,7 @@ def _tokens(spec: Any, config: Any, prompt: str | None, seq_len: int | None
     if tok is None:
         if seq_len is None:
             raise BadInput(f"no tokenizer for {spec.name} is available offline; "
-                           "give --seq-len instead of a prompt")
+                           f"give {param('seq_len')} instead of a prompt")
         return (), None
     ids = encode_prompt(tok, prompt)
     return tuple(Token(i, t, tok.token_text(t)) for i, t in enumerate(ids)), tok.name

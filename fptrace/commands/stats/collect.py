@@ -28,7 +28,7 @@ from fptrace.core.activation_stats import FINAL, ActivationStats, MassiveTally
 from fptrace.core.hooks import Hook, first_output, hooked
 from fptrace.core.prompt_groups import Encoded
 from fptrace.core.routing import capture_routing, moe_facts, tally
-from fptrace.errors import Mismatch, NonFiniteValues, UnsupportedModel
+from fptrace.errors import Mismatch, NonFiniteValues, UnsupportedModel, param
 
 if TYPE_CHECKING:
     from torch import nn
@@ -252,7 +252,7 @@ class _Pass:
             w = output[1] if isinstance(output, (tuple, list)) and len(output) > 1 else None
             if w is None or w.dim() != 4 or w.shape[-1] != self.T:
                 raise UnsupportedModel(f"block {i}'s attention returned no weights under eager "
-                                       "attention; pass --no-sinks")
+                                       f"attention; pass {param('no_sinks')}")
             P = self.part.sink_positions
             idx = self.sink_key[:, None, None, :].expand(-1, w.shape[1], self.T, P)
             self.sink_columns.append((i, w.gather(3, idx)))  # (B, H, T, P)

@@ -38,7 +38,7 @@ from fptrace.commands.stats.result import Stats, StatsSettings
 from fptrace.core.activation_stats import ActivationStats, FailedPrompt, read_statistics
 from fptrace.core.inputs import PromptItem, prompt_from_json, prompt_to_json, read_inputs
 from fptrace.core.prompt_groups import Failure, Summary, run_groups, sigterm_interrupts
-from fptrace.errors import BadInput
+from fptrace.errors import BadInput, param
 from fptrace.results import ModelInfo
 
 if TYPE_CHECKING:
@@ -262,9 +262,10 @@ def _counted(items: list, *, out: str | None, resume: bool, force: bool,
 
     def know(info: ModelInfo) -> None:
         if doc is not None and doc["model"].get("dtype") != info.dtype:
-            raise BadInput(f"--out {out} holds statistics made in {doc['model'].get('dtype')}, "
-                           f"this run computes in {info.dtype}: pass the same --dtype, or "
-                           "choose another --out")
+            raise BadInput(f"{param('out')} {out} holds statistics made in "
+                           f"{doc['model'].get('dtype')}, "
+                           f"this run computes in {info.dtype}: pass the same {param('dtype')}, or "
+                           f"choose another {param('out')}")
         if not model:
             model.append(info)
 
@@ -319,11 +320,12 @@ def _same_weights(lm: LoadedModel, doc: dict | None, out: str | None, model_name
     was = doc.get("weights") if doc is not None else None
     if was is not None and weights is not None and was != weights:
         m = doc["model"]
-        raise BadInput(f"--out {out} holds statistics of {_model_text(m)} with weights {was}, "
+        raise BadInput(f"{param('out')} {out} holds statistics of {_model_text(m)} with weights "
+                       f"{was}, "
                        f"this run loads {model_name}" + (" (random weights)" if random_weights
                                                          else "")
                        + f" with weights {weights}: other weights, whatever the name; resume "
-                       "with the same model, or choose another --out")
+                       f"with the same model, or choose another {param('out')}")
     if was is not None and weights is None:
         _same_name(doc, out, model_name, random_weights)
     return weights
@@ -336,34 +338,37 @@ def _previous(out: str | None, resume: bool, force: bool, model_name: str,
 
     if out is None:
         if resume:
-            raise BadInput("--resume continues an --out file: give --out")
+            raise BadInput(f"{param('resume')} continues an {param('out')} file: give "
+                           f"{param('out')}")
         return None, None
     check_target(out, "--out", "stats.json", force=True)  # whose file it is: read_statistics
     if not os.path.exists(out):
         return None, None
     doc, stats = read_statistics(out)  # first of all: never touch a file of something else
     if not (resume or force):
-        raise BadInput(f"--out {out} exists: pass --resume to continue it, --force to start over, "
-                       "or choose another --out")
+        raise BadInput(f"{param('out')} {out} exists: pass {param('resume')} to continue it, "
+                       f"{param('force')} to start over, "
+                       f"or choose another {param('out')}")
     if force:
         return None, None
     if doc.get("weights") is None or \
             bool(doc.get("model", {}).get("random_weights")) != random_weights:
         _same_name(doc, out, model_name, random_weights)  # the weights compared once loaded
     if stats.sinks != sinks:
-        raise BadInput(f"--out {out} was made {'with' if stats.sinks else 'without'} attention "
-                       "sinks: resume with the same --sinks/--no-sinks")
+        raise BadInput(f"{param('out')} {out} was made {'with' if stats.sinks else 'without'} "
+                       f"attention "
+                       f"sinks: resume with the same {param('sinks')}/{param('no_sinks')}")
     return stats, doc
 
 
 def _same_name(doc: dict, out: str | None, model_name: str, random_weights: bool) -> None:
     was = doc.get("model", {})
     if (was.get("name"), bool(was.get("random_weights"))) != (model_name, random_weights):
-        raise BadInput(f"--out {out} holds statistics of {was.get('name')}"
+        raise BadInput(f"{param('out')} {out} holds statistics of {was.get('name')}"
                        + (" (random weights)" if was.get("random_weights") else "")
                        + f", not of {model_name}" + (" (random weights)" if random_weights
                                                      else "")
-                       + ": resume with the same model, or choose another --out")
+                       + f": resume with the same model, or choose another {param('out')}")
 
 
 def write_stats(path: str, result: Stats) -> None:
@@ -379,7 +384,8 @@ def merge_files(paths: Sequence[str], *, sink_threshold: float = SINK_THRESHOLD,
     """Statistics files merged in the order given: what one pass over their prompts in that
     order gives. Files of different models, dtypes or settings are refused, naming both."""
     if not paths:
-        raise BadInput("--merge needs statistics files (.json written by `fptrace stats --out`)")
+        raise BadInput(f"{param('merge')} needs statistics files (.json written by `fptrace stats "
+                       f"{param('out')}`)")
     docs = []
     for p in paths:
         doc, st = read_statistics(p)
@@ -446,7 +452,8 @@ def check_scales_path(path: str, force: bool = False) -> None:
 
     check_target(path, "--save-scales", "act_scales.safetensors", force)
     if not path.endswith(".safetensors"):
-        raise BadInput(f"--save-scales {path}: the scales are written as safetensors; name the "
+        raise BadInput(f"{param('save_scales')} {path}: the scales are written as safetensors; "
+                       f"name the "
                        "file *.safetensors")
 
 

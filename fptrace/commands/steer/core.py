@@ -36,7 +36,7 @@ from fptrace.core.interventions import (
     steering_hooks,
 )
 from fptrace.core.trace import base_notes, model_info, ranked_token
-from fptrace.errors import BadInput
+from fptrace.errors import BadInput, param
 from fptrace.models.loading import LoadedModel
 from fptrace.models.prompts import Prompt
 from fptrace.results import Check, TopToken
@@ -60,14 +60,15 @@ def parse_scales(scales: str | float | Sequence[float]) -> tuple[float, ...]:
         try:
             value = float(x)
         except (TypeError, ValueError):
-            raise BadInput(f"--scale {scales!r}: {x!r} is not a number; give strengths such as "
+            raise BadInput(f"{param('scale')} {scales!r}: {x!r} is not a number; give strengths "
+                           f"such as "
                            "4 or 0,1,2,4,8") from None
         if not math.isfinite(value):
-            raise BadInput(f"--scale {scales!r}: {x!r} is not a finite number")
+            raise BadInput(f"{param('scale')} {scales!r}: {x!r} is not a finite number")
         if value not in out:
             out.append(value)
     if not out:
-        raise BadInput("--scale: give at least one strength, e.g. --scale 4")
+        raise BadInput(f"{param('scale')}: give at least one strength, e.g. {param('scale')} 4")
     return tuple(out)
 
 
@@ -87,7 +88,7 @@ def steer(lm: LoadedModel, prompt: Prompt, *, add: str | None = None,
 
     strengths = parse_scales(scales)
     if top < 1:
-        raise BadInput("--top must be at least 1")
+        raise BadInput(f"{param('top')} must be at least 1")
     prepared = lm.prepare(prompt)
     ids = list(prepared.ids)
     T = len(ids)
@@ -198,7 +199,8 @@ def _finite_rows(logits: torch.Tensor, scales: Sequence[float], clean: int,
     bad = [s for s, ok in zip(scales, finite) if not ok]
     if bad:
         norm = max(float(v.norm()) for v in vec.layers.values())
-        raise NonFiniteValues(f"--scale {bad[0]:g}: the steered run overflows to NaN or Inf "
+        raise NonFiniteValues(f"{param('scale')} {bad[0]:g}: the steered run overflows to NaN or "
+                              f"Inf "
                               f"(the vector's norm {norm:.3g} × {bad[0]:g}); "
                               + (f"{len(bad) - 1} more strength{'s' if len(bad) > 2 else ''} "
                                  "too; " if len(bad) > 1 else "")

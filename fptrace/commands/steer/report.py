@@ -34,9 +34,10 @@ def _block(values: dict[str, Any]) -> Any:
 def _check(values: dict[str, Any]) -> None:
     add, subtract = values["add"], values["subtract"]
     if (add is None) != (subtract is None) or (add is not None and values["steer_layer"] is None):
-        from fptrace.errors import BadInput
+        from fptrace.errors import BadInput, param
 
-        raise BadInput("the steering section needs --add, --subtract and --steer-layer")
+        raise BadInput(f"the steering section needs {param('add')}, {param('subtract')} and "
+                       f"{param('steer_layer')}")
     _block(values)
 
 

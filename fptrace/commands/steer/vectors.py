@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 from fptrace.addresses import Block, resolve_block
 from fptrace.core.dictionary_sites import hook_name
 from fptrace.core.trace import sizes
-from fptrace.errors import BadInput
+from fptrace.errors import BadInput, param
 from fptrace.models.loading import LoadedModel
 from fptrace.numbers import parse_int
 
@@ -79,7 +79,8 @@ def steered_block(lm: LoadedModel, layer: int | Block | None) -> int:
     checked against the model; negative counts from the end."""
     n = len(lm.parts.blocks)
     if layer is None:
-        raise BadInput(f"--layer: say which block's output receives the vector (0 to {n - 1}; "
+        raise BadInput(f"{param('layer')}: say which block's output receives the vector (0 to "
+                       f"{n - 1}; "
                        "layer= in Python)")
     return resolve_block(layer, sizes(lm), "layer").layer
 
@@ -96,18 +97,23 @@ def steering_vector(lm: LoadedModel, *, add: str | None = None, subtract: str | 
                                   ("--pairs", pairs), ("--vector", vector), ("--token", token))
              if v is not None]
     if len(given) != 1:
-        raise BadInput("give one source of the steering vector: --add A --subtract B (two "
-                       "prompts), --pairs FILE, --vector FILE or --token T"
+        raise BadInput(f"give one source of the steering vector: {param('add')} A "
+                       f"{param('subtract')} B (two "
+                       f"prompts), {param('pairs')} FILE, {param('vector')} FILE or "
+                       f"{param('token')} T"
                        + (f"; got {' and '.join(given)}" if given else ""))
     if (add is None) != (subtract is None):
-        raise BadInput("--add and --subtract go together: the vector is the stream of --add "
-                       "minus that of --subtract (e.g. --add ' love' --subtract ' hate')")
+        raise BadInput(f"{param('add')} and {param('subtract')} go together: the vector is the "
+                       f"stream of {param('add')} "
+                       f"minus that of {param('subtract')} (e.g. {param('add')} ' love' "
+                       f"{param('subtract')} ' hate')")
     if method not in METHODS:
-        raise BadInput(f"--method {method!r}: use mean or pca")
+        raise BadInput(f"{param('method')} {method!r}: use mean or pca")
     if method != "mean" and pairs is None:
-        raise BadInput("--method goes with --pairs")
+        raise BadInput(f"{param('method')} goes with {param('pairs')}")
     if mean_positions and add is None and pairs is None:
-        raise BadInput("--mean-positions goes with --add/--subtract or --pairs")
+        raise BadInput(f"{param('mean_positions')} goes with {param('add')}/{param('subtract')} "
+                       f"or {param('pairs')}")
     if vector is not None:
         return read_vector(lm, vector, layer)
     layer = steered_block(lm, layer)
@@ -183,7 +189,7 @@ def pairs_vector(lm: LoadedModel, pairs: str | Sequence[tuple[str, str]], layer:
         [(f"pairs[{k}]", pos, neg) for k, (pos, neg) in enumerate(pairs)]
     items = [(pos, neg) for _, pos, neg in listed]
     if not items:
-        raise BadInput("--pairs: no pairs")
+        raise BadInput(f"{param('pairs')}: no pairs")
     wheres = [f"{w} ({side})" for w, _, _ in listed for side in ("positive", "negative")]
     h = block_outputs(lm, [p for pair in items for p in pair], [layer], mean_positions,
                       wheres)[layer]
@@ -219,7 +225,8 @@ def latent_vector(lm: LoadedModel, sae: str, latent: int | None) -> SteeringVect
     from fptrace.core.dictionaries import check_model, check_role, latent_block, read_dictionary
 
     if latent is None:
-        raise BadInput("--sae goes with --latent N: the latent whose direction is added")
+        raise BadInput(f"{param('sae')} goes with {param('latent')} N: the latent whose direction "
+                       f"is added")
     d = read_dictionary(sae)
     check_role(d, "sae")
     check_model(d, len(lm.parts.blocks), int(lm.config.hidden_size), lm.name)
@@ -250,7 +257,7 @@ def read_vector(lm: LoadedModel, path: str, layer: int | Block | None = None
     import torch
 
     if not os.path.exists(path):
-        raise BadInput(f"--vector {path}: no such file")
+        raise BadInput(f"{param('vector')} {path}: no such file")
     from fptrace.userfiles import check_regular
 
     check_regular(path, "--vector")  # a FIFO or a device: refused, not waited on
@@ -264,30 +271,32 @@ def read_vector(lm: LoadedModel, path: str, layer: int | Block | None = None
     elif suffix == ".npy":
         layers = _read_npy(path, lm, layer)
     else:
-        raise BadInput(f"--vector {path}: read a .gguf control vector, a .safetensors or a .npy")
+        raise BadInput(f"{param('vector')} {path}: read a .gguf control vector, a .safetensors or "
+                       f"a .npy")
     d, n = int(lm.config.hidden_size), len(lm.parts.blocks)
     for k, v in layers.items():
         if v.ndim != 1:
-            raise BadInput(f"--vector {path}: the direction for block {k} is a "
+            raise BadInput(f"{param('vector')} {path}: the direction for block {k} is a "
                            f"{tuple(v.shape)} tensor, not one vector of {lm.name}'s d_model "
                            f"({d}) values")
         if v.shape[0] != d:
-            raise BadInput(f"--vector {path}: the vector for block {k} has {v.shape[-1]} values "
+            raise BadInput(f"{param('vector')} {path}: the vector for block {k} has {v.shape[-1]} "
+                           f"values "
                            f"but {lm.name}'s d_model is {d}: it was made for another model")
     beyond = sorted(k for k in layers if not 0 <= k < n)
     if beyond:
         more = f" and {len(beyond) - 1} more" if len(beyond) > 1 else ""
-        raise BadInput(f"--vector {path} has a direction for block {beyond[0]}{more}, but "
+        raise BadInput(f"{param('vector')} {path} has a direction for block {beyond[0]}{more}, but "
                        f"{lm.name} has {n} blocks (0 to {n - 1}): it was made for another model")
     if layer is not None:
         if layer not in layers:
-            raise BadInput(f"--vector {path} has no direction for block {layer}; it has "
+            raise BadInput(f"{param('vector')} {path} has no direction for block {layer}; it has "
                            + ", ".join(str(k) for k in sorted(layers)))
         layers = {layer: layers[layer]}
     layers = {k: torch.as_tensor(v, dtype=torch.float32).clone() for k, v in
               sorted(layers.items())}
     if not layers:
-        raise BadInput(f"--vector {path}: no direction in it")
+        raise BadInput(f"{param('vector')} {path}: no direction in it")
     blocks = ", ".join(str(k) for k in layers)
     return SteeringVector(layers, "file", f"{os.path.basename(path)} (block"
                           f"{'s' if len(layers) > 1 else ''} {blocks})", path=path)
@@ -300,12 +309,13 @@ def _read_gguf(path: str) -> dict[int, Any]:
     try:
         reader = GGUFReader(path)
     except Exception as e:  # noqa: BLE001 - any parse failure means "not a GGUF we can read"
-        raise BadInput(f"--vector {path}: not a readable GGUF file ({type(e).__name__}: "
+        raise BadInput(f"{param('vector')} {path}: not a readable GGUF file ({type(e).__name__}: "
                        f"{str(e)[:100]})") from None
     field_ = reader.fields.get("general.architecture")
     arch = field_.contents() if field_ is not None else None
     if arch != "controlvector":
-        raise BadInput(f"--vector {path} is not a control vector: its general.architecture is "
+        raise BadInput(f"{param('vector')} {path} is not a control vector: its "
+                       f"general.architecture is "
                        f"{arch!r}, not 'controlvector' (a model file? steer reads llama.cpp "
                        "control vectors, with one direction.N tensor per block)")
     layers = {}
@@ -315,12 +325,13 @@ def _read_gguf(path: str) -> dict[int, Any]:
         if block is None:
             continue
         if t.tensor_type not in (GGMLQuantizationType.F32, GGMLQuantizationType.F16):
-            raise BadInput(f"--vector {path}: {name} is {t.tensor_type.name}; a control vector's "
+            raise BadInput(f"{param('vector')} {path}: {name} is {t.tensor_type.name}; a control "
+                           f"vector's "
                            "directions are F32")
         a = _numbers(path, np.array(t.data), f"the tensor {name!r}")  # (n_embd,) or refused below
         layers[block] = a.reshape(-1) if len(t.shape) == 1 else a
     if not layers:
-        raise BadInput(f"--vector {path}: a control vector without direction.N tensors")
+        raise BadInput(f"{param('vector')} {path}: a control vector without direction.N tensors")
     return layers
 
 
@@ -342,14 +353,14 @@ def _numbers(path: str, a: Any, what: str) -> Any:
     if a.dtype.kind not in "fiub":
         kind = {"c": "complex", "U": "text", "S": "text", "O": "Python object"}.get(
             a.dtype.kind, str(a.dtype))
-        raise BadInput(f"--vector {path}: {what} holds {kind} values, not real numbers")
+        raise BadInput(f"{param('vector')} {path}: {what} holds {kind} values, not real numbers")
     with np.errstate(over="ignore", invalid="ignore"):
         f = a.astype(np.float32)
     bad = ~np.isfinite(f)
     if bad.any():
         at = np.argwhere(bad)[0]
         where = ", ".join(str(int(i)) for i in at)
-        raise BadInput(f"--vector {path}: {what} holds {int(bad.sum())} non-finite value"
+        raise BadInput(f"{param('vector')} {path}: {what} holds {int(bad.sum())} non-finite value"
                        f"{'s' if bad.sum() > 1 else ''} (NaN, Inf, or beyond float32's range), "
                        f"the first at [{where}]: {a[tuple(at)]}")
     return f
@@ -364,15 +375,18 @@ def _rows(path: str, a: Any, lm: LoadedModel, layer: int | None, what: str
     a = _numbers(path, a, what)
     if a.ndim == 1:
         if layer is None:
-            raise BadInput(f"--vector {path} holds one ({a.shape[0]},) vector: say which block's "
-                           f"output receives it with --layer (0 to {n - 1})")
+            raise BadInput(f"{param('vector')} {path} holds one ({a.shape[0]},) vector: say which "
+                           f"block's "
+                           f"output receives it with {param('layer')} (0 to {n - 1})")
         return {layer: a}
     if a.ndim == 2 and a.shape[0] == n:
         return {k: a[k] for k in range(n) if np.any(a[k])}
     if a.ndim == 2 and a.shape[1] == d:
-        raise BadInput(f"--vector {path}: {what} of shape {tuple(a.shape)} has {a.shape[0]} rows "
+        raise BadInput(f"{param('vector')} {path}: {what} of shape {tuple(a.shape)} has "
+                       f"{a.shape[0]} rows "
                        f"but {lm.name} has {n} blocks; give ({d},) or ({n}, {d})")
-    raise BadInput(f"--vector {path}: {what} of shape {tuple(a.shape)}; steer reads ({d},) or "
+    raise BadInput(f"{param('vector')} {path}: {what} of shape {tuple(a.shape)}; steer reads "
+                   f"({d},) or "
                    f"({n}, {d}) (d_model {d} for {lm.name})")
 
 
@@ -382,7 +396,7 @@ def _read_npy(path: str, lm: LoadedModel, layer: int | None) -> dict[int, Any]:
     try:
         a = np.load(path, allow_pickle=False)
     except Exception as e:  # noqa: BLE001
-        raise BadInput(f"--vector {path}: not a readable .npy array ({type(e).__name__}: "
+        raise BadInput(f"{param('vector')} {path}: not a readable .npy array ({type(e).__name__}: "
                        f"{str(e)[:100]})") from None
     return _rows(path, a, lm, layer, "an array")
 
@@ -393,7 +407,8 @@ def _read_safetensors(path: str, lm: LoadedModel, layer: int | None) -> dict[int
     try:
         tensors = load_file(path)
     except Exception as e:  # noqa: BLE001
-        raise BadInput(f"--vector {path}: not a readable .safetensors file ({type(e).__name__}: "
+        raise BadInput(f"{param('vector')} {path}: not a readable .safetensors file "
+                       f"({type(e).__name__}: "
                        f"{str(e)[:100]})") from None
     blocks = {k: _block_of(k, path) for k in tensors}
     directions = {b: _numbers(path, tensors[k], f"the tensor {k!r}")
@@ -402,7 +417,7 @@ def _read_safetensors(path: str, lm: LoadedModel, layer: int | None) -> dict[int
         return directions
     if len(tensors) == 1:
         return _rows(path, next(iter(tensors.values())), lm, layer, "its tensor")
-    raise BadInput(f"--vector {path} holds {len(tensors)} tensors ("
+    raise BadInput(f"{param('vector')} {path} holds {len(tensors)} tensors ("
                    + ", ".join(sorted(tensors)[:5]) + "): steer reads direction.N tensors, or "
                    "one tensor")
 
@@ -419,8 +434,10 @@ def write_vector(path: str, vec: SteeringVector, lm: LoadedModel, force: bool = 
     suffix = os.path.splitext(path)[1].lower()
     dirs = {k: np.ascontiguousarray(v.numpy(), dtype=np.float32) for k, v in vec.layers.items()}
     if suffix == ".gguf" and 0 in dirs:
-        raise BadInput(f"--save-vector {path}: llama.cpp never steers block 0's output (its "
-                       "loader refuses direction.0); choose --layer 1 or more, or write a "
+        raise BadInput(f"{param('save_vector')} {path}: llama.cpp never steers block 0's output "
+                       f"(its "
+                       f"loader refuses direction.0); choose {param('layer')} 1 or more, or write "
+                       f"a "
                        ".safetensors or .npy file")
 
     def write(tmp: str) -> None:

@@ -21,7 +21,7 @@ import math
 import os
 from dataclasses import dataclass
 
-from fptrace.errors import BadInput
+from fptrace.errors import BadInput, param
 
 PACKAGE = "xllamacpp"
 PINNED_VERSION = "2026.10.11549"
@@ -277,10 +277,10 @@ def load() -> Library:
     """The pinned library, checked; BadInput (one line) when it is missing or another build."""
     version = installed_version()
     if version is None:
-        raise BadInput(f"--engine llama.cpp needs the package {PACKAGE}, which is not "
+        raise BadInput(f"{param('engine')} llama.cpp needs the package {PACKAGE}, which is not "
                        f"installed; {INSTALL_HINT}")
     if version != PINNED_VERSION:
-        raise BadInput(f"--engine llama.cpp was written for {PACKAGE}=={PINNED_VERSION}; "
+        raise BadInput(f"{param('engine')} llama.cpp was written for {PACKAGE}=={PINNED_VERSION}; "
                        f"{version} is installed, whose structures may differ: {INSTALL_HINT}")
     problems = layout_problems()
     path = library_path()

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from fptrace.engines.llamacpp import binding as B
-from fptrace.errors import BadInput, FptraceError, ModelLoadError, TraceFailed
+from fptrace.errors import BadInput, FptraceError, ModelLoadError, TraceFailed, param
 from fptrace.models.gguf_metadata import GGUFMetadata
 from fptrace.models.prompts import too_long
 
@@ -66,11 +66,12 @@ def check_gguf(path: str) -> GGUFMetadata:
     from fptrace.models.gguf_metadata import check
 
     if not os.path.isfile(path):
-        raise BadInput(f"--engine llama.cpp needs a .gguf file; {path!r} is not a file")
+        raise BadInput(f"{param('engine')} llama.cpp needs a .gguf file; {path!r} is not a file")
     with open(path, "rb") as f:
         head = f.read(4)
     if head != GGUF_MAGIC:
-        raise BadInput(f"--engine llama.cpp needs a GGUF file; {path!r} does not start with "
+        raise BadInput(f"{param('engine')} llama.cpp needs a GGUF file; {path!r} does not start "
+                       f"with "
                        f"the GGUF magic (it starts with {head!r})")
     return check(path)
 

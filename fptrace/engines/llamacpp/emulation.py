@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from fptrace.core.hooks import Hook, hooked
 from fptrace.engines.llamacpp import emulate as E
-from fptrace.errors import BadInput
+from fptrace.errors import BadInput, param
 from fptrace.models.loading import LoadedModel
 
 if TYPE_CHECKING:
@@ -141,10 +141,11 @@ def emulating(lm: LoadedModel, path: str, steps: Sequence[str], *, cache: str,
         return
     names = lm.parts.family.llamacpp_names
     if names is not None and names.no_emulation:
-        raise BadInput(f"--emulate does not cover the {lm.parts.family.name} family: "
+        raise BadInput(f"{param('emulate')} does not cover the {lm.parts.family.name} family: "
                        f"{names.no_emulation}")
     if names is None or not names.weights:
-        raise BadInput(f"--emulate: the {lm.parts.family.name} family does not map its weights "
+        raise BadInput(f"{param('emulate')}: the {lm.parts.family.name} family does not map its "
+                       f"weights "
                        "to llama.cpp's names")
     hooks = product_hooks(lm, E.weight_types(path), names) if "act-q8" in steps else []
     if "norm" in steps:

@@ -16,7 +16,7 @@ from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any
 
 from fptrace.engines import Compare, Emulation, Engine, RunRequest, Setting, SideB, Traced
-from fptrace.errors import BadInput
+from fptrace.errors import BadInput, param
 
 if TYPE_CHECKING:
     import numpy as np
@@ -74,13 +74,15 @@ def prepare(side: SideB) -> str:
     from fptrace.engines.llamacpp.trace import gguf_path
 
     if side.second is not None:
-        raise BadInput(f"--engine-b {NAME} compares one prompt on two engines: give one PROMPT")
+        raise BadInput(f"{param('engine_b')} {NAME} compares one prompt on two engines: give one "
+                       f"PROMPT")
     if set(side.settings_b) - {"model"}:
-        raise BadInput(f"--engine-b {NAME} runs a GGUF in llama.cpp: give it without "
-                       "--dtype-b/--device-b/--quantize-b/--random-weights-b")
+        raise BadInput(f"{param('engine_b')} {NAME} runs a GGUF in llama.cpp: give it without "
+                       f"{param('dtype_b')}/{param('device_b')}/{param('quantize_b')}/{param('random_weights_b')}")
     chat = side.chat
     if chat.chat or chat.system is not None or chat.messages is not None:
-        raise BadInput(f"--engine-b {NAME} takes a text PROMPT, not --chat/--system/--messages")
+        raise BadInput(f"{param('engine_b')} {NAME} takes a text PROMPT, not "
+                       f"{param('chat')}/{param('system')}/{param('messages')}")
     gguf_path(side.opts.model)  # side a is a GGUF too: the same checkpoint in transformers
     path = gguf_path(side.settings_b.get("model", side.opts.model))
     load_library()

@@ -34,7 +34,7 @@ from fptrace.core.hooks import Capture
 from fptrace.core.trace import first_nonfinite, layer_stats, model_info
 from fptrace.engines.llamacpp.capture import EngineOptions, LlamaCppPass, run_pass
 from fptrace.engines.llamacpp.notes import LLAMACPP_ENGINE, LLAMACPP_LENS_WITHHELD, LLAMACPP_TOKENS
-from fptrace.errors import BadInput, Mismatch
+from fptrace.errors import BadInput, Mismatch, param
 from fptrace.families import LlamaCppNames, llamacpp_names_for
 from fptrace.models.loading import LoadedModel
 from fptrace.points import BLOCK, Point
@@ -239,11 +239,12 @@ def gguf_path(model: str) -> str:
 
     spec = resolve(model)
     if spec.kind != "gguf":
-        raise BadInput(f"--engine llama.cpp runs GGUF files; {model!r} is a "
+        raise BadInput(f"{param('engine')} llama.cpp runs GGUF files; {model!r} is a "
                        f"{'model folder' if spec.kind == 'folder' else 'hub model'}, not a "
                        ".gguf file")
     if spec.path is None:
-        raise BadInput(f"--engine llama.cpp needs the GGUF file of {model!r}, which is not "
+        raise BadInput(f"{param('engine')} llama.cpp needs the GGUF file of {model!r}, which is "
+                       f"not "
                        "installed")
     check_gguf(spec.path)
     return spec.path
@@ -272,9 +273,9 @@ def llamacpp_trace(lm: LoadedModel, lm_pass: LlamaCppPass, *, top_k: int = 10,
     import torch
 
     if top_k < 1:
-        raise BadInput("--top-k must be at least 1")
+        raise BadInput(f"{param('top_k')} must be at least 1")
     if snippet < 0:
-        raise BadInput("--snippet must be 0 or more")
+        raise BadInput(f"{param('snippet')} must be 0 or more")
     options = lm_pass.options
     names = names_for(lm_pass)
     c = checks(lm, lm_pass, names)
