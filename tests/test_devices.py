@@ -120,7 +120,7 @@ def test_parse_max_memory():
     assert parse_max_memory("cpu=1000000") == {"cpu": 1000000}
     for bad in ("70GiB", "gpu0=3GB", "0=lots", "0=", "=3GB", "cpu=3 parsecs", "²=1GiB",
                 "٣=1GiB", "-1=1GiB", "0=١GiB", "0=²GB"):
-        with pytest.raises(BadInput, match="^max_memory"):
+        with pytest.raises(BadInput, match=r"^max_memory"):
             parse_max_memory(bad)
 
 

@@ -175,8 +175,7 @@ def fail(message: str, code: int = 2) -> None:
 def flag(name: str) -> str:
     """How the running command spells a parameter that an error names through `param`: the
     longest `--option` it declares for that name, else `--` + the name with `_` -> `-`."""
-    ctx = click_context()
-    command = ctx.command if ctx is not None else None
+    command = getattr(click_context(), "command", None)
     for p in getattr(command, "params", ()):
         if p.name == name:
             longs = [o for o in p.opts if o.startswith("--")]  # not its --no-x
@@ -185,7 +184,7 @@ def flag(name: str) -> str:
     return as_flag(name)
 
 
-def click_context() -> Any:
+def click_context() -> object | None:
     """The running command's click context, whether typer vendors click or uses it."""
     import importlib
 
@@ -201,35 +200,32 @@ def guarded(fn: Callable[..., Any]) -> Callable[..., Any]:
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         with spelling(flag):  # the errors' parameters as this command's flags
-            return call(*args, **kwargs)
-
-    def call(*args: Any, **kwargs: Any) -> Any:
-        try:
-            return fn(*args, **kwargs)
-        except typer.Exit:
-            raise
-        except FptraceError as e:
-            from fptrace.interrupt import seen
-
-            if seen() and e.exit_code != 130:  # an error that the interrupt caused
-                fail("interrupted", 130)
-            fail(e.message(flag), e.exit_code)
-        except KeyboardInterrupt:
-            fail("interrupted", 130)
-        except Exception as e:  # a bug of ours: still one line, the traceback on request
-            from fptrace.core.hooks import is_oom
-            from fptrace.interrupt import seen
-
-            if seen():  # a library turned our KeyboardInterrupt into another error
-                fail("interrupted", 130)
-
-            if is_oom(e):
-                fail("out of memory: try --dtype bfloat16, --device-map auto, a shorter prompt "
-                     f"or a smaller model ({type(e).__name__}: {str(e)[:120]})", 3)
-            if os.environ.get("FPTRACE_DEBUG"):
+            try:
+                return fn(*args, **kwargs)
+            except typer.Exit:
                 raise
-            fail(f"internal error: {type(e).__name__}: {e} (set FPTRACE_DEBUG=1 for the "
-                 "traceback)", 70)
+            except FptraceError as e:
+                from fptrace.interrupt import seen
+
+                if seen() and e.exit_code != 130:  # an error that the interrupt caused
+                    fail("interrupted", 130)
+                fail(e.message(flag), e.exit_code)
+            except KeyboardInterrupt:
+                fail("interrupted", 130)
+            except Exception as e:  # a bug of ours: still one line, the traceback on request
+                from fptrace.core.hooks import is_oom
+                from fptrace.interrupt import seen
+
+                if seen():  # a library turned our KeyboardInterrupt into another error
+                    fail("interrupted", 130)
+
+                if is_oom(e):
+                    fail("out of memory: try --dtype bfloat16, --device-map auto, a shorter prompt "
+                         f"or a smaller model ({type(e).__name__}: {str(e)[:120]})", 3)
+                if os.environ.get("FPTRACE_DEBUG"):
+                    raise
+                fail(f"internal error: {type(e).__name__}: {e} (set FPTRACE_DEBUG=1 for the "
+                     "traceback)", 70)
 
     return wrapper
 
