@@ -59,6 +59,12 @@ def _docstrings(tree: ast.AST) -> set[int]:
             body = node.body
             if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant):
                 out.add(id(body[0].value))
+    # a parameter's name marked for an error's message (errors.param: `batch`, shapes'
+    # --batch) names an option, not a command
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and \
+                node.func.id == "param" and node.args:
+            out.add(id(node.args[0]))
     # the string under a dataclass field (its description in the schema) is prose too
     for node in ast.walk(tree):
         body = getattr(node, "body", None)
