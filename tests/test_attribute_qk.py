@@ -95,7 +95,7 @@ def test_terms_sum_to_the_models_score(tiny):
     """Every family's tiny config: the first and the last block, the last head (grouped-query
     heads read the last K/V head), the default query and key."""
     if tiny.parts.family.qk_weights is None:  # the generic fallback: refused, not guessed
-        with pytest.raises(UnsupportedModel, match="^attribute qk needs"):
+        with pytest.raises(UnsupportedModel, match=r"^attribute qk needs"):
             attribute_qk(tiny, IDS, Head(0, 0))
         return
     nh, L = tiny.config.num_attention_heads, tiny.config.num_hidden_layers

@@ -273,7 +273,7 @@ def test_only_the_folder_above_the_layer_names_the_site(tmp_path):
     mine = tmp_path / "mlp-experiments" / "gemma-scope-2b-pt-res" / "layer_3" / "width_16k" / "x"
     assert read_dictionary(write_gemmascope(mine, weights(10))).site == Site(3, "resid_post")
     vague = tmp_path / "results" / "mine" / "layer_3"
-    with pytest.raises(BadInput, match="give site$"):
+    with pytest.raises(BadInput, match=r"give site$"):
         read_dictionary(write_gemmascope(vague, weights(10)))
 
 
