@@ -26,6 +26,8 @@ from fptrace.cli.options import (
 from fptrace.errors import BadInput, FptraceError, as_flag, spelled, spelling
 
 if TYPE_CHECKING:
+    from types import ModuleType
+
     from matplotlib.figure import Figure
 
     from fptrace.models.loading import LoadedModel
@@ -184,14 +186,19 @@ def flag(name: str) -> str:
     return as_flag(name)
 
 
-def click_context() -> object | None:
-    """The running command's click context, whether typer vendors click or uses it."""
+def click_module(name: str) -> ModuleType:
+    """click's module `name` (globals, exceptions), whether typer vendors click (0.29+) or
+    uses it (older releases)."""
     import importlib
 
     base = next(c for c in typer.Context.__mro__ if c.__name__ == "Context"
                 and c.__module__.endswith(".core") and c is not typer.Context)
-    package = base.__module__.rsplit(".", 1)[0]  # click, or typer's vendored copy of it
-    return importlib.import_module(f"{package}.globals").get_current_context(silent=True)
+    return importlib.import_module(f"{base.__module__.rsplit('.', 1)[0]}.{name}")
+
+
+def click_context() -> object | None:
+    """The running command's click context, or None outside one."""
+    return click_module("globals").get_current_context(silent=True)
 
 
 def guarded(fn: Callable[..., Any]) -> Callable[..., Any]:

@@ -17,7 +17,7 @@ from typing import Annotated
 import typer
 
 from fptrace import interrupt
-from fptrace.cli.io import COMMAND_MARK, stderr_console
+from fptrace.cli.io import COMMAND_MARK, click_module, stderr_console
 
 app = typer.Typer(
     name="fptrace",
@@ -108,8 +108,7 @@ def answer(argv: list[str] | None = None) -> int:
 
 
 def _run(argv: list[str] | None) -> int:
-    # click's UsageError, whether typer vendors click (0.29+) or uses it (older releases)
-    usage_error = next(c for c in typer.BadParameter.__mro__ if c.__name__ == "UsageError")
+    usage_error = click_module("exceptions").UsageError
     from fptrace.models.tensor_parallel import rank, world_size
 
     if world_size() > 1 and rank() != 0:  # under torchrun only rank 0 prints and writes
