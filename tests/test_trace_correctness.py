@@ -35,11 +35,23 @@ def test_layers_match_output_hidden_states(tiny):
         assert row.resid_norm_last == pytest.approx(float(hs[k][0, -1].norm()), rel=1e-5)
         assert row.resid_norm_mean == pytest.approx(float(hs[k][0].norm(dim=-1).mean()),
                                                     rel=1e-5)
+        _assert_peak(row, hs[k][0])
     torch.testing.assert_close(torch.tensor(trace.final_norm.snippet), hs[L][0, -1],
                                rtol=1e-5, atol=1e-5)
     # the stream after the last block is the pre-norm residual, not hidden_states[-1]
     last = tiny.parts.final_norm(torch.tensor(trace.layers[L].snippet)[None])[0]
     torch.testing.assert_close(last, hs[L][0, -1], rtol=1e-5, atol=1e-5)
+
+
+def _assert_peak(row, h):
+    """The row's largest ‖stream‖, its position, and there the channel of the largest |value|
+    and that value, against the stream h (T, d) the model computed."""
+    norms = h.norm(dim=-1)
+    where = int(norms.argmax())
+    channel = int(h[where].abs().argmax())
+    assert row.resid_norm_max == pytest.approx(float(norms[where]), rel=1e-5)
+    assert (row.resid_norm_max_position, row.resid_max_channel) == (where, channel)
+    assert row.resid_max_value == pytest.approx(float(h[where, channel]), rel=1e-5)
 
 
 def test_top_k_matches_model_logits(tiny):
@@ -115,6 +127,10 @@ def test_batched_equals_single(tiny):
     batched = run_traces(tiny, prompts, top_k=5, snippet=8)
     for ids, got in zip(prompts, batched):
         want = run_trace(tiny, ids, top_k=5, snippet=8)
+        # the padded row's largest stream, where, and its channel, against the model's own
+        hs = _reference(tiny, ids).hidden_states
+        for k in range(len(tiny.parts.blocks)):
+            _assert_peak(got.layers[k], hs[k][0])
         assert [t.id for t in got.tokens] == ids
         assert [t.id for t in got.top_k] == [t.id for t in want.top_k]
         for g, w in zip(got.layers, want.layers):

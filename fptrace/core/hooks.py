@@ -1,7 +1,7 @@
 """Hooks on every block that capture small per-layer statistics, and always come off.
 
-What is kept per forward is O(layers x batch x d): the last position's vector of each step and
-the mean norm over positions, never the (B, T, d) streams themselves.
+What is kept per forward is O(layers x batch x (d + T)): the last position's vector of each step
+and the stream's norm at each position, never the (B, T, d) streams themselves.
 """
 
 from __future__ import annotations
@@ -97,13 +97,12 @@ class Capture:
     mask: Any  # (B, T) bool, or None when no row is padded
     home: Any = None  # device the statistics are gathered on (blocks may live on several)
     embed_last: Any = None  # (B, d) float32
-    embed_mean_norm: Any = None  # (B,)
-    # (B, 4): the largest ‖stream‖ over the positions, where, and at that position the channel
-    # of the largest |value| and its value (a massive activation shows there)
-    embed_max_norm: Any = None
     resid_last: list = field(default_factory=list)  # per block: (B, d) float32
-    resid_mean_norm: list = field(default_factory=list)  # per block: (B,)
-    resid_max_norm: list = field(default_factory=list)  # per block: (B, 4) as embed_max_norm
+    # per stream (the embedding, then each block's output): (B, T) float32 ‖stream‖ at every
+    # position (0 at padding), and (B, d) the stream at each row's largest, in the model's
+    # dtype; summarised after the forward by norm_summary, in a few batched reductions
+    norms: list = field(default_factory=list)
+    peaks: list = field(default_factory=list)
     # per block: (B, d) float32 of what attention / the MLP added; None if its module never ran
     attn_last: list = field(default_factory=list)
     mlp_last: list = field(default_factory=list)
@@ -131,28 +130,41 @@ class Capture:
 
         return h[0, -self.keep_positions:].to(self.home or h.device, torch.float32, copy=True)
 
-    def norm_stats(self, h: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """(B,) mean over the real positions of ‖stream‖, and (B, 4): its largest value, the
-        position (counted from the row's first real token), and at that position the channel
-        of the largest |value| and that value."""
+    def keep_norms(self, k: int, h: torch.Tensor) -> None:
+        """Stream k's share of the norm statistics (k = 0: the embedding; k = i + 1: block i's
+        output): ‖h‖ at every position, and the row of h at each batch row's largest. Three
+        small kernels during the forward; norm_summary makes the rest for every stream at
+        once (on a GPU each launch costs the host about as much as the kernel costs the GPU)."""
         import torch
 
         norms = torch.linalg.vector_norm(h, dim=-1, dtype=torch.float32)  # (B, T)
+        if self.mask is not None:
+            norms = torch.where(self.mask.to(h.device), norms, torch.zeros_like(norms))
+        first = norms.argmax(dim=-1)  # (B,) the first position of the largest
         home = self.home or h.device
+        for kept in (self.norms, self.peaks):
+            kept.extend([None] * (k + 1 - len(kept)))
+        self.norms[k] = norms.to(home)
+        self.peaks[k] = h[torch.arange(h.shape[0], device=h.device), first].to(home)
+
+    def norm_summary(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """Over every stream kept by keep_norms: (S, B) the mean of ‖stream‖ over the real
+        positions, and (S, B, 4) its largest value, the position (counted from the row's first
+        real token), and at that position the channel of the largest |value| and that value."""
+        import torch
+
+        norms = torch.stack(self.norms)  # (S, B, T); padded positions hold 0
+        top, first = norms.max(dim=-1)  # (S, B)
         if self.mask is None:
-            top, where = norms.max(dim=-1)  # (B,), (B,)
-            mean, first = norms.mean(dim=-1), where
+            mean, where = norms.mean(dim=-1), first
         else:
-            m = self.mask.to(h.device)
-            zeroed = torch.where(m, norms, torch.zeros_like(norms))
-            top, first = zeroed.max(dim=-1)
+            m = self.mask.to(norms.device)
+            mean = norms.sum(dim=-1) / m.sum(dim=-1).clamp(min=1)
             where = first - (~m).sum(dim=-1)  # left padding: positions from the first real token
-            mean = zeroed.sum(dim=-1) / m.sum(dim=-1).clamp(min=1)
-        rows = h[torch.arange(h.shape[0], device=h.device), first].float()  # (B, d)
-        channel = rows.abs().argmax(dim=-1)  # (B,)
-        value = rows.gather(-1, channel[:, None])[:, 0]  # (B,)
-        return mean.to(home), torch.stack([top, where.float(), channel.float(), value],
-                                          -1).to(home)
+        rows = torch.stack(self.peaks).float()  # (S, B, d)
+        channel = rows.abs().argmax(dim=-1)  # (S, B)
+        value = rows.gather(-1, channel[..., None])[..., 0]
+        return mean, torch.stack([top, where.float(), channel.float(), value], -1)
 
 
 def is_oom(e: BaseException) -> bool:
@@ -170,8 +182,8 @@ def capture_stats(parts: ModelParts, cap: Capture) -> Iterator[Capture]:
     """
     n = len(parts.blocks)
     cap.resid_last = [None] * n
-    cap.resid_mean_norm = [None] * n
-    cap.resid_max_norm = [None] * n
+    cap.norms = [None] * (n + 1)
+    cap.peaks = [None] * (n + 1)
     cap.attn_last = [None] * n
     cap.mlp_last = [None] * n
     cap.streams = [None] * (n + 1) if cap.keep_positions else []
@@ -181,7 +193,7 @@ def capture_stats(parts: ModelParts, cap: Capture) -> Iterator[Capture]:
     def embed_hook(module: nn.Module, args: tuple, kwargs: dict) -> None:
         h = args[0] if args else kwargs["hidden_states"]
         cap.embed_last = cap.take_last(h)
-        cap.embed_mean_norm, cap.embed_max_norm = cap.norm_stats(h)
+        cap.keep_norms(0, h)
         if cap.keep_positions:
             cap.streams[0] = cap.take_positions(h)
         cap.shapes["embed"] = tuple(h.shape)
@@ -190,7 +202,7 @@ def capture_stats(parts: ModelParts, cap: Capture) -> Iterator[Capture]:
         def hook(module: nn.Module, args: tuple, kwargs: dict, output: Any) -> None:
             h = first_output(output)
             cap.resid_last[i] = cap.take_last(h)
-            cap.resid_mean_norm[i], cap.resid_max_norm[i] = cap.norm_stats(h)
+            cap.keep_norms(i + 1, h)
             if cap.keep_positions:
                 cap.streams[i + 1] = cap.take_positions(h)
             cap.shapes[f"block {i}"] = tuple(h.shape)

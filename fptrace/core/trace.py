@@ -339,8 +339,7 @@ def layer_stats(lm: LoadedModel, cap: Capture, *, snippet: int = 4, logit_lens: 
 
     L = len(lm.parts.blocks)
     streams = torch.stack([cap.embed_last, *cap.resid_last])  # (L+1, B, d) float32
-    mean_norms = torch.stack([cap.embed_mean_norm, *cap.resid_mean_norm])  # (L+1, B)
-    max_norms = torch.stack([cap.embed_max_norm, *cap.resid_max_norm])  # (L+1, B, 4)
+    mean_norms, max_norms = cap.norm_summary()  # (L+1, B), (L+1, B, 4)
     B = streams.shape[1]
     lens_ids = lens_probs = metrics = None
     if logit_lens:
@@ -360,50 +359,63 @@ def layer_stats(lm: LoadedModel, cap: Capture, *, snippet: int = 4, logit_lens: 
     relative = mismatch / added_norms.clamp(min=torch.finfo(torch.float32).tiny)  # (L, B)
     cos_prev = stats.cosine(streams[1:], streams[:-1])  # (L, B)
     finite_layer = torch.isfinite(streams).all(dim=-1) & torch.isfinite(mean_norms)  # (L+1, B)
+    # every figure reaches the host in one copy per tensor (on a GPU each read of one element
+    # would be a copy and a wait of its own)
+    (resid_norms, mean_norms, max_norms, added_norms, attn_norms, mlp_norms, cos_prev, holds,
+     relative, finite_layer, snippets) = (t.tolist() for t in (
+        resid_norms, mean_norms, max_norms, added_norms, attn_norms, mlp_norms, cos_prev, holds,
+        relative, finite_layer, streams[..., :snippet]))
+    if lens_ids is not None:
+        lens_ids, lens_probs = lens_ids.tolist(), lens_probs.tolist()
+    if metrics is not None:
+        metrics = tuple(m.tolist() for m in metrics)
     rows, checks = [], []
     for b in range(B):
         layers = []
         for k in range(L + 1):
             blk = k - 1
-            split = k > 0 and bool(holds[blk, b])
+            split = k > 0 and holds[blk][b]
+            top = max_norms[k][b]
             layers.append(LayerStats(
                 layer=None if k == 0 else blk,
                 point="embed" if k == 0 else "resid_post",
-                resid_norm_last=float(resid_norms[k, b]),
-                resid_norm_mean=float(mean_norms[k, b]),
-                added_norm_last=None if k == 0 else float(added_norms[blk, b]),
-                attn_norm_last=float(attn_norms[blk, b]) if split else None,
-                mlp_norm_last=float(mlp_norms[blk, b]) if split else None,
-                cos_prev=None if k == 0 else float(cos_prev[blk, b]),
-                snippet=tuple(float(x) for x in streams[k, b, :snippet].tolist()),
-                lens_id=None if lens_ids is None else int(lens_ids[k, b]),
-                lens_text=None if lens_ids is None else lm.token_text(int(lens_ids[k, b])),
-                lens_prob=None if lens_probs is None else float(lens_probs[k, b]),
-                lens_rank=None if metrics is None else int(metrics[0][k, b]),
-                lens_entropy=None if metrics is None else float(metrics[1][k, b]),
-                lens_kl=None if metrics is None else float(metrics[2][k, b]),
-                resid_norm_max=float(max_norms[k, b, 0]),
-                resid_norm_max_position=int(max_norms[k, b, 1]),
-                resid_max_channel=int(max_norms[k, b, 2]),
-                resid_max_value=float(max_norms[k, b, 3]),
-                finite=bool(finite_layer[k, b]),
+                resid_norm_last=resid_norms[k][b],
+                resid_norm_mean=mean_norms[k][b],
+                added_norm_last=None if k == 0 else added_norms[blk][b],
+                attn_norm_last=attn_norms[blk][b] if split else None,
+                mlp_norm_last=mlp_norms[blk][b] if split else None,
+                cos_prev=None if k == 0 else cos_prev[blk][b],
+                snippet=tuple(snippets[k][b]),
+                lens_id=None if lens_ids is None else lens_ids[k][b],
+                lens_text=None if lens_ids is None else lm.token_text(lens_ids[k][b]),
+                lens_prob=None if lens_probs is None else lens_probs[k][b],
+                lens_rank=None if metrics is None else metrics[0][k][b],
+                lens_entropy=None if metrics is None else metrics[1][k][b],
+                lens_kl=None if metrics is None else metrics[2][k][b],
+                resid_norm_max=top[0],
+                resid_norm_max_position=int(top[1]),
+                resid_max_channel=int(top[2]),
+                resid_max_value=top[3],
+                finite=finite_layer[k][b],
             ))
         rows.append(tuple(layers))
-        checks.append(_decomposition(relative[:, b], holds[:, b], measured, dtype))
+        checks.append(_decomposition([r[b] for r in relative],
+                                     [h[b] for h in holds], measured, dtype))
     return rows, checks
 
 
-def _decomposition(relative: Any, holds: Any, measured: list[bool], dtype: str) -> Decomposition:
-    """One row's check: relative (L,) mismatch / ‖Δ‖, holds (L,) bool."""
+def _decomposition(relative: list[float], holds: list[bool], measured: list[bool], dtype: str
+                   ) -> Decomposition:
+    """One row's check: relative (L,) mismatch / ‖Δ‖, holds (L,)."""
     import math
 
-    rel = [float(r) if m else math.nan for r, m in zip(relative.tolist(), measured)]
+    rel = [r if m else math.nan for r, m in zip(relative, measured)]
     finite = [(r, i) for i, r in enumerate(rel) if math.isfinite(r)]
     worst = max(finite) if finite else None
     return Decomposition(
-        holds=bool(holds.all()), max_mismatch=None if worst is None else worst[0],
+        holds=all(holds), max_mismatch=None if worst is None else worst[0],
         worst_block=None if worst is None else worst[1],
-        withheld=tuple(i for i, ok in enumerate(holds.tolist()) if not ok),
+        withheld=tuple(i for i, ok in enumerate(holds) if not ok),
         tolerance=stats.decomposition_rule(dtype))
 
 

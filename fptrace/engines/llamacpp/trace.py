@@ -292,14 +292,12 @@ def llamacpp_trace(lm: LoadedModel, lm_pass: LlamaCppPass, *, top_k: int = 10,
     cap = Capture(mask=None, home=torch.device("cpu"))
     embed = full(p[Point.embed])
     cap.embed_last = embed[:, -1]
-    cap.embed_mean_norm, cap.embed_max_norm = cap.norm_stats(embed)
+    cap.keep_norms(0, embed)
     cap.shapes["embed"] = tuple(embed.shape)
     for k in range(n):
         h = full(f"{p[Point.resid_post]}-{k}")
         cap.resid_last.append(h[:, -1])
-        mean, top = cap.norm_stats(h)
-        cap.resid_mean_norm.append(mean)
-        cap.resid_max_norm.append(top)
+        cap.keep_norms(k + 1, h)
         cap.attn_last.append(last(f"{p[names.added[0]]}-{k}"))
         cap.mlp_last.append(last(f"{p[names.added[1]]}-{k}"))
         cap.shapes[f"block {k}"] = tuple(h.shape)
