@@ -121,9 +121,17 @@ def long_run(tmp_path_factory):
     return [sys.executable, "-m", "fptrace", "generate", P, "-m", folder, "-n", "3000"]
 
 
+def _as_on_a_terminal():
+    """Ctrl-C as a terminal's user has it, however the suite was started: a background job
+    (`make test &` in a script) starts with SIGINT ignored, its children inherit that, and
+    fptrace rightly leaves an ignored SIGINT ignored (as under nohup)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def _interrupt_at(cmd, delay):
     p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                         env={**os.environ, "OMP_NUM_THREADS": "1"})
+                         env={**os.environ, "OMP_NUM_THREADS": "1"},
+                         preexec_fn=_as_on_a_terminal)
     time.sleep(delay)
     running = p.poll() is None
     p.send_signal(signal.SIGINT)
@@ -174,7 +182,7 @@ def test_a_swallowed_interrupt_is_not_lost(tmp_path):
         "m.app = swallowing\n"
         "m.main(['models'])\n")
     p = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
-                       timeout=120)
+                       timeout=120, preexec_fn=_as_on_a_terminal)
     assert p.returncode == 130 and p.stderr.strip() == "fptrace: error: interrupted", p.stderr
 
 
@@ -200,7 +208,7 @@ def test_an_interrupt_inside_a_weakref_callback_prints_no_traceback(tmp_path):
         "m.app = running\n"
         "m.main(['models'])\n")
     p = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
-                       timeout=120)
+                       timeout=120, preexec_fn=_as_on_a_terminal)
     assert p.returncode == 130 and p.stderr.strip() == "fptrace: error: interrupted", p.stderr
 
 
