@@ -361,46 +361,47 @@ def layer_stats(lm: LoadedModel, cap: Capture, *, snippet: int = 4, logit_lens: 
     finite_layer = torch.isfinite(streams).all(dim=-1) & torch.isfinite(mean_norms)  # (L+1, B)
     # every figure reaches the host in one copy per tensor (on a GPU each read of one element
     # would be a copy and a wait of its own)
-    (resid_norms, mean_norms, max_norms, added_norms, attn_norms, mlp_norms, cos_prev, holds,
-     relative, finite_layer, snippets) = (t.tolist() for t in (
-        resid_norms, mean_norms, max_norms, added_norms, attn_norms, mlp_norms, cos_prev, holds,
-        relative, finite_layer, streams[..., :snippet]))
-    if lens_ids is not None:
-        lens_ids, lens_probs = lens_ids.tolist(), lens_probs.tolist()
+    got: dict[str, list] = {name: t.tolist() for name, t in (
+        ("resid", resid_norms), ("mean", mean_norms), ("max", max_norms), ("added", added_norms),
+        ("attn", attn_norms), ("mlp", mlp_norms), ("cos", cos_prev), ("holds", holds),
+        ("relative", relative), ("finite", finite_layer), ("snippet", streams[..., :snippet]))}
+    lens: dict[str, list] = {} if lens_ids is None or lens_probs is None else {
+        "id": lens_ids.tolist(), "prob": lens_probs.tolist()}
     if metrics is not None:
-        metrics = tuple(m.tolist() for m in metrics)
+        lens.update(rank=metrics[0].tolist(), entropy=metrics[1].tolist(),
+                    kl=metrics[2].tolist())
     rows, checks = [], []
     for b in range(B):
         layers = []
         for k in range(L + 1):
             blk = k - 1
-            split = k > 0 and holds[blk][b]
-            top = max_norms[k][b]
+            split = k > 0 and got["holds"][blk][b]
+            top = got["max"][k][b]
             layers.append(LayerStats(
                 layer=None if k == 0 else blk,
                 point="embed" if k == 0 else "resid_post",
-                resid_norm_last=resid_norms[k][b],
-                resid_norm_mean=mean_norms[k][b],
-                added_norm_last=None if k == 0 else added_norms[blk][b],
-                attn_norm_last=attn_norms[blk][b] if split else None,
-                mlp_norm_last=mlp_norms[blk][b] if split else None,
-                cos_prev=None if k == 0 else cos_prev[blk][b],
-                snippet=tuple(snippets[k][b]),
-                lens_id=None if lens_ids is None else lens_ids[k][b],
-                lens_text=None if lens_ids is None else lm.token_text(lens_ids[k][b]),
-                lens_prob=None if lens_probs is None else lens_probs[k][b],
-                lens_rank=None if metrics is None else metrics[0][k][b],
-                lens_entropy=None if metrics is None else metrics[1][k][b],
-                lens_kl=None if metrics is None else metrics[2][k][b],
+                resid_norm_last=got["resid"][k][b],
+                resid_norm_mean=got["mean"][k][b],
+                added_norm_last=None if k == 0 else got["added"][blk][b],
+                attn_norm_last=got["attn"][blk][b] if split else None,
+                mlp_norm_last=got["mlp"][blk][b] if split else None,
+                cos_prev=None if k == 0 else got["cos"][blk][b],
+                snippet=tuple(got["snippet"][k][b]),
+                lens_id=lens["id"][k][b] if lens else None,
+                lens_text=lm.token_text(lens["id"][k][b]) if lens else None,
+                lens_prob=lens["prob"][k][b] if lens else None,
+                lens_rank=lens["rank"][k][b] if "rank" in lens else None,
+                lens_entropy=lens["entropy"][k][b] if "entropy" in lens else None,
+                lens_kl=lens["kl"][k][b] if "kl" in lens else None,
                 resid_norm_max=top[0],
                 resid_norm_max_position=int(top[1]),
                 resid_max_channel=int(top[2]),
                 resid_max_value=top[3],
-                finite=finite_layer[k][b],
+                finite=got["finite"][k][b],
             ))
         rows.append(tuple(layers))
-        checks.append(_decomposition([r[b] for r in relative],
-                                     [h[b] for h in holds], measured, dtype))
+        checks.append(_decomposition([r[b] for r in got["relative"]],
+                                     [h[b] for h in got["holds"]], measured, dtype))
     return rows, checks
 
 
