@@ -154,6 +154,29 @@ class LlamaCppNames:
 
 
 @dataclass(frozen=True)
+class GGUFWeights:
+    """How fptrace reads a GGUF file of an architecture transformers' GGUF loader does not read
+    (models/gguf_reader.py builds the family's transformers model from it).
+
+    arch: the GGUF architecture (general.architecture); model_type: the transformers model type
+    built; config: config attribute -> the file's `{arch}.KEY` (a str), a value, or a function
+    of the file's hyperparameter getter (`hparam(name)`) returning the value, a None leaving
+    the config's default; tensors: the model's state-dict name -> the GGUF tensor's name, with
+    `{i}` for the block (`model.layers.{i}.self_attn.q_proj.weight` -> `blk.{i}.attn_q.weight`),
+    every weight of the model named; fixes: a state-dict name (with `{i}`) -> what llama.cpp's
+    converter did to the weight besides renaming it, undone on reading: "rope_adjacent_q" /
+    "rope_adjacent_k" (Llama's W_Q / W_K row permutation, by the query / key-value heads),
+    "qkv_by_head" (a fused [Q; K; V] put back head by head, [q|k|v] of head 0 first, as
+    GPT-NeoX keeps it), "minus_one" (a norm weight stored as 1 + w)."""
+
+    arch: str
+    model_type: str
+    config: dict
+    tensors: dict
+    fixes: dict = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
 class Family:
     """Where the parts of one architecture live and what each adds to the residual stream.
 
@@ -238,6 +261,9 @@ class Family:
     # attribute -> the file's `{arch}.KEY` (a str), or the value itself (models/gguf_metadata.py
     # hands them to the loader)
     gguf_config: dict = field(default_factory=dict)
+    # how fptrace reads a GGUF file of this family whose architecture transformers' GGUF loader
+    # does not read (GGUFWeights); None: transformers' loader reads it, or nothing does
+    gguf_weights: GGUFWeights | None = None
 
     def __post_init__(self) -> None:
         """The kinds as enums, from their words too (a family file may write either); a word
@@ -404,6 +430,13 @@ def gguf_config_for(arch: str) -> dict:
     family whose llama.cpp names are checked on it), or {}."""
     fam = family_for_gguf(arch)
     return {} if fam is None else fam.gguf_config
+
+
+def gguf_weights_for(arch: str) -> GGUFWeights | None:
+    """How fptrace itself reads a GGUF file of architecture `arch` (a family's gguf_weights),
+    or None where it leaves the file to transformers' GGUF loader."""
+    return next((fam.gguf_weights for fam in FAMILIES if fam.gguf_weights is not None
+                 and fam.gguf_weights.arch == arch), None)
 
 
 def family_for_config(config: Any) -> Family | None:

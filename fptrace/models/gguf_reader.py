@@ -1,0 +1,190 @@
+"""fptrace's own GGUF reader, for the architectures transformers' GGUF loader does not read
+(OLMo 2's, GPT-NeoX's): the family's transformers model is built from the file's metadata (its
+config) and its tensors (dequantized by the gguf package), each tensor put back under the
+state-dict name the family's GGUFWeights gives it, with what llama.cpp's converter did to it
+undone (GGUFWeights.fixes).
+
+Every weight of the built model comes from the file: a weight no tensor fills, or a tensor no
+weight takes, refuses the file in one line naming them, so no weight is ever left at its random
+initial value.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from fptrace.errors import ModelLoadError
+from fptrace.families import GGUFWeights, gguf_weights_for
+from fptrace.models.gguf_metadata import GGUFMetadata
+
+
+def reads(meta: GGUFMetadata) -> bool:
+    """Whether fptrace reads this file itself (its architecture is one transformers' GGUF
+    loader does not read and a family states how)."""
+    return gguf_weights_for(meta.architecture or "") is not None
+
+
+def spec(meta: GGUFMetadata) -> GGUFWeights:
+    found = gguf_weights_for(meta.architecture or "")
+    if found is None:
+        raise ModelLoadError(f"fptrace reads no {meta.architecture!r} GGUF file itself")
+    return found
+
+
+def token_id(meta: GGUFMetadata, name: str) -> int | None:
+    value = meta.values.get(f"tokenizer.ggml.{name}_token_id")
+    return int(value) if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def config_values(meta: GGUFMetadata) -> dict[str, Any]:
+    """The transformers config's attributes the file states: the family's GGUFWeights.config
+    read from the metadata, the vocabulary from the token embedding, a tied head where the file
+    has no output tensor, the special tokens from the tokenizer's keys."""
+    how = spec(meta)
+    out: dict[str, Any] = {}
+    for attribute, source in how.config.items():
+        if isinstance(source, str):
+            value = meta.hparam(source)
+        elif callable(source):
+            value = source(meta.hparam)
+        else:
+            value = source
+        if value is not None:
+            out[attribute] = value
+    embed = meta.shapes.get("token_embd.weight")
+    if embed is None or len(embed) != 2:
+        raise ModelLoadError(f"the GGUF file {meta.path!r} has no token embedding "
+                             "(token_embd.weight)")
+    out["vocab_size"] = int(embed[1])
+    out["tie_word_embeddings"] = "output.weight" not in meta.shapes
+    for name, attribute in (("bos", "bos_token_id"), ("eos", "eos_token_id"),
+                            ("padding", "pad_token_id")):
+        out[attribute] = token_id(meta, name)
+    return out
+
+
+def config(meta: GGUFMetadata) -> Any:
+    """The transformers config of the file's model (no weights read)."""
+    from transformers import AutoConfig
+
+    try:
+        return AutoConfig.for_model(spec(meta).model_type, **config_values(meta))
+    except (TypeError, ValueError) as e:
+        raise ModelLoadError(f"cannot read the GGUF file {meta.path}: its metadata makes no "
+                             f"{spec(meta).model_type} config ({type(e).__name__}: "
+                             f"{str(e).strip().splitlines()[0] if str(e).strip() else ''})"
+                             ) from None
+
+
+def names(how: GGUFWeights, blocks: int) -> dict[str, tuple[str, str | None]]:
+    """state-dict name -> (GGUF tensor name, the fix to undo or None), every block spelt."""
+    out: dict[str, tuple[str, str | None]] = {}
+    for hf, gg in how.tensors.items():
+        for i in range(blocks) if "{i}" in hf else (None,):
+            key = hf.format(i=i) if i is not None else hf
+            out[key] = (gg.format(i=i) if i is not None else gg, how.fixes.get(hf))
+    return out
+
+
+def rope_adjacent_undone(w: Any, heads: int) -> Any:
+    """W_Q or W_K (heads × head_dim rows) back from llama.cpp's converter's permutation, which
+    puts each rotary pair's two rows side by side: per head, the even rows first, then the odd
+    ones."""
+    return w.reshape(heads, w.shape[0] // heads // 2, 2, *w.shape[1:]).swapaxes(1, 2) \
+        .reshape(w.shape)
+
+
+def qkv_by_head(w: Any, heads: int) -> Any:
+    """A fused projection stored [Q; K; V] (llama.cpp's converter's order, each heads ×
+    head_dim rows) put back head by head ([q|k|v] of head 0, then head 1, ...), as GPT-NeoX's
+    query_key_value holds it."""
+    rest = w.shape[1:]
+    return w.reshape(3, heads, w.shape[0] // 3 // heads, *rest).swapaxes(0, 1).reshape(w.shape)
+
+
+def fixer(fix: str | None, cfg: Any) -> Callable[[Any], Any]:
+    heads = int(getattr(cfg, "num_attention_heads", 0) or 0)
+    kv = int(getattr(cfg, "num_key_value_heads", None) or heads)
+    fixes: dict[str | None, Callable[[Any], Any]] = {
+        None: lambda w: w,
+        "rope_adjacent_q": lambda w: rope_adjacent_undone(w, heads),
+        "rope_adjacent_k": lambda w: rope_adjacent_undone(w, kv),
+        "qkv_by_head": lambda w: qkv_by_head(w, heads),
+        "minus_one": lambda w: w - 1,
+    }
+    if fix not in fixes:
+        raise AssertionError(f"unknown GGUF weight fix {fix!r}")
+    return fixes[fix]
+
+
+def listed(items: list[str], n: int = 3) -> str:
+    return ", ".join(items[:n]) + (", ..." if len(items) > n else "")
+
+
+def build(path: str, meta: GGUFMetadata) -> Any:
+    """The family's transformers model (float32) with every weight read from the GGUF file at
+    `path`; ModelLoadError (one line) when a weight has no tensor, a tensor no weight, or a
+    tensor the wrong shape."""
+    import numpy as np
+    import torch
+    from gguf import GGUFReader
+    from gguf.quants import dequantize
+    from transformers import AutoModelForCausalLM
+
+    how = spec(meta)
+    cfg = config(meta)
+    with torch.device("meta"):  # shapes only: every weight is then read from the file
+        skeleton = AutoModelForCausalLM.from_config(cfg, dtype=torch.float32)
+    wanted = dict(skeleton.state_dict())
+    tied = bool(getattr(cfg, "tie_word_embeddings", False))
+    head = skeleton.get_output_embeddings()
+    if tied and head is not None:  # the head is the token embedding: no tensor of its own
+        at = next(n for n, m in skeleton.named_modules() if m is head)
+        wanted.pop(f"{at}.weight", None)
+    mapping = names(how, int(cfg.num_hidden_layers))
+    try:
+        reader = GGUFReader(path)
+    except (OSError, ValueError, KeyError, IndexError) as e:  # the header was checked before
+        raise ModelLoadError(f"cannot read the GGUF file {path}: {type(e).__name__}: "
+                             f"{str(e).strip()[:200]}") from None
+    tensors = {t.name: t for t in reader.tensors}
+    unnamed = sorted(k for k in wanted if k not in mapping)
+    absent = sorted(f"{k} ({mapping[k][0]})" for k in wanted
+                    if k in mapping and mapping[k][0] not in tensors)
+    if unnamed or absent:
+        gone = unnamed + absent
+        raise ModelLoadError(
+            f"cannot read the GGUF file {path}: {len(gone)} of the {how.model_type} model's "
+            f"weights have no tensor in it ({listed(gone)}); fptrace leaves no weight at a "
+            "random value")
+    taken = {mapping[k][0] for k in wanted}
+    extra = sorted(n for n in tensors if n not in taken)
+    if extra:
+        raise ModelLoadError(
+            f"cannot read the GGUF file {path}: {len(extra)} of its tensors are no weight of "
+            f"the {how.model_type} model ({listed(extra)}); fptrace reads a file whole or not "
+            "at all")
+    state: dict[str, Any] = {}
+    for key, like in wanted.items():
+        name, fix = mapping[key]
+        t = tensors[name]
+        values = dequantize(np.asarray(t.data), t.tensor_type)  # float32
+        shape = tuple(int(n) for n in reversed(t.shape.tolist()))  # ggml's ne, outermost first
+        values = np.asarray(values, dtype=np.float32).reshape(shape)
+        if tuple(values.shape) != tuple(like.shape):
+            raise ModelLoadError(
+                f"cannot read the GGUF file {path}: tensor {name} is {list(values.shape)} but "
+                f"the model's {key} is {list(like.shape)} (its metadata and tensors disagree)")
+        state[key] = torch.from_numpy(fixer(fix, cfg)(values).copy())
+    model = AutoModelForCausalLM.from_config(cfg, dtype=torch.float32)
+    missing, unexpected = model.load_state_dict(state, strict=False)
+    missing = [k for k in missing if k in wanted]
+    if missing or unexpected:  # the checks above make this unreachable
+        raise AssertionError(f"GGUF reader: missing {missing}, unexpected {unexpected}")
+    if tied:
+        model.tie_weights()
+    return model.eval()
+
+
+__all__ = ["build", "config", "config_values", "qkv_by_head", "reads", "rope_adjacent_undone"]
