@@ -136,6 +136,10 @@ class LlamaCppNames:
     q_scaled: bool = False
     experts: dict = field(default_factory=dict)
     no_emulation: str | None = None
+    # graph names a block gives two nodes, of which the first is the point (GPT-NeoX's
+    # `ffn_out`: the MLP's output, then the same plus the block's input); other names keep
+    # the last node's
+    first: tuple[str, ...] = ()
 
     def routed(self, arch: str, mlp_out: str, routing: tuple[str, str, str], experts: dict,
                weights: dict | None = None) -> LlamaCppNames:
