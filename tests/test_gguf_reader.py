@@ -25,7 +25,8 @@ pytestmark = [pytest.mark.slow,
 
 PROMPT = "The capital of France is"
 EXACT = {"flash_attn": "off", "kv_cache": "f32"}
-# float32 sums in another order through two tiny blocks: measured 4.3e-7 (olmo2)
+# float32 sums in another order through two tiny blocks: measured 4.3e-7 (olmo2), 3.3e-7
+# (olmoe)
 FLOAT32 = 1e-5
 # ggml's GELU reads a table of float16 values (and is the tanh form, where GPT-NeoX's is the
 # exact one): 3.4e-4 relative on block 0's MLP activation, the streams within 4.2e-5 (measured)
@@ -36,6 +37,7 @@ FAMILIES = [
     ("olmo2", "olmo2", "blk.1.ffn_up.weight", 1, "mlp_up", None, FLOAT32),
     ("gpt_neox", "gptneox", "blk.1.attn_output.weight", 1, "attn_out", (0, "mlp_act"),
      GELU_TABLE),
+    ("olmoe", "olmoe", "blk.1.ffn_down_exps.weight", 1, "mlp_out", None, FLOAT32),
 ]
 
 
@@ -160,11 +162,15 @@ def test_every_point_llamacpp_names_matches_transformers(tiny):
     else:
         assert parted is not None and (parted.layer, parted.point) == rounded, parted
     compared = {p.point for b in result.deep.blocks for p in b.points}
-    assert {"resid_pre", "q", "k", "v", "z", "attn_out", "mlp_up", "mlp_act", "mlp_out",
-            "resid_post"} <= compared, compared
-    # what the stream receives: OLMo 2's post-norms; GPT-NeoX's attention and MLP outputs
+    assert {"resid_pre", "q", "k", "v", "z", "attn_out", "mlp_out", "resid_post"} <= compared
+    if family != "olmoe":  # each position's experts are its own: not compared point by point
+        assert {"mlp_up", "mlp_act"} <= compared, compared
+    # OLMo 2's post-norms (what its stream receives); the pre-norms of the others
     added = {"ln1_post", "ln2_post"} if family == "olmo2" else {"ln1", "ln2"}
     assert added <= compared, compared
+    if family == "olmoe":  # both engines chose the same experts everywhere
+        assert result.routing is not None and result.routing.compared > 0
+        assert result.routing.flipped == 0
 
 
 def test_the_runs_own_checks_pass(tiny):
@@ -188,6 +194,26 @@ def test_a_scaled_weight_is_named_at_its_block_and_operation(tiny):
     parted = result.deep.parted
     assert parted is not None, f"{family}: {tensor} scaled, nothing parted"
     assert (parted.layer, parted.point) == (block, point), parted.sentence
+
+
+def test_olmoes_routing_is_checked_and_flips_are_named(tiny, tmp_path):
+    """llama.cpp's olmoe router nodes make the trace's routing, checked against OLMoE's rule
+    (a softmax over all experts, the top k, not renormalised) recomputed from llama.cpp's own
+    logits; a router weight reversed in a copy of the file flips the choice at its block."""
+    from fptrace.commands.diff.engine import engine_diff
+    from fptrace.engines import engine
+
+    (family, *_), path, _, _, lm = tiny
+    if family != "olmoe":
+        pytest.skip("a dense family: no router")
+    r = CliRunner().invoke(app, ["run", PROMPT, "-m", path, "--engine", "llama.cpp", "--json"])
+    assert r.exit_code == 0, r.stderr[-800:]
+    routing = json.loads(r.stdout)["routing"]
+    assert routing["checked"] and routing["mismatched"] == 0
+    assert [b["layer"] for b in routing["blocks"]] == list(range(len(lm.parts.blocks)))
+    flipped = scaled(path, str(tmp_path / "router.gguf"), "blk.1.ffn_gate_inp.weight", -1.0)
+    result = engine_diff(lm, engine("llama.cpp"), flipped, PROMPT, settings=EXACT)
+    assert result.routing.flipped > 0 and result.routing.first.layer == 1
 
 
 def without(model, gone: str):

@@ -167,6 +167,8 @@ class GGUFWeights:
     of the file's hyperparameter getter (`hparam(name)`) returning the value, a None leaving
     the config's default; tensors: the model's state-dict name -> the GGUF tensor's name, with
     `{i}` for the block (`model.layers.{i}.self_attn.q_proj.weight` -> `blk.{i}.attn_q.weight`),
+    or a tuple of names whose tensors are stacked along the weight's rows (its axis −2: the
+    experts' fused gate_up_proj, which llama.cpp keeps as ffn_gate_exps and ffn_up_exps),
     every weight of the model named; fixes: a state-dict name (with `{i}`) -> what llama.cpp's
     converter did to the weight besides renaming it, undone on reading: "rope_adjacent_q" /
     "rope_adjacent_k" (Llama's W_Q / W_K row permutation, by the query / key-value heads),

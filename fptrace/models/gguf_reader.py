@@ -77,13 +77,16 @@ def config(meta: GGUFMetadata) -> Any:
                              ) from None
 
 
-def names(how: GGUFWeights, blocks: int) -> dict[str, tuple[str, str | None]]:
-    """state-dict name -> (GGUF tensor name, the fix to undo or None), every block spelt."""
-    out: dict[str, tuple[str, str | None]] = {}
+def names(how: GGUFWeights, blocks: int) -> dict[str, tuple[tuple[str, ...], str | None]]:
+    """state-dict name -> (the GGUF tensors' names, stacked along its rows where more than one;
+    the fix to undo or None), every block spelt."""
+    out: dict[str, tuple[tuple[str, ...], str | None]] = {}
     for hf, gg in how.tensors.items():
+        parts = (gg,) if isinstance(gg, str) else tuple(gg)
         for i in range(blocks) if "{i}" in hf else (None,):
             key = hf.format(i=i) if i is not None else hf
-            out[key] = (gg.format(i=i) if i is not None else gg, how.fixes.get(hf))
+            out[key] = (tuple(g.format(i=i) if i is not None else g for g in parts),
+                        how.fixes.get(hf))
     return out
 
 
@@ -118,6 +121,16 @@ def fixer(fix: str | None, cfg: Any) -> Callable[[Any], Any]:
     return fixes[fix]
 
 
+def read(t: Any) -> Any:
+    """A GGUF tensor's values as float32, in numpy's order (ggml's dims reversed)."""
+    import numpy as np
+    from gguf.quants import dequantize
+
+    values = dequantize(np.asarray(t.data), t.tensor_type)
+    shape = tuple(int(n) for n in reversed(t.shape.tolist()))  # ggml's ne, outermost first
+    return np.asarray(values, dtype=np.float32).reshape(shape)
+
+
 def listed(items: list[str], n: int = 3) -> str:
     return ", ".join(items[:n]) + (", ..." if len(items) > n else "")
 
@@ -129,7 +142,6 @@ def build(path: str, meta: GGUFMetadata) -> Any:
     import numpy as np
     import torch
     from gguf import GGUFReader
-    from gguf.quants import dequantize
     from transformers import AutoModelForCausalLM
 
     how = spec(meta)
@@ -150,15 +162,15 @@ def build(path: str, meta: GGUFMetadata) -> Any:
                              f"{str(e).strip()[:200]}") from None
     tensors = {t.name: t for t in reader.tensors}
     unnamed = sorted(k for k in wanted if k not in mapping)
-    absent = sorted(f"{k} ({mapping[k][0]})" for k in wanted
-                    if k in mapping and mapping[k][0] not in tensors)
+    absent = sorted(f"{k} ({n})" for k in wanted if k in mapping for n in mapping[k][0]
+                    if n not in tensors)
     if unnamed or absent:
         gone = unnamed + absent
         raise ModelLoadError(
             f"cannot read the GGUF file {path}: {len(gone)} of the {how.model_type} model's "
             f"weights have no tensor in it ({listed(gone)}); fptrace leaves no weight at a "
             "random value")
-    taken = {mapping[k][0] for k in wanted}
+    taken = {n for k in wanted for n in mapping[k][0]}
     extra = sorted(n for n in tensors if n not in taken)
     if extra:
         raise ModelLoadError(
@@ -167,15 +179,14 @@ def build(path: str, meta: GGUFMetadata) -> Any:
             "at all")
     state: dict[str, Any] = {}
     for key, like in wanted.items():
-        name, fix = mapping[key]
-        t = tensors[name]
-        values = dequantize(np.asarray(t.data), t.tensor_type)  # float32
-        shape = tuple(int(n) for n in reversed(t.shape.tolist()))  # ggml's ne, outermost first
-        values = np.asarray(values, dtype=np.float32).reshape(shape)
+        parts, fix = mapping[key]
+        values = np.concatenate([read(tensors[n]) for n in parts], axis=-2) \
+            if len(parts) > 1 else read(tensors[parts[0]])
         if tuple(values.shape) != tuple(like.shape):
             raise ModelLoadError(
-                f"cannot read the GGUF file {path}: tensor {name} is {list(values.shape)} but "
-                f"the model's {key} is {list(like.shape)} (its metadata and tensors disagree)")
+                f"cannot read the GGUF file {path}: tensor {' + '.join(parts)} is "
+                f"{list(values.shape)} but the model's {key} is {list(like.shape)} (its "
+                "metadata and tensors disagree)")
         state[key] = torch.from_numpy(fixer(fix, cfg)(values).copy())
     model = AutoModelForCausalLM.from_config(cfg, dtype=torch.float32)
     missing, unexpected = model.load_state_dict(state, strict=False)
