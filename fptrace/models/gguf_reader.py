@@ -1,5 +1,5 @@
 """fptrace's own GGUF reader, for the architectures transformers' GGUF loader does not read
-(OLMo 2's, GPT-NeoX's): the family's transformers model is built from the file's metadata (its
+(OLMo 2's, GPT-NeoX's, OLMoE's): the family's transformers model is built from the file's metadata (its
 config) and its tensors (dequantized by the gguf package), each tensor put back under the
 state-dict name the family's GGUFWeights gives it, with what llama.cpp's converter did to it
 undone (GGUFWeights.fixes).
