@@ -101,6 +101,29 @@ def logits(model, ids):
         return model(torch.tensor([ids])).logits[0].numpy()
 
 
+def test_each_fix_undoes_what_the_converter_does():
+    """The reader's fixes are the inverses of what tests/tiny_gguf.py does as llama.cpp's
+    converter: Llama's W_Q/W_K row permutation (by the heads it is made with), GPT-NeoX's fused
+    QKV written [Q; K; V]; and neither is the identity on a weight with more than one head."""
+    from tiny_gguf import permute
+
+    from fptrace.models.gguf_reader import qkv_by_head, rope_adjacent_undone
+
+    rng = np.random.default_rng(0)
+    for heads, rows in ((4, 64), (2, 32)):
+        w = rng.standard_normal((rows, 24)).astype(np.float32)
+        assert not np.array_equal(permute(w, heads), w)
+        assert np.array_equal(rope_adjacent_undone(permute(w, heads), heads), w)
+    heads, hd = 4, 8
+    by_head = rng.standard_normal((3 * heads * hd, 16)).astype(np.float32)
+    # the converter's order: every head's q, then every head's k, then every head's v
+    stacked = by_head.reshape(heads, 3, hd, 16).swapaxes(0, 1).reshape(by_head.shape)
+    assert not np.array_equal(stacked, by_head)
+    assert np.array_equal(qkv_by_head(stacked, heads), by_head)
+    bias = by_head[:, 0].copy()
+    assert np.array_equal(qkv_by_head(stacked[:, 0].copy(), heads), bias)
+
+
 def test_transformers_still_reads_neither(tiny):
     """The reader exists because transformers' GGUF loader lists neither architecture; when it
     does, check it against the reader (and drop the reader's family where it reads as well)."""

@@ -173,7 +173,7 @@ class GGUFWeights:
     converter did to the weight besides renaming it, undone on reading: "rope_adjacent_q" /
     "rope_adjacent_k" (Llama's W_Q / W_K row permutation, by the query / key-value heads),
     "qkv_by_head" (a fused [Q; K; V] put back head by head, [q|k|v] of head 0 first, as
-    GPT-NeoX keeps it), "minus_one" (a norm weight stored as 1 + w)."""
+    GPT-NeoX keeps it)."""
 
     arch: str
     model_type: str

@@ -1,8 +1,8 @@
 """fptrace's own GGUF reader, for the architectures transformers' GGUF loader does not read
-(OLMo 2's, GPT-NeoX's, OLMoE's): the family's transformers model is built from the file's metadata (its
-config) and its tensors (dequantized by the gguf package), each tensor put back under the
-state-dict name the family's GGUFWeights gives it, with what llama.cpp's converter did to it
-undone (GGUFWeights.fixes).
+(OLMo 2's, GPT-NeoX's, OLMoE's): the family's transformers model is built from the file's
+metadata (its config) and its tensors (dequantized by the gguf package), each tensor put back
+under the state-dict name the family's GGUFWeights gives it, with what llama.cpp's converter did
+to it undone (GGUFWeights.fixes).
 
 Every weight of the built model comes from the file: a weight no tensor fills, or a tensor no
 weight takes, refuses the file in one line naming them, so no weight is ever left at its random
@@ -114,7 +114,6 @@ def fixer(fix: str | None, cfg: Any) -> Callable[[Any], Any]:
         "rope_adjacent_q": lambda w: rope_adjacent_undone(w, heads),
         "rope_adjacent_k": lambda w: rope_adjacent_undone(w, kv),
         "qkv_by_head": lambda w: qkv_by_head(w, heads),
-        "minus_one": lambda w: w - 1,
     }
     if fix not in fixes:
         raise AssertionError(f"unknown GGUF weight fix {fix!r}")
