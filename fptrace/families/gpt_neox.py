@@ -10,6 +10,7 @@ and are added together.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from fptrace.families import Family, GGUFWeights, LlamaCppNames, Tap
@@ -130,7 +131,7 @@ LLAMACPP_NAMES = LlamaCppNames(
                  "table, which no step reproduces")
 
 
-def rotary_fraction(hparam: Any) -> float | None:
+def rotary_fraction(hparam: Callable[[str], object]) -> float | None:
     """The share of each head's values RoPE rotates: rope.dimension_count over the head's
     width."""
     rot, width, heads = (hparam("rope.dimension_count"), hparam("embedding_length"),

@@ -13,7 +13,7 @@ import tempfile
 import time
 from collections.abc import Callable
 from importlib import metadata
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fptrace.errors import ModelLoadError
 from fptrace.models import gguf_reader
@@ -22,6 +22,9 @@ from fptrace.models.gguf_metadata import GGUFMetadata, config_overrides, loader_
 from fptrace.models.gguf_metadata import check as check_metadata
 from fptrace.models.sources import NO_HUB_KERNELS, short_error
 from fptrace.models.tokenizers import HFTokenizer
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 Progress = Callable[[str], None]
 
@@ -129,7 +132,7 @@ def gguf_tokenizer(path: str, progress: Progress) -> HFTokenizer:
     return HFTokenizer(tok, os.path.basename(path))
 
 
-def tokenizer_from_gguf(path: str) -> Any:
+def tokenizer_from_gguf(path: str) -> PreTrainedTokenizerBase:
     """transformers' tokenizer of the GGUF file at `path`, converted from its tokenizer.*
     keys. AutoTokenizer reads the file's config first and fails on an architecture its GGUF
     loader does not read; the conversion itself depends on the tokenizer's model (BPE,
@@ -201,7 +204,7 @@ def _dequantize(path: str, entry: str, progress: Progress, meta: GGUFMetadata) -
     publish_model(model, entry, path)
 
 
-def publish_model(model: Any, entry: str, path: str) -> None:
+def publish_model(model: PreTrainedModel, entry: str, path: str) -> None:
     """The dequantized model as the cache entry: its config and float32 safetensors."""
     from safetensors.torch import save_model
 

@@ -12,11 +12,17 @@ initial value.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING
 
 from fptrace.errors import ModelLoadError
 from fptrace.families import GGUFWeights, gguf_weights_for
 from fptrace.models.gguf_metadata import GGUFMetadata
+
+if TYPE_CHECKING:
+    import numpy as np
+    import torch
+    from gguf import ReaderTensor
+    from transformers import PretrainedConfig, PreTrainedModel
 
 
 def reads(meta: GGUFMetadata) -> bool:
@@ -37,12 +43,12 @@ def token_id(meta: GGUFMetadata, name: str) -> int | None:
     return int(value) if isinstance(value, int) and not isinstance(value, bool) else None
 
 
-def config_values(meta: GGUFMetadata) -> dict[str, Any]:
+def config_values(meta: GGUFMetadata) -> dict[str, object]:
     """The transformers config's attributes the file states: the family's GGUFWeights.config
     read from the metadata, the vocabulary from the token embedding, a tied head where the file
     has no output tensor, the special tokens from the tokenizer's keys."""
     how = spec(meta)
-    out: dict[str, Any] = {}
+    out: dict[str, object] = {}
     for attribute, source in how.config.items():
         if isinstance(source, str):
             value = meta.hparam(source)
@@ -64,7 +70,7 @@ def config_values(meta: GGUFMetadata) -> dict[str, Any]:
     return out
 
 
-def config(meta: GGUFMetadata) -> Any:
+def config(meta: GGUFMetadata) -> PretrainedConfig:
     """The transformers config of the file's model (no weights read)."""
     from transformers import AutoConfig
 
@@ -90,7 +96,7 @@ def names(how: GGUFWeights, blocks: int) -> dict[str, tuple[tuple[str, ...], str
     return out
 
 
-def rope_adjacent_undone(w: Any, heads: int) -> Any:
+def rope_adjacent_undone(w: np.ndarray, heads: int) -> np.ndarray:
     """W_Q or W_K (heads × head_dim rows) back from llama.cpp's converter's permutation, which
     puts each rotary pair's two rows side by side: per head, the even rows first, then the odd
     ones."""
@@ -98,7 +104,7 @@ def rope_adjacent_undone(w: Any, heads: int) -> Any:
         .reshape(w.shape)
 
 
-def qkv_by_head(w: Any, heads: int) -> Any:
+def qkv_by_head(w: np.ndarray, heads: int) -> np.ndarray:
     """A fused projection stored [Q; K; V] (llama.cpp's converter's order, each heads ×
     head_dim rows) put back head by head ([q|k|v] of head 0, then head 1, ...), as GPT-NeoX's
     query_key_value holds it."""
@@ -106,10 +112,10 @@ def qkv_by_head(w: Any, heads: int) -> Any:
     return w.reshape(3, heads, w.shape[0] // 3 // heads, *rest).swapaxes(0, 1).reshape(w.shape)
 
 
-def fixer(fix: str | None, cfg: Any) -> Callable[[Any], Any]:
+def fixer(fix: str | None, cfg: PretrainedConfig) -> Callable[[np.ndarray], np.ndarray]:
     heads = int(getattr(cfg, "num_attention_heads", 0) or 0)
     kv = int(getattr(cfg, "num_key_value_heads", None) or heads)
-    fixes: dict[str | None, Callable[[Any], Any]] = {
+    fixes: dict[str | None, Callable[[np.ndarray], np.ndarray]] = {
         None: lambda w: w,
         "rope_adjacent_q": lambda w: rope_adjacent_undone(w, heads),
         "rope_adjacent_k": lambda w: rope_adjacent_undone(w, kv),
@@ -120,7 +126,7 @@ def fixer(fix: str | None, cfg: Any) -> Callable[[Any], Any]:
     return fixes[fix]
 
 
-def read(t: Any) -> Any:
+def read(t: ReaderTensor) -> np.ndarray:
     """A GGUF tensor's values as float32, in numpy's order (ggml's dims reversed)."""
     import numpy as np
     from gguf.quants import dequantize
@@ -134,7 +140,7 @@ def listed(items: list[str], n: int = 3) -> str:
     return ", ".join(items[:n]) + (", ..." if len(items) > n else "")
 
 
-def build(path: str, meta: GGUFMetadata) -> Any:
+def build(path: str, meta: GGUFMetadata) -> PreTrainedModel:
     """The family's transformers model (float32) with every weight read from the GGUF file at
     `path`; ModelLoadError (one line) when a weight has no tensor, a tensor no weight, or a
     tensor the wrong shape."""
@@ -176,7 +182,7 @@ def build(path: str, meta: GGUFMetadata) -> Any:
             f"cannot read the GGUF file {path}: {len(extra)} of its tensors are no weight of "
             f"the {how.model_type} model ({listed(extra)}); fptrace reads a file whole or not "
             "at all")
-    state: dict[str, Any] = {}
+    state: dict[str, torch.Tensor] = {}
     for key, like in wanted.items():
         parts, fix = mapping[key]
         values = np.concatenate([read(tensors[n]) for n in parts], axis=-2) \
