@@ -262,6 +262,19 @@ def test_a_file_missing_a_tensor_is_one_line(family, arch, gone, tensor, tmp_pat
     one_line_refusal(r, "1 of the", f"{gone} ({tensor})", "no tensor", "random value")
 
 
+def test_a_key_the_reader_does_not_read_is_one_line(tmp_path, gguf, own_cache):
+    """An olmo2 file with a sliding window (OLMo 3's) is refused, not read as OLMo 2 without
+    one."""
+    from gguf import GGUFValueType
+    from tiny_gguf import write
+
+    path = str(tmp_path / "windowed.gguf")
+    write(tiny_model("olmo2"), path, "olmo2", gguf,
+          extra={"olmo2.attention.sliding_window": (4, GGUFValueType.UINT32)})
+    r = CliRunner().invoke(app, ["run", PROMPT, "-m", path])
+    one_line_refusal(r, "olmo2.attention.sliding_window (4)", "does not read")
+
+
 def test_a_tensor_no_weight_takes_is_one_line(tmp_path, gguf, own_cache):
     """A tensor the family's model has no weight for (an OLMo 2 file with a bias its
     attention has none of) is refused, not dropped."""

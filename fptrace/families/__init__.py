@@ -173,13 +173,16 @@ class GGUFWeights:
     converter did to the weight besides renaming it, undone on reading: "rope_adjacent_q" /
     "rope_adjacent_k" (Llama's W_Q / W_K row permutation, by the query / key-value heads),
     "qkv_by_head" (a fused [Q; K; V] put back head by head, [q|k|v] of head 0 first, as
-    GPT-NeoX keeps it)."""
+    GPT-NeoX keeps it); unread: the file's keys (`{arch}.KEY`) the reader does not turn into
+    the config (OLMo 3's sliding window in an olmo2 file, a RoPE scaling): a file stating one is
+    refused in one line, not read as a model it is not."""
 
     arch: str
     model_type: str
     config: dict
     tensors: dict
     fixes: dict = field(default_factory=dict)
+    unread: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

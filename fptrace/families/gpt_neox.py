@@ -167,7 +167,8 @@ GGUF_WEIGHTS = GGUFWeights(
         ("mlp.dense_h_to_4h", "ffn_up"), ("mlp.dense_4h_to_h", "ffn_down"))
        for kind in ("weight", "bias")},
     fixes={"gpt_neox.layers.{i}.attention.query_key_value.weight": "qkv_by_head",
-           "gpt_neox.layers.{i}.attention.query_key_value.bias": "qkv_by_head"})
+           "gpt_neox.layers.{i}.attention.query_key_value.bias": "qkv_by_head"},
+    unread=("rope.scaling.type",))
 
 FAMILY = Family(
     name="gpt_neox", title="GPT-NeoX", model_types=("gpt_neox",),

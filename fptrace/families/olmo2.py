@@ -85,7 +85,8 @@ LLAMACPP_NAMES = LlamaCppNames(
 
 # how fptrace reads an olmo2 GGUF (transformers' GGUF loader reads none): the names of
 # llama.cpp's converter (gguf-py's tensor map), nothing else done to the weights (no W_Q/W_K
-# permutation, the norms stored as they are)
+# permutation, the norms stored as they are). OLMo 3's files are olmo2 files with a sliding
+# window (and YaRN's RoPE scaling), which this reader does not build: such a file is refused
 GGUF_WEIGHTS = GGUFWeights(
     arch="olmo2", model_type="olmo2",
     config={"hidden_size": "embedding_length", "num_hidden_layers": "block_count",
@@ -104,7 +105,8 @@ GGUF_WEIGHTS = GGUFWeights(
         ("self_attn.q_norm", "attn_q_norm"), ("self_attn.k_norm", "attn_k_norm"),
         ("post_attention_layernorm", "post_attention_norm"),
         ("mlp.gate_proj", "ffn_gate"), ("mlp.up_proj", "ffn_up"),
-        ("mlp.down_proj", "ffn_down"), ("post_feedforward_layernorm", "post_ffw_norm"))})
+        ("mlp.down_proj", "ffn_down"), ("post_feedforward_layernorm", "post_ffw_norm"))},
+    unread=("attention.sliding_window", "rope.scaling.type"))
 
 FAMILY = replace(
     LLAMA, name="olmo2", title="OLMo 2", model_types=("olmo2",), recompute_block=block,

@@ -51,7 +51,8 @@ GGUF_WEIGHTS = GGUFWeights(
         ("self_attn.v_proj", "attn_v"), ("self_attn.o_proj", "attn_output"),
         ("self_attn.q_norm", "attn_q_norm"), ("self_attn.k_norm", "attn_k_norm"),
         ("input_layernorm", "attn_norm"), ("post_attention_layernorm", "ffn_norm"),
-        ("mlp.gate", "ffn_gate_inp"))})
+        ("mlp.gate", "ffn_gate_inp"))},
+    unread=("rope.scaling.type",))
 
 
 def moe(cfg: Any) -> Moe | None:

@@ -48,6 +48,12 @@ def config_values(meta: GGUFMetadata) -> dict[str, object]:
     read from the metadata, the vocabulary from the token embedding, a tied head where the file
     has no output tensor, the special tokens from the tokenizer's keys."""
     how = spec(meta)
+    stated = [k for k in how.unread if meta.hparam(k) is not None]
+    if stated:
+        raise ModelLoadError(
+            f"cannot read the GGUF file {meta.path}: it states {how.arch}.{stated[0]} "
+            f"({meta.hparam(stated[0])!r}), which fptrace's reader does not read into the "
+            f"{how.model_type} model (it would compute another model)")
     out: dict[str, object] = {}
     for attribute, source in how.config.items():
         if isinstance(source, str):
