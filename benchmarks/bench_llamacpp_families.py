@@ -9,7 +9,13 @@ and the K/V cache in f16) and float32 end to end (flash attention off, K/V cache
 per family and setting: the largest relative difference of the last position's stream over the
 blocks, and the largest of any point `--deep` compares (over every position) with its place.
 
+The architectures fptrace reads itself (tests/test_gguf_reader.py's: transformers' GGUF loader
+reads none of them) are measured the same way, their file loaded through fptrace's reader.
+--only FAMILY ... measures those families alone and, with --json, replaces their rows of the
+results file, keeping the others'.
+
 Usage: python benchmarks/bench_llamacpp_families.py [--json results-llamacpp-families.json]
+       [--only FAMILY ...]
 """
 
 from __future__ import annotations
@@ -57,17 +63,30 @@ def measure(family: str, arch: str, adjacent: bool, folder: str) -> dict:
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--json", default=None)
+    ap.add_argument("--only", nargs="*", default=None)
     args = ap.parse_args()
     os.environ.setdefault("FPTRACE_CACHE_DIR", tempfile.mkdtemp(prefix="fptrace-bench-"))
+    from test_gguf_reader import FAMILIES as READ
     from test_llamacpp_families import ARCHS
 
+    every = [(f, a, adjacent) for f, a, adjacent, *_ in ARCHS] + [(f, a, False)
+                                                                 for f, a, *_ in READ]
     rows = []
     with tempfile.TemporaryDirectory() as folder:
-        for family, arch, adjacent, *_ in ARCHS:
+        for family, arch, adjacent in every:
+            if args.only is not None and family not in args.only:
+                continue
             rows.append(measure(family, arch, adjacent, folder))
             print(json.dumps(rows[-1]), file=sys.stderr)
     if args.json:
-        with open(os.path.join(HERE, args.json), "w", encoding="utf-8") as f:
+        out = os.path.join(HERE, args.json)
+        if args.only is not None and os.path.exists(out):
+            with open(out, encoding="utf-8") as f:
+                kept = [r for r in json.load(f) if r["family"] not in args.only]
+            order = [f for f, *_ in every]
+            rows = sorted(kept + rows, key=lambda r: order.index(r["family"])
+                          if r["family"] in order else len(order))
+        with open(out, "w", encoding="utf-8") as f:
             json.dump(rows, f, indent=1)
 
 

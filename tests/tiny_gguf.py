@@ -123,8 +123,13 @@ def write(model: Any, path: str, arch: str, bundled: str, *, rope_adjacent: bool
     w.add_head_count_kv(int(getattr(cfg, "num_key_value_heads", cfg.num_attention_heads)))
     if hasattr(cfg, "rms_norm_eps"):
         w.add_layer_norm_rms_eps(float(cfg.rms_norm_eps))
-    else:  # LayerNorm (GPT-2)
-        w.add_layer_norm_eps(float(cfg.layer_norm_epsilon))
+    else:  # LayerNorm (GPT-2's layer_norm_epsilon, GPT-NeoX's layer_norm_eps)
+        w.add_layer_norm_eps(float(getattr(cfg, "layer_norm_epsilon", None)
+                                   or cfg.layer_norm_eps))
+    if cfg.model_type == "gpt_neox":  # as its converter: the rotated width, the residual
+        hd = int(cfg.hidden_size) // int(cfg.num_attention_heads)
+        w.add_rope_dimension_count(int(cfg.rope_parameters["partial_rotary_factor"] * hd))
+        w.add_parallel_residual(bool(cfg.use_parallel_residual))
     if hasattr(cfg, "rope_theta") or hasattr(cfg, "rope_parameters"):  # not GPT-2's
         theta = getattr(cfg, "rope_theta", None) or \
             (getattr(cfg, "rope_parameters", None) or {}).get("rope_theta", 10000.0)
@@ -190,6 +195,11 @@ def write(model: Any, path: str, arch: str, bundled: str, *, rope_adjacent: bool
         data = tensor.detach().float().numpy().copy()
         if hf_name in conv1d:  # GPT-2's Conv1D stores (in, out); GGUF, as nn.Linear, (out, in)
             data = data.T.copy()
+        if hf_name.endswith(("query_key_value.weight", "query_key_value.bias")):
+            # GPT-NeoX keeps its fused projection head by head ([q|k|v] of head 0, then head
+            # 1, ...); its converter writes it [Q; K; V], as llama.cpp's graph cuts it
+            data = data.reshape(nh, 3, -1, *data.shape[1:]).swapaxes(0, 1) \
+                .reshape(data.shape).copy()
         if rope_adjacent and hf_name.endswith(("q_proj.weight", "q_proj.bias")):
             data = permute(data, nh)
         elif rope_adjacent and hf_name.endswith(("k_proj.weight", "k_proj.bias")):

@@ -136,6 +136,10 @@ class LlamaCppNames:
     q_scaled: bool = False
     experts: dict = field(default_factory=dict)
     no_emulation: str | None = None
+    # graph names a block gives two nodes, of which the first is the point (GPT-NeoX's
+    # `ffn_out`: the MLP's output, then the same plus the block's input); other names keep
+    # the last node's
+    first: tuple[str, ...] = ()
 
     def routed(self, arch: str, mlp_out: str, routing: tuple[str, str, str], experts: dict,
                weights: dict | None = None) -> LlamaCppNames:
@@ -151,6 +155,34 @@ class LlamaCppNames:
         return replace(self, archs=(arch,), points=points | {Point.mlp_out: mlp_out},
                        routing=routing, experts=experts,
                        weights=self.weights if weights is None else weights)
+
+
+@dataclass(frozen=True)
+class GGUFWeights:
+    """How fptrace reads a GGUF file of an architecture transformers' GGUF loader does not read
+    (models/gguf_reader.py builds the family's transformers model from it).
+
+    arch: the GGUF architecture (general.architecture); model_type: the transformers model type
+    built; config: config attribute -> the file's `{arch}.KEY` (a str), a value, or a function
+    of the file's hyperparameter getter (`hparam(name)`) returning the value, a None leaving
+    the config's default; tensors: the model's state-dict name -> the GGUF tensor's name, with
+    `{i}` for the block (`model.layers.{i}.self_attn.q_proj.weight` -> `blk.{i}.attn_q.weight`),
+    or a tuple of names whose tensors are stacked along the weight's rows (its axis −2: the
+    experts' fused gate_up_proj, which llama.cpp keeps as ffn_gate_exps and ffn_up_exps),
+    every weight of the model named; fixes: a state-dict name (with `{i}`) -> what llama.cpp's
+    converter did to the weight besides renaming it, undone on reading: "rope_adjacent_q" /
+    "rope_adjacent_k" (Llama's W_Q / W_K row permutation, by the query / key-value heads),
+    "qkv_by_head" (a fused [Q; K; V] put back head by head, [q|k|v] of head 0 first, as
+    GPT-NeoX keeps it); unread: the file's keys (`{arch}.KEY`) the reader does not turn into
+    the config (OLMo 3's sliding window in an olmo2 file, a RoPE scaling): a file stating one is
+    refused in one line, not read as a model it is not."""
+
+    arch: str
+    model_type: str
+    config: dict
+    tensors: dict
+    fixes: dict = field(default_factory=dict)
+    unread: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -238,6 +270,9 @@ class Family:
     # attribute -> the file's `{arch}.KEY` (a str), or the value itself (models/gguf_metadata.py
     # hands them to the loader)
     gguf_config: dict = field(default_factory=dict)
+    # how fptrace reads a GGUF file of this family whose architecture transformers' GGUF loader
+    # does not read (GGUFWeights); None: transformers' loader reads it, or nothing does
+    gguf_weights: GGUFWeights | None = None
 
     def __post_init__(self) -> None:
         """The kinds as enums, from their words too (a family file may write either); a word
@@ -404,6 +439,13 @@ def gguf_config_for(arch: str) -> dict:
     family whose llama.cpp names are checked on it), or {}."""
     fam = family_for_gguf(arch)
     return {} if fam is None else fam.gguf_config
+
+
+def gguf_weights_for(arch: str) -> GGUFWeights | None:
+    """How fptrace itself reads a GGUF file of architecture `arch` (a family's gguf_weights),
+    or None where it leaves the file to transformers' GGUF loader."""
+    return next((fam.gguf_weights for fam in FAMILIES if fam.gguf_weights is not None
+                 and fam.gguf_weights.arch == arch), None)
 
 
 def family_for_config(config: Any) -> Family | None:

@@ -10,9 +10,10 @@ and are added together.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
-from fptrace.families import Family, Tap
+from fptrace.families import Family, GGUFWeights, LlamaCppNames, Tap
 from fptrace.families.kinds import MlpKind, NormKind, PositionKind
 from fptrace.families.ops import (
     LAYERNORM_FORMULA,
@@ -110,6 +111,65 @@ def final_norm(x: Any, norm: Any, cfg: Any, s: Steps) -> Any:
     return h
 
 
+# llama.cpp's gptneox graph (checked on a tiny GGUF, tests/test_gguf_reader.py): each
+# LayerNorm's output after its weight and bias is `attn_norm` / `ffn_norm`; q, k and v are
+# `Qcur`, `Kcur`, `Vcur`, views of the fused product with its bias, cut [Q; K; V] (the converter
+# writes W_qkv so), q and k rotated by halves on their first rope.dimension_count values; the MLP's
+# up projection with its bias is `ffn_up_b`, its GELU `ffn_gelu`, the down projection with its
+# bias `ffn_out`, a name the graph then gives the same plus the block's input too (the first is
+# kept). The stream's l_out adds the attention output, which the graph leaves unnamed: its
+# operand 1. With the parallel residual (the converter's default) there is no stream between
+# attention and the MLP.
+LLAMACPP_NAMES = LlamaCppNames(
+    archs=("gptneox",), operands={"attn_out": ("l_out", 1)}, first=("ffn_out",),
+    points={Point.embed: "embd", Point.ln1: "attn_norm", Point.q: "Qcur", Point.k: "Kcur",
+            Point.v: "Vcur", Point.z: "kqv_out", Point.attn_out: "attn_out",
+            Point.ln2: "ffn_norm", Point.mlp_up: "ffn_up_b", Point.mlp_act: "ffn_gelu",
+            Point.mlp_out: "ffn_out", Point.resid_post: "l_out",
+            Point.final_norm: "result_norm", Point.logits: "result_output"},
+    no_emulation="GPT-NeoX's LayerNorm is no step, and its GELU comes from ggml's float16 "
+                 "table, which no step reproduces")
+
+
+def rotary_fraction(hparam: Callable[[str], object]) -> float | None:
+    """The share of each head's values RoPE rotates: rope.dimension_count over the head's
+    width."""
+    rot, width, heads = (hparam("rope.dimension_count"), hparam("embedding_length"),
+                         hparam("attention.head_count"))
+    if not (isinstance(rot, int) and isinstance(width, int) and isinstance(heads, int)
+            and heads > 0 and width % heads == 0):
+        return None
+    return rot / (width // heads)
+
+
+# how fptrace reads a gptneox GGUF (transformers' GGUF loader reads none): the names of
+# llama.cpp's converter (gguf-py's tensor map), the fused QKV put back head by head (the
+# converter wrote it [Q; K; V]); llama.cpp's GELU is the tanh form, transformers' Pythia the
+# exact one, which the file does not say: the config's default ("gelu") is kept
+GGUF_WEIGHTS = GGUFWeights(
+    arch="gptneox", model_type="gpt_neox",
+    config={"hidden_size": "embedding_length", "num_hidden_layers": "block_count",
+            "intermediate_size": "feed_forward_length",
+            "num_attention_heads": "attention.head_count",
+            "layer_norm_eps": "attention.layer_norm_epsilon",
+            "max_position_embeddings": "context_length",
+            "use_parallel_residual": "use_parallel_residual",
+            "rope_parameters": lambda hparam: {
+                "rope_type": "default", "rope_theta": hparam("rope.freq_base") or 1e4,
+                "partial_rotary_factor": rotary_fraction(hparam) or 0.25}},
+    tensors={"gpt_neox.embed_in.weight": "token_embd.weight",
+             "gpt_neox.final_layer_norm.weight": "output_norm.weight",
+             "gpt_neox.final_layer_norm.bias": "output_norm.bias",
+             "lm_head.weight": "output.weight"}
+    | {f"gpt_neox.layers.{{i}}.{hf}.{kind}": f"blk.{{i}}.{gg}.{kind}" for hf, gg in (
+        ("input_layernorm", "attn_norm"), ("post_attention_layernorm", "ffn_norm"),
+        ("attention.query_key_value", "attn_qkv"), ("attention.dense", "attn_output"),
+        ("mlp.dense_h_to_4h", "ffn_up"), ("mlp.dense_4h_to_h", "ffn_down"))
+       for kind in ("weight", "bias")},
+    fixes={"gpt_neox.layers.{i}.attention.query_key_value.weight": "qkv_by_head",
+           "gpt_neox.layers.{i}.attention.query_key_value.bias": "qkv_by_head"},
+    unread=("rope.scaling.type",))
+
 FAMILY = Family(
     name="gpt_neox", title="GPT-NeoX", model_types=("gpt_neox",),
     blocks="gpt_neox.layers", embed="gpt_neox.embed_in",
@@ -128,6 +188,7 @@ FAMILY = Family(
           Point.ln2: Tap("post_attention_layernorm"), Point.mlp_up: Tap("mlp.dense_h_to_4h"),
           Point.mlp_act: Tap("mlp.dense_4h_to_h", "in"), Point.mlp_out: Tap("mlp.dense_4h_to_h")},
     head_taps=("attention.query_key_value",), heads=heads,
+    llamacpp_names=LLAMACPP_NAMES, gguf_weights=GGUF_WEIGHTS,
     tiny=dict(model_type="gpt_neox", num_hidden_layers=2, hidden_size=64, intermediate_size=96,
               num_attention_heads=4, vocab_size=1000, max_position_embeddings=64,
               rotary_pct=0.25, use_parallel_residual=True),

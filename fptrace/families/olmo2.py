@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-from fptrace.families import Family, Tap
+from fptrace.families import Family, GGUFWeights, LlamaCppNames, Tap
 from fptrace.families.kinds import QkNorm
 from fptrace.families.llama import FAMILY as LLAMA
 from fptrace.families.llama import LLAMA_TAPS, heads
@@ -63,6 +63,51 @@ def block(x: Any, blk: Any, cfg: Any, layer: int, s: Steps, model: Any, fam: Fam
     return x
 
 
+# llama.cpp's olmo2 graph (checked on a tiny GGUF, tests/test_gguf_reader.py): the projections
+# read the stream itself; q and k after their norms over the whole projection are
+# `Qcur_normed`/`Kcur_normed`, then cut into heads and rotated by halves (`Qcur`, `Kcur`: the
+# converter leaves W_Q and W_K unpermuted); the stream receives the post-norms, `attn_post_norm`
+# and the MLP's, which the graph names `ffn_post_norm` without the block (every block's node has
+# the one name), so it is read as `l_out`'s operand 0; the attention output before its post-norm
+# is not named: it is the input of the norm inside `attn_post_norm` (its operand 0's operand 0).
+LLAMACPP_NAMES = LlamaCppNames(
+    archs=("olmo2",), added=(Point.ln1_post, Point.ln2_post),
+    operands={"ffn_post_norm": ("l_out", 0), "attn_out": ("attn_post_norm", 0, 0)},
+    points={Point.embed: "embd", Point.q: "Qcur", Point.k: "Kcur", Point.v: "Vcur",
+            Point.z: "kqv_out", Point.attn_out: "attn_out", Point.ln1_post: "attn_post_norm",
+            Point.resid_mid: "ffn_inp", Point.mlp_gate: "ffn_gate", Point.mlp_up: "ffn_up",
+            Point.mlp_act: "ffn_swiglu", Point.mlp_out: "ffn_out",
+            Point.ln2_post: "ffn_post_norm", Point.resid_post: "l_out",
+            Point.final_norm: "result_norm", Point.logits: "result_output"},
+    weights={"self_attn.q_proj": "attn_q", "self_attn.k_proj": "attn_k",
+             "self_attn.v_proj": "attn_v", "self_attn.o_proj": "attn_output",
+             "mlp.gate_proj": "ffn_gate", "mlp.up_proj": "ffn_up", "mlp.down_proj": "ffn_down"})
+
+# how fptrace reads an olmo2 GGUF (transformers' GGUF loader reads none): the names of
+# llama.cpp's converter (gguf-py's tensor map), nothing else done to the weights (no W_Q/W_K
+# permutation, the norms stored as they are). OLMo 3's files are olmo2 files with a sliding
+# window (and YaRN's RoPE scaling), which this reader does not build: such a file is refused
+GGUF_WEIGHTS = GGUFWeights(
+    arch="olmo2", model_type="olmo2",
+    config={"hidden_size": "embedding_length", "num_hidden_layers": "block_count",
+            "intermediate_size": "feed_forward_length",
+            "num_attention_heads": "attention.head_count",
+            "num_key_value_heads": "attention.head_count_kv",
+            "rms_norm_eps": "attention.layer_norm_rms_epsilon",
+            "max_position_embeddings": "context_length",
+            "rope_parameters": lambda hparam: {"rope_type": "default",
+                                               "rope_theta": hparam("rope.freq_base") or 1e4}},
+    tensors={"model.embed_tokens.weight": "token_embd.weight",
+             "model.norm.weight": "output_norm.weight", "lm_head.weight": "output.weight"}
+    | {f"model.layers.{{i}}.{hf}.weight": f"blk.{{i}}.{gg}.weight" for hf, gg in (
+        ("self_attn.q_proj", "attn_q"), ("self_attn.k_proj", "attn_k"),
+        ("self_attn.v_proj", "attn_v"), ("self_attn.o_proj", "attn_output"),
+        ("self_attn.q_norm", "attn_q_norm"), ("self_attn.k_norm", "attn_k_norm"),
+        ("post_attention_layernorm", "post_attention_norm"),
+        ("mlp.gate_proj", "ffn_gate"), ("mlp.up_proj", "ffn_up"),
+        ("mlp.down_proj", "ffn_down"), ("post_feedforward_layernorm", "post_ffw_norm"))},
+    unread=("attention.sliding_window", "rope.scaling.type"))
+
 FAMILY = replace(
     LLAMA, name="olmo2", title="OLMo 2", model_types=("olmo2",), recompute_block=block,
     attn_added="post_attention_layernorm", mlp_added="post_feedforward_layernorm",
@@ -70,6 +115,7 @@ FAMILY = replace(
     # no norm before attention or the MLP: the projections read the stream itself
     taps={p: t for p, t in LLAMA_TAPS.items() if p not in (Point.ln1, Point.ln2, Point.resid_mid)}
     | {Point.resid_mid: Tap("mlp", "in")},
+    llamacpp_names=LLAMACPP_NAMES, gguf_weights=GGUF_WEIGHTS,
     labels={"post_attention_layernorm": "norm after attention (what is added)",
             "post_feedforward_layernorm": "norm after the MLP (what is added)"},
     tiny=dict(model_type="olmo2", num_hidden_layers=2, hidden_size=64, intermediate_size=96,

@@ -13,14 +13,18 @@ import tempfile
 import time
 from collections.abc import Callable
 from importlib import metadata
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fptrace.errors import ModelLoadError
+from fptrace.models import gguf_reader
 from fptrace.models.devices import alias_tied_offload
 from fptrace.models.gguf_metadata import GGUFMetadata, config_overrides, loader_gap, unreadable
 from fptrace.models.gguf_metadata import check as check_metadata
 from fptrace.models.sources import NO_HUB_KERNELS, short_error
 from fptrace.models.tokenizers import HFTokenizer
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 Progress = Callable[[str], None]
 
@@ -118,8 +122,7 @@ def gguf_tokenizer(path: str, progress: Progress) -> HFTokenizer:
             shutil.rmtree(entry, ignore_errors=True)
     progress(f"reading the tokenizer of {os.path.basename(path)} (once; cached in {entry})")
     try:
-        tok = AutoTokenizer.from_pretrained(os.path.dirname(os.path.abspath(path)),
-                                            gguf_file=os.path.basename(path))
+        tok = tokenizer_from_gguf(path)
     except Exception as e:
         raise ModelLoadError(f"cannot read the tokenizer of the GGUF file {path}: "
                              f"{short_error(e)}") from None
@@ -127,6 +130,19 @@ def gguf_tokenizer(path: str, progress: Progress) -> HFTokenizer:
         tok.save_pretrained(tmp)
         publish(tmp, entry, path)
     return HFTokenizer(tok, os.path.basename(path))
+
+
+def tokenizer_from_gguf(path: str) -> PreTrainedTokenizerBase:
+    """transformers' tokenizer of the GGUF file at `path`, converted from its tokenizer.*
+    keys. AutoTokenizer reads the file's config first and fails on an architecture its GGUF
+    loader does not read; the conversion itself depends on the tokenizer's model (BPE,
+    SentencePiece), so such a file's tokenizer is built by the generic fast tokenizer."""
+    from transformers import AutoTokenizer, PreTrainedTokenizerFast
+
+    folder, name = os.path.dirname(os.path.abspath(path)), os.path.basename(path)
+    if gguf_reader.reads(check_metadata(path)):
+        return PreTrainedTokenizerFast.from_pretrained(folder, gguf_file=name)
+    return AutoTokenizer.from_pretrained(folder, gguf_file=name)
 
 
 def gguf_model(path: str, dtype: Any, progress: Progress, placed: dict | None = None) -> Any:
@@ -158,9 +174,12 @@ def _dequantize(path: str, entry: str, progress: Progress, meta: GGUFMetadata) -
     """Dequantize the GGUF file through transformers' GGUF reader into the cache entry (a
     float32 safetensors folder), published whole or not at all."""
     import torch
-    from safetensors.torch import save_model
     from transformers import AutoModelForCausalLM
 
+    if gguf_reader.reads(meta):  # an architecture transformers' loader does not read
+        progress(f"dequantizing {os.path.basename(path)} (once; cached in {entry})")
+        publish_model(gguf_reader.build(path, meta), entry, path)
+        return
     gap = loader_gap(meta)
     if gap is not None:
         raise ModelLoadError(f"cannot read the GGUF file {path}: {gap}")
@@ -182,6 +201,13 @@ def _dequantize(path: str, entry: str, progress: Progress, meta: GGUFMetadata) -
             f"cannot read the GGUF file {path}: transformers' GGUF loader found no tensor for "
             f"{len(missing)} of the model's weights ({', '.join(missing[:3])}"
             f"{', ...' if len(missing) > 3 else ''}) and would leave them at random values")
+    publish_model(model, entry, path)
+
+
+def publish_model(model: PreTrainedModel, entry: str, path: str) -> None:
+    """The dequantized model as the cache entry: its config and float32 safetensors."""
+    from safetensors.torch import save_model
+
     with building(os.path.dirname(entry)) as tmp:
         config = model.config.to_dict()
         config.pop("quantization_config", None)

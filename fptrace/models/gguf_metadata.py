@@ -310,8 +310,8 @@ def _version() -> str:
         return "transformers"
 
 
-NEEDS_LOADER = ("; fptrace reads every GGUF file through it, --engine llama.cpp too (for the "
-                "token texts and the logit lens)")
+NEEDS_LOADER = ("; fptrace reads a file of this architecture through it, --engine llama.cpp "
+                "too (for the token texts and the logit lens)")
 
 
 def loader_gap(meta: GGUFMetadata) -> str | None:

@@ -61,9 +61,12 @@ def load_config(spec: ModelSpec) -> Any:
     if spec.kind == "gguf":
         from transformers import AutoConfig
 
+        from fptrace.models import gguf_reader
         from fptrace.models.gguf_metadata import check, config_overrides, loader_gap, unreadable
 
         meta = check(spec.path) if spec.path else None
+        if meta is not None and gguf_reader.reads(meta):  # transformers' loader reads none
+            return gguf_reader.config(meta)
         gap = loader_gap(meta) if meta is not None else None
         if gap is not None:
             raise ModelLoadError(f"cannot read the GGUF file {spec.path}: {gap}")

@@ -160,11 +160,15 @@ class Capture:
     operands (Phi-3's attention output is operand 0 of l_out's unnamed operand 0).
     The operand cannot be read once its consumer is computed (ggml may compute an add in place,
     over its operand), so every unnamed node of the stream's width (`width`) is copied when it
-    is computed and the operand is found among the recent ones by its address."""
+    is computed and the operand is found among the recent ones by its address.
+    A name a block gives two nodes is the later node's, but the earlier one's for the names in
+    `first` (GPT-NeoX's `ffn_out`: the MLP's output, then the same plus the block's input)."""
 
     def __init__(self, lib: C.CDLL, wanted: frozenset[str] | None,
-                 operands: dict[str, tuple] | None = None, width: int | None = None):
+                 operands: dict[str, tuple] | None = None, width: int | None = None,
+                 first: tuple[str, ...] = ()):
         self.lib, self.wanted = lib, wanted
+        self.first = frozenset(first)
         self.tensors: dict[str, np.ndarray] = {}
         self.skipped: set[str] = set()
         self.error: BaseException | None = None
@@ -199,7 +203,7 @@ class Capture:
             if wanted:
                 if arr is None:
                     self.skipped.add(name)
-                else:
+                elif name not in self.tensors or name.rsplit("-", 1)[0] not in self.first:
                     self.tensors[name] = arr
                 self.operand_of(t, name)
             return True
@@ -240,10 +244,11 @@ def run_pass(path: str, prompt: str, options: EngineOptions | None = None,
              ids: list[int] | None = None, wanted: frozenset[str] | None = None,
              capture: bool = True,
              operands: dict[str, tuple] | None = None,
-             meta: GGUFMetadata | None = None) -> LlamaCppPass:
+             meta: GGUFMetadata | None = None, first: tuple[str, ...] = ()) -> LlamaCppPass:
     """Load `path` in llama.cpp, tokenize `prompt` with its tokenizer (or take `ids`), decode
     once with every wanted graph tensor captured (all of them when `wanted` is None), and the
-    `operands` the graph leaves unnamed (Capture). meta: the file's checked metadata, where the
+    `operands` the graph leaves unnamed (Capture); first: names a block gives two nodes,
+    the first of which is kept (Capture). meta: the file's checked metadata, where the
     caller has read it already (check_gguf)."""
     options = options or EngineOptions()
     if options.flash_attn not in B.FLASH_ATTN:
@@ -273,7 +278,7 @@ def run_pass(path: str, prompt: str, options: EngineOptions | None = None,
         if bad:
             raise BadInput(f"token id {bad[0]} is outside llama.cpp's vocabulary of {n_vocab}")
         width = meta.hparam("embedding_length")
-        grab = Capture(lib, wanted, operands, int(width) if width else None) \
+        grab = Capture(lib, wanted, operands, int(width) if width else None, first) \
             if capture else None
         params = lib.llama_context_default_params()
         size = max(len(ids), 8)

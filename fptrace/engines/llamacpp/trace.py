@@ -183,9 +183,13 @@ def checks(lm: LoadedModel, lm_pass: LlamaCppPass, names: LlamaCppNames) -> Engi
     bad = None if finite(stream[-1]) else "embed"
     for k in range(n if bad is None else 0):
         out_k = squeeze(lm_pass.tensors[f"{p[Point.resid_post]}-{k}"], 2)
-        mid = squeeze(lm_pass.tensors[f"{p[Point.resid_mid]}-{k}"], 2)
         attn = squeeze(lm_pass.tensors[f"{p[names.added[0]]}-{k}"], 2)
         mlp = squeeze(lm_pass.tensors[f"{p[names.added[1]]}-{k}"], 2)
+        # a parallel residual (GPT-NeoX's) has no stream between attention and the MLP: both
+        # read the block's input, so the block adds up when input + attention + MLP is its
+        # output (which holds the input to the previous block's output too)
+        mid = squeeze(lm_pass.tensors[f"{p[Point.resid_mid]}-{k}"], 2) \
+            if Point.resid_mid in p else stream[k - 1] + attn
         if not finite(out_k, mid, attn, mlp):  # a NaN or Inf weight, say: not a wrong mapping
             bad = f"block {k}"
             break
@@ -228,7 +232,8 @@ def enforce(c: EngineChecks, names: LlamaCppNames) -> None:
                        "(relative); the graph's names are not mapped as fptrace assumes")
     if c.sums_rel > SUM_TOLERANCE:
         raise Mismatch(f"llama.cpp's block {c.sums_block} does not add up: "
-                       f"{p[Point.resid_mid]} + {p[names.added[1]]} differs from "
+                       f"{p.get(Point.resid_mid, 'its input + attention')} + "
+                       f"{p[names.added[1]]} differs from "
                        f"{p[Point.resid_post]} by {c.sums_rel:.2g} (relative)")
 
 
@@ -261,7 +266,8 @@ def run_llamacpp(path: str, prompt: str, options: EngineOptions | None = None,
     names = llamacpp_names_for(meta.architecture) if meta.architecture else None
     wanted = wanted_names() if names is None else copied(names)
     return run_pass(path, prompt, options or EngineOptions(), ids=ids, wanted=wanted,
-                    operands=names.operands if names else None, meta=meta)
+                    operands=names.operands if names else None, meta=meta,
+                    first=names.first if names else ())
 
 
 def llamacpp_trace(lm: LoadedModel, lm_pass: LlamaCppPass, *, top_k: int = 10,
