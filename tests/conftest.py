@@ -304,6 +304,19 @@ def tiny(request):
                       random_weights=True)
 
 
+@pytest.fixture(scope="module")
+def own_cache(tmp_path_factory):
+    """A weights cache of the test module's own: the tiny GGUF files' dequantized entries stay
+    out of the session's cache, whose entries other tests count."""
+    old = os.environ.get("FPTRACE_CACHE_DIR")
+    os.environ["FPTRACE_CACHE_DIR"] = str(tmp_path_factory.mktemp("own-cache"))
+    yield
+    if old is None:
+        os.environ.pop("FPTRACE_CACHE_DIR", None)
+    else:
+        os.environ["FPTRACE_CACHE_DIR"] = old
+
+
 @pytest.fixture(scope="session")
 def cache_dir(tmp_path_factory):
     """An isolated weights cache for the whole test session (for each pytest-xdist worker: a

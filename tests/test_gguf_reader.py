@@ -9,11 +9,10 @@ or one too many is refused in one line."""
 from __future__ import annotations
 
 import json
-import shutil
 
 import numpy as np
 import pytest
-from tiny_gguf import tiny_model
+from tiny_gguf import scaled, tiny_model
 from typer.testing import CliRunner
 
 from fptrace.cli.main import app
@@ -41,17 +40,6 @@ FAMILIES = [
 ]
 
 
-def scaled(path: str, out: str, tensor: str, factor: float) -> str:
-    """A copy of the GGUF at `path` with one float32 tensor scaled where it lies."""
-    from gguf import GGUFReader
-
-    shutil.copyfile(path, out)
-    reader = GGUFReader(out, "r+")
-    t = next(t for t in reader.tensors if t.name == tensor)
-    t.data[...] = (np.asarray(t.data) * np.float32(factor)).astype(t.data.dtype)
-    reader.data.flush()
-    del reader
-    return out
 
 
 def one_line_refusal(r, *needles: str) -> str:
@@ -61,20 +49,6 @@ def one_line_refusal(r, *needles: str) -> str:
     for needle in needles:
         assert needle in lines[0], lines[0]
     return lines[0]
-
-
-@pytest.fixture(scope="module")
-def own_cache(tmp_path_factory):
-    """A weights cache of this module's own (other tests count the session's entries)."""
-    import os
-
-    old = os.environ.get("FPTRACE_CACHE_DIR")
-    os.environ["FPTRACE_CACHE_DIR"] = str(tmp_path_factory.mktemp("reader-cache"))
-    yield
-    if old is None:
-        os.environ.pop("FPTRACE_CACHE_DIR", None)
-    else:
-        os.environ["FPTRACE_CACHE_DIR"] = old
 
 
 @pytest.fixture(scope="module", params=FAMILIES, ids=[f[0] for f in FAMILIES])

@@ -13,7 +13,7 @@ import shutil
 
 import numpy as np
 import pytest
-from tiny_gguf import tiny_model
+from tiny_gguf import scaled, tiny_model
 from typer.testing import CliRunner
 
 from fptrace.cli.main import app
@@ -53,32 +53,8 @@ ROUNDED = {"gemma2": (0, "mlp_act"), "gemma3": (0, "mlp_act"), "gpt2": (0, "mlp_
 NORM_OFFSET = {"gemma2": 1.0, "gemma3": 1.0}
 
 
-def scaled(path: str, out: str, tensor: str, factor: float) -> str:
-    """A copy of the GGUF at `path` with one float32 tensor scaled where it lies."""
-    from gguf import GGUFReader
-
-    shutil.copyfile(path, out)
-    reader = GGUFReader(out, "r+")
-    t = next(t for t in reader.tensors if t.name == tensor)
-    t.data[...] = (np.asarray(t.data) * np.float32(factor)).astype(t.data.dtype)
-    reader.data.flush()
-    del reader
-    return out
 
 
-@pytest.fixture(scope="module")
-def own_cache(tmp_path_factory):
-    """A weights cache of this module's own: the tiny files' dequantized entries stay out of
-    the session's cache, whose entries other tests count."""
-    import os
-
-    old = os.environ.get("FPTRACE_CACHE_DIR")
-    os.environ["FPTRACE_CACHE_DIR"] = str(tmp_path_factory.mktemp("families-cache"))
-    yield
-    if old is None:
-        os.environ.pop("FPTRACE_CACHE_DIR", None)
-    else:
-        os.environ["FPTRACE_CACHE_DIR"] = old
 
 
 @pytest.fixture(scope="module", params=ARCHS, ids=[a[0] for a in ARCHS])

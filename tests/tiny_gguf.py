@@ -252,3 +252,19 @@ def _arch_enum(arch: str) -> str:
         if name == arch:
             return member.name
     raise ValueError(f"gguf knows no architecture {arch!r}")
+
+
+def scaled(path: str, out: str, tensor: str, factor: float) -> str:
+    """A copy of the GGUF at `path` with one float32 tensor scaled where it lies (a seeded
+    fault)."""
+    import shutil
+
+    from gguf import GGUFReader
+
+    shutil.copyfile(path, out)
+    reader = GGUFReader(out, "r+")
+    t = next(t for t in reader.tensors if t.name == tensor)
+    t.data[...] = (np.asarray(t.data) * np.float32(factor)).astype(t.data.dtype)
+    reader.data.flush()
+    del reader
+    return out
