@@ -162,7 +162,7 @@ def read_dictionary(path: str, *, site: str | None = None, what: str = "--sae") 
                        "cfg.json with sae_weights.safetensors (SAELens) or sae.safetensors "
                        f"(sparsify), or params.npz / params.safetensors (Gemma Scope){hint}")
     if site is not None:
-        given = dictionary_site(site, "--site")
+        given = dictionary_site(site, param("site"))
         if not same_tensor(given, d.site):
             raise BadInput(f"{param('site')} {site}: the dictionary in {path!r} was trained on "
                            f"{hook_name(d.site)} (its "
@@ -503,7 +503,7 @@ def _gemmascope_place(folder: str, site: str | None, what: str) -> tuple[str, Si
             raise BadInput(f"{what} {folder!r}: Gemma Scope weights whose folder does not say "
                            "where they were trained (no config.json, no layer_N in the path); "
                            f"give {param('site')}, e.g. blocks.12.hook_resid_post")
-        s = dictionary_site(site, "--site")
+        s = dictionary_site(site, param("site"))
         return "sae", s, s
     m = _LAYER.match(parts[at[-1]])
     assert m is not None
@@ -519,7 +519,7 @@ def _gemmascope_place(folder: str, site: str | None, what: str) -> tuple[str, Si
         if site is None:
             raise BadInput(f"{what} {folder!r}: the path names a layer but not what was read "
                            f"(res, mlp, transcoder); give {param('site')}")
-        s = dictionary_site(site, "--site")
+        s = dictionary_site(site, param("site"))
     return "sae", s, s
 
 

@@ -115,7 +115,7 @@ def read_messages(path: str) -> Chat:
     from fptrace.userfiles import read_text
 
     try:
-        text = read_text(p, "utf-8-sig", "--messages")
+        text = read_text(p, "utf-8-sig", param("messages"))
     except UnicodeDecodeError as e:
         raise BadInput(f"{param('messages')} {path}: not UTF-8 text (byte {e.start})") from None
     try:

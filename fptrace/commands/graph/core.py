@@ -70,7 +70,7 @@ from fptrace.commands.graph.transcoders import TranscoderSet, read_transcoders
 from fptrace.core.attribution import rtol_for
 from fptrace.core.fragments import token_id
 from fptrace.core.trace import base_notes, model_info
-from fptrace.errors import PromptTooLong
+from fptrace.errors import PromptTooLong, param
 from fptrace.models.loading import LoadedModel
 from fptrace.models.prompts import Prompt, too_long
 
@@ -151,7 +151,7 @@ def graph(lm: LoadedModel, prompt: Prompt, *, positions: Any = None,
     except PromptTooLong as e:  # graph has no --truncate to offer
         raise too_long(e.tokens, e.limit, lm.name, truncate=False) from None
     queries = query_positions(positions, len(prepared.ids))
-    fixed = None if target is None else token_id(lm, target, "--target", prepared)
+    fixed = None if target is None else token_id(lm, target, param("target"), prepared)
     ids = list(prepared.ids)[:queries[-1] + 1]
     model, parts = float64_copy(lm)
     real = real_pass(lm, model, parts, sites, ids, queries, tset)

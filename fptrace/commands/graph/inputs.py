@@ -38,12 +38,12 @@ def check_request(*, neurons: bool, node_threshold: str, edge_threshold: str,
     """The request, or BadInput naming the option at fault (positions: a Selection parsed by
     the command line, or None)."""
     check_nodes(neurons, transcoders)
-    node = parse_float(str(node_threshold), "--node-threshold", low=0.0, high=1.0)
-    edge = parse_float(str(edge_threshold), "--edge-threshold", low=0.0, high=1.0)
-    n_max = parse_int(str(max_nodes), "--max-nodes", low=1)
-    k = parse_int(str(per_site), "--per-site", low=1)
-    n_verify = parse_int(str(verify), "--verify", low=0)
-    n_qk = parse_int(str(qk), "--qk", low=0)
+    node = parse_float(str(node_threshold), param("node_threshold"), low=0.0, high=1.0)
+    edge = parse_float(str(edge_threshold), param("edge_threshold"), low=0.0, high=1.0)
+    n_max = parse_int(str(max_nodes), param("max_nodes"), low=1)
+    k = parse_int(str(per_site), param("per_site"), low=1)
+    n_verify = parse_int(str(verify), param("verify"), low=0)
+    n_qk = parse_int(str(qk), param("qk"), low=0)
     from fptrace.models.ray_pool import check_address, check_workers
 
     check_workers(workers, gpus_per_worker)

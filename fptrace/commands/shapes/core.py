@@ -200,7 +200,7 @@ def shape_report(name: str, prompt: str | None = None, seq_len: int | None = Non
     if gpu_memory is not None:
         from fptrace.models.devices import parse_size
 
-        gpu_bytes = parse_size(gpu_memory, "--gpu-memory")
+        gpu_bytes = parse_size(gpu_memory, param("gpu_memory"))
         if gpu_bytes <= 0:
             raise BadInput(f"{param('gpu_memory')} must be above 0")
     if batch < 1:
