@@ -288,7 +288,8 @@ class QKSide:
         return cos.double(), sin.double()
 
     def __call__(self, parts: torch.Tensor, x: torch.Tensor,
-                 pos: int | Sequence[int] | torch.Tensor, rope: tuple | None) -> tuple[torch.Tensor, torch.Tensor | None]:
+                 pos: int | Sequence[int] | torch.Tensor, rope: tuple | None
+                 ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """parts (P, d) of the stream x (d,) at position pos -> their contributions (P, hd) to
         this side's vector, and the side's constant (hd,) or None. With x (P, d) and pos (P,)
         each row is frozen at its own stream (`whole`)."""

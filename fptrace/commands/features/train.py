@@ -196,8 +196,9 @@ def inputs_digest(items: Sequence[PromptItem]) -> str:
     return h.hexdigest()
 
 
-def collect(lm: LoadedModel, items: Sequence[PromptItem], layer: int, progress: Callable | None = None,
-            batch_size: int = 8) -> tuple[torch.Tensor, list[int]]:
+def collect(lm: LoadedModel, items: Sequence[PromptItem], layer: int,
+            progress: Callable | None = None, batch_size: int = 8
+            ) -> tuple[torch.Tensor, list[int]]:
     """(N, d) float32 on the CPU: the stream after `layer` at every position but each prompt's
     first, and the number of positions each prompt gave (in order)."""
     import torch
@@ -321,8 +322,8 @@ def train(lm: LoadedModel, inputs: Sequence[str], out: str, opts: TrainOptions, 
         seconds=time.perf_counter() - t0)
 
 
-def fit(sae: TopK, x_train: torch.Tensor, y_train: torch.Tensor, out: str, opts: TrainOptions, source: dict,
-        doc: dict | None, tick: Callable[[int, int], None] | None = None
+def fit(sae: TopK, x_train: torch.Tensor, y_train: torch.Tensor, out: str, opts: TrainOptions,
+        source: dict, doc: dict | None, tick: Callable[[int, int], None] | None = None
         ) -> tuple[int, int, list]:
     """Train `sae` to rebuild y_train (N, d_out) from x_train (N, d_in) (the same tensor for an
     SAE), saving its state in `out` every save_every steps and at the end; `doc`: the state of

@@ -123,7 +123,8 @@ class _Pass:
         self.final: torch.Tensor | None = None
         self.final_fed = False
         self.weights_seen = [False] * len(c.linears)
-        self.sink_columns: list[tuple[int, torch.Tensor]] = []  # (layer, (B, H, T, P) weights on j < P)
+        # (layer, (B, H, T, P) weights on j < P)
+        self.sink_columns: list[tuple[int, torch.Tensor]] = []
         if part.sinks:
             P = part.sink_positions
             j = np.arange(P)
