@@ -9,7 +9,7 @@ import os
 import sys
 from collections.abc import Callable
 from enum import Enum
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import typer
 from rich.console import Console
@@ -47,7 +47,8 @@ class Group(str, Enum):
 
 def command(order: int, group: Group, docs: str | None = None, examples: tuple[str, ...] = (),
             resident: bool = True, words: Callable[[list[str]], list[str]] | None = None,
-            modes: tuple[Mode, ...] = ()) -> Callable[[Callable[..., Any]], Any]:
+            modes: tuple[Mode, ...] = ()
+            ) -> Callable[[Callable[..., object]], Callable[..., object]]:
     """Mark the function of a command's cli.py as `fptrace <its folder>` (cli/main.py finds it):
     order places it in `fptrace --help`, in group's panel, where the first paragraph of its
     docstring is its one line; examples (command lines from its docs' console examples, which
@@ -59,10 +60,10 @@ def command(order: int, group: Group, docs: str | None = None, examples: tuple[s
     break inside one at any width. The function is wrapped by `guarded`, so an error is one line
     and an exit code."""
 
-    def mark(fn: Callable[..., Any]) -> Any:
+    def mark(fn: Callable[..., object]) -> Callable[..., object]:
         wrapped = guarded(fn)
         paragraphs = reflowed(fn.__doc__ or "") + ([help_paragraph(modes)] if modes else [])
-        kw: dict[str, Any] = {"help": "\n\n".join(paragraphs), "short_help": paragraphs[0],
+        kw: dict[str, object] = {"help": "\n\n".join(paragraphs), "short_help": paragraphs[0],
                               "rich_help_panel": group.value, "epilog": epilog(examples, docs)}
         if words is not None:
             kw["cls"] = _rewriting(words)
@@ -78,7 +79,8 @@ def prompt_command(order: int, group: Group, docs: str | None = None,
                    examples: tuple[str, ...] = (), placement: bool = True, tp: bool = False,
                    quantize: bool = False, plot: bool = True, html: bool = True,
                    words: Callable[[list[str]], list[str]] | None = None,
-                   modes: tuple[Mode, ...] = ()) -> Callable[[Callable[..., Any]], Any]:
+                   modes: tuple[Mode, ...] = ()
+                   ) -> Callable[[Callable[..., object]], Callable[..., object]]:
     """@command for a command that traces one prompt, with the three option groups such a
     command takes: the loading options (model_options: placement, tp, quantize), the prompt's
     (chat_options: --chat, --system, --messages, --ids, --ids-file) and the outputs
@@ -86,7 +88,7 @@ def prompt_command(order: int, group: Group, docs: str | None = None,
     --wide). Its function takes `opts: LoadOptions`, `chat: ChatOptions` and `outputs: Outputs`,
     and starts with `lm, prompt = load_for(prompt, opts, chat, outputs)`."""
 
-    def mark(fn: Callable[..., Any]) -> Any:
+    def mark(fn: Callable[..., object]) -> Callable[..., object]:
         fn = output_options(plot=plot, html=html)(fn)
         fn = model_options(placement=placement, tp=tp, quantize=quantize)(fn)
         fn = chat_options()(fn)
@@ -162,7 +164,7 @@ def show(view: Callable[[int | None], Any], wide: bool = False, out: Console | N
     return out
 
 
-def fail(message: str, code: int = 2) -> None:
+def fail(message: str, code: int = 2) -> NoReturn:
     """One line on stderr, then exit non-zero."""
     from fptrace import interrupt
 
@@ -201,11 +203,11 @@ def click_context() -> object | None:
     return click_module("globals").get_current_context(silent=True)
 
 
-def guarded(fn: Callable[..., Any]) -> Callable[..., Any]:
+def guarded(fn: Callable[..., object]) -> Callable[..., object]:
     """Turn every error into one line on stderr and a non-zero exit code: never a traceback."""
 
     @functools.wraps(fn)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
+    def wrapper(*args: object, **kwargs: object) -> object:
         with spelling(flag):  # the errors' parameters as this command's flags
             try:
                 return fn(*args, **kwargs)
@@ -361,7 +363,7 @@ def write_plot(fig: Figure, path: str, force: bool = False) -> None:
     stderr_console().print(f"[dim]wrote {path}[/dim]", soft_wrap=True)
 
 
-def output(result: Any, view: Callable[[Any, int | None], Any], out: Outputs,
+def output(result: object, view: Callable[[Any, int | None], Any], out: Outputs,
            figure: Callable[[Any], Any] | None = None) -> None:
     """A command's result: the figure for --plot, then the JSON (--json) or the view that fits
     the terminal."""
@@ -373,7 +375,7 @@ def output(result: Any, view: Callable[[Any, int | None], Any], out: Outputs,
         show(lambda width: view(result, width), out.wide)
 
 
-def emit_json(result: Any) -> None:
+def emit_json(result: object) -> None:
     from fptrace.render.json import to_json
 
     sys.stdout.write(to_json(result) + "\n")

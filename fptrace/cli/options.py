@@ -18,7 +18,7 @@ import inspect
 from collections.abc import Callable
 from dataclasses import dataclass, fields
 from enum import Enum
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
 
@@ -30,7 +30,7 @@ OUTPUT = "Output"
 STATS = "Statistics"
 
 # (name, annotation, default); the names are LoadOptions' fields
-OPTIONS: tuple[tuple[str, Any, Any], ...] = (
+OPTIONS: tuple[tuple[str, object, object], ...] = (
     ("model", Annotated[str, typer.Option("--model", "-m", help=RESOLUTION_HELP,
                                           rich_help_panel=MODEL)], DEFAULT_MODEL),
     ("random_weights", Annotated[bool, typer.Option(
@@ -51,7 +51,7 @@ OPTIONS: tuple[tuple[str, Any, Any], ...] = (
         "--trust-remote-code", help="Allow a model folder's own Python code to run.",
         rich_help_panel=MODEL)], False),
 )
-PLACEMENT: tuple[tuple[str, Any, Any], ...] = (
+PLACEMENT: tuple[tuple[str, object, object], ...] = (
     ("device_map", Annotated[str | None, typer.Option(
         "--device-map", help="auto: load through Accelerate, spreading blocks over the GPUs, "
         "then CPU RAM, then disk (big models).", rich_help_panel=MODEL)], None),
@@ -62,13 +62,13 @@ PLACEMENT: tuple[tuple[str, Any, Any], ...] = (
         "--offload-folder", help="With --device-map: where weights that fit nowhere else go "
         "(default: a temporary folder).", rich_help_panel=MODEL)], None),
 )
-TP: tuple[tuple[str, Any, Any], ...] = (
+TP: tuple[tuple[str, object, object], ...] = (
     ("tp", Annotated[int | None, typer.Option(
         "--tp", help="Tensor parallelism: shard the model over N processes on this machine "
         "(torch's launcher; under torchrun, fptrace uses the ranks it is given).",
         rich_help_panel=MODEL)], None),
 )
-QUANTIZE: tuple[tuple[str, Any, Any], ...] = (
+QUANTIZE: tuple[tuple[str, object, object], ...] = (
     ("quantize", Annotated[str | None, typer.Option(
         "--quantize", help="int8 or int4: quantize the blocks' linear weights on load (torchao's "
         "weight-only schemes through transformers; needs torchao 0.15 or later).",
@@ -120,14 +120,14 @@ class Outputs:
     wide: bool = False
 
 
-OUTPUT_OPTIONS: tuple[tuple[str, Any, Any], ...] = (
+OUTPUT_OPTIONS: tuple[tuple[str, object, object], ...] = (
     ("plot", PlotOpt, None), ("html", HtmlOpt, None), ("force", ForceOpt, False),
     ("as_json", JsonOpt, False), ("wide", WideOpt, False))
 assert [n for n, _, _ in OUTPUT_OPTIONS] == [f.name for f in fields(Outputs)]
 
 
 def output_options(plot: bool = True, html: bool = True, force: bool | None = None
-                   ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+                   ) -> Callable[[Callable[..., object]], Callable[..., object]]:
     """Attach --json and --wide, and --plot, --html and --force where the command writes them
     (force: by default where it writes a file), after the command's own options, to a command
     whose function takes `outputs: Outputs`."""
@@ -137,7 +137,7 @@ def output_options(plot: bool = True, html: bool = True, force: bool | None = No
 
 
 def model_options(placement: bool = True, tp: bool = False, quantize: bool = False
-                  ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+                  ) -> Callable[[Callable[..., object]], Callable[..., object]]:
     """Attach the loading options to a command whose function takes `opts: LoadOptions`.
 
     placement: also --device-map, --max-memory and --offload-folder (commands whose work reads
@@ -174,7 +174,7 @@ IdsFileOpt = Annotated[str | None, typer.Option(
     "--ids-file", metavar="FILE", help="The token ids in FILE (a JSON list, or one id a line) "
     "instead of the text.", rich_help_panel=PROMPT)]
 
-CHAT_OPTIONS: tuple[tuple[str, Any, Any], ...] = (
+CHAT_OPTIONS: tuple[tuple[str, object, object], ...] = (
     ("chat", Annotated[bool, typer.Option(
         "--chat", help="PROMPT is a user's message: apply the model's chat template (with the "
         "assistant's turn opened) and trace that.", rich_help_panel=CHAT)], False),
@@ -191,19 +191,19 @@ CHAT_OPTIONS: tuple[tuple[str, Any, Any], ...] = (
 assert {n for n, _, _ in CHAT_OPTIONS} == {f.name for f in fields(ChatOptions)}
 
 
-def chat_options() -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+def chat_options() -> Callable[[Callable[..., object]], Callable[..., object]]:
     """Attach --chat, --system, --messages, --ids and --ids-file to a command whose function
     takes `chat: ChatOptions` (cli.io.load_for turns them and PROMPT into what is traced)."""
     return _group(CHAT_OPTIONS, ChatOptions, "chat")
 
 
-def _group(chosen: tuple[tuple[str, Any, Any], ...], cls: Callable[..., Any], param: str,
-           last: bool = False) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+def _group(chosen: tuple[tuple[str, object, object], ...], cls: Callable[..., object], param: str,
+           last: bool = False) -> Callable[[Callable[..., object]], Callable[..., object]]:
     """Replace the command's `param` argument by the options of `chosen` (Typer sees them:
     before the command's own options, or after them with `last`), and hand the command one
     `cls` object built from their values."""
 
-    def attach(fn: Callable[..., Any]) -> Callable[..., Any]:
+    def attach(fn: Callable[..., object]) -> Callable[..., object]:
         sig = inspect.signature(fn, eval_str=True)
         own = [p for p in sig.parameters.values() if p.name != param]
         required = [p for p in own if p.default is inspect.Parameter.empty]
@@ -214,7 +214,7 @@ def _group(chosen: tuple[tuple[str, Any, Any], ...], cls: Callable[..., Any], pa
         names = [name for name, _, _ in chosen]
 
         @functools.wraps(fn)
-        def command(*args: Any, **kwargs: Any) -> Any:
+        def command(*args: object, **kwargs: object) -> object:
             group = cls(**{n: kwargs.pop(n) for n in names if n in kwargs})
             return fn(*args, **{param: group}, **kwargs)
 
@@ -230,7 +230,8 @@ SAMPLING = "Sampling"
 
 
 
-def engine_options(side_b: bool = False) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+def engine_options(side_b: bool = False
+                   ) -> Callable[[Callable[..., object]], Callable[..., object]]:
     """Attach --engine (side_b: diff's --engine-b, among the engines that compare) and every
     engine's settings (fptrace/engines/: --flash-attn, --kv-cache) to a command whose function
     takes `engine: EngineChoice`; the choices and their help come from the engine folders."""
@@ -247,7 +248,7 @@ def engine_options(side_b: bool = False) -> Callable[[Callable[..., Any]], Calla
     else:
         text = f"{first.name} (default) or " + "; ".join(
             f"{e.name}: {e.help}" for e in named) + "."
-    chosen: list[tuple[str, Any, Any]] = [(
+    chosen: list[tuple[str, object, object]] = [(
         "engine_name", Annotated[choice, typer.Option(  # type: ignore[valid-type]
             "--engine-b" if side_b else "--engine", help=text, rich_help_panel=MODEL)],
         choice(first.name))]
@@ -257,7 +258,7 @@ def engine_options(side_b: bool = False) -> Callable[[Callable[..., Any]], Calla
         chosen.append((s.name, Annotated[words, typer.Option(  # type: ignore[valid-type]
             s.flag, help=s.help, rich_help_panel=MODEL)], words(s.default)))
 
-    def build(engine_name: Any = None, **values: Any) -> EngineChoice:
+    def build(engine_name: object = None, **values: object) -> EngineChoice:
         words = {s.name: getattr(values.get(s.name), "value", s.default) for s in settings}
         name = getattr(engine_name, "value", None)
         return EngineChoice(None if name in (None, first.name) else name, words,

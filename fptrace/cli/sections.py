@@ -25,7 +25,7 @@ if TYPE_CHECKING:
     from fptrace.results import Trace
 
 # (name, Annotated[type, typer.Option(...)], default): the shape of cli/options.py's groups
-Option = tuple[str, Any, Any]
+Option = tuple[str, object, object]
 
 
 @dataclass
@@ -40,11 +40,11 @@ class Page:
     results: dict[str, Any] = field(default_factory=dict)
 
 
-def _nothing(*_: Any) -> Any:
+def _nothing(*_: object) -> None:
     return None
 
 
-def _no_parts(_: Any) -> list[str]:
+def _no_parts(_: object) -> list[str]:
     return []
 
 
@@ -76,12 +76,12 @@ def collect() -> list[tuple[str, ReportSection]]:
     return sorted(found, key=lambda item: (item[1].order, item[0]))
 
 
-def section_options() -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+def section_options() -> Callable[[Callable[..., object]], Callable[..., object]]:
     """Attach every section's options to the report's function, which takes `values` (a dict of
     the options' values by name) instead: its Typer signature is built from what the folders
     offer."""
 
-    def attach(fn: Callable[..., Any]) -> Callable[..., Any]:
+    def attach(fn: Callable[..., object]) -> Callable[..., object]:
         sig = inspect.signature(fn, eval_str=True)
         own = [p for p in sig.parameters.values() if p.name != "values"]
         chosen = [option for _, s in collect() for option in s.options]
@@ -94,7 +94,7 @@ def section_options() -> Callable[[Callable[..., Any]], Callable[..., Any]]:
                  for name, annotation, default in chosen]
 
         @functools.wraps(fn)
-        def command(*args: Any, **kwargs: Any) -> Any:
+        def command(*args: object, **kwargs: object) -> object:
             values = {n: kwargs.pop(n) for n in names if n in kwargs}
             return fn(*args, values=values, **kwargs)
 

@@ -80,7 +80,7 @@ def frozen_norm(module: nn.Module, x: torch.Tensor, norm_type: NormKind
                            "of this model is not one fptrace can freeze")
 
 
-def through_frozen(parts: Any, centre: bool, gain: Any) -> Any:
+def through_frozen(parts: torch.Tensor, centre: bool, gain: torch.Tensor) -> torch.Tensor:
     """(..., d) parts through a frozen norm (frozen_norm's centre and gain), without its
     bias."""
     if centre:
@@ -100,7 +100,7 @@ class DirectLogits:
     lm: LoadedModel
     prepared: Prepared  # the prompt as the model took it
     ids: list[int]
-    logits: Any  # (V,) the model's own last-position logits (after any softcap)
+    logits: torch.Tensor  # (V,) the model's own last-position logits (after any softcap)
     target: int
     versus: int | None
     parts: list[tuple[str, int | None, int | None, float]]
@@ -137,12 +137,13 @@ class DirectLogits:
         return (f"|sum − logit| ≤ {self.rtol:g}·max(1, Σ|parts|) = "
                 f"{self.rtol * self.scale:.3g}")
 
-    def value(self, part: Any) -> Any:
+    def value(self, part: torch.Tensor) -> torch.Tensor:
         """(..., d) vectors written into the stream -> (...) logits of the target, through the
         final norm frozen at its actual value (without its bias)."""
         return through_frozen(part.float(), self.centre, self.gain) @ self.u
 
-    def head_writes(self, layer: int, y: Any) -> tuple[Any, Any] | None:
+    def head_writes(self, layer: int, y: torch.Tensor | None
+                    ) -> tuple[torch.Tensor, torch.Tensor | None] | None:
         """What each head of block `layer` writes into the stream when W_O's input is y
         (nh·hd,), through the attention post-norm frozen at its input in the clean pass: see
         head_writes below."""
@@ -151,8 +152,8 @@ class DirectLogits:
                            info.head_dim)
 
 
-def head_writes(lm: LoadedModel, layer: int, y: Any, o: Any, w_o: tuple, nh: int, hd: int
-                ) -> tuple[Any, Any] | None:
+def head_writes(lm: LoadedModel, layer: int, y: torch.Tensor | None, o: Any, w_o: tuple,
+                nh: int, hd: int) -> tuple[torch.Tensor, torch.Tensor | None] | None:
     """What each head of block `layer` writes into the stream at one position, (nh, d), and the
     W_O bias (and post-norm bias) as written (d,) or None, computed in W_O's dtype; None when
     y is missing or W_O is not nh·hd wide.
@@ -180,8 +181,9 @@ def head_writes(lm: LoadedModel, layer: int, y: Any, o: Any, w_o: tuple, nh: int
     return parts, bias
 
 
-def head_parts(lm: LoadedModel, layer: int, y: Any, o: Any, w_o: tuple, nh: int, hd: int,
-               attn_added: Any, dtype: str) -> tuple[Any, Any] | None:
+def head_parts(lm: LoadedModel, layer: int, y: torch.Tensor | None, o: Any, w_o: tuple,
+               nh: int, hd: int, attn_added: torch.Tensor, dtype: str
+               ) -> tuple[torch.Tensor, torch.Tensor | None] | None:
     """head_writes, checked: None also when the per-head writes do not add up to what attention
     added, attn_added (d,) (then they are not shown), within the tolerance of the model's
     dtype."""
@@ -244,14 +246,14 @@ def direct_logits(lm: LoadedModel, prompt: Prompt, *, target: str | None = None,
     return d
 
 
-def _keep_input(store: list, i: int, cap: Capture) -> Any:
+def _keep_input(store: list, i: int, cap: Capture) -> Callable[..., None]:
     def hook(module: nn.Module, args: tuple) -> None:
         store[i] = cap.take_last(args[0])[0]  # (in,) at the last position
     return hook
 
 
-def _keep_output(store: dict, key: str, cap: Capture) -> Any:
-    def hook(module: nn.Module, args: tuple, output: Any) -> None:
+def _keep_output(store: dict, key: str, cap: Capture) -> Callable[..., None]:
+    def hook(module: nn.Module, args: tuple, output: object) -> None:
         store[key] = cap.take_last(first_output(output))[0]  # (V,)
     return hook
 
@@ -317,7 +319,7 @@ def _experts(d: DirectLogits, layer: int) -> list[tuple[str, int, int | None, fl
     return out
 
 
-def _split(d: DirectLogits, layer: int) -> tuple[Any, float | None] | None:
+def _split(d: DirectLogits, layer: int) -> tuple[torch.Tensor, float | None] | None:
     """Per-head logits of block `layer`'s attention, and its W_O bias's; None when the per-head
     writes do not add up to what attention added (then they are not shown)."""
     info = model_info(d.lm)

@@ -39,6 +39,7 @@ from fptrace.errors import BadInput, NonFiniteValues
 
 if TYPE_CHECKING:
     import numpy as np
+    import torch
 
 # |x| bins: [0, 1e-3), [1e-3, 1e-2), …, [1e3, 1e4), [1e4, inf)
 DEFAULT_BINS: tuple[float, ...] = (0.0, 1e-3, 1e-2, 0.1, 1.0, 10.0, 100.0, 1e3, 1e4, math.inf)
@@ -74,7 +75,7 @@ class ChannelStats:
 
     # ---- feeding and merging ---------------------------------------------------------------
 
-    def update(self, x: Any, prompt: Any, positions: Any, tokens: Any = None) -> None:
+    def update(self, x: torch.Tensor, prompt: Any, positions: Any, tokens: Any = None) -> None:
         """Add N token positions: x (N, d) float tensor; prompt one int id for every row, or N
         of them; positions N ints, distinct within a prompt; tokens (optional) the N token ids,
         kept beside each channel's max."""
@@ -83,7 +84,7 @@ class ChannelStats:
             self.merge_(batch)
 
     @classmethod
-    def of_batch(cls, x: Any, prompt: Any, positions: Any, tokens: Any = None,
+    def of_batch(cls, x: torch.Tensor, prompt: Any, positions: Any, tokens: Any = None,
                  bins: Sequence[float] = DEFAULT_BINS) -> ChannelStats:
         """The statistics of one batch on its own (arguments as for update): what update
         merges in. With columns(), one call can serve several sites side by side."""
@@ -258,8 +259,9 @@ class ChannelStats:
 
 # ---- one batch ------------------------------------------------------------------------------
 
-def _of_batch(x: Any, prompt: Any, positions: Any, tokens: Any, bins: tuple[float, ...],
-              width: int, floor: Any) -> ChannelStats | None:
+def _of_batch(x: torch.Tensor, prompt: Any, positions: Any, tokens: Any,
+              bins: tuple[float, ...], width: int, floor: np.ndarray | None
+              ) -> ChannelStats | None:
     """Check a batch, put its rows in (prompt, position) order and compute its statistics
     (None when it has no rows)."""
     import numpy as np
@@ -285,8 +287,8 @@ def _of_batch(x: Any, prompt: Any, positions: Any, tokens: Any, bins: tuple[floa
     return _batch_stats(x, prompts, pos, toks, bins, floor)
 
 
-def _batch_stats(x: Any, prompts: Any, pos: Any, toks: Any, bins: tuple[float, ...], floor: Any
-                 ) -> ChannelStats:
+def _batch_stats(x: torch.Tensor, prompts: np.ndarray, pos: np.ndarray, toks: np.ndarray,
+                 bins: tuple[float, ...], floor: np.ndarray) -> ChannelStats:
     """The statistics of one batch (N >= 1 rows in increasing (prompt, position) order) on its
     own, except that a channel's max below floor (the running absmax, (d,)) is left unseen: it
     would lose."""
@@ -321,7 +323,7 @@ def _batch_stats(x: Any, prompts: Any, pos: Any, toks: Any, bins: tuple[float, .
     return out
 
 
-def _abs_into(x: Any, ws: Any) -> tuple[Any, Any]:
+def _abs_into(x: torch.Tensor, ws: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """|x| (N, d) exactly, in float32 (float64 for a float64 x), and an (N, d) int scratch of
     the same width, both in the storage of ws, the (1 or 2, N, d) float64 workspace."""
     import torch
@@ -338,7 +340,7 @@ def _abs_into(x: Any, ws: Any) -> tuple[Any, Any]:
     return a, half[n * d:].view(n, d).view(torch.int32)
 
 
-def _non_finite(q: Any, prompts: Any) -> None:
+def _non_finite(q: torch.Tensor, prompts: np.ndarray) -> None:
     import torch
 
     bad = (~torch.isfinite(q)).nonzero()[:, 0].tolist()  # (k,)
@@ -349,7 +351,8 @@ def _non_finite(q: Any, prompts: Any) -> None:
                           f"for float64){where}")
 
 
-def _locate_max(a: Any, floor: Any) -> tuple[Any, Any, Any]:
+def _locate_max(a: torch.Tensor, floor: torch.Tensor
+                ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """a (N, d) >= 0 -> (the max of each channel (d,), the channels whose max is >= floor (k,),
     the first row holding the max of each of them (k,)).
 
@@ -378,7 +381,7 @@ def _locate_max(a: Any, floor: Any) -> tuple[Any, Any, Any]:
     return amax, cols, blk * b + j
 
 
-def _first_true(mask: Any) -> Any:
+def _first_true(mask: torch.Tensor) -> torch.Tensor:
     """mask (m, d) bool, a True in every column -> (d,) int64 index of each column's first True."""
     import torch
 
@@ -387,7 +390,8 @@ def _first_true(mask: Any) -> Any:
     return torch.where(mask, idx, m).amin(0)
 
 
-def _histogram(a: Any, amax: Any, bins: tuple[float, ...], scratch: Any) -> Any:
+def _histogram(a: torch.Tensor, amax: torch.Tensor, bins: tuple[float, ...],
+               scratch: torch.Tensor) -> torch.Tensor:
     """a (N, d) = |x| (float32 or float64) -> (d, n_bins) int64 counts per bin; scratch: an
     (N, d) int tensor of a's width.
 
@@ -419,7 +423,7 @@ def _histogram(a: Any, amax: Any, bins: tuple[float, ...], scratch: Any) -> Any:
     return torch.cat([zero, below, every]).diff(dim=0).T.contiguous()  # (d, n_bins)
 
 
-def _count_below(ibits: Any, tb: int, buf: Any) -> Any:
+def _count_below(ibits: torch.Tensor, tb: int, buf: torch.Tensor) -> torch.Tensor:
     """ibits (N, d) bits of floats >= 0 -> (d,) how many are < the float of bits tb (buf: an
     (N, d) scratch)."""
     import torch
@@ -429,7 +433,8 @@ def _count_below(ibits: Any, tb: int, buf: Any) -> Any:
     return buf.sum(0, dtype=buf.dtype).neg_()  # (d,)
 
 
-def _count_below_in(ibits: Any, tb: int, cols: Any, c: int, buf: Any) -> Any:
+def _count_below_in(ibits: torch.Tensor, tb: int, cols: torch.Tensor, c: int,
+                    buf: torch.Tensor) -> torch.Tensor:
     """_count_below on the blocks cols of c channels only -> (len(cols), c)."""
     import torch
 
@@ -456,7 +461,7 @@ def _thresholds(bins: tuple[float, ...], is64: bool) -> tuple[tuple[float, int],
     return tuple(out)
 
 
-def _beats(b: ChannelStats, a: ChannelStats) -> Any:
+def _beats(b: ChannelStats, a: ChannelStats) -> np.ndarray:
     """(d,) bool: b's max wins over a's: larger |x|, then smaller (prompt, position), then +."""
     pb, pa = b._prompt, a._prompt
     qb, qa = b._position, a._position

@@ -30,6 +30,9 @@ from fptrace.families.parts import dims, output_projection
 from fptrace.models.loading import LoadedModel
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    import torch
     from torch import nn
 
 MODES = ("zero", "mean")
@@ -97,7 +100,7 @@ def _ranges(blocks: Sequence[int]) -> str:
 
 
 # ----------------------------------------------------------------------------- steering
-def steering_hooks(lm: LoadedModel, vectors: dict[int, Any], strengths: Sequence[float],
+def steering_hooks(lm: LoadedModel, vectors: dict[int, torch.Tensor], strengths: Sequence[float],
                    positions: tuple[int, ...] | None) -> list[Hook]:
     """Hooks that add strengths[r] · vectors[L] to the output of block L in batch row r, at
     every position (positions None) or at those prompt positions."""
@@ -105,8 +108,8 @@ def steering_hooks(lm: LoadedModel, vectors: dict[int, Any], strengths: Sequence
 
     s = torch.tensor(list(strengths), dtype=torch.float32)[:, None, None]  # (B, 1, 1)
 
-    def add(v: Any) -> Any:
-        def hook(module: nn.Module, args: tuple, output: Any) -> Any:
+    def add(v: torch.Tensor) -> Callable[..., object]:
+        def hook(module: nn.Module, args: tuple, output: object) -> object:
             h = first_output(output)  # (B, T, d)
             delta = (s.to(h.device) * v.to(h.device)).to(h.dtype)  # (B, 1, d)
             if positions is None:
@@ -139,7 +142,7 @@ def mean_outputs(lm: LoadedModel, prompts: Sequence[Sequence[int]]) -> Means:
     sums: dict[str, list] = {"heads": [None] * n, "mlps": [None] * n}
 
     def keep(store: list, i: int, pre: bool):
-        def hook(module: nn.Module, args: tuple, output: Any = None) -> None:
+        def hook(module: nn.Module, args: tuple, output: object = None) -> None:
             x = (args[0] if pre else first_output(output)).float().sum(dim=(0, 1))
             store[i] = x if store[i] is None else store[i] + x
         return hook
@@ -202,14 +205,15 @@ def ablation_hooks(lm: LoadedModel, rows: Sequence[Sequence[Part]], means: Means
     return hooks
 
 
-def latent_removal_hooks(lm: LoadedModel, block: int, encode: Any, direction: Any,
+def latent_removal_hooks(lm: LoadedModel, block: int,
+                         encode: Callable[[torch.Tensor], torch.Tensor], direction: torch.Tensor,
                          rows: Sequence[int], store: dict) -> list[Hook]:
     """Hooks that, in the batch rows `rows`, subtract from block `block`'s output, at every
     position, a·direction with a = encode(that output) (B, T): what one dictionary latent wrote
     there (`ablate --sae DIR --latent N`). store["a"] gets the activations (B, T) float32."""
     import torch
 
-    def hook(module: nn.Module, args: tuple, output: Any) -> Any:
+    def hook(module: nn.Module, args: tuple, output: object) -> object:
         h = first_output(output)  # (B, T, d)
         a = encode(h.float())  # (B, T)
         store["a"] = a.detach().clone()
@@ -236,7 +240,7 @@ def _expert_removal(lm: LoadedModel, layer: int, B: int, removed: dict[int, list
     for r, es in removed.items():
         sets.setdefault(tuple(sorted(set(es))), []).append(r)
 
-    def hook(module: nn.Module, args: tuple, output: Any) -> Any:
+    def hook(module: nn.Module, args: tuple, output: tuple) -> tuple:
         logits, weights, indices = output[0], output[1], output[2]  # (N, E), (N, k), (N, k)
         T = indices.shape[0] // B  # the rows are B copies of T positions, row-major
         w, idx = weights, indices
@@ -251,7 +255,7 @@ def _expert_removal(lm: LoadedModel, layer: int, B: int, removed: dict[int, list
     return Hook.after(router, hook)
 
 
-def _replace_input(keep: Any, fill: Any) -> Any:
+def _replace_input(keep: torch.Tensor, fill: torch.Tensor) -> Callable[..., tuple]:
     import torch
 
     def hook(module: nn.Module, args: tuple) -> tuple:
@@ -260,10 +264,10 @@ def _replace_input(keep: Any, fill: Any) -> Any:
     return hook
 
 
-def _replace_output(keep: Any, fill: Any) -> Any:
+def _replace_output(keep: torch.Tensor, fill: torch.Tensor) -> Callable[..., object]:
     import torch
 
-    def hook(module: nn.Module, args: tuple, output: Any) -> Any:
+    def hook(module: nn.Module, args: tuple, output: object) -> object:
         h = first_output(output)  # (B, T, d)
         new = torch.where(keep.to(h.device), h, fill.to(h.device, h.dtype))
         return (new, *output[1:]) if isinstance(output, tuple) else new
@@ -275,8 +279,8 @@ def _replace_output(keep: Any, fill: Any) -> Any:
 class Rows:
     """One batched forward pass of a prompt, every row changed its own way."""
 
-    logits: Any  # (B, V) float32: the model's last-position logits (after any softcap)
-    pre_cap: Any  # (B, V) float32: the LM head's output, before any final softcap
+    logits: torch.Tensor  # (B, V) float32: the model's last-position logits (after any softcap)
+    pre_cap: torch.Tensor  # (B, V) float32: the LM head's output, before any final softcap
     cap: Capture  # per-block statistics of every row (the stream at the last position, ...)
 
 
@@ -300,7 +304,7 @@ def run_rows(lm: LoadedModel, ids: Sequence[int], B: int, hooks: list[Hook],
     cap = Capture(mask=None, home=lm.device)
     got: dict[str, Any] = {}
 
-    def head_output(module: nn.Module, args: tuple, output: Any) -> None:
+    def head_output(module: nn.Module, args: tuple, output: object) -> None:
         got["pre_cap"] = first_output(output)[:, -1].float()  # (B, V)
 
     input_ids = torch.tensor([list(ids)] * B, device=lm.device)

@@ -43,7 +43,12 @@ from fptrace.notes import HEADS_UNSPLIT
 from fptrace.results import Check, QKPart, QKPartSum, QKTerm
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    import torch
     from torch import nn
+
+    from fptrace.results import ModelInfo
 
 KEEP_BYTES = 256 * 2**20  # most kept of every earlier block at every position in one pass
 GRID = 8  # rows and columns of the grid (and its heatmap) before the `rest` row and column
@@ -123,7 +128,7 @@ def visible_key(i: int, j: int, window: int | None, layer: int) -> None:
                        f"query {i} sees keys {i - window + 1}..{i} (key {j} has weight 0)")
 
 
-def kept_bytes(lm: LoadedModel, info: Any, layer: int, n: int) -> int:
+def kept_bytes(lm: LoadedModel, info: ModelInfo, layer: int, n: int) -> int:
     """What one pass keeps at n positions: per earlier block the heads entering W_O, what
     attention and the MLP added (and W_O's output, before a post-norm)."""
     import torch
@@ -146,7 +151,7 @@ def qk_forward(lm: LoadedModel, ids: list[int], layer: int, head: int, i: int,
     rows = torch.tensor(keep or [i], device=home)
     got: dict[str, Any] = {k: [None] * layer for k in ("y", "o", "attn", "mlp")}
 
-    def take(h: Any) -> Any:  # (1, T, X) -> (len(keep), X), a copy
+    def take(h: torch.Tensor) -> torch.Tensor:  # (1, T, X) -> (len(keep), X), a copy
         return h[0].index_select(0, rows.to(h.device)).to(home)
 
     def keep_in(store: list, n: int):
@@ -155,7 +160,7 @@ def qk_forward(lm: LoadedModel, ids: list[int], layer: int, head: int, i: int,
         return hook
 
     def keep_out(store: list, n: int):
-        def hook(module: nn.Module, args: tuple, output: Any) -> None:
+        def hook(module: nn.Module, args: tuple, output: object) -> None:
             store[n] = take(first_output(output))
         return hook
 
@@ -166,7 +171,7 @@ def qk_forward(lm: LoadedModel, ids: list[int], layer: int, head: int, i: int,
         h = args[0] if args else kwargs["hidden_states"]
         got["stream"] = h[0, :i + 1].to(home, torch.float64)  # (i + 1, d)
 
-    def weights(module: nn.Module, args: tuple, output: Any) -> None:
+    def weights(module: nn.Module, args: tuple, output: object) -> None:
         w = output[1] if isinstance(output, (tuple, list)) and len(output) > 1 else None
         got["weights"] = None if w is None else w[0, head, i, :i + 1].to(home).double()
         raise StopForward  # nothing after block L's attention changes the score
@@ -275,14 +280,16 @@ class QKSide:
         self.layer, self.hd = layer, hd
         self.dtype = torch.float64
 
-    def tables(self, T: int) -> tuple[Any, Any] | None:
+    def tables(self, T: int) -> tuple[torch.Tensor, torch.Tensor] | None:
         if self.fam.positions is not PositionKind.rope:
             return None
         rot = rotary_dims(self.cfg, self.hd)
         cos, sin, _ = rope_tables(self.cfg, T, rot, self.model, self.W.device, self.layer)
         return cos.double(), sin.double()
 
-    def __call__(self, parts: Any, x: Any, pos: Any, rope: tuple | None) -> tuple[Any, Any]:
+    def __call__(self, parts: torch.Tensor, x: torch.Tensor,
+                 pos: int | Sequence[int] | torch.Tensor, rope: tuple | None
+                 ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """parts (P, d) of the stream x (d,) at position pos -> their contributions (P, hd) to
         this side's vector, and the side's constant (hd,) or None. With x (P, d) and pos (P,)
         each row is frozen at its own stream (`whole`)."""
@@ -317,14 +324,15 @@ class QKSide:
                 const = apply_rope(const.expand(*cos.shape[:-1], -1), cos, sin)
         return out, const
 
-    def whole(self, x: Any, positions: Any, rope: tuple | None) -> Any:
+    def whole(self, x: torch.Tensor, positions: Sequence[int] | torch.Tensor, rope: tuple | None
+              ) -> torch.Tensor:
         """This side's vectors (N, hd) of whole streams x (N, d) at those positions: each
         frozen at itself, which is the model's own computation."""
         out, const = self(x, x, positions, rope)
         return out + (0 if const is None else const)
 
 
-def _split(lm: LoadedModel, info: Any, T: int, layer: int, head: int, i: int, j: int,
+def _split(lm: LoadedModel, info: ModelInfo, T: int, layer: int, head: int, i: int, j: int,
            keep: list[int], got: dict, window: int | None, most: int, top: int) -> ScoreSplit:
     import torch
 
@@ -368,7 +376,8 @@ def _split(lm: LoadedModel, info: Any, T: int, layer: int, head: int, i: int, j:
         notes=tuple(notes))
 
 
-def _with_constant(parts: Any, const: Any, labels: list) -> tuple[Any, list]:
+def _with_constant(parts: torch.Tensor, const: torch.Tensor | None, labels: list
+                   ) -> tuple[torch.Tensor, list]:
     """A side's parts (P, hd) and labels, with its constant as one more part where it has one."""
     import torch
 
@@ -377,14 +386,15 @@ def _with_constant(parts: Any, const: Any, labels: list) -> tuple[Any, list]:
     return torch.cat([parts, const[None]]), [*labels, QKPart("bias", None, None)]
 
 
-def _sides(labels: list, folded: Any, vectors: Any) -> tuple[QKPartSum, ...]:
+def _sides(labels: list, folded: torch.Tensor, vectors: torch.Tensor) -> tuple[QKPartSum, ...]:
     return tuple(QKPartSum(p, float(v), float(n))
                  for p, v, n in zip(labels, folded, vectors.norm(dim=1), strict=True))
 
 
-def _row(qside: QKSide, kside: QKSide, stream: Any, i: int, j: int, rope: Any, scale: float,
-         cap: float | None, window: int | None, theirs: Any, score: float, dtype: str,
-         sink: float | None = None) -> tuple[float, Any, list[Check]]:
+def _row(qside: QKSide, kside: QKSide, stream: torch.Tensor, i: int, j: int, rope: tuple | None,
+         scale: float, cap: float | None, window: int | None, theirs: torch.Tensor,
+         score: float, dtype: str, sink: float | None = None
+         ) -> tuple[float, torch.Tensor, list[Check]]:
     """The same operations on the whole streams: the score of (i, j) (against the sum of the
     terms) and the query's row of weights (against the model's own): (score, weights (i + 1,),
     the two checks)."""
@@ -417,7 +427,7 @@ def _row(qside: QKSide, kside: QKSide, stream: Any, i: int, j: int, rope: Any, s
     return stream_score, ours, checks
 
 
-def _sums_to_stream(parts: dict, stream: Any, positions: tuple[int, int], layer: int,
+def _sums_to_stream(parts: dict, stream: torch.Tensor, positions: tuple[int, int], layer: int,
                     rtol: float) -> Check:
     """The parts at each position sum to the stream the model had entering block `layer`."""
     gap, bound = 0.0, 0.0
@@ -430,12 +440,12 @@ def _sums_to_stream(parts: dict, stream: Any, positions: tuple[int, int], layer:
                  tolerance=f"≤ {bound:.3g}", ok=gap <= bound, target="qk_stream")
 
 
-def _grid(terms: Any, q_labels: list, k_labels: list) -> tuple[tuple, tuple, tuple]:
+def _grid(terms: torch.Tensor, q_labels: list, k_labels: list) -> tuple[tuple, tuple, tuple]:
     """The terms summed into the GRID query parts × the GRID key parts of largest |value|, and
     a `rest` row and column for the others; the cells sum to the score."""
     import torch
 
-    def groups(folded: Any) -> tuple[list[int], Any]:
+    def groups(folded: torch.Tensor) -> tuple[list[int], torch.Tensor]:
         """The parts shown (in stream order) and a (groups, parts) 0/1 matrix: one row per part
         shown, then one for the others when there are any."""
         shown = sorted(folded.abs().topk(min(GRID, folded.numel())).indices.tolist())

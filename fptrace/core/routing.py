@@ -26,6 +26,7 @@ from fptrace.families.parts import ModelParts
 from fptrace.results import BlockRoute, Routing
 
 if TYPE_CHECKING:
+    import numpy as np
     import torch
     from torch import nn
     from transformers import PretrainedConfig
@@ -37,7 +38,7 @@ def moe_facts(parts: ModelParts, config: PretrainedConfig) -> Moe | None:
     return fam.moe(config) if fam.moe is not None else None
 
 
-def routers(parts: ModelParts) -> list[tuple[int, Any]]:
+def routers(parts: ModelParts) -> list[tuple[int, nn.Module]]:
     """(block index, router module) of every MoE block: those whose MLP has the family's
     router (DeepSeek-V3's first blocks are dense and have none)."""
     out = []
@@ -49,7 +50,7 @@ def routers(parts: ModelParts) -> list[tuple[int, Any]]:
     return out
 
 
-def score_bias(parts: ModelParts, router: Any) -> Any:
+def score_bias(parts: ModelParts, router: nn.Module) -> torch.Tensor | None:
     """The router's choice-only bias (DeepSeek-V3's e_score_correction_bias), or None."""
     name = parts.family.router_score_bias
     return None if name is None else getattr(router, name)
@@ -80,7 +81,7 @@ def capture_routing(parts: ModelParts, config: PretrainedConfig) -> Iterator[Rou
     cap.blocks = [i for i, _ in found]
 
     def hook(i: int):
-        def keep(module: nn.Module, args: tuple, output: Any) -> None:
+        def keep(module: nn.Module, args: tuple, output: tuple) -> None:
             logits, weights, indices = output[0], output[1], output[2]
             cap.logits[i] = logits.detach().float()  # a copy only where the dtype differs
             cap.weights[i] = weights.detach().float()
@@ -96,7 +97,7 @@ def capture_routing(parts: ModelParts, config: PretrainedConfig) -> Iterator[Rou
         yield cap
 
 
-def _by_expert(idx: Any, w: Any) -> tuple[Any, Any]:
+def _by_expert(idx: torch.Tensor, w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Both sorted by expert id, to compare two choices whatever their order."""
     order = idx.argsort(dim=-1)
     return idx.gather(-1, order), w.gather(-1, order)
@@ -107,7 +108,7 @@ def weight_tolerance(dtype: str) -> float:
     return 1e-5 if dtype == "float32" else 2e-2
 
 
-def _stacked(cap: RouterCapture) -> tuple[Any, Any, Any]:
+def _stacked(cap: RouterCapture) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """The blocks' logits (nb, N, E), weights and indices (nb, N, k), stacked: the work after
     the forward is a few tensor operations for all blocks at once."""
     import torch
@@ -172,7 +173,8 @@ def routing_of_rows(cap: RouterCapture, moe: Moe, B: int, T: int,
     return out
 
 
-def tally(cap: RouterCapture, moe: Moe, rows: Any = None) -> tuple[Any, int, Any]:
+def tally(cap: RouterCapture, moe: Moe, rows: torch.Tensor | None = None
+          ) -> tuple[np.ndarray, int, np.ndarray]:
     """One pass's routing, counted: (load (blocks, E) int64 numpy, positions per expert; the
     positions counted; entropy (blocks,) float64 numpy, the sums of the router's entropy over
     them). rows: the flat (B·T) indices of the real positions (None: all)."""
@@ -201,8 +203,9 @@ def renormalises(moe: Moe) -> bool:
     return moe.renormalise or moe.scoring is Scoring.softmax_top_k
 
 
-def without(logits: Any, weights: Any, indices: Any, moe: Moe, removed: Sequence[int],
-            how: str, bias: Any = None) -> tuple[Any, Any]:
+def without(logits: torch.Tensor, weights: torch.Tensor, indices: torch.Tensor, moe: Moe,
+            removed: Sequence[int], how: str, bias: torch.Tensor | None = None
+            ) -> tuple[torch.Tensor, torch.Tensor]:
     """The router's choice (indices (N, k), weights (N, k)) with the experts `removed` gone, at
     the positions that chose one of them (the others keep theirs, bit for bit):
 
@@ -238,11 +241,11 @@ class LastRoute:
     indices (k,)), with the router's choice-only bias (or None)."""
 
     layer: int
-    x: Any
-    logits: Any
-    weights: Any
-    indices: Any
-    bias: Any
+    x: torch.Tensor
+    logits: torch.Tensor
+    weights: torch.Tensor
+    indices: torch.Tensor
+    bias: torch.Tensor | None
 
 
 def last_route_hooks(parts: ModelParts, layers: Sequence[int], got: dict[int, dict]
@@ -253,7 +256,7 @@ def last_route_hooks(parts: ModelParts, layers: Sequence[int], got: dict[int, di
     found = dict(routers(parts))
 
     def keep_route(i: int):
-        def hook(module: nn.Module, args: tuple, output: Any) -> None:
+        def hook(module: nn.Module, args: tuple, output: tuple) -> None:
             got.setdefault(i, {})["route"] = tuple(o[-1].detach().clone() for o in output[:3])
         return hook
 
@@ -365,7 +368,7 @@ def choice_by_hand(r: LastRoute, moe: Moe, removed: Sequence[int], how: str
 
 
 def removal_change(parts: ModelParts, config: PretrainedConfig, r: LastRoute,
-                   removed: Sequence[int], how: str) -> Any:
+                   removed: Sequence[int], how: str) -> torch.Tensor:
     """What the MoE block's output at that position becomes minus what it was, (C,) float32,
     when the experts `removed` are gone (choice_by_hand(); nothing else changed): Σ over the
     new choice of w'_e·y_e − Σ over the old of w_e·y_e, each y_e from the experts module."""

@@ -19,11 +19,16 @@ import importlib
 import pkgutil
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fptrace.errors import FptraceError
 from fptrace.families.kinds import EmbedScale, MlpKind, NormKind, PositionKind, QkNorm, Scoring
 from fptrace.points import BLOCK, Point
+
+if TYPE_CHECKING:
+    from types import ModuleType
+
+    from transformers import PretrainedConfig
 
 # modules of this package that are not families: the shared recompute operations, the parts,
 # the kinds
@@ -46,7 +51,7 @@ class FamilyDefinitionError(FptraceError, ImportError):
     import."""
 
 
-def _intermediate_size(config: Any) -> int | None:
+def _intermediate_size(config: PretrainedConfig) -> int | None:
     return getattr(config, "intermediate_size", None)
 
 
@@ -225,7 +230,8 @@ class Family:
     attn_norm: str | None = None
     qk_weights: Callable[..., Any] | None = None
     labels: dict = field(default_factory=dict)  # leaf name -> shape-step label (over COMMON)
-    d_mlp: Callable[[Any], int | None] = _intermediate_size  # the MLP width from the config
+    # the MLP width from the config
+    d_mlp: Callable[[PretrainedConfig], int | None] = _intermediate_size
     # explain's recomputation, from the checkpoint's own weights, of one block:
     # block(x, blk, cfg, layer, steps, model, family) -> the stream leaving the block, and of
     # the final norm: final_norm(x, norm, cfg, steps); None: explain does not cover the family
@@ -245,7 +251,7 @@ class Family:
     # (logits, weights of the chosen, indices of the chosen)), its routed experts (3-D tensors
     # gate_up_proj (E, ...), down_proj (E, ...)) and its shared experts, if any. A block whose
     # MLP has no router is dense (DeepSeek-V3's first blocks).
-    moe: Callable[[Any], Moe | None] | None = None
+    moe: Callable[[PretrainedConfig], Moe | None] | None = None
     router: str = "gate"
     experts: str = "experts"
     shared_experts: str | None = None
@@ -259,10 +265,11 @@ class Family:
     # the config attribute giving the values per head that z and W_O see, where it is not
     # head_dim (DeepSeek-V3's latent attention: v_head_dim)
     head_dim_attr: str | None = None
-    qk_head_dim: Callable[[Any], int] | None = None  # values a head of Q and K, if not head_dim
+    # values a head of Q and K, if not head_dim
+    qk_head_dim: Callable[[PretrainedConfig], int] | None = None
     # values one block caches per token, where it is not K and V of every key/value head
     # (DeepSeek-V3's latent attention caches the K/V latent and the shared RoPE key)
-    kv_cache_values: Callable[[Any], int] | None = None
+    kv_cache_values: Callable[[PretrainedConfig], int] | None = None
     # the names llama.cpp gives this family's points, for `--engine llama.cpp`; None: unmapped
     llamacpp_names: LlamaCppNames | None = None
     # what transformers' GGUF loader leaves at its config's default though a GGUF file of this
@@ -308,18 +315,18 @@ class Family:
             return "output projection W_O"
         return self.labels.get(leaf, COMMON_LABELS.get(leaf))
 
-    def softcap(self, config: Any, which: str) -> float | None:
+    def softcap(self, config: PretrainedConfig, which: str) -> float | None:
         """The attention ("attn") or final ("final") logit softcap of this config, or None."""
         attr = self.attn_softcap_attr if which == "attn" else self.final_softcap_attr
         value = getattr(config, attr, None) if attr else None
         return float(value) if value else None
 
-    def uses_parallel_residual(self, config: Any) -> bool:
+    def uses_parallel_residual(self, config: PretrainedConfig) -> bool:
         if self.parallel_residual_attr is not None:
             return bool(getattr(config, self.parallel_residual_attr, self.parallel_residual))
         return self.parallel_residual
 
-    def differences(self, n_heads: int, n_kv_heads: int, config: Any) -> list[str]:
+    def differences(self, n_heads: int, n_kv_heads: int, config: PretrainedConfig) -> list[str]:
         """How this family differs from GPT-2's block, fact by fact (empty for GPT-2)."""
         out = []
         if self.positions is PositionKind.rope:
@@ -359,7 +366,7 @@ _REQUIRED = ("name", "title", "model_types", "blocks", "embed", "final_norm", "l
              "mlp", "norm_type", "mlp_type", "positions", "tiny")
 
 
-def check_family(module_name: str, module: Any) -> Family:
+def check_family(module_name: str, module: ModuleType) -> Family:
     """The FAMILY of a family module, or FamilyDefinitionError naming what is missing."""
     where = f"family module fptrace.families.{module_name}"
     fam = getattr(module, "FAMILY", None)
@@ -448,7 +455,7 @@ def gguf_weights_for(arch: str) -> GGUFWeights | None:
                  and fam.gguf_weights.arch == arch), None)
 
 
-def family_for_config(config: Any) -> Family | None:
+def family_for_config(config: PretrainedConfig) -> Family | None:
     """The registered family of a transformers config, or None."""
     return _BY_TYPE.get(str(getattr(config, "model_type", "")))
 

@@ -12,7 +12,7 @@ explain recomputes its blocks below (latent attention, then the dense MLP or the
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fptrace.families import Family, Moe, Tap
 from fptrace.families.kinds import Scoring
@@ -31,8 +31,13 @@ from fptrace.families.ops import (
 )
 from fptrace.points import Point
 
+if TYPE_CHECKING:
+    import torch
+    from torch import nn
+    from transformers import PretrainedConfig
 
-def moe(cfg: Any) -> Moe | None:
+
+def moe(cfg: PretrainedConfig) -> Moe | None:
     n = getattr(cfg, "n_routed_experts", 0)
     if not n:
         return None
@@ -44,11 +49,11 @@ def moe(cfg: Any) -> Moe | None:
                topk_groups=int(cfg.topk_group or 1), score_bias=True)
 
 
-def d_expert(cfg: Any) -> int | None:
+def d_expert(cfg: PretrainedConfig) -> int | None:
     return getattr(cfg, "moe_intermediate_size", None)
 
 
-def _rope_interleaved(t: Any, cos: Any, sin: Any) -> Any:
+def _rope_interleaved(t: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
     """DeepSeek's RoPE on interleaved pairs (t0, t1), (t2, t3), ... each turned by one angle;
     the result is laid out as the rotated evens, then the rotated odds (as transformers')."""
     import torch
@@ -59,8 +64,9 @@ def _rope_interleaved(t: Any, cos: Any, sin: Any) -> Any:
     return torch.cat([a * c - b * sn, b * c + a * sn], dim=-1)  # (B, heads, T, r)
 
 
-def heads(q: Any, ckv: Any, kv: Any, attn: Any, cfg: Any, layer: int, s: Steps, model: Any,
-          fam: Family) -> tuple[Any, Any, Any]:
+def heads(q: torch.Tensor, ckv: torch.Tensor, kv: torch.Tensor, attn: Any, cfg: PretrainedConfig,
+          layer: int, s: Steps, model: nn.Module, fam: Family
+          ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """The outputs of q_b_proj (B, T, nh·(nope+rd)), kv_a_proj_with_mqa (B, T, r+rd) and
     kv_b_proj (B, T, nh·(nope+vd)) -> the heads attention reads: q and k (B, nh, T, nope+rd),
     their rope parts rotated (the key's shared by all heads), v (B, nh, T, vd)."""
@@ -88,7 +94,8 @@ def heads(q: Any, ckv: Any, kv: Any, attn: Any, cfg: Any, layer: int, s: Steps, 
     return q, k, v
 
 
-def block(x: Any, blk: Any, cfg: Any, layer: int, s: Steps, model: Any, fam: Family) -> Any:
+def block(x: torch.Tensor, blk: Any, cfg: PretrainedConfig, layer: int, s: Steps, model: nn.Module,
+          fam: Family) -> torch.Tensor:
     """x: (B, T, C), the stream entering block `layer`. Latent attention: Q through its latent
     (q_a_proj, a norm, q_b_proj), K and V from one shared latent (kv_a_proj_with_mqa, a norm,
     kv_b_proj) plus a RoPE key every head shares; each head's query and key are a part without
@@ -142,7 +149,7 @@ def block(x: Any, blk: Any, cfg: Any, layer: int, s: Steps, model: Any, fam: Fam
     return x
 
 
-def kv_cache_values(cfg: Any) -> int:
+def kv_cache_values(cfg: PretrainedConfig) -> int:
     """MLA caches, per block and token, the K/V latent and the one RoPE key all heads share."""
     return int(cfg.kv_lora_rank) + int(cfg.qk_rope_head_dim)
 

@@ -10,7 +10,7 @@ bases come from the config. The embedding's √d scale happens before block 0, s
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fptrace.families import Family
 from fptrace.families.kinds import EmbedScale, MlpKind, NormKind
@@ -31,8 +31,14 @@ from fptrace.families.ops import (
 from fptrace.families.parts import dims
 from fptrace.points import Point
 
+if TYPE_CHECKING:
+    import torch
+    from torch import nn
+    from transformers import PretrainedConfig
 
-def block(x: Any, blk: Any, cfg: Any, layer: int, s: Steps, model: Any, fam: Family) -> Any:
+
+def block(x: torch.Tensor, blk: Any, cfg: PretrainedConfig, layer: int, s: Steps, model: nn.Module,
+          fam: Family) -> torch.Tensor:
     """x: (B, T, C), the residual stream entering block `layer`. Returns the stream leaving it."""
     B, T, C = x.shape
     dm = dims(cfg)  # the config's head counts and head width, normalised once
@@ -76,7 +82,7 @@ def block(x: Any, blk: Any, cfg: Any, layer: int, s: Steps, model: Any, fam: Fam
     return x
 
 
-def final_norm(x: Any, norm: Any, cfg: Any, s: Steps) -> Any:
+def final_norm(x: torch.Tensor, norm: Any, cfg: PretrainedConfig, s: Steps) -> torch.Tensor:
     h = rms_norm(x, norm.weight, cfg.rms_norm_eps, one_plus=True)  # (B, T, C)
     s("norm (final RMSNorm, 1 + γ)", RMS_1W_FORMULA, h, point=Point.final_norm)
     return h

@@ -7,7 +7,7 @@ projection is `x @ W + b` with no transpose.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fptrace.families import Family, LlamaCppNames, Tap
 from fptrace.families.kinds import MlpKind, NormKind, PositionKind
@@ -21,9 +21,14 @@ from fptrace.families.ops import (
 )
 from fptrace.points import Point
 
+if TYPE_CHECKING:
+    import torch
+    from torch import nn
+    from transformers import PretrainedConfig
 
-def heads(qkv: Any, attn: Any, cfg: Any, layer: int, s: Steps, model: Any, fam: Family
-          ) -> tuple[Any, Any, Any]:
+
+def heads(qkv: torch.Tensor, attn: Any, cfg: PretrainedConfig, layer: int, s: Steps,
+          model: nn.Module, fam: Family) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """qkv (B, T, 3C), c_attn's output -> q, k, v (B, nh, T, hs) each (no RoPE: GPT-2's
     positions were added to the embedding)."""
     B, T, C3 = qkv.shape
@@ -40,7 +45,8 @@ def heads(qkv: Any, attn: Any, cfg: Any, layer: int, s: Steps, model: Any, fam: 
     return q, k, v
 
 
-def block(x: Any, blk: Any, cfg: Any, layer: int, s: Steps, model: Any, fam: Family) -> Any:
+def block(x: torch.Tensor, blk: Any, cfg: PretrainedConfig, layer: int, s: Steps, model: nn.Module,
+          fam: Family) -> torch.Tensor:
     """x: (B, T, C), the residual stream entering block `layer`. Returns the stream leaving it."""
     B, T, C = x.shape
     hs = C // cfg.n_head
@@ -73,7 +79,8 @@ def block(x: Any, blk: Any, cfg: Any, layer: int, s: Steps, model: Any, fam: Fam
     return x
 
 
-def qk_weights(attn: Any, nh: int, nkv: int, hd: int) -> tuple[Any, Any, Any, Any]:
+def qk_weights(attn: Any, nh: int, nkv: int, hd: int
+               ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor, torch.Tensor | None]:
     """W_Q, b_Q, W_K, b_K out of the fused c_attn, a Conv1D whose (C, 3C) weight holds
     [W_q | W_k | W_v]: transposed to (out, in) as nn.Linear stores them."""
     W, b = attn.c_attn.weight, attn.c_attn.bias  # (C, 3C), (3C,)
@@ -81,7 +88,7 @@ def qk_weights(attn: Any, nh: int, nkv: int, hd: int) -> tuple[Any, Any, Any, An
     return W[:, :C].T, b[:C], W[:, C:2 * C].T, b[C:2 * C]
 
 
-def final_norm(x: Any, norm: Any, cfg: Any, s: Steps) -> Any:
+def final_norm(x: torch.Tensor, norm: Any, cfg: PretrainedConfig, s: Steps) -> torch.Tensor:
     h = layer_norm(x, norm, cfg.layer_norm_epsilon)  # (B, T, C)
     s("ln_f (final norm)", LAYERNORM_FORMULA, h, point=Point.final_norm)
     return h

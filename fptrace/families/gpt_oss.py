@@ -11,14 +11,17 @@ experts' clamped SwiGLU is ops.moe_mlp's."""
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Any
+from typing import TYPE_CHECKING
 
 from fptrace.families import Moe
 from fptrace.families.kinds import Scoring
 from fptrace.families.mixtral import FAMILY as MIXTRAL
 
+if TYPE_CHECKING:
+    from transformers import PretrainedConfig
 
-def moe(cfg: Any) -> Moe | None:
+
+def moe(cfg: PretrainedConfig) -> Moe | None:
     n = getattr(cfg, "num_local_experts", 0)
     if not n:
         return None

@@ -9,7 +9,7 @@ from the projections' outputs to the heads attention reads, serves every Llama-l
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fptrace.families import Family, LlamaCppNames, Tap
 from fptrace.families.kinds import MlpKind, NormKind, PositionKind, QkNorm
@@ -32,9 +32,15 @@ from fptrace.families.ops import (
 from fptrace.families.parts import dims
 from fptrace.points import Point
 
+if TYPE_CHECKING:
+    import torch
+    from torch import nn
+    from transformers import PretrainedConfig
 
-def heads(q: Any, k: Any, v: Any, attn: Any, cfg: Any, layer: int, s: Steps, model: Any,
-          fam: Family) -> tuple[Any, Any, Any]:
+
+def heads(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, attn: Any, cfg: PretrainedConfig,
+          layer: int, s: Steps, model: nn.Module, fam: Family
+          ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """q (B, T, nh*hd), k and v (B, T, nkv*hd), the projections' outputs -> the heads attention
     reads: q (B, nh, T, hd), k and v (B, nkv, T, hd), q and k normalised where the family says
     (over the whole projection, OLMo 2; per head, Qwen3 and Gemma 3) and rotated (the first
@@ -68,7 +74,8 @@ def heads(q: Any, k: Any, v: Any, attn: Any, cfg: Any, layer: int, s: Steps, mod
     return q, k, v
 
 
-def block(x: Any, blk: Any, cfg: Any, layer: int, s: Steps, model: Any, fam: Family) -> Any:
+def block(x: torch.Tensor, blk: Any, cfg: PretrainedConfig, layer: int, s: Steps, model: nn.Module,
+          fam: Family) -> torch.Tensor:
     """x: (B, T, C), the residual stream entering block `layer`. Returns the stream leaving it."""
     B, T, C = x.shape
     dm = dims(cfg)  # the config's head counts and head width, normalised once
@@ -104,13 +111,14 @@ def block(x: Any, blk: Any, cfg: Any, layer: int, s: Steps, model: Any, fam: Fam
     return x
 
 
-def final_norm(x: Any, norm: Any, cfg: Any, s: Steps) -> Any:
+def final_norm(x: torch.Tensor, norm: Any, cfg: PretrainedConfig, s: Steps) -> torch.Tensor:
     h = rms_norm(x, norm.weight, cfg.rms_norm_eps)  # (B, T, C)
     s("norm (final RMSNorm)", RMS_FORMULA, h, point=Point.final_norm)
     return h
 
 
-def qk_weights(attn: Any, nh: int, nkv: int, hd: int) -> tuple[Any, Any, Any, Any]:
+def qk_weights(attn: Any, nh: int, nkv: int, hd: int
+               ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor, torch.Tensor | None]:
     """W_Q, b_Q, W_K, b_K of q_proj and k_proj (biases: Qwen2; None where there are none)."""
     return attn.q_proj.weight, attn.q_proj.bias, attn.k_proj.weight, attn.k_proj.bias
 

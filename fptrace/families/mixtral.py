@@ -9,7 +9,7 @@ MLPs stored as 3-D tensors (mlp.experts.gate_up_proj (E, 2·I, d), mlp.experts.d
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Any
+from typing import TYPE_CHECKING
 
 from fptrace.families import Moe, Tap
 from fptrace.families.kinds import MlpKind
@@ -17,8 +17,11 @@ from fptrace.families.llama import FAMILY as LLAMA
 from fptrace.families.llama import LLAMA_TAPS
 from fptrace.points import Point
 
+if TYPE_CHECKING:
+    from transformers import PretrainedConfig
 
-def moe(cfg: Any) -> Moe | None:
+
+def moe(cfg: PretrainedConfig) -> Moe | None:
     """Mixtral's experts: num_local_experts of intermediate_size, top num_experts_per_tok,
     always renormalised."""
     n = getattr(cfg, "num_local_experts", 0)

@@ -13,11 +13,18 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fptrace.families.kinds import Scoring
 from fptrace.points import Point
 from fptrace.results import ExplainStep
+
+if TYPE_CHECKING:
+    import torch
+    from torch import nn
+    from transformers import PretrainedConfig
+
+    from fptrace.families import Family, Moe
 
 
 @dataclass
@@ -36,9 +43,9 @@ class Steps:
     kept: dict = field(default_factory=dict)  # name -> tensor, for checks and tables
     quiet: bool = False  # record nothing (diff --deep runs a family's ops for their results)
 
-    def __call__(self, name: str, formula: str, t: Any, note: str | None = None,
+    def __call__(self, name: str, formula: str, t: torch.Tensor, note: str | None = None,
                  keep: bool = False, shown: str | None = None, point: Point | None = None
-                 ) -> Any:
+                 ) -> torch.Tensor:
         """shown: which tensor the preview values are of, when a step makes several (Q and K);
         point: the trace point the tensor is, where it is one."""
         if self.quiet:
@@ -55,7 +62,7 @@ class Steps:
             self.kept[name] = t.detach()
         return t
 
-    def _preview(self, t: Any) -> tuple[str, list[float]]:
+    def _preview(self, t: torch.Tensor) -> tuple[str, list[float]]:
         """A few values a reader can follow from step to step: the last position; for a
         per-head tensor, the chosen head (or the key/value head it reads)."""
         n = self.n_preview
@@ -79,25 +86,26 @@ RMS_1W_FORMULA = "h = x / √(mean(x²) + ε) · (1 + γ)"
 LAYERNORM_FORMULA = "h = (x − mean) / √(var + ε) · γ + β"
 
 
-def rms_norm(x: Any, weight: Any, eps: float, one_plus: bool = False) -> Any:
+def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float, one_plus: bool = False
+             ) -> torch.Tensor:
     """RMSNorm over the last dimension; one_plus: Gemma's scale (1 + γ) instead of γ."""
     rms = (x.pow(2).mean(dim=-1, keepdim=True) + eps).sqrt()  # (..., 1)
     return x / rms * ((1.0 + weight) if one_plus else weight)  # (..., C)
 
 
-def layer_norm(x: Any, ln: Any, eps: float) -> Any:
+def layer_norm(x: torch.Tensor, ln: Any, eps: float) -> torch.Tensor:
     mu = x.mean(dim=-1, keepdim=True)  # (B, T, 1)
     var = x.var(dim=-1, keepdim=True, unbiased=False)  # (B, T, 1)
     return (x - mu) / (var + eps).sqrt() * ln.weight + ln.bias  # (B, T, C)
 
 
-def linear(x: Any, proj: Any) -> Any:
+def linear(x: torch.Tensor, proj: Any) -> torch.Tensor:
     """nn.Linear stores (out, in): x · Wᵀ (+ b where the checkpoint has one)."""
     y = x @ proj.weight.T  # (B, T, out)
     return y if proj.bias is None else y + proj.bias
 
 
-def gelu(x: Any, name: str) -> tuple[Any, str]:
+def gelu(x: torch.Tensor, name: str) -> tuple[torch.Tensor, str]:
     """The activation a config names: the tanh approximation ("gelu_new", GPT-2's default), the
     exact erf form, or ReLU; with the formula shown."""
     import torch
@@ -112,8 +120,8 @@ def gelu(x: Any, name: str) -> tuple[Any, str]:
     raise ValueError(f"activation {name!r}")
 
 
-def project_qkv(h: Any, attn: Any, nh: int, nkv: int, hd: int, s: Steps, src: str = "h"
-                ) -> tuple[Any, Any, Any]:
+def project_qkv(h: torch.Tensor, attn: Any, nh: int, nkv: int, hd: int, s: Steps,
+                src: str = "h") -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """q_proj, k_proj, v_proj of h (B, T, C), each recorded: q (B, T, nh*hd), k, v
     (B, T, nkv*hd)."""
     C = h.shape[-1]
@@ -128,8 +136,8 @@ def project_qkv(h: Any, attn: Any, nh: int, nkv: int, hd: int, s: Steps, src: st
     return q, k, v
 
 
-def split_heads(q: Any, k: Any, v: Any, nh: int, nkv: int, hd: int, s: Steps
-                ) -> tuple[Any, Any, Any]:
+def split_heads(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, nh: int, nkv: int, hd: int,
+                s: Steps) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(B, T, heads*hd) -> (B, heads, T, hd) for q (nh heads), k and v (nkv heads)."""
     B, T, _ = q.shape
     q = q.view(B, T, nh, hd).transpose(1, 2)  # (B, nh, T, hd)
@@ -142,14 +150,14 @@ def split_heads(q: Any, k: Any, v: Any, nh: int, nkv: int, hd: int, s: Steps
 
 # ---------------------------------------------------------------- rotary position embeddings
 
-def rotate_half(t: Any) -> Any:
+def rotate_half(t: torch.Tensor) -> torch.Tensor:
     import torch
 
     half = t.shape[-1] // 2
     return torch.cat((-t[..., half:], t[..., :half]), dim=-1)  # (..., hd)
 
 
-def apply_rope(t: Any, cos: Any, sin: Any) -> Any:
+def apply_rope(t: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
     """Rotate the first cos.shape[-1] values of each head of t (all of them unless the family
     uses partial rotary); the rest pass unchanged."""
     import torch
@@ -159,15 +167,15 @@ def apply_rope(t: Any, cos: Any, sin: Any) -> Any:
     return torch.cat((r * cos + rotate_half(r) * sin, t[..., rot:]), dim=-1)  # (B, heads, T, hd)
 
 
-def rotary_dims(cfg: Any, hd: int) -> int:
+def rotary_dims(cfg: PretrainedConfig, hd: int) -> int:
     """How many values of each head RoPE rotates: all hd, unless the config sets a partial
     rotary factor (Phi-3's partial_rotary_factor, GPT-NeoX's rotary_pct)."""
     params = getattr(cfg, "rope_parameters", None) or {}
     return int(hd * params.get("partial_rotary_factor", getattr(cfg, "rotary_pct", 1.0)))
 
 
-def rope_tables(cfg: Any, T: int, hd: int, model: Any, device: Any,
-                layer: int | None = None) -> tuple[Any, Any, str]:
+def rope_tables(cfg: PretrainedConfig, T: int, hd: int, model: nn.Module, device: torch.device,
+                layer: int | None = None) -> tuple[torch.Tensor, torch.Tensor, str]:
     """cos and sin, (T, hd) each, for positions 0..T-1; plus the formula shown. A config whose
     RoPE parameters differ by layer type (Gemma 3: local and global bases) gives block
     `layer` the parameters of its type."""
@@ -199,7 +207,7 @@ def rope_tables(cfg: Any, T: int, hd: int, model: Any, device: Any,
 
 # ---------------------------------------------------------------- attention
 
-def sliding_window(cfg: Any, layer: int) -> int | None:
+def sliding_window(cfg: PretrainedConfig, layer: int) -> int | None:
     """The attention window of block `layer`, or None: the config's sliding_window, unless its
     layer_types say this layer attends globally."""
     window = getattr(cfg, "sliding_window", None)
@@ -209,7 +217,7 @@ def sliding_window(cfg: Any, layer: int) -> int | None:
     return window
 
 
-def attention_scale(cfg: Any, layer: int, hd: int) -> float:
+def attention_scale(cfg: PretrainedConfig, layer: int, hd: int) -> float:
     """The factor q · k is multiplied by in block `layer`: 1/√hd, or query_pre_attn_scalar^−½
     where the config sets it (Gemma); none when scale_attn_weights is off, and divided by
     layer + 1 with scale_attn_by_inverse_layer_idx (GPT-2's options)."""
@@ -221,7 +229,8 @@ def attention_scale(cfg: Any, layer: int, hd: int) -> float:
     return scale
 
 
-def repeat_kv(k: Any, v: Any, nh: int, s: Steps) -> tuple[Any, Any]:
+def repeat_kv(k: torch.Tensor, v: torch.Tensor, nh: int, s: Steps
+              ) -> tuple[torch.Tensor, torch.Tensor]:
     """Grouped-query attention: each of the nkv key/value heads serves nh / nkv query heads.
     k, v: (B, nkv, T, hd) -> (B, nh, T, hd) each."""
     nkv = k.shape[1]
@@ -233,9 +242,10 @@ def repeat_kv(k: Any, v: Any, nh: int, s: Steps) -> tuple[Any, Any]:
     return k, v
 
 
-def causal_attention(q: Any, k: Any, v: Any, s: Steps, *, scale: float | None = None,
-                     window: int | None = None, softcap: float | None = None,
-                     sinks: Any = None) -> Any:
+def causal_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, s: Steps, *,
+                     scale: float | None = None, window: int | None = None,
+                     softcap: float | None = None, sinks: torch.Tensor | None = None
+                     ) -> torch.Tensor:
     """q, k, v: (B, nh, T, hd), K and V already repeated for grouped-query attention.
     softcap: Gemma 2's attention-logit cap, cap·tanh(scores / cap), before the mask.
     sinks: gpt-oss's learned logit per head (nh,), a column every query sees in the softmax,
@@ -288,8 +298,8 @@ def causal_attention(q: Any, k: Any, v: Any, s: Steps, *, scale: float | None = 
 
 # ---------------------------------------------------------------- MLP
 
-def gated_mlp(h: Any, mlp: Any, s: Steps, act: str = "silu", src: str = "h",
-              inner_points: bool = True) -> Any:
+def gated_mlp(h: torch.Tensor, mlp: Any, s: Steps, act: str = "silu", src: str = "h",
+              inner_points: bool = True) -> torch.Tensor:
     """down(act(gate(h)) · up(h)): SwiGLU (act "silu") or GeGLU (a GELU name). (B, T, C).
     inner_points: tag gate, up and the activation as trace points (off where the family's
     blocks differ and only the MLP's output is a point every block shows: DeepSeek-V3)."""
@@ -317,7 +327,8 @@ def gated_mlp(h: Any, mlp: Any, s: Steps, act: str = "silu", src: str = "h",
 
 # ---------------------------------------------------------------- mixture of experts
 
-def route(logits: Any, moe: Any, bias: Any = None, exclude: Any = None) -> tuple[Any, Any]:
+def route(logits: torch.Tensor, moe: Moe, bias: torch.Tensor | None = None,
+          exclude: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """A family's routing rule (moe: its Moe facts) on router logits (N, E): (indices (N, k),
     weights (N, k)), the chosen experts and what their outputs are multiplied by.
 
@@ -376,7 +387,7 @@ def route(logits: Any, moe: Any, bias: Any = None, exclude: Any = None) -> tuple
     return idx, w * moe.scale
 
 
-def route_distribution(logits: Any, moe: Any) -> Any:
+def route_distribution(logits: torch.Tensor, moe: Moe) -> torch.Tensor:
     """The router's distribution over all experts (N, E): the softmax of its logits, or (sigmoid
     routers) each score over the sum of the scores."""
     import torch
@@ -388,7 +399,7 @@ def route_distribution(logits: Any, moe: Any) -> Any:
     return torch.softmax(x, dim=-1)
 
 
-def _expert(x: Any, experts: Any, e: int) -> Any:
+def _expert(x: torch.Tensor, experts: Any, e: int) -> torch.Tensor:
     """Routed expert e on x (n, C), its weights stored as 3-D tensors: gate_up_proj (E, 2·I, C)
     ([gate; up]) and down_proj (E, C, I), or, transposed (gpt-oss), (E, C, 2·I) with gate and
     up interleaved and (E, I, C), with biases. SwiGLU down(SiLU(gate) · up), or gpt-oss's
@@ -415,7 +426,8 @@ def _expert(x: Any, experts: Any, e: int) -> Any:
     return y
 
 
-def moe_mlp(h: Any, mlp: Any, moe: Any, s: Steps, fam: Any, src: str = "h") -> Any:
+def moe_mlp(h: torch.Tensor, mlp: Any, moe: Moe, s: Steps, fam: Family, src: str = "h"
+            ) -> torch.Tensor:
     """A mixture of experts on h (B, T, C): the router's logits, its scores, the top k (with
     groups and the choice-only bias where the family has them), their weights, each chosen
     expert's output × its weight, the shared experts; (B, T, C), what the block adds."""

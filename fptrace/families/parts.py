@@ -4,11 +4,16 @@ does not know, by a generic search whose every guess is said), and the config's 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fptrace.errors import UnsupportedModel
 from fptrace.families import Family, family_for_config, supported_types
 from fptrace.families.kinds import MlpKind, NormKind, PositionKind
+
+if TYPE_CHECKING:
+    import torch
+    from torch import nn
+    from transformers import PretrainedConfig, PreTrainedModel
 
 
 @dataclass(frozen=True)
@@ -25,7 +30,7 @@ class Dims:
     context_length: int | None
 
 
-def dims(config: Any, family: Family | None = None) -> Dims:
+def dims(config: PretrainedConfig, family: Family | None = None) -> Dims:
     family = family or family_for_config(config)
     d = int(config.hidden_size)
     h = int(config.num_attention_heads)
@@ -58,13 +63,13 @@ class ModelParts:
     known: tuple[str, ...] = ()  # for the generic fallback: the facts inferred, and from what
     unknown: tuple[str, ...] = ()  # ... and the facts it could not establish
 
-    def project(self, x: Any) -> Any:
+    def project(self, x: torch.Tensor) -> torch.Tensor:
         """The model's own final projection of residual-stream vectors (..., d) -> logits
         (..., V): final norm, LM head, and the final softcap when the family has one. The logit
         lens, explain and every later feature use this one function."""
         return self.head(self.final_norm(x))
 
-    def head(self, normed: Any) -> Any:
+    def head(self, normed: torch.Tensor) -> Any:
         """The LM head and the final softcap (when the family has one) on vectors the final
         norm has already normalized: what llama.cpp's `result_output` is of its `result_norm`."""
         import torch
@@ -75,7 +80,8 @@ class ModelParts:
         return logits
 
 
-def output_projection(attn: Any, names: tuple[str, ...]) -> tuple[Any, tuple[Any, Any]]:
+def output_projection(attn: nn.Module, names: tuple[str, ...]
+                      ) -> tuple[nn.Module, tuple[torch.Tensor, torch.Tensor | None]]:
     """The attention output projection W_O of one attention module (the first of the family's
     leaf names it has), and its weights as (W (out=d, in=nh·hd) float32, bias (d,) or None).
     Its input is the heads side by side, head h in columns h·hd .. (h+1)·hd."""
@@ -91,7 +97,7 @@ def output_projection(attn: Any, names: tuple[str, ...]) -> tuple[Any, tuple[Any
                            f"({', '.join(names)}) to split attention per head")
 
 
-def _child(block: Any, path: str | None, default: Any) -> Any:
+def _child(block: nn.Module, path: str | None, default: nn.Module) -> nn.Module:
     return default if path is None else block.get_submodule(path)
 
 
@@ -126,12 +132,12 @@ _GENERIC_NORM = ("model.norm", "transformer.ln_f", "model.final_layernorm", "tra
                  "gpt_neox.final_layer_norm", "model.decoder.final_layer_norm")
 
 
-def _unsupported(config: Any, what: str) -> UnsupportedModel:
+def _unsupported(config: PretrainedConfig, what: str) -> UnsupportedModel:
     return UnsupportedModel(f"cannot find the {what} of model type {config.model_type!r}; "
                             "supported families: " + ", ".join(supported_types()))
 
 
-def _generic_parts(model: Any) -> ModelParts:
+def _generic_parts(model: PreTrainedModel) -> ModelParts:
     import torch.nn as nn
 
     config = model.config
@@ -143,7 +149,7 @@ def _generic_parts(model: Any) -> ModelParts:
     blocks_path, block_list = lists[0]
     blocks = list(block_list)
 
-    def child(block: Any, names: tuple[str, ...], what: str) -> tuple[str, Any]:
+    def child(block: nn.Module, names: tuple[str, ...], what: str) -> tuple[str, nn.Module]:
         for n in names:
             m = getattr(block, n, None)
             if m is not None:
@@ -181,14 +187,14 @@ def _generic_parts(model: Any) -> ModelParts:
         known=tuple(known), unknown=tuple(unknown))
 
 
-def _get(model: Any, path: str) -> Any:
+def _get(model: nn.Module, path: str) -> nn.Module | None:
     try:
         return model.get_submodule(path)
     except AttributeError:
         return None
 
 
-def _infer_norm(block: Any) -> tuple[str, str | None]:
+def _infer_norm(block: nn.Module) -> tuple[str, str | None]:
     for name, m in block.named_modules():
         cls = type(m).__name__
         if "RMSNorm" in cls:
@@ -198,7 +204,7 @@ def _infer_norm(block: Any) -> tuple[str, str | None]:
     return "unknown", None
 
 
-def _infer_mlp(mlp: Any, config: Any) -> tuple[str, str | None]:
+def _infer_mlp(mlp: nn.Module, config: PretrainedConfig) -> tuple[str, str | None]:
     act = getattr(config, "hidden_act", None) or getattr(config, "activation_function", None)
     gated = any(hasattr(mlp, n) for n in ("gate_proj", "gate_up_proj", "w3"))
     if gated and act in ("silu", "swish"):
@@ -210,7 +216,7 @@ def _infer_mlp(mlp: Any, config: Any) -> tuple[str, str | None]:
     return "unknown", None
 
 
-def _infer_positions(model: Any, config: Any) -> tuple[str, str | None]:
+def _infer_positions(model: nn.Module, config: PretrainedConfig) -> tuple[str, str | None]:
     if getattr(config, "rope_parameters", None) or getattr(config, "rope_theta", None):
         return "rope", "positions: rope (the config has RoPE parameters)"
     names = {n.rsplit(".", 1)[-1] for n, _ in model.named_modules()}

@@ -8,7 +8,7 @@ only the first part of each head (`partial_rotary_factor`). The final norm is Ll
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fptrace.families import Family, LlamaCppNames, Tap
 from fptrace.families.llama import FAMILY as LLAMA
@@ -26,9 +26,14 @@ from fptrace.families.ops import (
 from fptrace.families.parts import dims
 from fptrace.points import Point
 
+if TYPE_CHECKING:
+    import torch
+    from torch import nn
+    from transformers import PretrainedConfig
 
-def heads(qkv: Any, attn: Any, cfg: Any, layer: int, s: Steps, model: Any, fam: Family
-          ) -> tuple[Any, Any, Any]:
+
+def heads(qkv: torch.Tensor, attn: Any, cfg: PretrainedConfig, layer: int, s: Steps,
+          model: nn.Module, fam: Family) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """qkv (B, T, (nh + 2·nkv)·hd), the fused projection's output -> q (B, nh, T, hd), k and v
     (B, nkv, T, hd): split, then Llama's heads (RoPE on the first partial_rotary_factor of each
     head's values)."""
@@ -42,7 +47,8 @@ def heads(qkv: Any, attn: Any, cfg: Any, layer: int, s: Steps, model: Any, fam: 
     return llama_heads(q, k, v, attn, cfg, layer, s, model, fam)
 
 
-def block(x: Any, blk: Any, cfg: Any, layer: int, s: Steps, model: Any, fam: Family) -> Any:
+def block(x: torch.Tensor, blk: Any, cfg: PretrainedConfig, layer: int, s: Steps, model: nn.Module,
+          fam: Family) -> torch.Tensor:
     """x: (B, T, C), the residual stream entering block `layer`. Returns the stream leaving it."""
     B, T, C = x.shape
     nh = dims(cfg).n_heads
@@ -79,7 +85,8 @@ def block(x: Any, blk: Any, cfg: Any, layer: int, s: Steps, model: Any, fam: Fam
     return x
 
 
-def qk_weights(attn: Any, nh: int, nkv: int, hd: int) -> tuple[Any, Any, Any, Any]:
+def qk_weights(attn: Any, nh: int, nkv: int, hd: int
+               ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor, torch.Tensor | None]:
     """W_Q and W_K out of the fused qkv_proj ([W_q; W_k; W_v], ((nh + 2·nkv)·hd, C))."""
     W, b = attn.qkv_proj.weight, attn.qkv_proj.bias
     q, k = slice(0, nh * hd), slice(nh * hd, (nh + nkv) * hd)

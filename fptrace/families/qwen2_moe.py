@@ -6,12 +6,16 @@ shared_expert_intermediate_size) that every token takes, its output scaled by
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Any
+from typing import TYPE_CHECKING
 
 from fptrace.families import Moe
 from fptrace.families.mixtral import FAMILY as MIXTRAL
 from fptrace.families.qwen2 import LLAMACPP_NAMES as QWEN2_NAMES
 from fptrace.families.qwen3_moe import d_expert
+
+if TYPE_CHECKING:
+    from transformers import PretrainedConfig
+
 
 # llama.cpp's qwen2moe graph (checked on a tiny GGUF, tests/test_llamacpp_families.py): Qwen2's
 # names up to the MLP (the attention output, unnamed, is ffn_inp's operand 0). The MoE block's
@@ -31,7 +35,7 @@ LLAMACPP_NAMES = QWEN2_NAMES.routed(
     experts={"mlp.experts": ("ffn_gate_exps", "ffn_up_exps", "ffn_down_exps")})
 
 
-def moe(cfg: Any) -> Moe | None:
+def moe(cfg: PretrainedConfig) -> Moe | None:
     n = getattr(cfg, "num_experts", 0)
     if not n:
         return None

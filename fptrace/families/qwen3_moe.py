@@ -6,12 +6,16 @@ decoder_sparse_step) keep a dense MLP of intermediate_size."""
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Any
+from typing import TYPE_CHECKING
 
 from fptrace.families import Moe
 from fptrace.families.kinds import QkNorm
 from fptrace.families.mixtral import FAMILY as MIXTRAL
 from fptrace.families.qwen3 import LLAMACPP_NAMES as QWEN3_NAMES
+
+if TYPE_CHECKING:
+    from transformers import PretrainedConfig
+
 
 # llama.cpp's qwen3moe graph (checked on a tiny GGUF, tests/test_llamacpp_families.py): Qwen3's
 # names up to the MLP; the MoE block's output, what the stream receives, is `ffn_moe_out`; its
@@ -23,7 +27,7 @@ LLAMACPP_NAMES = QWEN3_NAMES.routed(
     experts={"mlp.experts": ("ffn_gate_exps", "ffn_up_exps", "ffn_down_exps")})
 
 
-def moe(cfg: Any) -> Moe | None:
+def moe(cfg: PretrainedConfig) -> Moe | None:
     n = getattr(cfg, "num_experts", 0)
     if not n:
         return None
@@ -32,7 +36,7 @@ def moe(cfg: Any) -> Moe | None:
                renormalise=bool(getattr(cfg, "norm_topk_prob", False)))
 
 
-def d_expert(cfg: Any) -> int | None:
+def d_expert(cfg: PretrainedConfig) -> int | None:
     """The width an MoE block's expert has (the dense intermediate_size is no MoE block's)."""
     return getattr(cfg, "moe_intermediate_size", None) if getattr(cfg, "num_experts", 0) \
         else getattr(cfg, "intermediate_size", None)

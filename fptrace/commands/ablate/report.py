@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
 from fptrace.cli.options import STATS
 from fptrace.cli.sections import Page, ReportSection
 from fptrace.render.html import section
+
+if TYPE_CHECKING:
+    from fptrace.commands.ablate.result import Ablation
+    from fptrace.render.pagedata import SectionData
 
 OPTIONS = (
     ("ablate", Annotated[bool, typer.Option(
@@ -17,7 +21,7 @@ OPTIONS = (
 )
 
 
-def _compute(page: Page, values: dict[str, Any]) -> Any:
+def _compute(page: Page, values: dict[str, Any]) -> Ablation | None:
     from fptrace.commands.ablate.core import ablate
 
     if not values["ablate"]:
@@ -25,20 +29,20 @@ def _compute(page: Page, values: dict[str, Any]) -> Any:
     return ablate(page.lm, page.prompt, all_heads=True, all_mlps=True)
 
 
-def _body(ablation: Any) -> list[str]:
+def _body(ablation: Ablation) -> list[str]:
     from fptrace.commands.ablate.render import ablate_figure, ablate_view
 
     return section("What if: one head or MLP removed", "ablation grid",
                    ablate_figure(ablation)[0], ablate_view(ablation, 130))
 
 
-def _verify(ablation: Any) -> None:
+def _verify(ablation: Ablation) -> None:
     from fptrace.cli.io import require_checks
 
     require_checks(ablation.checks, "the ablation")
 
 
-def _data(ablation: Any) -> Any:
+def _data(ablation: Ablation) -> SectionData | None:
     """The target's logit change with each head or MLP removed, as a heatmap (blocks × heads,
     then the MLP)."""
     from fptrace.render.pagedata import Heatmap, SectionData

@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
 from fptrace.cli.options import STATS
 from fptrace.cli.sections import Page, ReportSection
 from fptrace.render.html import section
+
+if TYPE_CHECKING:
+    from fptrace.commands.attribute.result import Attribution, QKAttribution
+    from fptrace.render.pagedata import SectionData
 
 OPTIONS = (
     ("qk", Annotated[str | None, typer.Option(
@@ -29,7 +33,8 @@ def _check(values: dict[str, Any]) -> None:
     _head(values)
 
 
-def _compute(page: Page, values: dict[str, Any]) -> Any:
+def _compute(page: Page, values: dict[str, Any]
+             ) -> tuple[Attribution, QKAttribution | None]:
     """(the attribution, the head's score split or None)."""
     from fptrace.commands.attribute.core import attribute
     from fptrace.commands.attribute.qk import attribute_qk, top_head
@@ -42,7 +47,7 @@ def _compute(page: Page, values: dict[str, Any]) -> Any:
     return attribution, split
 
 
-def _body(result: Any) -> list[str]:
+def _body(result: tuple[Attribution, QKAttribution | None]) -> list[str]:
     from fptrace.commands.attribute.render import (
         attribution_figure,
         attribution_view,
@@ -61,7 +66,7 @@ def _body(result: Any) -> list[str]:
     return out
 
 
-def _data(result: Any) -> Any:
+def _data(result: tuple[Attribution, QKAttribution | None]) -> SectionData:
     """Each head's direct contribution as a heatmap (blocks × heads), each block's attention,
     MLP and heads when the block is opened, and the head's score split part by part."""
     from fptrace.commands.attribute.render import part_name
@@ -91,7 +96,7 @@ def _data(result: Any) -> Any:
     return SectionData("Direct logit attribution", heatmaps=tuple(maps), blocks=blocks)
 
 
-def _verify(result: Any) -> None:
+def _verify(result: tuple[Attribution, QKAttribution | None]) -> None:
     from fptrace.cli.io import check_match
 
     _, split = result

@@ -21,7 +21,7 @@ import math
 import queue
 import threading
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from fptrace.addresses import Selection, resolve_selection
 from fptrace.commands.diff.core import diff
@@ -45,9 +45,13 @@ from fptrace.models.loading import LoadedModel
 from fptrace.points import BLOCK, Point, inputs
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    import torch
     from torch import nn
 
     from fptrace.models.prompts import Prompt
+    from fptrace.results import Trace
 
 HEADED = (Point.q, Point.k, Point.v, Point.attn_weights, Point.z)  # error shown by head
 RECOMPUTED = (Point.q, Point.k, Point.v)
@@ -121,7 +125,7 @@ class _Side:
             hooks.append(Hook.after(blk, self._handover(layer, blk, got)))
         return hooks
 
-    def _handover(self, layer: int, blk: Any, got: dict):
+    def _handover(self, layer: int, blk: nn.Module, got: dict):
         """After the block: q, k, v from the projections, then wait while they are compared."""
         lm = self.lm
         fam = lm.parts.family
@@ -132,7 +136,7 @@ class _Side:
         quiet = Steps(head=0, kv_head=0, n_heads=dm.n_heads, n_kv_heads=dm.n_kv_heads,
                       quiet=True)
 
-        def hook(module: nn.Module, args: tuple, output: Any) -> None:
+        def hook(module: nn.Module, args: tuple, output: object) -> None:
             projections = [got.pop(("proj", i)) for i in range(len(fam.head_taps))]
             q, k, v = heads(*projections, blk.get_submodule(fam.attn), lm.config, layer,
                             quiet, lm.model, fam)
@@ -146,23 +150,23 @@ class _Side:
         return hook
 
 
-def _tap_hook(module: nn.Module, tap: Tap, got: dict, key: Any) -> Hook:
+def _tap_hook(module: nn.Module, tap: Tap, got: dict, key: object) -> Hook:
     """A hook that keeps, as a float32 copy, what the tap names."""
     import torch
 
-    def keep(x: Any) -> None:
+    def keep(x: torch.Tensor) -> None:
         if tap.part is not None:
             i, n = tap.part
             x = x.chunk(n, dim=-1)[i]
         got[key] = x.detach().to(torch.float32, copy=True)
 
     if tap.side == "in":
-        def pre(m: Any, args: tuple, kwargs: dict) -> None:
+        def pre(m: nn.Module, args: tuple, kwargs: dict) -> None:
             keep(args[0] if args else kwargs["hidden_states"] if "hidden_states" in kwargs
                  else next(iter(kwargs.values())))
         return Hook.before(module, pre, kwargs=True)
 
-    def post(m: Any, args: tuple, output: Any) -> None:
+    def post(m: nn.Module, args: tuple, output: torch.Tensor | tuple | list) -> None:
         x = output[tap.item] if isinstance(output, (tuple, list)) else \
             (output if tap.item == 0 else None)
         if x is not None:  # the attention weights: None unless the attention is eager
@@ -172,7 +176,7 @@ def _tap_hook(module: nn.Module, tap: Tap, got: dict, key: Any) -> Hook:
 
 # ---------------------------------------------------------------- the comparison
 
-def _shares(e2: Any, n: int) -> tuple[ErrorShare, ...]:
+def _shares(e2: torch.Tensor, n: int) -> tuple[ErrorShare, ...]:
     """The n largest entries of a vector of squared errors, with their share of the total."""
     total = float(e2.sum())
     top = e2.topk(min(n, e2.numel()))
@@ -180,14 +184,14 @@ def _shares(e2: Any, n: int) -> tuple[ErrorShare, ...]:
                  for v, i in zip(top.values.tolist(), top.indices.tolist()) if v > 0)
 
 
-def _where_nonfinite(bad: Any, n: int) -> tuple[ErrorShare, ...]:
+def _where_nonfinite(bad: torch.Tensor, n: int) -> tuple[ErrorShare, ...]:
     """The n heads or channels holding the most NaN/Inf values (counts in bad), share null."""
     top = bad.topk(min(n, bad.numel()))
     return tuple(ErrorShare(index=int(i), share=None)
                  for v, i in zip(top.values.tolist(), top.indices.tolist()) if v > 0)
 
 
-def compare_point(point: Point, a: Any, b: Any, n_heads: int) -> dict:
+def compare_point(point: Point, a: torch.Tensor, b: torch.Tensor, n_heads: int) -> dict:
     """rel, max_abs, nonfinite and the heads or channels carrying the error of one point
     (a, b: float32 tensors of one shape)."""
     import torch
@@ -197,7 +201,7 @@ def compare_point(point: Point, a: Any, b: Any, n_heads: int) -> dict:
         a, b = (t.reshape(*t.shape[:-1], n_heads, -1) for t in (a, b))
     axis = -2 if point == Point.z else 1 if point in HEADED else -1
 
-    def per_axis(x: Any) -> Any:  # summed over everything but the head or channel axis
+    def per_axis(x: torch.Tensor) -> torch.Tensor:  # summed over all but the head/channel axis
         return x.movedim(axis, -1).reshape(-1, x.shape[axis]).sum(dim=0)
 
     d = b - a
@@ -303,7 +307,7 @@ def _sentence(layer: int, p: PointDiff, agree: bool, block_in: float | None,
             f"the cause is upstream{_carriers(p)}")
 
 
-def lens(lm: LoadedModel, trace: Any) -> tuple[Any, Any]:
+def lens(lm: LoadedModel, trace: Trace) -> tuple[torch.Tensor, torch.Tensor]:
     """One run's stream rows at the last position (L+1, d) and their logit lens, log-softmax
     (L+1, V): its own final norm and LM head (and final softcap) on its own stream. The
     log-softmax is taken in float64, so that the KL of two lenses that barely differ is their
@@ -316,8 +320,8 @@ def lens(lm: LoadedModel, trace: Any) -> tuple[Any, Any]:
     return x, torch.log_softmax(logits.cpu().double(), dim=-1)
 
 
-def lens_rows(trace: Any, lens_a: tuple[Any, Any], lens_b: tuple[Any, Any]
-              ) -> tuple[LensDiff, ...]:
+def lens_rows(trace: Trace, lens_a: tuple[torch.Tensor, torch.Tensor],
+              lens_b: tuple[torch.Tensor, torch.Tensor]) -> tuple[LensDiff, ...]:
     """Per stream row (embedding, blocks), at the last position: KL(a ‖ b) of the two logit
     lenses and the channels of the stream's error."""
     import torch
@@ -353,7 +357,7 @@ def _next(side: _Side) -> tuple:
 
 
 def run_sides(lm_a: LoadedModel, lm_b: LoadedModel, prompt: Prompt, layers: Sequence[int],
-              compare: Any) -> tuple[tuple, tuple, list]:
+              compare: Callable[[int, dict, dict], object]) -> tuple[tuple, tuple, list]:
     """Both forward passes in lockstep: compare(layer, points_a, points_b) at the end of each
     block of `layers`, then each side's (trace, lens). Eager attention (for its weights) while
     they run."""
@@ -387,7 +391,7 @@ def run_sides(lm_a: LoadedModel, lm_b: LoadedModel, prompt: Prompt, layers: Sequ
 
 
 def record(lm: LoadedModel, prompt: Prompt, layers: Sequence[int], attention: str = "eager"
-           ) -> tuple[Any, Any, dict]:
+           ) -> tuple[Trace, tuple[torch.Tensor, torch.Tensor], dict]:
     """One model's pass with the points of `layers` recorded, for a comparison against another
     engine's numbers: (trace, lens, {layer: points}). The attention implementation `attention`
     while it runs (eager: its weights are recorded; another engine's, emulated: that one)."""

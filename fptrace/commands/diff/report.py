@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 import html
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
 from fptrace.cli.options import STATS
 from fptrace.cli.sections import Page, ReportSection
 from fptrace.render.html import section
+
+if TYPE_CHECKING:
+    from fptrace.commands.diff.result import TraceDiff
+    from fptrace.render.pagedata import SectionData
 
 OPTIONS = (
     ("model_b", Annotated[str | None, typer.Option(
@@ -23,7 +27,7 @@ OPTIONS = (
 )
 
 
-def _compute(page: Page, values: dict[str, Any]) -> Any:
+def _compute(page: Page, values: dict[str, Any]) -> TraceDiff | None:
     import dataclasses
 
     settings_b = {k: v for k, v in (("model", values["model_b"]), ("dtype", values["dtype_b"]),
@@ -47,7 +51,7 @@ def _body(against: Any) -> list[str]:
                    diff_view(against, 130))
 
 
-def _data(against: Any) -> Any:
+def _data(against: TraceDiff) -> SectionData:
     """The relative difference at every point of every block (deep), and each row of the
     stream's, as heatmaps; a NaN/Inf point has no number (null) and its tooltip says n/a."""
     from fptrace.render.pagedata import Heatmap, SectionData

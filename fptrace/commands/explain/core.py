@@ -32,6 +32,8 @@ from fptrace.points import Point
 from fptrace.results import Check, Token, TopToken
 
 if TYPE_CHECKING:
+    import types
+
     import torch
     from torch import nn
 
@@ -63,7 +65,7 @@ def _captured(lm: LoadedModel, layer: int) -> Iterator[dict]:
         got["block_in"] = (args[0] if args else kwargs["hidden_states"]).detach().clone()
 
     def keep(name: str):
-        def hook(module: nn.Module, args: tuple, output: Any) -> None:
+        def hook(module: nn.Module, args: tuple, output: object) -> None:
             got[name] = first_output(output).detach().clone()
         return hook
 
@@ -73,7 +75,7 @@ def _captured(lm: LoadedModel, layer: int) -> Iterator[dict]:
     def mlp_in(module: nn.Module, args: tuple, kwargs: dict) -> None:
         got["mlp_in"] = (args[0] if args else next(iter(kwargs.values()))).detach().clone()
 
-    def router_out(module: nn.Module, args: tuple, output: Any) -> None:
+    def router_out(module: nn.Module, args: tuple, output: tuple) -> None:
         got["router"] = tuple(t.detach().clone() for t in output[:3])
 
     moe = [Hook.after(r, router_out) for i, r in routers(parts) if i == layer]
@@ -88,7 +90,7 @@ def _captured(lm: LoadedModel, layer: int) -> Iterator[dict]:
         yield got
 
 
-def _float32(module: nn.Module) -> Any:
+def _float32(module: nn.Module) -> nn.Module | types.SimpleNamespace:
     """The module itself when it is already float32 and whole; else its float32 weights: a copy
     (one block, or the final norm: small), or, when the model is sharded over tensor-parallel
     ranks, a plain object tree with each module's whole weights (`full_tensor()`), which is
@@ -103,7 +105,7 @@ def _float32(module: nn.Module) -> Any:
     return copy.deepcopy(module).float()
 
 
-def _whole(module: nn.Module) -> Any:
+def _whole(module: nn.Module) -> types.SimpleNamespace:
     import types
 
     tree = types.SimpleNamespace(**{name: _whole(child)
@@ -115,7 +117,8 @@ def _whole(module: nn.Module) -> Any:
     return tree
 
 
-def _close(name: str, ours: Any, theirs: Any, tol: tuple[float, float], target: str) -> Check:
+def _close(name: str, ours: torch.Tensor, theirs: torch.Tensor, tol: tuple[float, float],
+           target: str) -> Check:
     """Every element within atol + rtol × the largest |value| of its row (its position) in the
     model's tensor: float32 sums that cancel (a residual add of two large vectors) leave an
     error relative to the row's scale, not to the small result. The value shown is
@@ -253,8 +256,9 @@ def _attention_checks(s: Steps) -> list[Check]:
                   float(nonzero), "= 0", nonzero == 0, target="causal_zeros", unit="count")]
 
 
-def _end_of_pass(lm: LoadedModel, final_norm: Callable[..., Any], x: Any, s: Steps,
-                 model_logits: Any, tol: tuple[float, float]) -> tuple[Any, list[Check]]:
+def _end_of_pass(lm: LoadedModel, final_norm: Callable[..., Any], x: torch.Tensor, s: Steps,
+                 model_logits: torch.Tensor, tol: tuple[float, float]
+                 ) -> tuple[torch.Tensor, list[Check]]:
     import torch
 
     s.section = "end"

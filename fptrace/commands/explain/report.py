@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
 from fptrace.cli.options import STATS
 from fptrace.cli.sections import Page, ReportSection
 from fptrace.render.html import png, terminal
+
+if TYPE_CHECKING:
+    from fptrace.commands.explain.result import Explanation
+    from fptrace.render.pagedata import SectionData
 
 OPTIONS = (
     ("layer", Annotated[str, typer.Option("--layer", "-l", metavar="L", help="The block the "
@@ -30,7 +34,7 @@ def _check(values: dict[str, Any]) -> None:
     _places(values)
 
 
-def _compute(page: Page, values: dict[str, Any]) -> Any:
+def _compute(page: Page, values: dict[str, Any]) -> Explanation:
     from fptrace.commands.explain.core import covered, explain
 
     covered(page.lm.parts.family)
@@ -38,14 +42,14 @@ def _compute(page: Page, values: dict[str, Any]) -> Any:
     return explain(page.lm, page.prompt, layer=block, head=head, all_heads=True)
 
 
-def _figures(e: Any) -> list[str]:
+def _figures(e: Explanation) -> list[str]:
     from fptrace.commands.explain.render import attention_figure
 
     return [f'<img alt="attention of every head at block {e.layer}" '
             f'src="{png(attention_figure(e)[0])}">']
 
 
-def _body(e: Any) -> list[str]:
+def _body(e: Explanation) -> list[str]:
     from fptrace.commands.explain.render import explain_view
 
     verdict = ('<p class="verdict-ok">The recomputed block matches the model.</p>'
@@ -54,7 +58,7 @@ def _body(e: Any) -> list[str]:
     return [f"<h2>Block {e.layer}, step by step</h2>", verdict, terminal(explain_view(e))]
 
 
-def _data(e: Any) -> Any:
+def _data(e: Explanation) -> SectionData:
     """Its steps and checks, shown when block e.layer is opened; the shown head's attention
     weights as a heatmap."""
     from fptrace.render.pagedata import BlockDetail, Heatmap, SectionData
@@ -73,7 +77,7 @@ def _data(e: Any) -> Any:
         BlockDetail(e.layer, "Explain: its checks against the model", checks)))
 
 
-def _verify(e: Any) -> None:
+def _verify(e: Explanation) -> None:
     from fptrace.cli.io import check_match
 
     check_match(e.match, [c.name for c in e.checks if not c.ok])

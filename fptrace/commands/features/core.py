@@ -27,7 +27,7 @@ is refused, naming both.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from fptrace.addresses import Site
 from fptrace.commands.features.notes import ATTRIBUTION_WITHHELD, MASSIVE, NOT_IN_STREAM, SOFTCAP
@@ -51,6 +51,8 @@ from fptrace.errors import BadInput, param
 from fptrace.results import Check
 
 if TYPE_CHECKING:
+    import torch
+
     from fptrace.models.loading import LoadedModel
     from fptrace.models.prompts import Prompt
 
@@ -62,8 +64,9 @@ SITE_FVU = 0.2
 NEIGHBOUR_FVU = 0.1
 
 
-def load_dictionaries(lm: LoadedModel, saes: Sequence[Any] = (), transcoders: Sequence[Any] = (),
-                      site: str | None = None) -> list[Dictionary]:
+def load_dictionaries(lm: LoadedModel, saes: Sequence[str | Dictionary] = (),
+                      transcoders: Sequence[str | Dictionary] = (), site: str | None = None
+                      ) -> list[Dictionary]:
     """Each --sae and --transcoder read (or taken as given), its role and place checked against
     the option and the model."""
     info = model_info(lm)
@@ -88,8 +91,8 @@ def check_latent(dicts: Sequence[Dictionary], latent: int | None) -> None:
             raise BadInput(f"{param('latent')} {latent}: {d.path!r} has latents 0 to {d.d_sae - 1}")
 
 
-def features(lm: LoadedModel, prompt: Prompt, *, saes: Sequence[Any] = (),
-             transcoders: Sequence[Any] = (), site: str | None = None, top: int = 5,
+def features(lm: LoadedModel, prompt: Prompt, *, saes: Sequence[str | Dictionary] = (),
+             transcoders: Sequence[str | Dictionary] = (), site: str | None = None, top: int = 5,
              latent: int | None = None, target: str | None = None,
              top_prompts: str | None = None, top_n: int = 10, batch_size: int = 8) -> Features:
     """Read the prompt through each dictionary (see the module's text)."""
@@ -146,7 +149,7 @@ def _wanted(dicts: Sequence[Dictionary], n_layers: int) -> tuple[set[int], set[S
     return streams, sites
 
 
-def fvu(x: Any, err: Any) -> float | None:
+def fvu(x: torch.Tensor, err: torch.Tensor) -> float | None:
     """Σ‖err‖² / Σ‖x − mean x‖² over the rows; None with fewer than two rows."""
     if x.shape[0] < 2:
         return None
@@ -154,7 +157,7 @@ def fvu(x: Any, err: Any) -> float | None:
     return float((err ** 2).sum()) / var if var > 0 else None
 
 
-def massive_rows(norms: Any) -> Any:
+def massive_rows(norms: torch.Tensor) -> torch.Tensor:
     """(T,) bool: the positions whose norm is over MASSIVE_RATIO × the median (three positions
     or more)."""
     import torch
@@ -237,8 +240,8 @@ def _readout(lm: LoadedModel, d: Dictionary, cap: Captured, t: int, top: int, la
         latent=trace)
 
 
-def _attribution(lm: LoadedModel, d: Dictionary, cap: Captured, a: Any, err: Any, y: Any, t: int,
-                 top: int, notes: list) -> FeatureAttribution | None:
+def _attribution(lm: LoadedModel, d: Dictionary, cap: Captured, a: torch.Tensor, err: torch.Tensor,
+                 y: torch.Tensor, t: int, top: int, notes: list) -> FeatureAttribution | None:
     """The target's logit split through the dictionary at the last position (module text)."""
     import torch
 
@@ -251,7 +254,7 @@ def _attribution(lm: LoadedModel, d: Dictionary, cap: Captured, a: Any, err: Any
     gain = gain.double()
     u = lm.parts.lm_head.weight.detach()[t].double().to(x.device)  # (d,)
 
-    def value(v: Any) -> Any:  # (..., d) -> (...) logits
+    def value(v: torch.Tensor) -> torch.Tensor:  # (..., d) -> (...) logits
         return through_frozen(v.double(), centre, gain) @ u
 
     idx = torch.nonzero(a).flatten()

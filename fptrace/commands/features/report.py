@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
 from fptrace.cli.options import STATS
 from fptrace.cli.sections import Page, ReportSection
 from fptrace.render.html import section
+
+if TYPE_CHECKING:
+    from fptrace.commands.features.result import Features
+    from fptrace.render.pagedata import SectionData
 
 OPTIONS = (
     ("sae", Annotated[str | None, typer.Option(
@@ -25,7 +29,7 @@ def _check(values: dict[str, Any]) -> None:
         read_dictionary(values["sae"])  # a bad folder costs no load
 
 
-def _compute(page: Page, values: dict[str, Any]) -> Any:
+def _compute(page: Page, values: dict[str, Any]) -> Features | None:
     from fptrace.commands.features.core import features
 
     if values["sae"] is None:
@@ -33,20 +37,20 @@ def _compute(page: Page, values: dict[str, Any]) -> Any:
     return features(page.lm, page.prompt, saes=[values["sae"]])
 
 
-def _body(result: Any) -> list[str]:
+def _body(result: Features) -> list[str]:
     from fptrace.commands.features.render import features_figure, features_view
 
     return section("What the stream is made of: sparse dictionary features", "features",
                    features_figure(result)[0], features_view(result, 130))
 
 
-def _verify(result: Any) -> None:
+def _verify(result: Features) -> None:
     from fptrace.cli.io import require_checks
 
     require_checks(result.checks, "the decomposition")
 
 
-def _data(result: Any) -> Any:
+def _data(result: Features) -> SectionData:
     """Each dictionary's readout, position by position: ‖x‖, ‖error‖, its share and L0."""
     from fptrace.render.pagedata import Heatmap, SectionData
     from fptrace.render.text import visible

@@ -17,6 +17,9 @@ from fptrace.core.hooks import Hook, first_output, hooked
 from fptrace.points import Point
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    import torch
     from torch import nn
 
     from fptrace.models.loading import LoadedModel
@@ -41,20 +44,20 @@ class Captured:
     final_last: Any = None  # (B, d) the stream entering the final norm, last position
     logits_last: Any = None  # (B, V) the LM head's output before any softcap, last position
 
-    def at(self, site: Site) -> Any:
+    def at(self, site: Site) -> torch.Tensor:
         i = stream_index(site)
         if i is not None:
             return self.streams[i]
         return (self.mlp_in if site.point is MLP_IN else self.mlp_out)[site.layer]
 
 
-def _copy(h: Any) -> Any:
+def _copy(h: torch.Tensor) -> torch.Tensor:
     import torch
 
     return h.detach().to(torch.float32, copy=True)
 
 
-def _hidden(args: tuple, kwargs: dict) -> Any:
+def _hidden(args: tuple, kwargs: dict) -> torch.Tensor:
     return args[0] if args else kwargs["hidden_states"]
 
 
@@ -66,13 +69,13 @@ def hooks_for(lm: LoadedModel, cap: Captured, streams: Iterable[int], sites: Ite
     n = len(parts.blocks)
     hooks: list[Hook] = []
 
-    def pre(store: dict, key: int) -> Any:
+    def pre(store: dict, key: int) -> Callable[..., None]:
         def hook(module: nn.Module, args: tuple, kwargs: dict) -> None:
             store[key] = _copy(_hidden(args, kwargs))
         return hook
 
-    def post(store: dict, key: int) -> Any:
-        def hook(module: nn.Module, args: tuple, kwargs: dict, output: Any) -> None:
+    def post(store: dict, key: int) -> Callable[..., None]:
+        def hook(module: nn.Module, args: tuple, kwargs: dict, output: object) -> None:
             store[key] = _copy(first_output(output))
         return hook
 
@@ -88,10 +91,10 @@ def hooks_for(lm: LoadedModel, cap: Captured, streams: Iterable[int], sites: Ite
             hooks.append(Hook.after(parts.mlp_adds[s.layer], post(cap.mlp_out, s.layer),
                                     kwargs=True))
     if attribution:
-        def final(module: nn.Module, args: tuple, kwargs: dict, output: Any) -> None:
+        def final(module: nn.Module, args: tuple, kwargs: dict, output: object) -> None:
             cap.final_last = _copy(first_output(output)[:, -1])
 
-        def head(module: nn.Module, args: tuple, kwargs: dict, output: Any) -> None:
+        def head(module: nn.Module, args: tuple, kwargs: dict, output: object) -> None:
             cap.logits_last = _copy(first_output(output)[:, -1])
 
         hooks.append(Hook.after(parts.blocks[n - 1], final, kwargs=True))
@@ -99,8 +102,8 @@ def hooks_for(lm: LoadedModel, cap: Captured, streams: Iterable[int], sites: Ite
     return hooks
 
 
-def capture(lm: LoadedModel, input_ids: Any, streams: Iterable[int], sites: Iterable[Site],
-            attribution: bool = False, **kwargs: Any) -> Captured:
+def capture(lm: LoadedModel, input_ids: torch.Tensor, streams: Iterable[int],
+            sites: Iterable[Site], attribution: bool = False, **kwargs: object) -> Captured:
     """One forward pass of input_ids (B, T) with the hooks of hooks_for; the model's own
     last-position logits are not needed beyond the LM head's hook."""
     import torch

@@ -39,7 +39,7 @@ import os
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from fptrace.addresses import Site
 from fptrace.atomic import write_atomic
@@ -51,6 +51,9 @@ from fptrace.errors import BadInput, OutOfMemory, param
 from fptrace.points import Point
 
 if TYPE_CHECKING:
+    import torch
+
+    from fptrace.core.inputs import PromptItem
     from fptrace.models.loading import LoadedModel
 
 STATE = "trainer_state.safetensors"
@@ -94,7 +97,7 @@ def check_options(opts: TrainOptions) -> None:
 BYTES_PER_TOKEN = 4  # of UTF-8 text, the usual rate of BPE tokenizers on English prose
 
 
-def estimated_positions(items: Sequence[Any]) -> int:
+def estimated_positions(items: Sequence[PromptItem]) -> int:
     """The positions the prompts will give, estimated from their text (before any tokenizer is
     loaded): one per BYTES_PER_TOKEN bytes, at least one a prompt."""
     from fptrace.core.inputs import prompt_to_json
@@ -168,7 +171,7 @@ def check_before_load(opts: TrainOptions, inputs: Sequence[str], model: str) -> 
     return items
 
 
-def split_held_out(items: Sequence[Any], opts: TrainOptions) -> tuple[list, list]:
+def split_held_out(items: Sequence[PromptItem], opts: TrainOptions) -> tuple[list, list]:
     """(kept, held): a seeded tenth of the prompts (opts.held_out, at least one) held out for
     the evaluation, each part in the prompts' order."""
     import torch
@@ -179,7 +182,7 @@ def split_held_out(items: Sequence[Any], opts: TrainOptions) -> tuple[list, list
     return [items[i] for i in sorted(order[n_held:])], [items[i] for i in sorted(order[:n_held])]
 
 
-def inputs_digest(items: Sequence[Any]) -> str:
+def inputs_digest(items: Sequence[PromptItem]) -> str:
     """A digest of the training prompts (ids and texts, in order): what a resume must find
     again."""
     import hashlib
@@ -193,8 +196,9 @@ def inputs_digest(items: Sequence[Any]) -> str:
     return h.hexdigest()
 
 
-def collect(lm: LoadedModel, items: Sequence[Any], layer: int, progress: Callable | None = None,
-            batch_size: int = 8) -> tuple[Any, list[int]]:
+def collect(lm: LoadedModel, items: Sequence[PromptItem], layer: int,
+            progress: Callable | None = None, batch_size: int = 8
+            ) -> tuple[torch.Tensor, list[int]]:
     """(N, d) float32 on the CPU: the stream after `layer` at every position but each prompt's
     first, and the number of positions each prompt gave (in order)."""
     import torch
@@ -203,7 +207,7 @@ def collect(lm: LoadedModel, items: Sequence[Any], layer: int, progress: Callabl
     from fptrace.core.trace import padded_batch
 
     i = stream_index(Site(layer, Point.resid_post))
-    rows: list[Any] = []
+    rows: list[torch.Tensor] = []
     counts: list[int] = []
 
     def work(group: list) -> list:
@@ -253,13 +257,13 @@ class TopK:
     def params(self) -> list:
         return [self.W_enc, self.b_enc, self.W_dec, self.b_dec]
 
-    def pre(self, x: Any) -> Any:
+    def pre(self, x: torch.Tensor) -> torch.Tensor:
         import torch
 
         x_in = x - self.b_dec if self.shift_input else x
         return torch.relu(x_in @ self.W_enc + self.b_enc)
 
-    def encode(self, x: Any) -> Any:
+    def encode(self, x: torch.Tensor) -> torch.Tensor:
         import torch
 
         pre = self.pre(x)
@@ -275,7 +279,7 @@ class TopK:
 
 def train(lm: LoadedModel, inputs: Sequence[str], out: str, opts: TrainOptions, *,
           resume: bool = False, progress: Callable[[str, int, int], None] | None = None,
-          items: Sequence[Any] | None = None) -> TrainResult:
+          items: Sequence[PromptItem] | None = None) -> TrainResult:
     """Train and write the SAE (see the module's text). progress(phase, done, total): phase
     `prompts` while collecting (done in prompts), `steps` while training. `items`: the prompts
     of `inputs` already read (check_before_load's), so that stdin is read once."""
@@ -318,8 +322,8 @@ def train(lm: LoadedModel, inputs: Sequence[str], out: str, opts: TrainOptions, 
         seconds=time.perf_counter() - t0)
 
 
-def fit(sae: TopK, x_train: Any, y_train: Any, out: str, opts: TrainOptions, source: dict,
-        doc: dict | None, tick: Callable[[int, int], None] | None = None
+def fit(sae: TopK, x_train: torch.Tensor, y_train: torch.Tensor, out: str, opts: TrainOptions,
+        source: dict, doc: dict | None, tick: Callable[[int, int], None] | None = None
         ) -> tuple[int, int, list]:
     """Train `sae` to rebuild y_train (N, d_out) from x_train (N, d_in) (the same tensor for an
     SAE), saving its state in `out` every save_every steps and at the end; `doc`: the state of
@@ -360,7 +364,7 @@ def fit(sae: TopK, x_train: Any, y_train: Any, out: str, opts: TrainOptions, sou
     return steps, resumed_from, losses
 
 
-def evaluate(sae: TopK, x: Any, y: Any) -> tuple[float, float, int]:
+def evaluate(sae: TopK, x: torch.Tensor, y: torch.Tensor) -> tuple[float, float, int]:
     """(FVU, L0, dead latents) of `sae` rebuilding y (N, d_out) from x (N, d_in) on held-out
     positions: Σ‖y − ŷ‖² / Σ‖y − mean y‖², the mean active latents, the latents that fire on
     none of them."""
@@ -375,7 +379,7 @@ def evaluate(sae: TopK, x: Any, y: Any) -> tuple[float, float, int]:
     return fvu, l0, dead
 
 
-def _batch(perm: Any, start: int, size: int) -> Any:
+def _batch(perm: torch.Tensor, start: int, size: int) -> torch.Tensor:
     import torch
 
     n = perm.shape[0]
@@ -386,8 +390,8 @@ def _batch(perm: Any, start: int, size: int) -> Any:
     return torch.cat([perm[start:], perm[:start + size - n]])
 
 
-def _step(sae: TopK, adam: Any, x: Any, y: Any, since_fired: Any, opts: TrainOptions
-          ) -> tuple[float, Any]:
+def _step(sae: TopK, adam: torch.optim.Optimizer, x: torch.Tensor, y: torch.Tensor,
+          since_fired: torch.Tensor, opts: TrainOptions) -> tuple[float, torch.Tensor]:
     """One Adam step on a batch: x (b, d_in) encoded, y (b, d_out) rebuilt (y is x for an
     SAE)."""
     import torch
@@ -429,7 +433,8 @@ def check_out(out: str, resume: bool) -> None:
                        f"{param('resume')} to continue the training written there")
 
 
-def _save(out: str, sae: TopK, adam: Any, since_fired: Any, step: int, losses: list,
+def _save(out: str, sae: TopK, adam: torch.optim.Optimizer, since_fired: torch.Tensor,
+          step: int, losses: list,
           opts: TrainOptions, source: dict) -> None:
     from safetensors.torch import save
 
@@ -481,8 +486,8 @@ def check_source(out: str, doc: dict, source: dict) -> None:
                        f"{source['inputs']}); resume with the same prompt files")
 
 
-def _load_state(out: str, doc: dict, sae: TopK, adam: Any, since_fired: Any
-                ) -> tuple[int, list]:
+def _load_state(out: str, doc: dict, sae: TopK, adam: torch.optim.Optimizer,
+                since_fired: torch.Tensor) -> tuple[int, list]:
     import torch
     from safetensors.torch import load_file
 

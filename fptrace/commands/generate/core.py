@@ -26,10 +26,13 @@ from fptrace.models.prompts import Prepared, Prompt
 from fptrace.results import FinalNormStats, TopToken
 
 if TYPE_CHECKING:
+    import torch
     from torch import nn
 
+    from fptrace.results import ModelInfo
 
-def _cache_kwarg(model: Any) -> str:
+
+def _cache_kwarg(model: nn.Module) -> str:
     """transformers 5 renames `past_key_values` to `cache`; use whichever forward takes."""
     params = inspect.signature(model.forward).parameters
     return "cache" if "cache" in params else "past_key_values"
@@ -144,7 +147,7 @@ def generate(lm: LoadedModel, prompt: Prompt, *, max_new_tokens: int = 12,
                        top_k, top_p, seed, max_new_tokens)
 
 
-def _generation(lm: LoadedModel, prepared: Prepared, info: Any, steps: list,
+def _generation(lm: LoadedModel, prepared: Prepared, info: ModelInfo, steps: list,
                 generated: list[int], stop_reason: str, temperature: float, top_k: int | None,
                 top_p: float, seed: int, max_new_tokens: int) -> Generation:
     prefill = steps[0].seconds
@@ -165,9 +168,9 @@ def _generation(lm: LoadedModel, prepared: Prepared, info: Any, steps: list,
         notes=tuple(notes))
 
 
-def _step(lm: LoadedModel, index: int, next_input: Any, stream_shape: tuple, pos: int,
-          cache: Any, logits: Any, dist: Any, choice: int, seconds: float, cap: Any,
-          alternatives: int, snippet: int) -> GenStep:
+def _step(lm: LoadedModel, index: int, next_input: torch.Tensor, stream_shape: tuple, pos: int,
+          cache: Any, logits: torch.Tensor, dist: torch.Tensor, choice: int, seconds: float,
+          cap: Capture | None, alternatives: int, snippet: int) -> GenStep:
     """One step's result: shapes, the cache as it is now, the choice and its alternatives, and
     with a Capture (--layers) the per-layer statistics and their decomposition check."""
     import torch

@@ -50,8 +50,15 @@ from fptrace.commands.graph.freezing import (
     mlp_sites,
 )
 from fptrace.commands.graph.heads import Source, split, vectors
-from fptrace.commands.graph.influence import Adjacency, influence, partial_influence, prune, scores
-from fptrace.commands.graph.model64 import float64_copy, real_pass
+from fptrace.commands.graph.influence import (
+    Adjacency,
+    Pruned,
+    influence,
+    partial_influence,
+    prune,
+    scores,
+)
+from fptrace.commands.graph.model64 import Real, float64_copy, real_pass
 from fptrace.commands.graph.passes import FrozenPasses
 from fptrace.commands.graph.paths import strongest_paths
 from fptrace.commands.graph.pool import GraphWork, Job, RowsPool
@@ -75,7 +82,12 @@ from fptrace.models.loading import LoadedModel
 from fptrace.models.prompts import Prompt, too_long
 
 if TYPE_CHECKING:
+    from collections.abc import Callable, Sequence
+
     import numpy as np
+
+    from fptrace.addresses import Selection
+    from fptrace.models.prompts import Prepared
 
 RTOL = 1e-5  # |Σ edges + bias − value| ≤ RTOL · max(|value|, 1e-6 · Σ|terms|), float64
 LOGIT_PROB = 0.95  # logit nodes: the top tokens until they hold this probability ...
@@ -115,7 +127,7 @@ def prefix_ends(T: int, L: int, m: int, d: int, budget: int = PASS_BYTES) -> lis
     return sorted({max(1, -(-T * i // PREFIXES)) for i in range(1, PREFIXES + 1)})
 
 
-def query_positions(positions: Any, n: int) -> list[int]:
+def query_positions(positions: Selection | Sequence[int] | None, n: int) -> list[int]:
     """The query positions of a prompt of n tokens: a Selection (`--positions 3,-1`, `all`) or
     a list of ints (negative ones count from the end), checked against the prompt; default
     (None): the last."""
@@ -129,8 +141,9 @@ def query_positions(positions: Any, n: int) -> list[int]:
     return list(got or [n - 1])
 
 
-def graph(lm: LoadedModel, prompt: Prompt, *, positions: Any = None,
-          target: str | None = None, node_threshold: float = 0.8, edge_threshold: float = 0.98,
+def graph(lm: LoadedModel, prompt: Prompt, *,
+          positions: Selection | Sequence[int] | None = None, target: str | None = None,
+          node_threshold: float = 0.8, edge_threshold: float = 0.98,
           max_nodes: int = 64, per_site: int = 4, batch_size: int = BATCH,
           transcoders: str | TranscoderSet | None = None, verify: int = 0,
           qk: int = 0, pool: RowsPool | None = None) -> AttributionGraph:
@@ -482,7 +495,7 @@ class _Matrix:
             self.size += 1
 
 
-def _logit_nodes(real: Any, fixed: int | None, n_q: int) -> tuple[list[Target], Any]:
+def _logit_nodes(real: Real, fixed: int | None, n_q: int) -> tuple[list[Target], np.ndarray]:
     """The logit nodes of each query position (the token `fixed`, or the top ones) and their
     probabilities."""
     import numpy as np
@@ -502,7 +515,8 @@ def _logit_nodes(real: Any, fixed: int | None, n_q: int) -> tuple[list[Target], 
     return targets, np.array(probs)
 
 
-def _sums_check(done: list, value: Any, lm: LoadedModel, layout: _Layout) -> GraphCheck:
+def _sums_check(done: list, value: Callable[[Target], float], lm: LoadedModel,
+                layout: _Layout) -> GraphCheck:
     """Every computed node: Σ edges + bias terms = its value in the model."""
     worst, where = 0.0, ""
     for t, r, _ in done:
@@ -515,7 +529,7 @@ def _sums_check(done: list, value: Any, lm: LoadedModel, layout: _Layout) -> Gra
                                 "1e-6·Σ|terms|) for every computed node (float64)")
 
 
-def _model_check(real: Any, dtype: str) -> GraphCheck:
+def _model_check(real: Real, dtype: str) -> GraphCheck:
     """The float64 copy's logits equal the model's own, within the model dtype's tolerance."""
     diff = (real.logits - real.own).abs()
     scale = max(1.0, float(real.own.abs().max()))
@@ -544,8 +558,8 @@ NO_ERROR_NODES = ("none: under this freezing the model is exactly linear between
                   "site's remainder")
 
 
-def _assemble(lm: LoadedModel, prepared: Any, queries: list[int], ids: list[int], real: Any,
-              done: list, matrix: _Matrix, visited: Any, weights: Any,
+def _assemble(lm: LoadedModel, prepared: Prepared, queries: list[int], ids: list[int],
+              real: Real, done: list, matrix: _Matrix, visited: np.ndarray, weights: np.ndarray,
               checks: list[GraphCheck], node_threshold: float, edge_threshold: float,
               max_nodes: int, k: int, start: float,
               tset: TranscoderSet | None) -> tuple[AttributionGraph, list[GraphNode]]:
@@ -664,8 +678,8 @@ def _ranges(blocks: tuple[int, ...]) -> str:
 
 
 def _node(lm: LoadedModel, i: int, neurons: list[int], layout: _Layout, ids: list[int],
-          queries: list[int], real: Any, logits: list[Target], pr: Any, bias: float | None,
-          w: Any) -> GraphNode:
+          queries: list[int], real: Real, logits: list[Target], pr: Pruned, bias: float | None,
+          w: np.ndarray) -> GraphNode:
     L, T = layout.L, layout.T
     nn_ = len(neurons)
     common: dict[str, Any] = {"influence": float(pr.influence[i]),

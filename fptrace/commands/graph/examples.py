@@ -8,9 +8,8 @@ from __future__ import annotations
 
 import json
 import os
-from typing import Any
 
-from fptrace.examples import Bench, Case, NoteCase, Setup
+from fptrace.examples import Bench, Case, NoteCase, Said, Setup
 
 PROMPT = [5, 6, 7, 8, 9, 10]
 
@@ -25,8 +24,8 @@ def write_transcoder(folder: str, block: int, d_model: int, d_sae: int, seed: in
 
     r = np.random.default_rng(seed)
     os.makedirs(folder, exist_ok=True)
-    cfg: dict[str, Any] = {"architecture": architecture, "d_in": d_model, "d_sae": d_sae,
-                           "normalize_activations": "none", "dtype": "float32"}
+    cfg: dict[str, object] = {"architecture": architecture, "d_in": d_model, "d_sae": d_sae,
+                              "normalize_activations": "none", "dtype": "float32"}
     if architecture == "standard":
         cfg["hook_name"] = f"blocks.{block}.hook_resid_post"
     else:
@@ -60,7 +59,7 @@ def _notes(bench: Bench, blocks: int | None) -> tuple[str, ...]:
     return graph(lm, PROMPT, transcoders=folder, max_nodes=8).notes
 
 
-def _missing(bench: Bench) -> tuple[Any, Any]:
+def _missing(bench: Bench) -> Said:
     return _notes(bench, None), _notes(bench, 1)
 
 

@@ -40,7 +40,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from fptrace.commands.graph.experts import MoeSites, frozen_hook, layouts, moe_sites, router_hook
-from fptrace.commands.graph.transcoders import replacement_hook
+from fptrace.commands.graph.transcoders import TranscoderSet, replacement_hook
 from fptrace.core.attribution import frozen_norm
 from fptrace.core.hooks import Hook, first_output, hooked
 from fptrace.errors import BadInput, param
@@ -51,6 +51,8 @@ if TYPE_CHECKING:
     import torch
     from torch import nn
 
+    from fptrace.families import Family
+    from fptrace.families.kinds import NormKind
     from fptrace.families.parts import ModelParts
 
 ATTENTION = "fptrace-frozen-pattern"  # the attention implementation registered for the pass
@@ -94,7 +96,7 @@ class MlpSites:
     moe: MoeSites | None = None
 
 
-def mlp_sites(family: Any) -> MlpSites:
+def mlp_sites(family: Family) -> MlpSites:
     """The family's MLP sites, or BadInput saying why its MLP cannot be frozen."""
     up = family.taps.get(Point.mlp_up)
     act = family.taps.get(Point.mlp_act)
@@ -124,7 +126,7 @@ class Replay:
     removed: tuple[tuple[int, int, int] | None, ...]
     hold: bool
 
-    def remove(self, base: Any, layer: int) -> Any:
+    def remove(self, base: torch.Tensor, layer: int) -> torch.Tensor:
         """base (B, T, m), the activations entering block `layer`'s down projection (its
         transcoder's decoder), with each row's removed node of that block set to 0."""
         for b, node in enumerate(self.removed):
@@ -142,7 +144,7 @@ _KEEPING: contextvars.ContextVar[tuple[Pass, dict[int, int], bool] | None] = \
     contextvars.ContextVar("keeping", default=None)
 
 
-def _row0(t: Any) -> Any:
+def _row0(t: torch.Tensor) -> torch.Tensor:
     """Row 0 of a batch, standing for every row."""
     return t[:1].expand_as(t)
 
@@ -152,7 +154,8 @@ class Pass:
     """What one frozen forward pass left behind (tensors of the float64 copy, batch B)."""
 
     embed: Any = None  # (B, T, d) the token embeddings, a leaf
-    pos: Any = None  # (B, T, d) a learned position embedding's output, a leaf, or None
+    # (B, T, d) a learned position embedding's output, a leaf, or None
+    pos: torch.Tensor | None = None
     u: dict = field(default_factory=dict)  # layer -> (B, T, m) the up pre-activation
     # MoE block -> the router's (indices (B·T, k), weights (B·T, k)), read by its MLP's hook
     routes: dict = field(default_factory=dict)
@@ -187,9 +190,11 @@ class Pass:
 HELD_PATTERNS_BYTES = 1 << 30
 
 
-def _frozen_attention(module: Any, query: Any, key: Any, value: Any, attention_mask: Any,
+def _frozen_attention(module: nn.Module, query: torch.Tensor, key: torch.Tensor,
+                      value: torch.Tensor, attention_mask: torch.Tensor | None,
                       scaling: float | None = None, dropout: float = 0.0,
-                      softcap: float | None = None, **kwargs: Any) -> tuple[Any, Any]:
+                      softcap: float | None = None, **kwargs: object
+                      ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """The AttentionInterface function of the frozen pass: eager attention with q and k
     detached, so the pattern is a constant and the output is linear in the values."""
     if kwargs.get("s_aux") is not None or kwargs.get("sinks") is not None:
@@ -226,7 +231,8 @@ def _keep_heads(module: nn.Module, v: torch.Tensor, out: torch.Tensor, pattern: 
             state.heads_out[layer], state.patterns[layer] = out, pattern
 
 
-def frozen_pattern(q: Any, k: Any, mask: Any, scale: float, softcap: float | None) -> Any:
+def frozen_pattern(q: torch.Tensor, k: torch.Tensor, mask: torch.Tensor | None, scale: float,
+                   softcap: float | None) -> torch.Tensor:
     """softmax(q·kᵀ · scale (softcapped) + mask): (B, nh, T, T) from q (B, nh, T, hd) and k
     (B, nkv, T, hd) (grouped-query: each K head repeated for its query heads)."""
     import torch
@@ -244,7 +250,7 @@ def frozen_pattern(q: Any, k: Any, mask: Any, scale: float, softcap: float | Non
 
 
 @functools.cache
-def _recomputed_pattern() -> Any:
+def _recomputed_pattern() -> type[torch.autograd.Function]:
     """pattern @ v as an autograd function that holds q and k (linear in T) instead of the
     pattern (T²), and recomputes the pattern in each backward pass."""
     import torch
@@ -253,18 +259,19 @@ def _recomputed_pattern() -> Any:
         generate_vmap_rule = True  # the backward passes are batched (is_grads_batched)
 
         @staticmethod
-        def forward(v: Any, q: Any, k: Any, mask: Any, scale: float,
-                    softcap: float | None) -> Any:
+        def forward(v: torch.Tensor, q: torch.Tensor, k: torch.Tensor,
+                    mask: torch.Tensor | None, scale: float,
+                    softcap: float | None) -> torch.Tensor:
             return frozen_pattern(q, k, mask, scale, softcap) @ v
 
         @staticmethod
-        def setup_context(ctx: Any, inputs: tuple, output: Any) -> None:
+        def setup_context(ctx: Any, inputs: tuple, output: torch.Tensor) -> None:
             _, q, k, mask, scale, softcap = inputs
             ctx.save_for_backward(q, k, mask)
             ctx.scale, ctx.softcap = scale, softcap
 
         @staticmethod
-        def backward(ctx: Any, grad: Any) -> tuple:
+        def backward(ctx: Any, grad: torch.Tensor) -> tuple:
             q, k, mask = ctx.saved_tensors
             pattern = frozen_pattern(q, k, mask, ctx.scale, ctx.softcap)
             return pattern.transpose(-1, -2) @ grad, None, None, None, None, None
@@ -280,13 +287,13 @@ def _register_attention() -> None:
     AttentionMaskInterface.register(ATTENTION, eager_mask)
 
 
-def is_norm(module: Any) -> bool:
+def is_norm(module: nn.Module) -> bool:
     name = type(module).__name__
     return name.endswith("Norm") and ("RMS" in name or "LayerNorm" in name)
 
 
-def _norm_hook(norm_type: Any, state: Pass) -> Any:
-    def hook(module: Any, args: tuple, output: Any) -> Any:
+def _norm_hook(norm_type: NormKind, state: Pass) -> Callable[..., torch.Tensor]:
+    def hook(module: nn.Module, args: tuple, output: object) -> torch.Tensor:
         x = args[0]
         held = x.detach() if state.replay is None else x.detach()[:1]  # a replay: row 0's
         centre, gain, bias = frozen_norm(module, held, norm_type)
@@ -300,24 +307,24 @@ def _norm_hook(norm_type: Any, state: Pass) -> Any:
     return hook
 
 
-def _bias_hook(state: Pass) -> Any:
-    def hook(module: Any, args: tuple, output: Any) -> None:
+def _bias_hook(state: Pass) -> Callable[..., None]:
+    def hook(module: nn.Module, args: tuple, output: object) -> None:
         out = first_output(output)
         if out.requires_grad:
             state.biases.append((module.bias, out))
     return hook
 
 
-def _leaf_hook(state: Pass, key: str) -> Any:
-    def hook(module: Any, args: tuple, output: Any) -> Any:
+def _leaf_hook(state: Pass, key: str) -> Callable[..., torch.Tensor]:
+    def hook(module: nn.Module, args: tuple, output: object) -> torch.Tensor:
         leaf = first_output(output).detach().requires_grad_(True)
         setattr(state, key, leaf)
         return leaf
     return hook
 
 
-def _up_hook(state: Pass, layer: int, part: tuple[int, int] | None) -> Any:
-    def hook(module: Any, args: tuple, output: Any) -> None:
+def _up_hook(state: Pass, layer: int, part: tuple[int, int] | None) -> Callable[..., None]:
+    def hook(module: nn.Module, args: tuple, output: object) -> None:
         u = first_output(output)
         if part is not None:
             i, n = part
@@ -326,8 +333,8 @@ def _up_hook(state: Pass, layer: int, part: tuple[int, int] | None) -> Any:
     return hook
 
 
-def _down_hook(state: Pass, layer: int) -> Any:
-    def hook(module: Any, args: tuple) -> tuple:
+def _down_hook(state: Pass, layer: int) -> Callable[..., tuple]:
+    def hook(module: nn.Module, args: tuple) -> tuple:
         import torch
 
         a, u = args[0], state.u[layer]
@@ -358,13 +365,13 @@ def _keep_out(store: dict, key: int) -> Callable[..., None]:
     return hook
 
 
-def _keep_logits(state: Pass) -> Any:
-    def hook(module: Any, args: tuple, output: Any) -> None:
+def _keep_logits(state: Pass) -> Callable[..., None]:
+    def hook(module: nn.Module, args: tuple, output: object) -> None:
         state.logits = first_output(output)
     return hook
 
 
-def float64_norms(model: Any, parts: Any, state: Pass | None = None) -> list[Hook]:
+def float64_norms(model: nn.Module, parts: ModelParts, state: Pass | None = None) -> list[Hook]:
     """Hooks that compute every norm of `model` in float64 as the linear map it is at its
     input (frozen_norm): the real pass (with no gradient) and the frozen pass use them."""
     state = Pass() if state is None else state
@@ -391,8 +398,8 @@ def _head_hooks(parts: ModelParts, state: Pass) -> list[Hook]:
 
 
 @contextlib.contextmanager
-def frozen(model: Any, parts: Any, sites: MlpSites | None,
-           transcoders: Any = None, replay: Replay | None = None,
+def frozen(model: Any, parts: ModelParts, sites: MlpSites | None,
+           transcoders: TranscoderSet | None = None, replay: Replay | None = None,
            outputs: bool = False) -> Iterator[Pass]:
     """Inside: a forward of `model` (the float64 copy, its ModelParts `parts`) runs frozen
     (see the module's text) and fills the Pass yielded; with `transcoders` (a TranscoderSet),

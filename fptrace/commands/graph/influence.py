@@ -27,7 +27,10 @@ probability (`influence`, as its compute_influence / compute_node_influence: w·
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import numpy as np
 
 MAX_ITER = 1000
 
@@ -37,12 +40,12 @@ class Adjacency:
     """A square n × n adjacency (rows the targets, columns the sources) whose only nonzero rows
     are `rows` (r, n), the rows of the nodes `index` (r,)."""
 
-    rows: Any
-    index: Any
+    rows: np.ndarray
+    index: np.ndarray
     n: int
 
     @classmethod
-    def dense(cls, A: Any) -> Adjacency:
+    def dense(cls, A: np.ndarray) -> Adjacency:
         """The rows of a dense matrix that are not all zero."""
         import numpy as np
 
@@ -54,7 +57,7 @@ class Adjacency:
         return Adjacency(normalized(self.rows), self.index, self.n)
 
 
-def normalized(A: Any) -> Any:
+def normalized(A: np.ndarray) -> np.ndarray:
     """|A| with each row divided by its sum (rows without input stay zero)."""
     import numpy as np
 
@@ -62,14 +65,15 @@ def normalized(A: Any) -> Any:
     return N / np.maximum(N.sum(axis=1, keepdims=True), 1e-10)
 
 
-def influence(A: Adjacency, weights: Any) -> Any:
+def influence(A: Adjacency, weights: np.ndarray) -> np.ndarray:
     """(n,) each node's influence on the weighted logits: weights·(Â + Â² + ...), Â = A
     normalized. A must be acyclic (it is: an edge always goes up a layer or along a
     position). Weights (k, n), k weightings at once: (k, n)."""
     return partial_influence(A.rows, weights, A.index)
 
 
-def partial_influence(rows: Any, weights: Any, row_nodes: Any) -> Any:
+def partial_influence(rows: np.ndarray, weights: np.ndarray, row_nodes: np.ndarray
+                      ) -> np.ndarray:
     """Influence over the rows computed so far: rows (r, n) the incoming edges of the nodes
     row_nodes (r,), weights (n,) the logit weights; (n,) each node's influence."""
     import numpy as np
@@ -90,7 +94,7 @@ def partial_influence(rows: Any, weights: Any, row_nodes: Any) -> Any:
     raise RuntimeError("influence did not converge: the graph has a cycle")
 
 
-def find_threshold(scores: Any, fraction: float) -> float:
+def find_threshold(scores: np.ndarray, fraction: float) -> float:
     """The score above which the largest scores hold `fraction` of their sum."""
     import numpy as np
 
@@ -108,13 +112,13 @@ class Pruned:
     the total influence held by the nodes at least as influential: circuit-tracer's
     `influence` in its JSON)."""
 
-    nodes: Any  # (n,) bool
-    edges: Any  # (r, n) bool, the rows of A.index (the targets)
-    influence: Any  # (n,) the node influence
-    cumulative: Any  # (n,)
+    nodes: np.ndarray  # (n,) bool
+    edges: np.ndarray  # (r, n) bool, the rows of A.index (the targets)
+    influence: np.ndarray  # (n,) the node influence
+    cumulative: np.ndarray  # (n,)
 
 
-def prune(A: Adjacency, weights: Any, n_neurons: int, n_rest: int, node_threshold: float,
+def prune(A: Adjacency, weights: np.ndarray, n_neurons: int, n_rest: int, node_threshold: float,
           edge_threshold: float) -> Pruned:
     """circuit-tracer's prune_graph on A (nodes: n_neurons neurons, then n_rest remainders,
     then tokens and logits, where `weights` is nonzero)."""
@@ -150,7 +154,8 @@ def prune(A: Adjacency, weights: Any, n_neurons: int, n_rest: int, node_threshol
     return Pruned(nodes=nodes, edges=edges, influence=inf, cumulative=cum)
 
 
-def scores(A: Adjacency, weights: Any, errors: Any, tokens: Any) -> tuple[float, float]:
+def scores(A: Adjacency, weights: np.ndarray, errors: np.ndarray, tokens: np.ndarray
+           ) -> tuple[float, float]:
     """(replacement, completeness) as circuit-tracer's compute_graph_scores, with the nodes
     `errors` (bool mask) in the role of its error nodes and `tokens` (bool mask) its tokens.
     Without error nodes both are 1."""

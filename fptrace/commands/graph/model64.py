@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import copy
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING
 
 from fptrace.commands.graph.experts import layouts, real_hooks
 from fptrace.commands.graph.freezing import MlpSites, float64_norms
@@ -23,21 +23,29 @@ from fptrace.errors import BadInput, param
 from fptrace.families.parts import ModelParts, resolve_parts
 from fptrace.models.loading import LoadedModel
 
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    import torch
+    from torch import nn
+
+    from fptrace.commands.graph.transcoders import TranscoderSet
+
 
 @dataclass(frozen=True)
 class Real:
     """What the float64 model computed on the prompt."""
 
-    acts: Any  # (L, T, m) every neuron's activation (a narrower block's padded with zeros)
-    logits: Any  # (Q, V) the LM head's output at the query positions (before any softcap)
-    probs: Any  # (Q, V) the probabilities (after any softcap), float64
-    own: Any  # (Q, V) the model's own LM head output in its dtype, as float64
+    acts: torch.Tensor  # (L, T, m) every neuron's activation (a narrower block's padded with 0)
+    logits: torch.Tensor  # (Q, V) the LM head's output at the query positions (before softcap)
+    probs: torch.Tensor  # (Q, V) the probabilities (after any softcap), float64
+    own: torch.Tensor  # (Q, V) the model's own LM head output in its dtype, as float64
     # MoE block -> the router's choice: indices (T, k), weights (T, k) float64, and the shared
     # experts' gate (T,) or None (experts.real_hooks)
     routes: dict = field(default_factory=dict)
 
 
-def float64_copy(lm: LoadedModel) -> tuple[Any, ModelParts]:
+def float64_copy(lm: LoadedModel) -> tuple[nn.Module, ModelParts]:
     """A float64 copy of the model (its gradients off) and its parts."""
     import torch
 
@@ -54,23 +62,24 @@ def float64_copy(lm: LoadedModel) -> tuple[Any, ModelParts]:
     return model.eval(), resolve_parts(model)
 
 
-def real_pass(lm: LoadedModel, model: Any, parts: ModelParts, sites: MlpSites | None,
-              ids: list[int], queries: list[int], transcoders: Any = None) -> Real:
+def real_pass(lm: LoadedModel, model: nn.Module, parts: ModelParts, sites: MlpSites | None,
+              ids: list[int], queries: list[int], transcoders: TranscoderSet | None = None
+              ) -> Real:
     """The float64 copy's activations and logits on ids, and the model's own logits; with
     `transcoders` (a TranscoderSet) the activations are its latents' on each block's MLP input
     (zeros for a block without one), every block as wide as the widest."""
     import torch
 
-    acts: dict[int, Any] = {}
-    got: dict[str, Any] = {}
+    acts: dict[int, torch.Tensor] = {}
+    got: dict[str, torch.Tensor] = {}
 
-    def keep_act(layer: int) -> Any:
-        def hook(module: Any, args: tuple) -> None:
+    def keep_act(layer: int) -> Callable[..., None]:
+        def hook(module: nn.Module, args: tuple) -> None:
             acts[layer] = args[0][0].detach().cpu().clone()  # (T, m)
         return hook
 
-    def keep(key: str) -> Any:
-        def hook(module: Any, args: tuple, output: Any) -> None:
+    def keep(key: str) -> Callable[..., None]:
+        def hook(module: nn.Module, args: tuple, output: object) -> None:
             got[key] = first_output(output)[0].detach().to(torch.float64).cpu()  # (Q, V)
         return hook
 

@@ -19,8 +19,9 @@ from fptrace.cli.sections import Page, ReportSection
 from fptrace.render.html import section
 
 if TYPE_CHECKING:
-    from fptrace.commands.graph.result import AttributionGraph
-    from fptrace.render.pagedata import NodeGraph
+    from fptrace.commands.graph.result import AttributionGraph, GraphEdge, GraphNode
+    from fptrace.render.pagedata import NodeGraph, SectionData
+    from fptrace.results import Token
 
 EDGES_SHOWN = 3  # the strongest edges in and out a node's hover lists
 EDGES_DRAWN = 300  # the drawing's strongest edges drawn before more are asked for
@@ -47,7 +48,7 @@ def _check(values: dict[str, Any]) -> None:
         check_nodes(values["graph_transcoders"] is None, values["graph_transcoders"])
 
 
-def _compute(page: Page, values: dict[str, Any]) -> Any:
+def _compute(page: Page, values: dict[str, Any]) -> AttributionGraph | None:
     from fptrace.commands.graph.core import graph
 
     if not values["graph"]:
@@ -55,14 +56,14 @@ def _compute(page: Page, values: dict[str, Any]) -> Any:
     return graph(page.lm, page.prompt, transcoders=values["graph_transcoders"])
 
 
-def _body(result: Any) -> list[str]:
+def _body(result: AttributionGraph) -> list[str]:
     from fptrace.commands.graph.render import graph_view
 
     return section("How the answer was computed: the attribution graph", "", None,
                    graph_view(result, 130))
 
 
-def _name(n: Any, tokens: Any) -> str:
+def _name(n: GraphNode, tokens: tuple[Token, ...]) -> str:
     if n.node_type == "embedding":
         return f"{tokens[n.position].text!r}@{n.position}"
     if n.node_type == "logit":
@@ -70,12 +71,12 @@ def _name(n: Any, tokens: Any) -> str:
     return f"{n.label.replace(' @', '@')}"
 
 
-def node_lines(g: Any) -> dict[str, list[str]]:
+def node_lines(g: AttributionGraph) -> dict[str, list[str]]:
     """node_id -> the lines its hover shows: what it is, its value and influence, its strongest
     kept edges in and out."""
     names = {n.node_id: _name(n, g.tokens) for n in g.nodes}
-    into: dict[str, list[Any]] = defaultdict(list)
-    out: dict[str, list[Any]] = defaultdict(list)
+    into: dict[str, list[GraphEdge]] = defaultdict(list)
+    out: dict[str, list[GraphEdge]] = defaultdict(list)
     for e in g.edges:
         into[e.target].append(e)
         out[e.source].append(e)
@@ -129,7 +130,7 @@ def drawing(g: AttributionGraph) -> NodeGraph:
                ("output", "logit")))
 
 
-def _data(result: Any) -> Any:
+def _data(result: AttributionGraph) -> SectionData:
     from fptrace.render.pagedata import Heatmap, SectionData
 
     g = result
@@ -159,7 +160,7 @@ def _data(result: Any) -> Any:
         graphs=(drawing(g),))
 
 
-def _verify(result: Any) -> None:
+def _verify(result: AttributionGraph) -> None:
     from fptrace.cli.io import check_match
 
     check_match(result.ok, [c.name for c in result.checks if not c.ok])

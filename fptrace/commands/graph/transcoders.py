@@ -29,12 +29,21 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
 
 from fptrace.core.dictionaries import Dictionary, activate, check_model, check_role, read_dictionary
 from fptrace.core.dictionary_sites import MLP_IN, hook_name
 from fptrace.errors import BadInput, param
 from fptrace.points import Point
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    import torch
+    from torch import nn
+
+    from fptrace.commands.graph.freezing import Pass, Replay
+    from fptrace.models.loading import LoadedModel
 
 
 @dataclass
@@ -44,22 +53,22 @@ class Transcoder:
     block: int
     path: str
     kind: str  # relu, jumprelu, batchtopk, topk
-    W_enc: Any  # (d, n)
-    c: Any  # (n,) the encoder's bias, b_dec's shift folded in
-    W_dec: Any  # (n, d)
-    b_dec: Any  # (d,)
-    threshold: Any  # (n,) or None
+    W_enc: torch.Tensor  # (d, n)
+    c: torch.Tensor  # (n,) the encoder's bias, b_dec's shift folded in
+    W_dec: torch.Tensor  # (n, d)
+    b_dec: torch.Tensor  # (d,)
+    threshold: torch.Tensor | None  # (n,) or None
     k: int | None
 
     @property
     def width(self) -> int:
         return int(self.W_enc.shape[1])
 
-    def pre(self, x: Any) -> Any:
+    def pre(self, x: torch.Tensor) -> torch.Tensor:
         """(..., d) -> (..., n): the encoder's pre-activations p = x · W_enc + c."""
         return x @ self.W_enc + self.c
 
-    def act(self, p: Any) -> Any:
+    def act(self, p: torch.Tensor) -> torch.Tensor:
         """The activations of pre-activations p, as the dictionary encodes, in p's dtype."""
         return activate(self.kind, p, self.threshold, self.k)
 
@@ -104,11 +113,9 @@ def _folders(path: str) -> list[str]:
     return subs
 
 
-def read_transcoders(path: str, lm: Any) -> TranscoderSet:
+def read_transcoders(path: str, lm: LoadedModel) -> TranscoderSet:
     """The transcoders in `path`, checked against the model (see the module's text), in float64
     on the model's device."""
-    import torch
-
     from fptrace.core.trace import model_info
 
     if lm.parts.family.mlp_added:
@@ -136,21 +143,21 @@ def read_transcoders(path: str, lm: Any) -> TranscoderSet:
             raise BadInput(f"{param('transcoders')} {path!r}: two transcoders for block "
                            f"{d.site.layer} "
                            f"({by_block[d.site.layer].path!r} and {folder!r})")
-        by_block[d.site.layer] = _float64(d, device, torch)
+        by_block[d.site.layer] = _float64(d, device)
     return TranscoderSet(path=path, by_block=by_block, n_layers=info.n_layers)
 
 
-def replacement_hook(state: Any, layer: int, tc: Transcoder | None) -> Any:
+def replacement_hook(state: Pass, layer: int, tc: Transcoder | None) -> Callable[..., object]:
     """The forward hook of block `layer`'s MLP module in the frozen pass: its output replaced
     by the transcoder's reconstruction plus its error (see the module's text); without a
     transcoder, by the error alone. Fills state.acts, state.leaves, state.errors and the bias
     terms."""
     import torch
 
-    def hook(module: Any, args: tuple, output: Any) -> Any:
+    def hook(module: nn.Module, args: tuple, output: torch.Tensor | tuple) -> object:
         y = output[0] if isinstance(output, tuple) else output
         if state.replay is not None:  # freezing.Replay: row 0's gates and error
-            new = _replayed(state, layer, tc, args[0], y)
+            new = _replayed(state, state.replay, layer, tc, args[0], y)
         elif tc is None:
             new = y.detach().clone().requires_grad_(True)  # all of it error
             state.errors[layer] = new
@@ -179,7 +186,8 @@ def replacement_hook(state: Any, layer: int, tc: Transcoder | None) -> Any:
     return hook
 
 
-def _replayed(state: Any, layer: int, tc: Transcoder | None, x: Any, y: Any) -> Any:
+def _replayed(state: Pass, replay: Replay, layer: int, tc: Transcoder | None, x: torch.Tensor,
+              y: torch.Tensor) -> torch.Tensor:
     """A replay's MLP output (freezing.Replay): the reconstruction of each row's latents (row
     0's held, or following the input with row 0's gates; the removed one 0) plus row 0's
     error; without a transcoder, row 0's output (all of it error)."""
@@ -192,27 +200,30 @@ def _replayed(state: Any, layer: int, tc: Transcoder | None, x: Any, y: Any) -> 
     a0 = tc.act(p0)
     r = torch.where(p0 != 0, a0 / torch.where(p0 != 0, p0, 1.0), 0.0)
     state.acts[layer] = r * p
-    base = a0.expand_as(p).clone() if state.replay.hold else r * p
+    base = a0.expand_as(p).clone() if replay.hold else r * p
     error = y[:1] - (a0 @ tc.W_dec + tc.b_dec)  # (1, T, d)
-    return state.replay.remove(base, layer) @ tc.W_dec + tc.b_dec + error
+    return replay.remove(base, layer) @ tc.W_dec + tc.b_dec + error
 
 
-def latents_hook(acts: dict, layer: int, tc: Transcoder) -> Any:
+def latents_hook(acts: dict, layer: int, tc: Transcoder) -> Callable[..., None]:
     """The forward hook of block `layer`'s MLP module in the real pass: the transcoder's
     activations of the MLP's input (T, n), float64."""
-    def hook(module: Any, args: tuple, output: Any) -> None:
+    def hook(module: nn.Module, args: tuple, output: object) -> None:
         acts[layer] = tc.act(tc.pre(args[0][0].detach())).cpu()
     return hook
 
 
-def _float64(d: Dictionary, device: Any, torch: Any) -> Transcoder:
-    def f64(t: Any) -> Any:
-        return None if t is None else t.detach().to(device=device, dtype=torch.float64)
+def _float64(d: Dictionary, device: torch.device) -> Transcoder:
+    import torch
+
+    def f64(t: torch.Tensor) -> torch.Tensor:
+        return t.detach().to(device=device, dtype=torch.float64)
 
     W_enc, b_enc, b_dec = f64(d.W_enc), f64(d.b_enc), f64(d.b_dec)
     c = b_enc - b_dec @ W_enc if d.shift_input else b_enc
     return Transcoder(block=d.site.layer, path=d.path, kind=d.kind, W_enc=W_enc, c=c,
-                      W_dec=f64(d.W_dec), b_dec=b_dec, threshold=f64(d.threshold), k=d.k)
+                      W_dec=f64(d.W_dec), b_dec=b_dec,
+                      threshold=None if d.threshold is None else f64(d.threshold), k=d.k)
 
 
 __all__ = ["Transcoder", "TranscoderSet", "latents_hook", "read_transcoders", "replacement_hook"]

@@ -21,13 +21,23 @@ Each step is one batched pass: row 0 the prompt as it is, one row per removed no
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fptrace.commands.graph.experts import layouts, removal_hooks
 from fptrace.commands.graph.freezing import MlpSites, Replay, frozen
 from fptrace.commands.graph.result import GraphCheck, GraphVerified
 from fptrace.commands.graph.rows import Candidates, Rows, Target
 from fptrace.core.hooks import Hook, hooked
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    import torch
+    from torch import nn
+
+    from fptrace.commands.graph.freezing import Pass
+    from fptrace.commands.graph.transcoders import TranscoderSet
+    from fptrace.families.parts import ModelParts
 
 ROWS = 16  # removed nodes per pass (with the prompt's own row)
 
@@ -37,7 +47,7 @@ def _edge(r: Rows, s: Target, cand: Candidates) -> float:
     return float(r.chosen[0][cand.columns[s]])
 
 
-def _values(p: Any, done: list, B: int) -> Any:
+def _values(p: Pass, done: list, B: int) -> torch.Tensor:
     """(B, targets): each computed target's value in each row of a replay."""
     import torch
 
@@ -48,13 +58,14 @@ def _values(p: Any, done: list, B: int) -> Any:
     return torch.stack(cols, dim=1)
 
 
-def _real_logits(model: Any, parts: Any, sites: MlpSites | None, tset: Any, x: Any,
-                 keep: Any, picks: list[Target], acts: Any) -> Any:
+def _real_logits(model: nn.Module, parts: ModelParts, sites: MlpSites | None, tset: Any,
+                 x: torch.Tensor, keep: torch.Tensor, picks: list[Target], acts: torch.Tensor
+                 ) -> torch.Tensor:
     """(B, Q, V) the float64 model's logits as it computes, row b + 1 without picks[b]."""
     import torch
 
-    def zero(layer: int) -> Any:
-        def hook(module: Any, args: tuple) -> tuple:
+    def zero(layer: int) -> Callable[..., tuple]:
+        def hook(module: nn.Module, args: tuple) -> tuple:
             a = args[0].clone()
             for b, s in enumerate(picks, 1):
                 if s.layer == layer:
@@ -62,10 +73,10 @@ def _real_logits(model: Any, parts: Any, sites: MlpSites | None, tset: Any, x: A
             return (a, *args[1:])
         return hook
 
-    def minus(layer: int) -> Any:
+    def minus(layer: int) -> Callable[..., object]:
         W = tset.by_block[layer].W_dec  # (n, d)
 
-        def hook(module: Any, args: tuple, output: Any) -> Any:
+        def hook(module: nn.Module, args: tuple, output: torch.Tensor | tuple) -> object:
             y = (output[0] if isinstance(output, tuple) else output).clone()
             for b, s in enumerate(picks, 1):
                 if s.layer == layer:
@@ -91,9 +102,10 @@ def _real_logits(model: Any, parts: Any, sites: MlpSites | None, tset: Any, x: A
         return model(x, use_cache=False, logits_to_keep=keep).logits
 
 
-def verify(model: Any, parts: Any, sites: MlpSites | None, tset: Any, ids: list[int],
-           queries: list[int], done: list, cand: Candidates, picks: list[Target], labels: list[str],
-           logit: Target, acts: Any, rtol: float) -> tuple[tuple[GraphVerified, ...], GraphCheck]:
+def verify(model: nn.Module, parts: ModelParts, sites: MlpSites | None, tset: TranscoderSet | None,
+           ids: list[int], queries: list[int], done: list, cand: Candidates, picks: list[Target],
+           labels: list[str], logit: Target, acts: torch.Tensor, rtol: float
+           ) -> tuple[tuple[GraphVerified, ...], GraphCheck]:
     """The three interventions of the module's text for each node of `picks` (candidates whose
     edges into the computed nodes `done` the graph holds; labels their names); logit: the top
     logit node; acts (L, T, m) the nodes' values. Returns each node's figures and the check."""

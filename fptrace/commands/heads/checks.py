@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from typing import Any
+from typing import TYPE_CHECKING
 
 from fptrace.addresses import Head
 from fptrace.core.hooks import Hook, StopForward, hooked
@@ -21,13 +21,19 @@ from fptrace.core.interventions import Part, ablation_hooks
 from fptrace.families.parts import dims, output_projection
 from fptrace.models.loading import LoadedModel
 
+if TYPE_CHECKING:
+    import torch
+    from torch import nn
+
+    from fptrace.commands.heads.patterns import Item
+
 BATCH = 32  # rows per forward pass, at most
 PASS_TOKENS = 40  # what a pass costs beyond its tokens, in tokens (benchmarks/README.md)
 PREVIOUS_PROMPTS = 6  # prompts the previous-token check replaces tokens in ...
 PREVIOUS_TOKENS = 32  # ... each cut to its first tokens
 
 
-def induction_check(lm: LoadedModel, rand: Sequence[Any], n: int, heads: Sequence[Head],
+def induction_check(lm: LoadedModel, rand: Sequence[Item], n: int, heads: Sequence[Head],
                     clean: float | None, states: dict | None = None) -> dict[Head, float]:
     """Per head: the mean repeated-half loss with it removed minus the clean one (nats).
 
@@ -59,9 +65,9 @@ def induction_check(lm: LoadedModel, rand: Sequence[Any], n: int, heads: Sequenc
         rows = [(Part(h.layer, h.head),) for h, _ in chunk]
         first = min(h.layer for h, _ in chunk)
         x = torch.tensor([list(it.ids) for _, it in chunk], device=lm.device)  # (B, 2n)
-        got: list[Any] = []
+        got: list[torch.Tensor] = []
 
-        def grab(module: Any, args: tuple, got: list = got) -> None:
+        def grab(module: nn.Module, args: tuple, got: list = got) -> None:
             got.append(args[0])
             raise StopForward  # the LM head is taken below, at the positions read
 
@@ -118,7 +124,7 @@ def clean_blocks(lm: LoadedModel, upto: int, rows: list | None) -> Iterator[None
     hidden = torch.stack([r[upto - 1][0] for r in rows])  # (B, T, d): block upto − 1's output
     value = (hidden,) if is_tuple else hidden
 
-    def stand_in(*args: Any, **kwargs: Any) -> Any:
+    def stand_in(*args: object, **kwargs: object) -> object:
         return value  # the blocks before it are never read past block upto − 1
 
     blocks = lm.parts.blocks[:upto]
@@ -131,7 +137,7 @@ def clean_blocks(lm: LoadedModel, upto: int, rows: list | None) -> Iterator[None
             del b.forward
 
 
-def previous_check(lm: LoadedModel, items: Sequence[Any], heads: Sequence[Head], seed: int
+def previous_check(lm: LoadedModel, items: Sequence[Item], heads: Sequence[Head], seed: int
                    ) -> dict[Head, float]:
     """Per head: its mean output change at j + 1 over its mean change at the positions after
     j + 1, when token j is replaced (j ≥ 1), over the first prompts of 4 tokens or more."""
@@ -153,10 +159,10 @@ def previous_check(lm: LoadedModel, items: Sequence[Any], heads: Sequence[Head],
             new = int(torch.randint(0, dm.vocab_size, (1,), generator=g))
             row[j] = new if new != ids[j] else (new + 1) % dm.vocab_size
             rows.append(row)
-        got: dict[int, Any] = {}
+        got: dict[int, torch.Tensor] = {}
 
         def keep(layer: int, got: dict = got, B: int = len(rows), T: int = T):
-            def hook(module: Any, args: tuple) -> None:
+            def hook(module: nn.Module, args: tuple) -> None:
                 z = args[0].float().view(B, T, H, hd)  # (B, T, H, hd)
                 got[layer] = torch.linalg.vector_norm(z[1:] - z[:1], dim=-1).double().cpu()
                 if layer == layers[-1]:

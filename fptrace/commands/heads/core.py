@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fptrace.addresses import Head, resolve_head
 from fptrace.commands.heads.patterns import (
@@ -39,6 +39,12 @@ from fptrace.core.trace import base_notes, model_info, sizes
 from fptrace.errors import BadInput, UnsupportedModel, param
 from fptrace.models.loading import LoadedModel
 
+if TYPE_CHECKING:
+    import torch
+    from torch import nn
+
+    from fptrace.models.prompts import Prompt
+
 INDUCTION_SEQUENCES = 8
 INDUCTION_LENGTH = 64
 EVIDENCE = 8  # positions listed with --head
@@ -53,7 +59,7 @@ def shipped_prompts() -> str:
     return str(Path(__file__).resolve().parents[3] / "prompts")
 
 
-def items_of(lm: LoadedModel, prompts: Sequence[Any], subjects: Sequence[str | None] = ()
+def items_of(lm: LoadedModel, prompts: Sequence[Prompt], subjects: Sequence[str | None] = ()
              ) -> list[Item]:
     """The prompts (text, Chat or token ids) as Items, each subject located by its characters
     (core/fragments.py), refusing prompts longer than the context."""
@@ -72,7 +78,7 @@ def items_of(lm: LoadedModel, prompts: Sequence[Any], subjects: Sequence[str | N
 
 def attention(lm: LoadedModel, rows: Sequence[Sequence[int]], keep: int = 1,
               states: list | None = None, final: list | None = None
-              ) -> tuple[list[list[Any]], Any]:
+              ) -> tuple[list[list[torch.Tensor]], torch.Tensor | None]:
     """One pass of `rows` (token ids, all of one length): per row, every block's attention
     weights (H, T, T) float32; and the logits of the last `keep` positions (B, keep, V). The
     heads are the model's own: transformers' eager attention returns them. With `states` (a
@@ -85,12 +91,12 @@ def attention(lm: LoadedModel, rows: Sequence[Sequence[int]], keep: int = 1,
 
     weights: list[Any] = [None] * len(lm.parts.attns)
 
-    def store(module: Any, args: tuple, output: Any) -> None:
+    def store(module: nn.Module, args: tuple, output: object) -> None:
         if states is not None:
             states.append((first_output(output), isinstance(output, (tuple, list))))
 
     def keeper(i: int):
-        def hook(module: Any, args: tuple, output: Any) -> None:
+        def hook(module: nn.Module, args: tuple, output: object) -> None:
             w = output[1] if isinstance(output, (tuple, list)) and len(output) > 1 else None
             if w is None or w.dim() != 4:
                 raise UnsupportedModel(f"block {i}'s attention returned no weights under eager "
@@ -98,7 +104,7 @@ def attention(lm: LoadedModel, rows: Sequence[Sequence[int]], keep: int = 1,
             weights[i] = w.float()  # (B, H, T, T)
         return hook
 
-    def grab(module: Any, args: tuple) -> None:
+    def grab(module: nn.Module, args: tuple) -> None:
         if final is not None:
             final.append(args[0])
             raise StopForward  # the caller takes the LM head where it reads it
@@ -137,7 +143,7 @@ def prompt_batches(items: Sequence[Item], heads: int) -> list[list[Item]]:
     return [order[j:i] for j, i in cheapest_passes(len(order), len(order), cost)]
 
 
-def heads(lm: LoadedModel, prompts: Sequence[Any] = (), *, subjects: Sequence[str | None] = (),
+def heads(lm: LoadedModel, prompts: Sequence[Prompt] = (), *, subjects: Sequence[str | None] = (),
           seed: int = 0, induction: int = INDUCTION_SEQUENCES,
           induction_length: int = INDUCTION_LENGTH, check: bool = True,
           weights: bool = True, head: Head | None = None, ov_tokens: int = OV_TOKENS) -> Heads:
@@ -180,11 +186,11 @@ def heads(lm: LoadedModel, prompts: Sequence[Any] = (), *, subjects: Sequence[st
             n = len(it.ids)
             tally(sums, [x[:, :n, :n] for x in w], it, pattern_masks(it.ids), focus)
     clean_losses = []
-    clean_states: dict[Any, list[tuple[Any, bool]]] = {}  # sequence -> each block's output
+    clean_states: dict[Item, list[tuple[torch.Tensor, bool]]] = {}  # sequence -> block outputs
     for start in range(0, len(rand), INDUCTION_BATCH):  # one length: batched
         chunk = rand[start:start + INDUCTION_BATCH]
-        kept: list[tuple[Any, bool]] = []
-        final: list[Any] = []
+        kept: list[tuple[torch.Tensor, bool]] = []
+        final: list[torch.Tensor] = []
         ws, _ = attention(lm, [it.ids for it in chunk], states=kept if check else None,
                           final=final)
         for b, it in enumerate(chunk):

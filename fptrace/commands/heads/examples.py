@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from fptrace.examples import Bench, Case, NoteCase, Setup
+from fptrace.examples import Bench, Case, NoteCase, Said, Setup
+
+if TYPE_CHECKING:
+    from fptrace.commands.heads.result import Heads
 
 PROMPTS = [[5, 6, 7, 6, 9, 10, 6], [11, 12, 13, 14, 12]]
 
 
-def _heads(bench: Bench, family: str = "llama", **kw: Any) -> Any:
+def _heads(bench: Bench, family: str = "llama", **kw: Any) -> Heads:
     from fptrace.commands.heads.core import heads
 
     kw.setdefault("induction", 2)
@@ -34,31 +37,31 @@ def _with(bench: Bench, threshold: float, **kw: Any) -> tuple[str, ...]:
         roles.THRESHOLDS.update(saved)
 
 
-def _role(bench: Bench) -> tuple[Any, Any]:
+def _role(bench: Bench) -> Said:
     return _with(bench, 2.0), _with(bench, -1.0)
 
 
-def _none(bench: Bench) -> tuple[Any, Any]:
+def _none(bench: Bench) -> Said:
     return _with(bench, -1.0), _with(bench, 2.0)
 
 
-def _pattern_only(bench: Bench) -> tuple[Any, Any]:
+def _pattern_only(bench: Bench) -> Said:
     return _story(bench, check=False), None
 
 
-def _claim(bench: Bench) -> tuple[Any, Any]:
+def _claim(bench: Bench) -> Said:
     return _with(bench, 2.0), _with(bench, -1.0)
 
 
-def _untested(bench: Bench) -> tuple[Any, Any]:
+def _untested(bench: Bench) -> Said:
     return _with(bench, -1.0), _with(bench, 2.0)
 
 
-def _no_ov(bench: Bench) -> tuple[Any, Any]:
+def _no_ov(bench: Bench) -> Said:
     return _heads(bench, check=False).notes, None
 
 
-def _unchecked(bench: Bench) -> tuple[Any, Any]:
+def _unchecked(bench: Bench) -> Said:
     return _story(bench), _story(bench, check=False)
 
 

@@ -4,13 +4,17 @@ each check by intervention measured."""
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
 from fptrace.cli.options import STATS
 from fptrace.cli.sections import Page, ReportSection
 from fptrace.render.html import section
+
+if TYPE_CHECKING:
+    from fptrace.commands.heads.result import Heads, HeadScores
+    from fptrace.render.pagedata import SectionData
 
 REPORT_INDUCTION = "2x16"  # the report's induction sequences: a page, not a survey
 
@@ -30,7 +34,7 @@ def _check(values: dict[str, Any]) -> None:
     parse_induction(values["heads_induction"])
 
 
-def _compute(page: Page, values: dict[str, Any]) -> Any:
+def _compute(page: Page, values: dict[str, Any]) -> Heads | None:
     from fptrace.commands.heads.core import heads
     from fptrace.commands.heads.inputs import parse_induction
 
@@ -41,14 +45,14 @@ def _compute(page: Page, values: dict[str, Any]) -> Any:
                  induction_length=length)
 
 
-def _body(result: Any) -> list[str]:
+def _body(result: Heads) -> list[str]:
     from fptrace.commands.heads.render import heads_view
 
     return section("What each attention head does: roles, measured and checked", "", None,
                    heads_view(result, 130))
 
 
-def _data(result: Any) -> Any:
+def _data(result: Heads) -> SectionData:
     """The roles as a blocks × heads heatmap: a cell shows its roles (`P`, `I?`, `·`), its
     colour the largest pattern score, its hover every score and the checks' figures."""
     from fptrace.commands.heads.render import cell, score_lines
@@ -58,7 +62,7 @@ def _data(result: Any) -> Any:
     H = max((h.head for h in result.heads), default=-1) + 1
     grid = [[h for h in result.heads if h.layer == layer] for layer in range(L)]
 
-    def top(h: Any) -> float | None:
+    def top(h: HeadScores) -> float | None:
         got = [x for x in (h.previous, h.duplicate, h.induction, h.subject) if x is not None]
         return max(got) if got else None
 
@@ -71,7 +75,7 @@ def _data(result: Any) -> Any:
         tips=tuple(tuple("\n".join(score_lines(h)) for h in row) for row in grid)),))
 
 
-def _verify(result: Any) -> None:
+def _verify(result: Heads) -> None:
     from fptrace.cli.io import check_match
 
     check_match(result.ok, [c.name for c in result.checks if not c.ok])

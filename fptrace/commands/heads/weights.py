@@ -18,12 +18,16 @@ them; the eigenvalue measure counts them as 1).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING
 
 from fptrace.core.trace import model_info
 from fptrace.families.kinds import NormKind
 from fptrace.families.parts import output_projection
 from fptrace.models.loading import LoadedModel
+
+if TYPE_CHECKING:
+    import torch
+    from torch import nn
 
 
 @dataclass
@@ -34,7 +38,7 @@ class OV:
     checks: list = field(default_factory=list)
 
 
-def value_weights(attn: Any, nh: int, nkv: int, hd: int) -> Any:
+def value_weights(attn: nn.Module, nh: int, nkv: int, hd: int) -> torch.Tensor | None:
     """W_V (nkv·hd, d) float32: v_proj, or the third of GPT-2's fused c_attn; None where the
     attention module has neither."""
     v = getattr(attn, "v_proj", None)
@@ -47,7 +51,7 @@ def value_weights(attn: Any, nh: int, nkv: int, hd: int) -> Any:
     return None
 
 
-def _gain(module: Any, kind: NormKind, d: int) -> Any:
+def _gain(module: nn.Module | None, kind: NormKind, d: int) -> torch.Tensor:
     import torch
 
     w = getattr(module, "weight", None)
@@ -60,7 +64,8 @@ def _gain(module: Any, kind: NormKind, d: int) -> Any:
 PROBE = 2048  # vocabulary rows in own_is_largest's first product
 
 
-def own_is_largest(O: Any, U: Any, own: Any, u_max: Any = None) -> Any:
+def own_is_largest(O: torch.Tensor, U: torch.Tensor, own: torch.Tensor,
+                   u_max: torch.Tensor | None = None) -> torch.Tensor:
     """Per row r of O (m, d): whether the logit of token own[r] is the largest of O[r] @ U.T,
     the first of equals: what `(O @ U.T).argmax(-1) == own` says, computing the whole vocabulary
     only for the rows a first product with PROBE evenly spaced rows of U cannot rule out. A row is
@@ -112,8 +117,9 @@ def ov_scores(lm: LoadedModel, seed: int, n: int) -> OV | None:
         Uf = U * _gain(lm.parts.final_norm, kind, d)  # (V, d)
         if centre:
             Uf = Uf - Uf.mean(-1, keepdim=True)
-        norms: list[Any] = [None if fam.attn_norm is None else b.get_submodule(fam.attn_norm)
-                            for b in lm.parts.blocks]
+        norms: list[nn.Module | None] = [
+            None if fam.attn_norm is None else b.get_submodule(fam.attn_norm)
+            for b in lm.parts.blocks]
         # the input norm's scale of each embedding row (the first block's eps; the gains per
         # block below)
         Ec = E - E.mean(-1, keepdim=True) if centre and norms[0] is not None else E

@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
 from fptrace.cli.options import STATS
 from fptrace.cli.sections import Page, ReportSection
 from fptrace.render.html import section
+
+if TYPE_CHECKING:
+    from fptrace.commands.patch.result import PatchResult
+    from fptrace.render.pagedata import SectionData
 
 OPTIONS = (
     ("noise", Annotated[str | None, typer.Option(
@@ -17,7 +21,7 @@ OPTIONS = (
 )
 
 
-def _compute(page: Page, values: dict[str, Any]) -> Any:
+def _compute(page: Page, values: dict[str, Any]) -> PatchResult | None:
     from fptrace.commands.patch.core import patch
 
     if values["noise"] is None:
@@ -25,14 +29,14 @@ def _compute(page: Page, values: dict[str, Any]) -> Any:
     return patch(page.lm, page.prompt, noise=values["noise"], seed=page.opts.seed)
 
 
-def _body(patching: Any) -> list[str]:
+def _body(patching: PatchResult) -> list[str]:
     from fptrace.commands.patch.render import patch_figure, patch_view
 
     return section("Where the prediction is carried: causal tracing", "causal tracing heatmap",
                    patch_figure(patching)[0], patch_view(patching, 130))
 
 
-def _data(patching: Any) -> Any:
+def _data(patching: PatchResult) -> SectionData:
     """The restored probability of every (block, position) as a heatmap."""
     from fptrace.render.pagedata import Heatmap, SectionData
     from fptrace.render.text import visible

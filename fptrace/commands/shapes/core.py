@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 import time
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from fptrace.commands.shapes.notes import BEYOND_CONTEXT
 from fptrace.commands.shapes.result import (
@@ -27,14 +27,22 @@ from fptrace.families.parts import dims, resolve_parts
 from fptrace.results import ShapeStep, Token
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    import torch
     from torch import nn
+    from transformers import PretrainedConfig, PreTrainedModel
+
+    from fptrace.families import Family, Moe
+    from fptrace.families.parts import ModelParts
+    from fptrace.models.registry import ModelSpec
 
 BYTES = {"float32": 4, "bfloat16": 2, "float16": 2, "int8": 1, "4-bit": 0.5}
 
 class _Recorder:
     """Timeline of one block's forward on the meta device: module outputs and tensor ops."""
 
-    def __init__(self, block: Any, attn: Any, mlp: Any):
+    def __init__(self, block: nn.Module, attn: nn.Module, mlp: nn.Module):
         self.events: list[tuple[str, str, tuple[int, ...], str]] = []  # kind, name, shape, scope
         self.stack: list[str] = []
         self.block, self.attn, self.mlp = block, attn, mlp
@@ -46,7 +54,7 @@ class _Recorder:
         return self.stack[-1] if self.stack else ""
 
 
-def _shape(x: Any) -> tuple[int, ...] | None:
+def _shape(x: object) -> tuple[int, ...] | None:
     import torch
 
     if isinstance(x, (tuple, list)) and x:
@@ -54,7 +62,7 @@ def _shape(x: Any) -> tuple[int, ...] | None:
     return tuple(x.shape) if isinstance(x, torch.Tensor) else None
 
 
-def _record_block(model: Any, parts: Any, input_ids: Any) -> _Recorder:
+def _record_block(model: nn.Module, parts: ModelParts, input_ids: torch.Tensor) -> _Recorder:
     import torch
     from torch.overrides import TorchFunctionMode
 
@@ -106,7 +114,7 @@ def _record_block(model: Any, parts: Any, input_ids: Any) -> _Recorder:
     return rec
 
 
-def _block_steps(rec: _Recorder, cfg: dict, fam: Any) -> list[ShapeStep]:
+def _block_steps(rec: _Recorder, cfg: dict, fam: Family) -> list[ShapeStep]:
     """Name the recorded events of block 0 the way a textbook walks through a block."""
     T, d, h, kv, hd = (cfg[k] for k in ("T", "d", "h", "kv", "hd"))
     steps: list[ShapeStep] = []
@@ -186,8 +194,8 @@ def _block_steps(rec: _Recorder, cfg: dict, fam: Any) -> list[ShapeStep]:
     return steps
 
 
-def shape_report(name: str, prompt: str | None = None, seq_len: int | None = None,
-                 batch: int = 1, dtype: str = "float32", warn: Any = None,
+def shape_report(name: str, prompt: str | None = None, seq_len: int | None = None, batch: int = 1,
+                 dtype: str = "float32", warn: Callable[[str], object] | None = None,
                  gpu_memory: str | None = None) -> ShapeReport:
     import torch
     from transformers import AutoModelForCausalLM
@@ -265,7 +273,7 @@ def shape_report(name: str, prompt: str | None = None, seq_len: int | None = Non
         moe=moe_count)
 
 
-def _flow(rec: _Recorder, cfg: dict, fam: Any, batch: int, seq_len: int, L: int, V: int,
+def _flow(rec: _Recorder, cfg: dict, fam: Family, batch: int, seq_len: int, L: int, V: int,
           d: int) -> list[ShapeStep]:
     """The steps of the flow: input ids, the embedding, block 0 in detail, the stream after the
     last block, the final norm, the LM head at every position and at the last one."""
@@ -323,7 +331,7 @@ def _fmt(shape: tuple) -> str:
     return "(" + ", ".join(str(x) for x in shape) + ")"
 
 
-def _tokens(spec: Any, config: Any, prompt: str | None, seq_len: int | None
+def _tokens(spec: ModelSpec, config: PretrainedConfig, prompt: str | None, seq_len: int | None
             ) -> tuple[tuple[Token, ...], str | None]:
     """The prompt's tokens from the model's offline tokenizer (never weights), and the
     tokenizer's name; none without a prompt."""
@@ -342,7 +350,7 @@ def _tokens(spec: Any, config: Any, prompt: str | None, seq_len: int | None
     return tuple(Token(i, t, tok.token_text(t)) for i, t in enumerate(ids)), tok.name
 
 
-def _experts_eager(config: Any) -> dict:
+def _experts_eager(config: PretrainedConfig) -> dict:
     """from_config's argument that runs a model's experts as batched matmuls (shapes only: on
     the meta device), for a model whose class lets the experts' implementation be chosen."""
     from transformers import AutoModelForCausalLM
@@ -353,12 +361,12 @@ def _experts_eager(config: Any) -> dict:
     return {}
 
 
-def _tied(model: Any) -> bool:
+def _tied(model: PreTrainedModel) -> bool:
     i, o = model.get_input_embeddings(), model.get_output_embeddings()
     return o is not None and i is not None and o.weight is i.weight
 
 
-def _block_kinds(model: Any, blocks: str, L: int) -> list[list[int]]:
+def _block_kinds(model: nn.Module, blocks: str, L: int) -> list[list[int]]:
     """The blocks grouped by their parameters (names and shapes): one group for most models,
     two for DeepSeek-V3 (dense first blocks, MoE blocks after), in order of first block."""
     sig: dict[int, list] = {i: [] for i in range(L)}
@@ -381,7 +389,7 @@ def _span(ids: list[int]) -> str:
     return "blocks " + ", ".join(str(i) for i in ids)
 
 
-def _param_groups(model: Any, parts: Any, L: int) -> tuple[list[ParamGroup], int]:
+def _param_groups(model: nn.Module, parts: ModelParts, L: int) -> tuple[list[ParamGroup], int]:
     """One row per parameter tensor a student can reconcile: the embeddings, every weight and
     bias of block 0 (× L), the final norm and the LM head, each with its shape. Blocks that
     differ (DeepSeek-V3's dense first blocks) are listed once per kind, named by their span."""
@@ -426,7 +434,8 @@ def _param_groups(model: Any, parts: Any, L: int) -> tuple[list[ParamGroup], int
     return groups, total
 
 
-def _expert_share(model: Any, parts: Any, moe: Any) -> tuple[dict[str, float], list[int]]:
+def _expert_share(model: nn.Module, parts: ModelParts, moe: Moe
+                  ) -> tuple[dict[str, float], list[int]]:
     """For an MoE model: the routed experts' parameter tensors, each with the share of it one
     token uses (top_k / n_experts), and the indices of the MoE blocks (those whose MLP has a
     router)."""
@@ -447,7 +456,7 @@ def _expert_share(model: Any, parts: Any, moe: Any) -> tuple[dict[str, float], l
     return share, moe_blocks
 
 
-def _get_child(module: nn.Module, path: str | None) -> Any:
+def _get_child(module: nn.Module, path: str | None) -> nn.Module | None:
     if not path:
         return None
     try:
@@ -456,7 +465,8 @@ def _get_child(module: nn.Module, path: str | None) -> Any:
         return None
 
 
-def _moe_count(model: Any, parts: Any, moe: Any, L: int, tied: bool) -> tuple[MoeCount, int]:
+def _moe_count(model: nn.Module, parts: ModelParts, moe: Moe, L: int, tied: bool
+               ) -> tuple[MoeCount, int]:
     """Total and active parameters (per token), per kind of block and in all, and the active
     matrices' parameters (what a token multiplies). The convention: a parameter is active for
     a token when that token's forward pass reads it; the token embedding and the LM head are

@@ -31,6 +31,10 @@ from fptrace.core.routing import capture_routing, moe_facts, tally
 from fptrace.errors import Mismatch, NonFiniteValues, UnsupportedModel, param
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    import numpy as np
+    import torch
     from torch import nn
 
     from fptrace.models.loading import LoadedModel
@@ -96,8 +100,8 @@ class Collector:
 class _Pass:
     """The state of one forward pass: what each hook needs, and what it has seen."""
 
-    def __init__(self, c: Collector, part: ActivationStats, rows: list[list[int]], mask: Any,
-                 B: int, T: int, n: Any) -> None:
+    def __init__(self, c: Collector, part: ActivationStats, rows: list[list[int]],
+                 mask: torch.Tensor | None, B: int, T: int, n: np.ndarray) -> None:
         import numpy as np
         import torch
 
@@ -114,12 +118,13 @@ class _Pass:
         # container -> [(input tensor, [module names], its version counter then)]
         self.seen: dict[str, list] = {}
         # (layer, site, modules, (N, d) rows, their version counter when staged)
-        self.staged: list[tuple[int | None, str, tuple[str, ...], Any, int]] = []
+        self.staged: list[tuple[int | None, str, tuple[str, ...], torch.Tensor, int]] = []
         self.staged_bytes = 0
-        self.final: Any = None
+        self.final: torch.Tensor | None = None
         self.final_fed = False
         self.weights_seen = [False] * len(c.linears)
-        self.sink_columns: list[tuple[int, Any]] = []  # (layer, (B, H, T, P) weights on j < P)
+        # (layer, (B, H, T, P) weights on j < P)
+        self.sink_columns: list[tuple[int, torch.Tensor]] = []
         if part.sinks:
             P = part.sink_positions
             j = np.arange(P)
@@ -132,7 +137,7 @@ class _Pass:
             self.sink_key = torch.as_tensor(key, device=dev)
             self.sink_mask = torch.as_tensor(counts, device=dev)
 
-    def real(self, x: Any) -> Any:
+    def real(self, x: torch.Tensor) -> torch.Tensor:
         """(B, T, d) -> (N, d): the real positions, in (prompt, position) order."""
         x = x.reshape(self.B * self.T, x.shape[-1])
         if self.mask is None:
@@ -141,7 +146,8 @@ class _Pass:
             self.flat = self.flat.to(x.device)
         return x.index_select(0, self.flat)
 
-    def feed(self, layer: int | None, site: str, modules: tuple[str, ...], x: Any) -> None:
+    def feed(self, layer: int | None, site: str, modules: tuple[str, ...], x: torch.Tensor
+             ) -> None:
         """Stage a site's real rows; count the staged ones once they fill STAGE_BYTES."""
         rows = self.real(x)  # (N, d), or a view of x when nothing is padded
         self.staged.append((layer, site, modules, rows, rows._version))
@@ -199,10 +205,10 @@ class _Pass:
         out.append(Hook.before(parts.lm_head, self._lm_head_hook, kwargs=True))
         return out
 
-    def _linear_hook(self, container: str, module: nn.Module) -> Any:
+    def _linear_hook(self, container: str, module: nn.Module) -> Callable[..., None]:
         name = self.c.names[id(module)]
 
-        def hook(mod: Any, args: tuple, kwargs: dict) -> None:
+        def hook(mod: nn.Module, args: tuple, kwargs: dict) -> None:
             x = args[0] if args else next(iter(kwargs.values()))
             seen = self.seen.setdefault(container, [])
             for t, names, _ in seen:
@@ -218,8 +224,8 @@ class _Pass:
             seen.append((x, [name], x._version))
         return hook
 
-    def _block_hook(self, i: int) -> Any:
-        def hook(mod: Any, args: tuple, output: Any) -> None:
+    def _block_hook(self, i: int) -> Callable[..., None]:
+        def hook(mod: nn.Module, args: tuple, output: object) -> None:
             for container, seen in self.seen.items():
                 for (x, names, version), site in zip(seen, CONTAINER_SITES[container]):
                     if x._version != version:
@@ -232,10 +238,10 @@ class _Pass:
             self.feed(i, "resid_post", (), h)
         return hook
 
-    def _final_hook(self, mod: Any, args: tuple, output: Any) -> None:
+    def _final_hook(self, mod: nn.Module, args: tuple, output: object) -> None:
         self.final = first_output(output)  # (B, T, d)
 
-    def _lm_head_hook(self, mod: Any, args: tuple, kwargs: dict) -> None:
+    def _lm_head_hook(self, mod: nn.Module, args: tuple, kwargs: dict) -> None:
         import torch
 
         x = args[0] if args else next(iter(kwargs.values()))  # (B, k, d): the last k positions
@@ -247,8 +253,8 @@ class _Pass:
         self.feed(None, FINAL, (self.c.names[id(mod)],), h)
         self.final_fed = True
 
-    def _attention_hook(self, i: int) -> Any:
-        def hook(mod: Any, args: tuple, output: Any) -> None:
+    def _attention_hook(self, i: int) -> Callable[..., None]:
+        def hook(mod: nn.Module, args: tuple, output: object) -> None:
             w = output[1] if isinstance(output, (tuple, list)) and len(output) > 1 else None
             if w is None or w.dim() != 4 or w.shape[-1] != self.T:
                 raise UnsupportedModel(f"block {i}'s attention returned no weights under eager "
@@ -261,7 +267,7 @@ class _Pass:
 
     # ---- massive activations and sinks ------------------------------------------------------
 
-    def _massive(self, resid: list[tuple[int, Any]]) -> None:
+    def _massive(self, resid: list[tuple[int, torch.Tensor]]) -> None:
         """Entries |x| > massive_min and >= massive_ratio x the median |x| of the prompt's
         hidden state (every real position and channel of the block's output), in the staged
         blocks' outputs at once: the entries above massive_min first (few), then the medians of

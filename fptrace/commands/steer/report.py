@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
 from fptrace.cli.options import STATS
 from fptrace.cli.sections import Page, ReportSection
 from fptrace.render.html import section
+
+if TYPE_CHECKING:
+    from fptrace.commands.steer.result import Steering
+    from fptrace.render.pagedata import SectionData
 
 OPTIONS = (
     ("add", Annotated[str | None, typer.Option(
@@ -41,7 +45,7 @@ def _check(values: dict[str, Any]) -> None:
     _block(values)
 
 
-def _compute(page: Page, values: dict[str, Any]) -> Any:
+def _compute(page: Page, values: dict[str, Any]) -> Steering | None:
     from fptrace.commands.steer.core import steer
 
     if values["add"] is None and values["subtract"] is None:
@@ -50,20 +54,20 @@ def _compute(page: Page, values: dict[str, Any]) -> Any:
                  layer=_block(values), scales="0,1,2,4,8")
 
 
-def _body(steering: Any) -> list[str]:
+def _body(steering: Steering) -> list[str]:
     from fptrace.commands.steer.render import steer_figure, steer_view
 
     return section("What if: a steering vector added to the stream", "steering sweep",
                    steer_figure(steering)[0], steer_view(steering, 130))
 
 
-def _verify(steering: Any) -> None:
+def _verify(steering: Steering) -> None:
     from fptrace.cli.io import require_checks
 
     require_checks(steering.checks, "the steered run")
 
 
-def _data(steering: Any) -> Any:
+def _data(steering: Steering) -> SectionData:
     """KL(steered ‖ clean) of the lens after each block, strength by strength, as a heatmap
     whose tooltips also name the lens's top-1 there."""
     from fptrace.render.pagedata import Heatmap, SectionData

@@ -34,6 +34,8 @@ from fptrace.models.loading import LoadedModel
 from fptrace.numbers import parse_int
 
 if TYPE_CHECKING:
+    import numpy as np
+    import torch
     from torch import nn
 
     from fptrace.models.prompts import Prompt
@@ -48,7 +50,7 @@ class SteeringVector:
     """One direction per block: layers maps a block to the (d,) float32 CPU tensor added to
     its output (times the strength)."""
 
-    layers: dict[int, Any]
+    layers: dict[int, torch.Tensor]
     source: str  # "prompts", "pairs", "file", "token" or "latent"
     description: str  # in words, for the view and the JSON
     method: str | None = None  # pairs: "mean" or "pca"
@@ -124,8 +126,9 @@ def steering_vector(lm: LoadedModel, *, add: str | None = None, subtract: str | 
     return pairs_vector(lm, pairs, layer, method, mean_positions)
 
 
-def block_outputs(lm: LoadedModel, prompts: Sequence[Any], layers: Sequence[int],
-                  mean_positions: bool, wheres: Sequence[str] | None = None) -> dict[int, Any]:
+def block_outputs(lm: LoadedModel, prompts: Sequence[Prompt], layers: Sequence[int],
+                  mean_positions: bool, wheres: Sequence[str] | None = None
+                  ) -> dict[int, torch.Tensor]:
     """Per block of `layers`, (N, d) float32: each prompt's stream after that block, at its last
     position or (mean_positions) the mean over its positions; prompts (text or ids) are run
     left-padded, BATCH at a time."""
@@ -143,7 +146,7 @@ def block_outputs(lm: LoadedModel, prompts: Sequence[Any], layers: Sequence[int]
         m = (torch.ones(input_ids.shape, dtype=torch.bool) if mask is None else mask).cpu()
 
         def keep(k: int):
-            def hook(module: nn.Module, args: tuple, output: Any) -> None:
+            def hook(module: nn.Module, args: tuple, output: object) -> None:
                 h = first_output(output).float().cpu()  # (B, T, d)
                 out[k].append(((h * m[..., None]).sum(1) / m.sum(1, keepdim=True))
                               if mean_positions else h[:, -1])  # left-padded: the last is real
@@ -344,7 +347,7 @@ def _block_of(name: str, path: str) -> int | None:
                      f"tensor {name!r} is", low=0)
 
 
-def _numbers(path: str, a: Any, what: str) -> Any:
+def _numbers(path: str, a: Any, what: str) -> np.ndarray:
     """A float32 copy of a vector read from a file: real numbers only (no strings, no complex
     values) and every one finite, also after the conversion to float32 (1e300 overflows it)."""
     import numpy as np
