@@ -274,29 +274,10 @@ def test_emulate_brings_each_family_to_llamacpps_numbers(family, tmp_path, gguf,
     numbers to float32's summation order and both are far closer than with no step (measured:
     olmo2 2.1e-7 and 2.0e-3 against 9.3e-3 and 9.0e-3 with none; olmoe 1.3e-7 and 1.7e-7
     against 6.7e-3 and 5.0e-3), as the mapped families' test asks."""
-    import gguf as G
-    from tiny_gguf import write
+    from tiny_gguf import assert_emulation_closes_the_gap, emulated_q4_1
 
-    from fptrace.commands.diff.engine import engine_diff
-    from fptrace.engines import engine
-    from fptrace.engines.llamacpp.emulate import STEPS
-    from fptrace.engines.llamacpp.quantize import one_type, requantize
-    from fptrace.models.loading import load_model
-
-    f32, q41 = str(tmp_path / "f32.gguf"), str(tmp_path / "q4_1.gguf")
-    write(tiny_model(family), f32, family, gguf)
-    types = requantize(f32, q41, one_type("Q4_1"), G.LlamaFileType.MOSTLY_Q4_1, "Q4_1")
-    assert types["blk.0.attn_output.weight"] == "Q4_1"
-    lm = load_model(q41, device="cpu")
-    em = engine_diff(lm, engine("llama.cpp"), q41, PROMPT, emulate=tuple(STEPS)).emulation
-    off, q8, full = em.rungs[0], next(r for r in em.rungs if r.label == "+act-q8"), em.rungs[-1]
-    assert len(full.alone) == len(lm.parts.blocks) == 2
-    exact = min(full.alone)
-    assert exact < 1e-5 and exact * 1000 < min(off.alone), (full.alone, off.alone)
-    assert all(a * 4 < b for a, b in zip(full.alone, off.alone, strict=True)), \
-        (full.alone, off.alone)
-    assert full.worst < off.worst and full.median < off.median, (full.rel, off.rel)
-    assert q8.alone_median * 2 < off.alone_median, (q8.alone, off.alone)
+    lm, em = emulated_q4_1(tiny_model(family), tmp_path, family, gguf, PROMPT)
+    assert_emulation_closes_the_gap(lm, em)
 
 
 def test_emulate_on_gpt_neox_is_one_line_saying_why(tiny):

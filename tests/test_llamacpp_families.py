@@ -235,34 +235,12 @@ def test_emulate_brings_each_family_to_llamacpps_numbers(family, tmp_path, gguf,
     exact and both far closer than with no step); act-q8 on its own already closes part of the
     gap. On the MoE families this needs the chosen experts' products quantized as llama.cpp's
     mul_mat_id does (without them every block parts at its MLP output by 1e-3 or more)."""
-    import gguf as G
-    from tiny_gguf import write
-
-    from fptrace.commands.diff.engine import engine_diff
-    from fptrace.engines import engine
-    from fptrace.engines.llamacpp.emulate import STEPS
-    from fptrace.engines.llamacpp.quantize import one_type, requantize
-    from fptrace.models.loading import load_model
+    from tiny_gguf import assert_emulation_closes_the_gap, emulated_q4_1
 
     _, arch, adjacent, *_ = next(a for a in ARCHS if a[0] == family)
-    f32, q41 = str(tmp_path / "f32.gguf"), str(tmp_path / "q4_1.gguf")
-    write(tiny_model(family, **EMULATED[family]), f32, arch, gguf, rope_adjacent=adjacent)
-    types = requantize(f32, q41, one_type("Q4_1"), G.LlamaFileType.MOSTLY_Q4_1, "Q4_1")
-    assert types["blk.0.attn_output.weight"] == "Q4_1"
-    if family.endswith("_moe"):
-        assert types["blk.0.ffn_down_exps.weight"] == "Q4_1"
-        assert types["blk.0.ffn_gate_inp.weight"] == "F32"  # llama.cpp keeps routers in f32
-    lm = load_model(q41, device="cpu")
-    em = engine_diff(lm, engine("llama.cpp"), q41, PROMPT, emulate=tuple(STEPS)).emulation
-    assert [r.label for r in em.rungs] == ["off"] + [f"+{s}" for s in STEPS]
-    off, q8, full = em.rungs[0], next(r for r in em.rungs if r.label == "+act-q8"), em.rungs[-1]
-    assert len(full.alone) == len(lm.parts.blocks) == 2
-    exact = min(full.alone)
-    assert exact < 1e-5 and exact * 1000 < min(off.alone), (full.alone, off.alone)
-    assert all(a * 4 < b for a, b in zip(full.alone, off.alone, strict=True)), \
-        (full.alone, off.alone)
-    assert full.worst < off.worst and full.median < off.median, (full.rel, off.rel)
-    assert q8.alone_median * 2 < off.alone_median, (q8.alone, off.alone)
+    lm, em = emulated_q4_1(tiny_model(family, **EMULATED[family]), tmp_path, arch, gguf, PROMPT,
+                           rope_adjacent=adjacent)
+    assert_emulation_closes_the_gap(lm, em)
 
 
 def test_emulate_on_a_family_it_does_not_cover_is_one_line_saying_why(tiny):

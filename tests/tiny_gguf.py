@@ -268,3 +268,43 @@ def scaled(path: str, out: str, tensor: str, factor: float) -> str:
     reader.data.flush()
     del reader
     return out
+
+
+def emulated_q4_1(model: Any, tmp_path: Any, arch: str, bundled: str, prompt: str,
+                  **write_options: Any) -> tuple[Any, Any]:
+    """A Q4_1 file of `model` (ggml's own quantizer) diffed against llama.cpp with every step
+    of --emulate on: (the file loaded by fptrace, the emulation's report)."""
+    import gguf as G
+
+    from fptrace.commands.diff.engine import engine_diff
+    from fptrace.engines import engine
+    from fptrace.engines.llamacpp.emulate import STEPS
+    from fptrace.engines.llamacpp.quantize import one_type, requantize
+    from fptrace.models.loading import load_model
+
+    f32, q41 = str(tmp_path / "f32.gguf"), str(tmp_path / "q4_1.gguf")
+    write(model, f32, arch, bundled, **write_options)
+    types = requantize(f32, q41, one_type("Q4_1"), G.LlamaFileType.MOSTLY_Q4_1, "Q4_1")
+    assert types["blk.0.attn_output.weight"] == "Q4_1"
+    if any(name.endswith("_exps.weight") for name in types):
+        assert types["blk.0.ffn_down_exps.weight"] == "Q4_1"
+        assert types["blk.0.ffn_gate_inp.weight"] == "F32"  # llama.cpp keeps routers in f32
+    lm = load_model(q41, device="cpu")
+    em = engine_diff(lm, engine("llama.cpp"), q41, prompt, emulate=tuple(STEPS)).emulation
+    assert [r.label for r in em.rungs] == ["off"] + [f"+{s}" for s in STEPS]
+    return lm, em
+
+
+def assert_emulation_closes_the_gap(lm: Any, em: Any) -> None:
+    """Every step on: one of the two blocks, fed llama.cpp's own input, gives llama.cpp's
+    numbers to float32's summation order, both are far closer than with no step, and act-q8
+    alone already closes part of the gap."""
+    off, q8, full = em.rungs[0], next(r for r in em.rungs if r.label == "+act-q8"), em.rungs[-1]
+    assert len(full.alone) == len(lm.parts.blocks) == 2
+    exact = min(full.alone)
+    assert exact < 1e-5 and exact * 1000 < min(off.alone), (full.alone, off.alone)
+    assert all(a * 4 < b for a, b in zip(full.alone, off.alone, strict=True)), \
+        (full.alone, off.alone)
+    assert full.worst < off.worst and full.median < off.median, (full.rel, off.rel)
+    assert q8.alone_median * 2 < off.alone_median, (q8.alone, off.alone)
+
