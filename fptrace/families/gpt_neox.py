@@ -11,7 +11,7 @@ and are added together.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fptrace.families import Family, GGUFWeights, LlamaCppNames, Tap
 from fptrace.families.kinds import MlpKind, NormKind, PositionKind
@@ -28,9 +28,14 @@ from fptrace.families.ops import (
 )
 from fptrace.points import Point
 
+if TYPE_CHECKING:
+    import torch
+    from torch import nn
+    from transformers import PretrainedConfig
 
-def heads(qkv: Any, attn: Any, cfg: Any, layer: int, s: Steps, model: Any, fam: Family
-          ) -> tuple[Any, Any, Any]:
+
+def heads(qkv: torch.Tensor, attn: Any, cfg: PretrainedConfig, layer: int, s: Steps,
+          model: nn.Module, fam: Family) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """qkv (B, T, 3C), query_key_value's output laid out head by head -> q, k, v (B, nh, T, hs),
     q and k rotated on the first rotary_ndims values of each head."""
     B, T, C3 = qkv.shape
@@ -50,7 +55,8 @@ def heads(qkv: Any, attn: Any, cfg: Any, layer: int, s: Steps, model: Any, fam: 
     return q, k, v
 
 
-def block(x: Any, blk: Any, cfg: Any, layer: int, s: Steps, model: Any, fam: Family) -> Any:
+def block(x: torch.Tensor, blk: Any, cfg: PretrainedConfig, layer: int, s: Steps, model: nn.Module,
+          fam: Family) -> torch.Tensor:
     """x: (B, T, C), the residual stream entering block `layer`. Returns the stream leaving it."""
     B, T, C = x.shape
     eps = cfg.layer_norm_eps
@@ -95,7 +101,8 @@ def block(x: Any, blk: Any, cfg: Any, layer: int, s: Steps, model: Any, fam: Fam
     return x
 
 
-def qk_weights(attn: Any, nh: int, nkv: int, hd: int) -> tuple[Any, Any, Any, Any]:
+def qk_weights(attn: Any, nh: int, nkv: int, hd: int
+               ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor, torch.Tensor | None]:
     """W_Q, b_Q, W_K, b_K out of the fused query_key_value, laid out head by head:
     ([q|k|v] of head 0, then head 1, ...), (3C, C)."""
     W, b = attn.query_key_value.weight, attn.query_key_value.bias  # (3C, C), (3C,)
@@ -105,7 +112,7 @@ def qk_weights(attn: Any, nh: int, nkv: int, hd: int) -> tuple[Any, Any, Any, An
             W[:, 1].reshape(nh * hd, -1), None if b is None else b[:, 1].reshape(-1))
 
 
-def final_norm(x: Any, norm: Any, cfg: Any, s: Steps) -> Any:
+def final_norm(x: torch.Tensor, norm: Any, cfg: PretrainedConfig, s: Steps) -> torch.Tensor:
     h = layer_norm(x, norm, cfg.layer_norm_eps)  # (B, T, C)
     s("final_layer_norm", LAYERNORM_FORMULA, h, point=Point.final_norm)
     return h

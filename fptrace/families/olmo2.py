@@ -10,7 +10,7 @@ once) before RoPE. The final norm is Llama's RMSNorm.
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fptrace.families import Family, GGUFWeights, LlamaCppNames, Tap
 from fptrace.families.kinds import QkNorm
@@ -29,8 +29,14 @@ from fptrace.families.ops import (
 from fptrace.families.parts import dims
 from fptrace.points import Point
 
+if TYPE_CHECKING:
+    import torch
+    from torch import nn
+    from transformers import PretrainedConfig
 
-def block(x: Any, blk: Any, cfg: Any, layer: int, s: Steps, model: Any, fam: Family) -> Any:
+
+def block(x: torch.Tensor, blk: Any, cfg: PretrainedConfig, layer: int, s: Steps, model: nn.Module,
+          fam: Family) -> torch.Tensor:
     """x: (B, T, C), the residual stream entering block `layer`. Returns the stream leaving it."""
     B, T, C = x.shape
     dm = dims(cfg)  # the config's head counts and head width, normalised once
