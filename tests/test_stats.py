@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import json
 import math
+import os
 import signal
 import subprocess
 import sys
@@ -565,6 +566,34 @@ def test_killed_run_resumes_to_what_one_pass_gives(tmp_path, gpt2_folder):
     done = subprocess.run(whole, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
     assert_same_stats(statistics_of(out), statistics_of(one))
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_an_interrupt_during_the_hand_over_waits_for_its_end(sig):
+    """A signal that lands while a group's results are handed on (statistics merged, records
+    written) is held until the hand-over ends: the group goes whole (a SIGTERM inside the
+    merge once wrote statistics whose channels named a prompt the file did not hold), and the
+    loop stops there."""
+    from types import SimpleNamespace
+
+    from fptrace.core.inputs import PromptItem
+    from fptrace.core.prompt_groups import Summary, run_groups, sigterm_interrupts
+
+    lm = SimpleNamespace(prepare=lambda prompt, truncate: SimpleNamespace(ids=[1, 2]))
+    items = [PromptItem(id=str(i), prompt=f"p{i}", source=f"f:{i}") for i in range(4)]
+    handed: list[tuple[str, str]] = []
+
+    def emit(chunk, results, failures):
+        handed.append(("start", chunk[0].id))
+        os.kill(os.getpid(), sig)
+        handed.append(("end", chunk[0].id))
+
+    summary = Summary()
+    with sigterm_interrupts():
+        run_groups(lm, items, lambda group: len(group), emit, summary=summary, batch_size=2,
+                   truncate=False)
+    assert handed == [("start", "0"), ("end", "0")]
+    assert summary.interrupted and summary.traced == 2
 
 
 def test_sigterm_writes_what_was_counted(tmp_path, gpt2_folder):

@@ -4,7 +4,8 @@ The prompts still to do go through the model `batch_size` at a time (one padded 
 per group). A prompt that cannot be read or prepared (bad UTF-8, longer than the context without
 --truncate) fails alone, before the pass; a group whose pass fails is run again one prompt at a
 time, so one bad prompt never costs the others. Ctrl-C, and SIGTERM inside
-`sigterm_interrupts()`, stop the loop between groups: what was handed on stays handed on.
+`sigterm_interrupts()`, stop the loop between groups: what was handed on stays handed on, and a
+group is handed on whole (`interrupts_held`: an interrupt during the hand-over waits for its end).
 """
 
 from __future__ import annotations
@@ -99,7 +100,8 @@ def run_groups(lm: LoadedModel, items: Sequence[PromptItem], work: Callable[[lis
             summary.traced += len(done)
             summary.failed += len(failures)
             summary.tokens += sum(len(e.ids) for e in done)
-            emit(chunk, results, failures)
+            with interrupts_held():  # handed on whole or not at all
+                emit(chunk, results, failures)
             if progress is not None:
                 progress(len(chunk), sum(len(e.ids) for e in group))
     except KeyboardInterrupt:
@@ -124,6 +126,34 @@ def _run(group: list[Encoded], work: Callable[[list[Encoded]], Any],
         except (FptraceError, RuntimeError, MemoryError) as e1:
             failures[one.item.id] = failure(one.item, e1)
     return results
+
+
+@contextlib.contextmanager
+def interrupts_held() -> Iterator[None]:
+    """Ctrl-C and SIGTERM that land inside are held until its end and then delivered there, to
+    the handlers they had: what a group hands on (statistics merged, records written) is handed
+    on whole or not at all. Off the main thread (a resident server's request) signals are not
+    this thread's to hold, and nothing is held."""
+    held: list[int] = []
+
+    def hold(signum: int, frame: object) -> None:
+        held.append(signum)
+
+    signals = (signal.SIGINT, signal.SIGTERM)
+    before = {sig: signal.getsignal(sig) for sig in signals}
+    try:
+        for sig in signals:
+            signal.signal(sig, hold)
+    except ValueError:  # not the main thread: nothing was changed
+        before = {}
+    try:
+        yield
+    finally:
+        for sig, handler in before.items():
+            if handler is not None:
+                signal.signal(sig, handler)
+    for signum in dict.fromkeys(held):
+        signal.raise_signal(signum)
 
 
 @contextlib.contextmanager
