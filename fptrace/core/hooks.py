@@ -132,7 +132,7 @@ class Capture:
 
     def keep_norms(self, k: int, h: torch.Tensor) -> None:
         """Stream k's share of the norm statistics (k = 0: the embedding; k = i + 1: block i's
-        output): ‖h‖ at every position, and the row of h at each batch row's largest. Three
+        output): ‖h‖ at every position, and the row of h at each batch row's largest. A few
         small kernels during the forward; norm_summary makes the rest for every stream at
         once (on a GPU each launch costs the host about as much as the kernel costs the GPU)."""
         import torch
@@ -145,7 +145,7 @@ class Capture:
         for kept in (self.norms, self.peaks):
             kept.extend([None] * (k + 1 - len(kept)))
         self.norms[k] = norms.to(home)
-        self.peaks[k] = h[torch.arange(h.shape[0], device=h.device), first].to(home)
+        self.peaks[k] = torch.take_along_dim(h, first[:, None, None], dim=1)[:, 0].to(home)
 
     def norm_summary(self) -> tuple[torch.Tensor, torch.Tensor]:
         """Over every stream kept by keep_norms: (S, B) the mean of ‖stream‖ over the real
