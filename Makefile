@@ -1,8 +1,11 @@
 # Two commands for a fresh machine:
 #   make demo   installs everything into .venv and traces the bundled model
-#   make test   installs everything (Debian's chromium too, for the report's browser test),
-#               checks ruff and mypy against their baseline and runs the test suite: exactly
-#               what CI runs
+#   make test   installs everything, checks ruff and mypy against their baseline and runs the
+#               test suite (ten minutes on two cores)
+# and what CI runs (.ci/run):
+#   make test-all   make test, then make test-system: the tests that start processes of their own
+#                   (servers, a Ray cluster, torch's launcher, Chromium, a child to interrupt)
+#                   and re-run the docs' console examples
 PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
@@ -11,7 +14,7 @@ BIN    := $(VENV)/bin
 TORCH  ?= torch==2.13.0
 PROMPT ?= The capital of France is
 
-.PHONY: install demo test lint bench clean-cache
+.PHONY: install demo test test-system test-all lint bench clean-cache
 
 install: $(VENV)/.installed
 
@@ -29,10 +32,18 @@ demo: install
 
 # the suite on both cores: two pytest-xdist workers, each test file on one of them (its module
 # fixtures built once), one compute thread each; the bundled model is dequantized once for both
-# (tests/conftest.py)
+# (tests/conftest.py). A test that starts a process of its own is marked `system` (conftest.py
+# fails one that is not) and runs in test-system, with Debian's chromium for the browser tests.
+PYTEST := $(BIN)/python -m pytest -q -n 2 --dist loadfile --no-loadscope-reorder
+
 test: install lint
+	$(PYTEST) -m "not system"
+
+test-system: install
 	bash scripts/install_browser.sh
-	$(BIN)/python -m pytest -q -n 2 --dist loadfile --no-loadscope-reorder
+	$(PYTEST) -m system
+
+test-all: test test-system
 
 # ruff and mypy on fptrace/, ruff on tests/, fptrace's names Any: a count above
 # .ci/lint-baseline.json fails (the baseline only shrinks)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import os
+import subprocess
 import sys
 
 import pytest
@@ -55,6 +56,30 @@ LONGEST_FIRST = (
 def pytest_collection_modifyitems(config, items):
     rank = {name: k for k, name in enumerate(LONGEST_FIRST)}
     items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: a file's order kept
+
+
+@pytest.fixture(autouse=True)
+def _a_process_of_its_own_makes_a_system_test(request, monkeypatch):
+    """The everyday suite (`make test`) runs in this process: a test that starts a process of its
+    own (a server, a Ray cluster, torch's launcher, a browser, a child to interrupt or kill, the
+    docs' examples) is marked `system` and runs in `make test-system` (CI runs both). An unmarked
+    test that starts one fails here, naming the process, so the everyday suite stays inside its
+    ten minutes as tests are added."""
+    if request.node.get_closest_marker("system") is not None:
+        yield
+        return
+    started: list[str] = []
+    real = subprocess.Popen._execute_child  # type: ignore[attr-defined]
+
+    def spy(self, args, *rest, **kwargs):
+        started.append(args if isinstance(args, (str, bytes)) else " ".join(map(str, args)))
+        return real(self, args, *rest, **kwargs)
+
+    monkeypatch.setattr(subprocess.Popen, "_execute_child", spy)
+    yield
+    if started:
+        pytest.fail(f"this test started a process ({str(started[0])[:120]}): mark it "
+                    "@pytest.mark.system (tests/conftest.py)", pytrace=False)
 
 
 def pytest_addoption(parser):

@@ -228,6 +228,7 @@ def test_out_to_stdout_and_bad_out(tmp_path, tiny_folder):
     assert r.exit_code == 2 and "no prompts" in r.stderr and "Traceback" not in r.output
 
 
+@pytest.mark.system
 def test_killed_batch_resumes_without_duplicates(tmp_path, tiny_folder):
     """A real process, killed with SIGKILL mid-way, then run again to the end."""
     n = 400
@@ -254,6 +255,7 @@ def test_killed_batch_resumes_without_duplicates(tmp_path, tiny_folder):
     assert sorted(ids) == sorted(f"many:{i + 1}" for i in range(n))  # each exactly once
 
 
+@pytest.mark.system
 def test_sigterm_stops_cleanly(tmp_path, tiny_folder):
     src = tmp_path / "many.txt"
     src.write_text("".join(f"Prompt {i}\n" for i in range(400)))

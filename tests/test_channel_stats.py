@@ -336,6 +336,7 @@ def test_constructor_refuses_bad_width_and_bins():
     refused(BadInput, ChannelStats, 3, (0.0, "a", math.inf), match="numbers")
 
 
+@pytest.mark.system
 def test_importing_the_module_imports_neither_torch_nor_numpy():
     code = ("import sys, fptrace.core.channel_stats; "
             "assert not {'torch', 'numpy'} & set(sys.modules), sorted(sys.modules)")

@@ -49,6 +49,7 @@ print(repr((top.getvalue(), codes, heavy)))
 """
 
 
+@pytest.mark.system
 def test_help_does_not_import_torch():
     """`fptrace --help` through the front door (fptrace/__main__.py, the client, no server) and
     then every command's --help, in one fresh process: all of them print their help, and none
@@ -209,6 +210,7 @@ def test_folder_without_config(tmp_path):
     assert "config.json" in line
 
 
+@pytest.mark.system
 @pytest.mark.parametrize("args,needle", [
     (["run", "hi", "--top-k", "0"], "--top-k"), (["run", "hi", "--top-k", "x"], "--top-k"),
     (["run"], "give a PROMPT"), (["batch"], "Missing argument"), (["nosuch"], "No such command")])

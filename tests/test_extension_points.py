@@ -14,6 +14,8 @@ import sys
 import textwrap
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parent.parent
 PKG = ROOT / "fptrace"
 COMMANDS = sorted(p.name for p in (PKG / "commands").iterdir() if (p / "cli.py").exists())
@@ -397,6 +399,7 @@ def package_with(tmp_path: Path, folder: str, files: dict[str, str]) -> Path:
     return copy
 
 
+@pytest.mark.system
 def test_a_new_command_folder_is_found_everywhere(tmp_path):
     """docs/development.md's walkthrough, done in a copy of the package: the folder
     commands/letters/ and nothing else, and every collector finds what it offers."""
@@ -552,6 +555,7 @@ print(json.dumps(out))
 '''
 
 
+@pytest.mark.system
 def test_a_new_engine_folder_is_found_everywhere(tmp_path):
     """The folder engines/echo/ and nothing else, in a copy of the package: `run --engine echo`
     and `diff --engine-b echo` reach it, its setting is an option of both (refused with another
@@ -646,6 +650,7 @@ print(json.dumps(out))
 '''
 
 
+@pytest.mark.system
 def test_a_routed_command_is_one_folder(tmp_path):
     """A throwaway command that reads the routing (commands/experts/, two files and no other
     edit) runs on a tiny MoE model and names the experts `run` reports for each block."""

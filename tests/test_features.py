@@ -431,6 +431,7 @@ def _subprocess(args, sock=None, timeout=60):
         pytest.fail(f"fptrace {' '.join(map(str, args))} still waits after {timeout} s")
 
 
+@pytest.mark.system
 def test_a_fifo_is_refused_not_waited_on(tmp_path):
     """Issue 41: a named pipe where a dictionary's cfg.json or weights or a prompt file should
     be: opening it waited for a writer forever."""
@@ -449,6 +450,7 @@ def test_a_fifo_is_refused_not_waited_on(tmp_path):
         assert res.stderr.count("\n") == 1 and "named pipe (FIFO)" in res.stderr, res.stderr
 
 
+@pytest.mark.system
 def test_a_fifo_does_not_stall_a_resident_server(tmp_path):
     """Through `fptrace serve`: the request with a FIFO is refused in one line, and the next
     request is answered (the queue behind it is not stuck)."""

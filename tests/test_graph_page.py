@@ -164,6 +164,7 @@ def test_the_drawing_holds_every_kept_node_and_edge(page):
     assert d["shown"] == min(len(g["edges"]), 300)
 
 
+@pytest.mark.system
 def test_the_drawing_in_chromium(page):
     """One circle per kept node and one curve per kept edge; a hover highlights exactly the
     node's edges and lists them; a click shows its activations (the JSON's values) and its
@@ -244,6 +245,7 @@ def test_the_map_holds_every_kept_node_and_its_edges(page):
         assert f"{strongest['weight']:+.4g}" in tip
 
 
+@pytest.mark.system
 def test_hovering_a_cell_in_chromium_shows_its_nodes(page):
     out, g = page
     n = max((n for n in g["nodes"] if n["node_type"] == "neuron"), key=lambda n: n["influence"])

@@ -239,6 +239,7 @@ def _one_line(p, code=2):
     return lines[0]
 
 
+@pytest.mark.system
 def test_truncated_safetensors(tmp_path):
     folder, _ = make_gpt2_folder(tmp_path)
     st_file = folder / "model.safetensors"
@@ -248,6 +249,7 @@ def test_truncated_safetensors(tmp_path):
     assert "cannot load" in line
 
 
+@pytest.mark.system
 def test_safetensors_lying_about_sizes(tmp_path):
     folder, _ = make_gpt2_folder(tmp_path)
     st_file = folder / "model.safetensors"
@@ -274,6 +276,7 @@ def _gguf_path():
                         "SmolLM2-135M-Instruct.Q4_1.gguf")
 
 
+@pytest.mark.system
 @pytest.mark.parametrize("cut", [0.3, 0.999])
 def test_truncated_gguf_never_poisons_the_cache(tmp_path, cut):
     src = _gguf_path()
@@ -341,6 +344,7 @@ def test_cache_entry_is_reused_and_a_corrupt_one_rebuilt(tmp_path, monkeypatch):
     assert entry_ok(folder)
 
 
+@pytest.mark.system
 def test_remote_code_needs_the_flag(tmp_path):
     (tmp_path / "config.json").write_text(json.dumps({
         "model_type": "evil", "auto_map": {"AutoModelForCausalLM": "modeling_evil.Evil"}}))
@@ -437,6 +441,7 @@ def test_out_of_memory_on_load_says_what_to_try(folder, monkeypatch):
     assert "the weights need" in line and "--device-map auto" in line and "bfloat16" in line
 
 
+@pytest.mark.system
 @pytest.mark.parametrize("argv", [["run", "The cat"], ["--help"]])
 def test_a_closed_standard_output_is_one_line(folder, argv, tmp_path):
     """`fptrace run ... >&-`: one line saying so and exit 2, before the model loads (it was
@@ -455,6 +460,7 @@ def test_a_closed_standard_output_is_one_line(folder, argv, tmp_path):
         "redirect it (> FILE, or > /dev/null) instead of closing it"]
 
 
+@pytest.mark.system
 def test_a_weights_file_truncated_after_the_load_is_no_sigbus(tmp_path):
     """Weights are read into memory, not mapped from the user's file: truncating the file
     while the model is held (by a command, or a server for its whole life) changes nothing in

@@ -347,6 +347,7 @@ def test_the_report_grid_holds_every_heads_role_and_scores(page):
         assert grid["values"][h.layer][h.head] == pytest.approx(top, rel=1e-6)
 
 
+@pytest.mark.system
 def test_hovering_a_cell_in_chromium_shows_its_scores(page):
     from fptrace.commands.heads.render import cell
 

@@ -34,6 +34,7 @@ def top_help(request):
     return request.param, r.stdout
 
 
+@pytest.mark.system
 def test_every_command_is_one_line_in_its_panel(top_help):
     width, text = top_help
     lines = text.splitlines()
@@ -49,6 +50,7 @@ def test_every_command_is_one_line_in_its_panel(top_help):
     assert sorted(ordered) == sorted(name for _, name, _ in COMMANDS)
 
 
+@pytest.mark.system
 def test_version_names_the_parts_without_importing_torch():
     code = ("import sys; sys.argv = ['fptrace', '--version']\n"
             "from fptrace.client import main\n"
@@ -122,6 +124,7 @@ def test_no_hard_line_break_inside_a_paragraph_of_any_help():
         assert len(cmd.short_help or "") <= 64, (name, cmd.short_help)
 
 
+@pytest.mark.system
 def test_a_command_help_reflows_at_every_width():
     for width in (60, 80, 120):
         r = fptrace("diff", "--help", columns=width)

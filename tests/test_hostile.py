@@ -153,6 +153,7 @@ def _before_fptrace(rc, err):
     return "Traceback" in err and not ours
 
 
+@pytest.mark.system
 @pytest.mark.parametrize("delay", [0.1, 0.3, 0.6, 2.0])
 def test_ctrl_c_at_any_moment_is_one_line_and_130(long_run, delay):
     for _ in range(4):
@@ -167,6 +168,7 @@ def test_ctrl_c_at_any_moment_is_one_line_and_130(long_run, delay):
     assert err.strip().splitlines() == ["fptrace: error: interrupted"], err[-1500:]
 
 
+@pytest.mark.system
 def test_a_swallowed_interrupt_is_not_lost(tmp_path):
     """A library that catches the KeyboardInterrupt (the run then finishes) still ends 130."""
     script = tmp_path / "swallow.py"
@@ -186,6 +188,7 @@ def test_a_swallowed_interrupt_is_not_lost(tmp_path):
     assert p.returncode == 130 and p.stderr.strip() == "fptrace: error: interrupted", p.stderr
 
 
+@pytest.mark.system
 def test_an_interrupt_inside_a_weakref_callback_prints_no_traceback(tmp_path):
     """Ctrl-C that lands inside a weakref callback (or a __del__: torch and transformers run
     many) cannot be raised there; Python would print "Exception ignored in ..." and a traceback
@@ -386,6 +389,7 @@ def _start(args):
                             env={**os.environ, "OMP_NUM_THREADS": "1"})
 
 
+@pytest.mark.system
 @pytest.mark.parametrize("command", ["stats", "batch"])
 def test_two_runs_on_one_output_at_once(tiny, tmp_path, command):
     a, b = tmp_path / "setA.txt", tmp_path / "setB.txt"

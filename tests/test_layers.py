@@ -237,6 +237,7 @@ def test_composers_name_no_command():
     assert not wrong, "\n".join(wrong)
 
 
+@pytest.mark.system
 def test_the_public_api_has_real_signatures():
     """Every public name is the object of the module the API names (not a `**kwargs` wrapper),
     and importing fptrace imports neither torch nor any of them."""

@@ -101,6 +101,7 @@ def patched(gguf: str, folder: Path, key: str, value: float, where: dict) -> str
     return str(path)
 
 
+@pytest.mark.system
 @pytest.mark.parametrize("key,value,needle", ABORTS + REFUSED)
 def test_metadata_llamacpp_cannot_run_is_one_line(gguf, where, tmp_path, key, value, needle):
     path = patched(gguf, tmp_path, key, value, where)
@@ -108,6 +109,7 @@ def test_metadata_llamacpp_cannot_run_is_one_line(gguf, where, tmp_path, key, va
     assert "unknown" not in line
 
 
+@pytest.mark.system
 def test_transformers_refuses_no_blocks_in_the_same_words(gguf, where, tmp_path):
     """transformers read block_count 0 into an IndexError (exit 70)."""
     path = patched(gguf, tmp_path, "llama.block_count", 0, where)
@@ -115,6 +117,7 @@ def test_transformers_refuses_no_blocks_in_the_same_words(gguf, where, tmp_path)
              "llama.block_count is 0: it must be from 1 to 512")
 
 
+@pytest.mark.system
 def test_diff_model_b_that_would_abort_is_one_line(gguf, where, tmp_path):
     """The seeded-fault workflow of docs/llamacpp.md: the fault refused before any load."""
     path = patched(gguf, tmp_path, "llama.attention.layer_norm_rms_epsilon", math.nan, where)
@@ -125,6 +128,7 @@ def test_diff_model_b_that_would_abort_is_one_line(gguf, where, tmp_path):
     assert time.perf_counter() - start < 60  # nothing was dequantized
 
 
+@pytest.mark.system
 def test_a_server_refuses_it_and_stays_up(gguf, where, tmp_path):
     path = patched(gguf, tmp_path, "llama.block_count", 0, where)
     sock = tmp_path / "serve" / "s.sock"
@@ -142,6 +146,7 @@ def test_a_server_refuses_it_and_stays_up(gguf, where, tmp_path):
         stop_server(sock)
 
 
+@pytest.mark.system
 def test_a_known_architecture_that_fails_to_load_says_why(gguf, where, tmp_path):
     """block_count 31 on a file of 30 blocks: llama.cpp knows 'llama' and says what it missed."""
     path = patched(gguf, tmp_path, "llama.block_count", 31, where)
@@ -150,6 +155,7 @@ def test_a_known_architecture_that_fails_to_load_says_why(gguf, where, tmp_path)
     assert "'blk.30.attn_norm.weight' not found" in line and "unknown" not in line
 
 
+@pytest.mark.system
 def test_a_prompt_beyond_the_context_is_refused_as_transformers_does(gguf, where, tmp_path):
     """llama.cpp traced it silently: a context_length of 4 and a 5-token prompt."""
     path = patched(gguf, tmp_path, "llama.context_length", 4, where)
@@ -161,6 +167,7 @@ def test_a_prompt_beyond_the_context_is_refused_as_transformers_does(gguf, where
     assert line.endswith(str(too_long(5, 4, "context_length-4.gguf", truncate=False)))
 
 
+@pytest.mark.system
 @pytest.mark.slow
 def test_a_prompt_beyond_the_bundled_context_is_refused_before_the_pass(gguf):
     """8,300 words: llama.cpp failed after ~96 s with an allocation error."""

@@ -127,6 +127,7 @@ def test_options_llamacpp_does_not_take():
                    "--all-positions is not available with --engine llama.cpp")
 
 
+@pytest.mark.system
 @needs_lib
 def test_unknown_architecture(tmp_path):
     """A well-formed GGUF of an architecture the pinned llama.cpp does not know: one line, in

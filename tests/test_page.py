@@ -341,6 +341,7 @@ def _rows(page, selector):
         "tr => Array.from(tr.cells).map(td => td.textContent))", selector)
 
 
+@pytest.mark.system
 @pytest.mark.skipif(_chromium() is None, reason="Debian's chromium is not installed "
                                                  "(scripts/install_browser.sh installs it)")
 def test_the_page_in_chromium_with_every_request_refused(report, lm, tmp_path):

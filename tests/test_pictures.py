@@ -114,6 +114,7 @@ def _chromium():
     return None
 
 
+@pytest.mark.system
 @pytest.mark.skipif(_chromium() is None, reason="Debian's chromium is not installed "
                                                  "(.ci/run installs it)")
 def test_report_opens_offline_in_chromium(folder, tmp_path):

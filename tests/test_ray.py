@@ -22,7 +22,7 @@ from fptrace.cli.main import app
 
 pytest.importorskip("ray")
 runner = CliRunner()
-pytestmark = [pytest.mark.slow,
+pytestmark = [pytest.mark.slow, pytest.mark.system,
               pytest.mark.skipif(shutil.which("unshare") is None or shutil.which("ip") is None,
                                  reason="needs unshare and ip (util-linux, iproute2)")]
 

@@ -80,12 +80,14 @@ def without_times(value):
     return value
 
 
+@pytest.mark.system
 def test_the_socket_is_the_users_alone(server):
     assert os.stat(server).st_mode & 0o777 == 0o600
     assert os.stat(server.parent).st_mode & 0o777 == 0o700
     assert serving.owner_problem(str(server)) is None
 
 
+@pytest.mark.system
 def test_status_names_the_server_and_its_models(server):
     done = fptrace(["serve", "--status", "--json"], server)
     assert done.returncode == 0, done.stderr
@@ -143,6 +145,7 @@ def in_process(args: list[str], cwd: Path, columns: str = "120") -> tuple[int, s
     return r.exit_code, r.stdout
 
 
+@pytest.mark.system
 @pytest.mark.slow
 def test_every_command_answers_the_same_through_the_server(server, work):
     tiny = tiny_gpt2()
@@ -155,6 +158,7 @@ def test_every_command_answers_the_same_through_the_server(server, work):
     assert any(m["uses"] > 1 for m in held)  # answered from a model loaded once
 
 
+@pytest.mark.system
 def test_the_table_fits_the_callers_width(server, work):
     tiny = tiny_gpt2()
     for columns in ("80", "150"):
@@ -195,6 +199,7 @@ def page_without_times(text: str) -> str:
     return TOKENIZER_TIME.sub("takes <time>", text)
 
 
+@pytest.mark.system
 def test_report_writes_the_same_page(server, work):
     tiny = tiny_gpt2()
     for name, env in (("remote.html", {}), ("here.html", {serving.SWITCH_ENV: "off"})):
@@ -205,6 +210,7 @@ def test_report_writes_the_same_page(server, work):
     assert remote == here and "data:application/json" not in remote
 
 
+@pytest.mark.system
 def test_batch_writes_the_same_records(server, work):
     tiny = tiny_gpt2()
     for name, env in (("remote.jsonl", {}), ("here.jsonl", {serving.SWITCH_ENV: "off"})):
@@ -216,6 +222,7 @@ def test_batch_writes_the_same_records(server, work):
     assert remote == here and len(remote) >= 3
 
 
+@pytest.mark.system
 def test_bad_input_is_the_same_line_and_code(server, work):
     remote = fptrace(["run", P, "--top-k", "0"], server, cwd=work)
     here = fptrace(["run", P, "--top-k", "0"], server, cwd=work, **{serving.SWITCH_ENV: "off"})
@@ -223,6 +230,7 @@ def test_bad_input_is_the_same_line_and_code(server, work):
     assert remote.stderr == here.stderr and remote.stderr.count("\n") == 1
 
 
+@pytest.mark.system
 @pytest.mark.parametrize("args", [["run", "--ids", "5,50257"], ["tokens", "--ids", "\u0663"],
                                   ["run", P, "--ids", "5"]])
 def test_bad_ids_are_the_same_line_and_code(server, work, args):
@@ -234,6 +242,7 @@ def test_bad_ids_are_the_same_line_and_code(server, work, args):
     assert remote.stderr.splitlines()[-1].startswith("fptrace: error: ")
 
 
+@pytest.mark.system
 def test_tokens_answers_at_once_through_the_server(server, work):
     """With a server, `tokens` costs the client's start and the tokenizer's work: no import of
     transformers or torch, no weights (measured: about 0.3 s on an idle machine)."""
@@ -247,6 +256,7 @@ def test_tokens_answers_at_once_through_the_server(server, work):
     assert seconds < 10, seconds  # a shared machine; the number is in the report
 
 
+@pytest.mark.system
 def test_ctrl_c_cancels_the_request_not_the_server(server, work):
     tiny = tiny_gpt2()
     (work / "many.txt").write_text("The cat sat on the mat\n" * 50000)
@@ -270,6 +280,7 @@ def test_ctrl_c_cancels_the_request_not_the_server(server, work):
     assert serving.request({"op": "status"}, str(server))["busy"] is False
 
 
+@pytest.mark.system
 def test_a_stale_socket_is_one_line_and_the_run_here(tmp_path):
     sock = tmp_path / "run" / "s.sock"
     sock.parent.mkdir(mode=0o700)
@@ -282,6 +293,7 @@ def test_a_stale_socket_is_one_line_and_the_run_here(tmp_path):
     assert not sock.exists()
 
 
+@pytest.mark.system
 def test_a_killed_server_costs_the_in_process_run(tmp_path):
     sock = tmp_path / "run" / "s.sock"
     done = fptrace(["serve"], sock)
@@ -320,6 +332,7 @@ def test_a_folder_open_to_others_is_not_trusted(tmp_path):
     assert "open to other users" in serving.owner_problem(str(sock))
 
 
+@pytest.mark.system
 def test_a_second_server_is_refused(server):
     done = fptrace(["serve"], server)
     assert done.returncode == 1 and "already listens" in done.stderr
@@ -359,6 +372,7 @@ def test_a_request_that_changes_a_held_model_drops_it():
         resident.hold(None)
 
 
+@pytest.mark.system
 def test_the_client_imports_no_heavy_library():
     code = ("import sys, fptrace.client; heavy = [m for m in ('torch', 'transformers', 'typer', "
             "'rich', 'numpy') if m in sys.modules]; print(','.join(heavy))")
@@ -367,6 +381,7 @@ def test_the_client_imports_no_heavy_library():
     assert done.returncode == 0 and done.stdout.strip() == "", done.stdout
 
 
+@pytest.mark.system
 def test_commands_import_only_what_they_use():
     """Nothing imports torchao, Ray, matplotlib, Textual or playwright unless the command uses
     it: --help, and a run without --plot or --quantize."""
@@ -382,6 +397,7 @@ def test_commands_import_only_what_they_use():
         assert done.stdout.strip().splitlines()[-1] == "HEAVY", (args, done.stdout[-200:])
 
 
+@pytest.mark.system
 def test_keep_warm_starts_a_server_on_first_use(tmp_path):
     sock = tmp_path / "run" / "s.sock"
     try:
@@ -396,6 +412,7 @@ def test_keep_warm_starts_a_server_on_first_use(tmp_path):
         stop_server(sock)
 
 
+@pytest.mark.system
 def test_stop_ends_the_server_and_removes_its_socket(tmp_path):
     sock = tmp_path / "run" / "s.sock"
     assert fptrace(["serve"], sock).returncode == 0
@@ -419,6 +436,7 @@ def test_stop_ends_the_server_and_removes_its_socket(tmp_path):
     assert fptrace(["serve", "--status"], sock).returncode == 1
 
 
+@pytest.mark.system
 def test_the_server_computes_with_the_callers_threads(server, work):
     """OMP_NUM_THREADS of the caller is what the command runs with (a sum over other threads
     rounds otherwise in its last digits). The suite's processes compute on one thread, so a
@@ -432,6 +450,7 @@ def test_the_server_computes_with_the_callers_threads(server, work):
     assert without_times(json.loads(remote.stdout)) == without_times(json.loads(here.stdout))
 
 
+@pytest.mark.system
 def test_a_command_left_to_the_caller_gets_ctrl_c_back(server):
     """The client listens for Ctrl-C while the server answers; where the server leaves the
     command to its caller (the TUI), the handler it replaced is back before the command runs
@@ -451,6 +470,7 @@ def one_line(text: str) -> bool:
     return text.count("\n") == 1 and text.endswith("\n")
 
 
+@pytest.mark.system
 def test_a_folder_the_user_named_is_never_changed_and_refused_when_open(tmp_path):
     """FPTRACE_SOCKET in a folder open to others (a home of mode 755, /var/tmp): the server
     refused it where the client would, and never chmods it (it once made /var/tmp 0700)."""
@@ -469,6 +489,7 @@ def test_a_folder_the_user_named_is_never_changed_and_refused_when_open(tmp_path
         stop_server(sock)
 
 
+@pytest.mark.system
 def test_a_folder_through_a_symlink_is_judged_alike_by_server_and_client(tmp_path):
     """The one check, on the folder a symlink leads to: the client used to judge the link
     itself (mode 777) and refuse the server that had just started there."""
@@ -494,6 +515,7 @@ def test_a_folder_through_a_symlink_is_judged_alike_by_server_and_client(tmp_pat
         stop_server(sock)
 
 
+@pytest.mark.system
 def test_what_is_not_a_socket_is_never_removed(tmp_path):
     """A file or a folder at FPTRACE_SOCKET: refused in one line, kept, never called a stale
     socket (the clean-up once deleted any file that refused a connection, even for --status)."""
@@ -522,6 +544,7 @@ def test_what_is_not_a_socket_is_never_removed(tmp_path):
         stop_server(sock)
 
 
+@pytest.mark.system
 @pytest.mark.parametrize("foreground", [False, True], ids=["background", "foreground"])
 def test_a_server_that_cannot_start_says_why_in_one_line(tmp_path, foreground):
     """A socket path too long for a Unix socket, one that is a folder, an idle timeout past
@@ -544,6 +567,7 @@ def test_a_server_that_cannot_start_says_why_in_one_line(tmp_path, foreground):
                 stop_server(sock)
 
 
+@pytest.mark.system
 def test_status_and_stop_are_answered_while_a_request_runs(tmp_path):
     """`serve --status` and `serve --stop` are not queued behind a running command (they once
     waited 12 minutes): stop interrupts it, and its client gets one line and 130."""
@@ -584,6 +608,7 @@ def test_status_and_stop_are_answered_while_a_request_runs(tmp_path):
         stop_server(sock)
 
 
+@pytest.mark.system
 def test_a_removed_working_folder_is_one_line(server, tmp_path):
     """The client's working folder removed before it runs: one line, exit 2, through the
     server (a traceback) and here (exit 70) alike."""
@@ -603,6 +628,7 @@ def test_a_removed_working_folder_is_one_line(server, tmp_path):
         assert done.stderr == f"fptrace: error: {serving.GONE_FOLDER}\n", extra
 
 
+@pytest.mark.system
 def test_a_working_folder_removed_before_the_server_runs_the_command(server, tmp_path):
     """The folder gone between the client's call and the server's turn: the line, exit 2."""
     import struct
@@ -627,6 +653,7 @@ def test_a_working_folder_removed_before_the_server_runs_the_command(server, tmp
         os.close(r_err)
 
 
+@pytest.mark.system
 def test_keep_warm_calls_at_once_share_one_server(tmp_path):
     """Two `--keep-warm` calls at once: the one whose server lost the race uses the winner's
     (it ran here, with a line that nested three `fptrace: error:`)."""
@@ -651,6 +678,7 @@ def test_keep_warm_calls_at_once_share_one_server(tmp_path):
         stop_server(sock)
 
 
+@pytest.mark.system
 @pytest.mark.parametrize("budget", ["0", "0.4B", "1.5B", "0KiB"])
 def test_a_memory_budget_is_at_least_one_whole_byte(tmp_path, budget):
     sock = tmp_path / "run" / "s.sock"
@@ -685,6 +713,7 @@ def test_each_request_has_the_clients_hub_offline_switch(tmp_path):
             os.close(fd)
 
 
+@pytest.mark.system
 def test_a_client_with_another_hub_cache_runs_here(server, monkeypatch):
     """HF_HOME and the other places huggingface_hub reads once, at its import: a client whose
     environment moves them runs its command in its own process, where they apply (the server
@@ -730,6 +759,7 @@ def test_serve_itself_never_says_running_here(tmp_path):
     assert done.returncode == 1 and done.stderr == f"no fptrace server is running (socket {sock})\n"
 
 
+@pytest.mark.system
 def test_a_swallowed_interrupt_is_sent_again_while_the_request_runs(monkeypatch):
     """A KeyboardInterrupt raised inside a weakref callback or a __del__ is printed and lost,
     and the cancelled command would run to its end (seen once here: a 50,000-line stats run

@@ -537,6 +537,7 @@ def test_refusals(tmp_path, gpt2_folder):
     assert r.exit_code == 2 and "twice" in r.stderr
 
 
+@pytest.mark.system
 def test_killed_run_resumes_to_what_one_pass_gives(tmp_path, gpt2_folder):
     """A real process, killed with SIGKILL after a checkpoint, then resumed."""
     n = 120
@@ -596,6 +597,7 @@ def test_an_interrupt_during_the_hand_over_waits_for_its_end(sig):
     assert summary.interrupted and summary.traced == 2
 
 
+@pytest.mark.system
 def test_sigterm_writes_what_was_counted(tmp_path, gpt2_folder):
     src = tmp_path / "many.txt"
     src.write_text("".join(f"Prompt {i}\n" for i in range(400)))

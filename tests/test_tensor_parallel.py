@@ -38,6 +38,7 @@ def _close(a, b):
         assert ta["prob"] == pytest.approx(tb["prob"], rel=1e-5, abs=1e-7)
 
 
+@pytest.mark.system
 @pytest.mark.slow
 def test_tp_equals_one_process(llama):
     """--tp 2 runs `python -m torch.distributed.run --standalone --nproc-per-node=2 -m fptrace`
@@ -64,6 +65,7 @@ def test_tp_launches_torchs_launcher_with_the_other_arguments(monkeypatch):
                      "--nproc-per-node=2", "-m", "fptrace", "run", "hi", "--json"]]
 
 
+@pytest.mark.system
 @pytest.mark.slow
 def test_explain_and_batch_under_tp(llama, tmp_path):
     r = _fptrace("explain", "The cat sat", "-m", llama, "--layer", "1", "--json", "--tp", "2")

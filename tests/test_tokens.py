@@ -110,6 +110,7 @@ def test_tokens_gpt2_walkthrough_ids_config_only():
     assert _ids("The cat sat", "gpt2") == [464, 3797, 3332]
 
 
+@pytest.mark.system
 def test_a_kept_tokenizer_answers_without_transformers(folders, kept):
     """The second call reads the kept pipeline with `tokenizers` alone (no transformers, no
     torch) and answers what the first did; a changed tokenizer file is read again."""
@@ -141,6 +142,7 @@ def test_a_kept_tokenizer_answers_without_transformers(folders, kept):
     assert len(list((kept / "tokenizers").iterdir())) == 2
 
 
+@pytest.mark.system
 def test_tokens_loads_no_weights_and_no_torch():
     code = ("import sys, time; t = time.perf_counter(); from fptrace.cli.main import main; "
             "sys.argv = ['fptrace', 'tokens', 'The cat sat', '-m', 'gpt2', '--json']\n"

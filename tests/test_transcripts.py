@@ -31,6 +31,7 @@ def test_there_are_examples():
     assert any(e.path.name == "README.md" for e in EXAMPLES)
 
 
+@pytest.mark.system
 @pytest.mark.slow
 @pytest.mark.parametrize("example", EXAMPLES,
                          ids=[f"{e.path.name}:{e.start}" for e in EXAMPLES])
