@@ -1,7 +1,7 @@
 """Modes declared once (fptrace/cli/modes.py): `diff`'s four comparisons, `steer`'s sources of
-the vector, what `ablate` removes and `features`' reading or training refuse an option of another mode in one line naming where
-it belongs, before anything is read or loaded; the paragraph of each --help and the table of
-each docs page are the declaration's."""
+the vector, what `ablate` removes and `features`' reading or training refuse an option of
+another mode in one line naming where it belongs, before anything is read or loaded; the
+paragraph of each --help and the table of each docs page are the declaration's."""
 
 from __future__ import annotations
 
