@@ -77,21 +77,16 @@ def tap_hook(module: nn.Module, tap: Tap, fn: TensorFn) -> Hook:
             return None if new is None else (args, {**kwargs, key: _whole(new, tap)})
         return Hook.before(module, pre, kwargs=True)
 
-    def post(m: nn.Module, args: tuple, output: object) -> object:
-        many = isinstance(output, (tuple, list))
-        if many:
-            x = output[tap.item] if tap.item < len(output) else None  # type: ignore[index]
-        else:
-            x = output if tap.item == 0 else None
-        new = fn(None if x is None else _part(x, tap))
+    def post(m: nn.Module, args: tuple, output: torch.Tensor | tuple | list) -> object:
+        if not isinstance(output, (tuple, list)):
+            new = fn(_part(output, tap) if tap.item == 0 else None)
+            return None if new is None else _whole(new, tap)
+        new = fn(_part(output[tap.item], tap) if tap.item < len(output) else None)
         if new is None:
             return None
-        new = _whole(new, tap)
-        if not many:
-            return new
-        out = list(output)  # type: ignore[call-overload]
-        out[tap.item] = new
-        return type(output)(out) if isinstance(output, list) else tuple(out)
+        out = list(output)
+        out[tap.item] = _whole(new, tap)
+        return out if isinstance(output, list) else tuple(out)
     return Hook.after(module, post)
 
 

@@ -21,6 +21,7 @@ import math
 import queue
 import threading
 from collections.abc import Sequence
+from functools import partial
 from typing import TYPE_CHECKING
 
 from fptrace.addresses import Selection, Site, resolve_selection
@@ -119,10 +120,10 @@ class _Side:
             blk = self.lm.parts.blocks[layer]
             got: dict = {}
             hooks += hooks_at(self.lm, [Site(layer, p) for p in self.taps],
-                              lambda site, x, got=got: _keep(got, site.point, x))
+                              partial(_keep_site, got))
             for i, path in enumerate(fam.head_taps):
                 hooks.append(tap_hook(blk.get_submodule(path), Tap(path),
-                                      lambda x, got=got, i=i: _keep(got, ("proj", i), x)))
+                                      partial(_keep, got, ("proj", i))))
             hooks.append(Hook.after(blk, self._handover(layer, blk, got)))
         return hooks
 
@@ -149,6 +150,10 @@ class _Side:
                 raise _Stop()
 
         return hook
+
+
+def _keep_site(got: dict, site: Site, x: torch.Tensor | None) -> None:
+    _keep(got, site.point, x)
 
 
 def _keep(got: dict, key: object, x: torch.Tensor | None) -> None:
