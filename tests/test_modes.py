@@ -1,7 +1,7 @@
 """Modes declared once (fptrace/cli/modes.py): `diff`'s four comparisons, `steer`'s sources of
-the vector and what `ablate` removes refuse an option of another mode in one line naming where
-it belongs, before anything is read or loaded; the paragraph of each --help and the table of
-each docs page are the declaration's."""
+the vector, what `ablate` removes and `features`' reading or training refuse an option of
+another mode in one line naming where it belongs, before anything is read or loaded; the
+paragraph of each --help and the table of each docs page are the declaration's."""
 
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ from fptrace.cli.main import app
 from fptrace.cli.modes import Mode, chosen, help_paragraph, markdown
 from fptrace.commands.ablate.modes import MODES as ABLATE
 from fptrace.commands.diff.modes import MODES
+from fptrace.commands.features.modes import MODES as FEATURES
 from fptrace.commands.steer.modes import MODES as STEER
 from fptrace.errors import BadInput
 
@@ -23,7 +24,7 @@ ROOT = Path(__file__).resolve().parent.parent
 runner = CliRunner()
 
 
-DECLARED = {"ablate": ABLATE, "diff": MODES, "steer": STEER}
+DECLARED = {"ablate": ABLATE, "diff": MODES, "features": FEATURES, "steer": STEER}
 
 
 @pytest.mark.parametrize("name", sorted(DECLARED))
@@ -91,3 +92,29 @@ def test_ablate_removes_parts_or_a_latent_never_both():
                             "1", "--head", "0.1"])
     assert r.exit_code == 2 and "--head is not an option of `ablate --sae DIR --latent N`" \
         in r.stderr and "it belongs to `ablate` (heads, MLPs" in r.stderr, r.stderr
+
+
+@pytest.mark.parametrize("args, says", [
+    (["train", "p.txt", "--sae", "dir"], "--sae is not an option of `features train PROMPTS...` "
+     "(a TopK SAE of the stream after block --layer, trained on the prompt files); it belongs "
+     "to `features PROMPT`"),
+    (["hi", "--latents", "64"], "--latents is not an option of `features PROMPT` (the prompt "
+     "read through sparse dictionaries"),  # it used to be ignored
+    (["train", "p.txt", "--layers", "all"], "--layers is an option of transcoder training "
+     "(`features train --transcoder --layers ...`); an SAE trains on one block: --layer L"),
+    (["train", "p.txt", "--transcoder", "p2.txt"], "features train: --transcoder is a flag "
+     "there (train transcoders), not a folder ('p2.txt'); put it after the prompt files"),
+    (["train", "p.txt", "--transcoder", "--layer", "1"], "features train --transcoder takes "
+     "--layers SEL (all, 0-29, 3,5,7), not --layer"),
+    (["train", "p.txt", "--html", "x.html"], "--html is the page of a prompt's features"),
+    (["hi", "--export", "circuit-tracer"], "--export is an option of `features train "
+     "--transcoder`"),
+    (["hi", "--transcoder"], "--transcoder DIR: give the folder of a transcoder to read"),
+])
+def test_features_refuses_an_option_of_another_mode_before_the_load(args, says):
+    """Read or train: an option of the other is one line, before anything is read or loaded
+    (the model named does not exist)."""
+    r = runner.invoke(app, ["features", *args, "-m", "no/such-model"])
+    assert r.exit_code == 2, r.output
+    errors = [line for line in r.stderr.splitlines() if line.startswith("fptrace: error")]
+    assert len(errors) == 1 and says in errors[0], r.stderr

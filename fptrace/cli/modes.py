@@ -25,15 +25,20 @@ class Mode:
     what: str
     chosen_by: tuple[str, ...]
     takes: tuple[str, ...]
+    refuses: tuple[tuple[str, str], ...] = ()
+    """(option, line): an option of another mode this one refuses with a line of its own, where
+    the line naming the option's mode would say less (`features train`'s --layers); `{value}`
+    in the line is what was given."""
 
     def accepts(self, flag: str) -> bool:
         return flag in self.chosen_by or flag in self.takes
 
 
-def chosen(modes: Sequence[Mode], given: Mapping[str, bool], missing: str = "") -> Mode:
+def chosen(modes: Sequence[Mode], given: Mapping[str, object], missing: str = "") -> Mode:
     """The mode the given options choose (the first whose choosing option is given, else the
     default), or BadInput naming the first given option it does not take and the modes that
-    do. `given`: every mode option of the command, and whether it was given. A command whose
+    do (or the mode's own line for it). `given`: every mode option of the command, and whether
+    it was given (or what was given: a true value). A command whose
     every mode is chosen by an option (no default) needs one: `missing` says what is missing,
     and the modes are listed after it."""
     default = next((m for m in modes if not m.chosen_by), None)
@@ -42,6 +47,9 @@ def chosen(modes: Sequence[Mode], given: Mapping[str, bool], missing: str = "") 
         raise BadInput(f"{missing}: " + "; ".join(f"`{m.spelled}` ({m.what})" for m in modes))
     for flag, on in given.items():
         if on and not mode.accepts(flag):
+            own = dict(mode.refuses).get(flag)
+            if own is not None:
+                raise BadInput(own.format(value=on))
             others = [m for m in modes if m.accepts(flag)]
             where = " or ".join(f"`{m.spelled}` ({m.what})" for m in others)
             raise BadInput(f"{flag} is not an option of `{mode.spelled}` ({mode.what})" +

@@ -94,6 +94,12 @@ WideOpt = Annotated[bool, typer.Option(
     "the least important columns that do not fit are left out, and named).",
     rich_help_panel=OUTPUT)]
 
+# what `run` shows of a trace and `batch` writes of each: one declaration for both
+TopKOpt = Annotated[int, typer.Option("--top-k", "-k", min=1, help="How many next tokens.",
+                                      rich_help_panel=STATS)]
+SnippetOpt = Annotated[int, typer.Option("--snippet", min=0, help="First values of the last "
+                                         "position kept per layer.", rich_help_panel=STATS)]
+
 
 RAY = "Ray"
 RayOpt = Annotated[str | None, typer.Option(

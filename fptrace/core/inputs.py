@@ -109,19 +109,13 @@ def _parse(data: bytes, name: str, stem: str, as_jsonl: bool) -> list[PromptItem
                                     '"ids" list of token ids (one of them)'))
             continue
         prompt: Any = obj.get("prompt")
-        if "ids" in obj:
-            from fptrace.models.prompts import check_ids
+        if given != ["prompt"]:  # token ids or chat messages, read and checked
+            from fptrace.models.prompts import check_ids, parse_messages
 
+            key = given[0]
+            read = check_ids if key == "ids" else parse_messages
             try:
-                prompt = check_ids(obj["ids"], f'{where}: "ids"')
-            except BadInput as e:
-                items.append(PromptItem(f"{stem}:{n}", None, where, error=str(e)))
-                continue
-        if "messages" in obj:
-            from fptrace.models.prompts import parse_messages
-
-            try:
-                prompt = parse_messages(obj["messages"], f'{where}: "messages"')
+                prompt = read(obj[key], f'{where}: "{key}"')
             except BadInput as e:
                 items.append(PromptItem(f"{stem}:{n}", None, where, error=str(e)))
                 continue

@@ -22,12 +22,23 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from fptrace.addresses import Block, Expert, Head, many, resolve_block, resolve_expert, resolve_head
+from fptrace.addresses import (
+    Block,
+    Expert,
+    Head,
+    Site,
+    many,
+    resolve_block,
+    resolve_expert,
+    resolve_head,
+)
 from fptrace.core.hooks import Capture, Hook, capture_stats, first_output, hooked, is_oom
+from fptrace.core.taps import SiteFn, hooks_at, received
 from fptrace.core.trace import sizes
 from fptrace.errors import BadInput
-from fptrace.families.parts import dims, output_projection
+from fptrace.families.parts import dims
 from fptrace.models.loading import LoadedModel
+from fptrace.points import Point
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -107,20 +118,18 @@ def steering_hooks(lm: LoadedModel, vectors: dict[int, torch.Tensor], strengths:
     import torch
 
     s = torch.tensor(list(strengths), dtype=torch.float32)[:, None, None]  # (B, 1, 1)
+    vs = {L: v.float() for L, v in vectors.items()}
 
-    def add(v: torch.Tensor) -> Callable[..., object]:
-        def hook(module: nn.Module, args: tuple, output: object) -> object:
-            h = first_output(output)  # (B, T, d)
-            delta = (s.to(h.device) * v.to(h.device)).to(h.dtype)  # (B, 1, d)
-            if positions is None:
-                new = h + delta
-            else:
-                new = h.clone()
-                new[:, list(positions)] = h[:, list(positions)] + delta
-            return (new, *output[1:]) if isinstance(output, tuple) else new
-        return hook
+    def add(site: Site, h: torch.Tensor | None) -> torch.Tensor:
+        assert h is not None  # (B, T, d): a block's output
+        delta = (s.to(h.device) * vs[site.layer].to(h.device)).to(h.dtype)  # (B, 1, d)
+        if positions is None:
+            return h + delta
+        new = h.clone()
+        new[:, list(positions)] = h[:, list(positions)] + delta
+        return new
 
-    return [Hook.after(lm.parts.blocks[L], add(v.float())) for L, v in vectors.items()]
+    return hooks_at(lm, [Site(L, Point.resid_post) for L in vs], add)
 
 
 # ----------------------------------------------------------------------------- ablation
@@ -141,17 +150,14 @@ def mean_outputs(lm: LoadedModel, prompts: Sequence[Sequence[int]]) -> Means:
     n = _blocks(lm)
     sums: dict[str, list] = {"heads": [None] * n, "mlps": [None] * n}
 
-    def keep(store: list, i: int, pre: bool):
-        def hook(module: nn.Module, args: tuple, output: object = None) -> None:
-            x = (args[0] if pre else first_output(output)).float().sum(dim=(0, 1))
-            store[i] = x if store[i] is None else store[i] + x
-        return hook
+    def keep(site: Site, x: torch.Tensor | None) -> None:
+        assert x is not None
+        store = sums["heads"] if site.point is Point.z else sums["mlps"]
+        total = x.float().sum(dim=(0, 1))
+        store[site.layer] = total if store[site.layer] is None else store[site.layer] + total
 
-    hooks: list[Hook] = []
-    for i, attn in enumerate(lm.parts.attns):
-        proj, _ = output_projection(attn, lm.parts.family.w_o)
-        hooks.append(Hook.before(proj, keep(sums["heads"], i, True)))
-        hooks.append(Hook.after(lm.parts.mlp_adds[i], keep(sums["mlps"], i, False)))
+    hooks = hooks_at(lm, [s for i in range(n) for s in (Site(i, Point.z),
+                                                         received(lm, i, "mlp"))], keep)
     count = 0
     with torch.inference_mode(), hooked(hooks):
         for ids in prompts:
@@ -186,7 +192,6 @@ def ablation_hooks(lm: LoadedModel, rows: Sequence[Sequence[Part]], means: Means
         if experts:
             hooks.append(_expert_removal(lm, layer, B, experts, route))
         if heads:
-            proj, _ = output_projection(lm.parts.attns[layer], lm.parts.family.w_o)
             width = dm.n_heads * hd
             keep = torch.ones(B, 1, width, dtype=torch.bool)
             for r, h in heads:
@@ -194,14 +199,14 @@ def ablation_hooks(lm: LoadedModel, rows: Sequence[Sequence[Part]], means: Means
             fill = torch.zeros(B, 1, width)
             if means is not None:
                 fill[:] = means.heads[layer].cpu()
-            hooks.append(Hook.before(proj, _replace_input(keep, fill)))
+            hooks += hooks_at(lm, [Site(layer, Point.z)], _replace(keep, fill))
         if mlps:
             keep = torch.ones(B, 1, 1, dtype=torch.bool)
             keep[mlps] = False
             fill = torch.zeros(B, 1, dm.d_model)
             if means is not None:
                 fill[:] = means.mlps[layer].cpu()
-            hooks.append(Hook.after(lm.parts.mlp_adds[layer], _replace_output(keep, fill)))
+            hooks += hooks_at(lm, [received(lm, layer, "mlp")], _replace(keep, fill))
     return hooks
 
 
@@ -213,15 +218,14 @@ def latent_removal_hooks(lm: LoadedModel, block: int,
     there (`ablate --sae DIR --latent N`). store["a"] gets the activations (B, T) float32."""
     import torch
 
-    def hook(module: nn.Module, args: tuple, output: object) -> object:
-        h = first_output(output)  # (B, T, d)
+    def remove(site: Site, h: torch.Tensor | None) -> torch.Tensor:
+        assert h is not None  # (B, T, d): the block's output
         a = encode(h.float())  # (B, T)
         store["a"] = a.detach().clone()
         mask = torch.zeros(h.shape[0], 1, 1, device=h.device)
         mask[list(rows)] = 1.0
-        new = h - (mask * a[..., None] * direction.to(h.device)).to(h.dtype)  # (B, T, d)
-        return (new, *output[1:]) if isinstance(output, tuple) else new
-    return [Hook.after(lm.parts.blocks[block], hook)]
+        return h - (mask * a[..., None] * direction.to(h.device)).to(h.dtype)  # (B, T, d)
+    return hooks_at(lm, [Site(block, Point.resid_post)], remove)
 
 
 def _expert_removal(lm: LoadedModel, layer: int, B: int, removed: dict[int, list[int]],
@@ -255,23 +259,15 @@ def _expert_removal(lm: LoadedModel, layer: int, B: int, removed: dict[int, list
     return Hook.after(router, hook)
 
 
-def _replace_input(keep: torch.Tensor, fill: torch.Tensor) -> Callable[..., tuple]:
+def _replace(keep: torch.Tensor, fill: torch.Tensor) -> SiteFn:
+    """Where keep is False, fill in place of the tensor (W_O's input (B, T, nh·hd), or what
+    the stream receives from the MLP (B, T, d))."""
     import torch
 
-    def hook(module: nn.Module, args: tuple) -> tuple:
-        x = args[0]  # (B, T, nh·hd)
-        return (torch.where(keep.to(x.device), x, fill.to(x.device, x.dtype)), *args[1:])
-    return hook
-
-
-def _replace_output(keep: torch.Tensor, fill: torch.Tensor) -> Callable[..., object]:
-    import torch
-
-    def hook(module: nn.Module, args: tuple, output: object) -> object:
-        h = first_output(output)  # (B, T, d)
-        new = torch.where(keep.to(h.device), h, fill.to(h.device, h.dtype))
-        return (new, *output[1:]) if isinstance(output, tuple) else new
-    return hook
+    def replace(site: Site, x: torch.Tensor | None) -> torch.Tensor:
+        assert x is not None
+        return torch.where(keep.to(x.device), x, fill.to(x.device, x.dtype))
+    return replace
 
 
 # ----------------------------------------------------------------------------- running

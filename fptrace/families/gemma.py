@@ -23,6 +23,7 @@ from fptrace.families.ops import (
     causal_attention,
     gated_mlp,
     linear,
+    post_norm,
     project_qkv,
     repeat_kv,
     rms_norm,
@@ -58,11 +59,8 @@ def block(x: torch.Tensor, blk: Any, cfg: PretrainedConfig, layer: int, s: Steps
                          softcap=fam.softcap(cfg, "attn"))  # (B, T, nh*hd)
     attn_out = linear(y, attn.o_proj)  # (B, T, C)
     s("o_proj (W_O)", "o = y · W_Oᵀ", attn_out, keep=True, point=Point.attn_out)
-    if fam.attn_added is not None:  # post-norms: Gemma 2 and 3
-        attn_out = rms_norm(attn_out, blk.get_submodule(fam.attn_added).weight, eps,
-                            one_plus=True)  # (B, T, C)
-        s(fam.attn_added, "attn_out = o / √(mean(o²) + ε) · (1 + γ)   (what the stream "
-          "receives)", attn_out, keep=True, point=Point.ln1_post)
+    attn_out = post_norm(attn_out, blk, fam.attn_added, eps, s, "attn_out", "o",
+                         Point.ln1_post, one_plus=True)  # (B, T, C)
     x = x + attn_out  # (B, T, C)
     s("residual add", "x = x + attn_out", x, point=Point.resid_mid)
 
@@ -72,11 +70,8 @@ def block(x: torch.Tensor, blk: Any, cfg: PretrainedConfig, layer: int, s: Steps
     s(pre, RMS_1W_FORMULA, h, point=Point.ln2)
     act = getattr(cfg, "hidden_activation", None) or cfg.hidden_act
     mlp_out = gated_mlp(h, mlp, s, act=act)  # (B, T, C)
-    if fam.mlp_added is not None:
-        mlp_out = rms_norm(mlp_out, blk.get_submodule(fam.mlp_added).weight, eps,
-                           one_plus=True)  # (B, T, C)
-        s(fam.mlp_added, "mlp_out = m / √(mean(m²) + ε) · (1 + γ)   (what the stream "
-          "receives)", mlp_out, keep=True, point=Point.ln2_post)
+    mlp_out = post_norm(mlp_out, blk, fam.mlp_added, eps, s, "mlp_out", "m",
+                        Point.ln2_post, one_plus=True)  # (B, T, C)
     x = x + mlp_out  # (B, T, C)
     s("residual add", "x = x + mlp_out", x, point=Point.resid_post)
     return x

@@ -21,9 +21,9 @@ from fptrace.families.ops import (
     causal_attention,
     gated_mlp,
     linear,
+    post_norm,
     project_qkv,
     repeat_kv,
-    rms_norm,
     sliding_window,
 )
 from fptrace.families.parts import dims
@@ -53,17 +53,15 @@ def block(x: torch.Tensor, blk: Any, cfg: PretrainedConfig, layer: int, s: Steps
     y = causal_attention(q, k, v, s, window=sliding_window(cfg, layer))  # (B, T, nh*hd)
     o = linear(y, attn.o_proj)  # (B, T, C)
     s("o_proj (W_O)", "o = y · W_Oᵀ", o, keep=True, point=Point.attn_out)
-    attn_out = rms_norm(o, blk.post_attention_layernorm.weight, eps)  # (B, T, C)
-    s("post_attention_layernorm", "attn_out = o / √(mean(o²) + ε) · γ   (what the stream "
-      "receives)", attn_out, keep=True, point=Point.ln1_post)
+    attn_out = post_norm(o, blk, "post_attention_layernorm", eps, s, "attn_out", "o",
+                         Point.ln1_post)  # (B, T, C)
     x = x + attn_out  # (B, T, C)
     s("residual add", "x = x + attn_out", x, point=Point.resid_mid)
 
     s.section = "mlp"
     m = gated_mlp(x, mlp, s, src="x")  # (B, T, C), no norm before the MLP either
-    mlp_out = rms_norm(m, blk.post_feedforward_layernorm.weight, eps)  # (B, T, C)
-    s("post_feedforward_layernorm", "mlp_out = m / √(mean(m²) + ε) · γ   (what the stream "
-      "receives)", mlp_out, keep=True, point=Point.ln2_post)
+    mlp_out = post_norm(m, blk, "post_feedforward_layernorm", eps, s, "mlp_out", "m",
+                        Point.ln2_post)  # (B, T, C)
     x = x + mlp_out  # (B, T, C)
     s("residual add", "x = x + mlp_out", x, point=Point.resid_post)
     return x

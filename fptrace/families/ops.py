@@ -93,6 +93,21 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float, one_plus: bool =
     return x / rms * ((1.0 + weight) if one_plus else weight)  # (..., C)
 
 
+def post_norm(out: torch.Tensor, blk: nn.Module, path: str | None, eps: float, s: Steps,
+              name: str, letter: str, point: Point, one_plus: bool = False) -> torch.Tensor:
+    """A sublayer's output `letter` normalised before the residual add by the RMSNorm at
+    `path` in the block, what the stream receives (Gemma 2 and 3 with their (1 + γ) scale,
+    OLMo 2); path None: no post-norm, the output as it is."""
+    if path is None:
+        return out
+    out = rms_norm(out, blk.get_submodule(path).get_parameter("weight"), eps,
+                   one_plus)  # (B, T, C)
+    scale = "(1 + γ)" if one_plus else "γ"
+    s(path, f"{name} = {letter} / √(mean({letter}²) + ε) · {scale}   (what the stream "
+      "receives)", out, keep=True, point=point)
+    return out
+
+
 def layer_norm(x: torch.Tensor, ln: Any, eps: float) -> torch.Tensor:
     mu = x.mean(dim=-1, keepdim=True)  # (B, T, 1)
     var = x.var(dim=-1, keepdim=True, unbiased=False)  # (B, T, 1)

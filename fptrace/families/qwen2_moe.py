@@ -12,6 +12,7 @@ from fptrace.families import Moe
 from fptrace.families.mixtral import FAMILY as MIXTRAL
 from fptrace.families.qwen2 import LLAMACPP_NAMES as QWEN2_NAMES
 from fptrace.families.qwen3_moe import d_expert
+from fptrace.families.qwen3_moe import moe as qwen3_moe
 
 if TYPE_CHECKING:
     from transformers import PretrainedConfig
@@ -36,13 +37,12 @@ LLAMACPP_NAMES = QWEN2_NAMES.routed(
 
 
 def moe(cfg: PretrainedConfig) -> Moe | None:
-    n = getattr(cfg, "num_experts", 0)
-    if not n:
+    """Qwen3-MoE's experts, plus the one shared expert with its own gate."""
+    routed = qwen3_moe(cfg)
+    if routed is None:
         return None
-    return Moe(n_experts=int(n), top_k=int(cfg.num_experts_per_tok),
-               d_expert=int(cfg.moe_intermediate_size),
-               renormalise=bool(getattr(cfg, "norm_topk_prob", False)), n_shared=1,
-               d_shared=int(cfg.shared_expert_intermediate_size), shared_gate=True)
+    return replace(routed, n_shared=1, d_shared=int(cfg.shared_expert_intermediate_size),
+                   shared_gate=True)
 
 
 FAMILY = replace(

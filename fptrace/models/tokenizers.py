@@ -85,9 +85,17 @@ def no_chat_template(name: str) -> BadInput:
 
 
 class NoChatTemplate:
-    """What tokenizers without a chat template answer."""
+    """A tokenizer fptrace reads without transformers: its name and ids, and what a tokenizer
+    without a chat template answers."""
 
     name: str
+
+    def __init__(self, name: str, bos_id: int | None, eos_id: int | None) -> None:
+        """Padding takes the end-of-text id (no pad token of its own)."""
+        self.name = name
+        self.bos_id = bos_id
+        self.eos_id = eos_id
+        self.pad_id = eos_id
 
     def chat_template(self) -> str | None:
         return None
@@ -232,11 +240,8 @@ class RawTokenizer(NoChatTemplate):
 
     def __init__(self, tok: Any, name: str, bos_id: int | None, eos_id: int | None,
                  specials: frozenset[int] = frozenset(), size: int | None = None):
+        super().__init__(name, bos_id, eos_id)
         self._tok = tok
-        self.name = name
-        self.bos_id = bos_id
-        self.eos_id = eos_id
-        self.pad_id = eos_id
         self._specials = specials
         self._size = size
 
@@ -286,11 +291,8 @@ class QuicktokTokenizer(NoChatTemplate):
 
     def __init__(self, enc: Any, name: str, bos_id: int | None, eos_id: int | None,
                  prepend_bos: bool):
+        super().__init__(name, bos_id, eos_id)
         self._enc = enc
-        self.name = name
-        self.bos_id = bos_id
-        self.eos_id = eos_id
-        self.pad_id = eos_id
         self._prepend = prepend_bos
 
     def encode(self, text: str, special: bool = True) -> list[int]:

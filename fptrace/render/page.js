@@ -7,6 +7,8 @@
 // fetched.
 (function () {
   "use strict";
+  // the one DOM builder of the page's scripts: pagegraph.js, inlined after this one, uses it
+  window.fptraceEl = el;
   var traceText = document.getElementById("fptrace-trace").textContent;
   var D = JSON.parse(document.getElementById("fptrace-data").textContent);
   var T = JSON.parse(traceText), G = T.lens_grid || [], P = T.lens_positions || [];

@@ -14,14 +14,7 @@
   if (!root) { return; }
   var NS = "http://www.w3.org/2000/svg";
 
-  function el(tag, attrs, kids) {
-    var e = document.createElement(tag);
-    Object.keys(attrs || {}).forEach(function (k) {
-      if (k === "text") { e.textContent = attrs[k]; } else { e.setAttribute(k, attrs[k]); }
-    });
-    (kids || []).forEach(function (c) { if (c) { e.appendChild(c); } });
-    return e;
-  }
+  var el = window.fptraceEl;  // page.js's DOM builder (page.js is inlined before this script)
   function svg(tag, attrs) {
     var e = document.createElementNS(NS, tag);
     Object.keys(attrs || {}).forEach(function (k) { e.setAttribute(k, String(attrs[k])); });

@@ -13,6 +13,8 @@ from fptrace.cli.options import (
     GpusPerWorkerOpt,
     LoadOptions,
     RayOpt,
+    SnippetOpt,
+    TopKOpt,
     WorkersOpt,
     model_options,
 )
@@ -34,11 +36,8 @@ def batch(
     batch_size: Annotated[int, typer.Option("--batch-size", "-b", min=1, help="Prompts per "
                                             "forward pass (left-padded, with an attention "
                                             "mask).", rich_help_panel=STATS)] = 8,
-    top_k: Annotated[int, typer.Option("--top-k", "-k", min=1, help="How many next tokens.",
-                                       rich_help_panel=STATS)] = 10,
-    snippet: Annotated[int, typer.Option("--snippet", min=0, help="First values of the last "
-                                         "position kept per layer.",
-                                         rich_help_panel=STATS)] = 4,
+    top_k: TopKOpt = 10,
+    snippet: SnippetOpt = 4,
     truncate: Annotated[bool, typer.Option(
         "--truncate", help="Keep the last tokens of prompts longer than the context window "
         "(else such a prompt is an error record).", rich_help_panel=STATS)] = False,

@@ -21,9 +21,10 @@ import math
 import queue
 import threading
 from collections.abc import Sequence
+from functools import partial
 from typing import TYPE_CHECKING
 
-from fptrace.addresses import Selection, resolve_selection
+from fptrace.addresses import Selection, Site, resolve_selection
 from fptrace.commands.diff.core import diff
 from fptrace.commands.diff.notes import DEEP_BLOCK_LEVEL, DEEP_MISSING
 from fptrace.commands.diff.result import (
@@ -36,6 +37,7 @@ from fptrace.commands.diff.result import (
     TraceDiff,
 )
 from fptrace.core.hooks import Hook, hooked
+from fptrace.core.taps import hooks_at, tap_hook
 from fptrace.errors import BadInput, UnsupportedModel, param
 from fptrace.families import Family, Tap
 from fptrace.families.kinds import PositionKind
@@ -117,11 +119,11 @@ class _Side:
         for layer in self.layers:
             blk = self.lm.parts.blocks[layer]
             got: dict = {}
-            for point, tap in self.taps.items():
-                module = blk.get_submodule(tap.module) if tap.module else blk
-                hooks.append(_tap_hook(module, tap, got, point))
+            hooks += hooks_at(self.lm, [Site(layer, p) for p in self.taps],
+                              partial(_keep_site, got))
             for i, path in enumerate(fam.head_taps):
-                hooks.append(_tap_hook(blk.get_submodule(path), Tap(path), got, ("proj", i)))
+                hooks.append(tap_hook(blk.get_submodule(path), Tap(path),
+                                      partial(_keep, got, ("proj", i))))
             hooks.append(Hook.after(blk, self._handover(layer, blk, got)))
         return hooks
 
@@ -150,28 +152,17 @@ class _Side:
         return hook
 
 
-def _tap_hook(module: nn.Module, tap: Tap, got: dict, key: object) -> Hook:
-    """A hook that keeps, as a float32 copy, what the tap names."""
+def _keep_site(got: dict, site: Site, x: torch.Tensor | None) -> None:
+    _keep(got, site.point, x)
+
+
+def _keep(got: dict, key: object, x: torch.Tensor | None) -> None:
+    """What a tap's hook does with its tensor: a float32 copy in got[key]; nothing where the
+    module returned none (the attention weights unless the attention is eager)."""
     import torch
 
-    def keep(x: torch.Tensor) -> None:
-        if tap.part is not None:
-            i, n = tap.part
-            x = x.chunk(n, dim=-1)[i]
+    if x is not None:
         got[key] = x.detach().to(torch.float32, copy=True)
-
-    if tap.side == "in":
-        def pre(m: nn.Module, args: tuple, kwargs: dict) -> None:
-            keep(args[0] if args else kwargs["hidden_states"] if "hidden_states" in kwargs
-                 else next(iter(kwargs.values())))
-        return Hook.before(module, pre, kwargs=True)
-
-    def post(m: nn.Module, args: tuple, output: torch.Tensor | tuple | list) -> None:
-        x = output[tap.item] if isinstance(output, (tuple, list)) else \
-            (output if tap.item == 0 else None)
-        if x is not None:  # the attention weights: None unless the attention is eager
-            keep(x)
-    return Hook.after(module, post)
 
 
 # ---------------------------------------------------------------- the comparison

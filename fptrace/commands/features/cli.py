@@ -18,6 +18,7 @@ from fptrace.cli.io import (
 )
 from fptrace.cli.options import STATS, ChatOptions, LoadOptions, Outputs
 from fptrace.cli.page import write_page
+from fptrace.commands.features.modes import MODES
 from fptrace.errors import BadInput
 
 DICTIONARY = "Dictionary"
@@ -36,7 +37,7 @@ def bare_transcoder(words: list[str]) -> list[str]:
                 examples=("fptrace features train prompts/ --layer 15 --out sae15 --latents 512 "
                           "--k 16 --tokens 16384",
                           'fptrace features "The capital of France is" --sae sae15 --top 3'),
-                words=bare_transcoder)
+                words=bare_transcoder, modes=MODES)
 def features(
     args: Annotated[list[str] | None, typer.Argument(
         metavar="PROMPT | train PROMPTS...",
@@ -114,29 +115,27 @@ def features(
     What the stream is made of: each position read through sparse dictionaries (SAEs,
     transcoders), with the error term, and the target's logit split into one term per latent,
     b_dec, the error and the rest, summing to the model's logit."""
+    from fptrace.cli.modes import chosen
+
     words = list(args or [])
-    if words[:1] == ["train"]:
-        if outputs.html is not None:
-            raise BadInput("--html is the page of a prompt's features, not of `features train`")
+    train = words[:1] == ["train"]
+    mode = chosen(MODES, {  # read, or train an SAE or transcoders (commands/features/modes.py)
+        "train --transcoder": train and train_transcoder, "train": train and not train_transcoder,
+        "--html": outputs.html is not None, "--layers": layers is not None,
+        "--export": export is not None, "--transcoder DIR": transcoder[0] if transcoder else False,
+        "--transcoder": train_transcoder and not train, "--layer": layer is not None,
+        "--out": out is not None, "--latents": latents != 2048, "--k": k != 32,
+        "--tokens": tokens != 200_000, "--batch-tokens": batch_tokens != 1024,
+        "--lr": lr is not None, "--train-seed": train_seed != 0, "--resume": resume,
+        "--sae": bool(sae), "--site": site is not None, "--latent": latent is not None,
+        "--top-prompts": top_prompts is not None, "--top-n": top_n != 10,
+        "--target": target is not None, "--top": top != 5})
+    if mode is not MODES[-1]:
         options = (latents, k, tokens, batch_tokens, lr, train_seed)
-        if train_transcoder:
-            return transcoders_cli(words[1:], opts, layer, layers, out, export, options, resume,
+        if mode is MODES[0]:
+            return transcoders_cli(words[1:], opts, layers, out, export, options, resume,
                                    outputs)
-        for name, value in (("--layers", layers), ("--export", export)):
-            if value is not None:
-                raise BadInput(f"{name} is an option of transcoder training (`features train "
-                               f"--transcoder {name} ...`); an SAE trains on one block: "
-                               "--layer L")
-        if transcoder:
-            raise BadInput("features train: --transcoder is a flag there (train transcoders), "
-                           f"not a folder ({transcoder[0]!r}); put it after the prompt files")
         return train_cli(words[1:], opts, layer, out, *options, resume, outputs)
-    for name, value in (("--layers", layers), ("--export", export)):
-        if value is not None:
-            raise BadInput(f"{name} is an option of `features train --transcoder`")
-    if train_transcoder:
-        raise BadInput("--transcoder DIR: give the folder of a transcoder to read (a bare "
-                       "--transcoder is `features train --transcoder`)")
     if len(words) > 1:
         raise BadInput(f"give one PROMPT (quoted), or `train` and prompt files; got {len(words)} "
                        "arguments")
@@ -196,8 +195,8 @@ def train_cli(inputs: list[str], opts: LoadOptions, layer: str | None, out: str 
     output(result, train_view, outputs)
 
 
-def transcoders_cli(inputs: list[str], opts: LoadOptions, layer: str | None,
-                    layers: str | None, out: str | None, export: str | None, numbers: tuple,
+def transcoders_cli(inputs: list[str], opts: LoadOptions, layers: str | None, out: str | None,
+                    export: str | None, numbers: tuple,
                     resume: bool, outputs: Outputs) -> None:
     """`fptrace features train PROMPTS --transcoder [--layers SEL] --out DIR [--export
     circuit-tracer]`: checked before the load, progress bars on stderr, the result on
@@ -206,9 +205,6 @@ def transcoders_cli(inputs: list[str], opts: LoadOptions, layer: str | None,
 
     if not inputs:
         raise BadInput("features train: give prompt files (.txt, .jsonl) or folders to train on")
-    if layer is not None:
-        raise BadInput("features train --transcoder takes --layers SEL (all, 0-29, 3,5,7), not "
-                       "--layer: transcoders are trained block by block")
     if out is None:
         raise BadInput("features train --transcoder needs --out DIR")
     from fptrace.addresses import parse_selection

@@ -13,14 +13,13 @@ from typing import TYPE_CHECKING, Any
 
 from fptrace.addresses import Site
 from fptrace.core.dictionary_sites import MLP_IN
-from fptrace.core.hooks import Hook, first_output, hooked
+from fptrace.core.hooks import Hook, hooked
+from fptrace.core.taps import hooks_at, received, tap_hook
+from fptrace.families import Tap
 from fptrace.points import Point
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
-
     import torch
-    from torch import nn
 
     from fptrace.models.loading import LoadedModel
 
@@ -57,8 +56,9 @@ def _copy(h: torch.Tensor) -> torch.Tensor:
     return h.detach().to(torch.float32, copy=True)
 
 
-def _hidden(args: tuple, kwargs: dict) -> torch.Tensor:
-    return args[0] if args else kwargs["hidden_states"]
+def stream_site(i: int) -> Site:
+    """Stream i's place: the input of block 0 for the embedding, else block i − 1's output."""
+    return Site(0, Point.resid_pre) if i == 0 else Site(i - 1, Point.resid_post)
 
 
 def hooks_for(lm: LoadedModel, cap: Captured, streams: Iterable[int], sites: Iterable[Site],
@@ -67,38 +67,32 @@ def hooks_for(lm: LoadedModel, cap: Captured, streams: Iterable[int], sites: Ite
     final stream and the LM head's output at the last position too."""
     parts = lm.parts
     n = len(parts.blocks)
-    hooks: list[Hook] = []
-
-    def pre(store: dict, key: int) -> Callable[..., None]:
-        def hook(module: nn.Module, args: tuple, kwargs: dict) -> None:
-            store[key] = _copy(_hidden(args, kwargs))
-        return hook
-
-    def post(store: dict, key: int) -> Callable[..., None]:
-        def hook(module: nn.Module, args: tuple, kwargs: dict, output: object) -> None:
-            store[key] = _copy(first_output(output))
-        return hook
-
+    places: dict[Site, tuple[dict, int]] = {}  # where the model shows it -> where it is kept
     for i in sorted(set(streams)):
-        if i == 0:
-            hooks.append(Hook.before(parts.blocks[0], pre(cap.streams, 0), kwargs=True))
-        else:
-            hooks.append(Hook.after(parts.blocks[i - 1], post(cap.streams, i), kwargs=True))
+        places[stream_site(i)] = (cap.streams, i)
     for s in set(sites):
         if s.point is MLP_IN:
-            hooks.append(Hook.before(parts.mlps[s.layer], pre(cap.mlp_in, s.layer), kwargs=True))
-        elif s.point is Point.mlp_out:
-            hooks.append(Hook.after(parts.mlp_adds[s.layer], post(cap.mlp_out, s.layer),
-                                    kwargs=True))
+            places[Site(s.layer, MLP_IN)] = (cap.mlp_in, s.layer)
+        elif s.point is Point.mlp_out:  # what the stream receives from the MLP
+            places[received(lm, s.layer, "mlp")] = (cap.mlp_out, s.layer)
+
+    def keep(site: Site, x: torch.Tensor | None) -> None:
+        assert x is not None  # a stream and the MLP's tensors are always there
+        store, key = places[site]
+        store[key] = _copy(x)
+
+    hooks = hooks_at(lm, places, keep)
     if attribution:
-        def final(module: nn.Module, args: tuple, kwargs: dict, output: object) -> None:
-            cap.final_last = _copy(first_output(output)[:, -1])
+        def final(site: Site, x: torch.Tensor | None) -> None:
+            assert x is not None
+            cap.final_last = _copy(x[:, -1])
 
-        def head(module: nn.Module, args: tuple, kwargs: dict, output: object) -> None:
-            cap.logits_last = _copy(first_output(output)[:, -1])
+        def head(x: torch.Tensor | None) -> None:
+            assert x is not None
+            cap.logits_last = _copy(x[:, -1])
 
-        hooks.append(Hook.after(parts.blocks[n - 1], final, kwargs=True))
-        hooks.append(Hook.after(parts.lm_head, head, kwargs=True))
+        hooks += hooks_at(lm, [Site(n - 1, Point.resid_post)], final)
+        hooks.append(tap_hook(parts.lm_head, Tap(""), head))
     return hooks
 
 
@@ -114,4 +108,4 @@ def capture(lm: LoadedModel, input_ids: torch.Tensor, streams: Iterable[int],
     return cap
 
 
-__all__ = ["Captured", "capture", "hooks_for", "stream_index"]
+__all__ = ["Captured", "capture", "hooks_for", "stream_index", "stream_site"]

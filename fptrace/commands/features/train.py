@@ -420,12 +420,13 @@ def _step(sae: TopK, adam: torch.optim.Optimizer, x: torch.Tensor, y: torch.Tens
     return float(loss.detach()), idx.unique()
 
 
-def check_out(out: str, resume: bool) -> None:
-    """--out is a new or empty folder, or with --resume one that holds a training."""
+def check_out(out: str, resume: bool, marker: str = STATE_JSON, what: str = "training"
+              ) -> None:
+    """--out is a new or empty folder, or with --resume one that holds an interrupted `what`
+    (its file `marker`: an SAE's state, the transcoders' manifest)."""
     if resume:
-        if not os.path.isfile(os.path.join(out, STATE_JSON)):
-            raise BadInput(f"{param('resume')}: {out!r} holds no interrupted training "
-                           f"({STATE_JSON})")
+        if not os.path.isfile(os.path.join(out, marker)):
+            raise BadInput(f"{param('resume')}: {out!r} holds no interrupted {what} ({marker})")
         return
     if os.path.exists(out) and (not os.path.isdir(out) or os.listdir(out)):
         raise BadInput(f"{param('out')} {out!r} exists and is not an empty folder: give a new "

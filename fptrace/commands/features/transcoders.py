@@ -69,6 +69,7 @@ from fptrace.commands.features.train import (
     atomic_write,
     check_memory,
     check_options,
+    check_out,
     check_source,
     estimated_positions,
     evaluate,
@@ -169,7 +170,7 @@ def check_before_load(opts: TrainOptions, inputs: Sequence[str], model: str,
     check_options(opts)
     if export is not None and export not in EXPORTS:
         check_export(export, [], 0)
-    check_out(out, resume)
+    check_out(out, resume, MANIFEST, "transcoder training")
     items = read_inputs(list(inputs))
     sizes = model_sizes(model)
     if sizes is not None and sizes[1] > 0:
@@ -179,19 +180,6 @@ def check_before_load(opts: TrainOptions, inputs: Sequence[str], model: str,
         check_export(export, blocks, n)
         check_resources(d, opts, estimated_positions(items), 0 if resume else len(blocks), out)
     return items
-
-
-def check_out(out: str, resume: bool) -> None:
-    """--out is a new or empty folder, or with --resume one that holds a transcoder run."""
-    if resume:
-        if not os.path.isfile(os.path.join(out, MANIFEST)):
-            raise BadInput(f"{param('resume')}: {out!r} holds no interrupted transcoder training "
-                           f"({MANIFEST})")
-        return
-    if os.path.exists(out) and (not os.path.isdir(out) or os.listdir(out)):
-        raise BadInput(f"{param('out')} {out!r} exists and is not an empty folder: give a new "
-                       f"folder, or "
-                       f"{param('resume')} to continue the training written there")
 
 
 def _run_options(opts: TrainOptions) -> dict:
@@ -421,7 +409,7 @@ def train_transcoders(lm: LoadedModel, inputs: Sequence[str], out: str, opts: Tr
     blocks = list(chosen) if chosen is not None else list(range(info.n_layers))
     check_options(opts)
     check_export(export, blocks, info.n_layers, lm)
-    check_out(out, resume)
+    check_out(out, resume, MANIFEST, "transcoder training")
     items = list(items) if items is not None else read_inputs(list(inputs))
     if len(items) < 2:
         raise BadInput("give two prompts or more: a tenth of them (at least one) is held out")
@@ -514,5 +502,5 @@ def _train_layer(lm: LoadedModel, out: str, layer: int, opts: TrainOptions, sour
 
 
 __all__ = ["EXPORTS", "MANIFEST", "TRANSCODER_LR", "check_before_load", "check_export",
-           "check_out", "check_resources", "collect_mlp", "disk_bytes", "evaluate_jumprelu",
+           "check_resources", "collect_mlp", "disk_bytes", "evaluate_jumprelu",
            "jumprelu_threshold", "layer_folder", "train_transcoders"]

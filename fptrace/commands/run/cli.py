@@ -7,7 +7,15 @@ from typing import Annotated
 import typer
 
 from fptrace.cli.io import Group, output, prompt_command
-from fptrace.cli.options import STATS, ChatOptions, LoadOptions, Outputs, engine_options
+from fptrace.cli.options import (
+    STATS,
+    ChatOptions,
+    LoadOptions,
+    Outputs,
+    SnippetOpt,
+    TopKOpt,
+    engine_options,
+)
 from fptrace.cli.page import write_page
 from fptrace.engines import EngineChoice, RunRequest
 from fptrace.errors import BadInput
@@ -22,11 +30,8 @@ def run(
         help="The text to trace (or --messages FILE).")] = None,
     opts: LoadOptions = LoadOptions(),
     chat: ChatOptions = ChatOptions(),
-    top_k: Annotated[int, typer.Option("--top-k", "-k", min=1, help="How many next tokens.",
-                                       rich_help_panel=STATS)] = 10,
-    snippet: Annotated[int, typer.Option("--snippet", min=0, help="First values of the last "
-                                         "position shown per layer.",
-                                         rich_help_panel=STATS)] = 4,
+    top_k: TopKOpt = 10,
+    snippet: SnippetOpt = 4,
     all_positions: Annotated[bool, typer.Option(
         "--all-positions", help="Compute the LM head for every position, not only the last.",
         rich_help_panel=STATS)] = False,

@@ -24,11 +24,15 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from fptrace.addresses import Site
 from fptrace.core.activation_stats import FINAL, ActivationStats, MassiveTally
-from fptrace.core.hooks import Hook, first_output, hooked
+from fptrace.core.hooks import Hook, hooked
 from fptrace.core.prompt_groups import Encoded
 from fptrace.core.routing import capture_routing, moe_facts, tally
+from fptrace.core.taps import hooks_at, tap_hook
 from fptrace.errors import Mismatch, NonFiniteValues, UnsupportedModel, param
+from fptrace.families import Tap
+from fptrace.points import Point
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -193,23 +197,25 @@ class _Pass:
     # ---- hooks ------------------------------------------------------------------------------
 
     def hooks(self) -> list[Hook]:
-        parts = self.c.lm.parts
+        lm = self.c.lm
+        parts = lm.parts
         out: list[Hook] = []
-        for i, block in enumerate(parts.blocks):
+        for i in range(len(parts.blocks)):
             for container, mods in self.c.linears[i].items():
-                out += [Hook.before(m, self._linear_hook(container, m), kwargs=True) for m in mods]
+                out += [tap_hook(m, Tap("", "in"), self._linear_hook(container, m))
+                        for m in mods]
             if self.part.sinks:
-                out.append(Hook.after(parts.attns[i], self._attention_hook(i)))
-            out.append(Hook.after(block, self._block_hook(i)))
-        out.append(Hook.after(parts.final_norm, self._final_hook))
-        out.append(Hook.before(parts.lm_head, self._lm_head_hook, kwargs=True))
+                out += hooks_at(lm, [Site(i, Point.attn_weights)], self._attention_hook)
+            out += hooks_at(lm, [Site(i, Point.resid_post)], self._block_hook)
+        out.append(tap_hook(parts.final_norm, Tap(""), self._final_hook))
+        out.append(tap_hook(parts.lm_head, Tap("", "in"), self._lm_head_hook))
         return out
 
     def _linear_hook(self, container: str, module: nn.Module) -> Callable[..., None]:
         name = self.c.names[id(module)]
 
-        def hook(mod: nn.Module, args: tuple, kwargs: dict) -> None:
-            x = args[0] if args else next(iter(kwargs.values()))
+        def hook(x: torch.Tensor | None) -> None:
+            assert x is not None
             seen = self.seen.setdefault(container, [])
             for t, names, _ in seen:
                 if t is x:
@@ -224,46 +230,43 @@ class _Pass:
             seen.append((x, [name], x._version))
         return hook
 
-    def _block_hook(self, i: int) -> Callable[..., None]:
-        def hook(mod: nn.Module, args: tuple, output: object) -> None:
-            for container, seen in self.seen.items():
-                for (x, names, version), site in zip(seen, CONTAINER_SITES[container]):
-                    if x._version != version:
-                        raise Mismatch(f"the model changed block {i}'s {site} in place after "
-                                       f"{names[0]} read it: fptrace stats cannot count what "
-                                       "that layer read")
-                    self.feed(i, site, tuple(names), x)
-            self.seen = {}
-            h = first_output(output)  # (B, T, d)
-            self.feed(i, "resid_post", (), h)
-        return hook
+    def _block_hook(self, site: Site, h: torch.Tensor | None) -> None:
+        assert h is not None  # (B, T, d): the block's output
+        i = site.layer
+        for container, seen in self.seen.items():
+            for (x, names, version), name in zip(seen, CONTAINER_SITES[container]):
+                if x._version != version:
+                    raise Mismatch(f"the model changed block {i}'s {name} in place after "
+                                   f"{names[0]} read it: fptrace stats cannot count what "
+                                   "that layer read")
+                self.feed(i, name, tuple(names), x)
+        self.seen = {}
+        self.feed(i, "resid_post", (), h)
 
-    def _final_hook(self, mod: nn.Module, args: tuple, output: object) -> None:
-        self.final = first_output(output)  # (B, T, d)
+    def _final_hook(self, h: torch.Tensor | None) -> None:
+        self.final = h  # (B, T, d)
 
-    def _lm_head_hook(self, mod: nn.Module, args: tuple, kwargs: dict) -> None:
+    def _lm_head_hook(self, x: torch.Tensor | None) -> None:
         import torch
 
-        x = args[0] if args else next(iter(kwargs.values()))  # (B, k, d): the last k positions
+        assert x is not None  # (B, k, d): the last k positions
         h = self.final
         if h is None or x.shape[-1] != h.shape[-1] or \
                 not torch.equal(x, h[:, h.shape[1] - x.shape[1]:]):
             raise Mismatch("the LM head does not read the final norm's output; fptrace stats "
                            "cannot name the LM head's input")
-        self.feed(None, FINAL, (self.c.names[id(mod)],), h)
+        self.feed(None, FINAL, (self.c.names[id(self.c.lm.parts.lm_head)],), h)
         self.final_fed = True
 
-    def _attention_hook(self, i: int) -> Callable[..., None]:
-        def hook(mod: nn.Module, args: tuple, output: object) -> None:
-            w = output[1] if isinstance(output, (tuple, list)) and len(output) > 1 else None
-            if w is None or w.dim() != 4 or w.shape[-1] != self.T:
-                raise UnsupportedModel(f"block {i}'s attention returned no weights under eager "
-                                       f"attention; pass {param('no_sinks')}")
-            P = self.part.sink_positions
-            idx = self.sink_key[:, None, None, :].expand(-1, w.shape[1], self.T, P)
-            self.sink_columns.append((i, w.gather(3, idx)))  # (B, H, T, P)
-            self.weights_seen[i] = True
-        return hook
+    def _attention_hook(self, site: Site, w: torch.Tensor | None) -> None:
+        i = site.layer
+        if w is None or w.dim() != 4 or w.shape[-1] != self.T:
+            raise UnsupportedModel(f"block {i}'s attention returned no weights under eager "
+                                   f"attention; pass {param('no_sinks')}")
+        P = self.part.sink_positions
+        idx = self.sink_key[:, None, None, :].expand(-1, w.shape[1], self.T, P)
+        self.sink_columns.append((i, w.gather(3, idx)))  # (B, H, T, P)
+        self.weights_seen[i] = True
 
     # ---- massive activations and sinks ------------------------------------------------------
 
