@@ -32,10 +32,16 @@ def test_each_fix_undoes_what_the_converter_does():
     """The reader's fixes are the inverses of what tests/tiny_gguf.py does as llama.cpp's
     converter: Llama's W_Q/W_K row permutation (by the heads it is made with), GPT-NeoX's fused
     QKV written [Q; K; V], gpt-oss's interleaved gate and up written as two tensors (the
-    weights transposed); and none is the identity."""
+    weights transposed), DeepSeek's kv_b_proj split into attn_k_b (each head's key part
+    transposed) and attn_v_b; and none is the identity."""
     from tiny_gguf import permute
 
-    from fptrace.models.gguf_reader import interleaved, qkv_by_head, rope_adjacent_undone
+    from fptrace.models.gguf_reader import (
+        interleaved,
+        latent_kv_joined,
+        qkv_by_head,
+        rope_adjacent_undone,
+    )
 
     rng = np.random.default_rng(0)
     for heads, rows in ((4, 64), (2, 32)):
@@ -59,9 +65,16 @@ def test_each_fix_undoes_what_the_converter_does():
     assert not np.array_equal(stored.swapaxes(-1, -2), gate_up)  # transposed alone is not it
     b = gate_up[:, 0]
     assert np.array_equal(interleaved(np.concatenate((b[:, ::2], b[:, 1::2]), axis=-2), False), b)
+    # DeepSeek's kv_b_proj: heads × (key 6 + value 4) rows, a latent of 5 columns
+    kv_b = rng.standard_normal((3 * 10, 5)).astype(np.float32)
+    per_head = kv_b.reshape(3, 10, 5)
+    k_b, v_b = per_head[:, :6].swapaxes(1, 2), per_head[:, 6:]
+    assert np.array_equal(latent_kv_joined(k_b, v_b), kv_b)
+    assert not np.array_equal(np.concatenate((k_b.reshape(3, 6, 5), v_b), axis=1).reshape(30, 5),
+                              kv_b)  # the key part left as stored is not it
 
 
-@pytest.mark.parametrize("arch", ["olmo2", "gptneox", "olmoe"])
+@pytest.mark.parametrize("arch", ["olmo2", "gptneox", "olmoe", "deepseek2"])
 def test_transformers_still_reads_none_of_them(arch):
     """The reader exists because transformers' GGUF loader does not list these architectures
     (gpt-oss it lists but cannot load: tests/test_llamacpp_families.py); when it does, check it
@@ -84,7 +97,9 @@ def without(model, gone: str):
     ("olmo2", "olmo2", "model.layers.1.self_attn.k_norm.weight", "blk.1.attn_k_norm.weight"),
     ("gpt_neox", "gptneox", "gpt_neox.layers.0.attention.query_key_value.bias",
      "blk.0.attn_qkv.bias"),
-    ("gpt_oss", "gpt-oss", "model.layers.1.self_attn.sinks", "blk.1.attn_sinks.weight")])
+    ("gpt_oss", "gpt-oss", "model.layers.1.self_attn.sinks", "blk.1.attn_sinks.weight"),
+    ("deepseek_v3", "deepseek2", "model.layers.2.mlp.gate.e_score_correction_bias",
+     "blk.2.exp_probs_b.bias")])
 def test_a_file_missing_a_tensor_is_one_line(family, arch, gone, tensor, tmp_path, gguf,
                                              own_cache):
     from tiny_gguf import write

@@ -31,7 +31,7 @@ EXACT = {"flash_attn": "off", "kv_cache": "f32"}
 FLOAT32 = 1e-5
 # (fptrace family, GGUF architecture, the converter permutes W_Q/W_K, the tensor a fault scales,
 # the block and point where it first acts). A Mistral GGUF is Llama's architecture (transformers
-# loads it as a Llama): the llama row covers it. The last four are read by fptrace's own reader
+# loads it as a Llama): the llama row covers it. The last five are read by fptrace's own reader
 # (transformers' GGUF loader reads none of them: tests/test_gguf_reader.py)
 ARCHS = [
     ("llama", "llama", True, "blk.1.ffn_down.weight", 1, "mlp_out"),
@@ -47,6 +47,7 @@ ARCHS = [
     ("gpt_neox", "gptneox", False, "blk.1.attn_output.weight", 1, "attn_out"),
     ("olmoe", "olmoe", False, "blk.1.ffn_down_exps.weight", 1, "mlp_out"),
     ("gpt_oss", "gpt-oss", False, "blk.1.ffn_down_exps.bias", 1, "mlp_out"),
+    ("deepseek_v3", "deepseek2", False, "blk.1.attn_k_b.weight", 1, "z"),
 ]
 # where llama.cpp's arithmetic is not float32's, the first point to part: Gemma's, GPT-2's and
 # GPT-NeoX's GELU, which ggml's CPU kernel reads from a table of float16 values (3e-4 relative
@@ -108,7 +109,9 @@ def test_every_point_llamacpp_names_matches_transformers(tiny):
     else:
         assert parted is None, parted.sentence
     compared = {p.point for b in result.deep.blocks for p in b.points}
-    assert {"resid_pre", "q", "k", "v", "z", "mlp_out", "resid_post"} <= compared, compared
+    assert {"resid_pre", "z", "mlp_out", "resid_post"} <= compared, compared
+    if family != "deepseek_v3":  # latent attention: q, k, v formed by neither engine's modules
+        assert {"q", "k", "v"} <= compared, compared
     if family != "olmo2":  # OLMo 2 has no norm before attention or the MLP
         assert {"ln1", "ln2"} <= compared, compared
     if family != "gpt_neox":  # a parallel block has no stream between attention and the MLP
@@ -203,6 +206,7 @@ def test_llamacpps_routing_is_checked_and_flips_are_named(tiny, tmp_path):
     recomputed from llama.cpp's own logits; a router weight reversed in a copy of the file
     flips the choice, and diff names the first flip."""
     from fptrace.commands.diff.engine import engine_diff
+    from fptrace.core.routing import routers
     from fptrace.engines import engine
 
     _, path, _, _, lm = tiny
@@ -212,7 +216,9 @@ def test_llamacpps_routing_is_checked_and_flips_are_named(tiny, tmp_path):
     assert r.exit_code == 0, r.stderr[-800:]
     routing = json.loads(r.stdout)["routing"]
     assert routing["checked"] and routing["mismatched"] == 0
-    assert [b["layer"] for b in routing["blocks"]] == list(range(len(lm.parts.blocks)))
+    # every MoE block (DeepSeek-V3's first is dense)
+    assert [b["layer"] for b in routing["blocks"]] == [i for i, _ in routers(lm.parts)]
+    assert len(routing["blocks"]) >= 2
     flipped = scaled(path, str(tmp_path / "router.gguf"), "blk.1.ffn_gate_inp.weight", -1.0)
     result = engine_diff(lm, engine("llama.cpp"), flipped, PROMPT, settings=EXACT)
     assert result.routing.flipped > 0 and result.routing.first.layer == 1
@@ -347,7 +353,8 @@ NOT_EMULATED = {"gemma2": "GELU comes from ggml's float16 table",
                 "gemma3": "GELU comes from ggml's float16 table",
                 "gpt2": "GELU comes from ggml's float16 table",
                 "gpt_neox": "GELU comes from ggml's float16 table",
-                "gpt_oss": "gate and up interleaved"}
+                "gpt_oss": "gate and up interleaved",
+                "deepseek_v3": "absorbs each head's key into the query"}
 
 
 def test_emulate_on_a_family_it_does_not_cover_is_one_line_saying_why(tiny):
@@ -403,11 +410,12 @@ def one_line_refusal(r, *needles: str) -> str:
     return lines[0]
 
 
-# GGUF architectures llama.cpp runs and fptrace has a family for (DeepSeek-V2/V3), which
-# transformers' GGUF loader does not read and fptrace's own reader does not either: the engine
-# loads the same file in transformers (token texts, the lens), so each is one line naming the
-# loader. GPT-NeoX's, OLMo 2's, OLMoE's and gpt-oss's fptrace reads itself (ARCHS above).
-UNREAD = ["deepseek2"]
+# a GGUF architecture llama.cpp runs which transformers' GGUF loader does not read and
+# fptrace's own reader does not either (Cohere's Command R: fptrace has no family for it): the
+# engine loads the same file in transformers (token texts, the lens), so it is one line naming
+# the loader. GPT-NeoX's, OLMo 2's, OLMoE's, gpt-oss's and DeepSeek's fptrace reads itself
+# (ARCHS above).
+UNREAD = ["command-r"]
 
 
 def header_only(path: str, arch: str, bundled: str) -> str:

@@ -132,6 +132,20 @@ def interleaved(w: np.ndarray, transposed: bool) -> np.ndarray:
     return np.stack((gate, up), axis=-1).reshape(*gate.shape[:-1], -1)
 
 
+def latent_kv_joined(k_b: np.ndarray, v_b: np.ndarray) -> np.ndarray:
+    """DeepSeek's kv_b_proj (heads × (no-position key + value) rows, latent columns) from the
+    two tensors llama.cpp's converter splits it into for latent attention: attn_k_b (heads,
+    latent, key), each head's key part transposed, and attn_v_b (heads, value, latent)."""
+    import numpy as np
+
+    joined = np.concatenate((k_b.swapaxes(-1, -2), v_b), axis=-2)  # (heads, key + value, latent)
+    return joined.reshape(-1, joined.shape[-1])
+
+
+# fixes that take the stored tensors apart (the others take them stacked along the rows)
+APART = {"latent_kv_joined": latent_kv_joined}
+
+
 def fixer(fix: str | None, cfg: PretrainedConfig) -> Callable[[np.ndarray], np.ndarray]:
     heads = int(getattr(cfg, "num_attention_heads", 0) or 0)
     kv = int(getattr(cfg, "num_key_value_heads", None) or heads)
@@ -210,9 +224,9 @@ def build(path: str, meta: GGUFMetadata) -> PreTrainedModel:
         parts, fix = mapping[key]
         stored = [read(tensors[n]) for n in parts]
         try:  # the fix undone, then the shape asked (a fix may transpose or interleave)
-            values = fixer(fix, cfg)(np.concatenate(stored, axis=-2) if len(parts) > 1
-                                     else stored[0])
-        except ValueError:  # halves that do not stack or split: shown as the shapes stored
+            values = APART[fix](*stored) if fix in APART else fixer(fix, cfg)(
+                np.concatenate(stored, axis=-2) if len(parts) > 1 else stored[0])
+        except (ValueError, TypeError):  # parts that do not stack, split or join: shown as stored
             values = None
         if values is None or tuple(values.shape) != tuple(like.shape):
             shape = " + ".join(str(list(v.shape)) for v in stored) if values is None \
@@ -232,5 +246,5 @@ def build(path: str, meta: GGUFMetadata) -> PreTrainedModel:
     return model.eval()
 
 
-__all__ = ["build", "config", "config_values", "interleaved", "qkv_by_head", "reads",
-           "rope_adjacent_undone"]
+__all__ = ["build", "config", "config_values", "interleaved", "latent_kv_joined", "qkv_by_head",
+           "reads", "rope_adjacent_undone"]
