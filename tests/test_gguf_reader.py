@@ -110,17 +110,22 @@ def test_a_file_missing_a_tensor_is_one_line(family, arch, gone, tensor, tmp_pat
     one_line_refusal(r, "1 of the", f"{gone} ({tensor})", "no tensor", "random value")
 
 
-def test_a_key_the_reader_does_not_read_is_one_line(tmp_path, gguf, own_cache):
+@pytest.mark.parametrize("family,arch,key,value,shown", [
+    ("olmo2", "olmo2", "attention.sliding_window", 4, "(4)"),
+    ("deepseek_v3", "deepseek2", "rope.scaling.type", "yarn", "('yarn')")])
+def test_a_key_the_reader_does_not_read_is_one_line(family, arch, key, value, shown, tmp_path,
+                                                   gguf, own_cache):
     """An olmo2 file with a sliding window (OLMo 3's) is refused, not read as OLMo 2 without
-    one."""
+    one; a deepseek2 file with YaRN (the published DeepSeek files' RoPE) likewise, not read
+    as one without it."""
     from gguf import GGUFValueType
     from tiny_gguf import write
 
-    path = str(tmp_path / "windowed.gguf")
-    write(tiny_model("olmo2"), path, "olmo2", gguf,
-          extra={"olmo2.attention.sliding_window": (4, GGUFValueType.UINT32)})
+    path = str(tmp_path / "unread.gguf")
+    kind = GGUFValueType.STRING if isinstance(value, str) else GGUFValueType.UINT32
+    write(tiny_model(family), path, arch, gguf, extra={f"{arch}.{key}": (value, kind)})
     r = CliRunner().invoke(app, ["run", PROMPT, "-m", path])
-    one_line_refusal(r, "olmo2.attention.sliding_window (4)", "does not read")
+    one_line_refusal(r, f"{arch}.{key} {shown}", "does not read")
 
 
 def test_a_tensor_no_weight_takes_is_one_line(tmp_path, gguf, own_cache):
