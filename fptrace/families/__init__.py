@@ -204,10 +204,18 @@ GGUF_LLAMA_TENSORS = {"model.embed_tokens.weight": "token_embd.weight",
                       "model.norm.weight": "output_norm.weight", "lm_head.weight": "output.weight"}
 
 
-def gguf_expert_width(hparam: Callable[[str], Any]) -> Any:
+def gguf_expert_width(hparam: Callable[[str], object]) -> object:
     """The routed experts' width a MoE GGUF states (its dense width where it has no key of its
     own)."""
     return hparam("expert_feed_forward_length") or hparam("feed_forward_length")
+
+
+def gguf_number(value: object, default: float) -> float:
+    """A GGUF key's number as a float, or `default` where the key is absent (or not a
+    number)."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return float(value)
+    return default
 
 
 @dataclass(frozen=True)

@@ -11,6 +11,7 @@ explain recomputes its blocks below (latent attention, then the dense MLP or the
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
@@ -23,6 +24,7 @@ from fptrace.families import (
     LlamaCppNames,
     Moe,
     Tap,
+    gguf_number,
 )
 from fptrace.families.kinds import Scoring
 from fptrace.families.llama import final_norm
@@ -196,17 +198,17 @@ LLAMACPP_NAMES = LlamaCppNames(
                  "llama.cpp's graph, which the attn and act-q8 steps do not compute")
 
 
-def q_latent(hparam: Any) -> int:
+def q_latent(hparam: Callable[[str], object]) -> int:
     """The Q latent's width; a file without one (DeepSeek-V2-Lite's plain attn_q) is refused."""
     rank = hparam("attention.q_lora_rank")
-    if not rank:
+    if not isinstance(rank, int) or not rank:
         raise ModelLoadError("a deepseek2 GGUF file without a Q latent (no "
                              "deepseek2.attention.q_lora_rank): fptrace's reader reads "
                              "DeepSeek-V3's latent attention only")
-    return int(rank)
+    return rank
 
 
-def sigmoid_gating(hparam: Any) -> float:
+def sigmoid_gating(hparam: Callable[[str], object]) -> float:
     """The routed experts' scale, where the file's gating is DeepSeek-V3's sigmoid (2); the
     softmax of DeepSeek-V2's files (1, or no key) is another router: refused."""
     gating = hparam("expert_gating_func")
@@ -214,13 +216,13 @@ def sigmoid_gating(hparam: Any) -> float:
         raise ModelLoadError(f"a deepseek2 GGUF file whose experts' gating is {gating!r} "
                              "(deepseek2.expert_gating_func): fptrace's reader reads "
                              "DeepSeek-V3's sigmoid gating (2) only")
-    return float(hparam("expert_weights_scale") or 1.0)
+    return gguf_number(hparam("expert_weights_scale"), 1.0)
 
 
-def nope_width(hparam: Any) -> int | None:
+def nope_width(hparam: Callable[[str], object]) -> int | None:
     """Each head's key width without positions: its whole key less the rotated part."""
     whole, rotated = hparam("attention.key_length_mla"), hparam("rope.dimension_count")
-    return int(whole) - int(rotated) if whole and rotated else None
+    return whole - rotated if isinstance(whole, int) and isinstance(rotated, int) else None
 
 
 # how fptrace reads a deepseek2 GGUF (transformers' GGUF loader reads none) as

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from fptrace.errors import ModelLoadError
 from fptrace.families import (
@@ -21,6 +21,7 @@ from fptrace.families import (
     GGUFWeights,
     Moe,
     gguf_expert_width,
+    gguf_number,
 )
 from fptrace.families.kinds import Scoring
 from fptrace.families.llama import LLAMACPP_NAMES as LLAMA_NAMES
@@ -48,7 +49,7 @@ LLAMACPP_NAMES = replace(
     experts={})
 
 
-def layer_types(hparam: Callable[[str], Any]) -> list[str] | None:
+def layer_types(hparam: Callable[[str], object]) -> list[str] | None:
     """llama.cpp's gpt-oss windows every other block, the first among them (its swa pattern
     of 2), as gpt-oss's config does; None without a window."""
     n = hparam("block_count")
@@ -57,24 +58,22 @@ def layer_types(hparam: Callable[[str], Any]) -> list[str] | None:
     return ["sliding_attention" if i % 2 == 0 else "full_attention" for i in range(n)]
 
 
-def rope_parameters(hparam: Callable[[str], Any]) -> dict:
+def rope_parameters(hparam: Callable[[str], object]) -> dict:
     """gpt-oss's RoPE: YaRN where the file says so (its converter always does), with the
     correction range as gpt-oss's config has it (beta 32 and 1, not truncated to whole
     dimensions); plain RoPE without the keys."""
-    theta = float(hparam("rope.freq_base") or 150000.0)
-    kind = hparam("rope.scaling.type")
+    theta = gguf_number(hparam("rope.freq_base"), 150000.0)
+    kind, factor = hparam("rope.scaling.type"), hparam("rope.scaling.factor")
     if kind is None:
         return {"rope_type": "default", "rope_theta": theta}
-    if kind != "yarn" or hparam("rope.scaling.factor") is None:
+    if kind != "yarn" or not isinstance(factor, (int, float)):
         raise ModelLoadError(f"a gpt-oss GGUF file with the RoPE scaling {kind!r} (factor "
-                             f"{hparam('rope.scaling.factor')!r}): fptrace's reader reads "
-                             "gpt-oss's YaRN only")
-    return {"rope_type": "yarn", "rope_theta": theta,
-            "factor": float(hparam("rope.scaling.factor")),
-            "original_max_position_embeddings": int(
-                hparam("rope.scaling.original_context_length") or 4096),
-            "beta_fast": float(hparam("rope.scaling.yarn_beta_fast") or 32.0),
-            "beta_slow": float(hparam("rope.scaling.yarn_beta_slow") or 1.0),
+                             f"{factor!r}): fptrace's reader reads gpt-oss's YaRN only")
+    return {"rope_type": "yarn", "rope_theta": theta, "factor": float(factor),
+            "original_max_position_embeddings": int(gguf_number(
+                hparam("rope.scaling.original_context_length"), 4096)),
+            "beta_fast": gguf_number(hparam("rope.scaling.yarn_beta_fast"), 32.0),
+            "beta_slow": gguf_number(hparam("rope.scaling.yarn_beta_slow"), 1.0),
             "truncate": TRUNCATE}
 
 
