@@ -36,7 +36,7 @@ SETTINGS = {"defaults": {}, "float32": {"flash_attn": "off", "kv_cache": "f32"}}
 
 
 def measure(family: str, arch: str, adjacent: bool, folder: str) -> dict:
-    from test_llamacpp_families import NORM_OFFSET, tiny_model
+    from test_llamacpp_families import MODEL, NORM_OFFSET, tiny_model
     from tiny_gguf import write
 
     from fptrace.commands.diff.engine import engine_diff
@@ -46,7 +46,7 @@ def measure(family: str, arch: str, adjacent: bool, folder: str) -> dict:
 
     bundled = known_models()["smollm2-135m"].gguf_path()
     path = os.path.join(folder, f"tiny-{family}.gguf")
-    write(tiny_model(family), path, arch, bundled, rope_adjacent=adjacent,
+    write(tiny_model(family, **MODEL.get(family, {})), path, arch, bundled, rope_adjacent=adjacent,
           norm_offset=NORM_OFFSET.get(family, 0.0))
     lm = load_model(path, device="cpu")
     out = {"family": family, "arch": arch}

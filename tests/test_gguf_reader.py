@@ -112,17 +112,17 @@ def test_a_file_missing_a_tensor_is_one_line(family, arch, gone, tensor, tmp_pat
 
 @pytest.mark.parametrize("family,arch,key,value,shown", [
     ("olmo2", "olmo2", "attention.sliding_window", 4, "(4)"),
-    ("deepseek_v3", "deepseek2", "rope.scaling.type", "yarn", "('yarn')")])
+    ("deepseek_v3", "deepseek2", "rope.scaling.yarn_attn_factor", 0.5, "(0.5)")])
 def test_a_key_the_reader_does_not_read_is_one_line(family, arch, key, value, shown, tmp_path,
                                                    gguf, own_cache):
     """An olmo2 file with a sliding window (OLMo 3's) is refused, not read as OLMo 2 without
-    one; a deepseek2 file with YaRN (the published DeepSeek files' RoPE) likewise, not read
-    as one without it."""
+    one; a deepseek2 file with a YaRN attention factor of its own (llama.cpp's override, which
+    transformers' YaRN has no place for) likewise."""
     from gguf import GGUFValueType
     from tiny_gguf import write
 
     path = str(tmp_path / "unread.gguf")
-    kind = GGUFValueType.STRING if isinstance(value, str) else GGUFValueType.UINT32
+    kind = GGUFValueType.FLOAT32 if isinstance(value, float) else GGUFValueType.UINT32
     write(tiny_model(family), path, arch, gguf, extra={f"{arch}.{key}": (value, kind)})
     r = CliRunner().invoke(app, ["run", PROMPT, "-m", path])
     one_line_refusal(r, f"{arch}.{key} {shown}", "does not read")

@@ -64,6 +64,13 @@ FAULT_TOLERANCE = {"gpt_oss": 1e-2}
 # what llama.cpp's converter does to a family's weights besides renaming them: Gemma's norm
 # weights stored with the 1 its RMSNorm adds
 NORM_OFFSET = {"gemma2": 1.0, "gemma3": 1.0}
+# what a family's tiny model holds here besides its tiny config: DeepSeek's YaRN, as the
+# published DeepSeek files have it (its attention scale from mscale_all_dim; a factor of 4 over
+# an original context of 4 tokens, shorter than the prompt)
+MODEL = {"deepseek_v3": {"rope_parameters": {
+    "rope_type": "yarn", "rope_theta": 10000.0, "factor": 4.0,
+    "original_max_position_embeddings": 4, "beta_fast": 32.0, "beta_slow": 1.0, "mscale": 1.0,
+    "mscale_all_dim": 1.0}}}
 # the families whose stream receives post-norms (ln1_post, ln2_post), and those with no norm
 # before attention and the MLP (OLMo 2's) or no stream between them (GPT-NeoX's parallel block)
 POST_NORMS = ("gemma2", "gemma3", "olmo2")
@@ -80,7 +87,7 @@ def tiny(request, tmp_path_factory, gguf, own_cache):
     family, arch, adjacent, tensor, _, _ = request.param
     folder = tmp_path_factory.mktemp(family)
     path = str(folder / f"tiny-{family}.gguf")
-    original = tiny_model(family)
+    original = tiny_model(family, **MODEL.get(family, {}))
     write(original, path, arch, gguf, rope_adjacent=adjacent,
           norm_offset=NORM_OFFSET.get(family, 0.0))
     faulted = scaled(path, str(folder / f"faulted-{family}.gguf"), tensor, 1.5)

@@ -255,6 +255,9 @@ def _deepseek2_keys(w: Any, cfg: Any) -> None:
     w.add_expert_gating_func(gguf.ExpertGatingFuncType.SIGMOID)
     w.add_expert_group_count(int(cfg.n_group))
     w.add_expert_group_used_count(int(cfg.topk_group))
+    scaling = getattr(cfg, "rope_parameters", None) or {}
+    if scaling.get("rope_type") == "yarn":  # YaRN's attention scale: 0.1 · mscale_all_dim
+        w.add_rope_scaling_yarn_log_mul(0.1 * float(scaling.get("mscale_all_dim") or 0.0))
 
 
 def _deepseek2_kv_b(w: Any, hf_name: str, data: np.ndarray, cfg: Any) -> None:

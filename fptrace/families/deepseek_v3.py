@@ -225,6 +225,26 @@ def nope_width(hparam: Callable[[str], object]) -> int | None:
     return whole - rotated if isinstance(whole, int) and isinstance(rotated, int) else None
 
 
+def rope_parameters(hparam: Callable[[str], object]) -> dict:
+    """DeepSeek's RoPE: YaRN where the file says so (the published files do), its attention
+    scale from `rope.scaling.yarn_log_multiplier` (0.1 · mscale_all_dim, as the converter
+    writes it; DeepSeek's configs give mscale the same value); plain RoPE without the keys."""
+    theta = gguf_number(hparam("rope.freq_base"), 10000.0)
+    kind, factor = hparam("rope.scaling.type"), hparam("rope.scaling.factor")
+    if kind is None:
+        return {"rope_type": "default", "rope_theta": theta}
+    if kind != "yarn" or not isinstance(factor, (int, float)):
+        raise ModelLoadError(f"a deepseek2 GGUF file with the RoPE scaling {kind!r} (factor "
+                             f"{factor!r}): fptrace's reader reads DeepSeek's YaRN only")
+    mscale = gguf_number(hparam("rope.scaling.yarn_log_multiplier"), 0.0) / 0.1
+    return {"rope_type": "yarn", "rope_theta": theta, "factor": float(factor),
+            "original_max_position_embeddings": int(gguf_number(
+                hparam("rope.scaling.original_context_length"), 4096)),
+            "beta_fast": gguf_number(hparam("rope.scaling.yarn_beta_fast"), 32.0),
+            "beta_slow": gguf_number(hparam("rope.scaling.yarn_beta_slow"), 1.0),
+            "mscale": mscale, "mscale_all_dim": mscale}
+
+
 # how fptrace reads a deepseek2 GGUF (transformers' GGUF loader reads none) as
 # DeepseekV3ForCausalLM: the names of llama.cpp's converter; kv_b_proj, which the converter
 # splits into attn_k_b (each head's key part, transposed) and attn_v_b, joined back; one K/V
@@ -246,8 +266,7 @@ GGUF_WEIGHTS = GGUFWeights(
         "q_lora_rank": q_latent, "kv_lora_rank": "attention.kv_lora_rank",
         "qk_rope_head_dim": "rope.dimension_count", "qk_nope_head_dim": nope_width,
         "v_head_dim": "attention.value_length_mla", "rope_interleave": True,
-        "rope_parameters": lambda hparam: {"rope_type": "default",
-                                           "rope_theta": hparam("rope.freq_base") or 1e4}},
+        "rope_parameters": rope_parameters},
     tensors=GGUF_LLAMA_TENSORS | {
         "model.layers.{i}.self_attn.kv_b_proj.weight": ("blk.{i}.attn_k_b.weight",
                                                         "blk.{i}.attn_v_b.weight"),
@@ -265,7 +284,7 @@ GGUF_WEIGHTS = GGUFWeights(
         ("mlp.shared_experts.up_proj", "ffn_up_shexp"),
         ("mlp.shared_experts.down_proj", "ffn_down_shexp"))},
     fixes={"model.layers.{i}.self_attn.kv_b_proj.weight": "latent_kv_joined"},
-    unread=("rope.scaling.type", "rope.scaling.yarn_log_multiplier",
+    unread=("rope.scaling.yarn_ext_factor", "rope.scaling.yarn_attn_factor",
             "attention.sliding_window"))
 
 FAMILY = replace(
