@@ -249,8 +249,9 @@ def rope_parameters(hparam: Callable[[str], object]) -> dict:
 # DeepseekV3ForCausalLM: the names of llama.cpp's converter; kv_b_proj, which the converter
 # splits into attn_k_b (each head's key part, transposed) and attn_v_b, joined back; one K/V
 # head in the file (the latent is shared) but every head its own key and value in
-# transformers; the dense lead blocks, the shared experts, the correction bias exp_probs_b; the
-# window and the RoPE scaling (YaRN, in the published files) are not read: refused
+# transformers; the dense lead blocks, the shared experts, the correction bias exp_probs_b;
+# YaRN with its attention scale (rope_parameters); a window and llama.cpp's own YaRN factors
+# are not read: refused
 GGUF_WEIGHTS = GGUFWeights(
     arch="deepseek2", model_type="deepseek_v3",
     config=GGUF_LLAMA_CONFIG | {
