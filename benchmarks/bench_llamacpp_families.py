@@ -9,8 +9,9 @@ and the K/V cache in f16) and float32 end to end (flash attention off, K/V cache
 per family and setting: the largest relative difference of the last position's stream over the
 blocks, and the largest of any point `--deep` compares (over every position) with its place.
 
-The architectures fptrace reads itself (tests/test_gguf_reader.py's: transformers' GGUF loader
-reads none of them) are measured the same way, their file loaded through fptrace's reader.
+The architectures fptrace reads itself (transformers' GGUF loader reads none of them: OLMo 2,
+GPT-NeoX, OLMoE, gpt-oss, the same table's last rows) are measured the same way, their file
+loaded through fptrace's reader.
 --only FAMILY ... measures those families alone and, with --json, replaces their rows of the
 results file, keeping the others'.
 
@@ -35,7 +36,7 @@ SETTINGS = {"defaults": {}, "float32": {"flash_attn": "off", "kv_cache": "f32"}}
 
 
 def measure(family: str, arch: str, adjacent: bool, folder: str) -> dict:
-    from test_llamacpp_families import NORM_OFFSET, tiny_model
+    from test_llamacpp_families import MODEL, NORM_OFFSET, tiny_model
     from tiny_gguf import write
 
     from fptrace.commands.diff.engine import engine_diff
@@ -45,7 +46,7 @@ def measure(family: str, arch: str, adjacent: bool, folder: str) -> dict:
 
     bundled = known_models()["smollm2-135m"].gguf_path()
     path = os.path.join(folder, f"tiny-{family}.gguf")
-    write(tiny_model(family), path, arch, bundled, rope_adjacent=adjacent,
+    write(tiny_model(family, **MODEL.get(family, {})), path, arch, bundled, rope_adjacent=adjacent,
           norm_offset=NORM_OFFSET.get(family, 0.0))
     lm = load_model(path, device="cpu")
     out = {"family": family, "arch": arch}
@@ -66,11 +67,9 @@ def main() -> None:
     ap.add_argument("--only", nargs="*", default=None)
     args = ap.parse_args()
     os.environ.setdefault("FPTRACE_CACHE_DIR", tempfile.mkdtemp(prefix="fptrace-bench-"))
-    from test_gguf_reader import FAMILIES as READ
     from test_llamacpp_families import ARCHS
 
-    every = [(f, a, adjacent) for f, a, adjacent, *_ in ARCHS] + [(f, a, False)
-                                                                 for f, a, *_ in READ]
+    every = [(f, a, adjacent) for f, a, adjacent, *_ in ARCHS]
     rows = []
     with tempfile.TemporaryDirectory() as folder:
         for family, arch, adjacent in every:

@@ -46,13 +46,19 @@ def tiny_model(family: str, **overrides: Any) -> Any:
     torch.manual_seed(0)
     model = AutoModelForCausalLM.from_config(config).float().eval()
     with torch.no_grad():  # biases and norm weights away from their initial 0 and 1
+        for name, p in model.named_buffers():  # DeepSeek's choice-only bias (0 at first):
+            if name.endswith("e_score_correction_bias"):  # one that changes the choice
+                p.normal_(0, 0.2)
         for name, p in model.named_parameters():
             if name.endswith("bias"):
                 p.normal_(0, 0.1)
             elif "norm" in name or ".ln_" in name:  # GPT-2's LayerNorms are ln_1, ln_2, ln_f
                 p.uniform_(0.5, 1.5)
-            elif name.endswith("mlp.gate.weight"):  # a router whose choices are not ties
-                p.normal_(0, 1.0)
+            elif name.endswith("mlp.gate.weight"):  # a router whose choices are not ties;
+                # DeepSeek's sigmoid scores kept off 0 and 1: where the chosen experts' scores
+                # add up to less than 6.1e-5, llama.cpp renormalises by that floor instead
+                # (transformers by their sum), which a router of std 1 at d 64 often reaches
+                p.normal_(0, 0.3 if model.config.model_type == "deepseek_v3" else 1.0)
     return model
 
 
@@ -120,7 +126,11 @@ def write(model: Any, path: str, arch: str, bundled: str, *, rope_adjacent: bool
     w.add_feed_forward_length(int(getattr(cfg, "intermediate_size", None)
                                   or getattr(cfg, "n_inner", None) or 4 * cfg.hidden_size))
     w.add_head_count(int(cfg.num_attention_heads))
-    w.add_head_count_kv(int(getattr(cfg, "num_key_value_heads", cfg.num_attention_heads)))
+    latent = cfg.model_type == "deepseek_v3"
+    if latent:  # as its converter: one latent K/V head, and the latent attention's sizes
+        _deepseek2_keys(w, cfg)
+    else:
+        w.add_head_count_kv(int(getattr(cfg, "num_key_value_heads", cfg.num_attention_heads)))
     if hasattr(cfg, "rms_norm_eps"):
         w.add_layer_norm_rms_eps(float(cfg.rms_norm_eps))
     else:  # LayerNorm (GPT-2's layer_norm_epsilon, GPT-NeoX's layer_norm_eps)
@@ -141,7 +151,7 @@ def write(model: Any, path: str, arch: str, bundled: str, *, rope_adjacent: bool
             w.add_rope_scaling_orig_ctx_len(int(scaling.get(
                 "original_max_position_embeddings", 4096)))
     head_dim = getattr(cfg, "head_dim", None)
-    if head_dim:
+    if head_dim and not latent:
         w.add_key_length(int(head_dim))
         w.add_value_length(int(head_dim))
     for key, add in (("attn_logit_softcapping", w.add_attn_logit_softcapping),
@@ -159,7 +169,8 @@ def write(model: Any, path: str, arch: str, bundled: str, *, rope_adjacent: bool
             w.add_key_value(key, value, kind)
     nh = int(cfg.num_attention_heads)
     nkv = int(getattr(cfg, "num_key_value_heads", nh))
-    experts = getattr(cfg, "num_experts", None) or getattr(cfg, "num_local_experts", None)
+    experts = getattr(cfg, "num_experts", None) or getattr(cfg, "num_local_experts", None) \
+        or getattr(cfg, "n_routed_experts", None)
     if experts:
         w.add_expert_count(int(experts))
         w.add_expert_used_count(int(cfg.num_experts_per_tok))
@@ -172,9 +183,15 @@ def write(model: Any, path: str, arch: str, bundled: str, *, rope_adjacent: bool
     for hf_name, tensor in model.state_dict().items():
         if tied and hf_name == "lm_head.weight":  # llama.cpp reads the token embedding
             continue
+        if latent and hf_name.endswith("kv_b_proj.weight"):
+            _deepseek2_kv_b(w, hf_name, tensor.detach().float().numpy(), cfg)
+            continue
         if cfg.model_type == "gpt_oss" and ".mlp.experts." in hf_name:
             _gpt_oss_experts(w, hf_name, tensor.detach().float().numpy())
             continue
+        if hf_name.endswith("mlp.gate.e_score_correction_bias"):  # DeepSeek-V3's, as its
+            # converter names it
+            hf_name = hf_name.replace("e_score_correction_bias", "e_score_correction.bias")
         if hf_name.endswith("self_attn.sinks"):  # gpt-oss's converter names it .weight
             hf_name += ".weight"
         if hf_name.endswith(("mlp.experts.gate_up_proj", "mlp.experts.down_proj")):
@@ -213,6 +230,45 @@ def write(model: Any, path: str, arch: str, bundled: str, *, rope_adjacent: bool
     w.write_kv_data_to_file()
     w.write_tensors_to_file()
     w.close()
+
+
+def _deepseek2_keys(w: Any, cfg: Any) -> None:
+    """DeepSeek-V3's keys as llama.cpp's deepseek2 converter writes them: one K/V head (the
+    latent is shared), its key (latent + rotated part) and value (latent) widths, and each
+    head's own (no-position + rotated part, value) under the _mla keys; the dense lead blocks,
+    the experts' gating (sigmoid, their bias exp_probs_b), groups, scale and renormalisation."""
+    import gguf
+
+    rope, nope = int(cfg.qk_rope_head_dim), int(cfg.qk_nope_head_dim)
+    w.add_head_count_kv(1)
+    w.add_key_length(int(cfg.kv_lora_rank) + rope)
+    w.add_value_length(int(cfg.kv_lora_rank))
+    w.add_key_length_mla(nope + rope)
+    w.add_value_length_mla(int(cfg.v_head_dim))
+    w.add_rope_dimension_count(rope)
+    w.add_q_lora_rank(int(cfg.q_lora_rank))
+    w.add_kv_lora_rank(int(cfg.kv_lora_rank))
+    w.add_leading_dense_block_count(int(cfg.first_k_dense_replace))
+    w.add_expert_shared_count(int(cfg.n_shared_experts))
+    w.add_expert_weights_scale(float(cfg.routed_scaling_factor))
+    w.add_expert_weights_norm(bool(cfg.norm_topk_prob))
+    w.add_expert_gating_func(gguf.ExpertGatingFuncType.SIGMOID)
+    w.add_expert_group_count(int(cfg.n_group))
+    w.add_expert_group_used_count(int(cfg.topk_group))
+    scaling = getattr(cfg, "rope_parameters", None) or {}
+    if scaling.get("rope_type") == "yarn":  # YaRN's attention scale: 0.1 · mscale_all_dim
+        w.add_rope_scaling_yarn_log_mul(0.1 * float(scaling.get("mscale_all_dim") or 0.0))
+
+
+def _deepseek2_kv_b(w: Any, hf_name: str, data: np.ndarray, cfg: Any) -> None:
+    """DeepSeek's kv_b_proj (heads × (no-position key + value) rows, latent columns) as its
+    converter writes it for llama.cpp's latent attention: attn_k_b (heads, latent, no-position
+    key), each head's key part transposed, and attn_v_b (heads, value, latent)."""
+    block = hf_name.split(".")[2]
+    nope = int(cfg.qk_nope_head_dim)
+    kv_b = data.reshape(int(cfg.num_attention_heads), -1, data.shape[-1])
+    w.add_tensor(f"blk.{block}.attn_k_b.weight", kv_b[:, :nope].swapaxes(1, 2).copy())
+    w.add_tensor(f"blk.{block}.attn_v_b.weight", kv_b[:, nope:].copy())
 
 
 def _gpt_oss_experts(w: Any, hf_name: str, data: np.ndarray) -> None:

@@ -178,7 +178,10 @@ class GGUFWeights:
     converter did to the weight besides renaming it, undone on reading: "rope_adjacent_q" /
     "rope_adjacent_k" (Llama's W_Q / W_K row permutation, by the query / key-value heads),
     "qkv_by_head" (a fused [Q; K; V] put back head by head, [q|k|v] of head 0 first, as
-    GPT-NeoX keeps it); unread: the file's keys (`{arch}.KEY`) the reader does not turn into
+    GPT-NeoX keeps it), "gate_up_interleaved" / "gate_up_bias_interleaved" (gpt-oss's experts'
+    gate and up, two tensors in the file, put back interleaved in one, gate in the even
+    places; the weights transposed too), "transposed" (the last two axes swapped: gpt-oss's
+    experts' down_proj); unread: the file's keys (`{arch}.KEY`) the reader does not turn into
     the config (OLMo 3's sliding window in an olmo2 file, a RoPE scaling): a file stating one is
     refused in one line, not read as a model it is not."""
 
@@ -188,6 +191,31 @@ class GGUFWeights:
     tensors: dict
     fixes: dict = field(default_factory=dict)
     unread: tuple[str, ...] = ()
+
+
+# what every Llama-like GGUF states the same way (GGUFWeights.config and .tensors): the config's
+# sizes under llama.cpp's keys, and the embedding, final norm and head under its names
+GGUF_LLAMA_CONFIG = {"hidden_size": "embedding_length", "num_hidden_layers": "block_count",
+                     "num_attention_heads": "attention.head_count",
+                     "num_key_value_heads": "attention.head_count_kv",
+                     "rms_norm_eps": "attention.layer_norm_rms_epsilon",
+                     "max_position_embeddings": "context_length"}
+GGUF_LLAMA_TENSORS = {"model.embed_tokens.weight": "token_embd.weight",
+                      "model.norm.weight": "output_norm.weight", "lm_head.weight": "output.weight"}
+
+
+def gguf_expert_width(hparam: Callable[[str], object]) -> object:
+    """The routed experts' width a MoE GGUF states (its dense width where it has no key of its
+    own)."""
+    return hparam("expert_feed_forward_length") or hparam("feed_forward_length")
+
+
+def gguf_number(value: object, default: float) -> float:
+    """A GGUF key's number as a float, or `default` where the key is absent (or not a
+    number)."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return float(value)
+    return default
 
 
 @dataclass(frozen=True)

@@ -11,10 +11,21 @@ explain recomputes its blocks below (latent attention, then the dense MLP or the
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-from fptrace.families import Family, Moe, Tap
+from fptrace.errors import ModelLoadError
+from fptrace.families import (
+    GGUF_LLAMA_CONFIG,
+    GGUF_LLAMA_TENSORS,
+    Family,
+    GGUFWeights,
+    LlamaCppNames,
+    Moe,
+    Tap,
+    gguf_number,
+)
 from fptrace.families.kinds import Scoring
 from fptrace.families.llama import final_norm
 from fptrace.families.mixtral import FAMILY as MIXTRAL
@@ -162,6 +173,121 @@ MLA_TAPS = {
     Point.ln2: Tap("post_attention_layernorm"), Point.mlp_out: Tap("mlp"),
 }
 
+# llama.cpp's deepseek2 graph (checked on a tiny GGUF, tests/test_llamacpp_families.py): its
+# latent attention absorbs each head's no-position key into the query (`q_nope_absorbed`) and
+# attends over the latent itself (`Kcur`: the latent and the shared RoPE key, one head;
+# `kqv_mla` the heads' values from it), so q, k and v are never formed as transformers forms
+# them and are not compared (transformers' modules show them in none either); the heads'
+# output before the output projection is `kqv_out` (z), the projection's output is unnamed:
+# `ffn_inp`'s operand 0. The MLP's output, what the stream receives, is `ffn_out` in every
+# block (the dense ones', and the routed experts' sum plus the shared experts' in the others);
+# the router's logits `ffn_moe_logits` (the sigmoid and the correction bias come after), the
+# experts chosen `ffn_moe_topk` and their weights, renormalised and scaled,
+# `ffn_moe_weights_scaled`. In MoE blocks `ffn_gate`, `ffn_up`, `ffn_swiglu` are the shared
+# experts': not mapped.
+LLAMACPP_NAMES = LlamaCppNames(
+    archs=("deepseek2",),
+    points={Point.embed: "embd", Point.ln1: "attn_norm", Point.z: "kqv_out",
+            Point.attn_out: "attn_out",
+            Point.resid_mid: "ffn_inp", Point.ln2: "ffn_norm", Point.mlp_out: "ffn_out",
+            Point.resid_post: "l_out", Point.final_norm: "result_norm",
+            Point.logits: "result_output"},
+    operands={"attn_out": ("ffn_inp", 0)},
+    routing=("ffn_moe_logits", "ffn_moe_topk", "ffn_moe_weights_scaled"),
+    no_emulation="DeepSeek's latent attention absorbs each head's key into the query in "
+                 "llama.cpp's graph, which the attn and act-q8 steps do not compute")
+
+
+def q_latent(hparam: Callable[[str], object]) -> int:
+    """The Q latent's width; a file without one (DeepSeek-V2-Lite's plain attn_q) is refused."""
+    rank = hparam("attention.q_lora_rank")
+    if not isinstance(rank, int) or not rank:
+        raise ModelLoadError("a deepseek2 GGUF file without a Q latent (no "
+                             "deepseek2.attention.q_lora_rank): fptrace's reader reads "
+                             "DeepSeek-V3's latent attention only")
+    return rank
+
+
+def sigmoid_gating(hparam: Callable[[str], object]) -> float:
+    """The routed experts' scale, where the file's gating is DeepSeek-V3's sigmoid (2); the
+    softmax of DeepSeek-V2's files (1, or no key) is another router: refused."""
+    gating = hparam("expert_gating_func")
+    if gating != 2:
+        raise ModelLoadError(f"a deepseek2 GGUF file whose experts' gating is {gating!r} "
+                             "(deepseek2.expert_gating_func): fptrace's reader reads "
+                             "DeepSeek-V3's sigmoid gating (2) only")
+    return gguf_number(hparam("expert_weights_scale"), 1.0)
+
+
+def nope_width(hparam: Callable[[str], object]) -> int | None:
+    """Each head's key width without positions: its whole key less the rotated part."""
+    whole, rotated = hparam("attention.key_length_mla"), hparam("rope.dimension_count")
+    return whole - rotated if isinstance(whole, int) and isinstance(rotated, int) else None
+
+
+def rope_parameters(hparam: Callable[[str], object]) -> dict:
+    """DeepSeek's RoPE: YaRN where the file says so (the published files do), its attention
+    scale from `rope.scaling.yarn_log_multiplier` (0.1 · mscale_all_dim, as the converter
+    writes it; DeepSeek's configs give mscale the same value); plain RoPE without the keys."""
+    theta = gguf_number(hparam("rope.freq_base"), 10000.0)
+    kind, factor = hparam("rope.scaling.type"), hparam("rope.scaling.factor")
+    if kind is None:
+        return {"rope_type": "default", "rope_theta": theta}
+    if kind != "yarn" or not isinstance(factor, (int, float)):
+        raise ModelLoadError(f"a deepseek2 GGUF file with the RoPE scaling {kind!r} (factor "
+                             f"{factor!r}): fptrace's reader reads DeepSeek's YaRN only")
+    mscale = gguf_number(hparam("rope.scaling.yarn_log_multiplier"), 0.0) / 0.1
+    return {"rope_type": "yarn", "rope_theta": theta, "factor": float(factor),
+            "original_max_position_embeddings": int(gguf_number(
+                hparam("rope.scaling.original_context_length"), 4096)),
+            "beta_fast": gguf_number(hparam("rope.scaling.yarn_beta_fast"), 32.0),
+            "beta_slow": gguf_number(hparam("rope.scaling.yarn_beta_slow"), 1.0),
+            "mscale": mscale, "mscale_all_dim": mscale}
+
+
+# how fptrace reads a deepseek2 GGUF (transformers' GGUF loader reads none) as
+# DeepseekV3ForCausalLM: the names of llama.cpp's converter; kv_b_proj, which the converter
+# splits into attn_k_b (each head's key part, transposed) and attn_v_b, joined back; one K/V
+# head in the file (the latent is shared) but every head its own key and value in
+# transformers; the dense lead blocks, the shared experts, the correction bias exp_probs_b;
+# YaRN with its attention scale (rope_parameters); a window and llama.cpp's own YaRN factors
+# are not read: refused
+GGUF_WEIGHTS = GGUFWeights(
+    arch="deepseek2", model_type="deepseek_v3",
+    config=GGUF_LLAMA_CONFIG | {
+        "num_key_value_heads": "attention.head_count",
+        "intermediate_size": "feed_forward_length",
+        "moe_intermediate_size": "expert_feed_forward_length",
+        "n_routed_experts": "expert_count", "num_experts_per_tok": "expert_used_count",
+        "n_shared_experts": "expert_shared_count", "routed_scaling_factor": sigmoid_gating,
+        "norm_topk_prob": lambda hparam: bool(hparam("expert_weights_norm")),
+        "n_group": lambda hparam: hparam("expert_group_count") or 1,
+        "topk_group": lambda hparam: hparam("expert_group_used_count") or 1,
+        "first_k_dense_replace": "leading_dense_block_count",
+        "q_lora_rank": q_latent, "kv_lora_rank": "attention.kv_lora_rank",
+        "qk_rope_head_dim": "rope.dimension_count", "qk_nope_head_dim": nope_width,
+        "v_head_dim": "attention.value_length_mla", "rope_interleave": True,
+        "rope_parameters": rope_parameters},
+    tensors=GGUF_LLAMA_TENSORS | {
+        "model.layers.{i}.self_attn.kv_b_proj.weight": ("blk.{i}.attn_k_b.weight",
+                                                        "blk.{i}.attn_v_b.weight"),
+        "model.layers.{i}.mlp.gate.e_score_correction_bias": "blk.{i}.exp_probs_b.bias",
+        "model.layers.{i}.mlp.experts.gate_up_proj": ("blk.{i}.ffn_gate_exps.weight",
+                                                     "blk.{i}.ffn_up_exps.weight"),
+        "model.layers.{i}.mlp.experts.down_proj": "blk.{i}.ffn_down_exps.weight"}
+    | {f"model.layers.{{i}}.{hf}.weight": f"blk.{{i}}.{gg}.weight" for hf, gg in (
+        ("self_attn.q_a_proj", "attn_q_a"), ("self_attn.q_a_layernorm", "attn_q_a_norm"),
+        ("self_attn.q_b_proj", "attn_q_b"), ("self_attn.kv_a_proj_with_mqa", "attn_kv_a_mqa"),
+        ("self_attn.kv_a_layernorm", "attn_kv_a_norm"), ("self_attn.o_proj", "attn_output"),
+        ("input_layernorm", "attn_norm"), ("post_attention_layernorm", "ffn_norm"),
+        ("mlp.gate_proj", "ffn_gate"), ("mlp.up_proj", "ffn_up"), ("mlp.down_proj", "ffn_down"),
+        ("mlp.gate", "ffn_gate_inp"), ("mlp.shared_experts.gate_proj", "ffn_gate_shexp"),
+        ("mlp.shared_experts.up_proj", "ffn_up_shexp"),
+        ("mlp.shared_experts.down_proj", "ffn_down_shexp"))},
+    fixes={"model.layers.{i}.self_attn.kv_b_proj.weight": "latent_kv_joined"},
+    unread=("rope.scaling.yarn_ext_factor", "rope.scaling.yarn_attn_factor",
+            "attention.sliding_window"))
+
 FAMILY = replace(
     MIXTRAL, name="deepseek_v3", title="DeepSeek-V3", model_types=("deepseek_v3",), moe=moe,
     d_mlp=d_expert, shared_experts="shared_experts", taps=MLA_TAPS, qk_weights=None,
@@ -169,7 +295,8 @@ FAMILY = replace(
     head_taps=("self_attn.q_b_proj", "self_attn.kv_a_proj_with_mqa", "self_attn.kv_b_proj"),
     kv_cache_values=kv_cache_values, head_dim_attr="v_head_dim",
     qk_head_dim=lambda cfg: int(cfg.qk_nope_head_dim) + int(cfg.qk_rope_head_dim),
-    router_score_bias="e_score_correction_bias",
+    router_score_bias="e_score_correction_bias", llamacpp_names=LLAMACPP_NAMES,
+    gguf_weights=GGUF_WEIGHTS,
     labels={**MIXTRAL.labels, "q_a_proj": "Q down-projection (latent)",
             "q_b_proj": "Q up-projection", "kv_a_proj_with_mqa": "K/V latent and shared RoPE K",
             "kv_b_proj": "K/V up-projection", "q_a_layernorm": "Q latent norm",

@@ -12,7 +12,14 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-from fptrace.families import Family, GGUFWeights, LlamaCppNames, Tap
+from fptrace.families import (
+    GGUF_LLAMA_CONFIG,
+    GGUF_LLAMA_TENSORS,
+    Family,
+    GGUFWeights,
+    LlamaCppNames,
+    Tap,
+)
 from fptrace.families.kinds import QkNorm
 from fptrace.families.llama import FAMILY as LLAMA
 from fptrace.families.llama import LLAMA_TAPS, heads
@@ -93,16 +100,11 @@ LLAMACPP_NAMES = LlamaCppNames(
 # window (and YaRN's RoPE scaling), which this reader does not build: such a file is refused
 GGUF_WEIGHTS = GGUFWeights(
     arch="olmo2", model_type="olmo2",
-    config={"hidden_size": "embedding_length", "num_hidden_layers": "block_count",
-            "intermediate_size": "feed_forward_length",
-            "num_attention_heads": "attention.head_count",
-            "num_key_value_heads": "attention.head_count_kv",
-            "rms_norm_eps": "attention.layer_norm_rms_epsilon",
-            "max_position_embeddings": "context_length",
-            "rope_parameters": lambda hparam: {"rope_type": "default",
-                                               "rope_theta": hparam("rope.freq_base") or 1e4}},
-    tensors={"model.embed_tokens.weight": "token_embd.weight",
-             "model.norm.weight": "output_norm.weight", "lm_head.weight": "output.weight"}
+    config=GGUF_LLAMA_CONFIG | {
+        "intermediate_size": "feed_forward_length",
+        "rope_parameters": lambda hparam: {"rope_type": "default",
+                                           "rope_theta": hparam("rope.freq_base") or 1e4}},
+    tensors=GGUF_LLAMA_TENSORS
     | {f"model.layers.{{i}}.{hf}.weight": f"blk.{{i}}.{gg}.weight" for hf, gg in (
         ("self_attn.q_proj", "attn_q"), ("self_attn.k_proj", "attn_k"),
         ("self_attn.v_proj", "attn_v"), ("self_attn.o_proj", "attn_output"),

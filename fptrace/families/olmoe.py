@@ -8,7 +8,13 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-from fptrace.families import GGUFWeights, Moe
+from fptrace.families import (
+    GGUF_LLAMA_CONFIG,
+    GGUF_LLAMA_TENSORS,
+    GGUFWeights,
+    Moe,
+    gguf_expert_width,
+)
 from fptrace.families.kinds import QkNorm
 from fptrace.families.llama import LLAMACPP_NAMES as LLAMA_NAMES
 from fptrace.families.mixtral import FAMILY as MIXTRAL
@@ -30,19 +36,13 @@ LLAMACPP_NAMES = replace(LLAMA_NAMES, rope_adjacent=False,
 # never renormalises the chosen weights (the file has no key for it)
 GGUF_WEIGHTS = GGUFWeights(
     arch="olmoe", model_type="olmoe",
-    config={"hidden_size": "embedding_length", "num_hidden_layers": "block_count",
-            "intermediate_size": lambda hparam: hparam("expert_feed_forward_length")
-            or hparam("feed_forward_length"),
-            "num_attention_heads": "attention.head_count",
-            "num_key_value_heads": "attention.head_count_kv",
-            "rms_norm_eps": "attention.layer_norm_rms_epsilon",
-            "max_position_embeddings": "context_length",
-            "num_experts": "expert_count", "num_experts_per_tok": "expert_used_count",
-            "norm_topk_prob": False,
-            "rope_parameters": lambda hparam: {"rope_type": "default",
-                                               "rope_theta": hparam("rope.freq_base") or 1e4}},
-    tensors={"model.embed_tokens.weight": "token_embd.weight",
-             "model.norm.weight": "output_norm.weight", "lm_head.weight": "output.weight",
+    config=GGUF_LLAMA_CONFIG | {
+        "intermediate_size": gguf_expert_width,
+        "num_experts": "expert_count", "num_experts_per_tok": "expert_used_count",
+        "norm_topk_prob": False,
+        "rope_parameters": lambda hparam: {"rope_type": "default",
+                                           "rope_theta": hparam("rope.freq_base") or 1e4}},
+    tensors=GGUF_LLAMA_TENSORS | {
              "model.layers.{i}.mlp.experts.gate_up_proj": ("blk.{i}.ffn_gate_exps.weight",
                                                           "blk.{i}.ffn_up_exps.weight"),
              "model.layers.{i}.mlp.experts.down_proj": "blk.{i}.ffn_down_exps.weight"}

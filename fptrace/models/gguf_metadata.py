@@ -290,15 +290,11 @@ def config_overrides(meta: GGUFMetadata) -> dict[str, Any]:
 
 
 # GGUF architectures that llama.cpp runs and transformers' GGUF loader lists but cannot load as
-# llama.cpp's converter writes them: why (checked with transformers 5.24 on a tiny file written
-# as the converter writes it, tests/test_llamacpp_families.py)
-LOADER_GAPS = {
-    "gpt-oss": "it reads each gpt-oss.rope.scaling.* value from the key's length field (a "
-               "TypeError; every gpt-oss file has them, the converter writes YaRN's), and "
-               "without them it still leaves the experts (ffn_gate_exps, ffn_up_exps, "
-               "ffn_down_exps and their biases: it looks for ffn_*_projs) and the attention "
-               "sinks (attn_sinks.weight) unloaded and takes the heads to be 64 wide",
-}
+# llama.cpp's converter writes them, and fptrace's reader does not read: why. None now: gpt-oss
+# was one (the loader fails on its YaRN keys and, without them, leaves the experts and the sinks
+# unloaded; tests/test_llamacpp_families.py holds that gap) and fptrace reads it itself
+# (families/gpt_oss.py's GGUF_WEIGHTS), which sources and the GGUF cache ask first
+LOADER_GAPS: dict[str, str] = {}
 
 
 def _version() -> str:

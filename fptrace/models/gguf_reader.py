@@ -118,6 +118,34 @@ def qkv_by_head(w: np.ndarray, heads: int) -> np.ndarray:
     return w.reshape(3, heads, w.shape[0] // 3 // heads, *rest).swapaxes(0, 1).reshape(w.shape)
 
 
+def interleaved(w: np.ndarray, transposed: bool) -> np.ndarray:
+    """Two halves stacked along the rows (axis −2: gate above up, as llama.cpp's converter
+    writes gpt-oss's experts, ffn_gate_exps and ffn_up_exps) put back interleaved along the
+    last axis, gate in the even places, as gpt-oss's gate_up_proj holds them; transposed: each
+    half's last two axes swapped first (the weights, (E, I, d) in the file, (E, d, 2·I) in the
+    model; the biases, (E, I) each, are stacked (2·E, I) and come back (E, 2·I))."""
+    import numpy as np
+
+    gate, up = np.split(w, 2, axis=-2)
+    if transposed:
+        gate, up = gate.swapaxes(-1, -2), up.swapaxes(-1, -2)
+    return np.stack((gate, up), axis=-1).reshape(*gate.shape[:-1], -1)
+
+
+def latent_kv_joined(k_b: np.ndarray, v_b: np.ndarray) -> np.ndarray:
+    """DeepSeek's kv_b_proj (heads × (no-position key + value) rows, latent columns) from the
+    two tensors llama.cpp's converter splits it into for latent attention: attn_k_b (heads,
+    latent, key), each head's key part transposed, and attn_v_b (heads, value, latent)."""
+    import numpy as np
+
+    joined = np.concatenate((k_b.swapaxes(-1, -2), v_b), axis=-2)  # (heads, key + value, latent)
+    return joined.reshape(-1, joined.shape[-1])
+
+
+# fixes that take the stored tensors apart (the others take them stacked along the rows)
+APART = {"latent_kv_joined": latent_kv_joined}
+
+
 def fixer(fix: str | None, cfg: PretrainedConfig) -> Callable[[np.ndarray], np.ndarray]:
     heads = int(getattr(cfg, "num_attention_heads", 0) or 0)
     kv = int(getattr(cfg, "num_key_value_heads", None) or heads)
@@ -126,6 +154,9 @@ def fixer(fix: str | None, cfg: PretrainedConfig) -> Callable[[np.ndarray], np.n
         "rope_adjacent_q": lambda w: rope_adjacent_undone(w, heads),
         "rope_adjacent_k": lambda w: rope_adjacent_undone(w, kv),
         "qkv_by_head": lambda w: qkv_by_head(w, heads),
+        "gate_up_interleaved": lambda w: interleaved(w, transposed=True),
+        "gate_up_bias_interleaved": lambda w: interleaved(w, transposed=False),
+        "transposed": lambda w: w.swapaxes(-1, -2),
     }
     if fix not in fixes:
         raise AssertionError(f"unknown GGUF weight fix {fix!r}")
@@ -191,14 +222,20 @@ def build(path: str, meta: GGUFMetadata) -> PreTrainedModel:
     state: dict[str, torch.Tensor] = {}
     for key, like in wanted.items():
         parts, fix = mapping[key]
-        values = np.concatenate([read(tensors[n]) for n in parts], axis=-2) \
-            if len(parts) > 1 else read(tensors[parts[0]])
-        if tuple(values.shape) != tuple(like.shape):
+        stored = [read(tensors[n]) for n in parts]
+        try:  # the fix undone, then the shape asked (a fix may transpose or interleave)
+            values = APART[fix](*stored) if fix in APART else fixer(fix, cfg)(
+                np.concatenate(stored, axis=-2) if len(parts) > 1 else stored[0])
+        except (ValueError, TypeError):  # parts that do not stack, split or join: shown as stored
+            values = None
+        if values is None or tuple(values.shape) != tuple(like.shape):
+            shape = " + ".join(str(list(v.shape)) for v in stored) if values is None \
+                else str(list(values.shape))
             raise ModelLoadError(
                 f"cannot read the GGUF file {path}: tensor {' + '.join(parts)} is "
-                f"{list(values.shape)} but the model's {key} is {list(like.shape)} (its "
+                f"{shape} but the model's {key} is {list(like.shape)} (its "
                 "metadata and tensors disagree)")
-        state[key] = torch.from_numpy(fixer(fix, cfg)(values).copy())
+        state[key] = torch.from_numpy(np.array(values, order="C"))  # a copy, off the map
     model = AutoModelForCausalLM.from_config(cfg, dtype=torch.float32)
     missing, unexpected = model.load_state_dict(state, strict=False)
     missing = [k for k in missing if k in wanted]
@@ -209,4 +246,5 @@ def build(path: str, meta: GGUFMetadata) -> PreTrainedModel:
     return model.eval()
 
 
-__all__ = ["build", "config", "config_values", "qkv_by_head", "reads", "rope_adjacent_undone"]
+__all__ = ["build", "config", "config_values", "interleaved", "latent_kv_joined", "qkv_by_head",
+           "reads", "rope_adjacent_undone"]

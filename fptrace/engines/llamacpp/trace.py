@@ -117,7 +117,7 @@ def routing(lm: LoadedModel, lm_pass: LlamaCppPass, names: LlamaCppNames) -> Any
     None for a dense model or a map without router nodes."""
     import torch
 
-    from fptrace.core.routing import RouterCapture, moe_facts, routing_of_rows
+    from fptrace.core.routing import RouterCapture, moe_facts, routers, routing_of_rows, score_bias
 
     moe = moe_facts(lm.parts, lm.config)
     if moe is None or names.routing is None:
@@ -134,6 +134,10 @@ def routing(lm: LoadedModel, lm_pass: LlamaCppPass, names: LlamaCppNames) -> Any
         cap.logits[k] = torch.from_numpy(logits.reshape(T, -1).copy())
         cap.indices[k] = torch.from_numpy(chosen.reshape(T, -1).astype(np.int64))
         cap.weights[k] = torch.from_numpy(weights.reshape(T, -1).copy())
+    for k, router in routers(lm.parts):  # a choice-only bias (DeepSeek-V3's), the file's own
+        bias = score_bias(lm.parts, router) if k in cap.logits else None
+        if bias is not None:
+            cap.biases[k] = bias.detach().float().cpu()
     return routing_of_rows(cap, moe, 1, T, [T], "float32")[0] if cap.blocks else None
 
 
