@@ -139,9 +139,10 @@ def graph_bytes(lm: LoadedModel, g: AttributionGraph, batch_size: int = BATCH,
     loaded, and the transcoders as read, not counted): the float64 copy of the model; the
     frozen passes (the whole prompt's and its prefixes': pass_bytes); then the largest of one
     batch's backward pass (rows_fitting's targets × _pass_bytes), the assembly (the computed
-    rows × the nodes in five float64 copies at once: the rows' buffer, the adjacency's rows,
-    the pruning's edge scores, their sorted copy and its running sum; and the rows' square
-    part, in partial_influence) and the split over heads (vectors_bytes of the kept edges'
+    rows × the nodes in float64 at once: the rows' buffer, the adjacency's rows where not
+    every candidate was computed (else they are the buffer's), the pruning's edge scores and
+    their sorted copy (influence.prune, find_threshold), a mask of them; and the rows' square
+    part, in influence.spread) and the split over heads (vectors_bytes of the kept edges'
     sources, and one batch's gradients at every block's values). `peak`: their sum so."""
     import torch
 
@@ -156,7 +157,8 @@ def graph_bytes(lm: LoadedModel, g: AttributionGraph, batch_size: int = BATCH,
     backward = batch * _pass_bytes(T, L, width, d)
     rows = g.computed + sum(1 for n in g.nodes if n.node_type == "logit")
     n = g.candidates + L * T * (2 if transcoders is not None else 1) + T + rows - g.computed
-    assembly = 5 * 8 * rows * n + 8 * rows * rows
+    copies = 3 if g.computed == g.candidates else 4
+    assembly = copies * 8 * rows * n + rows * n + 8 * rows * rows
     sources = len({e.source for e in g.edges})
     split_ = vectors_bytes(sources, L, d) + batch * 8 * T * (L + 1) * d
     return {"float64_copy": copy, "frozen_passes": passes, "backward": backward,
