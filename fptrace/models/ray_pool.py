@@ -104,7 +104,7 @@ class ActorGroup:
         # Ray's handles: their methods' .remote() is not in its type hints
         self.actors: list = [self._new() for _ in range(workers)]
 
-    def _new(self) -> Any:
+    def _new(self) -> object:
         """A new actor, loading the model (and, after an `each`, prepared as the others)."""
         actor = self._actor.remote(*self._start)
         if self._prepared is not None:
