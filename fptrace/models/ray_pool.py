@@ -106,10 +106,10 @@ class ActorGroup:
 
     def _new(self) -> object:
         """A new actor, loading the model (and, after an `each`, prepared as the others)."""
-        actor = self._actor.remote(*self._start)
+        made: list = [self._actor.remote(*self._start)]  # a Ray handle (untyped: see actors)
         if self._prepared is not None:
-            actor.prepare.remote(*self._prepared)  # runs before any call it is handed later
-        return actor
+            made[0].prepare.remote(*self._prepared)  # runs before any call it is handed later
+        return made[0]
 
     def each(self, make: Callable[[LoadedModel, S], object], spec: S) -> list[int]:
         """make(lm, spec) on every actor, kept as its state (spec sent once); the actors'
@@ -120,10 +120,10 @@ class ActorGroup:
         ref = ray.put(spec)
         self._prepared = None
         calls = [a.prepare.remote(make, ref) for a in self.actors]
-        got = []
+        got: list = []  # the process ids (ray.get of a handle's call: untyped)
         for k, call in enumerate(calls):
             try:
-                got.append(self._get(lambda call=call: ray.get(call)))
+                got.append(self._get(functools.partial(ray.get, call)))
             except WorkerFailed as e:  # an actor died: replaced, and prepared once more
                 if not isinstance(e.__context__, ray.exceptions.RayActorError):
                     raise
@@ -131,8 +131,8 @@ class ActorGroup:
                 self.replaced += 1
                 with contextlib.suppress(Exception):
                     ray.kill(dead)
-                got.append(self._get(lambda k=k: ray.get(self.actors[k].prepare.remote(make,
-                                                                                        ref))))
+                again = self.actors[k].prepare.remote(make, ref)
+                got.append(self._get(functools.partial(ray.get, again)))
         self._prepared = (make, ref)
         return got
 
@@ -154,7 +154,7 @@ class ActorGroup:
             ready, _ = ray.wait(list(running), num_returns=1)
             i, actor = running.pop(ready[0])
             try:
-                out[i] = self._get(lambda ref=ready[0]: ray.get(ref))
+                out[i] = self._get(functools.partial(ray.get, ready[0]))
                 free.append(actor)
             except WorkerFailed as e:
                 if not isinstance(e.__context__, ray.exceptions.RayActorError):
