@@ -538,3 +538,27 @@ def test_node_ids_are_unique_where_circuit_tracers_spelling_collides(tmp_path):
     by_id = {n.node_id: n for n in g.nodes}
     for e in g.edges:  # every edge names the node it means
         assert by_id[e.source].node_type != "logit" and e.target in by_id
+
+
+def test_find_threshold_made_in_chunks_is_the_whole_running_sum(monkeypatch):
+    """influence.find_threshold sums the sorted scores a chunk at a time (no copy of a big
+    graph's edge scores): the threshold is the one the whole running sum gives, bit for bit
+    (circuit-tracer's find_threshold: np.cumsum of the sorted scores over their sum)."""
+    from fptrace.commands.graph import influence
+
+    def whole(scores, fraction):
+        s = np.sort(scores.ravel())[::-1]
+        total = s.sum()
+        if total <= 0:
+            return 0.0
+        i = int(np.searchsorted(np.cumsum(s) / total, fraction))
+        return float(s[min(i, len(s) - 1)])
+
+    rng = np.random.default_rng(0)
+    monkeypatch.setattr(influence, "CHUNK", 7)
+    for _ in range(200):
+        a = rng.random((int(rng.integers(1, 40)), int(rng.integers(1, 200)))) ** 4
+        a[rng.random(a.shape) < 0.7] = 0.0
+        for fraction in (0.5, 0.8, 0.98, 1.0):
+            assert influence.find_threshold(a, fraction) == whole(a, fraction)
+    assert influence.find_threshold(np.zeros((3, 4)), 0.8) == 0.0

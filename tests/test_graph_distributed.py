@@ -279,3 +279,155 @@ def test_more_gpus_per_worker_than_any_node_has_is_refused(path, monkeypatch):
         start(2.0)
     with pytest.raises(Asked):
         start(1.0)
+
+
+class FakeRef:
+    """A fake Ray object reference: the call's result, or what ray.get raises."""
+
+    def __init__(self, value=None, error=None) -> None:
+        self.value, self.error = value, error
+
+
+class FakeHandle:
+    """A fake Ray actor handle over a StateActor in this process: its calls run at once,
+    through pickle; after `calls` run calls (None: never) the actor dies, and every call on
+    it from then on (that one included) gets ActorDiedError, as Ray's handle of a dead actor."""
+
+    def __init__(self, actor: StateActor, dies_after: int | None, log: list) -> None:
+        self.actor, self.dies_after, self.log, self.dead, self.ran = actor, dies_after, log, \
+            False, 0
+        self.prepare = self._method("prepare")
+        self.run = self._method("run")
+
+    def _method(self, name: str):
+        from ray.exceptions import ActorDiedError
+
+        handle = self
+
+        class Method:
+            @staticmethod
+            def remote(fn, arg):
+                if name == "run" and handle.dies_after is not None \
+                        and handle.ran == handle.dies_after:
+                    handle.dead = True
+                if handle.dead:
+                    handle.log.append(("died", name))
+                    return FakeRef(error=ActorDiedError())
+                handle.ran += name == "run"
+                arg = arg.value if isinstance(arg, FakeRef) else arg
+                return FakeRef(_copy(getattr(handle.actor, name)(fn, _copy(arg))))
+
+        return Method
+
+
+class FakeRay:
+    """What ActorGroup asks of `ray`, in this process: actors (ray.remote(StateActor)), put,
+    get, wait (the calls returned in a seeded shuffled order), kill. `deaths`: for each actor
+    started, in the order started, after how many run calls it dies (None: never)."""
+
+    def __init__(self, deaths: list, seed: int = 0) -> None:
+        self.deaths, self.started, self.log = list(deaths), [], []
+        self.rng = np.random.default_rng(seed)
+
+    def remote(self, cls):
+        fake = self
+
+        class Remote:
+            @staticmethod
+            def options(**kw):
+                return Remote
+
+            @staticmethod
+            def remote(*args):
+                dies = fake.deaths.pop(0) if fake.deaths else None
+                h = FakeHandle(cls(*args), dies, fake.log)
+                fake.started.append(h)
+                return h
+
+        return Remote
+
+    def put(self, x):
+        return FakeRef(x)
+
+    def get(self, ref):
+        if isinstance(ref, list):
+            return [self.get(r) for r in ref]
+        if ref.error is not None:
+            raise ref.error
+        return ref.value
+
+    def wait(self, refs, num_returns=1):
+        i = int(self.rng.integers(len(refs)))
+        return [refs[i]], refs[:i] + refs[i + 1:]
+
+    def kill(self, handle):
+        handle.dead = True
+
+
+def fake_ray(monkeypatch, deaths: list) -> FakeRay:
+    """FakeRay in place of the cluster: `ray`'s functions that ActorGroup calls replaced."""
+    ray = pytest.importorskip("ray")
+    import fptrace.models.ray_pool as rp
+
+    fake = FakeRay(deaths)
+    for name in ("remote", "put", "get", "wait", "kill"):
+        monkeypatch.setattr(ray, name, getattr(fake, name))
+    monkeypatch.setattr(ray, "cluster_resources", lambda: {})
+    monkeypatch.setattr(rp, "connect", lambda address: None)
+    return fake
+
+
+def fake_cluster(monkeypatch, load: dict, workers: int, deaths: list) -> tuple[RayRows, FakeRay]:
+    """RayRows as `graph --ray` makes it, its ActorGroup the real one, over FakeRay."""
+    fake = fake_ray(monkeypatch, deaths)
+    return RayRows(address="auto", workers=workers, gpus_per_worker=None, load=load), fake
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_an_actor_that_dies_mid_graph_is_replaced_and_its_batch_run_again(llama, workers,
+                                                                          monkeypatch):
+    """An actor that dies during the graph's rounds (here after its third batch): its batch
+    runs once more, on another actor or on the replacement (which loads the model and makes
+    the frozen passes first), and the graph is the one-process graph bit for bit."""
+    load, lm = llama
+    kw = {"max_nodes": 10, "per_site": 2, "batch_size": 2, "node_threshold": 0.9}
+    here = graph(lm, IDS, **kw)
+    pool, fake = fake_cluster(monkeypatch, load, workers, [3])
+    there = graph(lm, IDS, pool=pool, **kw)
+    assert ("died", "run") in fake.log and pool.group.replaced == 1
+    assert len(fake.started) == workers + 1 and fake.started[-1].ran > 0
+    assert here.ok and same(here, there)
+
+
+def test_an_actor_that_dies_while_preparing_is_replaced(llama, monkeypatch):
+    """An actor that dies before it has made the frozen passes (its first call, prepare)."""
+    load, lm = llama
+    kw = {"max_nodes": 6, "per_site": 2}
+    pool, fake = fake_cluster(monkeypatch, load, 2, [])
+    pool.group.actors[1].dead = True  # dead before its first call
+    assert same(graph(lm, IDS, **kw), graph(lm, IDS, pool=pool, **kw))
+    assert ("died", "prepare") in fake.log and pool.group.replaced == 1
+
+
+def test_a_batch_whose_second_try_dies_too_stops_in_one_line(llama, monkeypatch, tmp_path):
+    """The replacement dies on the same batch: the graph stops with WorkerFailed (exit 1),
+    one line that says so; through the command line nothing is written."""
+    from typer.testing import CliRunner
+
+    from fptrace.cli.main import app
+    from fptrace.models.ray_pool import WorkerFailed
+
+    load, lm = llama
+    pool, _ = fake_cluster(monkeypatch, load, 1, [1, 0])
+    with pytest.raises(WorkerFailed, match=r"second try too .*; nothing was written$") as e:
+        graph(lm, IDS, max_nodes=6, per_site=2, batch_size=2, pool=pool)
+    assert WorkerFailed.exit_code == 1 and "\n" not in str(e.value)
+    fake_ray(monkeypatch, [1, 0])
+    out = tmp_path / "g.json"
+    r = CliRunner().invoke(app, ["graph", "The cat sat on", "-m", load["model"], "--neurons",
+                                 "--max-nodes", "6", "--ray", "auto", "--graph-json", str(out)])
+    assert r.exit_code == 1, r.output
+    last = r.stderr.strip().splitlines()[-1]  # before it: the loading's lines
+    assert last.startswith("fptrace: error:") and "second try too" in last
+    assert r.stderr.count("error") == 1
+    assert not out.exists() and r.stdout == ""

@@ -167,7 +167,8 @@ def test_grouped_query_heads_are_split_by_query_head():
 def test_a_broken_split_fails_the_check_and_exits_5(monkeypatch, tmp_path):
     real = heads.through_values
     monkeypatch.setattr(heads, "through_values",
-                        lambda p, s, w: {k: v * 1.01 for k, v in real(p, s, w).items()})
+                        lambda p, s, w: {k: (v * 1.01, row)
+                                         for k, (v, row) in real(p, s, w).items()})
     lm = wrap_model(build_tiny("gpt2"), random_weights=True)
     g = graph(lm, IDS, max_nodes=6, per_site=2)
     check = next(c for c in g.checks if c.name == "graph_heads")

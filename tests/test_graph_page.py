@@ -267,3 +267,68 @@ def test_report_takes_the_graph_and_its_mistakes_are_one_line(tmp_path):
     assert "How the answer was computed: the attribution graph" in out.read_text()
     assert _map(out)["rows"][0] == "block 0"
     assert _drawing(out)["rows"][0] == "tokens"
+
+
+def test_verify_has_a_section_of_its_own(tmp_path):
+    """--verify N on the page: a section of its own (its heading, its table out of the graph's
+    section), a row per removed node in the graph's --json order: minus its edge into the top
+    logit (the kept edge's weight: every edge is kept here), the frozen change through every
+    path, the real change, the held intervention's largest relative miss; the real change is
+    the real float32 model's own (a hook zeroing the neuron at its down projection's input)."""
+    import re
+
+    from transformers import GPT2LMHeadModel
+
+    out = tmp_path / "v.html"
+    r = runner.invoke(app, ["graph", PROMPT, "-m", tiny_gpt2(), "--neurons", "--max-nodes", "8",
+                            "--node-threshold", "1", "--edge-threshold", "1", "--verify", "3",
+                            "--html", str(out), "--json"])
+    assert r.exit_code == 0, r.output
+    g = json.loads(r.stdout)
+    html = out.read_text(encoding="utf-8")
+    head = html.index("<h2>Verified by intervention (--verify)</h2>")
+    assert head > html.index("<h2>How the answer was computed: the attribution graph</h2>")
+    assert html.count("Verified by removal (--verify)") == 1  # the table, in its own section
+    assert html.index("Verified by removal (--verify)") > head
+    data = json.loads(re.search(r'<script type="application/json" id="fptrace-data">(.*?)'
+                                r'</script>', html, re.S).group(1))
+    titles = [s["title"] for s in data["sections"]]
+    assert titles.index("Verified by intervention (--verify)") == \
+        titles.index("Attribution graph") + 1
+    (m,) = next(s for s in data["sections"]
+                if s["title"] == "Verified by intervention (--verify)")["heatmaps"]
+    verified = g["verified"]
+    assert len(verified) == 3 and m["rows"] == [v["node"] for v in verified]
+    assert m["values"] == [[v["direct"], v["predicted"], v["real"], v["difference"]]
+                           for v in verified]
+    top = max((n for n in g["nodes"] if n["node_type"] == "logit"), key=lambda n: n["prob"])
+    assert g["verify_logit"] == top["label"].strip("'")
+    by_label = {n["label"]: n for n in g["nodes"]}
+    edges = {(e["source"], e["target"]): e["weight"] for e in g["edges"]}
+    model = GPT2LMHeadModel.from_pretrained(tiny_gpt2()).eval()
+    ids = torch.tensor([[t["id"] for t in g["tokens"]]])
+
+    def logit(zero=None):
+        handle = None
+        if zero is not None:
+            layer, pos, idx = zero
+
+            def pre(module, args):
+                a = args[0].clone()
+                a[0, pos, idx] = 0.0
+                return (a,)
+            handle = model.transformer.h[layer].mlp.c_proj.register_forward_pre_hook(pre)
+        try:
+            with torch.inference_mode():
+                return float(model(ids).logits[0, -1, top["index"]].double())
+        finally:
+            if handle is not None:
+                handle.remove()
+
+    base = logit()
+    for v, row in zip(verified, m["values"], strict=True):
+        n = by_label[v["node"]]
+        assert row[0] == -edges.get((n["node_id"], top["node_id"]), 0.0)
+        assert row[3] <= 1e-5  # held: every computed node moved by minus its edge
+        real = logit((n["layer"], n["position"], n["index"])) - base
+        assert row[2] == pytest.approx(real, rel=1e-4, abs=1e-5)

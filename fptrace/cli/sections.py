@@ -59,7 +59,8 @@ class ReportSection:
     options: tuple[Option, ...] = ()
     check: Callable[[dict[str, Any]], None] = _nothing  # before loading: BadInput on bad values
     verify: Callable[[Any], None] = _nothing  # after the page is written: its own checks
-    # what the page's script shows of the result: a render.pagedata.SectionData, or None
+    # what the page's script shows of the result: a render.pagedata.SectionData, a tuple of
+    # them (a section that is several on the page: graph's --verify), or None
     data: Callable[[Any], Any] = _nothing
     trace: bool = False  # its result is the page's trace: it comes with every command's --html
 

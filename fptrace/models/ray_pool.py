@@ -11,12 +11,16 @@ WorkerFailed and keeps what it already has. `batch --ray` hands it groups of pro
 Work whose calls share a state (`graph --ray`: a prompt's frozen passes, made once per actor and
 read by every batch of backward passes) runs on an ActorGroup instead: Ray's actors (StateActor,
 each loading the model once, computing on as many torch threads as this process), `each` to
-prepare every actor's state, `map` to hand the calls out to the actors free (Ray's ActorPool)
-and have their results back in the calls' order.
+prepare every actor's state, `map` to hand the calls out to the actors free and have their
+results back in the calls' order. An actor that dies during `map` is replaced by a new one
+(loading the model, then prepared as `each` prepared the others) and its call is run once more,
+on whichever actor is free first; a call whose second run fails too (or an actor that cannot be
+replaced) stops the work with WorkerFailed, nothing kept.
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 from collections.abc import Callable, Iterator
@@ -82,7 +86,8 @@ class ActorGroup:
     `gpus_per_worker` GPUs (None: 1 where the cluster has GPUs, else 0) and the model that
     `load` (LoadOptions' fields) loads; their loading starts at once. close() (or the end of a
     `with`) ends them. A call that fails on an actor raises its FptraceError here, or
-    WorkerFailed."""
+    WorkerFailed; a call whose actor died is run once more on a replacement (the module's
+    text)."""
 
     def __init__(self, *, address: str, workers: int, gpus_per_worker: float | None,
                  load: dict) -> None:
@@ -92,28 +97,84 @@ class ActorGroup:
         import torch
 
         gpus_per_worker = _gpus(gpus_per_worker)
-        actor = ray.remote(StateActor).options(num_gpus=gpus_per_worker, max_restarts=0)
+        self._actor = ray.remote(StateActor).options(num_gpus=gpus_per_worker, max_restarts=0)
+        self._start = (load, torch.get_num_threads())
+        self._prepared: tuple | None = None  # (make, the spec's reference) of the last each
+        self.replaced = 0  # actors that died and were replaced
         # Ray's handles: their methods' .remote() is not in its type hints
-        self.actors: list = [actor.remote(load, torch.get_num_threads()) for _ in range(workers)]
+        self.actors: list = [self._new() for _ in range(workers)]
+
+    def _new(self) -> object:
+        """A new actor, loading the model (and, after an `each`, prepared as the others)."""
+        made: list = [self._actor.remote(*self._start)]  # a Ray handle (untyped: see actors)
+        if self._prepared is not None:
+            made[0].prepare.remote(*self._prepared)  # runs before any call it is handed later
+        return made[0]
 
     def each(self, make: Callable[[LoadedModel, S], object], spec: S) -> list[int]:
         """make(lm, spec) on every actor, kept as its state (spec sent once); the actors'
-        process ids."""
+        process ids. An actor that died there is replaced and the new one prepared."""
         import ray
+        import ray.exceptions
 
         ref = ray.put(spec)
-        return self._get(lambda: ray.get([a.prepare.remote(make, ref) for a in self.actors]))
+        self._prepared = None
+        calls = [a.prepare.remote(make, ref) for a in self.actors]
+        got: list = []  # the process ids (ray.get of a handle's call: untyped)
+        for k, call in enumerate(calls):
+            try:
+                got.append(self._get(functools.partial(ray.get, call)))
+            except WorkerFailed as e:  # an actor died: replaced, and prepared once more
+                if not isinstance(e.__context__, ray.exceptions.RayActorError):
+                    raise
+                dead, self.actors[k] = self.actors[k], self._actor.remote(*self._start)
+                self.replaced += 1
+                with contextlib.suppress(Exception):
+                    ray.kill(dead)
+                again = self.actors[k].prepare.remote(make, ref)
+                got.append(self._get(functools.partial(ray.get, again)))
+        self._prepared = (make, ref)
+        return got
 
     def map(self, work: Callable[[T, J], R], jobs: list[J]) -> list[R]:
         """work(state, job) for every job, each on the next actor free; the results in the
-        jobs' order."""
-        from ray.util import ActorPool
+        jobs' order. A job whose actor died runs once more (the module's text)."""
+        import ray
+        import ray.exceptions
 
-        pool = ActorPool(self.actors)
-        return self._get(lambda: list(pool.map(lambda a, job: a.run.remote(work, job), jobs)))
+        out: list = [None] * len(jobs)
+        todo = list(range(len(jobs)))[::-1]  # popped from the end: the jobs' order
+        free = list(self.actors)
+        running: dict = {}  # a call's reference -> (its job, its actor)
+        again: set[int] = set()  # the jobs run a second time
+        while todo or running:
+            while todo and free:
+                i, actor = todo.pop(), free.pop(0)
+                running[actor.run.remote(work, jobs[i])] = (i, actor)
+            ready, _ = ray.wait(list(running), num_returns=1)
+            i, actor = running.pop(ready[0])
+            try:
+                out[i] = self._get(functools.partial(ray.get, ready[0]))
+                free.append(actor)
+            except WorkerFailed as e:
+                if not isinstance(e.__context__, ray.exceptions.RayActorError):
+                    raise
+                if i in again:
+                    first = e.args[0].removesuffix("; nothing was written")
+                    raise WorkerFailed(f"{first}, on its call's second try too (the first's "
+                                       "actor died); nothing was written") from None
+                again.add(i)
+                todo.append(i)  # next, on whichever actor is free first
+                new = self._new()
+                self.actors[self.actors.index(actor)] = new
+                self.replaced += 1
+                free.append(new)
+                with contextlib.suppress(Exception):
+                    ray.kill(actor)
+        return out
 
     @staticmethod
-    def _get(fetch: Callable[[], list[R]]) -> list[R]:
+    def _get(fetch: Callable[[], R]) -> R:
         import ray.exceptions
 
         try:

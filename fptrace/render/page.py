@@ -57,11 +57,13 @@ def embedded(text: str) -> str:
 
 
 def page_data(parts: Sequence[tuple[Any, Any]]) -> str:
-    """The sections' JSON block: what each offers (its `data`), through render/json.py."""
+    """The sections' JSON block: what each offers (its `data`: one SectionData, a tuple of
+    them for a section that is several on the page, or None), through render/json.py."""
     from fptrace.render.json import to_json
 
-    offered = tuple(d for section, result in parts
-                    if (d := section.data(result)) is not None)
+    offered = tuple(x for section, result in parts
+                    if (d := section.data(result)) is not None
+                    for x in (d if isinstance(d, tuple) else (d,)))
     return embedded(to_json(PageData(offered), indent=None))
 
 

@@ -108,9 +108,69 @@ def rows_fitting(T: int, L: int, m: int, d: int, most: int, budget: int = PASS_B
 
 
 def _pass_bytes(T: int, L: int, m: int, d: int) -> int:
-    """The estimate of rows_fitting's text: one target's backward pass (or, alike, one frozen
-    pass) over T positions, in bytes."""
+    """The estimate of rows_fitting's text: one target's backward pass over T positions, in
+    bytes."""
     return int(8 * T * L * (m + 4 * d) * 1.25)
+
+
+SPLIT_HELD = 4  # stream-wide vectors a frozen pass keeps per block and position for heads.py
+
+
+def pass_bytes(T: int, L: int, m: int, d: int) -> int:
+    """One frozen pass over T positions, in bytes: its autograd graph, estimated as a target's
+    backward pass (_pass_bytes), plus what it keeps for the split of the edges over heads
+    (freezing.Pass: each block's input, the stream its MLP reads, what its MLP writes and the
+    heads' values, SPLIT_HELD · d float64 values a block and position; the values are nh·hd = d
+    wide, each K/V head's repeated for its query heads)."""
+    return _pass_bytes(T, L, m, d) + 8 * T * L * SPLIT_HELD * d
+
+
+def vectors_bytes(S: int, L: int, d: int) -> int:
+    """What heads.vectors holds for S sources, in bytes, at most: each source's vector in the
+    stream (d) and what it adds to each block's values (nh·hd = d a block; only the blocks
+    after the source's are kept, about half): 8 · S · (L + 1) · d. About 0.7 GB for 5,000
+    sources on the bundled model (L 30, d 576) at most."""
+    return 8 * S * (L + 1) * d
+
+
+def graph_bytes(lm: LoadedModel, g: AttributionGraph, batch_size: int = BATCH,
+                transcoders: TranscoderSet | None = None) -> dict[str, int]:
+    """What graph() held for `g` at its peak, estimated from the shapes (bytes; the model as
+    loaded, and the transcoders as read, not counted): the float64 copy of the model; the
+    frozen passes (the whole prompt's and its prefixes': pass_bytes); then the largest of one
+    batch's backward pass (rows_fitting's targets × _pass_bytes), the assembly (the computed
+    rows × the nodes in float64 at once: the rows' buffer, the adjacency's rows where not
+    every candidate was computed (else they are the buffer's), the pruning's edge scores and
+    their sorted copy (influence.prune, find_threshold), a mask of them; and the rows' square
+    part, in influence.spread) and the split over heads (vectors_bytes of the kept edges'
+    sources, and one batch's gradients at every block's values). `peak`: their sum so."""
+    import torch
+
+    info = model_info(lm)
+    L, d = info.n_layers, info.d_model
+    T = len(g.tokens)
+    width = transcoders.width if transcoders is not None else _mlp_width(lm)
+    copy = sum(p.numel() for p in lm.model.parameters()) * torch.finfo(torch.float64).bits // 8
+    ends = prefix_ends(T, L, width, d)
+    passes = sum(pass_bytes(e, L, width, d) for e in ends)
+    batch = rows_fitting(T, L, width, d, batch_size)
+    backward = batch * _pass_bytes(T, L, width, d)
+    rows = g.computed + sum(1 for n in g.nodes if n.node_type == "logit")
+    n = g.candidates + L * T * (2 if transcoders is not None else 1) + T + rows - g.computed
+    copies = 3 if g.computed == g.candidates else 4
+    assembly = copies * 8 * rows * n + rows * n + 8 * rows * rows
+    sources = len({e.source for e in g.edges})
+    split_ = vectors_bytes(sources, L, d) + batch * 8 * T * (L + 1) * d
+    return {"float64_copy": copy, "frozen_passes": passes, "backward": backward,
+            "assembly": assembly, "split": split_,
+            "peak": copy + passes + max(backward, assembly, split_)}
+
+
+def _mlp_width(lm: LoadedModel) -> int:
+    """The MLP's neurons a block (the widest expert's for a mixture)."""
+    cfg = lm.model.config
+    return int(getattr(cfg, "intermediate_size", None) or getattr(cfg, "n_inner", None)
+               or 4 * model_info(lm).d_model)
 
 
 def prefix_ends(T: int, L: int, m: int, d: int, budget: int = PASS_BYTES) -> list[int]:
@@ -120,9 +180,9 @@ def prefix_ends(T: int, L: int, m: int, d: int, budget: int = PASS_BYTES) -> lis
     backward pass needs only the positions up to t: through the shortest prefix holding t the
     passes cost about 0.6 of the whole prompt's (linear in the positions, more for attention).
     The shorter passes are held beside the whole one (1.5× its memory for four, estimated per
-    position as rows_fitting estimates a target's); where that would pass `budget`, the whole
-    prompt's pass alone ([T]): a long prompt's memory stays as it was."""
-    if 1.5 * _pass_bytes(T, L, m, d) > budget:
+    position: pass_bytes); where that would pass `budget`, the whole prompt's pass alone
+    ([T]): a long prompt's memory stays as it was."""
+    if 1.5 * pass_bytes(T, L, m, d) > budget:
         return [T]
     return sorted({max(1, -(-T * i // PREFIXES)) for i in range(1, PREFIXES + 1)})
 
@@ -300,6 +360,7 @@ def split_edges(g: AttributionGraph, queries: list[int], nodes_at: dict,
             if parts is None:
                 parts = np.zeros((E, L, got.parts.shape[2]))
             direct[rows], parts[rows] = got.direct, got.parts
+        del vecs  # freed before the next pass's are made (S × L × d values: vectors_bytes)
     flat = (np.zeros((E, 0)) if parts is None else parts.reshape(E, -1))  # (E, L·nh)
     nh = 1 if parts is None else parts.shape[2]
     weight = np.array([e.weight for e in g.edges])
@@ -578,13 +639,18 @@ def _assemble(lm: LoadedModel, prepared: Prepared, queries: list[int], ids: list
     n = nn_ + n_rest + n_err + T + n_log
     col = np.concatenate([np.array(neurons, dtype=int),
                           np.arange(layout.n_cand, layout.n)]).astype(int)
-    R = np.zeros((len(done), n))  # the computed nodes' rows: the only nonzero rows of A
+    # the computed nodes' rows: the only nonzero rows of A; where every candidate was computed
+    # their columns are the matrix's own (col is every column in order), so the matrix's rows
+    # are A's rows, the remainders' columns only added to (by zeros) in place: one copy of the
+    # rows fewer (hundreds of MB in a big graph), the same numbers
+    every = nn_ == layout.n_cand
+    R = matrix.rows if every else np.zeros((len(done), n))
     index = np.zeros(len(done), dtype=int)
     bias: dict[int, float] = {}
     cand_index = {c: i for i, c in enumerate(neurons)}
     for j, (_, _, node) in enumerate(done):
         full = matrix.rows[j]
-        row = full[col]
+        row = full if every else full[col]
         # the candidates not computed join their site's remainder
         cand = full[:layout.n_cand].copy()
         cand[neurons] = 0
@@ -722,4 +788,5 @@ def _node(lm: LoadedModel, i: int, neurons: list[int], layout: _Layout, ids: lis
                      prob=float(real.probs[t.position, t.index]), **common)
 
 
-__all__ = ["RTOL", "TOP_HEADS", "graph", "query_positions", "split_edges"]
+__all__ = ["RTOL", "TOP_HEADS", "graph", "graph_bytes", "pass_bytes", "prefix_ends",
+           "query_positions", "rows_fitting", "split_edges", "vectors_bytes"]

@@ -58,11 +58,13 @@ class Adjacency:
 
 
 def normalized(A: np.ndarray) -> np.ndarray:
-    """|A| with each row divided by its sum (rows without input stay zero)."""
+    """|A| with each row divided by its sum (rows without input stay zero): one new array, the
+    division made in place (the rows of a big graph are hundreds of MB a copy)."""
     import numpy as np
 
     N = np.abs(A)
-    return N / np.maximum(N.sum(axis=1, keepdims=True), 1e-10)
+    N /= np.maximum(N.sum(axis=1, keepdims=True), 1e-10)
+    return N
 
 
 def influence(A: Adjacency, weights: np.ndarray) -> np.ndarray:
@@ -76,9 +78,13 @@ def partial_influence(rows: np.ndarray, weights: np.ndarray, row_nodes: np.ndarr
                       ) -> np.ndarray:
     """Influence over the rows computed so far: rows (r, n) the incoming edges of the nodes
     row_nodes (r,), weights (n,) the logit weights; (n,) each node's influence."""
+    return spread(normalized(rows), weights, row_nodes)
+
+
+def spread(Ah: np.ndarray, weights: np.ndarray, row_nodes: np.ndarray) -> np.ndarray:
+    """partial_influence from the rows already normalized, Ah (r, n) (normalized)."""
     import numpy as np
 
-    Ah = normalized(rows)
     # the influence moves from node to node only through the computed rows: iterate on the
     # square (r, r) part of Â (v_{k+1} = v_k Â[:, row_nodes], v_0 the rows' logit weights) and
     # spread the sum over every column once at the end, Σ_k v_k Â: the same sum as
@@ -102,8 +108,23 @@ def find_threshold(scores: np.ndarray, fraction: float) -> float:
     total = s.sum()
     if total <= 0:
         return 0.0
-    i = int(np.searchsorted(np.cumsum(s) / total, fraction))
+    # the first place where the running sum reaches `fraction` of the total, the running sum
+    # made a chunk at a time (each chunk's accumulation starting from the sum before it: the
+    # same additions in the same order as np.cumsum of the whole), so that a big graph's
+    # edge scores (hundreds of MB) are not copied twice more
+    i, carry = len(s), 0.0
+    for start in range(0, len(s), CHUNK):
+        c = np.cumsum(np.concatenate(([carry], s[start:start + CHUNK])))[1:]
+        carry = float(c[-1])
+        c /= total
+        j = int(np.searchsorted(c, fraction))
+        if j < len(c):
+            i = start + j
+            break
     return float(s[min(i, len(s) - 1)])
+
+
+CHUNK = 1 << 20  # scores a chunk of find_threshold's running sum
 
 
 @dataclass(frozen=True)
@@ -132,11 +153,15 @@ def prune(A: Adjacency, weights: np.ndarray, n_neurons: int, n_rest: int, node_t
     P = A.rows.copy()
     P[~nodes[A.index]] = 0
     P[:, ~nodes] = 0
-    kept = Adjacency(P, A.index, n)
-    Ph = kept.normalized().rows
-    edge_scores = Ph * (influence(kept, weights) + weights)[A.index][:, None]
+    nonzero = P != 0
+    # Â of the kept nodes (normalized, made in P itself); then, in place, the edges' scores
+    # (each copy of the rows is hundreds of MB in a big graph: as few as can be)
+    edge_scores = np.abs(P, out=P)
+    edge_scores /= np.maximum(edge_scores.sum(axis=1, keepdims=True), 1e-10)
+    edge_scores *= (spread(edge_scores, weights, A.index) + weights)[A.index][:, None]
     edges = edge_scores >= find_threshold(edge_scores, edge_threshold)
-    edges &= P != 0
+    del edge_scores
+    edges &= nonzero
     while True:
         before = nodes.copy()
         edges[~nodes[A.index]] = False
@@ -162,7 +187,7 @@ def scores(A: Adjacency, weights: np.ndarray, errors: np.ndarray, tokens: np.nda
     import numpy as np
 
     Ah = A.normalized().rows
-    inf = influence(A, weights)
+    inf = spread(Ah, weights, A.index)  # influence(A, weights), Â made once
     tok, err = float(inf[tokens].sum()), float(inf[errors].sum())
     replacement = tok / (tok + err) if tok + err > 0 else 1.0
     own = np.ones(A.n)  # a row without input takes nothing from an error node
@@ -173,4 +198,4 @@ def scores(A: Adjacency, weights: np.ndarray, errors: np.ndarray, tokens: np.nda
 
 
 __all__ = ["Adjacency", "Pruned", "find_threshold", "influence", "normalized",
-           "partial_influence", "prune", "scores"]
+           "partial_influence", "prune", "scores", "spread"]

@@ -240,8 +240,11 @@ def verdict(g: AttributionGraph) -> Text:
                 style="bold white on red")
 
 
-def graph_view(g: AttributionGraph, width: int | None = 120) -> RenderableType:
-    verified = verify_table(g, width)
+def graph_view(g: AttributionGraph, width: int | None = 120,
+               verified: bool = True) -> RenderableType:
+    """The graph at `width` columns; verified=False: without --verify's table (the page shows
+    it in a section of its own: report.py)."""
+    table = verify_table(g, width) if verified else None
     routes = routes_table(g, width)
     heads = heads_table(g, width)
     qk = qk_table(g, width)
@@ -249,7 +252,7 @@ def graph_view(g: AttributionGraph, width: int | None = 120) -> RenderableType:
                  paths_table(g, width), nodes_table(g, width),
                  *(() if heads is None else (heads,)), *(() if qk is None else (qk,)),
                  *(() if routes is None else (routes,)),
-                 *(() if verified is None else (verified,)), bullets(g.notes), verdict(g))
+                 *(() if table is None else (table,)), bullets(g.notes), verdict(g))
 
 
-__all__ = ["graph_view", "neuron_text"]
+__all__ = ["graph_view", "neuron_text", "verify_table"]

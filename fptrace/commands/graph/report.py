@@ -56,11 +56,49 @@ def _compute(page: Page, values: dict[str, Any]) -> AttributionGraph | None:
     return graph(page.lm, page.prompt, transcoders=values["graph_transcoders"])
 
 
-def _body(result: AttributionGraph) -> list[str]:
-    from fptrace.commands.graph.render import graph_view
+VERIFIED = "Verified by intervention (--verify)"
 
-    return section("How the answer was computed: the attribution graph", "", None,
-                   graph_view(result, 130))
+
+def _body(result: AttributionGraph) -> list[str]:
+    from fptrace.commands.graph.render import graph_view, verify_table
+
+    parts = section("How the answer was computed: the attribution graph", "", None,
+                    graph_view(result, 130, verified=False))
+    if result.verified:
+        parts += section(VERIFIED, "", None, verify_table(result, 130))
+    return parts
+
+
+VERIFY_COLUMNS = ("its edge's prediction (−edge)", "frozen, every path", "real, nothing frozen",
+                  "held: every computed node off by")
+
+
+def verified(g: AttributionGraph) -> SectionData:
+    """--verify's own section: a row per removed node; the top logit's change its edge into
+    the logit predicts (minus the edge: what the frozen intervention with every other node
+    held changes it by, checked for every computed node, `graph_verify`), the frozen change
+    through every path (the graph's prediction) and the real change (nothing frozen) beside
+    it, and how far the held intervention's change of any computed node was from minus its
+    edge (relative)."""
+    from fptrace.render.pagedata import Heatmap, SectionData
+    from fptrace.render.text import visible
+
+    logit = visible(g.verify_logit or "")
+    values = tuple((v.direct, v.predicted, v.real, v.difference) for v in g.verified)
+    tips = tuple(tuple(
+        f"{v.node}: into {v.targets} computed nodes (largest |edge| {v.largest_edge:.4g}); "
+        f"held, every computed node moved by minus its edge (off by {v.difference:.1e}); "
+        f"logit {logit!r}: −edge {v.direct:+.6g}, frozen {v.predicted:+.6g}, real "
+        f"{v.real:+.6g}" for _ in VERIFY_COLUMNS) for v in g.verified)
+    return SectionData(VERIFIED, heatmaps=(Heatmap(
+        f"each node removed (set to 0), one at a time: the change of the logit {logit!r} its "
+        "edge predicts (minus the edge; the frozen intervention with every other node held "
+        "changes every computed node by minus its edge, off by the last column, relative), the "
+        "change through every path of the frozen model (the graph's prediction) and the real "
+        "change (nothing frozen): a number beside the prediction, not a verdict",
+        f"Δ logit {logit!r}", tuple(v.node for v in g.verified), VERIFY_COLUMNS, values,
+        diverging=True, labels=tuple((f"{a:+.4f}", f"{b:+.4f}", f"{c:+.4f}", f"{d:.1e}")
+                                     for a, b, c, d in values), tips=tips),))
 
 
 def _name(n: GraphNode, tokens: tuple[Token, ...]) -> str:
@@ -130,7 +168,7 @@ def drawing(g: AttributionGraph) -> NodeGraph:
                ("output", "logit")))
 
 
-def _data(result: AttributionGraph) -> SectionData:
+def _data(result: AttributionGraph) -> SectionData | tuple[SectionData, SectionData]:
     from fptrace.render.pagedata import Heatmap, SectionData
 
     g = result
@@ -146,7 +184,7 @@ def _data(result: AttributionGraph) -> SectionData:
         count[n.layer][n.position] += n.node_type in ("neuron", "latent")
         tips[n.layer][n.position] += lines[n.node_id]
     what = "neurons" if g.transcoders is None else "latents"
-    return SectionData("Attribution graph", heatmaps=(Heatmap(
+    data = SectionData("Attribution graph", heatmaps=(Heatmap(
         f"the pruned graph by block and position: a cell's colour the influence on the logits "
         f"of its nodes, its label how many {what} are kept there; hover for each node's value, "
         "influence and strongest edges", "influence",
@@ -158,6 +196,7 @@ def _data(result: AttributionGraph) -> SectionData:
                      for b in range(L)),
         tips=tuple(tuple("\n".join(tips[b][p]) for p in range(T)) for b in range(L))),),
         graphs=(drawing(g),))
+    return (data, verified(g)) if g.verified else data
 
 
 def _verify(result: AttributionGraph) -> None:
