@@ -747,6 +747,7 @@ def test_the_socket_appears_only_once_it_listens(tmp_path, monkeypatch):
         lock.close()
 
 
+@pytest.mark.system
 def test_serve_itself_never_says_running_here(tmp_path):
     """`serve --status` by a stale socket: the server's own line, not the front door's
     "...; running here" before it (serve runs here always)."""
