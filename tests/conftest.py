@@ -376,6 +376,57 @@ def smollm(cache_dir):
     return load_model("smollm2-135m", device="cpu")
 
 
+def pytest_sessionstart(session):
+    """Under pytest-xdist, the controller (which only hands out files and collects reports)
+    dequantizes the bundled model into the workers' shared cache (below) in a thread of its own,
+    while the workers start and run their first files. Before, the first worker to need it did
+    that (about 40 s) while the other sat waiting for the lock."""
+    if os.environ.get("PYTEST_XDIST_WORKER") or not getattr(session.config.option,
+                                                             "numprocesses", None):
+        return
+    import threading
+
+    root = session.config._tmp_path_factory.getbasetemp()  # the workers' basetemps' parent
+    holding = threading.Event()
+    threading.Thread(target=_dequantize_for_the_workers, args=(root, holding), daemon=True,
+                     name="bundled-model").start()
+    holding.wait(60)  # the lock is taken before the first worker can ask for it
+
+
+def _dequantize_for_the_workers(root, holding) -> None:
+    from filelock import FileLock
+
+    lock = FileLock(str(root / "fptrace-cache-shared.lock"))
+    with lock:
+        holding.set()
+        with contextlib.suppress(Exception):  # a worker then meets the same failure itself
+            import torch
+            from tqdm import tqdm
+
+            torch.set_num_threads(1)  # a core of two, beside the workers' one thread each
+            # nothing captures the controller's output: no progress bars in the suite's
+            tqdm.__init__ = functools.partialmethod(tqdm.__init__, disable=True)
+            _dequantize_into(root)
+
+
+def _dequantize_into(root) -> None:
+    """The bundled model loaded with the shared cache as its cache: dequantized once, then read."""
+    if (root / "fptrace-cache-shared.done").exists():
+        return
+    old = os.environ.get("FPTRACE_CACHE_DIR")
+    os.environ["FPTRACE_CACHE_DIR"] = str(root / "fptrace-cache-shared")
+    try:
+        from fptrace.models.loading import load_model
+
+        load_model("smollm2-135m", device="cpu")
+    finally:
+        if old is None:
+            os.environ.pop("FPTRACE_CACHE_DIR", None)
+        else:
+            os.environ["FPTRACE_CACHE_DIR"] = old
+    (root / "fptrace-cache-shared.done").touch()
+
+
 def _seed_from_shared_cache(root, path) -> None:
     """Dequantize the bundled GGUF once for all workers (under a file lock) and copy the entry
     into this worker's own cache: a copy, not a link, since tests corrupt their cache on
@@ -384,19 +435,6 @@ def _seed_from_shared_cache(root, path) -> None:
 
     from filelock import FileLock
 
-    shared = root / "fptrace-cache-shared"
     with FileLock(str(root / "fptrace-cache-shared.lock")):
-        if not (root / "fptrace-cache-shared.done").exists():
-            old = os.environ.get("FPTRACE_CACHE_DIR")
-            os.environ["FPTRACE_CACHE_DIR"] = str(shared)
-            try:
-                from fptrace.models.loading import load_model
-
-                load_model("smollm2-135m", device="cpu")
-            finally:
-                if old is None:
-                    os.environ.pop("FPTRACE_CACHE_DIR", None)
-                else:
-                    os.environ["FPTRACE_CACHE_DIR"] = old
-            (root / "fptrace-cache-shared.done").touch()
-    shutil.copytree(shared, path, dirs_exist_ok=True)
+        _dequantize_into(root)  # done by the controller already, unless it failed
+    shutil.copytree(root / "fptrace-cache-shared", path, dirs_exist_ok=True)
