@@ -471,7 +471,8 @@ def family_for_gguf(arch: str, experts: bool = False) -> Family | None:
     found = [fam for fam in FAMILIES if fam.llamacpp_names is not None
              and arch in fam.llamacpp_names.archs]
     if len(found) > 1:
-        found = [fam for fam in found if (fam.llamacpp_names.routing is not None) == experts]
+        found = [fam for fam in found if fam.llamacpp_names is not None
+                 and (fam.llamacpp_names.routing is not None) == experts]
     return found[0] if found else None
 
 
