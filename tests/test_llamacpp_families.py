@@ -59,8 +59,8 @@ ARCHS = [
 # rounds to whole dimensions and gpt-oss's config does not (1.4e-3 and 1.9e-3 on the tiny
 # model; the streams stay within float32's bound)
 GELU_TABLE = 1e-3
-ROUNDED = {"gemma": (0, "mlp_act"), "gemma2": (0, "mlp_act"), "gemma3": (0, "mlp_act"), "gpt2": (0, "mlp_act"),
-           "gpt_neox": (0, "mlp_act"), "gpt_oss": (0, "q")}
+ROUNDED = {"gemma": (0, "mlp_act"), "gemma2": (0, "mlp_act"), "gemma3": (0, "mlp_act"),
+           "gpt2": (0, "mlp_act"), "gpt_neox": (0, "mlp_act"), "gpt_oss": (0, "q")}
 # the tolerance under which a scaled weight must be the first point to part: above gpt-oss's
 # RoPE gap
 FAULT_TOLERANCE = {"gpt_oss": 1e-2}

@@ -19,8 +19,8 @@ import numpy as np
 
 VOCAB = 2048
 
-# what the tiny files hold because llama.cpp or transformers' GGUF loader assumes it: Gemma's
-# (every Gemma's) tied head (its GGUF has no output tensor) and Gemma 2's query scale (llama.cpp's is
+# what the tiny files hold because llama.cpp or transformers' GGUF loader assumes it: every
+# Gemma's tied head (its GGUF has no output tensor) and Gemma 2's query scale (llama.cpp's is
 # 1/√head_dim; transformers reads no key for it and takes 256); Gemma 3's window pattern (6 in
 # llama.cpp, whatever the config says) and no final softcap. What fptrace tells the loader from
 # the file (Family.gguf_config) is left as the family's tiny config has it: Qwen3's 16-wide
