@@ -357,8 +357,9 @@ def test_a_scaled_weight_is_named_at_its_block_and_operation(tiny):
 
 
 # `--emulate` beyond Llama: the families whose weights map onto llama.cpp's names, each written
-# as Q4_1 (the bundled model's type) by ggml's own quantizer. Qwen2-MoE's shared expert is made
-# 64 wide here: its tiny config's 48 cannot be cut into Q4_1's blocks of 32.
+# as Q4_1 (the bundled model's type) by ggml's own quantizer. Qwen2-MoE's shared expert and
+# Mixtral's experts are made 64 wide here: their tiny configs' 48 cannot be cut into Q4_1's
+# blocks of 32.
 EMULATED = {"qwen2": {}, "qwen3": {}, "qwen3_moe": {},
             "phi3": {"num_attention_heads": 2, "num_key_value_heads": 2},
             "qwen2_moe": {"shared_expert_intermediate_size": 64}, "olmo2": {}, "olmoe": {},
@@ -376,8 +377,9 @@ def test_emulate_brings_each_family_to_llamacpps_numbers(family, tmp_path, gguf,
     exact and both far closer than with no step); act-q8 on its own already closes part of the
     gap. On the MoE families this needs the chosen experts' products quantized as llama.cpp's
     mul_mat_id does (without them every block parts at its MLP output by 1e-3 or more).
-    OLMo 2's and OLMoE's files are read by fptrace's reader (measured: olmo2 2.1e-7 and 2.0e-3
-    against 9.3e-3 and 9.0e-3 with none; olmoe 1.3e-7 and 1.7e-7 against 6.7e-3 and 5.0e-3)."""
+    OLMo 2's, OLMoE's and Mixtral's files are read by fptrace's reader (measured: olmo2 2.1e-7
+    and 2.0e-3 against 9.3e-3 and 9.0e-3 with none; olmoe 1.3e-7 and 1.7e-7 against 6.7e-3 and
+    5.0e-3; mixtral 1.2e-7 and 1.9e-7 against 5.4e-3 and 4.0e-3)."""
     from tiny_gguf import assert_emulation_closes_the_gap, emulated_q4_1
 
     _, arch, adjacent, *_ = next(a for a in ARCHS if a[0] == family)
