@@ -74,7 +74,7 @@ def test_each_fix_undoes_what_the_converter_does():
                               kv_b)  # the key part left as stored is not it
 
 
-@pytest.mark.parametrize("arch", ["olmo2", "gptneox", "olmoe", "deepseek2"])
+@pytest.mark.parametrize("arch", ["olmo2", "gptneox", "olmoe", "deepseek2", "gemma"])
 def test_transformers_still_reads_none_of_them(arch):
     """The reader exists because transformers' GGUF loader does not list these architectures
     (gpt-oss it lists but cannot load: tests/test_llamacpp_families.py); when it does, check it
@@ -99,7 +99,10 @@ def without(model, gone: str):
      "blk.0.attn_qkv.bias"),
     ("gpt_oss", "gpt-oss", "model.layers.1.self_attn.sinks", "blk.1.attn_sinks.weight"),
     ("deepseek_v3", "deepseek2", "model.layers.2.mlp.gate.e_score_correction_bias",
-     "blk.2.exp_probs_b.bias")])
+     "blk.2.exp_probs_b.bias"),
+    # a `llama` file stating experts is Mixtral's: without a router it is refused, not read
+    # as a Llama
+    ("mixtral", "llama", "model.layers.1.mlp.gate.weight", "blk.1.ffn_gate_inp.weight")])
 def test_a_file_missing_a_tensor_is_one_line(family, arch, gone, tensor, tmp_path, gguf,
                                              own_cache):
     from tiny_gguf import write

@@ -19,14 +19,15 @@ import numpy as np
 
 VOCAB = 2048
 
-# what the tiny files hold because llama.cpp or transformers' GGUF loader assumes it: Gemma's
-# tied head (its GGUF has no output tensor) and Gemma 2's query scale (llama.cpp's is
+# what the tiny files hold because llama.cpp or transformers' GGUF loader assumes it: every
+# Gemma's tied head (its GGUF has no output tensor) and Gemma 2's query scale (llama.cpp's is
 # 1/√head_dim; transformers reads no key for it and takes 256); Gemma 3's window pattern (6 in
 # llama.cpp, whatever the config says) and no final softcap. What fptrace tells the loader from
 # the file (Family.gguf_config) is left as the family's tiny config has it: Qwen3's 16-wide
 # heads, Gemma 2's softcaps of 2 and 3, Qwen3-MoE's 32-wide experts and renormalised weights,
 # Qwen2-MoE's 32- and 48-wide routed and shared experts, GPT-2's 64 positions.
-CONFIG = {"gemma2": {"head_dim": 256, "query_pre_attn_scalar": 256, "tie_word_embeddings": True},
+CONFIG = {"gemma": {"tie_word_embeddings": True},
+          "gemma2": {"head_dim": 256, "query_pre_attn_scalar": 256, "tie_word_embeddings": True},
           "gemma3": {"head_dim": 256, "query_pre_attn_scalar": 256, "tie_word_embeddings": True,
                      "final_logit_softcapping": None, "sliding_window_pattern": 6}}
 

@@ -181,9 +181,11 @@ class GGUFWeights:
     GPT-NeoX keeps it), "gate_up_interleaved" / "gate_up_bias_interleaved" (gpt-oss's experts'
     gate and up, two tensors in the file, put back interleaved in one, gate in the even
     places; the weights transposed too), "transposed" (the last two axes swapped: gpt-oss's
-    experts' down_proj); unread: the file's keys (`{arch}.KEY`) the reader does not turn into
-    the config (OLMo 3's sliding window in an olmo2 file, a RoPE scaling): a file stating one is
-    refused in one line, not read as a model it is not."""
+    experts' down_proj), "one_added" (a norm weight stored as 1 + w, Gemma's: the 1 taken
+    off, so that the model's own 1 + w is the stored value again); unread: the file's keys
+    (`{arch}.KEY`) the reader does not turn into the config (OLMo 3's sliding window in an
+    olmo2 file, a RoPE scaling): a file stating one is refused in one line, not read as a model
+    it is not."""
 
     arch: str
     model_type: str
@@ -191,6 +193,10 @@ class GGUFWeights:
     tensors: dict
     fixes: dict = field(default_factory=dict)
     unread: tuple[str, ...] = ()
+    # for an architecture another family's files share (Mixtral's `llama`: transformers' GGUF
+    # loader reads Llama's), the files read: those stating an expert count (True, as llama.cpp
+    # builds routed experts where `{arch}.expert_count` is set) or those not (False); None: all
+    experts: bool | None = None
 
 
 # what every Llama-like GGUF states the same way (GGUFWeights.config and .tensors): the config's
@@ -457,30 +463,40 @@ def load_families(names: tuple[str, ...] | None = None) -> tuple[Family, ...]:
 
 
 
-def family_for_gguf(arch: str) -> Family | None:
-    """The family whose llama.cpp names were checked on GGUF architecture `arch`, or None."""
-    return next((fam for fam in FAMILIES if fam.llamacpp_names is not None
-                 and arch in fam.llamacpp_names.archs), None)
+def family_for_gguf(arch: str, experts: bool = False) -> Family | None:
+    """The family whose llama.cpp names were checked on GGUF architecture `arch`, or None.
+    Where two families' files share the architecture (Llama's and Mixtral's `llama`), the one
+    with a router when the file states an expert count (`experts`: llama.cpp's own rule for
+    building routed experts), the one without otherwise."""
+    found = [fam for fam in FAMILIES if fam.llamacpp_names is not None
+             and arch in fam.llamacpp_names.archs]
+    if len(found) > 1:
+        found = [fam for fam in found if fam.llamacpp_names is not None
+                 and (fam.llamacpp_names.routing is not None) == experts]
+    return found[0] if found else None
 
 
-def llamacpp_names_for(arch: str) -> LlamaCppNames | None:
-    """The llama.cpp name map checked on GGUF architecture `arch`, or None."""
-    fam = family_for_gguf(arch)
+def llamacpp_names_for(arch: str, experts: bool = False) -> LlamaCppNames | None:
+    """The llama.cpp name map checked on GGUF architecture `arch` (with routed experts where
+    the file states an expert count), or None."""
+    fam = family_for_gguf(arch, experts)
     return None if fam is None else fam.llamacpp_names
 
 
-def gguf_config_for(arch: str) -> dict:
+def gguf_config_for(arch: str, experts: bool = False) -> dict:
     """The config values transformers' GGUF loader misses for GGUF architecture `arch` (the
     family whose llama.cpp names are checked on it), or {}."""
-    fam = family_for_gguf(arch)
+    fam = family_for_gguf(arch, experts)
     return {} if fam is None else fam.gguf_config
 
 
-def gguf_weights_for(arch: str) -> GGUFWeights | None:
+def gguf_weights_for(arch: str, experts: bool = False) -> GGUFWeights | None:
     """How fptrace itself reads a GGUF file of architecture `arch` (a family's gguf_weights),
-    or None where it leaves the file to transformers' GGUF loader."""
+    or None where it leaves the file to transformers' GGUF loader; `experts`: the file states
+    an expert count (a `llama` file with experts is Mixtral's, which fptrace reads)."""
     return next((fam.gguf_weights for fam in FAMILIES if fam.gguf_weights is not None
-                 and fam.gguf_weights.arch == arch), None)
+                 and fam.gguf_weights.arch == arch
+                 and fam.gguf_weights.experts in (None, experts)), None)
 
 
 def family_for_config(config: PretrainedConfig) -> Family | None:

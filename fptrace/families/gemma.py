@@ -12,7 +12,13 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-from fptrace.families import Family
+from fptrace.families import (
+    GGUF_LLAMA_CONFIG,
+    GGUF_LLAMA_TENSORS,
+    Family,
+    GGUFWeights,
+    LlamaCppNames,
+)
 from fptrace.families.kinds import EmbedScale, MlpKind, NormKind
 from fptrace.families.llama import FAMILY as LLAMA
 from fptrace.families.llama import heads
@@ -83,10 +89,51 @@ def final_norm(x: torch.Tensor, norm: Any, cfg: PretrainedConfig, s: Steps) -> t
     return h
 
 
+# llama.cpp's gemma graph (checked on a tiny GGUF, tests/test_llamacpp_families.py): Gemma 2's
+# names without the post-norms and softcaps: the embedding after its √d scale is `inp_scaled`;
+# q, k (rotated by halves: the converter leaves W_Q and W_K unpermuted) and v are `Qcur`,
+# `Kcur`, `Vcur` before q's scale (`Qcur_scaled`); the attention output is not named: `sa_out`,
+# the stream after it, is its sum with the block's input, whose operand 0 it is; the MLP's
+# GELU(gate)·up is `ffn_geglu`, its output `ffn_out`
+LLAMACPP_NAMES = LlamaCppNames(
+    archs=("gemma",), operands={"attn_out": ("sa_out", 0)},
+    points={Point.embed: "inp_scaled", Point.ln1: "attn_norm", Point.q: "Qcur",
+            Point.k: "Kcur", Point.v: "Vcur", Point.z: "kqv_out", Point.attn_out: "attn_out",
+            Point.resid_mid: "sa_out", Point.ln2: "ffn_norm", Point.mlp_gate: "ffn_gate",
+            Point.mlp_up: "ffn_up", Point.mlp_act: "ffn_geglu", Point.mlp_out: "ffn_out",
+            Point.resid_post: "l_out", Point.final_norm: "result_norm",
+            Point.logits: "result_output"},
+    no_emulation="Gemma's RMSNorm multiplies by (1 + w), which the norm step does not, and its "
+                 "GELU comes from ggml's float16 table, which no step reproduces")
+
+# how fptrace reads a gemma GGUF (transformers' GGUF loader reads Gemma 2's and 3's, not
+# Gemma 1's): the names of llama.cpp's converter (gguf-py's tensor map), the head tied to the
+# token embedding (the file has no output tensor), each norm's weight stored with the 1 Gemma's
+# RMSNorm adds (taken off here), W_Q and W_K unpermuted; the head width from the file
+# (transformers' Gemma config takes 256 where it is not given)
+GGUF_WEIGHTS = GGUFWeights(
+    arch="gemma", model_type="gemma",
+    config=GGUF_LLAMA_CONFIG | {
+        "intermediate_size": "feed_forward_length", "head_dim": "attention.key_length",
+        "rope_parameters": lambda hparam: {"rope_type": "default",
+                                           "rope_theta": hparam("rope.freq_base") or 1e4}},
+    tensors=GGUF_LLAMA_TENSORS
+    | {f"model.layers.{{i}}.{hf}.weight": f"blk.{{i}}.{gg}.weight" for hf, gg in (
+        ("self_attn.q_proj", "attn_q"), ("self_attn.k_proj", "attn_k"),
+        ("self_attn.v_proj", "attn_v"), ("self_attn.o_proj", "attn_output"),
+        ("input_layernorm", "attn_norm"), ("post_attention_layernorm", "ffn_norm"),
+        ("mlp.gate_proj", "ffn_gate"), ("mlp.up_proj", "ffn_up"),
+        ("mlp.down_proj", "ffn_down"))},
+    fixes={"model.norm.weight": "one_added",
+           "model.layers.{i}.input_layernorm.weight": "one_added",
+           "model.layers.{i}.post_attention_layernorm.weight": "one_added"},
+    unread=("rope.scaling.type", "attention.sliding_window"))
+
 FAMILY = replace(
     LLAMA, name="gemma", title="Gemma", model_types=("gemma",),
     norm_type=NormKind.rmsnorm_one_plus, mlp_type=MlpKind.geglu, embed_scale=EmbedScale.sqrt_d,
     recompute_block=block, recompute_final_norm=final_norm,
+    llamacpp_names=LLAMACPP_NAMES, gguf_weights=GGUF_WEIGHTS,
     tiny=dict(model_type="gemma", num_hidden_layers=2, hidden_size=64, intermediate_size=96,
               num_attention_heads=4, num_key_value_heads=1, head_dim=16, vocab_size=1000,
               max_position_embeddings=64),

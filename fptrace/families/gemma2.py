@@ -40,7 +40,7 @@ FAMILY = replace(
             "post_feedforward_layernorm": "norm after the MLP (what is added)"},
     taps={**LLAMA_TAPS, Point.resid_mid: Tap("pre_feedforward_layernorm", "in"),
           Point.ln2: Tap("pre_feedforward_layernorm")},
-    llamacpp_names=LLAMACPP_NAMES,
+    llamacpp_names=LLAMACPP_NAMES, gguf_weights=None,  # transformers' GGUF loader reads it
     # transformers' GGUF loader takes Gemma 2's softcaps to be 50 and 30, whatever the file says
     gguf_config={"attn_logit_softcapping": "attn_logit_softcapping",
                  "final_logit_softcapping": "final_logit_softcapping"},

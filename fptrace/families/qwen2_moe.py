@@ -48,7 +48,7 @@ def moe(cfg: PretrainedConfig) -> Moe | None:
 FAMILY = replace(
     MIXTRAL, name="qwen2_moe", title="Qwen2-MoE", model_types=("qwen2_moe",), moe=moe,
     d_mlp=d_expert, shared_experts="shared_expert", shared_expert_gate="shared_expert_gate",
-    llamacpp_names=LLAMACPP_NAMES,
+    llamacpp_names=LLAMACPP_NAMES, gguf_weights=None,  # transformers' loader reads it
     # what transformers' GGUF loader leaves at Qwen2-MoE's defaults: the routed and the shared
     # experts' widths; and the chosen weights not renormalised, as llama.cpp's qwen2moe never
     # does (the GGUF has no key for it; the loader's default already agrees)

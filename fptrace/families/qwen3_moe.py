@@ -46,6 +46,7 @@ FAMILY = replace(
     MIXTRAL, name="qwen3_moe", title="Qwen3-MoE", model_types=("qwen3_moe",),
     qk_norm=QkNorm.per_head,
     moe=moe, d_mlp=d_expert, llamacpp_names=LLAMACPP_NAMES,
+    gguf_weights=None,  # transformers' GGUF loader reads qwen3moe (not Mixtral's reader)
     # what transformers' GGUF loader leaves at Qwen3-MoE's defaults: the head width, the
     # experts' width, and the renormalisation of the chosen weights, which llama.cpp's qwen3moe
     # always does (the GGUF has no key for it)

@@ -54,6 +54,13 @@ class GGUFMetadata:
         return self.values.get(f"{self.architecture}.{name}")
 
     @property
+    def experts(self) -> bool:
+        """The file states routed experts (`{arch}.expert_count` above 0): llama.cpp's own rule
+        for building them, which tells Mixtral's `llama` files from Llama's."""
+        n = self.hparam("expert_count")
+        return isinstance(n, int) and not isinstance(n, bool) and n > 0
+
+    @property
     def context_length(self) -> int | None:
         n = self.hparam("context_length")
         return int(n) if isinstance(n, int) and not isinstance(n, bool) else None
@@ -282,7 +289,7 @@ def config_overrides(meta: GGUFMetadata) -> dict[str, Any]:
     from fptrace.families import gguf_config_for
 
     out: dict[str, Any] = {}
-    for attribute, source in gguf_config_for(meta.architecture or "").items():
+    for attribute, source in gguf_config_for(meta.architecture or "", meta.experts).items():
         value = meta.hparam(source) if isinstance(source, str) else source
         if value is not None:
             out[attribute] = value

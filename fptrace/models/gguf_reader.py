@@ -1,8 +1,9 @@
-"""fptrace's own GGUF reader, for the architectures transformers' GGUF loader does not read
-(OLMo 2's, GPT-NeoX's, OLMoE's): the family's transformers model is built from the file's
-metadata (its config) and its tensors (dequantized by the gguf package), each tensor put back
-under the state-dict name the family's GGUFWeights gives it, with what llama.cpp's converter did
-to it undone (GGUFWeights.fixes).
+"""fptrace's own GGUF reader, for the files transformers' GGUF loader does not read (OLMo 2's,
+GPT-NeoX's, OLMoE's, gpt-oss's, DeepSeek's, Gemma's architectures) or reads as another model
+(Mixtral's, a `llama` file with experts, which it loads as a Llama without them): the family's
+transformers model is built from the file's metadata (its config) and its tensors (dequantized
+by the gguf package), each tensor put back under the state-dict name the family's GGUFWeights
+gives it, with what llama.cpp's converter did to it undone (GGUFWeights.fixes).
 
 Every weight of the built model comes from the file: a weight no tensor fills, or a tensor no
 weight takes, refuses the file in one line naming them, so no weight is ever left at its random
@@ -28,11 +29,11 @@ if TYPE_CHECKING:
 def reads(meta: GGUFMetadata) -> bool:
     """Whether fptrace reads this file itself (its architecture is one transformers' GGUF
     loader does not read and a family states how)."""
-    return gguf_weights_for(meta.architecture or "") is not None
+    return gguf_weights_for(meta.architecture or "", meta.experts) is not None
 
 
 def spec(meta: GGUFMetadata) -> GGUFWeights:
-    found = gguf_weights_for(meta.architecture or "")
+    found = gguf_weights_for(meta.architecture or "", meta.experts)
     if found is None:
         raise ModelLoadError(f"fptrace reads no {meta.architecture!r} GGUF file itself")
     return found
@@ -157,6 +158,7 @@ def fixer(fix: str | None, cfg: PretrainedConfig) -> Callable[[np.ndarray], np.n
         "gate_up_interleaved": lambda w: interleaved(w, transposed=True),
         "gate_up_bias_interleaved": lambda w: interleaved(w, transposed=False),
         "transposed": lambda w: w.swapaxes(-1, -2),
+        "one_added": lambda w: w - w.dtype.type(1),
     }
     if fix not in fixes:
         raise AssertionError(f"unknown GGUF weight fix {fix!r}")

@@ -54,6 +54,8 @@ class LlamaCppPass:
     skipped: tuple[str, ...] = ()  # names seen but not copied (quantized element types)
     own_ids: tuple[int, ...] | None = None  # llama.cpp's tokenization, when ids were given
     decode_seconds: float = 0.0  # wall time of llama_decode (the pass, with its captures)
+    # the file states routed experts (`{architecture}.expert_count` above 0: Mixtral's `llama`)
+    experts: bool = False
 
     def get(self, name: str, layer: int | None = None) -> np.ndarray | None:
         return self.tensors.get(name if layer is None else f"{name}-{layer}")
@@ -310,9 +312,12 @@ def run_pass(path: str, prompt: str, options: EngineOptions | None = None,
             lib.llama_free(ctx)
         arch = C.create_string_buffer(128)
         lib.llama_model_meta_val_str(model, b"general.architecture", arch, 128)
+        experts = C.create_string_buffer(32)
+        lib.llama_model_meta_val_str(model, arch.value + b".expert_count", experts, 32)
         return LlamaCppPass(
             path=path, prompt=prompt, own_ids=own, decode_seconds=seconds,
             architecture=arch.value.decode("utf-8", "replace"),
+            experts=experts.value.strip().isdigit() and int(experts.value) > 0,
             n_layer=int(lib.llama_model_n_layer(model)), ids=tuple(ids),
             pieces=tuple(piece(lib, vocab, i) for i in ids),
             tensors=dict(grab.tensors) if grab else {}, logits=logits.astype(np.float32),

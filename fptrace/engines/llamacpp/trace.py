@@ -81,7 +81,7 @@ def squeeze(x: np.ndarray, keep: int) -> np.ndarray:
 
 
 def names_for(lm_pass: LlamaCppPass) -> LlamaCppNames:
-    names = llamacpp_names_for(lm_pass.architecture)
+    names = llamacpp_names_for(lm_pass.architecture, lm_pass.experts)
     if names is None:
         raise BadInput(f"llama.cpp ran {lm_pass.path!r} (architecture "
                        f"{lm_pass.architecture!r}) but no fptrace family maps its graph's "
@@ -267,7 +267,7 @@ def run_llamacpp(path: str, prompt: str, options: EngineOptions | None = None,
     from fptrace.engines.llamacpp.capture import check_gguf
 
     meta = check_gguf(path)
-    names = llamacpp_names_for(meta.architecture) if meta.architecture else None
+    names = llamacpp_names_for(meta.architecture, meta.experts) if meta.architecture else None
     wanted = wanted_names() if names is None else copied(names)
     return run_pass(path, prompt, options or EngineOptions(), ids=ids, wanted=wanted,
                     operands=names.operands if names else None, meta=meta,
