@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The HTML report is tested in a real headless browser: Debian's chromium (playwright drives it;
-# no browser download). `make test` and CI call this; it installs chromium when it is missing
+# no browser download). `make test-system` (so CI) calls this; it installs chromium when it is missing
 # and says plainly when it cannot (then that one test is skipped, and says why).
 set -uo pipefail
 command -v chromium >/dev/null 2>&1 && exit 0

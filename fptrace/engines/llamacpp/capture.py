@@ -317,7 +317,7 @@ def run_pass(path: str, prompt: str, options: EngineOptions | None = None,
         return LlamaCppPass(
             path=path, prompt=prompt, own_ids=own, decode_seconds=seconds,
             architecture=arch.value.decode("utf-8", "replace"),
-            experts=experts.value.strip().isdigit() and int(experts.value) > 0,
+            experts=_count(experts.value) > 0,
             n_layer=int(lib.llama_model_n_layer(model)), ids=tuple(ids),
             pieces=tuple(piece(lib, vocab, i) for i in ids),
             tensors=dict(grab.tensors) if grab else {}, logits=logits.astype(np.float32),
@@ -328,6 +328,15 @@ def run_pass(path: str, prompt: str, options: EngineOptions | None = None,
         raise ModelLoadError(f"llama.cpp failed on {path!r}: {exc}") from None
     finally:
         lib.llama_model_free(model)
+
+
+def _count(raw: bytes) -> int:
+    """A count llama.cpp prints as ASCII decimal digits (its metadata as a string); 0 where it
+    holds anything else (no such key: an empty string)."""
+    try:
+        return int(raw.decode("ascii"))
+    except ValueError:  # UnicodeDecodeError included
+        return 0
 
 
 __all__ = ["EngineOptions", "LlamaCppPass", "check_gguf", "copy_out", "load_failure", "run_pass"]
