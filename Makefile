@@ -1,11 +1,12 @@
 # Two commands for a fresh machine:
 #   make demo   installs everything into .venv and traces the bundled model
 #   make test   installs everything, checks ruff and mypy against their baseline and runs the
-#               test suite (ten minutes on two cores)
+#               everyday test suite: in pytest's own processes, on tiny models (under ten
+#               minutes on two cores)
 # and what CI runs (.ci/run):
 #   make test-all   make test, then make test-system: the tests that start processes of their own
-#                   (servers, a Ray cluster, torch's launcher, Chromium, a child to interrupt)
-#                   and re-run the docs' console examples
+#                   (servers, a Ray cluster, torch's launcher, Chromium, a child to interrupt),
+#                   run the bundled model (marked slow) or re-run the docs' console examples
 PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
@@ -33,15 +34,16 @@ demo: install
 # the suite on both cores: two pytest-xdist workers, each test file on one of them (its module
 # fixtures built once), one compute thread each; the bundled model is dequantized once for both
 # (tests/conftest.py). A test that starts a process of its own is marked `system` (conftest.py
-# fails one that is not) and runs in test-system, with Debian's chromium for the browser tests.
+# fails one that is not), one that loads the bundled model `slow`; both run in test-system, with
+# Debian's chromium for the browser tests.
 PYTEST := $(BIN)/python -m pytest -q -n 2 --dist loadfile --no-loadscope-reorder
 
 test: install lint
-	$(PYTEST) -m "not system"
+	$(PYTEST) -m "not system and not slow"
 
 test-system: install
 	bash scripts/install_browser.sh
-	$(PYTEST) -m system
+	$(PYTEST) -m "system or slow"
 
 test-all: test test-system
 

@@ -384,6 +384,8 @@ def pytest_sessionstart(session):
     if os.environ.get("PYTEST_XDIST_WORKER") or not getattr(session.config.option,
                                                              "numprocesses", None):
         return
+    if not _selects_slow_tests(session.config.option.markexpr):
+        return  # `make test`: no test of the bundled model runs
     import threading
 
     root = session.config._tmp_path_factory.getbasetemp()  # the workers' basetemps' parent
@@ -391,6 +393,18 @@ def pytest_sessionstart(session):
     threading.Thread(target=_dequantize_for_the_workers, args=(root, holding), daemon=True,
                      name="bundled-model").start()
     holding.wait(60)  # the lock is taken before the first worker can ask for it
+
+
+def _selects_slow_tests(markexpr: str) -> bool:
+    """Whether `-m markexpr` keeps the tests marked slow (those of the bundled model)."""
+    if not markexpr:
+        return True
+    try:
+        from _pytest.mark.expression import Expression
+
+        return bool(Expression.compile(markexpr).evaluate(lambda name, **kw: name == "slow"))
+    except Exception:  # noqa: BLE001 (pytest's own parser: when in doubt, dequantize)
+        return True
 
 
 def _dequantize_for_the_workers(root, holding) -> None:
