@@ -53,7 +53,16 @@ LONGEST_FIRST = (
     "test_extension_points.py")
 
 
+# A test that takes the bundled model (the loaded model, or its GGUF file) loads it: `slow`, so
+# that `make test` (-m "not system and not slow") leaves it to `make test-system`.
+BUNDLED = {"smollm", "gguf"}
+
+
+@pytest.hookimpl(tryfirst=True)  # before -m deselects by marks
 def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if BUNDLED & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.slow)
     rank = {name: k for k, name in enumerate(LONGEST_FIRST)}
     items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: a file's order kept
 

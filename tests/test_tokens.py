@@ -284,7 +284,7 @@ def test_runs_token_table_shows_each_ids_piece(style, folders):
 
 
 @pytest.fixture(scope="module")
-def smollm_cli():
+def smollm_cli(smollm):
     """A command on the bundled model, in this process (a subprocess each paid torch's and
     transformers' imports again)."""
     def call(args):
