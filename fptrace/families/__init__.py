@@ -210,6 +210,21 @@ GGUF_LLAMA_TENSORS = {"model.embed_tokens.weight": "token_embd.weight",
                       "model.norm.weight": "output_norm.weight", "lm_head.weight": "output.weight"}
 
 
+GGUF_ATTENTION = (("self_attn.q_proj", "attn_q"), ("self_attn.k_proj", "attn_k"),
+                  ("self_attn.v_proj", "attn_v"), ("self_attn.o_proj", "attn_output"))
+
+
+def gguf_block_tensors(*pairs: tuple[str, str]) -> dict[str, str]:
+    """Per-block weights named alike in every block: each (HF module, llama.cpp name) pair gives
+    `model.layers.{i}.<module>.weight` ← `blk.{i}.<name>.weight`."""
+    return {f"model.layers.{{i}}.{hf}.weight": f"blk.{{i}}.{gg}.weight" for hf, gg in pairs}
+
+
+def gguf_default_rope(hparam: Callable[[str], object]) -> dict:
+    """Plain RoPE (no scaling) with the file's base, llama.cpp's 10,000 where it states none."""
+    return {"rope_type": "default", "rope_theta": hparam("rope.freq_base") or 1e4}
+
+
 def gguf_expert_width(hparam: Callable[[str], object]) -> object:
     """The routed experts' width a MoE GGUF states (its dense width where it has no key of its
     own)."""

@@ -24,6 +24,7 @@ from fptrace.families import (
     LlamaCppNames,
     Moe,
     Tap,
+    gguf_block_tensors,
     gguf_number,
 )
 from fptrace.families.kinds import Scoring
@@ -275,7 +276,7 @@ GGUF_WEIGHTS = GGUFWeights(
         "model.layers.{i}.mlp.experts.gate_up_proj": ("blk.{i}.ffn_gate_exps.weight",
                                                      "blk.{i}.ffn_up_exps.weight"),
         "model.layers.{i}.mlp.experts.down_proj": "blk.{i}.ffn_down_exps.weight"}
-    | {f"model.layers.{{i}}.{hf}.weight": f"blk.{{i}}.{gg}.weight" for hf, gg in (
+    | gguf_block_tensors(
         ("self_attn.q_a_proj", "attn_q_a"), ("self_attn.q_a_layernorm", "attn_q_a_norm"),
         ("self_attn.q_b_proj", "attn_q_b"), ("self_attn.kv_a_proj_with_mqa", "attn_kv_a_mqa"),
         ("self_attn.kv_a_layernorm", "attn_kv_a_norm"), ("self_attn.o_proj", "attn_output"),
@@ -283,7 +284,7 @@ GGUF_WEIGHTS = GGUFWeights(
         ("mlp.gate_proj", "ffn_gate"), ("mlp.up_proj", "ffn_up"), ("mlp.down_proj", "ffn_down"),
         ("mlp.gate", "ffn_gate_inp"), ("mlp.shared_experts.gate_proj", "ffn_gate_shexp"),
         ("mlp.shared_experts.up_proj", "ffn_up_shexp"),
-        ("mlp.shared_experts.down_proj", "ffn_down_shexp"))},
+        ("mlp.shared_experts.down_proj", "ffn_down_shexp")),
     fixes={"model.layers.{i}.self_attn.kv_b_proj.weight": "latent_kv_joined"},
     unread=("rope.scaling.yarn_ext_factor", "rope.scaling.yarn_attn_factor",
             "attention.sliding_window"))

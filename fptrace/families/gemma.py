@@ -13,11 +13,14 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from fptrace.families import (
+    GGUF_ATTENTION,
     GGUF_LLAMA_CONFIG,
     GGUF_LLAMA_TENSORS,
     Family,
     GGUFWeights,
     LlamaCppNames,
+    gguf_block_tensors,
+    gguf_default_rope,
 )
 from fptrace.families.kinds import EmbedScale, MlpKind, NormKind
 from fptrace.families.llama import FAMILY as LLAMA
@@ -115,15 +118,13 @@ GGUF_WEIGHTS = GGUFWeights(
     arch="gemma", model_type="gemma",
     config=GGUF_LLAMA_CONFIG | {
         "intermediate_size": "feed_forward_length", "head_dim": "attention.key_length",
-        "rope_parameters": lambda hparam: {"rope_type": "default",
-                                           "rope_theta": hparam("rope.freq_base") or 1e4}},
+        "rope_parameters": gguf_default_rope},
     tensors=GGUF_LLAMA_TENSORS
-    | {f"model.layers.{{i}}.{hf}.weight": f"blk.{{i}}.{gg}.weight" for hf, gg in (
-        ("self_attn.q_proj", "attn_q"), ("self_attn.k_proj", "attn_k"),
-        ("self_attn.v_proj", "attn_v"), ("self_attn.o_proj", "attn_output"),
+    | gguf_block_tensors(
+        *GGUF_ATTENTION,
         ("input_layernorm", "attn_norm"), ("post_attention_layernorm", "ffn_norm"),
         ("mlp.gate_proj", "ffn_gate"), ("mlp.up_proj", "ffn_up"),
-        ("mlp.down_proj", "ffn_down"))},
+        ("mlp.down_proj", "ffn_down")),
     fixes={"model.norm.weight": "one_added",
            "model.layers.{i}.input_layernorm.weight": "one_added",
            "model.layers.{i}.post_attention_layernorm.weight": "one_added"},

@@ -11,7 +11,16 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
-from fptrace.families import GGUF_LLAMA_CONFIG, GGUF_LLAMA_TENSORS, GGUFWeights, Moe, Tap
+from fptrace.families import (
+    GGUF_ATTENTION,
+    GGUF_LLAMA_CONFIG,
+    GGUF_LLAMA_TENSORS,
+    GGUFWeights,
+    Moe,
+    Tap,
+    gguf_block_tensors,
+    gguf_default_rope,
+)
 from fptrace.families.kinds import MlpKind
 from fptrace.families.llama import FAMILY as LLAMA
 from fptrace.families.llama import LLAMA_TAPS
@@ -61,17 +70,15 @@ GGUF_WEIGHTS = GGUFWeights(
         "intermediate_size": "feed_forward_length",
         "num_local_experts": "expert_count", "num_experts_per_tok": "expert_used_count",
         "head_dim": "attention.key_length", "sliding_window": None,
-        "rope_parameters": lambda hparam: {"rope_type": "default",
-                                           "rope_theta": hparam("rope.freq_base") or 1e4}},
+        "rope_parameters": gguf_default_rope},
     tensors=GGUF_LLAMA_TENSORS | {
         "model.layers.{i}.mlp.experts.gate_up_proj": ("blk.{i}.ffn_gate_exps.weight",
                                                      "blk.{i}.ffn_up_exps.weight"),
         "model.layers.{i}.mlp.experts.down_proj": "blk.{i}.ffn_down_exps.weight"}
-    | {f"model.layers.{{i}}.{hf}.weight": f"blk.{{i}}.{gg}.weight" for hf, gg in (
-        ("self_attn.q_proj", "attn_q"), ("self_attn.k_proj", "attn_k"),
-        ("self_attn.v_proj", "attn_v"), ("self_attn.o_proj", "attn_output"),
+    | gguf_block_tensors(
+        *GGUF_ATTENTION,
         ("input_layernorm", "attn_norm"), ("post_attention_layernorm", "ffn_norm"),
-        ("mlp.gate", "ffn_gate_inp"))},
+        ("mlp.gate", "ffn_gate_inp")),
     fixes={"model.layers.{i}.self_attn.q_proj.weight": "rope_adjacent_q",
            "model.layers.{i}.self_attn.k_proj.weight": "rope_adjacent_k"},
     unread=("rope.scaling.type", "expert_weights_scale", "expert_shared_feed_forward_length",

@@ -13,12 +13,15 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from fptrace.families import (
+    GGUF_ATTENTION,
     GGUF_LLAMA_CONFIG,
     GGUF_LLAMA_TENSORS,
     Family,
     GGUFWeights,
     LlamaCppNames,
     Tap,
+    gguf_block_tensors,
+    gguf_default_rope,
 )
 from fptrace.families.kinds import QkNorm
 from fptrace.families.llama import FAMILY as LLAMA
@@ -102,16 +105,14 @@ GGUF_WEIGHTS = GGUFWeights(
     arch="olmo2", model_type="olmo2",
     config=GGUF_LLAMA_CONFIG | {
         "intermediate_size": "feed_forward_length",
-        "rope_parameters": lambda hparam: {"rope_type": "default",
-                                           "rope_theta": hparam("rope.freq_base") or 1e4}},
+        "rope_parameters": gguf_default_rope},
     tensors=GGUF_LLAMA_TENSORS
-    | {f"model.layers.{{i}}.{hf}.weight": f"blk.{{i}}.{gg}.weight" for hf, gg in (
-        ("self_attn.q_proj", "attn_q"), ("self_attn.k_proj", "attn_k"),
-        ("self_attn.v_proj", "attn_v"), ("self_attn.o_proj", "attn_output"),
+    | gguf_block_tensors(
+        *GGUF_ATTENTION,
         ("self_attn.q_norm", "attn_q_norm"), ("self_attn.k_norm", "attn_k_norm"),
         ("post_attention_layernorm", "post_attention_norm"),
         ("mlp.gate_proj", "ffn_gate"), ("mlp.up_proj", "ffn_up"),
-        ("mlp.down_proj", "ffn_down"), ("post_feedforward_layernorm", "post_ffw_norm"))},
+        ("mlp.down_proj", "ffn_down"), ("post_feedforward_layernorm", "post_ffw_norm")),
     unread=("attention.sliding_window", "rope.scaling.type"))
 
 FAMILY = replace(

@@ -9,10 +9,13 @@ from dataclasses import replace
 from typing import Any
 
 from fptrace.families import (
+    GGUF_ATTENTION,
     GGUF_LLAMA_CONFIG,
     GGUF_LLAMA_TENSORS,
     GGUFWeights,
     Moe,
+    gguf_block_tensors,
+    gguf_default_rope,
     gguf_expert_width,
 )
 from fptrace.families.kinds import QkNorm
@@ -40,18 +43,16 @@ GGUF_WEIGHTS = GGUFWeights(
         "intermediate_size": gguf_expert_width,
         "num_experts": "expert_count", "num_experts_per_tok": "expert_used_count",
         "norm_topk_prob": False,
-        "rope_parameters": lambda hparam: {"rope_type": "default",
-                                           "rope_theta": hparam("rope.freq_base") or 1e4}},
+        "rope_parameters": gguf_default_rope},
     tensors=GGUF_LLAMA_TENSORS | {
              "model.layers.{i}.mlp.experts.gate_up_proj": ("blk.{i}.ffn_gate_exps.weight",
                                                           "blk.{i}.ffn_up_exps.weight"),
              "model.layers.{i}.mlp.experts.down_proj": "blk.{i}.ffn_down_exps.weight"}
-    | {f"model.layers.{{i}}.{hf}.weight": f"blk.{{i}}.{gg}.weight" for hf, gg in (
-        ("self_attn.q_proj", "attn_q"), ("self_attn.k_proj", "attn_k"),
-        ("self_attn.v_proj", "attn_v"), ("self_attn.o_proj", "attn_output"),
+    | gguf_block_tensors(
+        *GGUF_ATTENTION,
         ("self_attn.q_norm", "attn_q_norm"), ("self_attn.k_norm", "attn_k_norm"),
         ("input_layernorm", "attn_norm"), ("post_attention_layernorm", "ffn_norm"),
-        ("mlp.gate", "ffn_gate_inp"))},
+        ("mlp.gate", "ffn_gate_inp")),
     unread=("rope.scaling.type",))
 
 
