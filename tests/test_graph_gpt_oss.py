@@ -177,14 +177,16 @@ def test_every_node_sums_to_the_model_own_values(made):
         assert abs(float(clean["u"][n.layer][n.position, n.index])) <= limit  # not clamped
     clamped = sum(int(((clean["u"][i].abs() > limit) & (clean["a"][i] != 0)).sum())
                   for i in clean["u"])
+    said = [n for n in g.notes if "clamped beyond" in n]
     if limit == LIMIT:  # many are; among the largest |a| (what makes a candidate)
         assert clamped > 20 and any("clamp" in line for line in g.freezing)
+        assert len(said) == 1 and said[0].startswith(f"{clamped} of the chosen experts' neurons")
         for i in clean["u"]:
             for t in range(len(IDS)):
                 top = clean["a"][i][t].abs().topk(4).indices
                 assert (clean["u"][i][t, top].abs() > limit).any()
     else:
-        assert clamped == 0
+        assert clamped == 0 and not said
     assert any("sink" in line for line in g.freezing)
     for n in (n for n in g.nodes if n.node_type == "logit"):
         want = float(clean["logits"][n.index])

@@ -629,7 +629,7 @@ def _assemble(lm: LoadedModel, prepared: Prepared, queries: list[int], ids: list
     L, T = layout.L, layout.T
     import numpy as np
 
-    from fptrace.commands.graph.notes import BLOCKS_WITHOUT_TRANSCODER
+    from fptrace.commands.graph.notes import BLOCKS_WITHOUT_TRANSCODER, CLAMPED_NEURONS
 
     neurons = [int(c) for c in np.flatnonzero(visited)]
     nn_ = len(neurons)
@@ -690,6 +690,11 @@ def _assemble(lm: LoadedModel, prepared: Prepared, queries: list[int], ids: list
     if tset is not None and tset.missing:
         notes.append(BLOCKS_WITHOUT_TRANSCODER(k=len(tset.missing), blocks=_ranges(tset.missing),
                                                n=L))
+    if real.clamped is not None and bool(real.clamped.any()):
+        blocks = tuple(int(b) for b in real.clamped.flatten(1).any(1).nonzero().flatten())
+        limit = next(lay.limit for lay in layout.experts.values() if lay.limit is not None)
+        notes.append(CLAMPED_NEURONS(k=int(real.clamped.sum()), blocks=_ranges(blocks),
+                                     limit=limit))
     info = model_info(lm)
     ranked = [nodes[i] for i in by_influence if i < nn_]
     freezing = freezing_lines(lm.parts.family, tset is not None, layout.experts, L)
