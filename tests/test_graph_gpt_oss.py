@@ -349,3 +349,21 @@ def test_the_command_line(tmp_path):
                             "--max-nodes", "8", "--verify", "1"])
     assert r.exit_code == 0, r.output
     assert "sink" in r.stdout and "clamp" in r.stdout and "✓ exact" in r.stdout
+
+
+def test_heads_and_qk_read_the_pattern_with_sinks():
+    """The split of the edges over heads and --qk read the same pattern: each --qk entry's
+    frozen weight equals the model's own eager attention weight with its sinks (the float64
+    copy's to 1e-12, the model's float32 one, which --qk reports beside it, to its rounding),
+    and each kept edge's split over heads sums to the edge (graph_heads)."""
+    lm = _model()
+    g = graph(lm, IDS, max_nodes=12, per_site=3, qk=3)
+    assert g.ok and [c.name for c in g.checks] == ["graph_sums", "graph_model", "graph_heads",
+                                                   "graph_qk"]
+    assert g.qk
+    model, _ = graph_core.float64_copy(lm)
+    clean = _clean(model, IDS)
+    for q in g.qk:
+        want = float(clean["patterns"][q.layer][q.head, q.query, q.key])
+        assert q.pattern == pytest.approx(want, rel=1e-12)
+        assert q.weight == pytest.approx(want, rel=1e-5)
