@@ -145,7 +145,7 @@ def test_the_pattern_with_sinks_is_the_models_own():
             assert (float(clean["patterns"][0][:, q, k].abs().max()) > 0) == seen
             assert (float(clean["patterns"][1][:, q, k].abs().max()) > 0) == (k <= q)
     with torch.no_grad():  # the model in its own float32, eager: to its rounding
-        own = lm.model.to(torch.float32)
+        own = lm.model
         before = own.config._attn_implementation
         own.set_attn_implementation("eager")
         try:
