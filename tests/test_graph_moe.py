@@ -4,8 +4,8 @@ and OLMoE): against the model itself. Each expert neuron's value and its edges p
 against act(gate) · up recomputed here from the MLP's input and the router's own output (hooks on
 the float64 model's modules), the logits against the model's own; the router's choice shown
 against the router's output; an edge from an expert neuron against an intervention replayed
-here with the routing, gates, patterns and norm scales held; a family that cannot be frozen is
-refused."""
+here with the routing, gates, patterns and norm scales held; experts that cannot be frozen are
+refused. gpt-oss: tests/test_graph_gpt_oss.py."""
 
 from __future__ import annotations
 
@@ -367,9 +367,12 @@ def test_a_recomputation_that_differs_from_the_module_fails(monkeypatch):
         graph(lm, IDS, max_nodes=4, per_site=2)
 
 
-def test_gpt_oss_is_refused_in_one_line():
-    lm = wrap_model(build_tiny_moe("gpt_oss"), random_weights=True)
-    with pytest.raises(BadInput, match="sink") as e:
+def test_experts_it_cannot_freeze_are_refused_in_one_line():
+    """Experts without a gate (transformers' has_gate False: act(up) alone) are refused."""
+    lm = wrap_model(build_tiny_moe("mixtral"), random_weights=True)
+    for mlp in lm.parts.mlps:
+        mlp.experts.has_gate = False
+    with pytest.raises(BadInput, match="cannot freeze") as e:
         graph(lm, IDS)
     assert "\n" not in str(e.value)
 

@@ -414,31 +414,53 @@ def route_distribution(logits: torch.Tensor, moe: Moe) -> torch.Tensor:
     return torch.softmax(x, dim=-1)
 
 
-def _expert(x: torch.Tensor, experts: Any, e: int) -> torch.Tensor:
-    """Routed expert e on x (n, C), its weights stored as 3-D tensors: gate_up_proj (E, 2·I, C)
-    ([gate; up]) and down_proj (E, C, I), or, transposed (gpt-oss), (E, C, 2·I) with gate and
-    up interleaved and (E, I, C), with biases. SwiGLU down(SiLU(gate) · up), or gpt-oss's
-    clamped form down((up + 1) · g · σ(α·g)), g = gate capped at the limit, up within ±limit."""
+def _stored(experts: nn.Module, name: str) -> torch.Tensor:
+    """An experts module's stored tensor (its 3-D weights, its 2-D biases)."""
+    out: torch.Tensor = getattr(experts, name)
+    return out
+
+
+def expert_gate_up(x: torch.Tensor, experts: nn.Module, e: int
+                   ) -> tuple[torch.Tensor, torch.Tensor]:
+    """Routed expert e's gate and up pre-activations (n, I) each on x (n, C), in x's dtype, its
+    biases included, from its weights stored as 3-D tensors: gate_up_proj (E, 2·I, C) ([gate;
+    up]), or, transposed (gpt-oss), (E, C, 2·I) with gate and up interleaved, with a bias
+    gate_up_proj_bias (E, 2·I) where the experts have biases."""
     transposed = getattr(experts, "is_transposed", False)
-    w_gu = experts.gate_up_proj[e].float()
-    w_d = experts.down_proj[e].float()
+    w_gu = _stored(experts, "gate_up_proj")[e].to(x.dtype)
     gu = x @ (w_gu if transposed else w_gu.T)  # (n, 2I)
     if getattr(experts, "has_bias", False):
-        gu = gu + experts.gate_up_proj_bias[e].float()
+        gu = gu + _stored(experts, "gate_up_proj_bias")[e].to(x.dtype)
     if getattr(experts, "is_concatenated", True):
         gate, up = gu.chunk(2, dim=-1)  # (n, I) each
     else:
         gate, up = gu[..., ::2], gu[..., 1::2]  # (n, I) each, interleaved
+    return gate, up
+
+
+def expert_down(a: torch.Tensor, experts: nn.Module, e: int, bias: bool = True) -> torch.Tensor:
+    """Routed expert e's down projection of its activations a (n, I): (n, C), in a's dtype;
+    down_proj (E, C, I), or (E, I, C) transposed (gpt-oss); its bias down_proj_bias (E, C)
+    added where the experts have biases and `bias`."""
+    transposed = getattr(experts, "is_transposed", False)
+    w_d = _stored(experts, "down_proj")[e].to(a.dtype)
+    y = a @ (w_d if transposed else w_d.T)  # (n, C)
+    if bias and getattr(experts, "has_bias", False):
+        y = y + _stored(experts, "down_proj_bias")[e].to(a.dtype)
+    return y
+
+
+def _expert(x: torch.Tensor, experts: Any, e: int) -> torch.Tensor:
+    """Routed expert e on x (n, C) (float32): SwiGLU down(SiLU(gate) · up), or gpt-oss's
+    clamped form down((up + 1) · g · σ(α·g)), g = gate capped at the limit, up within ±limit."""
+    gate, up = expert_gate_up(x, experts, e)  # (n, I) each
     if hasattr(experts, "limit"):  # gpt-oss's clamped SwiGLU
         gate = gate.clamp(max=experts.limit)
         up = up.clamp(min=-experts.limit, max=experts.limit)
         a = (up + 1) * gate * (gate * experts.alpha).sigmoid()  # (n, I)
     else:
         a = gate * gate.sigmoid() * up  # (n, I)
-    y = a @ (w_d if transposed else w_d.T)  # (n, C)
-    if getattr(experts, "has_bias", False):
-        y = y + experts.down_proj_bias[e].float()
-    return y
+    return expert_down(a, experts, e)  # (n, C)
 
 
 def moe_mlp(h: torch.Tensor, mlp: Any, moe: Moe, s: Steps, fam: Family, src: str = "h"

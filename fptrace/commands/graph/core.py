@@ -34,7 +34,6 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from fptrace.commands.graph.experts import (
-    MOE_FREEZING,
     ExpertLayout,
     graph_routes,
     layouts,
@@ -43,10 +42,9 @@ from fptrace.commands.graph.experts import (
 )
 from fptrace.commands.graph.freezing import (
     EDGE_MEANING,
-    FREEZING,
     TRANSCODER_EDGE,
-    TRANSCODER_FREEZING,
     Pass,
+    freezing_lines,
     mlp_sites,
 )
 from fptrace.commands.graph.heads import Source, split, vectors
@@ -231,7 +229,7 @@ def graph(lm: LoadedModel, prompt: Prompt, *,
     L, T, m = real.acts.shape
     batch = rows_fitting(T, L, m, model_info(lm).d_model, batch_size)
     k = max(1, min(per_site, m))
-    cand = Candidates.top(real.acts, k)
+    cand = Candidates.top(real.sources, k)
     logit_targets, probs = _logit_nodes(real, fixed, len(queries))
     passes = FrozenPasses(model, parts, sites, tset, ids, queries,  # each made when first
                           outputs=qk > 0)  # used; with --qk, the heads' outputs kept
@@ -631,7 +629,7 @@ def _assemble(lm: LoadedModel, prepared: Prepared, queries: list[int], ids: list
     L, T = layout.L, layout.T
     import numpy as np
 
-    from fptrace.commands.graph.notes import BLOCKS_WITHOUT_TRANSCODER
+    from fptrace.commands.graph.notes import BLOCKS_WITHOUT_TRANSCODER, CLAMPED_NEURONS
 
     neurons = [int(c) for c in np.flatnonzero(visited)]
     nn_ = len(neurons)
@@ -692,11 +690,14 @@ def _assemble(lm: LoadedModel, prepared: Prepared, queries: list[int], ids: list
     if tset is not None and tset.missing:
         notes.append(BLOCKS_WITHOUT_TRANSCODER(k=len(tset.missing), blocks=_ranges(tset.missing),
                                                n=L))
+    if real.clamped is not None and bool(real.clamped.any()):
+        blocks = tuple(int(b) for b in real.clamped.flatten(1).any(1).nonzero().flatten())
+        limit = next(lay.limit for lay in layout.experts.values() if lay.limit is not None)
+        notes.append(CLAMPED_NEURONS(k=int(real.clamped.sum()), blocks=_ranges(blocks),
+                                     limit=limit))
     info = model_info(lm)
     ranked = [nodes[i] for i in by_influence if i < nn_]
-    freezing: tuple[str, ...] = FREEZING if tset is None else TRANSCODER_FREEZING
-    if layout.experts:
-        freezing = (*FREEZING[:3], *MOE_FREEZING, FREEZING[3])
+    freezing = freezing_lines(lm.parts.family, tset is not None, layout.experts, L)
     routes = graph_routes(real.routes, {(nodes[i].layer, nodes[i].position) for i in kept
                                         if nodes[i].node_type in ("neuron", "other neurons")})
     return AttributionGraph(

@@ -63,7 +63,18 @@ def _missing(bench: Bench) -> Said:
     return _notes(bench, None), _notes(bench, 1)
 
 
-NOTE_CASES = (NoteCase("graph_blocks_without_transcoder", _missing),)
+def _clamped(bench: Bench) -> Said:
+    """gpt-oss at its limit (7: nothing clamps in the tiny model), and at 0.05 (many do)."""
+    from fptrace.commands.graph.core import graph
+
+    at_seven, low = bench.lm("gpt_oss"), bench.lm("gpt_oss")
+    for mlp in low.parts.mlps:
+        mlp.experts.limit = 0.05
+    return (graph(at_seven, PROMPT, max_nodes=4).notes, graph(low, PROMPT, max_nodes=4).notes)
+
+
+NOTE_CASES = (NoteCase("graph_blocks_without_transcoder", _missing),
+              NoteCase("graph_clamped_neurons", _clamped))
 
 
 def bad_inputs(at: Setup) -> tuple[Case, ...]:

@@ -8,7 +8,10 @@ gradients are those of a linear model:
   norm): x ↦ (x − mean x if LayerNorm) · g + β, with g = γ / √(var x + ε) frozen (core/
   attribution.py's frozen_norm);
 - attention: the pattern softmax(q·kᵀ) frozen (q and k detached), so a head's output is the
-  frozen pattern times its values: linear in the stream;
+  frozen pattern times its values: linear in the stream; with gpt-oss's sinks (a learned logit
+  per head that joins each row's softmax and is then dropped) the pattern is computed as the
+  model computes it, the sink's column dropped, so its rows sum to less than 1, and held the
+  same way; the mask given (sliding-window or full, per layer) is used as it is;
 - the MLP: a neuron's activation a = r · u, u its up-projection pre-activation, r frozen at
   a / u (SwiGLU and GeGLU: r = act(gate); a GELU MLP: r = gelu(u) / u), so a is linear in u;
   and the activation entering the down projection is a leaf, so that a gradient stops there:
@@ -37,9 +40,18 @@ import contextvars
 import functools
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
-from fptrace.commands.graph.experts import MoeSites, frozen_hook, layouts, moe_sites, router_hook
+from fptrace.commands.graph.experts import (
+    CLAMPED_FREEZING,
+    MOE_FREEZING,
+    ExpertLayout,
+    MoeSites,
+    frozen_hook,
+    layouts,
+    moe_sites,
+    router_hook,
+)
 from fptrace.commands.graph.transcoders import TranscoderSet, replacement_hook
 from fptrace.core.attribution import frozen_norm
 from fptrace.core.hooks import Hook, first_output, hooked
@@ -77,9 +89,31 @@ TRANSCODER_FREEZING = (
     "pre-activation, the others 0), so a latent is linear in the MLP's input",
     FREEZING[3],
 )
+# gpt-oss (its family's attn_sinks), after the patterns' line
+SINK_FREEZING = ("attention sinks (gpt-oss): each head's learned sink logit joins every row's "
+                 "softmax and its column is then dropped, as the model computes it, so a row "
+                 "sums to 1 − the sink's share; that pattern is the one held (the mask as the "
+                 "model gives it: sliding-window or full)")
 TRANSCODER_EDGE = ("an edge is the direct effect of a source (its value × the gradient of the "
                    "target under this freezing, through no other latent) on a latent's "
                    "activation or a logit")
+
+
+def freezing_lines(family: Family, transcoders: bool,
+                   experts: dict[int, ExpertLayout], blocks: int) -> tuple[str, ...]:
+    """What a graph holds fixed, printed with it: FREEZING (TRANSCODER_FREEZING with
+    `transcoders`); with MoE blocks (`experts`, of `blocks`), the router's and the experts'
+    lines (gpt-oss's clamped experts: CLAMPED_FREEZING), the dense gate's line only where a
+    block is dense; SINK_FREEZING where the family's attention has sinks."""
+    lines = TRANSCODER_FREEZING if transcoders else FREEZING
+    if experts:
+        clamped = any(lay.limit is not None for lay in experts.values())
+        dense = FREEZING[2:3] if len(experts) < blocks else ()
+        lines = (*FREEZING[:2], *dense, MOE_FREEZING[0],
+                 CLAMPED_FREEZING if clamped else MOE_FREEZING[1], FREEZING[3])
+    if family.attn_sinks:
+        lines = (lines[0], SINK_FREEZING, *lines[1:])
+    return lines
 
 
 @dataclass(frozen=True)
@@ -173,7 +207,7 @@ class Pass:
     # with a parallel residual), what the stream receives from its MLP (B, T, d), the values
     # each query head's frozen pattern multiplies (B, nh, T, hd; grouped-query: each K/V head's
     # repeated for its query heads); with --qk, each head's output pattern @ v (B, nh, T, hd)
-    # and what its pattern is made of (q, k, mask, scale, softcap: frozen_pattern)
+    # and what its pattern is made of (q, k, mask, scale, softcap, sinks: frozen_pattern)
     blocks_in: dict = field(default_factory=dict)
     reads: dict = field(default_factory=dict)
     mlp_out: dict = field(default_factory=dict)
@@ -197,8 +231,8 @@ def _frozen_attention(module: nn.Module, query: torch.Tensor, key: torch.Tensor,
                       ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """The AttentionInterface function of the frozen pass: eager attention with q and k
     detached, so the pattern is a constant and the output is linear in the values."""
-    if kwargs.get("s_aux") is not None or kwargs.get("sinks") is not None:
-        raise BadInput(f"graph {param('neurons')}: attention sinks cannot be frozen yet")
+    sinks = cast("torch.Tensor | None", kwargs.get("s_aux", kwargs.get("sinks")))  # gpt-oss:
+    sinks = None if sinks is None else sinks.detach()  # (nh,) a learned logit per head
     q, k = query.detach(), key.detach()  # (B, nh, T, hd), (B, nkv, T, hd)
     if _REPLAYING.get():  # every row attends as the prompt does
         q, k = _row0(q), _row0(k)
@@ -207,12 +241,12 @@ def _frozen_attention(module: nn.Module, query: torch.Tensor, key: torch.Tensor,
     blocks = getattr(getattr(module, "config", None), "num_hidden_layers", 1)
     held = q.shape[0] * q.shape[1] * q.shape[2] * k.shape[2] * q.element_size() * blocks
     if held <= HELD_PATTERNS_BYTES:
-        pattern = frozen_pattern(q, k, attention_mask, scale, softcap)  # a constant
+        pattern = frozen_pattern(q, k, attention_mask, scale, softcap, sinks)  # a constant
         out = pattern @ v  # (B, nh, T, hd)
     else:
         pattern = None
-        out = _recomputed_pattern().apply(v, q, k, attention_mask, scale, softcap)
-    _keep_heads(module, v, out, (q, k, attention_mask, scale, softcap))
+        out = _recomputed_pattern().apply(v, q, k, attention_mask, scale, softcap, sinks)
+    _keep_heads(module, v, out, (q, k, attention_mask, scale, softcap, sinks))
     return out.transpose(1, 2).contiguous(), pattern  # (B, T, nh, hd)
 
 
@@ -232,9 +266,12 @@ def _keep_heads(module: nn.Module, v: torch.Tensor, out: torch.Tensor, pattern: 
 
 
 def frozen_pattern(q: torch.Tensor, k: torch.Tensor, mask: torch.Tensor | None, scale: float,
-                   softcap: float | None) -> torch.Tensor:
+                   softcap: float | None, sinks: torch.Tensor | None = None) -> torch.Tensor:
     """softmax(q·kᵀ · scale (softcapped) + mask): (B, nh, T, T) from q (B, nh, T, hd) and k
-    (B, nkv, T, hd) (grouped-query: each K head repeated for its query heads)."""
+    (B, nkv, T, hd) (grouped-query: each K head repeated for its query heads). With sinks (nh,)
+    (gpt-oss), as transformers' gpt-oss attention computes it: each head's sink logit a last
+    column of every row, the row's maximum subtracted, the softmax taken, the sink's column
+    dropped (each row then sums to 1 − the sink's share)."""
     import torch
 
     k = k.repeat_interleave(q.shape[1] // k.shape[1], dim=1)  # (B, nh, T, hd)
@@ -246,7 +283,13 @@ def frozen_pattern(q: torch.Tensor, k: torch.Tensor, mask: torch.Tensor | None, 
             scores = scores.masked_fill(~mask, float("-inf"))
         else:
             scores = scores + mask[:, :, :, : k.shape[-2]]
-    return torch.softmax(scores, dim=-1)
+    if sinks is None:
+        return torch.softmax(scores, dim=-1)
+    B, nh, T, _ = scores.shape
+    sink = sinks.to(scores.dtype).reshape(1, -1, 1, 1).expand(B, nh, T, 1)  # (B, nh, T, 1)
+    both = torch.cat([scores, sink], dim=-1)  # (B, nh, T, T + 1)
+    both = both - both.max(dim=-1, keepdim=True).values
+    return torch.softmax(both, dim=-1)[..., :-1]  # (B, nh, T, T), the sink's column dropped
 
 
 @functools.cache
@@ -261,20 +304,20 @@ def _recomputed_pattern() -> type[torch.autograd.Function]:
         @staticmethod
         def forward(v: torch.Tensor, q: torch.Tensor, k: torch.Tensor,
                     mask: torch.Tensor | None, scale: float,
-                    softcap: float | None) -> torch.Tensor:
-            return frozen_pattern(q, k, mask, scale, softcap) @ v
+                    softcap: float | None, sinks: torch.Tensor | None) -> torch.Tensor:
+            return frozen_pattern(q, k, mask, scale, softcap, sinks) @ v
 
         @staticmethod
         def setup_context(ctx: Any, inputs: tuple, output: torch.Tensor) -> None:
-            _, q, k, mask, scale, softcap = inputs
-            ctx.save_for_backward(q, k, mask)
+            _, q, k, mask, scale, softcap, sinks = inputs
+            ctx.save_for_backward(q, k, mask, sinks)
             ctx.scale, ctx.softcap = scale, softcap
 
         @staticmethod
         def backward(ctx: Any, grad: torch.Tensor) -> tuple:
-            q, k, mask = ctx.saved_tensors
-            pattern = frozen_pattern(q, k, mask, ctx.scale, ctx.softcap)
-            return pattern.transpose(-1, -2) @ grad, None, None, None, None, None
+            q, k, mask, sinks = ctx.saved_tensors
+            pattern = frozen_pattern(q, k, mask, ctx.scale, ctx.softcap, sinks)
+            return pattern.transpose(-1, -2) @ grad, None, None, None, None, None, None
 
     return RecomputedPattern
 
@@ -452,5 +495,6 @@ def frozen(model: Any, parts: ModelParts, sites: MlpSites | None,
             model.set_attn_implementation(before)
 
 
-__all__ = ["ATTENTION", "EDGE_MEANING", "FREEZING", "TRANSCODER_EDGE", "TRANSCODER_FREEZING",
-           "MlpSites", "Pass", "Replay", "float64_norms", "frozen", "mlp_sites"]
+__all__ = ["ATTENTION", "EDGE_MEANING", "FREEZING", "SINK_FREEZING", "TRANSCODER_EDGE",
+           "TRANSCODER_FREEZING", "MlpSites", "Pass", "Replay", "float64_norms",
+           "freezing_lines", "frozen", "mlp_sites"]

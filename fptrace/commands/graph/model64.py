@@ -43,6 +43,16 @@ class Real:
     # MoE block -> the router's choice: indices (T, k), weights (T, k) float64, and the shared
     # experts' gate (T,) or None (experts.real_hooks)
     routes: dict = field(default_factory=dict)
+    # (L, T, m) True where a neuron's up pre-activation is clamped (gpt-oss's experts): its
+    # activation is a constant under the freezing, a bias term of what it writes into, never
+    # a node; None where no block clamps
+    clamped: torch.Tensor | None = None
+
+    @property
+    def sources(self) -> torch.Tensor:
+        """(L, T, m) the activations of the neurons that can be nodes (Candidates.top): acts,
+        the clamped neurons' 0."""
+        return self.acts if self.clamped is None else self.acts.masked_fill(self.clamped, 0.0)
 
 
 def float64_copy(lm: LoadedModel) -> tuple[nn.Module, ModelParts]:
@@ -84,6 +94,7 @@ def real_pass(lm: LoadedModel, model: nn.Module, parts: ModelParts, sites: MlpSi
         return hook
 
     routes: dict[int, tuple] = {}
+    clamped: dict[int, torch.Tensor] = {}
     if transcoders is None:
         assert sites is not None
         experts = layouts(parts, sites.moe)
@@ -91,7 +102,7 @@ def real_pass(lm: LoadedModel, model: nn.Module, parts: ModelParts, sites: MlpSi
                  for i, b in enumerate(parts.blocks) if i not in experts]
         for i, lay in experts.items():
             assert sites.moe is not None
-            hooks += real_hooks(parts.mlps[i], i, sites.moe, lay, acts, routes)
+            hooks += real_hooks(parts.mlps[i], i, sites.moe, lay, acts, routes, clamped)
     else:
         hooks = [Hook.after(parts.mlps[i], latents_hook(acts, i, tc))
                  for i, tc in sorted(transcoders.by_block.items())]
@@ -108,9 +119,14 @@ def real_pass(lm: LoadedModel, model: nn.Module, parts: ModelParts, sites: MlpSi
     m = transcoders.width if transcoders is not None else max(a.shape[-1] for a in acts.values())
     acts = {i: torch.nn.functional.pad(acts[i], (0, m - acts[i].shape[-1])) if i in acts
             else torch.zeros(T, m, dtype=torch.float64) for i in range(len(parts.blocks))}
+    held = None
+    if clamped:
+        held = torch.zeros(len(parts.blocks), T, m, dtype=torch.bool)
+        for i, c in clamped.items():
+            held[i, :, :c.shape[-1]] = c
     return Real(acts=torch.stack([acts[i] for i in range(len(parts.blocks))]),
                 logits=got["logits"], probs=torch.softmax(final, dim=-1).cpu(), own=got["own"],
-                routes=routes)
+                routes=routes, clamped=held)
 
 
 __all__ = ["Real", "float64_copy", "real_pass"]

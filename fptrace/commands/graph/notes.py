@@ -9,3 +9,11 @@ BLOCKS_WITHOUT_TRANSCODER = note(
     "--transcoders holds no transcoder for some blocks",
     "{k} of the {n} blocks have no transcoder ({blocks}): each one's whole MLP output is its "
     "error node at every position, so the graph passes through none of its features")
+
+CLAMPED_NEURONS = note(
+    "graph_clamped_neurons", ("graph",),
+    "--neurons on gpt-oss: some chosen experts' neurons have their up pre-activation clamped "
+    "(|u| beyond the experts' limit) at the prompt's positions",
+    "{k} of the chosen experts' neurons (blocks {blocks}) have their up pre-activation clamped "
+    "beyond ±{limit:g}: each is a constant under the freezing, so none is a node, and what it "
+    "writes is in the bias terms of the nodes it reaches")
