@@ -2,6 +2,7 @@
 
     python benchmarks/bench_graph.py [--tokens 16] [--max-nodes 64] [--per-site 4] [--repeat 3]
         [--latents N [--active 12] [--all-active]] [--phases]
+    MALLOC_MMAP_THRESHOLD_=131072 python benchmarks/bench_graph.py --pass-memory 64 128 256
 
 Method: one fresh process; the bundled model (SmolLM2-135M-Instruct, float32, CPU) is loaded,
 then a prompt of exactly --tokens tokens (a fixed English sentence's ids, cut or repeated) is
@@ -112,6 +113,59 @@ class Phases:
                     "calls": self.calls.get(k)} for k, v in self.peak.items()}
 
 
+def pass_memory(lengths: list[int]) -> list[dict]:
+    """--pass-memory: per length T, one frozen pass of T seeded random tokens alone (resident
+    memory before and after it, freed before the next), then one batch of rows_fitting's
+    targets (one neuron of the last block at the last positions: the most a target's backward
+    pass holds) with VmHWM reset just before; beside core.py's counts (pass_bytes, and
+    backward_bytes × the batch). Run it with MALLOC_MMAP_THRESHOLD_=131072, or a pass measured
+    after another reuses the other's freed memory."""
+    import gc
+    import random
+
+    from fptrace.commands.graph import core
+    from fptrace.commands.graph.freezing import mlp_sites
+    from fptrace.commands.graph.model64 import float64_copy, real_pass
+    from fptrace.commands.graph.passes import FrozenPasses
+    from fptrace.commands.graph.rows import Candidates, Target, rows
+    from fptrace.core.trace import model_info
+    from fptrace.models.loading import load_model
+
+    lm = load_model()
+    model, parts = float64_copy(lm)
+    sites = mlp_sites(lm.parts.family)
+    info = model_info(lm)
+    L, d, nh = info.n_layers, info.d_model, info.n_heads
+    rng = random.Random(0)
+    ids = [rng.randrange(1000, 20000) for _ in range(max(lengths))]
+    out = []
+    for T in lengths:
+        real = real_pass(lm, model, parts, sites, ids[:T], [T - 1], None)
+        m = int(real.acts.shape[-1])
+        gc.collect()
+        before = rss_mib()
+        p = FrozenPasses(model, parts, sites, None, ids[:T], [T - 1])(T)
+        gc.collect()
+        held = rss_mib() - before
+        cand = Candidates.top(real.acts, 4)
+        last = next(c for c in range(len(cand)) if cand.layer[c] == L - 1)
+        batch = core.rows_fitting(T, L, m, d, core.BATCH)
+        targets = [Target(L - 1, T - 1 - j, int(cand.index[last])) for j in range(batch)]
+        base = reset_peak()
+        got = rows(p, targets, cand)
+        backward = peak_rss_mib() - base
+        out.append({"tokens": T, "pass_mib": round(held, 1),
+                    "pass_values_a_block_position": round(held * 2**20 / 8 / T / L),
+                    "pass_bytes_mib": round(core.pass_bytes(T, L, m, d, nh) / 2**20, 1),
+                    "batch": batch, "backward_mib": round(backward, 1),
+                    "backward_estimate_mib": round(
+                        batch * core.backward_bytes(T, L, m, d) / 2**20, 1)})
+        print(json.dumps(out[-1]), flush=True)
+        del got, p, real
+        gc.collect()
+    return out
+
+
 def random_transcoders(lm, ids: list[int], latents: int, active: int, fit: float):
     """bench_circuit_tracer.py's seeded random JumpReLU transcoders on this prompt, read: the
     TranscoderSet and the number of latents that fire at each (block, position)."""
@@ -138,7 +192,13 @@ def main() -> None:
     ap.add_argument("--active", type=int, default=12)
     ap.add_argument("--all-active", action="store_true")
     ap.add_argument("--phases", action="store_true")
+    ap.add_argument("--pass-memory", type=int, nargs="+", metavar="T",
+                    help="measure one frozen pass and one batch's backward pass alone at each "
+                         "length, beside core.py's counts (pass_memory)")
     args = ap.parse_args()
+    if args.pass_memory:
+        pass_memory(args.pass_memory)
+        return
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     from fptrace.commands.graph import core
     from fptrace.models.loading import load_model

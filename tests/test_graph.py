@@ -101,11 +101,11 @@ def test_a_prefix_pass_gives_the_whole_passes_rows():
     learned position embedding, biases everywhere)."""
     lm, model, parts, sites, real, cand, whole = _gpt2_frozen()
     L, T, m = real.acts.shape
-    ends = graph_core.prefix_ends(T, L, m, lm.config.hidden_size)
+    ends = graph_core.prefix_ends(T, L, m, lm.config.hidden_size, lm.config.num_attention_heads)
     assert ends == [2, 3, 5, 6]
     # the bundled model's shapes: four prefixes at 16 tokens, the whole pass alone at 1,024
-    assert len(graph_core.prefix_ends(16, 30, 1536, 576)) == 4
-    assert graph_core.prefix_ends(1024, 30, 1536, 576) == [1024]
+    assert len(graph_core.prefix_ends(16, 30, 1536, 576, 9)) == 4
+    assert graph_core.prefix_ends(1024, 30, 1536, 576, 9) == [1024]
     for end in ends[:-1]:
         with freezing.frozen(model, parts, sites) as prefix:
             model(torch.tensor([IDS[:end]]), use_cache=False, logits_to_keep=1)
@@ -404,8 +404,8 @@ def test_the_targets_per_pass_change_no_number():
         assert (x.source, x.target) == (y.source, y.target)
         assert x.weight == pytest.approx(y.weight, rel=1e-12, abs=1e-15)
     assert graph_core.rows_fitting(16, 30, 1536, 576, 32) == 32  # the bundled model
-    assert graph_core.rows_fitting(256, 30, 1536, 576, 32) == 3
-    assert graph_core.rows_fitting(1024, 30, 1536, 576, 32) == 1
+    assert graph_core.rows_fitting(256, 30, 1536, 576, 32) == 8
+    assert graph_core.rows_fitting(1024, 30, 1536, 576, 32) == 2
 
 
 @pytest.mark.parametrize("family", FAMILIES)

@@ -42,6 +42,7 @@ from fptrace.commands.graph.experts import (
 )
 from fptrace.commands.graph.freezing import (
     EDGE_MEANING,
+    HELD_PATTERNS_BYTES,
     TRANSCODER_EDGE,
     Pass,
     freezing_lines,
@@ -97,30 +98,37 @@ PASS_BYTES = 1 << 30  # ... and fewer where one pass's gradients would take more
 
 def rows_fitting(T: int, L: int, m: int, d: int, most: int, budget: int = PASS_BYTES) -> int:
     """Targets per backward pass: `most`, or fewer so that one batched pass's gradients fit in
-    `budget` bytes. A target's pass holds, per position, a float64 gradient at every block's
-    nodes (m) and stream-wide intermediates (about 4 d), measured at 1.1 MB a position on the
-    bundled model (L 30, m 1,536, d 576) against the 0.92 MB this formula gives without its
-    1.25: with 32 targets a 256-token graph peaked at 10.4 GB, with 8 at 128 tokens at 3.2 GB
-    instead of 6.6 GB (and ran faster). Memory is then linear in the prompt's length."""
-    return max(1, min(most, budget // max(_pass_bytes(T, L, m, d), 1)))
+    `budget` bytes (backward_bytes a target). With 32 targets a 256-token graph peaked at 10.4
+    GB, with 8 at 128 tokens at 3.2 GB instead of 6.6 GB (and ran faster). Memory is then
+    linear in the prompt's length."""
+    return max(1, min(most, budget // max(backward_bytes(T, L, m, d), 1)))
 
 
-def _pass_bytes(T: int, L: int, m: int, d: int) -> int:
-    """The estimate of rows_fitting's text: one target's backward pass over T positions, in
-    bytes."""
-    return int(8 * T * L * (m + 4 * d) * 1.25)
+def backward_bytes(T: int, L: int, m: int, d: int) -> int:
+    """One target's backward pass over T positions, in bytes: a float64 gradient at every
+    block's nodes (m) and stream-wide ones (d) a position. Measured on the bundled model (L 30,
+    m 1,536, d 576; a batch of targets at the last block and position, the most a target's pass
+    holds; glibc's mmap threshold fixed so that freed memory leaves the process): 1,590 to 1,690
+    float64 values a block and position a target at 128 and 256 tokens, against the m + d =
+    2,112 counted here."""
+    return 8 * T * L * (m + d)
 
 
 SPLIT_HELD = 4  # stream-wide vectors a frozen pass keeps per block and position for heads.py
 
 
-def pass_bytes(T: int, L: int, m: int, d: int) -> int:
-    """One frozen pass over T positions, in bytes: its autograd graph, estimated as a target's
-    backward pass (_pass_bytes), plus what it keeps for the split of the edges over heads
-    (freezing.Pass: each block's input, the stream its MLP reads, what its MLP writes and the
-    heads' values, SPLIT_HELD · d float64 values a block and position; the values are nh·hd = d
-    wide, each K/V head's repeated for its query heads)."""
-    return _pass_bytes(T, L, m, d) + 8 * T * L * SPLIT_HELD * d
+def pass_bytes(T: int, L: int, m: int, d: int, nh: int) -> int:
+    """One frozen pass over T positions, in bytes, per block and position: 4·m float64 values
+    for the MLP (its up pre-activation, the frozen gate, the activation and its leaf), 2·d
+    stream-wide (the norms' outputs, the attention's output) and SPLIT_HELD · d for the split
+    of the edges over heads (freezing.Pass: each block's input, the stream its MLP reads, what
+    its MLP writes and the heads' values), and the frozen pattern's nh·T values where the pass
+    holds every block's (freezing.HELD_PATTERNS_BYTES; past it, q and k: 2·d). Measured on the
+    bundled model (nh 9; one pass alone, glibc's mmap threshold fixed): 10,700, 10,860 and
+    11,990 values a block and position at 64, 128 and 256 tokens, against 10,176, 10,752 and
+    11,904 by this count."""
+    patterns = nh * T if 8 * L * nh * T * T <= HELD_PATTERNS_BYTES else 2 * d
+    return 8 * T * L * (4 * m + (2 + SPLIT_HELD) * d + patterns)
 
 
 def vectors_bytes(S: int, L: int, d: int) -> int:
@@ -136,7 +144,7 @@ def graph_bytes(lm: LoadedModel, g: AttributionGraph, batch_size: int = BATCH,
     """What graph() held for `g` at its peak, estimated from the shapes (bytes; the model as
     loaded, and the transcoders as read, not counted): the float64 copy of the model; the
     frozen passes (the whole prompt's and its prefixes': pass_bytes); then the largest of one
-    batch's backward pass (rows_fitting's targets × _pass_bytes), the assembly (the computed
+    batch's backward pass (rows_fitting's targets × backward_bytes), the assembly (the computed
     rows × the nodes in float64 at once: the rows' buffer, the adjacency's rows where not
     every candidate was computed (else they are the buffer's), the pruning's edge scores and
     their sorted copy (influence.prune, find_threshold), a mask of them; and the rows' square
@@ -149,10 +157,10 @@ def graph_bytes(lm: LoadedModel, g: AttributionGraph, batch_size: int = BATCH,
     T = len(g.tokens)
     width = transcoders.width if transcoders is not None else _mlp_width(lm)
     copy = sum(p.numel() for p in lm.model.parameters()) * torch.finfo(torch.float64).bits // 8
-    ends = prefix_ends(T, L, width, d)
-    passes = sum(pass_bytes(e, L, width, d) for e in ends)
+    ends = prefix_ends(T, L, width, d, info.n_heads)
+    passes = sum(pass_bytes(e, L, width, d, info.n_heads) for e in ends)
     batch = rows_fitting(T, L, width, d, batch_size)
-    backward = batch * _pass_bytes(T, L, width, d)
+    backward = batch * backward_bytes(T, L, width, d)
     rows = g.computed + sum(1 for n in g.nodes if n.node_type == "logit")
     n = g.candidates + L * T * (2 if transcoders is not None else 1) + T + rows - g.computed
     copies = 3 if g.computed == g.candidates else 4
@@ -171,7 +179,8 @@ def _mlp_width(lm: LoadedModel) -> int:
                or 4 * model_info(lm).d_model)
 
 
-def prefix_ends(T: int, L: int, m: int, d: int, budget: int = PASS_BYTES) -> list[int]:
+def prefix_ends(T: int, L: int, m: int, d: int, nh: int, budget: int = PASS_BYTES
+                ) -> list[int]:
     """The lengths of the prefixes whose frozen passes give the candidates' rows: the first
     ⌈T·i/PREFIXES⌉ positions, i = 1 … PREFIXES. A target at position t has no edge from a later
     position (the model is causal: its frozen attention gives a later key exactly 0), so its
@@ -180,7 +189,7 @@ def prefix_ends(T: int, L: int, m: int, d: int, budget: int = PASS_BYTES) -> lis
     The shorter passes are held beside the whole one (1.5× its memory for four, estimated per
     position: pass_bytes); where that would pass `budget`, the whole prompt's pass alone
     ([T]): a long prompt's memory stays as it was."""
-    if 1.5 * pass_bytes(T, L, m, d) > budget:
+    if 1.5 * pass_bytes(T, L, m, d, nh) > budget:
         return [T]
     return sorted({max(1, -(-T * i // PREFIXES)) for i in range(1, PREFIXES + 1)})
 
@@ -263,7 +272,7 @@ def graph(lm: LoadedModel, prompt: Prompt, *,
     weights[layout.logit(0):] = probs
     visited = np.zeros(n_cand, dtype=bool)
 
-    ends = prefix_ends(len(ids), L, m, model_info(lm).d_model)
+    ends = prefix_ends(len(ids), L, m, model_info(lm).d_model, model_info(lm).n_heads)
 
     def compute(order: np.ndarray) -> None:
         """The rows of the candidates `order`: in batches from the shortest prefix's pass that
@@ -789,5 +798,5 @@ def _node(lm: LoadedModel, i: int, neurons: list[int], layout: _Layout, ids: lis
                      prob=float(real.probs[t.position, t.index]), **common)
 
 
-__all__ = ["RTOL", "TOP_HEADS", "graph", "graph_bytes", "pass_bytes", "prefix_ends",
-           "query_positions", "rows_fitting", "split_edges", "vectors_bytes"]
+__all__ = ["RTOL", "TOP_HEADS", "backward_bytes", "graph", "graph_bytes", "pass_bytes",
+           "prefix_ends", "query_positions", "rows_fitting", "split_edges", "vectors_bytes"]
