@@ -367,11 +367,11 @@ def test_w_skip_undeclared_missing_transposed_or_not_finite_is_refused(tmp_path)
     with pytest.raises(BadInput, match="lacks the tensor W_skip"):
         read_dictionary(write_saelens(tmp_path / "b", bare, arch="skip_transcoder", **place))
     flipped = {**w, "W_skip": np.ascontiguousarray(w["W_skip"].T)}
-    with pytest.raises(BadInput, match="W_skip .*looks transposed"):
+    with pytest.raises(BadInput, match=r"W_skip .*looks transposed"):
         read_dictionary(write_saelens(tmp_path / "c", flipped, arch="skip_transcoder", **place))
     bad = {**w, "W_skip": w["W_skip"].copy()}
     bad["W_skip"][0, 0] = np.nan
-    with pytest.raises(BadInput, match="W_skip.*NaN") as e:
+    with pytest.raises(BadInput, match=r"W_skip.*NaN") as e:
         read_dictionary(write_saelens(tmp_path / "d", bad, arch="skip_transcoder", **place))
     _line(e)
 

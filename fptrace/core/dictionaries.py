@@ -14,9 +14,9 @@ Formats (learned from their documentation and code, read here independently):
                  W_skip (d_out, d_in), added as x·W_skipᵀ (SAELens's SkipTranscoder)
     Gemma Scope  params.npz or params.safetensors: W_enc, W_dec, b_enc, b_dec, threshold
                  (JumpReLU, the input not shifted by b_dec); Gemma Scope 2's affine
-                 transcoders add x @ W_skip, W_skip (d_in, d_out) as W_enc is; the place from config.json when
-                 there is one, else from the folder's path: `layer_N`, and the folder
-                 above it (`...-res`/`resid_post_all`, `...-mlp`, `...-transcoders`/
+                 transcoders add x @ W_skip, W_skip (d_in, d_out) as W_enc is; the place
+                 from config.json when there is one, else from the folder's path: `layer_N`,
+                 and the folder above it (`...-res`/`resid_post_all`, `...-mlp`, `...-transcoders`/
                  `transcoder_all`)
     sparsify     cfg.json + sae.safetensors: encoder.weight (d_sae, d_in), encoder.bias, W_dec
                  (d_sae, d_out), b_dec; cfg: k, num_latents or expansion_factor, transcode,
@@ -37,8 +37,9 @@ dimensions, then its shape against the config and the other tensors (Gemma Scope
 config: the latents are b_enc's length, the output width b_dec's), a matrix whose rows and
 columns are swapped called transposed; no dictionary of 0 latents; TopK's k at most the
 latents; cfg.json's switches real JSON booleans ("false", a string, is refused, not read as
-true); a W_skip's shape (d_out, d_in) or (d_in, d_out) as its format stores it, and its numbers
-finite, as every tensor's. The widths against the model are `check_model`'s, once the model is known.
+true); a W_skip's shape (d_out, d_in) or (d_in, d_out) as its format stores it, and its
+numbers finite, as every tensor's. The widths against the model are `check_model`'s, once the
+model is known.
 """
 
 from __future__ import annotations
@@ -444,7 +445,7 @@ def _saelens(folder: str) -> Dictionary:
 
 
 def _skip(t: dict, declared: bool, role: str, d_in: int, d_out: int, path: str, what: str,
-          stored: str) -> Any:
+          stored: str) -> torch.Tensor:
     """A skip transcoder's W_skip as x·W_skip takes it (d_in, d_out), from a file that stores
     it `stored` ("(d_out, d_in)", applied as x·W_skipᵀ, or "(d_in, d_out)"): refused in an SAE,
     missing where the config declares one, in a transcoder whose config does not (`what`: what

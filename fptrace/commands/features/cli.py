@@ -126,7 +126,8 @@ def features(
     mode = chosen(MODES, {  # read, or train an SAE or transcoders (commands/features/modes.py)
         "train --transcoder": train and train_transcoder, "train": train and not train_transcoder,
         "--html": outputs.html is not None, "--layers": layers is not None,
-        "--export": export is not None, "--skip": skip, "--transcoder DIR": transcoder[0] if transcoder else False,
+        "--export": export is not None, "--skip": skip,
+        "--transcoder DIR": transcoder[0] if transcoder else False,
         "--transcoder": train_transcoder and not train, "--layer": layer is not None,
         "--out": out is not None, "--latents": latents != 2048, "--k": k != 32,
         "--tokens": tokens != 200_000, "--batch-tokens": batch_tokens != 1024,

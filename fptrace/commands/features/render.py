@@ -51,7 +51,7 @@ def positions_table(f: Features, r: DictionaryReadout, width: int | None) -> Ren
                      Text(visible(f.tokens[p.position].text)), f"{p.norm:.4g}", *skip,
                      f"{p.error_norm:.4g}", f"{p.relative_error:.3f}", str(p.l0),
                      Text("  ".join(f"{v.latent}:{v.activation:.3g}" for v in p.top))])
-    cols = POSITION_COLS[:3] + (Col("‖x·W_skip‖", 0, "right"),) + POSITION_COLS[3:] if r.skip \
+    cols = (*POSITION_COLS[:3], Col("‖x·W_skip‖", 0, "right"), *POSITION_COLS[3:]) if r.skip \
         else POSITION_COLS
     return fit_table(cols, rows, width, title="Per position (* a massive activation: "
                      "decomposed, left out of the FVU)", title_justify="left")

@@ -6,7 +6,8 @@ from fptrace.results import SCHEMA_VERSION, Check, ModelInfo, Token, TopToken, r
 
 # the targets of the checks this command's results carry (`fptrace schema` joins them)
 CHECK_TARGETS = "`decomposition` (features)"
-SCHEMA_SINCE = "1.11"  # 1.4: the features kinds arrive; 1.7: features_train_transcoders; 1.11: skip transcoders (skip, skip_norm)
+# 1.4: the features kinds arrive; 1.7: features_train_transcoders; 1.11: skip transcoders
+SCHEMA_SINCE = "1.11"
 
 
 @result

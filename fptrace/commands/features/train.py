@@ -563,9 +563,10 @@ def write_saelens_folder(out: str, sae: TopK, opts: TrainOptions, lm: LoadedMode
     """cfg.json + sae_weights.safetensors in `out`: a TopK SAE of the stream after block L, or
     with `transcoder` a TopK transcoder of block L's MLP (architecture `topk_transcoder`, with a
     skip `topk_skip_transcoder` and W_skip stored (d_out, d_in) as SAELens's SkipTranscoder
-    stores it: read by fptrace; SAELens 6 has no TopK transcoder class), named as SAELens names its transcoders'
-    places: hook_name the MLP's input after its norm (`blocks.L.ln2.hook_normalized`),
-    hook_name_out what the MLP adds to the stream (`blocks.L.hook_mlp_out`)."""
+    stores it: read by fptrace; SAELens 6 has no TopK transcoder class), named as SAELens
+    names its transcoders' places: hook_name the MLP's input after its norm
+    (`blocks.L.ln2.hook_normalized`), hook_name_out what the MLP adds to the stream
+    (`blocks.L.hook_mlp_out`)."""
     from safetensors.torch import save
 
     tok = lm.tokenizer
@@ -598,4 +599,5 @@ def write_saelens_folder(out: str, sae: TopK, opts: TrainOptions, lm: LoadedMode
 
 __all__ = ["TopK", "TrainOptions", "check_before_load", "check_memory", "check_options",
            "check_out", "check_source", "collect", "estimated_positions", "evaluate", "fit",
-           "inputs_digest", "least_squares", "model_sizes", "split_held_out", "train", "training_bytes"]
+           "inputs_digest", "least_squares", "model_sizes", "split_held_out", "train",
+           "training_bytes"]

@@ -44,6 +44,7 @@ from fptrace.commands.graph.experts import (
 from fptrace.commands.graph.freezing import (
     EDGE_MEANING,
     FREEZING,
+    SKIP_FREEZING,
     TRANSCODER_EDGE,
     TRANSCODER_FREEZING,
     Pass,
@@ -345,7 +346,7 @@ def split_edges(g: AttributionGraph, queries: list[int], nodes_at: dict,
         end = _pass_end(t, ends, total)
         by_pass.setdefault(end, {}).setdefault(t, []).append(e)
     E = len(g.edges)
-    direct, parts = np.zeros(E), None
+    direct, parts, skip = np.zeros(E), None, np.zeros(E)
     for end, per_target in sorted(by_pass.items()):
         p = pass_for(end)
         targets = list(per_target)
@@ -360,12 +361,13 @@ def split_edges(g: AttributionGraph, queries: list[int], nodes_at: dict,
             if parts is None:
                 parts = np.zeros((E, L, got.parts.shape[2]))
             direct[rows], parts[rows] = got.direct, got.parts
+            skip[rows] = got.skip.sum(1)
         del vecs  # freed before the next pass's are made (S × L × d values: vectors_bytes)
     flat = (np.zeros((E, 0)) if parts is None else parts.reshape(E, -1))  # (E, L·nh)
     nh = 1 if parts is None else parts.shape[2]
     weight = np.array([e.weight for e in g.edges])
-    err = np.abs(direct + flat.sum(1) - weight)
-    scale = np.maximum(np.maximum(np.abs(weight), 1e-6 * (np.abs(direct)
+    err = np.abs(direct + flat.sum(1) + skip - weight)
+    scale = np.maximum(np.maximum(np.abs(weight), 1e-6 * (np.abs(direct) + np.abs(skip)
                                                           + np.abs(flat).sum(1))), 1e-300)
     rel = err / scale
     worst_i = int(np.argmax(rel)) if E else 0
@@ -376,13 +378,16 @@ def split_edges(g: AttributionGraph, queries: list[int], nodes_at: dict,
     top_vals = np.take_along_axis(flat, top, axis=1)  # (E, k)
     rest = flat.sum(1) - np.where(top_vals != 0.0, top_vals, 0.0).sum(1)
     edges = []
-    for edge, cs, vs, d, r in zip(g.edges, top.tolist(), top_vals.tolist(), direct.tolist(),
-                                  rest.tolist(), strict=True):
+    skipping = bool(np.any(skip != 0.0))
+    for edge, cs, vs, d, r, sk in zip(g.edges, top.tolist(), top_vals.tolist(), direct.tolist(),
+                                      rest.tolist(), skip.tolist(), strict=True):
         heads = tuple(EdgeHead(layer=c // nh, head=c % nh, share=v)
                       for c, v in zip(cs, vs, strict=True) if v != 0.0)
-        edges.append(replace(edge, direct=d, heads=heads, heads_rest=r))
+        edges.append(replace(edge, direct=d, heads=heads, heads_rest=r,
+                             skip=sk if skipping else None))
+    plus = " + skip" if skipping else ""
     check = GraphCheck(name="graph_heads", value=worst, ok=worst <= RTOL, worst=where,
-                       tolerance=f"|direct + Σ heads' shares − edge| ≤ {RTOL:g}·max(|edge|, "
+                       tolerance=f"|direct + Σ heads' shares{plus} − edge| ≤ {RTOL:g}·max(|edge|, "
                                  "1e-6·Σ|shares|) for every kept edge (float64)")
     return tuple(edges), check
 
@@ -695,6 +700,8 @@ def _assemble(lm: LoadedModel, prepared: Prepared, queries: list[int], ids: list
     info = model_info(lm)
     ranked = [nodes[i] for i in by_influence if i < nn_]
     freezing: tuple[str, ...] = FREEZING if tset is None else TRANSCODER_FREEZING
+    if tset is not None and any(t.W_skip is not None for t in tset.by_block.values()):
+        freezing = (*freezing[:3], SKIP_FREEZING, *freezing[3:])
     if layout.experts:
         freezing = (*FREEZING[:3], *MOE_FREEZING, FREEZING[3])
     routes = graph_routes(real.routes, {(nodes[i].layer, nodes[i].position) for i in kept

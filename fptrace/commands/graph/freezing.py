@@ -77,6 +77,10 @@ TRANSCODER_FREEZING = (
     "pre-activation, the others 0), so a latent is linear in the MLP's input",
     FREEZING[3],
 )
+# said besides, where a transcoder of the set has a skip (an affine term x·W_skip)
+SKIP_FREEZING = ("a skip transcoder's skip term x·W_skip is a linear path, held by nothing: no "
+                 "node of its own, the gradient flows through it into the MLP's input (the "
+                 "frozen norm, the stream), as through attention's OV")
 TRANSCODER_EDGE = ("an edge is the direct effect of a source (its value × the gradient of the "
                    "target under this freezing, through no other latent) on a latent's "
                    "activation or a logit")
@@ -165,6 +169,9 @@ class Pass:
     # those that fire somewhere, in order); a layer absent: every neuron, in order
     columns: dict = field(default_factory=dict)
     errors: dict = field(default_factory=dict)  # layer -> (B, T, d) a transcoder's error, a leaf
+    # layer -> (B, T, d) a skip transcoder's skip term x·W_skip (a linear path; heads.py splits
+    # what passes through it)
+    skips: dict = field(default_factory=dict)
     biases: list = field(default_factory=list)  # (bias (n,), the module's output (..., n))
     logits: Any = None  # (B, Q, V) the LM head's output at the query positions
     replay: Replay | None = None  # a replay's rows (verify.py), or None for the frozen pass
@@ -452,5 +459,6 @@ def frozen(model: Any, parts: ModelParts, sites: MlpSites | None,
             model.set_attn_implementation(before)
 
 
-__all__ = ["ATTENTION", "EDGE_MEANING", "FREEZING", "TRANSCODER_EDGE", "TRANSCODER_FREEZING",
+__all__ = ["ATTENTION", "EDGE_MEANING", "FREEZING", "SKIP_FREEZING", "TRANSCODER_EDGE",
+           "TRANSCODER_FREEZING",
            "MlpSites", "Pass", "Replay", "float64_norms", "frozen", "mlp_sites"]
