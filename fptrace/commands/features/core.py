@@ -125,7 +125,8 @@ def features(lm: LoadedModel, prompt: Prompt, *, saes: Sequence[str | Dictionary
             _guard_site(d, cap, info.n_layers)
             readouts.append(_readout(lm, d, cap, t, top, latent, notes))
     checks = tuple(Check(
-        name=f"{r.out_site}: Σ aᵢ·dᵢ + b_dec + error = the vector read, every position",
+        name=f"{r.out_site}: Σ aᵢ·dᵢ + {'x_in·W_skip + ' if r.skip else ''}b_dec + error = "
+             "the vector read, every position",
         value=r.decomposition_gap, tolerance=f"≤ {DECOMPOSITION_RTOL:g} relative",
         ok=r.decomposition_gap <= DECOMPOSITION_RTOL, target="decomposition") for r in readouts)
     found: tuple[TopActivation, ...] = ()

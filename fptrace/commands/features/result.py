@@ -137,8 +137,8 @@ class DictionaryReadout:
     l0: float
     """Mean active latents per position."""
     decomposition_gap: float
-    """max over positions of ‖Σ aᵢ·dᵢ (active latents) + b_dec + error − x‖ / max(1, ‖x‖),
-    computed in float64 from the float32 encoding: the decomposition's check."""
+    """max over positions of ‖Σ aᵢ·dᵢ (active latents) + b_dec (+ x_in·W_skip) + error − x‖ /
+    max(1, ‖x‖), computed in float64 from the float32 encoding: the decomposition's check."""
     attribution: FeatureAttribution | None
     """The target's logit split through this dictionary; null where it does not sum (the note
     says by how much) or when the dictionary's site is not part of the final stream."""

@@ -161,7 +161,11 @@ def graph_bytes(lm: LoadedModel, g: AttributionGraph, batch_size: int = BATCH,
     copies = 3 if g.computed == g.candidates else 4
     assembly = copies * 8 * rows * n + rows * n + 8 * rows * rows
     sources = len({e.source for e in g.edges})
-    split_ = vectors_bytes(sources, L, d) + batch * 8 * T * (L + 1) * d
+    # skip transcoders: per source what it adds to each skip term, per target the gradient there
+    skips = 0 if transcoders is None else sum(t.W_skip is not None
+                                              for t in transcoders.by_block.values())
+    split_ = vectors_bytes(sources, L, d) + batch * 8 * T * (L + 1) * d + \
+        8 * (sources + batch * T) * skips * d
     return {"float64_copy": copy, "frozen_passes": passes, "backward": backward,
             "assembly": assembly, "split": split_,
             "peak": copy + passes + max(backward, assembly, split_)}
