@@ -526,3 +526,33 @@ def test_a_skip_transcoder_takes_up_an_mlp_that_is_mostly_linear(prompts, tmp_pa
     g = graph(lm, lm.tokenizer.encode("The capital of France is"), transcoders=out, max_nodes=8)
     assert g.ok, g.checks
     assert any("skip" in f for f in g.freezing)
+
+
+def test_an_interrupted_skip_run_resumes_to_the_same_skip_transcoder(llama, corpus, tmp_path):
+    """--skip's W_skip and its Adam moments are in the checkpoint: a run stopped at step 25
+    (checkpoint at 20) and resumed ends with the weights, W_skip included, of an uninterrupted
+    one; a resume without --skip is refused as other options."""
+    from dataclasses import replace
+
+    from fptrace.commands.features.transcoders import train_transcoders
+
+    lm = llama[1]
+    opts = replace(TC, skip=True)
+    whole = str(tmp_path / "whole")
+    train_transcoders(lm, [corpus], whole, opts, [1])
+    part = str(tmp_path / "part")
+
+    def stop(phase, done, total):
+        if phase == "layer 1" and done >= 25:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        train_transcoders(lm, [corpus], part, opts, [1], progress=stop)
+    with pytest.raises(BadInput, match="other options"):
+        train_transcoders(lm, [corpus], part, TC, [1], resume=True)
+    r = train_transcoders(lm, [corpus], part, opts, [1], resume=True)
+    assert r.layers[0].resumed_from == 20 and r.skip
+    a = read_dictionary(os.path.join(whole, "layer_1"))
+    b = read_dictionary(os.path.join(part, "layer_1"))
+    for name in ("W_enc", "b_enc", "W_dec", "b_dec", "W_skip"):
+        torch.testing.assert_close(getattr(a, name), getattr(b, name), rtol=1e-5, atol=1e-6)
