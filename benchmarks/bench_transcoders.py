@@ -3,7 +3,7 @@ the bundled model, >= 2,048 latents each, trained in <= 60 minutes on 2 cores, w
 held-out FVU of the MLP outputs <= 0.3.
 
     python benchmarks/bench_transcoders.py CORPUS... [--layers all] [--latents 2048] [--k 32]
-        [--tokens 262144] [--lr 2e-3] [--threads 2] [--out DIR] [--export circuit-tracer]
+        [--tokens 262144] [--lr 2e-3] [--threads 2] [--out DIR] [--export circuit-tracer] [--skip]
         [--json results-transcoders.json]
 
 CORPUS: .txt (one prompt a line) / .jsonl files or folders, read as `fptrace features train`
@@ -47,6 +47,8 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--out", default=None)
     ap.add_argument("--export", default=None)
+    ap.add_argument("--skip", action="store_true", help="skip transcoders (features train "
+                    "--transcoder --skip)")
     ap.add_argument("--json", default=None)
     a = ap.parse_args()
     a.corpus = corpus_files(a)
@@ -66,7 +68,7 @@ def main() -> None:
     t0 = time.perf_counter()
     r = train_transcoders(lm, a.corpus, out,
                           TrainOptions(layer=0, latents=a.latents, k=a.k, tokens=a.tokens,
-                                       batch_tokens=a.batch_tokens, lr=a.lr),
+                                       batch_tokens=a.batch_tokens, lr=a.lr, skip=a.skip),
                           parse_selection(a.layers, "--layers"), export=a.export,
                           progress=Phases())
     total = time.perf_counter() - t0
@@ -75,7 +77,7 @@ def main() -> None:
     projected = r.collect_seconds + per_block * n_blocks
     figures = {
         "layers": [x.layer for x in r.layers], "latents": r.latents, "k": r.k,
-        "threads": a.threads, "lr": a.lr, "prompts": r.prompts,
+        "threads": a.threads, "lr": a.lr, "skip": a.skip, "prompts": r.prompts,
         "held_out_prompts": r.held_out_prompts, "distinct_train_positions": r.train_tokens,
         "held_out_positions": r.held_out_tokens, "tokens_seen_per_block": r.tokens_seen,
         "steps_per_block": r.layers[0].steps,

@@ -150,6 +150,48 @@ def test_transcoder_reads_the_mlp_input_and_rebuilds_its_output(tmp_path):
         features(lm, IDS, saes=[folder])
 
 
+def test_a_skip_transcoders_skip_term_is_its_own_line_and_the_sums_hold(tmp_path):
+    """A sparsify skip transcoder (x @ W_skip.mT beside the latents): the error is what the
+    latents, b_dec and the skip term leave of the MLP's output (read by hooks here); the logit
+    split has the skip's term, computed here through the frozen final norm, and still sums to
+    the model's logit."""
+    lm = tiny("llama")
+    d = int(lm.config.hidden_size)
+    w = random_weights(d, 4 * d, seed=5)
+    w["W_skip"] = (np.random.default_rng(6).normal(size=(d, d)) * 0.3).astype(np.float32)
+    folder = write_sparsify(str(tmp_path), w, hook="layers.1.mlp", k=6, transcode=True,
+                            skip=True)
+    r = features(lm, IDS, transcoders=[folder])
+    x, logits = own(lm, IDS, lm.parts.mlps[1])
+    y, _ = own(lm, IDS, lm.parts.mlp_adds[1], "post")
+    final, _ = own(lm, IDS, lm.parts.final_norm)
+    pre = np.maximum(x @ w["W_enc"] + w["b_enc"], 0)
+    a = np.zeros_like(pre)
+    for p in range(len(pre)):
+        top = np.argsort(-pre[p])[:6]
+        a[p, top] = pre[p, top]
+    skip = x @ w["W_skip"].T.astype(np.float64)
+    err = y - (a @ w["W_dec"] + w["b_dec"] + skip)
+    out = r.dictionaries[0]
+    assert out.skip and out.decomposition_gap <= 1e-6
+    np.testing.assert_allclose([p.error_norm for p in out.positions],
+                               np.linalg.norm(err, axis=-1), rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose([p.skip_norm for p in out.positions],
+                               np.linalg.norm(skip, axis=-1), rtol=1e-4, atol=1e-5)
+    norm = lm.parts.final_norm
+    eps = getattr(norm, "variance_epsilon", getattr(norm, "eps", 1e-6))
+    f = final[-1]
+    gain = norm.weight.detach().double().numpy() / np.sqrt((f ** 2).mean() + eps)
+    u = lm.parts.lm_head.weight.detach().double().numpy()[int(logits.argmax())]
+    att = out.attribution
+    assert att.skip == pytest.approx(float((skip[-1] * gain) @ u), rel=1e-4, abs=1e-5)
+    assert att.error == pytest.approx(float((err[-1] * gain) @ u), rel=1e-4, abs=1e-5)
+    assert abs(att.skip) > 1e-3  # the skip's term matters in this test
+    assert att.latent_sum + att.skip + att.b_dec + att.error + att.rest + att.biases == \
+        pytest.approx(att.total, abs=1e-9)
+    assert att.total == pytest.approx(float(logits.max()), rel=1e-4, abs=1e-4)
+
+
 def _projector(lm, ids, hidden_index):
     """An SAE that rebuilds exactly the span of the stream numbered hidden_index (centred) over
     these ids: ±U through a ReLU, b_dec the mean."""

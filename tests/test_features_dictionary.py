@@ -46,7 +46,8 @@ def write_saelens(folder, w, arch="standard", hook="blocks.1.hook_resid_pre", k=
     with open(os.path.join(folder, "cfg.json"), "w") as f:
         json.dump(cfg, f)
     names = ("W_enc", "W_dec", "b_enc", "b_dec") + (("threshold",) if arch in (
-        "jumprelu", "batchtopk", "jumprelu_transcoder") else ())
+        "jumprelu", "batchtopk", "jumprelu_transcoder", "jumprelu_skip_transcoder") else ()) + \
+        (("W_skip",) if "W_skip" in w else ())
     save_file({n: np.ascontiguousarray(w[n]) for n in names},
               os.path.join(folder, "sae_weights.safetensors"))
     return str(folder)
@@ -64,7 +65,7 @@ def write_gemmascope(folder, w, npz=True):
     return str(folder)
 
 
-def write_sparsify(root, w, hook="layers.1", k=4, transcode=False):
+def write_sparsify(root, w, hook="layers.1", k=4, transcode=False, skip=False):
     from safetensors.numpy import save_file
 
     folder = os.path.join(root, hook)
@@ -72,10 +73,11 @@ def write_sparsify(root, w, hook="layers.1", k=4, transcode=False):
     with open(os.path.join(folder, "cfg.json"), "w") as f:
         d_in, n = w["W_enc"].shape
         json.dump({"expansion_factor": n // d_in, "normalize_decoder": True, "num_latents": n,
-                   "k": k, "multi_topk": False, "skip_connection": False,
+                   "k": k, "multi_topk": False, "skip_connection": skip,
                    "transcode": transcode, "d_in": d_in}, f)
     save_file({"encoder.weight": np.ascontiguousarray(w["W_enc"].T), "encoder.bias": w["b_enc"],
-               "W_dec": np.ascontiguousarray(w["W_dec"]), "b_dec": w["b_dec"]},
+               "W_dec": np.ascontiguousarray(w["W_dec"]), "b_dec": w["b_dec"],
+               **({"W_skip": np.ascontiguousarray(w["W_skip"])} if "W_skip" in w else {})},
               os.path.join(folder, "sae.safetensors"))
     return folder
 
@@ -277,12 +279,101 @@ def test_only_the_folder_above_the_layer_names_the_site(tmp_path):
         read_dictionary(write_gemmascope(vague, weights(10)))
 
 
-def test_an_affine_transcoder_is_refused_not_read_without_its_skip(tmp_path):
-    w = weights(11)
-    w["W_skip"] = np.zeros((w["W_enc"].shape[0], w["W_dec"].shape[1]), dtype=np.float32)
+# ---- skip (affine) transcoders: W_skip read in each format's own orientation ----------------
+
+D_OUT = 6  # a transcoder's output width other than its input's: W_skip's orientation shows
+
+
+def skip_weights(seed: int, d_out: int = D_OUT) -> dict:
+    w = weights(seed, d_out=d_out)
+    w["W_skip"] = np.random.default_rng(seed + 100).normal(size=(d_out, D)).astype(np.float32)
+    return w  # W_skip (d_out, d_in): SAELens's and sparsify's layout, applied as x @ W_skip.T
+
+
+def reconstruct(d, x):
+    return d.reconstruct(torch.from_numpy(x)).numpy()
+
+
+@pytest.mark.parametrize("arch", ["skip_transcoder", "jumprelu_skip_transcoder"])
+def test_saelens_skip_transcoder_adds_x_times_w_skip_transposed(tmp_path, arch):
+    """SAELens's SkipTranscoder: W_dec·f(x) + b_dec + x @ W_skip.T, W_skip (d_out, d_in)."""
+    w, x = skip_weights(20), stream()
+    d = read_dictionary(write_saelens(tmp_path / "s", w, arch=arch,
+                                      hook="blocks.1.ln2.hook_normalized",
+                                      hook_name_out="blocks.1.hook_mlp_out", d_out=D_OUT))
+    pre = x @ w["W_enc"] + w["b_enc"]  # a transcoder's input is not shifted
+    a = relu(pre) if arch == "skip_transcoder" else np.where(pre > w["threshold"], relu(pre), 0)
+    want = a @ w["W_dec"] + w["b_dec"] + x @ w["W_skip"].T
+    np.testing.assert_allclose(reconstruct(d, x), want, rtol=1e-5, atol=1e-4)
+    assert d.role == "transcoder" and d.W_skip is not None and tuple(d.W_skip.shape) == (D, D_OUT)
+    assert np.abs(x @ w["W_skip"].T).max() > 1  # the skip term matters in this test
+
+
+def test_sparsify_skip_connection_adds_x_times_w_skip_transposed(tmp_path):
+    """sparsify's `skip_connection`: sae_out += x @ W_skip.mT, W_skip square (d, d)."""
+    w, x = skip_weights(21, d_out=D), stream()
+    folder = write_sparsify(tmp_path, w, hook="layers.1.mlp", k=5, transcode=True, skip=True)
+    d = read_dictionary(folder)
+    pre = x @ w["W_enc"] + w["b_enc"]
+    a = np.zeros_like(pre)
+    for r in range(len(pre)):
+        top = np.argsort(-pre[r])[:5]
+        a[r, top] = relu(pre[r, top])
+    want = a @ w["W_dec"] + w["b_dec"] + x @ w["W_skip"].T
+    np.testing.assert_allclose(reconstruct(d, x), want, rtol=1e-5, atol=1e-4)
+    assert not np.allclose(x @ w["W_skip"].T, x @ w["W_skip"])  # the orientation matters
+
+
+def test_gemmascope_affine_transcoder_adds_x_times_w_skip(tmp_path):
+    """Gemma Scope 2's affine transcoders: x @ W_skip, W_skip (d_in, d_out) as W_enc is."""
+    w, x = skip_weights(22), stream()
+    w["W_skip"] = np.ascontiguousarray(w["W_skip"].T)  # (d_in, d_out)
     folder = tmp_path / "transcoder_all" / "layer_2_width_16k_l0_small_affine"
-    with pytest.raises(BadInput, match="affine transcoder"):
-        read_dictionary(write_gemmascope(folder, w, npz=False))
+    d = read_dictionary(write_gemmascope(folder, w, npz=False))
+    pre = x @ w["W_enc"] + w["b_enc"]
+    want = np.where(pre > w["threshold"], relu(pre), 0) @ w["W_dec"] + w["b_dec"] + \
+        x @ w["W_skip"]
+    np.testing.assert_allclose(reconstruct(d, x), want, rtol=1e-5, atol=1e-4)
+    assert d.role == "transcoder" and d.site == Site(2, MLP_IN)
+
+
+def test_a_dictionary_without_a_skip_reconstructs_without_one(tmp_path):
+    w, x = weights(23), stream()
+    d = read_dictionary(write_saelens(tmp_path / "s", w))
+    assert d.W_skip is None
+    np.testing.assert_allclose(reconstruct(d, x), encode(d, x) @ w["W_dec"] + w["b_dec"],
+                               rtol=1e-5, atol=1e-4)
+
+
+def test_w_skip_in_an_sae_is_refused_in_every_format(tmp_path):
+    w = weights(24)
+    w["W_skip"] = np.eye(D, dtype=np.float32)
+    with pytest.raises(BadInput, match="W_skip only in a transcoder") as e:
+        read_dictionary(write_saelens(tmp_path / "s", w))
+    _line(e)
+    with pytest.raises(BadInput, match="W_skip only in a transcoder"):
+        read_dictionary(write_gemmascope(tmp_path / "gemma-scope-2b-pt-res" / "layer_1", w))
+    with pytest.raises(BadInput, match="skip_connection in an SAE"):
+        read_dictionary(write_sparsify(tmp_path / "sp", w, skip=True))
+
+
+def test_w_skip_undeclared_missing_transposed_or_not_finite_is_refused(tmp_path):
+    place = {"hook": "blocks.1.ln2.hook_normalized", "hook_name_out": "blocks.1.hook_mlp_out",
+             "d_out": D_OUT}
+    w = skip_weights(25)
+    with pytest.raises(BadInput, match="does not declare a skip transcoder"):
+        read_dictionary(write_saelens(tmp_path / "a", w, arch="transcoder", **place))
+    bare = {n: v for n, v in w.items() if n != "W_skip"}
+    with pytest.raises(BadInput, match="lacks the tensor W_skip"):
+        read_dictionary(write_saelens(tmp_path / "b", bare, arch="skip_transcoder", **place))
+    flipped = {**w, "W_skip": np.ascontiguousarray(w["W_skip"].T)}
+    with pytest.raises(BadInput, match=r"W_skip .*looks transposed"):
+        read_dictionary(write_saelens(tmp_path / "c", flipped, arch="skip_transcoder", **place))
+    bad = {**w, "W_skip": w["W_skip"].copy()}
+    bad["W_skip"][0, 0] = np.nan
+    with pytest.raises(BadInput, match=r"W_skip.*NaN") as e:
+        read_dictionary(write_saelens(tmp_path / "d", bad, arch="skip_transcoder", **place))
+    _line(e)
 
 
 # ---- hostile files (issue 41): sizes checked before use, only regular files, honest answers --

@@ -452,3 +452,107 @@ def test_the_export_is_refused_where_a_norm_follows_the_mlp():
     llama = wrap_model(build_tiny("llama"), name="tiny-llama", random_weights=True)
     check_export("circuit-tracer", list(range(len(llama.parts.blocks))),
                  len(llama.parts.blocks), llama)
+
+
+def _gpt2_mlp_rows(lm, texts, block):
+    """(x, y): what block's MLP module of a GPT-2 receives and returns at every position but
+    each prompt's first, each prompt run alone, read by hooks on the module itself."""
+    mlp = lm.model.transformer.h[block].mlp
+    got = []
+    handle = mlp.register_forward_hook(lambda m, a, o: got.append((a[0][0], o[0])))
+    try:
+        with torch.no_grad():
+            for text in texts:
+                lm.model(torch.tensor([lm.tokenizer.encode(text)]))
+    finally:
+        handle.remove()
+    return (torch.cat([x[1:] for x, _ in got]).float(), torch.cat([y[1:] for _, y in got]).float())
+
+
+def test_a_skip_transcoder_takes_up_an_mlp_that_is_mostly_linear(prompts, tmp_path):
+    """A tiny GPT-2 whose block-0 MLP is made mostly linear (its up-projection's bias +4:
+    gelu(u + 4) ≈ u + 4, the constant this adds taken back from the down-projection's bias): with the same options, --skip leaves a held-out FVU of the MLP's
+    output far below the plain transcoder's; the FVU measured here from the written file
+    (W_skip (d_out, d_in), added as x @ W_skip.T) and the model's own MLP is the trainer's;
+    SAELens's layout reads back with the skip; the circuit-tracer export carries W_skip."""
+    from dataclasses import replace
+
+    from safetensors.torch import load_file
+
+    from fptrace.commands.features.train import split_held_out
+    from fptrace.commands.features.transcoders import train_transcoders
+    from fptrace.core.inputs import read_inputs
+    from fptrace.models.loading import load_model
+
+    lm = load_model(tiny_gpt2(), device="cpu")
+    with torch.no_grad():
+        mlp = lm.model.transformer.h[0].mlp
+        mlp.c_fc.bias += 4.0
+        mlp.c_proj.bias -= 4.0 * mlp.c_proj.weight.sum(0)  # Conv1D: x @ W + b, W (4d, d)
+    opts = TrainOptions(layer=0, latents=64, k=4, tokens=6400, batch_tokens=64, lr=2e-3,
+                        save_every=50)
+    plain = train_transcoders(lm, [prompts], str(tmp_path / "plain"), opts, [0])
+    out = str(tmp_path / "skip")
+    skip = train_transcoders(lm, [prompts], out, replace(opts, skip=True), None,
+                             export="circuit-tracer")
+    assert skip.skip and not plain.skip
+    assert skip.layers[0].fvu < 0.5 * plain.layers[0].fvu, (skip.layers[0].fvu,
+                                                            plain.layers[0].fvu)
+    with open(os.path.join(out, "layer_0", "cfg.json")) as f:
+        assert json.load(f)["architecture"] == "topk_skip_transcoder"
+    t = load_file(os.path.join(out, "layer_0", "sae_weights.safetensors"))
+    _, held = split_held_out(read_inputs([prompts]), opts)
+    xs, ys = _gpt2_mlp_rows(lm, [it.prompt for it in held], 0)
+    pre = torch.relu(xs @ t["W_enc"] + t["b_enc"])
+    v, i = pre.topk(4, dim=-1)
+    y_hat = torch.zeros_like(pre).scatter(-1, i, v) @ t["W_dec"] + t["b_dec"] + xs @ t["W_skip"].T
+    fvu = float(((ys - y_hat) ** 2).sum() / ((ys - ys.mean(0)) ** 2).sum())
+    assert fvu == pytest.approx(skip.layers[0].fvu, rel=1e-3)
+    d = read_dictionary(os.path.join(out, "layer_0"))
+    assert d.W_skip is not None
+    torch.testing.assert_close(d.reconstruct(xs), y_hat, rtol=1e-4, atol=1e-4)
+    # circuit-tracer's layer file: its JumpReLU encoder F.linear(x, W_enc, b_enc) and its
+    # compute_skip x @ W_skip.T rebuild the MLP's output as the trainer reported
+    ct = load_file(os.path.join(out, "circuit-tracer", "layer_0.safetensors"))
+    assert tuple(ct["W_skip"].shape) == (xs.shape[1], xs.shape[1])
+    pre = torch.nn.functional.linear(xs, ct["W_enc"], ct["b_enc"])
+    theta = ct["activation_function.threshold"]
+    y_ct = (pre * (pre > theta)) @ ct["W_dec"] + ct["b_dec"] + xs @ ct["W_skip"].T
+    fvu_ct = float(((ys - y_ct) ** 2).sum() / ((ys - ys.mean(0)) ** 2).sum())
+    assert fvu_ct == pytest.approx(skip.layers[0].export_fvu, rel=1e-3)
+    # and `graph --transcoders` reads them: every node sums, the skip a linear path
+    from fptrace.commands.graph.core import graph
+
+    g = graph(lm, lm.tokenizer.encode("The capital of France is"), transcoders=out, max_nodes=8)
+    assert g.ok, g.checks
+    assert any("skip" in f for f in g.freezing)
+
+
+def test_an_interrupted_skip_run_resumes_to_the_same_skip_transcoder(llama, corpus, tmp_path):
+    """--skip's W_skip and its Adam moments are in the checkpoint: a run stopped at step 25
+    (checkpoint at 20) and resumed ends with the weights, W_skip included, of an uninterrupted
+    one; a resume without --skip is refused as other options."""
+    from dataclasses import replace
+
+    from fptrace.commands.features.transcoders import train_transcoders
+
+    lm = llama[1]
+    opts = replace(TC, skip=True)
+    whole = str(tmp_path / "whole")
+    train_transcoders(lm, [corpus], whole, opts, [1])
+    part = str(tmp_path / "part")
+
+    def stop(phase, done, total):
+        if phase == "layer 1" and done >= 25:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        train_transcoders(lm, [corpus], part, opts, [1], progress=stop)
+    with pytest.raises(BadInput, match="other options"):
+        train_transcoders(lm, [corpus], part, TC, [1], resume=True)
+    r = train_transcoders(lm, [corpus], part, opts, [1], resume=True)
+    assert r.layers[0].resumed_from == 20 and r.skip
+    a = read_dictionary(os.path.join(whole, "layer_1"))
+    b = read_dictionary(os.path.join(part, "layer_1"))
+    for name in ("W_enc", "b_enc", "W_dec", "b_dec", "W_skip"):
+        torch.testing.assert_close(getattr(a, name), getattr(b, name), rtol=1e-5, atol=1e-6)

@@ -212,3 +212,73 @@ def test_transcoders_fptrace_trains_are_graphed(tmp_path):
     doc = json.loads(r.stdout)
     assert doc["ok"] and doc["missing_blocks"] == []
     assert any(n["node_type"] == "latent" and 0 <= n["index"] < 64 for n in doc["nodes"])
+
+
+# ---- skip transcoders: the skip term x·W_skip a linear path -------------------------------
+
+@pytest.mark.parametrize("family", ["llama", "gpt2"])
+def test_skip_transcoders_keep_every_check_and_split_their_edges(family, tmp_path):
+    """With a random W_skip in every block's transcoder the graph still sums exactly (edges +
+    bias = value, float64), its logits are the model's, every kept edge is direct + heads +
+    skip, --verify's interventions agree with the edges, and the freezing says the skip is a
+    linear path."""
+    lm = _lm(family)
+    L, d = lm.config.num_hidden_layers, lm.config.hidden_size
+    folder = write_transcoders(str(tmp_path / "tc"), range(L), d, 48, k=8, skip=0.5)
+    assert read_dictionary(f"{folder}/layer_0").W_skip is not None
+    g = graph(lm, IDS, transcoders=folder, max_nodes=16, per_site=3, node_threshold=1.0,
+              edge_threshold=1.0, verify=4)
+    assert g.ok, g.checks
+    assert {c.name for c in g.checks} >= {"graph_sums", "graph_model", "graph_heads",
+                                          "graph_verify"}
+    assert all(c.value < 1e-8 for c in g.checks if c.name != "graph_model"), g.checks
+    assert freezing.SKIP_FREEZING in g.freezing
+    for e in g.edges:
+        assert e.skip is not None
+        parts = e.direct + sum(h.share for h in e.heads) + e.heads_rest + e.skip
+        assert parts == pytest.approx(e.weight, rel=1e-6, abs=1e-9)
+    assert any(abs(e.skip) > 1e-3 * abs(e.weight) > 0 for e in g.edges)
+
+
+def test_an_edge_through_a_skip_is_the_hand_computed_one(tmp_path):
+    """A tiny Llama whose attention writes nothing (o_proj zero), on a prompt of one token: the
+    edge from its embedding to a latent of block 1 runs along two paths only, the
+    stream itself and block 0's skip term (its latents and error are leaves), so with each
+    RMSNorm's scale g = γ / √(mean h² + ε) read here from the real model's norm inputs, the
+    edge is e · (g1 ⊙ w) + e · (g0 ⊙ (W_skip0 (g1 ⊙ w))), e the embedding and w the latent's
+    encoder column, W_skip0 applied as x @ W_skip0."""
+    import torch
+
+    lm = _lm("llama")
+    with torch.no_grad():
+        for layer in lm.model.model.layers:
+            layer.self_attn.o_proj.weight.zero_()
+    L, d = lm.config.num_hidden_layers, lm.config.hidden_size
+    folder = write_transcoders(str(tmp_path / "tc"), range(L), d, 48, k=8, skip=0.5)
+    ids = IDS[:1]
+    g = graph(lm, ids, transcoders=folder, max_nodes=64, per_site=8, node_threshold=1.0,
+              edge_threshold=1.0)
+    assert g.ok, g.checks
+    norms, got = [lm.model.model.layers[i].post_attention_layernorm for i in (0, 1)], {}
+    handles = [n.register_forward_pre_hook(lambda m, a, i=i: got.__setitem__(
+        i, a[0][0, 0].double())) for i, n in enumerate(norms)]
+    forward_then_remove(lm, ids, handles)
+
+    def gain(i):
+        n = norms[i]
+        return n.weight.detach().double() / torch.sqrt((got[i] ** 2).mean() + n.variance_epsilon)
+
+    t0, t1 = read_dictionary(f"{folder}/layer_0"), read_dictionary(f"{folder}/layer_1")
+    emb = lm.model.model.embed_tokens.weight[IDS[0]].detach().double()
+    source = f"E_{IDS[0]}_0"
+    found = [(e, n) for e in g.edges for n in g.nodes
+             if e.source == source and e.target == n.node_id and n.node_type == "latent"
+             and n.layer == 1 and n.position == 0]
+    assert found, "no edge from the first token to a block-1 latent at position 0"
+    for e, n in found:
+        w = t1.W_enc[:, n.index].double()
+        through_stream = float(emb @ (gain(1) * w))
+        through_skip = float(emb @ (gain(0) * (t0.W_skip.double() @ (gain(1) * w))))
+        assert e.weight == pytest.approx(through_stream + through_skip, rel=1e-6, abs=1e-9)
+        assert e.skip == pytest.approx(through_skip, rel=1e-6, abs=1e-9)
+        assert abs(through_skip) > 1e-2 * abs(through_stream)  # the skip path matters here

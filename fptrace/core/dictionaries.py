@@ -6,22 +6,30 @@ Formats (learned from their documentation and code, read here independently):
 
     SAELens      cfg.json + sae_weights.safetensors: W_enc (d_in, d_sae), W_dec (d_sae, d_in),
                  b_enc, b_dec, threshold (JumpReLU); cfg: architecture (standard, jumprelu,
-                 topk, batchtopk, transcoder, jumprelu_transcoder), d_in, d_sae, k,
+                 topk, batchtopk, transcoder, jumprelu_transcoder, skip_transcoder,
+                 jumprelu_skip_transcoder, topk_transcoder, topk_skip_transcoder), d_in,
+                 d_sae, k,
                  apply_b_dec_to_input, normalize_activations, and the hook name (top level, or
-                 under `metadata`/`meta`), hook_name_out for transcoders
+                 under `metadata`/`meta`), hook_name_out for transcoders; a skip transcoder's
+                 W_skip (d_out, d_in), added as x·W_skipᵀ (SAELens's SkipTranscoder)
     Gemma Scope  params.npz or params.safetensors: W_enc, W_dec, b_enc, b_dec, threshold
-                 (JumpReLU, the input not shifted by b_dec); the place from config.json when
-                 there is one, else from the folder's path: `layer_N`, and the folder
-                 above it (`...-res`/`resid_post_all`, `...-mlp`, `...-transcoders`/
+                 (JumpReLU, the input not shifted by b_dec); Gemma Scope 2's affine
+                 transcoders add x @ W_skip, W_skip (d_in, d_out) as W_enc is; the place
+                 from config.json when there is one, else from the folder's path: `layer_N`,
+                 and the folder above it (`...-res`/`resid_post_all`, `...-mlp`, `...-transcoders`/
                  `transcoder_all`)
     sparsify     cfg.json + sae.safetensors: encoder.weight (d_sae, d_in), encoder.bias, W_dec
-                 (d_sae, d_out), b_dec; cfg: k, num_latents or expansion_factor, transcode; the
+                 (d_sae, d_out), b_dec; cfg: k, num_latents or expansion_factor, transcode,
+                 skip_connection (W_skip (d_out, d_in), added as x @ W_skip.mT); the
                  place is the folder's name (`layers.6`, `layers.6.mlp`) as sparsify saves it
 
 Encoding, for every kind: pre = (x − b_dec if the format shifts the input) @ W_enc + b_enc, then
 ReLU: relu(pre); JumpReLU: relu(pre) where pre > threshold, else 0; TopK: the k largest of pre,
 through ReLU, the rest 0; BatchTopK: JumpReLU with its stored threshold (how a BatchTopK SAE runs
-at inference). Decoding: a @ W_dec + b_dec.
+at inference). Decoding: a @ W_dec + b_dec, and for a skip transcoder (an affine transcoder)
++ x @ W_skip, held here as (d_in, d_out) whatever the format's orientation. A W_skip is read only
+for a transcoder: in an SAE it is refused (what it reads would be rebuilt in part by a dense
+map, which no latent accounts for).
 
 Checked here, before any number is used (each a BadInput of one line): the files are regular
 files (fptrace/userfiles.py: a FIFO is refused, not waited on); every tensor's number of
@@ -29,7 +37,9 @@ dimensions, then its shape against the config and the other tensors (Gemma Scope
 config: the latents are b_enc's length, the output width b_dec's), a matrix whose rows and
 columns are swapped called transposed; no dictionary of 0 latents; TopK's k at most the
 latents; cfg.json's switches real JSON booleans ("false", a string, is refused, not read as
-true). The widths against the model are `check_model`'s, once the model is known.
+true); a W_skip's shape (d_out, d_in) or (d_in, d_out) as its format stores it, and its
+numbers finite, as every tensor's. The widths against the model are `check_model`'s, once the
+model is known.
 """
 
 from __future__ import annotations
@@ -59,7 +69,10 @@ _SAELENS_ARCH = {"standard": ("relu", "sae"), "relu": ("relu", "sae"),
                  "jumprelu": ("jumprelu", "sae"), "topk": ("topk", "sae"),
                  "batchtopk": ("batchtopk", "sae"), "transcoder": ("relu", "transcoder"),
                  "jumprelu_transcoder": ("jumprelu", "transcoder"),
-                 "topk_transcoder": ("topk", "transcoder")}
+                 "topk_transcoder": ("topk", "transcoder"),
+                 "skip_transcoder": ("relu", "transcoder"),
+                 "jumprelu_skip_transcoder": ("jumprelu", "transcoder"),
+                 "topk_skip_transcoder": ("topk", "transcoder")}
 
 
 @dataclass
@@ -80,6 +93,7 @@ class Dictionary:
     threshold: torch.Tensor | None = None  # (d_sae,) JumpReLU / BatchTopK
     k: int | None = None  # TopK
     shift_input: bool = False  # x − b_dec before the encoder
+    W_skip: torch.Tensor | None = None  # (d_in, d_out): a skip transcoder's x·W_skip
     notes: list[str] = field(default_factory=list)
 
     @property
@@ -95,7 +109,7 @@ class Dictionary:
         return int(self.W_dec.shape[1])
 
     def to(self, device: torch.device | str) -> Dictionary:
-        for name in ("W_enc", "b_enc", "W_dec", "b_dec", "threshold"):
+        for name in ("W_enc", "b_enc", "W_dec", "b_dec", "threshold", "W_skip"):
             t = getattr(self, name)
             if t is not None:
                 setattr(self, name, t.to(device))
@@ -113,8 +127,24 @@ class Dictionary:
         return activate(self.kind, self.pre(x), self.threshold, self.k)
 
     def decode(self, a: torch.Tensor) -> torch.Tensor:
-        """(N, d_sae) -> (N, d_out)."""
+        """(N, d_sae) -> (N, d_out): the latents' writes and b_dec (a skip transcoder's skip
+        term is `skip`'s, added by `reconstruct`)."""
         return a @ self.W_dec + self.b_dec
+
+    def skip(self, x: torch.Tensor) -> torch.Tensor:
+        """(N, d_in) -> (N, d_out): a skip transcoder's affine term x·W_skip (zeros without
+        one), in x's dtype."""
+        import torch
+
+        if self.W_skip is None:
+            return torch.zeros(*x.shape[:-1], self.d_out, dtype=x.dtype, device=x.device)
+        return x @ self.W_skip.to(x.dtype)
+
+    def reconstruct(self, x: torch.Tensor) -> torch.Tensor:
+        """(N, d_in) -> (N, d_out): the dictionary's output for x: decode(encode(x)), plus the
+        skip term."""
+        out = self.decode(self.encode(x))
+        return out if self.W_skip is None else out + self.skip(x.float())
 
 
 def activate(kind: str, pre: torch.Tensor, threshold: torch.Tensor | None = None,
@@ -391,9 +421,12 @@ def _saelens(folder: str) -> Dictionary:
     _shape(t["W_dec"], (d_sae, d_out), "W_dec", weights)
     _shape(t["b_enc"], (d_sae,), "b_enc", weights)
     _shape(t["b_dec"], (d_out,), "b_dec", weights)
-    if "W_skip" in t:
-        raise BadInput(f"{weights!r}: a skip connection (W_skip) is not part of what fptrace "
-                       "decomposes")
+    skip = arch.endswith("skip_transcoder")
+    if skip or "W_skip" in t:
+        W_skip = _skip(t, skip, role, d_in, d_out, weights, f"architecture {arch!r}",
+                       "(d_out, d_in)")
+    else:
+        W_skip = None
     threshold, k = None, None
     if kind in ("jumprelu", "batchtopk"):
         if "threshold" not in t and kind == "batchtopk":
@@ -407,7 +440,30 @@ def _saelens(folder: str) -> Dictionary:
     shift = _bool(cfg, "apply_b_dec_to_input", True, cfg_path) and role == "sae"
     return Dictionary(path=folder, format="saelens", kind=kind, role=role, site=site,
                       out_site=out_site, W_enc=t["W_enc"], b_enc=t["b_enc"], W_dec=t["W_dec"],
-                      b_dec=t["b_dec"], threshold=threshold, k=k, shift_input=shift)
+                      b_dec=t["b_dec"], threshold=threshold, k=k, shift_input=shift,
+                      W_skip=W_skip)
+
+
+def _skip(t: dict, declared: bool, role: str, d_in: int, d_out: int, path: str, what: str,
+          stored: str) -> torch.Tensor:
+    """A skip transcoder's W_skip as x·W_skip takes it (d_in, d_out), from a file that stores
+    it `stored` ("(d_out, d_in)", applied as x·W_skipᵀ, or "(d_in, d_out)"): refused in an SAE,
+    missing where the config declares one, in a transcoder whose config does not (`what`: what
+    the config says), or of another shape."""
+    if role != "transcoder":
+        raise BadInput(f"{path!r}: a skip connection (W_skip) in an SAE: fptrace reads a W_skip "
+                       "only in a transcoder (its dense term would rebuild part of what the "
+                       "SAE reads, which no latent accounts for)")
+    if not declared:
+        raise BadInput(f"{path!r} holds W_skip, but its config ({what}) does not declare a skip "
+                       "transcoder: which way it applies is not known")
+    _need(t, ("W_skip",), path)
+    _ranks(t, {"W_skip": 2}, path)
+    if stored == "(d_out, d_in)":
+        _shape(t["W_skip"], (d_out, d_in), "W_skip", path)
+        return t["W_skip"].T.contiguous()
+    _shape(t["W_skip"], (d_in, d_out), "W_skip", path, "its vectors and W_enc")
+    return t["W_skip"]
 
 
 def _sparsify(folder: str) -> Dictionary:
@@ -416,8 +472,11 @@ def _sparsify(folder: str) -> Dictionary:
     hook = cfg.get("hookpoint") or os.path.basename(os.path.normpath(folder))
     site = dictionary_site(str(hook), f"{folder!r}: the hookpoint (the folder's name)")
     transcode = _bool(cfg, "transcode", False, cfg_path)
-    if _bool(cfg, "skip_connection", False, cfg_path):
-        raise BadInput(f"{cfg_path!r}: a skip connection is not part of what fptrace decomposes")
+    skip = _bool(cfg, "skip_connection", False, cfg_path)
+    if skip and not transcode:
+        raise BadInput(f"{cfg_path!r}: skip_connection in an SAE (transcode false): fptrace reads "
+                       "a W_skip only in a transcoder (its dense term would rebuild part of what "
+                       "the SAE reads, which no latent accounts for)")
     weights = os.path.join(folder, "sae.safetensors")
     t = _tensors(weights)
     _need(t, ("encoder.weight", "encoder.bias", "W_dec", "b_dec"), weights)
@@ -433,6 +492,8 @@ def _sparsify(folder: str) -> Dictionary:
     _shape(t["encoder.bias"], (n,), "encoder.bias", weights)
     _shape(t["W_dec"], (n, d_out), "W_dec", weights)
     _shape(t["b_dec"], (d_out,), "b_dec", weights)
+    W_skip = _skip(t, skip, "transcoder", d_in, d_out, weights, "skip_connection false",
+                   "(d_out, d_in)") if skip or "W_skip" in t else None
     if transcode:
         if site.point is not Point.mlp_out:
             raise BadInput(f"{folder!r}: a sparsify transcoder at {hook!r}; fptrace reads "
@@ -443,7 +504,8 @@ def _sparsify(folder: str) -> Dictionary:
     return Dictionary(path=folder, format="sparsify", kind="topk",
                       role="transcoder" if transcode else "sae", site=in_site, out_site=site,
                       W_enc=t["encoder.weight"].T.contiguous(), b_enc=t["encoder.bias"],
-                      W_dec=t["W_dec"], b_dec=t["b_dec"], k=k, shift_input=not transcode)
+                      W_dec=t["W_dec"], b_dec=t["b_dec"], k=k, shift_input=not transcode,
+                      W_skip=W_skip)
 
 
 _LAYER = re.compile(r"layer_(\d+)")
@@ -456,10 +518,6 @@ def _gemmascope(path: str, site: str | None, what: str) -> Dictionary:
         folder, "params.npz" if "params.npz" in names else "params.safetensors")
     t = _tensors(file)
     _need(t, ("W_enc", "W_dec", "b_enc", "b_dec", "threshold"), file)
-    if "W_skip" in t:  # Gemma Scope 2's affine transcoders add x @ W_skip to the output
-        raise BadInput(f"{what} {file!r}: an affine transcoder (W_skip: a linear term beside the "
-                       "latents), which fptrace does not read yet; its readout would leave that "
-                       "term out")
     # no config gives the widths: each is read from a vector (b_enc: the latents, b_dec: the
     # output), and every matrix is checked against them before it is used
     _ranks(t, {"W_enc": 2, "W_dec": 2, "b_enc": 1, "b_dec": 1, "threshold": 1}, file)
@@ -472,9 +530,13 @@ def _gemmascope(path: str, site: str | None, what: str) -> Dictionary:
     _shape(t["W_dec"], (d_sae, d_out), "W_dec", file, source)
     _shape(t["threshold"], (d_sae,), "threshold", file, source)
     role, in_site, out_site = _gemmascope_place(folder, site, what)
+    # Gemma Scope 2's affine transcoders add x @ W_skip (d_in, d_out), as x @ W_enc is taken
+    W_skip = _skip(t, True, role, d_in, d_out, file, "", "(d_in, d_out)") if "W_skip" in t \
+        else None
     return Dictionary(path=folder, format="gemmascope", kind="jumprelu", role=role, site=in_site,
                       out_site=out_site, W_enc=t["W_enc"], b_enc=t["b_enc"], W_dec=t["W_dec"],
-                      b_dec=t["b_dec"], threshold=t["threshold"], shift_input=False)
+                      b_dec=t["b_dec"], threshold=t["threshold"], shift_input=False,
+                      W_skip=W_skip)
 
 
 def _gemmascope_place(folder: str, site: str | None, what: str) -> tuple[str, Site, Site]:

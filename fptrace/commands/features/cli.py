@@ -89,6 +89,10 @@ def features(
         "--export", metavar="FORMAT", help="train --transcoder: also write the transcoders in "
         "circuit-tracer's layout (`circuit-tracer`: JumpReLU, the nearest to TopK it loads), in "
         "OUT/circuit-tracer.", rich_help_panel=TRAIN)] = None,
+    skip: Annotated[bool, typer.Option(
+        "--skip", help="train --transcoder: skip transcoders: an affine term x·W_skip beside "
+        "the latents (started as the least-squares map), for MLPs that are mostly linear.",
+        rich_help_panel=TRAIN)] = False,
     latents: Annotated[int, typer.Option("--latents", help="train: latents (d_sae).",
                                          rich_help_panel=TRAIN)] = 2048,
     k: Annotated[int, typer.Option("--k", help="train: latents kept per token.",
@@ -122,7 +126,8 @@ def features(
     mode = chosen(MODES, {  # read, or train an SAE or transcoders (commands/features/modes.py)
         "train --transcoder": train and train_transcoder, "train": train and not train_transcoder,
         "--html": outputs.html is not None, "--layers": layers is not None,
-        "--export": export is not None, "--transcoder DIR": transcoder[0] if transcoder else False,
+        "--export": export is not None, "--skip": skip,
+        "--transcoder DIR": transcoder[0] if transcoder else False,
         "--transcoder": train_transcoder and not train, "--layer": layer is not None,
         "--out": out is not None, "--latents": latents != 2048, "--k": k != 32,
         "--tokens": tokens != 200_000, "--batch-tokens": batch_tokens != 1024,
@@ -133,7 +138,7 @@ def features(
     if mode is not MODES[-1]:
         options = (latents, k, tokens, batch_tokens, lr, train_seed)
         if mode is MODES[0]:
-            return transcoders_cli(words[1:], opts, layers, out, export, options, resume,
+            return transcoders_cli(words[1:], opts, layers, out, export, skip, options, resume,
                                    outputs)
         return train_cli(words[1:], opts, layer, out, *options, resume, outputs)
     if len(words) > 1:
@@ -196,9 +201,9 @@ def train_cli(inputs: list[str], opts: LoadOptions, layer: str | None, out: str 
 
 
 def transcoders_cli(inputs: list[str], opts: LoadOptions, layers: str | None, out: str | None,
-                    export: str | None, numbers: tuple,
+                    export: str | None, skip: bool, numbers: tuple,
                     resume: bool, outputs: Outputs) -> None:
-    """`fptrace features train PROMPTS --transcoder [--layers SEL] --out DIR [--export
+    """`fptrace features train PROMPTS --transcoder [--layers SEL] --out DIR [--skip] [--export
     circuit-tracer]`: checked before the load, progress bars on stderr, the result on
     stdout."""
     from fptrace.numbers import check_finite
@@ -221,7 +226,7 @@ def transcoders_cli(inputs: list[str], opts: LoadOptions, layers: str | None, ou
 
     chosen = None if layers is None else parse_selection(layers, "--layers")
     options = TrainOptions(layer=0, latents=latents, k=k, tokens=tokens,
-                           batch_tokens=batch_tokens, lr=lr, seed=seed)
+                           batch_tokens=batch_tokens, lr=lr, seed=seed, skip=skip)
     items = check_before_load(options, inputs, opts.model, chosen, export, out, resume)
     lm = load(opts)
     from fptrace.render.progress import training_progress

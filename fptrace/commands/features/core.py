@@ -6,7 +6,9 @@ after a block, the MLP's input or output). The dictionary encodes it as its form
 
     x = Σ aᵢ·dᵢ (over the active latents) + b_dec + error
 
-is then exact by construction of the error term, and checked on every run in float64 (to 1e-6
+(for a skip transcoder, whose output has an affine term beside the latents, y = Σ aᵢ·dᵢ +
+x_in·W_skip + b_dec + error, the skip term its own line) is then exact by construction of the
+error term, and checked on every run in float64 (to 1e-6
 relative at every position: a latent left out of the table would show there). The target's logit
 at the last position is split through it: the stream entering the final norm is the site plus
 what the later parts added (`rest`), the final norm is frozen at its actual value (as `fptrace
@@ -123,7 +125,8 @@ def features(lm: LoadedModel, prompt: Prompt, *, saes: Sequence[str | Dictionary
             _guard_site(d, cap, info.n_layers)
             readouts.append(_readout(lm, d, cap, t, top, latent, notes))
     checks = tuple(Check(
-        name=f"{r.out_site}: Σ aᵢ·dᵢ + b_dec + error = the vector read, every position",
+        name=f"{r.out_site}: Σ aᵢ·dᵢ + {'x_in·W_skip + ' if r.skip else ''}b_dec + error = "
+             "the vector read, every position",
         value=r.decomposition_gap, tolerance=f"≤ {DECOMPOSITION_RTOL:g} relative",
         ok=r.decomposition_gap <= DECOMPOSITION_RTOL, target="decomposition") for r in readouts)
     found: tuple[TopActivation, ...] = ()
@@ -204,7 +207,8 @@ def _readout(lm: LoadedModel, d: Dictionary, cap: Captured, t: int, top: int, la
     a = d.encode(x_in)  # (T, d_sae) float32, as the format computes it
     a64 = a.double()
     W_dec, b_dec = d.W_dec.double(), d.b_dec.double()
-    err = y - (a64 @ W_dec + b_dec)  # (T, d_out)
+    skip = d.skip(x_in.double())  # (T, d_out) a skip transcoder's x·W_skip; zeros without one
+    err = y - (a64 @ W_dec + b_dec + skip)  # (T, d_out)
     T = y.shape[0]
     norms = y.norm(dim=-1)  # (T,)
     gap = 0.0
@@ -212,14 +216,15 @@ def _readout(lm: LoadedModel, d: Dictionary, cap: Captured, t: int, top: int, la
     massive = massive_rows(norms)
     for p in range(T):
         idx = torch.nonzero(a[p]).flatten()
-        rebuilt = a64[p, idx] @ W_dec[idx] + b_dec + err[p]  # (d_out,) only the active latents
+        rebuilt = a64[p, idx] @ W_dec[idx] + skip[p] + b_dec + err[p]  # (d_out,) the active ones
         gap = max(gap, float((rebuilt - y[p]).norm()) / max(float(norms[p]), 1e-30))
         vals, order = a[p].topk(min(top, d.d_sae))
         positions.append(PositionFeatures(
             position=p, norm=float(norms[p]), error_norm=float(err[p].norm()),
             relative_error=float(err[p].norm() ** 2 / max(float(norms[p]) ** 2, 1e-30)),
             l0=int(idx.numel()), massive=bool(massive[p]),
-            top=tuple(LatentValue(int(i), float(v)) for v, i in zip(vals, order) if v != 0)))
+            top=tuple(LatentValue(int(i), float(v)) for v, i in zip(vals, order) if v != 0),
+            skip_norm=float(skip[p].norm()) if d.W_skip is not None else None))
     keep = ~massive
     if bool(massive.any()):
         med = float(norms[keep].median()) if bool(keep.any()) else float(norms.median())
@@ -236,13 +241,15 @@ def _readout(lm: LoadedModel, d: Dictionary, cap: Captured, t: int, top: int, la
         out_site=hook_name(d.out_site), d_sae=d.d_sae, k=d.k, positions=tuple(positions),
         fvu=fvu(y[keep], err[keep]), l0=float((a != 0).sum(-1).double().mean()),
         decomposition_gap=gap, attribution=_attribution(lm, d, cap, a64[-1], err[-1], y[-1], t,
-                                                        top, notes),
-        latent=trace)
+                                                        top, notes, skip[-1]),
+        latent=trace, skip=d.W_skip is not None)
 
 
 def _attribution(lm: LoadedModel, d: Dictionary, cap: Captured, a: torch.Tensor, err: torch.Tensor,
-                 y: torch.Tensor, t: int, top: int, notes: list) -> FeatureAttribution | None:
-    """The target's logit split through the dictionary at the last position (module text)."""
+                 y: torch.Tensor, t: int, top: int, notes: list, skip: torch.Tensor
+                 ) -> FeatureAttribution | None:
+    """The target's logit split through the dictionary at the last position (module text);
+    `skip` (d_out,) a skip transcoder's x·W_skip there (zeros without one)."""
     import torch
 
     if d.out_site.point is MLP_IN:
@@ -261,16 +268,17 @@ def _attribution(lm: LoadedModel, d: Dictionary, cap: Captured, a: torch.Tensor,
     terms = a[idx] * value(d.W_dec.double()[idx])  # (n_active,)
     b_term = float(value(d.b_dec))
     e_term = float(value(err))
+    s_term = float(value(skip))
     rest = float(value(x.double() - y))
     biases = 0.0 if norm_bias is None else float(norm_bias.double() @ u)
     head_bias = getattr(lm.parts.lm_head, "bias", None)
     if head_bias is not None:
         biases += float(head_bias[t])
     latent_sum = float(terms.sum())
-    total = latent_sum + b_term + e_term + rest + biases
+    total = latent_sum + s_term + b_term + e_term + rest + biases
     model_logit = float(cap.logits_last[0, t])
-    scale = max(1.0, float(terms.abs().sum()) + abs(b_term) + abs(e_term) + abs(rest) +
-                abs(biases))
+    scale = max(1.0, float(terms.abs().sum()) + abs(s_term) + abs(b_term) + abs(e_term) +
+                abs(rest) + abs(biases))
     rtol = rtol_for(model_info(lm).dtype)
     tolerance = f"|total − logit| ≤ {rtol:g}·max(1, Σ|terms|) = {rtol * scale:.3g}"
     if abs(total - model_logit) > rtol * scale:
@@ -288,7 +296,8 @@ def _attribution(lm: LoadedModel, d: Dictionary, cap: Captured, a: torch.Tensor,
         target=ranked_token(lm, logits, t), model_logit=model_logit, latents=tuple(listed),
         other_latents=latent_sum - sum(x.logits for x in listed), latent_sum=latent_sum,
         b_dec=b_term, error=e_term, rest=rest, biases=biases, total=total,
-        difference=total - model_logit, tolerance=tolerance)
+        difference=total - model_logit, tolerance=tolerance,
+        skip=s_term if d.W_skip is not None else None)
 
 
 def largest(lm: LoadedModel, d: Dictionary, latent: int, path: str, n: int, batch_size: int

@@ -142,6 +142,8 @@ def bad_inputs(at: Setup) -> tuple[Case, ...]:
              ("features", "The cat sat", *m, "--sae", hostile["turned"])),
         Case(12, "features: --sae a symlink loop",
              ("features", "The cat sat", *m, "--sae", hostile["loop"])),
+        Case(21, "features: an SAE holding a skip connection (W_skip), refused, not ignored",
+             ("features", "The cat sat", *m, "--sae", hostile["skip"])),
         Case(13, "features train: --latents too large for the memory (refused before the load)",
              ("features", "train", at.path("prompts.txt"), *m, "--layer", "1", "--out",
               os.path.join(root, "huge"), "--latents", "99999999999")),
@@ -174,6 +176,8 @@ def _transcoder_cases(at: Setup, root: str) -> tuple[Case, ...]:
               new)),
         Case(19, "features train --transcoder: --out a folder holding someone else's files",
              (*train, "--transcoder", "--out", mine)),
+        Case(20, "features train: --skip without --transcoder (a skip is a transcoder's)",
+             (*train, "--skip", "--layer", "1", "--out", new)),
     )
 
 
@@ -209,6 +213,7 @@ def _hostile_dictionaries(root: str) -> dict[str, str]:
         return folder
 
     out["cube"] = gemmascope("cube", {**w, "W_enc": w["W_enc"][None]})
+    out["skip"] = gemmascope("skip", {**w, "W_skip": np.eye(32, dtype=np.float32)})
     out["empty"] = gemmascope("empty", {**{n: v[:0] for n, v in w.items()},
                                         "W_enc": w["W_enc"][:, :0], "b_dec": w["b_dec"]})
     out["fifo"] = os.path.join(root, "fifo")

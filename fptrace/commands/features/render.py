@@ -25,13 +25,15 @@ def _name(r: DictionaryReadout) -> str:
 
 
 def summary(f: Features, r: DictionaryReadout) -> Text:
-    t = Text(f"{r.role.upper()} {_name(r)} ({r.format}, {r.activation}"
+    t = Text(f"{'SKIP ' if r.skip else ''}{r.role.upper()} {_name(r)} ({r.format}, "
+             f"{r.activation}"
              + (f", k = {r.k}" if r.k is not None else "") + f", {r.d_sae} latents)", style="bold")
     where = r.site if r.site == r.out_site else f"{r.site} → {r.out_site}"
     t.append(f" reads {where}")
     fvu = "—" if r.fvu is None else f"{r.fvu:.4f}"
     t.append(f"\nFVU {fvu} (massive positions left out)   mean L0 {r.l0:.1f}   "
-             f"x = Σ aᵢ·dᵢ + b_dec + error to {r.decomposition_gap:.2e} relative")
+             f"x = Σ aᵢ·dᵢ + {'x_in·W_skip + ' if r.skip else ''}b_dec + error to "
+             f"{r.decomposition_gap:.2e} relative")
     return t
 
 
@@ -43,11 +45,15 @@ POSITION_COLS = (Col("pos", 0, "right"), Col("token", 0), Col("‖x‖", 0, "rig
 def positions_table(f: Features, r: DictionaryReadout, width: int | None) -> RenderableType:
     rows = []
     for p in r.positions:
+        skip = [f"{p.skip_norm:.4g}"] if r.skip and p.skip_norm is not None else \
+            ["—"] if r.skip else []
         rows.append([str(p.position) + ("*" if p.massive else ""),
-                     Text(visible(f.tokens[p.position].text)), f"{p.norm:.4g}",
+                     Text(visible(f.tokens[p.position].text)), f"{p.norm:.4g}", *skip,
                      f"{p.error_norm:.4g}", f"{p.relative_error:.3f}", str(p.l0),
                      Text("  ".join(f"{v.latent}:{v.activation:.3g}" for v in p.top))])
-    return fit_table(POSITION_COLS, rows, width, title="Per position (* a massive activation: "
+    cols = (*POSITION_COLS[:3], Col("‖x·W_skip‖", 0, "right"), *POSITION_COLS[3:]) if r.skip \
+        else POSITION_COLS
+    return fit_table(cols, rows, width, title="Per position (* a massive activation: "
                      "decomposed, left out of the FVU)", title_justify="left")
 
 
@@ -56,7 +62,8 @@ TERM_COLS = (Col("term", 0), Col("activation", 0, "right"), Col("logits", 0, "ri
 
 
 def attribution_table(a: FeatureAttribution, width: int | None) -> RenderableType:
-    top = max([abs(x.logits) for x in a.latents] + [abs(a.error), abs(a.rest), abs(a.b_dec)])
+    top = max([abs(x.logits) for x in a.latents] + [abs(a.error), abs(a.rest), abs(a.b_dec),
+                                                    abs(a.skip or 0.0)])
     rows: list[list[Any]] = []
 
     def row(name: str, act: str, value: float) -> None:
@@ -66,6 +73,8 @@ def attribution_table(a: FeatureAttribution, width: int | None) -> RenderableTyp
     for x in a.latents:
         row(f"latent {x.latent}", f"{x.activation:.4g}", x.logits)
     row("other active latents", "", a.other_latents)
+    if a.skip is not None:
+        row("skip (x·W_skip: the transcoder's affine term)", "", a.skip)
     row("b_dec", "", a.b_dec)
     row("error (what the dictionary misses)", "", a.error)
     row("rest of the stream", "", a.rest)
@@ -137,6 +146,9 @@ def features_figure(f: Features) -> tuple[Figure, dict]:
             names = [f"latent {x.latent}" for x in a.latents] + ["other latents", "b_dec",
                                                                   "error", "rest"]
             values = [x.logits for x in a.latents] + [a.other_latents, a.b_dec, a.error, a.rest]
+            if a.skip is not None:
+                names.append("skip")
+                values.append(a.skip)
             s["terms"] = dict(zip(names, values))
             bx.barh(names[::-1], values[::-1],
                     color=["tab:green" if v >= 0 else "tab:red" for v in values[::-1]])
@@ -175,8 +187,11 @@ LAYER_COLS = (Col("block", 0, "right"), Col("FVU", 0, "right"), Col("L0", 0, "ri
 def transcoders_view(r: TranscodersResult, width: int | None = 120) -> RenderableType:
     """What `features train --transcoder` made: per block, how well its transcoder rebuilds the
     MLP's output on held-out text."""
-    t = Text(f"{len(r.layers)} TopK transcoders written to {r.out} (SAELens layout: "
-             "layer_L/cfg.json + sae_weights.safetensors)", style="bold")
+    t = Text(f"{len(r.layers)} TopK {'skip ' if r.skip else ''}transcoders written to {r.out} "
+             "(SAELens layout: layer_L/cfg.json + sae_weights.safetensors)", style="bold")
+    if r.skip:
+        t.append("\neach with a skip: ŷ = a·W_dec + b_dec + x·W_skip (W_skip started as the "
+                 "least-squares map), the FVU counting the skip term", style="")
     t.append(f"\n{r.latents} latents, k = {r.k}, each reading blocks.L.hook_mlp_in (the MLP's "
              f"input) and rebuilding blocks.L.hook_mlp_out of {r.model.name}; FVU: of the "
              "MLP's output")

@@ -6,7 +6,8 @@ from fptrace.results import SCHEMA_VERSION, Check, ModelInfo, Token, TopToken, r
 
 # the targets of the checks this command's results carry (`fptrace schema` joins them)
 CHECK_TARGETS = "`decomposition` (features)"
-SCHEMA_SINCE = "1.7"  # 1.4: the features kinds arrive; 1.7: features_train_transcoders
+# 1.4: the features kinds arrive; 1.7: features_train_transcoders; 1.11: skip transcoders
+SCHEMA_SINCE = "1.11"
 
 
 @result
@@ -29,7 +30,8 @@ class PositionFeatures:
     """‖x‖ of the vector the dictionary reconstructs here (the stream, or for a transcoder the
     MLP's output)."""
     error_norm: float
-    """‖error‖: x − (Σ aᵢ·dᵢ + b_dec)."""
+    """‖error‖: x − (Σ aᵢ·dᵢ + b_dec), a skip transcoder's skip term x_in·W_skip included in
+    what is subtracted."""
     relative_error: float
     """‖error‖² / ‖x‖²."""
     l0: int
@@ -39,6 +41,9 @@ class PositionFeatures:
     activation, usually the first token): left out of `fvu`, reported on its own."""
     top: tuple[LatentValue, ...]
     """The largest activations, largest first."""
+    skip_norm: float | None = None
+    """A skip transcoder's ‖x·W_skip‖ here (its affine term, beside the latents); null without
+    one."""
 
 
 @result
@@ -81,11 +86,14 @@ class FeatureAttribution:
     biases: float
     """The final norm's bias and the LM head's bias for the target (0 when the model has none)."""
     total: float
-    """latent_sum + b_dec + error + rest + biases."""
+    """latent_sum + skip + b_dec + error + rest + biases."""
     difference: float
     """total − model_logit."""
     tolerance: str
     """The rule `difference` is held to."""
+    skip: float | None = None
+    """A skip transcoder's skip term (x·W_skip, the affine part of its output), in logits; null
+    without one."""
 
 
 @result
@@ -129,13 +137,16 @@ class DictionaryReadout:
     l0: float
     """Mean active latents per position."""
     decomposition_gap: float
-    """max over positions of ‖Σ aᵢ·dᵢ (active latents) + b_dec + error − x‖ / max(1, ‖x‖),
-    computed in float64 from the float32 encoding: the decomposition's check."""
+    """max over positions of ‖Σ aᵢ·dᵢ (active latents) + b_dec (+ x_in·W_skip) + error − x‖ /
+    max(1, ‖x‖), computed in float64 from the float32 encoding: the decomposition's check."""
     attribution: FeatureAttribution | None
     """The target's logit split through this dictionary; null where it does not sum (the note
     says by how much) or when the dictionary's site is not part of the final stream."""
     latent: LatentTrace | None
     """`--latent N`: that latent over the positions; else null."""
+    skip: bool = False
+    """Whether it is a skip transcoder: its output a·W_dec + b_dec + x·W_skip, the skip term
+    counted in the decomposition and the logit split as its own term."""
 
 
 @result
@@ -320,5 +331,8 @@ class TranscodersResult:
     """`circuit-tracer` with --export circuit-tracer; else null."""
     export_folder: str | None
     """The exported folder (layer_{L}.safetensors + config.yaml); else null."""
+    skip: bool = False
+    """Skip transcoders (--skip): each output is a·W_dec + b_dec + x·W_skip, the FVU counting
+    the skip term."""
     kind: str = "features_train_transcoders"
     schema_version: str = SCHEMA_VERSION

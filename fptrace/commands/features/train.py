@@ -80,6 +80,7 @@ class TrainOptions:
     held_out: float = 0.1
     save_every: int = 200
     dead_after: int = 50_000
+    skip: bool = False  # a transcoder's affine term x·W_skip beside the latents (transcoders.py)
 
 
 def check_options(opts: TrainOptions) -> None:
@@ -113,7 +114,8 @@ def training_bytes(d: int, opts: TrainOptions, positions: int, rows: int = 1
     (one step's (b, n) tensors) and `stream` (the collected positions: `rows` vectors of d a
     position, 1 for an SAE, 2 for a transcoder: the MLP's input and output)."""
     n, b = opts.latents, min(opts.batch_tokens, max(positions, 1))
-    return {"sae": 10 * 4 * (2 * d * n + n + d), "step": 2 * 4 * b * n,
+    skip = d * d if opts.skip else 0  # a skip transcoder's W_skip
+    return {"sae": 10 * 4 * (2 * d * n + n + d + skip), "step": 2 * 4 * b * n,
             "stream": 4 * positions * d * rows}
 
 
@@ -236,10 +238,15 @@ def collect(lm: LoadedModel, items: Sequence[PromptItem], layer: int,
     return torch.cat(rows).float(), counts
 
 
-class TopK:
-    """The SAE being trained (float32, CPU)."""
+PARAMS = ("W_enc", "b_enc", "W_dec", "b_dec")
 
-    def __init__(self, d: int, n: int, k: int, seed: int, shift_input: bool = True) -> None:
+
+class TopK:
+    """The SAE being trained (float32, CPU); with `skip` (a skip transcoder), W_skip (d_in,
+    d_out) adds x·W_skip to the output, started at zero."""
+
+    def __init__(self, d: int, n: int, k: int, seed: int, shift_input: bool = True,
+                 skip: bool = False) -> None:
         import torch
 
         g = torch.Generator().manual_seed(seed)
@@ -253,9 +260,21 @@ class TopK:
         # an SAE encodes x − b_dec; a transcoder's b_dec lives in the output's space, so its
         # input is encoded as it is (SAELens's transcoders: apply_b_dec_to_input false)
         self.shift_input = shift_input
+        self.W_skip = torch.zeros(d, d, requires_grad=True) if skip else None
+
+    def named(self) -> list[tuple[str, torch.Tensor]]:
+        """(name, tensor) of every trained tensor, in Adam's order: PARAMS, then W_skip."""
+        out = list(zip(PARAMS, (self.W_enc, self.b_enc, self.W_dec, self.b_dec)))
+        return out + ([("W_skip", self.W_skip)] if self.W_skip is not None else [])
 
     def params(self) -> list:
-        return [self.W_enc, self.b_enc, self.W_dec, self.b_dec]
+        return [t for _, t in self.named()]
+
+    def out(self, a: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+        """The output from the activations a (b, n) of the inputs x (b, d_in): a·W_dec + b_dec,
+        plus x·W_skip for a skip transcoder."""
+        y = a @ self.W_dec + self.b_dec
+        return y if self.W_skip is None else y + x @ self.W_skip
 
     def pre(self, x: torch.Tensor) -> torch.Tensor:
         import torch
@@ -339,7 +358,12 @@ def fit(sae: TopK, x_train: torch.Tensor, y_train: torch.Tensor, out: str, opts:
         step, losses = _load_state(out, doc, sae, adam, since_fired)
     else:
         with torch.no_grad():
-            sae.b_dec.copy_(y_train[:opts.batch_tokens].mean(0))
+            if sae.W_skip is not None:  # the skip starts as the least-squares affine map
+                W, b = least_squares(x_train, y_train)
+                sae.W_skip.copy_(W)
+                sae.b_dec.copy_(b)
+            else:
+                sae.b_dec.copy_(y_train[:opts.batch_tokens].mean(0))
     resumed_from = step
     n = x_train.shape[0]
     data = torch.Generator().manual_seed(opts.seed + 1)
@@ -364,6 +388,27 @@ def fit(sae: TopK, x_train: torch.Tensor, y_train: torch.Tensor, out: str, opts:
     return steps, resumed_from, losses
 
 
+def least_squares(x: torch.Tensor, y: torch.Tensor, chunk: int = 16_384
+                  ) -> tuple[torch.Tensor, torch.Tensor]:
+    """(W (d_in, d_out), b (d_out,)) float32: the affine map x·W + b nearest to y (N, d_out) in
+    squared error over the rows of x (N, d_in), from the normal equations of the centred rows
+    accumulated in float64 a chunk at a time (a tiny ridge, 1e-6 of the mean variance, keeps a
+    rank-deficient x solvable)."""
+    import torch
+
+    n, d_in = x.shape
+    mx, my = x.double().mean(0), y.double().mean(0)
+    xtx = torch.zeros(d_in, d_in, dtype=torch.float64)
+    xty = torch.zeros(d_in, y.shape[1], dtype=torch.float64)
+    for i in range(0, n, chunk):
+        xc, yc = x[i:i + chunk].double() - mx, y[i:i + chunk].double() - my
+        xtx += xc.T @ xc
+        xty += xc.T @ yc
+    ridge = 1e-6 * float(xtx.diagonal().mean()) + 1e-12
+    W = torch.linalg.solve(xtx + ridge * torch.eye(d_in, dtype=torch.float64), xty)
+    return W.float(), (my - mx @ W).float()
+
+
 def evaluate(sae: TopK, x: torch.Tensor, y: torch.Tensor) -> tuple[float, float, int]:
     """(FVU, L0, dead latents) of `sae` rebuilding y (N, d_out) from x (N, d_in) on held-out
     positions: Σ‖y − ŷ‖² / Σ‖y − mean y‖², the mean active latents, the latents that fire on
@@ -372,7 +417,7 @@ def evaluate(sae: TopK, x: torch.Tensor, y: torch.Tensor) -> tuple[float, float,
 
     with torch.no_grad():
         a = sae.encode(x)  # (N, n)
-        err = y - (a @ sae.W_dec + sae.b_dec)
+        err = y - sae.out(a, x)
         fvu = float((err ** 2).sum() / ((y - y.mean(0)) ** 2).sum())
         dead = int(((a != 0).sum(0) == 0).sum())
         l0 = float((a != 0).sum(-1).float().mean())
@@ -399,7 +444,7 @@ def _step(sae: TopK, adam: torch.optim.Optimizer, x: torch.Tensor, y: torch.Tens
     pre = sae.pre(x)  # (b, n)
     vals, idx = pre.topk(opts.k, dim=-1)
     a = torch.zeros_like(pre).scatter(-1, idx, vals)
-    recon = a @ sae.W_dec + sae.b_dec  # (b, d_out)
+    recon = sae.out(a, x)  # (b, d_out)
     var = ((y - y.mean(0)) ** 2).sum()
     loss = ((recon - y) ** 2).sum() / var
     dead = since_fired >= opts.dead_after
@@ -440,8 +485,7 @@ def _save(out: str, sae: TopK, adam: torch.optim.Optimizer, since_fired: torch.T
     from safetensors.torch import save
 
     os.makedirs(out, exist_ok=True)
-    tensors = {n: t.detach().clone().contiguous() for n, t in
-               zip(("W_enc", "b_enc", "W_dec", "b_dec"), sae.params())}
+    tensors = {n: t.detach().clone().contiguous() for n, t in sae.named()}
     for i, p in enumerate(sae.params()):
         st = adam.state.get(p, {})
         for key in ("exp_avg", "exp_avg_sq"):
@@ -498,7 +542,7 @@ def _load_state(out: str, doc: dict, sae: TopK, adam: torch.optim.Optimizer,
         raise BadInput(f"{param('resume')}: cannot read {os.path.join(out, STATE)!r}: "
                        f"{e}") from None
     with torch.no_grad():
-        for n, p in zip(("W_enc", "b_enc", "W_dec", "b_dec"), sae.params()):
+        for n, p in sae.named():
             if tuple(t[n].shape) != tuple(p.shape):
                 raise BadInput(f"{param('resume')}: {out!r} holds {n} of shape "
                                f"{tuple(t[n].shape)}, not "
@@ -517,10 +561,12 @@ def _load_state(out: str, doc: dict, sae: TopK, adam: torch.optim.Optimizer,
 def write_saelens_folder(out: str, sae: TopK, opts: TrainOptions, lm: LoadedModel,
                    transcoder: bool = False) -> None:
     """cfg.json + sae_weights.safetensors in `out`: a TopK SAE of the stream after block L, or
-    with `transcoder` a TopK transcoder of block L's MLP (architecture `topk_transcoder`: read by
-    fptrace; SAELens 6 has no TopK transcoder class), named as SAELens names its transcoders'
-    places: hook_name the MLP's input after its norm (`blocks.L.ln2.hook_normalized`),
-    hook_name_out what the MLP adds to the stream (`blocks.L.hook_mlp_out`)."""
+    with `transcoder` a TopK transcoder of block L's MLP (architecture `topk_transcoder`, with a
+    skip `topk_skip_transcoder` and W_skip stored (d_out, d_in) as SAELens's SkipTranscoder
+    stores it: read by fptrace; SAELens 6 has no TopK transcoder class), named as SAELens
+    names its transcoders' places: hook_name the MLP's input after its norm
+    (`blocks.L.ln2.hook_normalized`), hook_name_out what the MLP adds to the stream
+    (`blocks.L.hook_mlp_out`)."""
     from safetensors.torch import save
 
     tok = lm.tokenizer
@@ -543,12 +589,15 @@ def write_saelens_folder(out: str, sae: TopK, opts: TrainOptions, lm: LoadedMode
            **places, "model_name": lm.name,
            "metadata": {"model_name": lm.name, **places, "prepend_bos": prepend_bos,
                         "context_size": None, "seqpos_slice": [1, None]}}
-    weights = {n: t.detach().clone().contiguous() for n, t in
-               zip(("W_enc", "b_enc", "W_dec", "b_dec"), sae.params())}
+    weights = {n: t.detach().clone().contiguous() for n, t in sae.named()}
+    if sae.W_skip is not None:  # SAELens's SkipTranscoder: (d_out, d_in), added as x·W_skipᵀ
+        weights["W_skip"] = sae.W_skip.detach().T.contiguous()
+        cfg["architecture"] = "topk_skip_transcoder"
     os.makedirs(out, exist_ok=True)
     atomic_write(os.path.join(out, "sae_weights.safetensors"), save(weights))
     atomic_write(os.path.join(out, "cfg.json"), json.dumps(cfg, indent=2).encode())
 
 __all__ = ["TopK", "TrainOptions", "check_before_load", "check_memory", "check_options",
            "check_out", "check_source", "collect", "estimated_positions", "evaluate", "fit",
-           "inputs_digest", "model_sizes", "split_held_out", "train", "training_bytes"]
+           "inputs_digest", "least_squares", "model_sizes", "split_held_out", "train",
+           "training_bytes"]

@@ -166,7 +166,11 @@ def graph_bytes(lm: LoadedModel, g: AttributionGraph, batch_size: int = BATCH,
     copies = 3 if g.computed == g.candidates else 4
     assembly = copies * 8 * rows * n + rows * n + 8 * rows * rows
     sources = len({e.source for e in g.edges})
-    split_ = vectors_bytes(sources, L, d) + batch * 8 * T * (L + 1) * d
+    # skip transcoders: per source what it adds to each skip term, per target the gradient there
+    skips = 0 if transcoders is None else sum(t.W_skip is not None
+                                              for t in transcoders.by_block.values())
+    split_ = vectors_bytes(sources, L, d) + batch * 8 * T * (L + 1) * d + \
+        8 * (sources + batch * T) * skips * d
     return {"float64_copy": copy, "frozen_passes": passes, "backward": backward,
             "assembly": assembly, "split": split_,
             "peak": copy + passes + max(backward, assembly, split_)}
@@ -352,7 +356,7 @@ def split_edges(g: AttributionGraph, queries: list[int], nodes_at: dict,
         end = _pass_end(t, ends, total)
         by_pass.setdefault(end, {}).setdefault(t, []).append(e)
     E = len(g.edges)
-    direct, parts = np.zeros(E), None
+    direct, parts, skip = np.zeros(E), None, np.zeros(E)
     for end, per_target in sorted(by_pass.items()):
         p = pass_for(end)
         targets = list(per_target)
@@ -367,12 +371,13 @@ def split_edges(g: AttributionGraph, queries: list[int], nodes_at: dict,
             if parts is None:
                 parts = np.zeros((E, L, got.parts.shape[2]))
             direct[rows], parts[rows] = got.direct, got.parts
+            skip[rows] = got.skip.sum(1)
         del vecs  # freed before the next pass's are made (S × L × d values: vectors_bytes)
     flat = (np.zeros((E, 0)) if parts is None else parts.reshape(E, -1))  # (E, L·nh)
     nh = 1 if parts is None else parts.shape[2]
     weight = np.array([e.weight for e in g.edges])
-    err = np.abs(direct + flat.sum(1) - weight)
-    scale = np.maximum(np.maximum(np.abs(weight), 1e-6 * (np.abs(direct)
+    err = np.abs(direct + flat.sum(1) + skip - weight)
+    scale = np.maximum(np.maximum(np.abs(weight), 1e-6 * (np.abs(direct) + np.abs(skip)
                                                           + np.abs(flat).sum(1))), 1e-300)
     rel = err / scale
     worst_i = int(np.argmax(rel)) if E else 0
@@ -383,13 +388,16 @@ def split_edges(g: AttributionGraph, queries: list[int], nodes_at: dict,
     top_vals = np.take_along_axis(flat, top, axis=1)  # (E, k)
     rest = flat.sum(1) - np.where(top_vals != 0.0, top_vals, 0.0).sum(1)
     edges = []
-    for edge, cs, vs, d, r in zip(g.edges, top.tolist(), top_vals.tolist(), direct.tolist(),
-                                  rest.tolist(), strict=True):
+    skipping = bool(np.any(skip != 0.0))
+    for edge, cs, vs, d, r, sk in zip(g.edges, top.tolist(), top_vals.tolist(), direct.tolist(),
+                                      rest.tolist(), skip.tolist(), strict=True):
         heads = tuple(EdgeHead(layer=c // nh, head=c % nh, share=v)
                       for c, v in zip(cs, vs, strict=True) if v != 0.0)
-        edges.append(replace(edge, direct=d, heads=heads, heads_rest=r))
+        edges.append(replace(edge, direct=d, heads=heads, heads_rest=r,
+                             skip=sk if skipping else None))
+    plus = " + skip" if skipping else ""
     check = GraphCheck(name="graph_heads", value=worst, ok=worst <= RTOL, worst=where,
-                       tolerance=f"|direct + Σ heads' shares − edge| ≤ {RTOL:g}·max(|edge|, "
+                       tolerance=f"|direct + Σ heads' shares{plus} − edge| ≤ {RTOL:g}·max(|edge|, "
                                  "1e-6·Σ|shares|) for every kept edge (float64)")
     return tuple(edges), check
 
@@ -706,7 +714,8 @@ def _assemble(lm: LoadedModel, prepared: Prepared, queries: list[int], ids: list
                                      limit=limit))
     info = model_info(lm)
     ranked = [nodes[i] for i in by_influence if i < nn_]
-    freezing = freezing_lines(lm.parts.family, tset is not None, layout.experts, L)
+    skip = tset is not None and any(t.W_skip is not None for t in tset.by_block.values())
+    freezing = freezing_lines(lm.parts.family, tset is not None, layout.experts, L, skip)
     routes = graph_routes(real.routes, {(nodes[i].layer, nodes[i].position) for i in kept
                                         if nodes[i].node_type in ("neuron", "other neurons")})
     return AttributionGraph(

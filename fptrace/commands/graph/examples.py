@@ -15,15 +15,19 @@ PROMPT = [5, 6, 7, 8, 9, 10]
 
 
 def write_transcoder(folder: str, block: int, d_model: int, d_sae: int, seed: int = 0,
-                     k: int = 8, architecture: str = "topk_transcoder") -> str:
+                     k: int = 8, architecture: str = "topk_transcoder", skip: float = 0.0
+                     ) -> str:
     """A TopK transcoder of block `block` (its MLP's input → its output) with seeded random
     weights, written in SAELens's layout; architecture "standard" writes an SAE of the stream
-    instead (what a graph must refuse)."""
+    instead (what a graph must refuse). skip > 0: a skip transcoder (`topk_skip_transcoder`),
+    W_skip random of that scale, stored (d_out, d_in) as SAELens stores it."""
     import numpy as np
     from safetensors.numpy import save_file
 
     r = np.random.default_rng(seed)
     os.makedirs(folder, exist_ok=True)
+    if skip:
+        architecture = "topk_skip_transcoder"
     cfg: dict[str, object] = {"architecture": architecture, "d_in": d_model, "d_sae": d_sae,
                               "normalize_activations": "none", "dtype": "float32"}
     if architecture == "standard":
@@ -36,16 +40,19 @@ def write_transcoder(folder: str, block: int, d_model: int, d_sae: int, seed: in
     w = {"W_enc": r.normal(size=(d_model, d_sae)) / np.sqrt(d_model),
          "W_dec": r.normal(size=(d_sae, d_model)) / np.sqrt(d_sae),
          "b_enc": r.normal(size=d_sae) * 0.1, "b_dec": r.normal(size=d_model) * 0.1}
+    if skip:
+        w["W_skip"] = r.normal(size=(d_model, d_model)) * skip / np.sqrt(d_model)
     save_file({n: np.ascontiguousarray(v, dtype=np.float32) for n, v in w.items()},
               os.path.join(folder, "sae_weights.safetensors"))
     return folder
 
 
 def write_transcoders(folder: str, blocks: range | list[int], d_model: int, d_sae: int = 32,
-                      k: int = 8) -> str:
-    """One seeded transcoder per block in folder/layer_{block}."""
+                      k: int = 8, skip: float = 0.0) -> str:
+    """One seeded transcoder per block in folder/layer_{block} (skip > 0: skip transcoders)."""
     for b in blocks:
-        write_transcoder(os.path.join(folder, f"layer_{b}"), b, d_model, d_sae, seed=b, k=k)
+        write_transcoder(os.path.join(folder, f"layer_{b}"), b, d_model, d_sae, seed=b, k=k,
+                         skip=skip)
     return folder
 
 

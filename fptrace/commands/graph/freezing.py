@@ -94,18 +94,26 @@ SINK_FREEZING = ("attention sinks (gpt-oss): each head's learned sink logit join
                  "softmax and its column is then dropped, as the model computes it, so a row "
                  "sums to 1 − the sink's share; that pattern is the one held (the mask as the "
                  "model gives it: sliding-window or full)")
+# said besides, where a transcoder of the set has a skip (an affine term x·W_skip)
+SKIP_FREEZING = ("a skip transcoder's skip term x·W_skip is a linear path, held by nothing: no "
+                 "node of its own, the gradient flows through it into the MLP's input (the "
+                 "frozen norm, the stream), as through attention's OV")
 TRANSCODER_EDGE = ("an edge is the direct effect of a source (its value × the gradient of the "
                    "target under this freezing, through no other latent) on a latent's "
                    "activation or a logit")
 
 
 def freezing_lines(family: Family, transcoders: bool,
-                   experts: dict[int, ExpertLayout], blocks: int) -> tuple[str, ...]:
+                   experts: dict[int, ExpertLayout], blocks: int,
+                   skip: bool = False) -> tuple[str, ...]:
     """What a graph holds fixed, printed with it: FREEZING (TRANSCODER_FREEZING with
-    `transcoders`); with MoE blocks (`experts`, of `blocks`), the router's and the experts'
-    lines (gpt-oss's clamped experts: CLAMPED_FREEZING), the dense gate's line only where a
-    block is dense; SINK_FREEZING where the family's attention has sinks."""
+    `transcoders`, and SKIP_FREEZING where one of them has a skip: `skip`); with MoE blocks
+    (`experts`, of `blocks`), the router's and the experts' lines (gpt-oss's clamped experts:
+    CLAMPED_FREEZING), the dense gate's line only where a block is dense; SINK_FREEZING where
+    the family's attention has sinks."""
     lines = TRANSCODER_FREEZING if transcoders else FREEZING
+    if transcoders and skip:
+        lines = (*lines[:3], SKIP_FREEZING, *lines[3:])
     if experts:
         clamped = any(lay.limit is not None for lay in experts.values())
         dense = FREEZING[2:3] if len(experts) < blocks else ()
@@ -199,6 +207,9 @@ class Pass:
     # those that fire somewhere, in order); a layer absent: every neuron, in order
     columns: dict = field(default_factory=dict)
     errors: dict = field(default_factory=dict)  # layer -> (B, T, d) a transcoder's error, a leaf
+    # layer -> (B, T, d) a skip transcoder's skip term x·W_skip (a linear path; heads.py splits
+    # what passes through it)
+    skips: dict = field(default_factory=dict)
     biases: list = field(default_factory=list)  # (bias (n,), the module's output (..., n))
     logits: Any = None  # (B, Q, V) the LM head's output at the query positions
     replay: Replay | None = None  # a replay's rows (verify.py), or None for the frozen pass
@@ -495,6 +506,6 @@ def frozen(model: Any, parts: ModelParts, sites: MlpSites | None,
             model.set_attn_implementation(before)
 
 
-__all__ = ["ATTENTION", "EDGE_MEANING", "FREEZING", "SINK_FREEZING", "TRANSCODER_EDGE",
-           "TRANSCODER_FREEZING", "MlpSites", "Pass", "Replay", "float64_norms",
-           "freezing_lines", "frozen", "mlp_sites"]
+__all__ = ["ATTENTION", "EDGE_MEANING", "FREEZING", "SINK_FREEZING", "SKIP_FREEZING",
+           "TRANSCODER_EDGE", "TRANSCODER_FREEZING", "MlpSites", "Pass", "Replay",
+           "float64_norms", "freezing_lines", "frozen", "mlp_sites"]

@@ -61,6 +61,7 @@ class Splits:
 
     direct: np.ndarray  # (E,)
     parts: np.ndarray  # (E, L, nh): block l's head h's part (0 for blocks before the source's)
+    skip: np.ndarray  # (E, L): block l's skip term's part (0 without a skip, or before the source)
 
 
 def _jvp(out: torch.Tensor, inp: torch.Tensor, V: torch.Tensor) -> torch.Tensor:
@@ -147,6 +148,33 @@ def through_values(p: Pass, sources: list[Source], w: torch.Tensor
     return got
 
 
+def through_skips(p: Pass, sources: list[Source], w: torch.Tensor
+                  ) -> dict[int, tuple[torch.Tensor, torch.Tensor]]:
+    """block l (a skip transcoder's) -> (K_l,s · w of each source before block l, (n_l + 1,
+    d), then a row of zeros; each source's row there, (n,)): what its vector adds to block l's
+    skip term at its position (through_values' layout)."""
+    import torch
+
+    got = {}
+    n = len(sources)
+    for layer in sorted(p.skips):
+        out, x = p.skips[layer], p.reads[layer]  # (1, T, d), (1, T, d)
+        before = [i for i, s in enumerate(sources) if s.layer is None or s.layer < layer]
+        res = torch.zeros((len(before) + 1, out.shape[-1]), dtype=w.dtype, device=w.device)
+        row = torch.full((n,), len(before), dtype=torch.long, device=w.device)
+        row[before] = torch.arange(len(before), device=w.device)
+        for start in range(0, len(before), SOURCES):
+            chunk = before[start:start + SOURCES]
+            pos = torch.tensor([sources[i].position for i in chunk], device=w.device)
+            V = torch.zeros((len(chunk), *x.shape), dtype=x.dtype, device=x.device)
+            V[torch.arange(len(chunk)), 0, pos] = w[chunk]
+            jv = _jvp(out, x, V)  # (n, 1, T, d)
+            res[start:start + len(chunk)] = jv[torch.arange(len(chunk), device=jv.device), 0,
+                                               pos]
+        got[layer] = (res, row)
+    return got
+
+
 def _reads(p: Pass, t: Target) -> torch.Tensor:
     """The stream the target reads: its block's MLP input stream, or the final norm's."""
     if t.layer is not None:
@@ -155,21 +183,25 @@ def _reads(p: Pass, t: Target) -> torch.Tensor:
     return p.final_in
 
 
-def gradients(p: Pass, targets: list[Target]) -> tuple[dict[int, torch.Tensor], torch.Tensor]:
+def gradients(p: Pass, targets: list[Target]
+              ) -> tuple[dict[int, torch.Tensor], torch.Tensor, dict[int, torch.Tensor]]:
     """For each target (a batch): the gradient with respect to each block's values, block l ->
-    (n, nh, T, hd), and with respect to the stream it reads (n, T, d)."""
+    (n, nh, T, hd), with respect to the stream it reads (n, T, d), and with respect to each
+    skip transcoder's skip term, block l -> (n, T, d)."""
     import torch
 
     outputs, grads = seeds(p, targets)
     top = max((t.layer for t in targets if t.layer is not None), default=None)
     any_logit = any(t.layer is None for t in targets)
     layers = [l for l in sorted(p.values) if any_logit or top is None or l <= top]
+    skips = [l for l in sorted(p.skips) if any_logit or top is None or l < top]
     reads: list[torch.Tensor] = []
     for t in targets:
         r = _reads(p, t)
         if not any(r is x for x in reads):
             reads.append(r)
-    got = torch.autograd.grad(outputs, [p.values[l] for l in layers] + reads, grads,
+    got = torch.autograd.grad(outputs, [p.values[l] for l in layers] + reads +
+                              [p.skips[l] for l in skips], grads,
                               retain_graph=True, allow_unused=True, is_grads_batched=True)
     n = len(targets)
     by_layer = {}
@@ -185,7 +217,12 @@ def gradients(p: Pass, targets: list[Target]) -> tuple[dict[int, torch.Tensor], 
         g = got[len(layers) + k]
         if g is not None:
             direct[b] = g[b, 0]
-    return by_layer, direct
+    by_skip = {}
+    for layer, g in zip(skips, got[len(layers) + len(reads):], strict=True):
+        s = p.skips[layer]
+        by_skip[layer] = (torch.zeros((n, *s.shape[1:]), dtype=s.dtype, device=s.device)
+                          if g is None else g[:, 0])
+    return by_layer, direct, by_skip
 
 
 EDGES = 4096  # edges whose parts are gathered at once
@@ -195,11 +232,13 @@ EDGES = 4096  # edges whose parts are gathered at once
 class Vectors:
     """What sources write, in one pass: each source's row, its vector w (S, d) in the stream,
     and per block l what w adds to each head's values there and each source's row of it
-    (through_values: the sources before block l only, then zeros)."""
+    (through_values: the sources before block l only, then zeros); per skip transcoder's block,
+    what w adds to its skip term (through_skips)."""
 
     at: dict[Source, int]
     w: torch.Tensor
     u: dict[int, tuple[torch.Tensor, torch.Tensor]]
+    k: dict[int, tuple[torch.Tensor, torch.Tensor]] = field(default_factory=dict)
 
 
 def vectors(p: Pass, sources: set[Source] | list[Source]) -> Vectors:
@@ -209,7 +248,7 @@ def vectors(p: Pass, sources: set[Source] | list[Source]) -> Vectors:
                                                   s.error))
     w = written(p, ordered)  # (S, d)
     return Vectors(at={s: i for i, s in enumerate(ordered)}, w=w,
-                   u=through_values(p, ordered, w))
+                   u=through_values(p, ordered, w), k=through_skips(p, ordered, w))
 
 
 def split(p: Pass, targets: list[Target], edges: list[tuple[int, Source]], L: int,
@@ -222,7 +261,7 @@ def split(p: Pass, targets: list[Target], edges: list[tuple[int, Source]], L: in
 
     vecs = vectors(p, {s for _, s in edges}) if vecs is None else vecs
     at, w, u = vecs.at, vecs.w, vecs.u
-    g, direct = gradients(p, targets)  # l -> (n, nh, T, hd); (n, T, d)
+    g, direct, gs = gradients(p, targets)  # l -> (n, nh, T, hd); (n, T, d); l -> (n, T, d)
     nh = next(iter(p.values.values())).shape[1]
     device = w.device
     b_all = torch.tensor([b for b, _ in edges], device=device, dtype=torch.long)
@@ -232,6 +271,7 @@ def split(p: Pass, targets: list[Target], edges: list[tuple[int, Source]], L: in
                            device=device, dtype=torch.long)
     E = len(edges)
     parts = np.zeros((E, L, nh))
+    skip = np.zeros((E, L))
     out_direct = np.zeros(E)
     for start in range(0, E, EDGES):
         sl = slice(start, start + EDGES)
@@ -242,7 +282,11 @@ def split(p: Pass, targets: list[Target], edges: list[tuple[int, Source]], L: in
             share = (gl[b, :, pos] * ul[row[i]]).sum(-1)  # (e, nh)
             share = share * (src < layer)[:, None]  # a head reads what was written before it
             parts[sl, layer] = share.cpu().numpy()
-    return Splits(direct=out_direct, parts=parts)
+        for layer, gl in gs.items():
+            kl, row = vecs.k[layer]
+            part = (gl[b, pos] * kl[row[i]]).sum(-1)  # (e,)
+            skip[sl, layer] = (part * (src < layer)).cpu().numpy()  # read after it was written
+    return Splits(direct=out_direct, parts=parts, skip=skip)
 
 
 def by_query(p: Pass, target: Target, source: Source, layer: int, head: int) -> np.ndarray:
@@ -267,4 +311,5 @@ def by_query(p: Pass, target: Target, source: Source, layer: int, head: int) -> 
     return (pattern[0, head, :, source.position] * (gq @ u)).detach().cpu().numpy()
 
 
-__all__ = ["Source", "Splits", "Vectors", "by_query", "split", "through_values", "written"]
+__all__ = ["Source", "Splits", "Vectors", "by_query", "split", "through_skips", "through_values",
+           "written"]

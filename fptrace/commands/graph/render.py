@@ -152,16 +152,22 @@ def heads_table(g: AttributionGraph, width: int | None) -> RenderableType | None
     """The kept edges that attention carries most (|weight − direct|), each with its heads."""
     names = _names(g)
     carried = sorted((e for e in g.edges if e.direct is not None and e.heads),
-                     key=lambda e: -abs(e.weight - (e.direct or 0.0)))[:TOP_EDGES]
+                     key=lambda e: -abs(e.weight - (e.direct or 0.0) - (e.skip or 0.0)))
+    carried = carried[:TOP_EDGES]
     if not carried:
         return None
+    skips = any(e.skip is not None for e in carried)  # skip transcoders: their part, a column
     rows = [[f"{names.get(e.source, e.source)} → {names.get(e.target, e.target)}",
              f"{e.weight:+.3f}", f"{e.direct:+.3f}",
              ", ".join(f"L{h.layer}.H{h.head}: {h.share:+.3f}" for h in e.heads),
-             f"{e.heads_rest or 0.0:+.3f}"] for e in carried]
-    return fit_table(HEAD_COLS, rows, width, title="Edges through attention heads (the kept "
+             f"{e.heads_rest or 0.0:+.3f}", *([f"{e.skip or 0.0:+.3f}"] if skips else [])]
+            for e in carried]
+    cols = (*HEAD_COLS, Col("skip", 1, "right")) if skips else HEAD_COLS
+    plus = (" + skip (the part whose first hop is a skip transcoder's x·W_skip)" if skips
+            else "")
+    return fit_table(cols, rows, width, title="Edges through attention heads (the kept "
                      "edges attention carries most: weight = direct + the heads' shares + "
-                     "other heads; a head's share: the part whose first hop is that head "
+                     f"other heads{plus}; a head's share: the part whose first hop is that head "
                      "reading the source's position)", title_justify="left")
 
 

@@ -11,7 +11,7 @@ from fptrace.results import SCHEMA_VERSION, Check, ModelInfo, QKTerm, Token, res
 # (GraphNode.expert, .shared_expert, .neuron; AttributionGraph.routes, GraphRoute); 1.10: heads
 # on edges (GraphEdge.direct, .heads, .heads_rest; EdgeHead; the graph_heads check) and --qk
 # (AttributionGraph.qk, GraphQK; the graph_qk check)
-SCHEMA_SINCE = "1.10"
+SCHEMA_SINCE = "1.11"  # 1.11: GraphEdge.skip (skip transcoders)
 
 CHECK_TARGETS = ("for `graph`: `graph_sums` (every computed node's incoming edges plus its bias "
                  "terms equal its value in the model, float64), `graph_model` (the float64 "
@@ -130,11 +130,15 @@ class GraphEdge:
     direct: float | None = None
     """The part of the weight that passes through no attention head: the target reading the
     source's vector in the stream at the source's own position (0 when the two positions
-    differ). direct + Σ heads' shares + heads_rest = weight (checked: graph_heads)."""
+    differ). direct + Σ heads' shares + heads_rest (+ skip) = weight (checked: graph_heads)."""
     heads: tuple[EdgeHead, ...] = ()
     """The heads whose first hop carries the largest parts (at most 4, by |share|)."""
     heads_rest: float | None = None
     """The parts of every other head, summed."""
+    skip: float | None = None
+    """With skip transcoders: the part whose first hop is a later block's skip term x·W_skip
+    reading the source's vector at its own position (summed over the blocks); null without
+    a skip transcoder."""
 
 
 @result

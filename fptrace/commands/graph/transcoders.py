@@ -10,16 +10,22 @@ their error node (said in the graph's notes).
 
 In the frozen pass (freezing.py) the MLP module of block l returns, instead of its output y,
 
-    ŷ = a · W_dec + b_dec + e,    a = r ⊙ p,    p = x · W_enc + c,
+    ŷ = a · W_dec + b_dec + x · W_skip + e,    a = r ⊙ p,    p = x · W_enc + c,
 
 x the MLP's input (the frozen norm's output), c the encoder's bias (b_enc − b_dec · W_enc when
 the format subtracts b_dec from the input), r the activation function held at its value
 (r = a / p: 1 for a latent that fires through ReLU, JumpReLU or TopK, 0 for the others),
-and e = y − (a · W_dec + b_dec) the transcoder's error, a constant. ŷ equals y (to
+x · W_skip a skip transcoder's affine term (absent without one), and e = y − (a · W_dec + b_dec
++ x · W_skip) the transcoder's error, a constant. ŷ equals y (to
 float64's rounding), so every later value is the model's own; a is a leaf (a gradient stops
 there: an edge is a direct effect), e is a leaf too (its edges are the error node's), c and
-b_dec are bias terms. Only the latents that fire at some position of the prompt are columns of
-a and p there (`Pass.columns`): a latent that never fires is 0 everywhere and has no edge.
+b_dec are bias terms. The skip term is a linear path, as attention's OV is: no node of its own,
+the gradient flows through it into x, the frozen norm before the MLP and the stream, so a
+source's edge to a later node counts what it writes through the skip (circuit-tracer's
+replacement model does the same: its MLP output is skip + (y − skip) detached, the gradient
+flowing through x · W_skipᵀ only). Only the latents that fire at some position of the prompt
+are columns of a and p there (`Pass.columns`): a latent that never fires is 0 everywhere and
+has no edge.
 
 The MLP's own computation still runs (its output gives e): a mixture of experts' block is
 replaced like a dense one, its router and experts held inside the error.
@@ -59,6 +65,11 @@ class Transcoder:
     b_dec: torch.Tensor  # (d,)
     threshold: torch.Tensor | None  # (n,) or None
     k: int | None
+    W_skip: torch.Tensor | None = None  # (d, d) a skip transcoder's x · W_skip
+
+    def skip(self, x: torch.Tensor) -> torch.Tensor | float:
+        """x · W_skip, a skip transcoder's affine term (0.0 without one): linear in x."""
+        return 0.0 if self.W_skip is None else x @ self.W_skip
 
     @property
     def width(self) -> int:
@@ -178,6 +189,10 @@ def replacement_hook(state: Pass, layer: int, tc: Transcoder | None) -> Callable
             leaf = a.detach().requires_grad_(True)  # a gradient stops here: edges are direct
             state.leaves[layer] = leaf
             recon = leaf @ tc.W_dec[kept] + tc.b_dec  # (B, T, d)
+            if tc.W_skip is not None:  # the skip term: a linear path through x, no leaf
+                skip = tc.skip(x)
+                state.skips[layer] = skip
+                recon = recon + skip
             err = (y.detach() - recon.detach()).requires_grad_(True)
             state.errors[layer] = err
             new = recon + err
@@ -201,8 +216,9 @@ def _replayed(state: Pass, replay: Replay, layer: int, tc: Transcoder | None, x:
     r = torch.where(p0 != 0, a0 / torch.where(p0 != 0, p0, 1.0), 0.0)
     state.acts[layer] = r * p
     base = a0.expand_as(p).clone() if replay.hold else r * p
-    error = y[:1] - (a0 @ tc.W_dec + tc.b_dec)  # (1, T, d)
-    return replay.remove(base, layer) @ tc.W_dec + tc.b_dec + error
+    error = y[:1] - (a0 @ tc.W_dec + tc.b_dec + tc.skip(x[:1]))  # (1, T, d)
+    # the skip term follows each row's input (a linear path, held by nothing)
+    return replay.remove(base, layer) @ tc.W_dec + tc.b_dec + tc.skip(x) + error
 
 
 def latents_hook(acts: dict, layer: int, tc: Transcoder) -> Callable[..., None]:
@@ -223,7 +239,8 @@ def _float64(d: Dictionary, device: torch.device) -> Transcoder:
     c = b_enc - b_dec @ W_enc if d.shift_input else b_enc
     return Transcoder(block=d.site.layer, path=d.path, kind=d.kind, W_enc=W_enc, c=c,
                       W_dec=f64(d.W_dec), b_dec=b_dec,
-                      threshold=None if d.threshold is None else f64(d.threshold), k=d.k)
+                      threshold=None if d.threshold is None else f64(d.threshold), k=d.k,
+                      W_skip=None if d.W_skip is None else f64(d.W_skip))
 
 
 __all__ = ["Transcoder", "TranscoderSet", "latents_hook", "read_transcoders", "replacement_hook"]
