@@ -125,27 +125,8 @@ def through_values(p: Pass, sources: list[Source], w: torch.Tensor
     its vector adds to each head's values of block l at its position. Only the sources before
     a block have a row of it: about half the rows of every source at every block, which is
     S × L × d float64 values (0.7 GB for 5,000 sources on the bundled model)."""
-    import torch
-
-    got = {}
-    n = len(sources)
-    for layer in sorted(p.values):
-        vals, x = p.values[layer], p.blocks_in[layer]  # (1, nh, T, hd), (1, T, d)
-        before = [i for i, s in enumerate(sources) if s.layer is None or s.layer < layer]
-        res = torch.zeros((len(before) + 1, vals.shape[1], vals.shape[3]), dtype=w.dtype,
-                          device=w.device)
-        row = torch.full((n,), len(before), dtype=torch.long, device=w.device)
-        row[before] = torch.arange(len(before), device=w.device)
-        for start in range(0, len(before), SOURCES):
-            chunk = before[start:start + SOURCES]
-            pos = torch.tensor([sources[i].position for i in chunk], device=w.device)
-            V = torch.zeros((len(chunk), *x.shape), dtype=x.dtype, device=x.device)
-            V[torch.arange(len(chunk)), 0, pos] = w[chunk]
-            jv = _jvp(vals, x, V)  # (n, 1, nh, T, hd)
-            res[start:start + len(chunk)] = jv[torch.arange(len(chunk), device=jv.device), 0,
-                                               :, pos]
-        got[layer] = (res, row)
-    return got
+    return {layer: _before(p.values[layer], p.blocks_in[layer], sources, w, layer, 1)
+            for layer in sorted(p.values)}  # values (1, nh, T, hd) of block inputs (1, T, d)
 
 
 def through_skips(p: Pass, sources: list[Source], w: torch.Tensor
@@ -153,26 +134,32 @@ def through_skips(p: Pass, sources: list[Source], w: torch.Tensor
     """block l (a skip transcoder's) -> (K_l,s · w of each source before block l, (n_l + 1,
     d), then a row of zeros; each source's row there, (n,)): what its vector adds to block l's
     skip term at its position (through_values' layout)."""
+    return {layer: _before(p.skips[layer], p.reads[layer], sources, w, layer, 0)
+            for layer in sorted(p.skips)}  # skip terms (1, T, d) of the MLP's inputs (1, T, d)
+
+
+def _before(out: torch.Tensor, x: torch.Tensor, sources: list[Source], w: torch.Tensor,
+            layer: int, axis: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(what each source before block `layer` adds to `out` (1, ...) at its own position
+    (axis `axis` of out[0]) through x (1, T, d), its vector w there: (n_l + 1, ...), then a row
+    of zeros; each source's row there, (n,)): through_values' and through_skips' layout."""
     import torch
 
-    got = {}
     n = len(sources)
-    for layer in sorted(p.skips):
-        out, x = p.skips[layer], p.reads[layer]  # (1, T, d), (1, T, d)
-        before = [i for i, s in enumerate(sources) if s.layer is None or s.layer < layer]
-        res = torch.zeros((len(before) + 1, out.shape[-1]), dtype=w.dtype, device=w.device)
-        row = torch.full((n,), len(before), dtype=torch.long, device=w.device)
-        row[before] = torch.arange(len(before), device=w.device)
-        for start in range(0, len(before), SOURCES):
-            chunk = before[start:start + SOURCES]
-            pos = torch.tensor([sources[i].position for i in chunk], device=w.device)
-            V = torch.zeros((len(chunk), *x.shape), dtype=x.dtype, device=x.device)
-            V[torch.arange(len(chunk)), 0, pos] = w[chunk]
-            jv = _jvp(out, x, V)  # (n, 1, T, d)
-            res[start:start + len(chunk)] = jv[torch.arange(len(chunk), device=jv.device), 0,
-                                               pos]
-        got[layer] = (res, row)
-    return got
+    before = [i for i, s in enumerate(sources) if s.layer is None or s.layer < layer]
+    shape = out.shape[1:axis + 1] + out.shape[axis + 2:]
+    res = torch.zeros((len(before) + 1, *shape), dtype=w.dtype, device=w.device)
+    row = torch.full((n,), len(before), dtype=torch.long, device=w.device)
+    row[before] = torch.arange(len(before), device=w.device)
+    for start in range(0, len(before), SOURCES):
+        chunk = before[start:start + SOURCES]
+        pos = torch.tensor([sources[i].position for i in chunk], device=w.device)
+        V = torch.zeros((len(chunk), *x.shape), dtype=x.dtype, device=x.device)
+        V[torch.arange(len(chunk)), 0, pos] = w[chunk]
+        jv = _jvp(out, x, V)[:, 0].movedim(axis + 1, 1)  # (n, T, ...)
+        res[start:start + len(chunk)] = jv[torch.arange(len(chunk), device=jv.device),
+                                           pos.to(jv.device)]
+    return res, row
 
 
 def _reads(p: Pass, t: Target) -> torch.Tensor:
