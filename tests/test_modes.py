@@ -87,6 +87,19 @@ def test_steer_wants_one_source_before_the_model_loads():
         assert r.exit_code == 2 and says in r.stderr, r.stderr
 
 
+def test_an_option_typed_at_its_default_is_still_given():
+    """`--mode zero` and `--method mean` are their options' defaults, typed: refused where the
+    mode does not take them, as any other value is (click's context says what was typed)."""
+    r = runner.invoke(app, ["ablate", "hi", "-m", "no/such-model", "--sae", "dir", "--latent",
+                            "1", "--mode", "zero"])
+    assert r.exit_code == 2 and "--mode is not an option of `ablate --sae DIR --latent N`" \
+        in r.stderr, r.stderr
+    r = runner.invoke(app, ["steer", "hi", "-m", "no/such-model", "--vector", "v.npy",
+                            "--method", "mean"])
+    assert r.exit_code == 2 and "--method is not an option of `steer --vector FILE`" \
+        in r.stderr, r.stderr
+
+
 def test_ablate_removes_parts_or_a_latent_never_both():
     r = runner.invoke(app, ["ablate", "hi", "-m", "no/such-model", "--sae", "dir", "--latent",
                             "1", "--head", "0.1"])
@@ -107,6 +120,9 @@ def test_ablate_removes_parts_or_a_latent_never_both():
     (["train", "p.txt", "--transcoder", "--layer", "1"], "features train --transcoder takes "
      "--layers SEL (all, 0-29, 3,5,7), not --layer"),
     (["train", "p.txt", "--html", "x.html"], "--html is the page of a prompt's features"),
+    (["hi", "--latents", "2048"], "--latents is not an option of `features PROMPT`"),  # its
+    (["train", "p.txt", "--top", "5"], "--top is not an option of `features train "  # default
+     "PROMPTS...`"),
     (["hi", "--export", "circuit-tracer"], "--export is an option of `features train "
      "--transcoder`"),
     (["hi", "--transcoder"], "--transcoder DIR: give the folder of a transcoder to read"),

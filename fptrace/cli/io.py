@@ -203,6 +203,22 @@ def click_context() -> object | None:
     return click_module("globals").get_current_context(silent=True)
 
 
+def option_given(flag: str, value: object, default: object) -> bool:
+    """Whether the option `flag` was given: typed on the command line, which click's context
+    of the running command says (so that an option typed at its default value, `--top 5` or
+    `--latents 2048`, still counts and is refused where its mode does not take it); called
+    without a command line (the Python API), whether its value is not its default."""
+    core = click_module("core")  # typer's own click (it vendors one)
+    ctx = click_context()
+    if not isinstance(ctx, core.Context):
+        return value != default
+    param = next((p for p in ctx.command.params if flag in getattr(p, "opts", ())), None)
+    if param is None or param.name is None:
+        return value != default
+    source = core.ParameterSource
+    return ctx.get_parameter_source(param.name) in (source.COMMANDLINE, source.ENVIRONMENT)
+
+
 def guarded(fn: Callable[..., object]) -> Callable[..., object]:
     """Turn every error into one line on stderr and a non-zero exit code: never a traceback."""
 

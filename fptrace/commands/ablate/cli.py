@@ -72,13 +72,15 @@ def ablate(
     (zero or mean; an expert from its router's choice), the total effect next to the direct
     effect from attribution; --all-heads as a grid."""
     from fptrace.addresses import parse_block, parse_expert, parse_head
+    from fptrace.cli.io import option_given
     from fptrace.cli.modes import chosen
 
     chosen(MODES, {  # parts or a latent (commands/ablate/modes.py)
         "--sae": sae is not None, "--latent": latent is not None, "--head": bool(head),
         "--mlp": bool(mlp), "--expert": bool(expert), "--all-heads": all_heads,
-        "--all-mlps": all_mlps, "--mode": mode != "zero", "--mean-over": mean_over is not None,
-        "--route": route != "renormalise"})
+        "--all-mlps": all_mlps, "--mode": option_given("--mode", mode, "zero"),
+        "--mean-over": mean_over is not None,
+        "--route": option_given("--route", route, "renormalise")})
     heads = [parse_head(h, "--head") for h in head or ()]
     mlps = [parse_block(m, "--mlp") for m in mlp or ()]
     experts = [parse_expert(e, "--expert") for e in expert or ()]

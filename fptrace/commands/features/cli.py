@@ -119,6 +119,7 @@ def features(
     What the stream is made of: each position read through sparse dictionaries (SAEs,
     transcoders), with the error term, and the target's logit split into one term per latent,
     b_dec, the error and the rest, summing to the model's logit."""
+    from fptrace.cli.io import option_given
     from fptrace.cli.modes import chosen
 
     words = list(args or [])
@@ -129,12 +130,16 @@ def features(
         "--export": export is not None, "--skip": skip,
         "--transcoder DIR": transcoder[0] if transcoder else False,
         "--transcoder": train_transcoder and not train, "--layer": layer is not None,
-        "--out": out is not None, "--latents": latents != 2048, "--k": k != 32,
-        "--tokens": tokens != 200_000, "--batch-tokens": batch_tokens != 1024,
-        "--lr": lr is not None, "--train-seed": train_seed != 0, "--resume": resume,
+        "--out": out is not None, "--latents": option_given("--latents", latents, 2048),
+        "--k": option_given("--k", k, 32),
+        "--tokens": option_given("--tokens", tokens, 200_000),
+        "--batch-tokens": option_given("--batch-tokens", batch_tokens, 1024),
+        "--lr": lr is not None, "--train-seed": option_given("--train-seed", train_seed, 0),
+        "--resume": resume,
         "--sae": bool(sae), "--site": site is not None, "--latent": latent is not None,
-        "--top-prompts": top_prompts is not None, "--top-n": top_n != 10,
-        "--target": target is not None, "--top": top != 5})
+        "--top-prompts": top_prompts is not None,
+        "--top-n": option_given("--top-n", top_n, 10),
+        "--target": target is not None, "--top": option_given("--top", top, 5)})
     if mode is not MODES[-1]:
         options = (latents, k, tokens, batch_tokens, lr, train_seed)
         if mode is MODES[0]:

@@ -84,6 +84,7 @@ def steer(
     What if the stream had a direction added? Activation steering at a sweep of strengths in
     one batched forward pass, measured against the clean run block by block."""
     from fptrace.addresses import parse_block, parse_selection
+    from fptrace.cli.io import option_given
     from fptrace.cli.modes import chosen
     from fptrace.commands.steer.core import parse_scales
     from fptrace.commands.steer.modes import MISSING
@@ -91,7 +92,8 @@ def steer(
     chosen(MODES, {  # the vector's one source (commands/steer/modes.py)
         "--sae": sae is not None, "--latent": latent is not None, "--vector": vector is not None,
         "--pairs": pairs is not None, "--add": add is not None, "--subtract": subtract is not None,
-        "--token": token is not None, "--layer": layer is not None, "--method": method != "mean",
+        "--token": token is not None, "--layer": layer is not None,
+        "--method": option_given("--method", method, "mean"),
         "--mean-positions": mean_positions}, MISSING)
     parse_scales(scale)
     block = None if layer is None else parse_block(layer, "--layer")
