@@ -182,3 +182,21 @@ def test_the_export_fptrace_trains_is_graphed_from_the_command_line(tmp_path):
     doc = json.loads(r.stdout)
     assert doc["ok"] and doc["missing_blocks"] == []
     assert any(n["node_type"] == "latent" and 0 <= n["index"] < 64 for n in doc["nodes"])
+
+
+def test_mlp_hook_out_is_refused_where_a_norm_follows_the_mlp(tmp_path):
+    """circuit-tracer's mlp.hook_out is the MLP module's own output; Gemma 2 normalises it
+    before the stream receives it (hook_mlp_out, what fptrace decomposes): refused there, while
+    a set naming hook_mlp_out is read."""
+    from fptrace.commands.features.core import load_dictionaries
+    from fptrace.errors import BadInput
+
+    lm = wrap_model(build_tiny("gemma2"), name="tiny-gemma2", random_weights=True)
+    d = lm.config.hidden_size
+    before = write_circuit_tracer_set(str(tmp_path / "a"), [0], d, 16)
+    with pytest.raises(BadInput, match="mlp.hook_out"):
+        load_dictionaries(lm, transcoders=[os.path.join(before, "layer_0.safetensors")])
+    after = write_circuit_tracer_set(str(tmp_path / "b"), [0], d, 16,
+                                     feature_output_hook="hook_mlp_out")
+    got = load_dictionaries(lm, transcoders=[os.path.join(after, "layer_0.safetensors")])
+    assert got[0].site.layer == 0 and not got[0].module_out

@@ -106,6 +106,9 @@ class Dictionary:
     k: int | None = None  # TopK
     shift_input: bool = False  # x − b_dec before the encoder
     W_skip: torch.Tensor | None = None  # (d_in, d_out): a skip transcoder's x·W_skip
+    # out_site is the MLP module's own output (circuit-tracer's mlp.hook_out), which is not
+    # what the stream receives where a norm follows the MLP
+    module_out: bool = False
     notes: list[str] = field(default_factory=list)
 
     @property
@@ -249,8 +252,13 @@ def check_role(d: Dictionary, expected: str, option: str = "--sae") -> None:
 
 
 def check_model(d: Dictionary, n_layers: int, d_model: int, model: str,
-                option: str = "--sae") -> None:
-    """The dictionary's place and widths against the loaded model."""
+                option: str = "--sae", norm_after_mlp: bool = False) -> None:
+    """The dictionary's place and widths against the loaded model (`norm_after_mlp`: whether
+    its family normalises the MLP's output before the stream receives it)."""
+    if d.module_out and norm_after_mlp:
+        raise BadInput(f"{option} {d.path!r} rebuilds the MLP module's own output (its set's "
+                       f"feature_output_hook mlp.hook_out), but {model} normalises it before "
+                       "the stream receives it (hook_mlp_out): another tensor")
     for s in (d.site, d.out_site):
         last = n_layers - 1
         if s.layer > last:
@@ -623,8 +631,8 @@ def is_transcoder_set(path: str) -> bool:
 def read_transcoder_set(folder: str, what: str = "--transcoders") -> list[Dictionary]:
     """circuit-tracer's transcoder set in `folder` (see the module's text): one transcoder a
     layer file, in layer order; a block the set has no file for has no transcoder."""
-    files = _ct_config(folder, what)
-    return [_ct_layer(file, layer) for layer, file in sorted(files.items())]
+    files, module_out = _ct_config(folder, what)
+    return [_ct_layer(file, layer, module_out) for layer, file in sorted(files.items())]
 
 
 def _ct_file(path: str, what: str) -> Dictionary:
@@ -632,22 +640,23 @@ def _ct_file(path: str, what: str) -> Dictionary:
     set's folder given where one dictionary is wanted is refused (which layer is not said)."""
     folder = os.path.dirname(path) or "."
     if os.path.isdir(path):
-        files = _ct_config(path, what)
+        files, _ = _ct_config(path, what)
         some = min(files) if files else 0
         raise BadInput(f"{what} {path!r}: a circuit-tracer transcoder set of {len(files)} "
                        f"layer{'s' if len(files) != 1 else ''}: give one layer's file, e.g. "
                        f"{os.path.join(path, f'layer_{some}.safetensors')!r}")
-    files = _ct_config(folder, what)
+    files, module_out = _ct_config(folder, what)
     real = os.path.realpath(path)
     layer = next((i for i, f in files.items() if os.path.realpath(f) == real), None)
     if layer is None:
         raise BadInput(f"{what} {path!r}: the set's {os.path.join(folder, CT_CONFIG)!r} does not "
                        "list this file, so its layer is not known")
-    return _ct_layer(path, layer)
+    return _ct_layer(path, layer, module_out)
 
 
-def _ct_config(folder: str, what: str) -> dict[int, str]:
-    """{layer: its file} from a set's config.yaml, read as circuit-tracer's load_transcoders
+def _ct_config(folder: str, what: str) -> tuple[dict[int, str], bool]:
+    """({layer: its file}, whether the output hook is the MLP module's own output) from a set's
+    config.yaml, read as circuit-tracer's load_transcoders
     reads it: `transcoders` lists the files in layer order (hf:// URIs refused: fptrace reads
     local files; a relative path from the config's folder); without it, the folder's
     layer_N.safetensors. Its kind and hooks checked: a per-layer set of the MLP."""
@@ -676,6 +685,7 @@ def _ct_config(folder: str, what: str) -> dict[int, str]:
             raise BadInput(f"{path!r}: {key} {hook!r}: fptrace reads transcoders that map the "
                            f"MLP's input to its output; the MLP's {what_it} is "
                            f"{' or '.join(names)}")
+    module_out = cfg["feature_output_hook"] == "mlp.hook_out"
     listed = cfg.get("transcoders")
     if listed is None:
         found = {_CT_FILE.fullmatch(n): n for n in os.listdir(folder)}
@@ -683,7 +693,7 @@ def _ct_config(folder: str, what: str) -> dict[int, str]:
         if not files:
             raise BadInput(f"{path!r} lists no transcoders and {folder!r} holds no "
                            "layer_N.safetensors")
-        return files
+        return files, module_out
     if not isinstance(listed, list) or not all(isinstance(f, str) for f in listed):
         raise BadInput(f"{path!r}: transcoders is not a list of file paths")
     files = {}
@@ -695,10 +705,10 @@ def _ct_config(folder: str, what: str) -> dict[int, str]:
         if not os.path.isfile(file):
             raise BadInput(f"{path!r}: layer {layer}'s file {file!r} does not exist")
         files[layer] = file
-    return files
+    return files, module_out
 
 
-def _ct_layer(file: str, layer: int) -> Dictionary:
+def _ct_layer(file: str, layer: int, module_out: bool) -> Dictionary:
     """One layer file of a circuit-tracer set, as its load_relu_transcoder loads it: the widths
     from b_enc (latents) and b_dec (the model's), W_enc and W_dec (d_sae, d_model), JumpReLU
     where activation_function.threshold is stored, else ReLU; the input not shifted."""
@@ -727,7 +737,8 @@ def _ct_layer(file: str, layer: int) -> Dictionary:
                       kind="relu" if threshold is None else "jumprelu", role="transcoder",
                       site=Site(layer, MLP_IN), out_site=Site(layer, Point.mlp_out),
                       W_enc=t["W_enc"].T.contiguous(), b_enc=t["b_enc"], W_dec=t["W_dec"],
-                      b_dec=t["b_dec"], threshold=threshold, shift_input=False, W_skip=W_skip)
+                      b_dec=t["b_dec"], threshold=threshold, shift_input=False, W_skip=W_skip,
+                      module_out=module_out)
 
 
 __all__ = [
