@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+from pathlib import Path
 
 import pytest
 import torch
@@ -127,6 +128,9 @@ def _rename_threshold(folder):
     (lambda root, d: write_circuit_tracer_set(root, [0], d, transcoders=[
         "layer_0.safetensors", "layer_1.safetensors"]), "layer 1's file"),
     (lambda root, d: write_circuit_tracer_set(root, [0], d + 8), "another model"),
+    (lambda root, d: write_circuit_tracer_set(root, [0], d, transcoders=[]), "lists no file"),
+    (lambda root, d: write_circuit_tracer_set(root, [0], d, transcoders="layer_0"),
+     "not a list of file paths"),
     (lambda root, d: write_circuit_tracer_set(root, [0], d, threshold=-0.1), "below 0"),
     (lambda root, d: write_circuit_tracer_set(root, [0], d, feature_input_hook="hook_resid_mid"),
      "feature_input_hook 'hook_resid_mid'"),
@@ -140,7 +144,7 @@ def _rename_threshold(folder):
 ])
 def test_bad_sets_are_one_line_exit_2(make, says, tmp_path):
     folder = tiny_gpt2()
-    d = json.loads(open(f"{folder}/config.json").read())["n_embd"]
+    d = json.loads((Path(folder) / "config.json").read_text())["n_embd"]
     out = tmp_path / "g.json"
     r = runner.invoke(app, ["graph", "The cat sat", "-m", folder, "--transcoders",
                             make(str(tmp_path / "ct"), d), "--graph-json", str(out)])
@@ -153,7 +157,7 @@ def test_bad_sets_are_one_line_exit_2(make, says, tmp_path):
 
 def test_features_reads_one_layer_of_a_set_and_refuses_the_whole_set(tmp_path):
     folder = tiny_gpt2()
-    d = json.loads(open(f"{folder}/config.json").read())["n_embd"]
+    d = json.loads((Path(folder) / "config.json").read_text())["n_embd"]
     ct = write_circuit_tracer_set(str(tmp_path / "ct"), [0, 1], d, 32)
     r = runner.invoke(app, ["features", "The cat sat", "-m", folder, "--transcoder", ct])
     assert r.exit_code == 2 and "give one layer's file" in r.stderr, r.output
@@ -194,7 +198,7 @@ def test_mlp_hook_out_is_refused_where_a_norm_follows_the_mlp(tmp_path):
     lm = wrap_model(build_tiny("gemma2"), name="tiny-gemma2", random_weights=True)
     d = lm.config.hidden_size
     before = write_circuit_tracer_set(str(tmp_path / "a"), [0], d, 16)
-    with pytest.raises(BadInput, match="mlp.hook_out"):
+    with pytest.raises(BadInput, match=r"mlp\.hook_out"):
         load_dictionaries(lm, transcoders=[os.path.join(before, "layer_0.safetensors")])
     after = write_circuit_tracer_set(str(tmp_path / "b"), [0], d, 16,
                                      feature_output_hook="hook_mlp_out")

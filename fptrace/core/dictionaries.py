@@ -696,6 +696,8 @@ def _ct_config(folder: str, what: str) -> tuple[dict[int, str], bool]:
         return files, module_out
     if not isinstance(listed, list) or not all(isinstance(f, str) for f in listed):
         raise BadInput(f"{path!r}: transcoders is not a list of file paths")
+    if not listed:
+        raise BadInput(f"{path!r}: transcoders lists no file: no transcoder to read")
     files = {}
     for layer, f in enumerate(listed):
         if "://" in f:
@@ -732,7 +734,8 @@ def _ct_layer(file: str, layer: int, module_out: bool) -> Dictionary:
             raise BadInput(f"{file!r}: a threshold below 0 ({float(threshold.min()):.4g}): "
                            "circuit-tracer's JumpReLU passes the negative pre-activations above "
                            "it, fptrace's does not; not read")
-    W_skip = _skip(t, True, "transcoder", d, d, file, "", "(d_out, d_in)") if "W_skip" in t         else None
+    W_skip = _skip(t, True, "transcoder", d, d, file, "", "(d_out, d_in)") if "W_skip" in t \
+        else None
     return Dictionary(path=file, format="circuittracer",
                       kind="relu" if threshold is None else "jumprelu", role="transcoder",
                       site=Site(layer, MLP_IN), out_site=Site(layer, Point.mlp_out),

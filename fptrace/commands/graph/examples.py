@@ -87,7 +87,7 @@ def write_circuit_tracer_set(folder: str, blocks: range | list[int], d_model: in
     cfg.update(config)
     lines = []  # YAML: JSON's strings and lists are YAML's
     for key, value in cfg.items():
-        if isinstance(value, list):
+        if isinstance(value, list) and value:
             lines += [f"{key}:"] + [f"  - {json.dumps(v)}" for v in value]
         else:
             lines.append(f"{key}: {json.dumps(value)}")

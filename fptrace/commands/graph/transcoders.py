@@ -4,10 +4,10 @@ are the graph's nodes, and the transcoder's error kept as one node per (block, p
 A folder of per-block transcoders (one dictionary folder per block, as `features train
 --transcoder` writes them, any of the formats core/dictionaries.py reads), one transcoder's
 own folder, or a circuit-tracer transcoder set (config.yaml and its layer files, as
-`--export circuit-tracer` writes them) is read and checked against the model: every dictionary a transcoder (an SAE is
-refused), reading the MLP's input and writing the MLP's output of one block, of the model's
-width, no block twice. Blocks without a transcoder keep no latents: their whole MLP output is
-their error node (said in the graph's notes).
+`--export circuit-tracer` writes them) is read and checked against the model: every dictionary
+a transcoder (an SAE is refused), reading the MLP's input and writing the MLP's output of one
+block, of the model's width, no block twice. Blocks without a transcoder keep no latents:
+their whole MLP output is their error node (said in the graph's notes).
 
 In the frozen pass (freezing.py) the MLP module of block l returns, instead of its output y,
 
