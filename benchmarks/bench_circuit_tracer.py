@@ -1,7 +1,7 @@
 """`fptrace graph --transcoders` against circuit-tracer 0.5.0, side by side (issue 43).
 
     python benchmarks/bench_circuit_tracer.py [--tokens 16] [--latents 2048] [--active 12]
-        [--ct-python /work/ct-venv/bin/python] [--ct-batch 256] [--work /tmp/fptrace-bench-ct]
+        [--transcoders DIR] [--ct-python /work/ct-venv/bin/python] [--ct-batch 256] [--work /tmp/fptrace-bench-ct]
         [--out benchmarks/results-circuit-tracer.json]
 
 circuit-tracer runs in its own virtual environment (--ct-python; see benchmarks/README.md for
@@ -28,6 +28,14 @@ Inputs, prepared under --work (rebuilt each run; the HF folder is kept between r
   activation_function.threshold; config.yaml `model_kind: transcoder_set`, hooks `mlp.hook_in`
   / `mlp.hook_out`), loaded by circuit-tracer as its command line loads a set
   (load_transcoders: encoder in memory, decoder read lazily from the file).
+- or, with --transcoders DIR, a circuit-tracer transcoder set's folder (config.yaml and its
+  layer files, as `fptrace features train --transcoder --export circuit-tracer` writes them:
+  trained transcoders, JumpReLU, with W_skip where trained with --skip): fptrace reads that
+  folder itself (`read_transcoders`, circuit-tracer's layout), circuit-tracer loads its
+  config.yaml as above (a relative file path taken from the config's folder, as fptrace takes
+  it; without `transcoders`, the folder's layer_N.safetensors); --latents, --active and --fit
+  are then unused, and the active latents per site are counted from the set on the prompt.
+  It needs a transcoder for every block (circuit-tracer replaces every MLP).
 
 What runs, so that both compute the same graph:
 - circuit-tracer: `attribute(ids, model, batch_size=--ct-batch, max_feature_nodes=None)`
@@ -110,6 +118,14 @@ def ct_side(spec_path: str) -> None:
     t_imports = time.perf_counter()
     with open(spec["config"]) as f:
         config = yaml.safe_load(f)
+    # a local set (--transcoders): its files from the config's folder, as fptrace reads them
+    home = os.path.dirname(os.path.abspath(spec["config"]))
+    if "transcoders" not in config:
+        n = sum(1 for f in os.listdir(home) if f.startswith("layer_") and
+                f.endswith(".safetensors"))
+        config["transcoders"] = [f"layer_{i}.safetensors" for i in range(n)]
+    config["transcoders"] = [p if "://" in p else os.path.join(home, p)
+                             for p in config["transcoders"]]
     transcoders = load_transcoders(config, torch.device("cpu"), torch.float32)
     model = ReplacementModel.from_pretrained_and_transcoders(
         spec["hf"], transcoders, device="cpu", dtype=torch.float32, backend="nnsight")
@@ -301,7 +317,32 @@ def write_transcoders(x, y, n: int, active: int, fit: float, root: str, hf: str,
         f.write("\n".join(lines) + "\n")
     del torch
     return {"saelens": sae_root, "config": os.path.join(ct_root, "config.yaml"),
-            "counts": counts, "thresholds": thresholds}
+            "counts": counts, "thresholds": thresholds, "latents": n}
+
+
+def given_set(folder: str, lm, x) -> dict:
+    """A circuit-tracer set given with --transcoders, read by fptrace once (untimed) to count
+    the latents active at each (block, position) on the prompt's MLP inputs x (L, T, d)."""
+    import numpy as np
+    import torch
+
+    from fptrace.commands.graph.transcoders import read_transcoders
+
+    config = os.path.join(folder, "config.yaml")
+    if not os.path.isfile(config):
+        raise SystemExit(f"--transcoders {folder!r}: no config.yaml (a circuit-tracer set's "
+                         "folder, as --export circuit-tracer writes it, is needed)")
+    tset = read_transcoders(folder, lm)
+    if tset.missing:
+        raise SystemExit(f"--transcoders {folder!r}: no transcoder for blocks "
+                         f"{list(tset.missing)}; circuit-tracer replaces every MLP")
+    L, T, _ = x.shape
+    counts = np.zeros((L, T), dtype=int)
+    with torch.no_grad():
+        for layer, t in tset.by_block.items():
+            acts = t.act(t.pre(x[layer].to(t.W_enc.device, torch.float64)))
+            counts[layer] = (acts != 0).sum(-1).cpu().numpy()
+    return {"read": folder, "config": config, "counts": counts, "latents": tset.width}
 
 
 def salient(logits) -> tuple[list[int], list[float]]:
@@ -455,6 +496,10 @@ def main() -> None:
     ap.add_argument("--ct-batch", type=int, default=256,
                     help="circuit-tracer's batch_size (its command line's default: 256)")
     ap.add_argument("--fp-batch", type=int, default=32, help="fptrace's batch_size (default)")
+    ap.add_argument("--transcoders", default=None,
+                    help="a circuit-tracer transcoder set's folder (config.yaml; as --export "
+                         "circuit-tracer writes it): both sides read it instead of the seeded "
+                         "random transcoders")
     ap.add_argument("--fit", type=float, default=0.8,
                     help="share of the least-squares decoder in each transcoder's decoder")
     ap.add_argument("--max-nodes", type=int, default=None,
@@ -494,8 +539,12 @@ def main() -> None:
     hf = hf_folder(lm, os.path.join(args.work, "smollm2-135m-f32"))
     x, y, logits32 = mlp_inputs(lm, ids)
     L, T, _ = x.shape
-    tc_root = os.path.join(args.work, f"tc-{args.latents}-{args.active}-{args.fit}-{T}")
-    tc = write_transcoders(x, y, args.latents, args.active, args.fit, tc_root, hf)
+    if args.transcoders:
+        tc = given_set(args.transcoders, lm, x)
+    else:
+        tc_root = os.path.join(args.work, f"tc-{args.latents}-{args.active}-{args.fit}-{T}")
+        tc = write_transcoders(x, y, args.latents, args.active, args.fit, tc_root, hf)
+        tc["read"] = tc["saelens"]
     counts = tc["counts"]
     targets, probs = salient(logits32)
     n_active = int(counts.sum())
@@ -507,7 +556,7 @@ def main() -> None:
     spec_path = os.path.join(args.work, "spec.json")
     with open(spec_path, "w") as f:
         json.dump(spec, f)
-    print(f"prompt {T} tokens, {L} transcoders of {args.latents} latents, {n_active} active "
+    print(f"prompt {T} tokens, {L} transcoders of {tc['latents']} latents, {n_active} active "
           f"latents (at most {counts.max()} at one site); circuit-tracer first ...", flush=True)
     env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
     env.pop("PYTHONPATH", None)
@@ -536,7 +585,7 @@ def main() -> None:
     core._assemble = spy
     fp_load_before = loadavg()
     t0 = time.perf_counter()
-    tset = read_transcoders(tc["saelens"], lm)
+    tset = read_transcoders(tc["read"], lm)
     fp_read = time.perf_counter() - t0
     fp_rss_before = peak_rss_mib(reset=True)
     t0 = time.perf_counter()
@@ -567,8 +616,10 @@ def main() -> None:
         "loadavg_end": loadavg(), "cores": os.cpu_count(),
         "torch_threads_fptrace": torch.get_num_threads(),
         "torch_threads_ct": ct_info["threads"],
-        "tokens": T, "transcoders": L, "latents": args.latents, "active_per_site": args.active,
-        "decoder_fit": args.fit,
+        "tokens": T, "transcoders": L, "latents": tc["latents"],
+        "transcoder_set": tc["read"] if args.transcoders else "seeded random",
+        "active_per_site": None if args.transcoders else args.active,
+        "decoder_fit": None if args.transcoders else args.fit,
         "active_latents": n_active, "max_active_at_a_site": int(counts.max()),
         "ct_active_latents": ct_info["n_active"], "ct_selected": ct_info["n_selected"],
         "fptrace_computed": g.computed, "fptrace_per_site": g.per_site,

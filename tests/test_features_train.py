@@ -520,12 +520,31 @@ def test_a_skip_transcoder_takes_up_an_mlp_that_is_mostly_linear(prompts, tmp_pa
     y_ct = (pre * (pre > theta)) @ ct["W_dec"] + ct["b_dec"] + xs @ ct["W_skip"].T
     fvu_ct = float(((ys - y_ct) ** 2).sum() / ((ys - ys.mean(0)) ** 2).sum())
     assert fvu_ct == pytest.approx(skip.layers[0].export_fvu, rel=1e-3)
+    # fptrace reads the export back (circuit-tracer's layout, its config.yaml): the JumpReLU
+    # the trainer evaluated, its FVU on the model's own MLP rows the trainer's export FVU, for
+    # every block
+    from fptrace.core.dictionaries import read_transcoder_set
+
+    sets = read_transcoder_set(os.path.join(out, "circuit-tracer"))
+    assert [t.site.layer for t in sets] == [r.layer for r in skip.layers]
+    for t, row in zip(sets, skip.layers, strict=True):
+        assert t.kind == "jumprelu" and t.W_skip is not None and not t.shift_input
+        xb, yb = _gpt2_mlp_rows(lm, [it.prompt for it in held], row.layer)
+        fvu_read = float(((yb - t.reconstruct(xb)) ** 2).sum() / ((yb - yb.mean(0)) ** 2).sum())
+        assert fvu_read == pytest.approx(row.export_fvu, rel=1e-3)
+        if row.layer == 0:
+            torch.testing.assert_close(t.reconstruct(xs), y_ct, rtol=1e-4, atol=1e-4)
     # and `graph --transcoders` reads them: every node sums, the skip a linear path
     from fptrace.commands.graph.core import graph
 
     g = graph(lm, lm.tokenizer.encode("The capital of France is"), transcoders=out, max_nodes=8)
     assert g.ok, g.checks
     assert any("skip" in f for f in g.freezing)
+    # and the export folder too (circuit-tracer's layout): every check passes, no block left out
+    g = graph(lm, lm.tokenizer.encode("The capital of France is"),
+              transcoders=os.path.join(out, "circuit-tracer"), max_nodes=8, verify=3)
+    assert g.ok, g.checks
+    assert g.missing_blocks == () and any("skip" in f for f in g.freezing)
 
 
 def test_an_interrupted_skip_run_resumes_to_the_same_skip_transcoder(llama, corpus, tmp_path):

@@ -22,6 +22,18 @@ Formats (learned from their documentation and code, read here independently):
                  (d_sae, d_out), b_dec; cfg: k, num_latents or expansion_factor, transcode,
                  skip_connection (W_skip (d_out, d_in), added as x @ W_skip.mT); the
                  place is the folder's name (`layers.6`, `layers.6.mlp`) as sparsify saves it
+    circuit-tracer  a transcoder set: config.yaml (model_kind: transcoder_set,
+                 feature_input_hook, feature_output_hook: TransformerLens hook names within a
+                 block, and `transcoders`: the layer files in layer order, local paths,
+                 relative ones from the config's folder; without it, the folder's
+                 layer_N.safetensors) and per layer, as its SingleLayerTranscoder holds them:
+                 W_enc (d_sae, d_model), applied as F.linear(x, W_enc, b_enc), the input not
+                 shifted; W_dec (d_sae, d_model); b_enc; b_dec; activation_function.threshold
+                 (JumpReLU: pre · (pre > θ); without it ReLU, as its load_relu_transcoder
+                 chooses); W_skip (d_model, d_model), added as x @ W_skip.T (its compute_skip).
+                 A threshold below 0 is refused (its JumpReLU would pass the negative
+                 pre-activations between θ and 0, fptrace's does not); cross-layer transcoders
+                 are not read yet
 
 Encoding, for every kind: pre = (x − b_dec if the format shifts the input) @ W_enc + b_enc, then
 ReLU: relu(pre); JumpReLU: relu(pre) where pre > threshold, else 0; TopK: the k largest of pre,
@@ -62,7 +74,7 @@ if TYPE_CHECKING:
     import torch
 
 KINDS = ("relu", "jumprelu", "topk", "batchtopk")
-FORMATS = ("saelens", "gemmascope", "sparsify")
+FORMATS = ("saelens", "gemmascope", "sparsify", "circuittracer")
 ROLES = ("sae", "transcoder")
 
 _SAELENS_ARCH = {"standard": ("relu", "sae"), "relu": ("relu", "sae"),
@@ -94,6 +106,9 @@ class Dictionary:
     k: int | None = None  # TopK
     shift_input: bool = False  # x − b_dec before the encoder
     W_skip: torch.Tensor | None = None  # (d_in, d_out): a skip transcoder's x·W_skip
+    # out_site is the MLP module's own output (circuit-tracer's mlp.hook_out), which is not
+    # what the stream receives where a norm follows the MLP
+    module_out: bool = False
     notes: list[str] = field(default_factory=list)
 
     @property
@@ -173,11 +188,15 @@ def read_dictionary(path: str, *, site: str | None = None, what: str = "--sae") 
         names = set(os.listdir(folder))
     except OSError as e:
         raise BadInput(_unreachable(path, e, what)) from None
-    if not os.path.isdir(path) and os.path.basename(path) not in ("params.npz",
-                                                                  "params.safetensors"):
+    if CT_CONFIG in names and "cfg.json" not in names and (os.path.isdir(path) or
+                                                            path.endswith(".safetensors")):
+        d = _ct_file(path, what)  # a layer of circuit-tracer's set, or the set refused
+    elif not os.path.isdir(path) and os.path.basename(path) not in ("params.npz",
+                                                                    "params.safetensors"):
         raise BadInput(f"{what} {path!r}: give the dictionary's folder (cfg.json beside "
-                       "sae_weights.safetensors or sae.safetensors, or params.npz)")
-    if "cfg.json" in names and "sae_weights.safetensors" in names:
+                       "sae_weights.safetensors or sae.safetensors, or params.npz), or a "
+                       "layer's file beside a circuit-tracer set's config.yaml")
+    elif "cfg.json" in names and "sae_weights.safetensors" in names:
         d = _saelens(folder)
     elif "cfg.json" in names and "sae.safetensors" in names:
         d = _sparsify(folder)
@@ -190,7 +209,8 @@ def read_dictionary(path: str, *, site: str | None = None, what: str = "--sae") 
         lacks = "config (cfg.json)" if "cfg.json" not in names else "weights beside its cfg.json"
         raise BadInput(f"{what} {path!r}: no dictionary there, it has no {lacks}: expected "
                        "cfg.json with sae_weights.safetensors (SAELens) or sae.safetensors "
-                       f"(sparsify), or params.npz / params.safetensors (Gemma Scope){hint}")
+                       "(sparsify), params.npz / params.safetensors (Gemma Scope), or "
+                       f"config.yaml (a circuit-tracer transcoder set){hint}")
     if site is not None:
         given = dictionary_site(site, param("site"))
         if not same_tensor(given, d.site):
@@ -232,8 +252,13 @@ def check_role(d: Dictionary, expected: str, option: str = "--sae") -> None:
 
 
 def check_model(d: Dictionary, n_layers: int, d_model: int, model: str,
-                option: str = "--sae") -> None:
-    """The dictionary's place and widths against the loaded model."""
+                option: str = "--sae", norm_after_mlp: bool = False) -> None:
+    """The dictionary's place and widths against the loaded model (`norm_after_mlp`: whether
+    its family normalises the MLP's output before the stream receives it)."""
+    if d.module_out and norm_after_mlp:
+        raise BadInput(f"{option} {d.path!r} rebuilds the MLP module's own output (its set's "
+                       f"feature_output_hook mlp.hook_out), but {model} normalises it before "
+                       "the stream receives it (hook_mlp_out): another tensor")
     for s in (d.site, d.out_site):
         last = n_layers - 1
         if s.layer > last:
@@ -585,7 +610,142 @@ def _gemmascope_place(folder: str, site: str | None, what: str) -> tuple[str, Si
     return "sae", s, s
 
 
+# ---- circuit-tracer's transcoder sets --------------------------------------------------------
+
+CT_CONFIG = "config.yaml"
+# its feature_input_hook / feature_output_hook (TransformerLens names within block L) that
+# name the MLP's input and output
+_CT_IN = ("mlp.hook_in", "ln2.hook_normalized", "hook_mlp_in")
+_CT_OUT = ("mlp.hook_out", "hook_mlp_out")
+_CT_THRESHOLD = "activation_function.threshold"
+_CT_TENSORS = ("W_enc", "W_dec", "b_enc", "b_dec", _CT_THRESHOLD, "W_skip")
+_CT_FILE = re.compile(r"layer_(\d+)\.safetensors")
+
+
+def is_transcoder_set(path: str) -> bool:
+    """Whether `path` is a folder holding a circuit-tracer transcoder set (its config.yaml)."""
+    return os.path.isdir(path) and os.path.isfile(os.path.join(path, CT_CONFIG)) and \
+        not os.path.isfile(os.path.join(path, "cfg.json"))
+
+
+def read_transcoder_set(folder: str, what: str = "--transcoders") -> list[Dictionary]:
+    """circuit-tracer's transcoder set in `folder` (see the module's text): one transcoder a
+    layer file, in layer order; a block the set has no file for has no transcoder."""
+    files, module_out = _ct_config(folder, what)
+    return [_ct_layer(file, layer, module_out) for layer, file in sorted(files.items())]
+
+
+def _ct_file(path: str, what: str) -> Dictionary:
+    """One layer of a circuit-tracer set, named by its file beside the set's config.yaml; the
+    set's folder given where one dictionary is wanted is refused (which layer is not said)."""
+    folder = os.path.dirname(path) or "."
+    if os.path.isdir(path):
+        files, _ = _ct_config(path, what)
+        some = min(files) if files else 0
+        raise BadInput(f"{what} {path!r}: a circuit-tracer transcoder set of {len(files)} "
+                       f"layer{'s' if len(files) != 1 else ''}: give one layer's file, e.g. "
+                       f"{os.path.join(path, f'layer_{some}.safetensors')!r}")
+    files, module_out = _ct_config(folder, what)
+    real = os.path.realpath(path)
+    layer = next((i for i, f in files.items() if os.path.realpath(f) == real), None)
+    if layer is None:
+        raise BadInput(f"{what} {path!r}: the set's {os.path.join(folder, CT_CONFIG)!r} does not "
+                       "list this file, so its layer is not known")
+    return _ct_layer(path, layer, module_out)
+
+
+def _ct_config(folder: str, what: str) -> tuple[dict[int, str], bool]:
+    """({layer: its file}, whether the output hook is the MLP module's own output) from a set's
+    config.yaml, read as circuit-tracer's load_transcoders
+    reads it: `transcoders` lists the files in layer order (hf:// URIs refused: fptrace reads
+    local files; a relative path from the config's folder); without it, the folder's
+    layer_N.safetensors. Its kind and hooks checked: a per-layer set of the MLP."""
+    import yaml
+
+    path = os.path.join(folder, CT_CONFIG)
+    try:
+        cfg = yaml.safe_load(read_text(path))
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as e:
+        raise BadInput(f"cannot read {path!r} as YAML: {str(e).splitlines()[0][:120]}") from None
+    if not isinstance(cfg, dict):
+        raise BadInput(f"{path!r}: expected a YAML mapping (model_kind, feature_input_hook, ...), "
+                       f"found {type(cfg).__name__}")
+    kind = cfg.get("model_kind")
+    if kind == "cross_layer_transcoder":
+        raise BadInput(f"{what} {folder!r}: a cross-layer transcoder (model_kind: "
+                       "cross_layer_transcoder) is not read yet; fptrace reads circuit-tracer's "
+                       "per-layer sets (model_kind: transcoder_set)")
+    if kind != "transcoder_set":
+        raise BadInput(f"{path!r}: model_kind {kind!r}: fptrace reads circuit-tracer's "
+                       "transcoder_set")
+    for key, names, what_it in (("feature_input_hook", _CT_IN, "input"),
+                                ("feature_output_hook", _CT_OUT, "output")):
+        hook = cfg.get(key)
+        if hook not in names:
+            raise BadInput(f"{path!r}: {key} {hook!r}: fptrace reads transcoders that map the "
+                           f"MLP's input to its output; the MLP's {what_it} is "
+                           f"{' or '.join(names)}")
+    module_out = cfg["feature_output_hook"] == "mlp.hook_out"
+    listed = cfg.get("transcoders")
+    if listed is None:
+        found = {_CT_FILE.fullmatch(n): n for n in os.listdir(folder)}
+        files = {int(m.group(1)): os.path.join(folder, n) for m, n in found.items() if m}
+        if not files:
+            raise BadInput(f"{path!r} lists no transcoders and {folder!r} holds no "
+                           "layer_N.safetensors")
+        return files, module_out
+    if not isinstance(listed, list) or not all(isinstance(f, str) for f in listed):
+        raise BadInput(f"{path!r}: transcoders is not a list of file paths")
+    if not listed:
+        raise BadInput(f"{path!r}: transcoders lists no file: no transcoder to read")
+    files = {}
+    for layer, f in enumerate(listed):
+        if "://" in f:
+            raise BadInput(f"{path!r}: layer {layer}'s transcoder {f!r} is a URI; fptrace reads "
+                           "local files only (it is offline): download it and list its path")
+        file = os.path.join(folder, f)  # an absolute f stays as it is
+        if not os.path.isfile(file):
+            raise BadInput(f"{path!r}: layer {layer}'s file {file!r} does not exist")
+        files[layer] = file
+    return files, module_out
+
+
+def _ct_layer(file: str, layer: int, module_out: bool) -> Dictionary:
+    """One layer file of a circuit-tracer set, as its load_relu_transcoder loads it: the widths
+    from b_enc (latents) and b_dec (the model's), W_enc and W_dec (d_sae, d_model), JumpReLU
+    where activation_function.threshold is stored, else ReLU; the input not shifted."""
+    t = _tensors(file)
+    other = sorted(set(t) - set(_CT_TENSORS))
+    if other:  # its load_state_dict refuses what it does not hold
+        raise BadInput(f"{file!r}: tensor{'s' if len(other) > 1 else ''} {', '.join(other)} "
+                       f"{'are' if len(other) > 1 else 'is'} not circuit-tracer's (a layer file "
+                       f"holds {', '.join(_CT_TENSORS)}; its threshold is {_CT_THRESHOLD})")
+    _need(t, ("W_enc", "W_dec", "b_enc", "b_dec"), file)
+    _ranks(t, {"W_enc": 2, "W_dec": 2, "b_enc": 1, "b_dec": 1, _CT_THRESHOLD: 1}, file)
+    d_sae, d = int(t["b_enc"].shape[0]), int(t["b_dec"].shape[0])
+    _widths(d, d_sae, d, file)
+    source = "its vectors (b_enc: the latents, b_dec: the model's width)"
+    _shape(t["W_enc"], (d_sae, d), "W_enc", file, source)
+    _shape(t["W_dec"], (d_sae, d), "W_dec", file, source)
+    threshold = t.get(_CT_THRESHOLD)
+    if threshold is not None:
+        _shape(threshold, (d_sae,), _CT_THRESHOLD, file, source)
+        if bool((threshold < 0).any()):
+            raise BadInput(f"{file!r}: a threshold below 0 ({float(threshold.min()):.4g}): "
+                           "circuit-tracer's JumpReLU passes the negative pre-activations above "
+                           "it, fptrace's does not; not read")
+    W_skip = _skip(t, True, "transcoder", d, d, file, "", "(d_out, d_in)") if "W_skip" in t \
+        else None
+    return Dictionary(path=file, format="circuittracer",
+                      kind="relu" if threshold is None else "jumprelu", role="transcoder",
+                      site=Site(layer, MLP_IN), out_site=Site(layer, Point.mlp_out),
+                      W_enc=t["W_enc"].T.contiguous(), b_enc=t["b_enc"], W_dec=t["W_dec"],
+                      b_dec=t["b_dec"], threshold=threshold, shift_input=False, W_skip=W_skip,
+                      module_out=module_out)
+
+
 __all__ = [
+    "CT_CONFIG",
     "FORMATS",
     "KINDS",
     "ROLES",
@@ -593,7 +753,9 @@ __all__ = [
     "activate",
     "check_model",
     "check_role",
+    "is_transcoder_set",
     "latent_block",
     "read_dictionary",
     "read_json",
+    "read_transcoder_set",
 ]

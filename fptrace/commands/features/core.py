@@ -77,7 +77,8 @@ def load_dictionaries(lm: LoadedModel, saes: Sequence[str | Dictionary] = (),
             [(t, "transcoder", "--transcoder") for t in transcoders]:
         d = given if isinstance(given, Dictionary) else read_dictionary(str(given), site=site)
         check_role(d, role, option)
-        check_model(d, info.n_layers, info.d_model, lm.name)
+        check_model(d, info.n_layers, info.d_model, lm.name, option,
+                    norm_after_mlp=bool(lm.parts.family.mlp_added))
         out.append(d)
     if not out:
         raise BadInput(f"give a dictionary: {param('sae')} DIR (an SAE of the stream) or "

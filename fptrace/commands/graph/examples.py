@@ -1,8 +1,9 @@
 """Examples of `fptrace graph`: its bad inputs and its notes' cases.
 
 The transcoders here are made from seeded weights (no download): `write_transcoder` writes one
-block's as an SAELens folder (cfg.json + sae_weights.safetensors), `seeded_transcoders` a
-TranscoderSet in memory."""
+block's as an SAELens folder (cfg.json + sae_weights.safetensors), `write_transcoders` one a
+block, `write_circuit_tracer_set` a set in circuit-tracer's layout (config.yaml and
+layer_L.safetensors)."""
 
 from __future__ import annotations
 
@@ -56,6 +57,45 @@ def write_transcoders(folder: str, blocks: range | list[int], d_model: int, d_sa
     return folder
 
 
+def write_circuit_tracer_set(folder: str, blocks: range | list[int], d_model: int,
+                             d_sae: int = 32, threshold: float | None = 0.05, skip: float = 0.0,
+                             seed: int = 0, **config: object) -> str:
+    """A transcoder set in circuit-tracer's layout with seeded random weights: per block
+    layer_{block}.safetensors as its SingleLayerTranscoder.to_safetensors writes them (W_enc
+    and W_dec (d_sae, d_model), b_enc, b_dec, activation_function.threshold where `threshold`
+    is not None, W_skip (d_model, d_model) applied as x @ W_skip.T where skip > 0) and
+    config.yaml naming them by relative path in block order; `config` replaces its keys
+    (model_kind, feature_input_hook, feature_output_hook, transcoders)."""
+    import numpy as np
+    from safetensors.numpy import save_file
+
+    os.makedirs(folder, exist_ok=True)
+    for b in blocks:
+        r = np.random.default_rng(seed + b)
+        w = {"W_enc": r.normal(size=(d_sae, d_model)) / np.sqrt(d_model),
+             "W_dec": r.normal(size=(d_sae, d_model)) / np.sqrt(d_sae),
+             "b_enc": r.normal(size=d_sae) * 0.1, "b_dec": r.normal(size=d_model) * 0.1}
+        if threshold is not None:
+            w["activation_function.threshold"] = np.full(d_sae, threshold)
+        if skip:
+            w["W_skip"] = r.normal(size=(d_model, d_model)) * skip / np.sqrt(d_model)
+        save_file({n: np.ascontiguousarray(v, dtype=np.float32) for n, v in w.items()},
+                  os.path.join(folder, f"layer_{b}.safetensors"))
+    cfg: dict[str, object] = {"model_kind": "transcoder_set", "feature_input_hook": "mlp.hook_in",
+                              "feature_output_hook": "mlp.hook_out",
+                              "transcoders": [f"layer_{b}.safetensors" for b in blocks]}
+    cfg.update(config)
+    lines = []  # YAML: JSON's strings and lists are YAML's
+    for key, value in cfg.items():
+        if isinstance(value, list) and value:
+            lines += [f"{key}:"] + [f"  - {json.dumps(v)}" for v in value]
+        else:
+            lines.append(f"{key}: {json.dumps(value)}")
+    with open(os.path.join(folder, "config.yaml"), "w", encoding="utf-8") as f:
+        f.write("\n".join(lines) + "\n")
+    return folder
+
+
 def _notes(bench: Bench, blocks: int | None) -> tuple[str, ...]:
     from fptrace.commands.graph.core import graph
 
@@ -98,6 +138,12 @@ def bad_inputs(at: Setup) -> tuple[Case, ...]:
     write_transcoder(os.path.join(twice, "a"), 0, d, 16)
     write_transcoder(os.path.join(twice, "b"), 0, d, 16, seed=1)
     os.makedirs(os.path.join(root, "none"), exist_ok=True)
+    ct = os.path.join(root, "circuit-tracer")
+    clt = write_circuit_tracer_set(os.path.join(ct, "clt"), [0], d,
+                                   model_kind="cross_layer_transcoder")
+    hub = write_circuit_tracer_set(os.path.join(ct, "hub"), [0], d, transcoders=[
+        "hf://mntss/some-transcoders/layer_0.safetensors"])
+    below = write_circuit_tracer_set(os.path.join(ct, "below"), [0], d, threshold=-0.1)
     return (
         Case(1, "graph without --neurons or --transcoders", ("graph", "The cat sat", *m)),
         Case(2, "graph: --node-threshold above 1", (*g, "--node-threshold", "1.5")),
@@ -136,4 +182,8 @@ def bad_inputs(at: Setup) -> tuple[Case, ...]:
         Case(23, "graph: --qk negative", (*g, "--qk", "-1")),
         Case(24, "graph: --qk not a whole number (², which passes isdigit())",
              (*g, "--qk", "\u00b2")),
+        Case(25, "graph: a circuit-tracer cross-layer transcoder", (*t, clt)),
+        Case(26, "graph: a circuit-tracer set naming a file on the Hugging Face Hub (hf://)",
+             (*t, hub)),
+        Case(27, "graph: a circuit-tracer JumpReLU threshold below 0", (*t, below)),
     )

@@ -2,11 +2,12 @@
 are the graph's nodes, and the transcoder's error kept as one node per (block, position).
 
 A folder of per-block transcoders (one dictionary folder per block, as `features train
---transcoder` writes them, any of the formats core/dictionaries.py reads), or one transcoder's
-own folder, is read and checked against the model: every dictionary a transcoder (an SAE is
-refused), reading the MLP's input and writing the MLP's output of one block, of the model's
-width, no block twice. Blocks without a transcoder keep no latents: their whole MLP output is
-their error node (said in the graph's notes).
+--transcoder` writes them, any of the formats core/dictionaries.py reads), one transcoder's
+own folder, or a circuit-tracer transcoder set (config.yaml and its layer files, as
+`--export circuit-tracer` writes them) is read and checked against the model: every dictionary
+a transcoder (an SAE is refused), reading the MLP's input and writing the MLP's output of one
+block, of the model's width, no block twice. Blocks without a transcoder keep no latents:
+their whole MLP output is their error node (said in the graph's notes).
 
 In the frozen pass (freezing.py) the MLP module of block l returns, instead of its output y,
 
@@ -37,7 +38,15 @@ import os
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from fptrace.core.dictionaries import Dictionary, activate, check_model, check_role, read_dictionary
+from fptrace.core.dictionaries import (
+    Dictionary,
+    activate,
+    check_model,
+    check_role,
+    is_transcoder_set,
+    read_dictionary,
+    read_transcoder_set,
+)
 from fptrace.core.dictionary_sites import MLP_IN, hook_name
 from fptrace.errors import BadInput, param
 from fptrace.points import Point
@@ -120,7 +129,8 @@ def _folders(path: str) -> list[str]:
         raise BadInput(f"{param('transcoders')} {path!r}: no transcoder there: give a folder of "
                        f"per-block "
                        "transcoder folders (each with cfg.json, as `fptrace features train "
-                       f"{param('transcoder')}` writes them) or one transcoder's folder")
+                       f"{param('transcoder')}` writes them), one transcoder's folder or a "
+                       "circuit-tracer transcoder set (its config.yaml)")
     return subs
 
 
@@ -137,8 +147,10 @@ def read_transcoders(path: str, lm: LoadedModel) -> TranscoderSet:
     info = model_info(lm)
     by_block: dict[int, Transcoder] = {}
     device = lm.parts.embed.weight.device
-    for folder in _folders(path):
-        d = read_dictionary(folder, what="--transcoders")
+    dicts = read_transcoder_set(path) if is_transcoder_set(path) else \
+        (read_dictionary(folder, what="--transcoders") for folder in _folders(path))
+    for d in dicts:
+        folder = d.path
         check_role(d, "transcoder", "--transcoders")
         check_model(d, info.n_layers, info.d_model, lm.name, "--transcoders")
         if d.site.point is not MLP_IN or d.out_site.point is not Point.mlp_out or \
