@@ -110,6 +110,13 @@ def _transpose_enc(folder):
     return folder
 
 
+def _nested(folder):
+    """A config.yaml whose value nests 100,000 lists deep (PyYAML composes them recursively)."""
+    with open(os.path.join(folder, "config.yaml"), "a") as f:
+        f.write("deep: " + "[" * 100_000 + "]" * 100_000 + "\n")
+    return folder
+
+
 def _rename_threshold(folder):
     file = os.path.join(folder, "layer_0.safetensors")
     w = load_file(file)
@@ -141,6 +148,7 @@ def _rename_threshold(folder):
      "looks transposed"),
     (lambda root, d: _rename_threshold(write_circuit_tracer_set(root, [0], d)),
      "activation_function.threshold"),
+    (lambda root, d: _nested(write_circuit_tracer_set(root, [0], d)), "nested too deep"),
 ])
 def test_bad_sets_are_one_line_exit_2(make, says, tmp_path):
     folder = tiny_gpt2()

@@ -667,6 +667,8 @@ def _ct_config(folder: str, what: str) -> tuple[dict[int, str], bool]:
         cfg = yaml.safe_load(read_text(path))
     except (OSError, UnicodeDecodeError, yaml.YAMLError) as e:
         raise BadInput(f"cannot read {path!r} as YAML: {str(e).splitlines()[0][:120]}") from None
+    except RecursionError:  # PyYAML composes nested collections recursively
+        raise BadInput(f"cannot read {path!r} as YAML: nested too deep") from None
     if not isinstance(cfg, dict):
         raise BadInput(f"{path!r}: expected a YAML mapping (model_kind, feature_input_hook, ...), "
                        f"found {type(cfg).__name__}")
