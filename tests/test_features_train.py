@@ -575,3 +575,24 @@ def test_an_interrupted_skip_run_resumes_to_the_same_skip_transcoder(llama, corp
     b = read_dictionary(os.path.join(part, "layer_1"))
     for name in ("W_enc", "b_enc", "W_dec", "b_dec", "W_skip"):
         torch.testing.assert_close(getattr(a, name), getattr(b, name), rtol=1e-5, atol=1e-6)
+
+
+def test_the_skips_start_leaves_out_massive_activations():
+    """The least-squares start of a skip (train.least_squares) fits the rows a linear map can
+    serve: three rows whose output is a massive activation (as at the bundled model's block 11,
+    up to 700× the median norm) are left out, so the map is the planted one, where fitting
+    through them would bend it."""
+    import torch
+
+    from fptrace.commands.features.train import MASSIVE, least_squares
+
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(4000, 16, generator=g)
+    W, b = torch.randn(16, 12, generator=g), torch.randn(12, generator=g)
+    y = x @ W + b + 0.01 * torch.randn(4000, 12, generator=g)
+    y[[5, 900, 3001]] = 5_000.0 * torch.randn(3, 12, generator=g)  # massive, unrelated to x
+    assert float(y.norm(dim=-1).max()) > MASSIVE * float(y.norm(dim=-1).median())
+    got_W, got_b = least_squares(x, y)
+    assert torch.allclose(got_W, W, atol=2e-3) and torch.allclose(got_b, b, atol=2e-3)
+    plain = torch.linalg.lstsq(torch.cat([x, torch.ones(4000, 1)], 1), y).solution
+    assert (plain[:16] - W).abs().max() > 1.0  # through the massive rows: another map
