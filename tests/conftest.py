@@ -330,6 +330,24 @@ def forward_then_remove(lm, ids, handles) -> None:
             h.remove()
 
 
+def replay(model, ids, handles, attention: str):
+    """One forward pass of `model` on `ids` (no autograd) with the attention implementation
+    `attention` a test registered (its held patterns) and the hooks it registered (`handles`),
+    its output returned; the model's own attention and no hook left afterwards, whatever
+    happens: the tests' replays of a graph's freezing."""
+    import torch
+
+    before = model.config._attn_implementation
+    model.set_attn_implementation(attention)
+    try:
+        with torch.no_grad():
+            return model(torch.tensor([ids]), use_cache=False)
+    finally:
+        model.set_attn_implementation(before)
+        for h in handles:
+            h.remove()
+
+
 @pytest.fixture(scope="session", params=sorted(TINY_CONFIGS))
 def tiny(request):
     from fptrace.models.loading import wrap_model

@@ -11,7 +11,7 @@ import json
 import numpy as np
 import pytest
 import torch
-from conftest import build_tiny, forward_then_remove, tiny_gpt2
+from conftest import build_tiny, forward_then_remove, replay, tiny_gpt2
 from typer.testing import CliRunner
 
 from fptrace.cli.main import app
@@ -222,15 +222,7 @@ def _replayed(model, parts, sites, ids, clean):
                 return (a_new,)
             handles.append(blk.get_submodule(sites.up).register_forward_hook(up))
             handles.append(blk.get_submodule(sites.down).register_forward_pre_hook(down))
-        before = model.config._attn_implementation
-        model.set_attn_implementation("test-replay")
-        try:
-            with torch.no_grad():
-                model(torch.tensor([ids]), use_cache=False)
-        finally:
-            model.set_attn_implementation(before)
-            for h in handles:
-                h.remove()
+        replay(model, ids, handles, "test-replay")
         return out
     return run
 

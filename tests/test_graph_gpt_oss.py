@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from conftest import build_tiny_moe, make_moe_folder
+from conftest import build_tiny_moe, make_moe_folder, replay
 from typer.testing import CliRunner
 
 from fptrace.cli.main import app
@@ -232,15 +232,7 @@ def _replayed(model, ids, clean):
                 out[i] = torch.where(inside, clean["r"][i] * (u + 1), clean["a"][i])
                 return (_moe_out(ex, held, idx, w)[None], o[1])
             handles.append(layer.mlp.register_forward_hook(moe))
-        before = model.config._attn_implementation
-        model.set_attn_implementation("test-gpt-oss-replay")
-        try:
-            with torch.no_grad():
-                out["logits"] = model(torch.tensor([ids]), use_cache=False).logits[0, -1]
-        finally:
-            model.set_attn_implementation(before)
-            for h in handles:
-                h.remove()
+        out["logits"] = replay(model, ids, handles, "test-gpt-oss-replay").logits[0, -1]
         return out
     return run
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from conftest import build_tiny_moe
+from conftest import build_tiny_moe, replay
 
 from fptrace.commands.graph import core as graph_core
 from fptrace.commands.graph import experts as graph_experts
@@ -258,15 +258,7 @@ def _replayed(model, parts, ids, clean):
                     return (held[None],)
                 handles += [mlp.up_proj.register_forward_hook(up),
                             mlp.down_proj.register_forward_pre_hook(down)]
-        before = model.config._attn_implementation
-        model.set_attn_implementation("test-moe-replay")
-        try:
-            with torch.no_grad():
-                out["logits"] = model(torch.tensor([ids]), use_cache=False).logits[0, -1]
-        finally:
-            model.set_attn_implementation(before)
-            for h in handles:
-                h.remove()
+        out["logits"] = replay(model, ids, handles, "test-moe-replay").logits[0, -1]
         return out
     return run
 
