@@ -174,28 +174,6 @@ def test_features_reads_one_layer_of_a_set_and_refuses_the_whole_set(tmp_path):
     assert r.exit_code == 0, r.output
 
 
-def test_the_export_fptrace_trains_is_graphed_from_the_command_line(tmp_path):
-    """`features train --transcoder --skip --export circuit-tracer` writes a set that `graph
-    --transcoders` reads: every check passes, no block is left without a transcoder and the
-    latents are the set's (its JumpReLU export FVU read back is in test_features_train.py)."""
-    folder = tiny_gpt2()
-    prompts = tmp_path / "p.txt"
-    prompts.write_text("The cat sat on the mat and looked at the dog.\n"
-                       "A bird flew over the house in the morning light.\n"
-                       "The capital of France is Paris and it is big.\n")
-    out = tmp_path / "tc"
-    r = runner.invoke(app, ["features", "train", "--transcoder", "--skip", "--layers", "all",
-                            str(prompts), "-m", folder, "--out", str(out), "--latents", "64",
-                            "--k", "8", "--tokens", "1024", "--export", "circuit-tracer"])
-    assert r.exit_code == 0, r.output
-    r = runner.invoke(app, ["graph", "The cat sat on the", "-m", folder, "--transcoders",
-                            str(out / "circuit-tracer"), "--max-nodes", "40", "--json"])
-    assert r.exit_code == 0, r.output
-    doc = json.loads(r.stdout)
-    assert doc["ok"] and doc["missing_blocks"] == []
-    assert any(n["node_type"] == "latent" and 0 <= n["index"] < 64 for n in doc["nodes"])
-
-
 def test_mlp_hook_out_is_refused_where_a_norm_follows_the_mlp(tmp_path):
     """circuit-tracer's mlp.hook_out is the MLP module's own output; Gemma 2 normalises it
     before the stream receives it (hook_mlp_out, what fptrace decomposes): refused there, while

@@ -193,9 +193,15 @@ def test_neurons_and_transcoders_are_one_or_the_other(tmp_path):
         graph(_lm("llama"), IDS, transcoders=str(tmp_path))
 
 
-def test_transcoders_fptrace_trains_are_graphed(tmp_path):
+@pytest.mark.parametrize("extra, read, max_nodes", [
+    ((), "", "6"),  # fptrace's own layout (SAELens's), one folder a block
+    (("--skip", "--export", "circuit-tracer"), "circuit-tracer", "40"),  # skip, circuit-tracer's
+])
+def test_transcoders_fptrace_trains_are_graphed(tmp_path, extra, read, max_nodes):
     """`features train --transcoder --layers all` writes what `graph --transcoders` reads: the
-    graph over them is exact and its latents are theirs."""
+    graph over them is exact, no block is left without a transcoder and its latents are
+    theirs; so with `--skip --export circuit-tracer`, the export's folder read (its JumpReLU
+    export FVU read back is in test_features_train.py)."""
     folder = tiny_gpt2()
     prompts = tmp_path / "p.txt"
     prompts.write_text("The cat sat on the mat and looked at the dog.\n"
@@ -204,10 +210,10 @@ def test_transcoders_fptrace_trains_are_graphed(tmp_path):
     out = tmp_path / "tc"
     r = runner.invoke(app, ["features", "train", "--transcoder", "--layers", "all", str(prompts),
                             "-m", folder, "--out", str(out), "--latents", "64", "--k", "8",
-                            "--tokens", "1024"])
+                            "--tokens", "1024", *extra])
     assert r.exit_code == 0, r.output
     r = runner.invoke(app, ["graph", "The cat sat on the", "-m", folder, "--transcoders",
-                            str(out), "--max-nodes", "6", "--json"])
+                            str(out / read), "--max-nodes", max_nodes, "--json"])
     assert r.exit_code == 0, r.output
     doc = json.loads(r.stdout)
     assert doc["ok"] and doc["missing_blocks"] == []
