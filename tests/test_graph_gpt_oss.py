@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from conftest import build_tiny_moe, make_moe_folder, replay
+from conftest import build_tiny_moe, forward_then_remove, make_moe_folder, replay
 from typer.testing import CliRunner
 
 from fptrace.cli.main import app
@@ -316,12 +316,7 @@ def test_transcoders_on_gpt_oss(tmp_path):
             lambda m, a, o, i=i: got.__setitem__(i, a[0][0].double())))
     handles.append(lm.parts.lm_head.register_forward_hook(
         lambda m, a, o: got.__setitem__("logits", o[0, -1].double())))
-    try:
-        with torch.no_grad():
-            lm.model(torch.tensor([IDS]), use_cache=False)
-    finally:
-        for h in handles:
-            h.remove()
+    forward_then_remove(lm, IDS, handles)
     latents = [n for n in g.nodes if n.node_type == "latent"]
     assert latents and any(n.node_type == "error" for n in g.nodes)
     for n in latents:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from conftest import build_tiny_moe, replay
+from conftest import build_tiny_moe, forward_then_remove, replay
 
 from fptrace.commands.graph import core as graph_core
 from fptrace.commands.graph import experts as graph_experts
@@ -175,12 +175,7 @@ def test_the_router_choice_shown_is_the_routers_own(made):
     handles = [mlp.gate.register_forward_hook(
         lambda m, a, o, i=i: own.__setitem__(i, (o[2].clone(), o[1].clone())))
         for i, mlp in enumerate(lm.parts.mlps) if _moe(mlp)]
-    try:
-        with torch.no_grad():
-            lm.model(torch.tensor([IDS]), use_cache=False)
-    finally:
-        for h in handles:
-            h.remove()
+    forward_then_remove(lm, IDS, handles)
     sites = {(n.layer, n.position) for n in g.nodes
              if n.node_type in ("neuron", "other neurons") and n.layer in clean["route"]}
     assert {(r.layer, r.position) for r in g.routes} == sites

@@ -42,10 +42,10 @@ from fptrace.commands.graph.experts import (
 )
 from fptrace.commands.graph.freezing import (
     EDGE_MEANING,
-    HELD_PATTERNS_BYTES,
     TRANSCODER_EDGE,
     Pass,
     freezing_lines,
+    holds_patterns,
     mlp_sites,
 )
 from fptrace.commands.graph.heads import Source, split, vectors
@@ -123,11 +123,11 @@ def pass_bytes(T: int, L: int, m: int, d: int, nh: int) -> int:
     stream-wide (the norms' outputs, the attention's output) and SPLIT_HELD · d for the split
     of the edges over heads (freezing.Pass: each block's input, the stream its MLP reads, what
     its MLP writes and the heads' values), and the frozen pattern's nh·T values where the pass
-    holds every block's (freezing.HELD_PATTERNS_BYTES; past it, q and k: 2·d). Measured on the
+    holds every block's (freezing.holds_patterns; past it, q and k: 2·d). Measured on the
     bundled model (nh 9; one pass alone, glibc's mmap threshold fixed): 10,700, 10,860 and
     11,990 values a block and position at 64, 128 and 256 tokens, against 10,176, 10,752 and
     11,904 by this count."""
-    patterns = nh * T if 8 * L * nh * T * T <= HELD_PATTERNS_BYTES else 2 * d
+    patterns = nh * T if holds_patterns(1, nh, T, T, 8, L) else 2 * d
     return 8 * T * L * (4 * m + (2 + SPLIT_HELD) * d + patterns)
 
 
@@ -167,8 +167,7 @@ def graph_bytes(lm: LoadedModel, g: AttributionGraph, batch_size: int = BATCH,
     assembly = copies * 8 * rows * n + rows * n + 8 * rows * rows
     sources = len({e.source for e in g.edges})
     # skip transcoders: per source what it adds to each skip term, per target the gradient there
-    skips = 0 if transcoders is None else sum(t.W_skip is not None
-                                              for t in transcoders.by_block.values())
+    skips = 0 if transcoders is None else len(transcoders.skips)
     split_ = vectors_bytes(sources, L, d) + batch * 8 * T * (L + 1) * d + \
         8 * (sources + batch * T) * skips * d
     return {"float64_copy": copy, "frozen_passes": passes, "backward": backward,
@@ -714,8 +713,8 @@ def _assemble(lm: LoadedModel, prepared: Prepared, queries: list[int], ids: list
                                      limit=limit))
     info = model_info(lm)
     ranked = [nodes[i] for i in by_influence if i < nn_]
-    skip = tset is not None and any(t.W_skip is not None for t in tset.by_block.values())
-    freezing = freezing_lines(lm.parts.family, tset is not None, layout.experts, L, skip)
+    freezing = freezing_lines(lm.parts.family, tset is not None, layout.experts, L,
+                              tset is not None and bool(tset.skips))
     routes = graph_routes(real.routes, {(nodes[i].layer, nodes[i].position) for i in kept
                                         if nodes[i].node_type in ("neuron", "other neurons")})
     return AttributionGraph(

@@ -235,6 +235,14 @@ class Pass:
 HELD_PATTERNS_BYTES = 1 << 30
 
 
+def holds_patterns(batch: int, heads: int, queries: int, keys: int, itemsize: int,
+                   blocks: int) -> bool:
+    """Whether a frozen pass holds every block's pattern (batch × heads × queries × keys values
+    of `itemsize` bytes a block) for its backward passes: while they take at most
+    HELD_PATTERNS_BYTES; past it, the pass holds q and k and recomputes each pattern."""
+    return batch * heads * queries * keys * itemsize * blocks <= HELD_PATTERNS_BYTES
+
+
 def _frozen_attention(module: nn.Module, query: torch.Tensor, key: torch.Tensor,
                       value: torch.Tensor, attention_mask: torch.Tensor | None,
                       scaling: float | None = None, dropout: float = 0.0,
@@ -250,8 +258,7 @@ def _frozen_attention(module: nn.Module, query: torch.Tensor, key: torch.Tensor,
     v = value.repeat_interleave(q.shape[1] // k.shape[1], dim=1)  # (B, nh, T, hd)
     scale = scaling if scaling is not None else q.shape[-1] ** -0.5
     blocks = getattr(getattr(module, "config", None), "num_hidden_layers", 1)
-    held = q.shape[0] * q.shape[1] * q.shape[2] * k.shape[2] * q.element_size() * blocks
-    if held <= HELD_PATTERNS_BYTES:
+    if holds_patterns(q.shape[0], q.shape[1], q.shape[2], k.shape[2], q.element_size(), blocks):
         pattern = frozen_pattern(q, k, attention_mask, scale, softcap, sinks)  # a constant
         out = pattern @ v  # (B, nh, T, hd)
     else:
@@ -508,4 +515,4 @@ def frozen(model: Any, parts: ModelParts, sites: MlpSites | None,
 
 __all__ = ["ATTENTION", "EDGE_MEANING", "FREEZING", "SINK_FREEZING", "SKIP_FREEZING",
            "TRANSCODER_EDGE", "TRANSCODER_FREEZING", "MlpSites", "Pass", "Replay",
-           "float64_norms", "freezing_lines", "frozen", "mlp_sites"]
+           "float64_norms", "freezing_lines", "frozen", "holds_patterns", "mlp_sites"]

@@ -110,6 +110,11 @@ class TranscoderSet:
         """The largest number of latents of a block (the candidates' array is this wide)."""
         return max(t.width for t in self.by_block.values())
 
+    @property
+    def skips(self) -> tuple[int, ...]:
+        """The blocks whose transcoder is a skip transcoder (has W_skip)."""
+        return tuple(b for b, t in sorted(self.by_block.items()) if t.W_skip is not None)
+
 
 def _folders(path: str) -> list[str]:
     """The dictionary folders under `path`: itself when it is one, else its subfolders that are
