@@ -21,7 +21,8 @@ shapes) beside the peak RSS above what was resident before the call (VmHWM reset
 before each graph). With --phases, a thread samples VmRSS every 5 ms and the JSON gives, per
 phase of the graph (the real pass, each frozen pass, the backward passes' rows, the
 assembly and pruning, the split over heads and its vectors), the most resident while it ran,
-and what was resident after it.
+what was resident after it, and the process's CPU time spent inside it (phases nested in it
+included).
 """
 
 from __future__ import annotations
@@ -74,6 +75,7 @@ class Phases:
         self.peak: dict[str, float] = {}
         self.after: dict[str, float] = {}
         self.calls: dict[str, int] = {}
+        self.cpu: dict[str, float] = {}  # the process's CPU time inside each (nested ones included)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._sample, daemon=True)
 
@@ -88,10 +90,12 @@ class Phases:
         def wrapped(*a, **kw):
             label = f"{module.__name__.rsplit('.', 1)[-1]}.{name}"
             self.stack.append(label)
+            t0 = time.process_time()
             try:
                 return fn(*a, **kw)
             finally:
                 self.stack.pop()
+                self.cpu[label] = self.cpu.get(label, 0.0) + time.process_time() - t0
                 self.after[label] = round(rss_mib(), 1)
                 self.calls[label] = self.calls.get(label, 0) + 1
 
@@ -110,7 +114,8 @@ class Phases:
     def report(self) -> dict:
         self._stop.set()
         return {k: {"peak_mib": round(v, 1), "after_mib": self.after.get(k),
-                    "calls": self.calls.get(k)} for k, v in self.peak.items()}
+                    "calls": self.calls.get(k), "cpu_s": round(self.cpu.get(k, 0.0), 2)}
+                for k, v in self.peak.items()}
 
 
 def pass_memory(lengths: list[int]) -> list[dict]:
