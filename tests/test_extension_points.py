@@ -195,7 +195,7 @@ LETTERS = {
 
         from fptrace.results import SCHEMA_VERSION, result
 
-        SCHEMA_SINCE = "1.12"  # the version this kind arrives in
+        SCHEMA_SINCE = "1.13"  # the version this kind arrives in
         CHECK_TARGETS = "`letters_sum` (letters)"
 
 
@@ -430,7 +430,7 @@ def test_a_new_command_folder_is_found_everywhere(tmp_path):
     assert out["golden"] == ["tracer: 6 letters\n"]
     assert out["cases"] == [["commands/letters/", 1, "letters: an empty word", ["letters", " "]]]
     assert out["note_case"] == [True]  # absent for "short", said for the long word
-    assert out["schema"] == ["urn:fptrace:schema:1.12", True, True]
+    assert out["schema"] == ["urn:fptrace:schema:1.13", True, True]
 
 
 # a throwaway engine: transformers' pass again, with a setting of its own and a note, as a second

@@ -426,7 +426,7 @@ def test_recomputed_patterns_give_the_same_graph(family, monkeypatch):
 def test_verify_removes_the_top_nodes_and_holds_every_edge(family):
     """--verify: each of the N most influential neurons removed, every other node held, changes
     every computed node by minus its edge (graph_verify, float64); `direct` is minus its edge
-    into the top logit; `real` is the top logit's change when a hook on the float64 model's own
+    into the top logit, and `held` (that logit's measured change) equals it; `real` is the top logit's change when a hook on the float64 model's own
     down projection zeroes the neuron (nothing frozen)."""
     lm = wrap_model(build_tiny(family), random_weights=True)
     g = graph(lm, IDS, max_nodes=12, per_site=3, node_threshold=1.0, edge_threshold=1.0,
@@ -442,6 +442,8 @@ def test_verify_removes_the_top_nodes_and_holds_every_edge(family):
     sites = freezing.mlp_sites(parts.family)
     for n, v in zip(neurons, g.verified, strict=True):
         assert v.direct == pytest.approx(-weight.get((n.node_id, top.node_id), 0.0), abs=1e-15)
+        # the held intervention's measured change (a forward pass) is the edge's (a backward)
+        assert v.held == pytest.approx(v.direct, rel=1e-9, abs=1e-12)
         assert v.targets >= 1 and v.largest_edge > 0
 
         def zero(mod, a, n=n):

@@ -11,7 +11,8 @@ from fptrace.results import SCHEMA_VERSION, Check, ModelInfo, QKTerm, Token, res
 # (GraphNode.expert, .shared_expert, .neuron; AttributionGraph.routes, GraphRoute); 1.10: heads
 # on edges (GraphEdge.direct, .heads, .heads_rest; EdgeHead; the graph_heads check) and --qk
 # (AttributionGraph.qk, GraphQK; the graph_qk check)
-SCHEMA_SINCE = "1.11"  # 1.11: GraphEdge.skip (skip transcoders)
+# 1.11: GraphEdge.skip (skip transcoders)
+SCHEMA_SINCE = "1.12"  # 1.12: GraphVerified.held (the held intervention's measured logit change)
 
 CHECK_TARGETS = ("for `graph`: `graph_sums` (every computed node's incoming edges plus its bias "
                  "terms equal its value in the model, float64), `graph_model` (the float64 "
@@ -230,6 +231,10 @@ class GraphVerified:
     direct effects they claim to be."""
     direct: float
     """The top logit's change its edge predicts (minus the edge): its direct effect."""
+    held: float
+    """The top logit's change measured with every other node held (the intervention of
+    `difference`): equal to `direct` within the graph_verify tolerance, 0 when the node has no
+    edge into that logit."""
     predicted: float
     """The top logit's change in the frozen model with the other nodes following it linearly:
     what the graph predicts over every path."""

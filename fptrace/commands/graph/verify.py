@@ -146,6 +146,7 @@ def verify(model: nn.Module, parts: ModelParts, sites: MlpSites | None, tset: Tr
             out.append(GraphVerified(
                 node=labels[start + b - 1], targets=targets, largest_edge=largest,
                 difference=rel_s, direct=-_edge(done[top][1], s, cand),
+                held=float(got[True][b, top] - got[True][0, top]),
                 predicted=float(got[False][b, top] - got[False][0, top]),
                 real=float(real_top[b] - real_top[0])))
     check = GraphCheck(name="graph_verify", value=worst, ok=worst <= rtol, worst=where,
