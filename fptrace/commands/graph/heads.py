@@ -81,7 +81,9 @@ def _jvp(out: torch.Tensor, inp: torch.Tensor, V: torch.Tensor) -> torch.Tensor:
 
 
 def written(p: Pass, sources: list[Source]) -> torch.Tensor:
-    """(n, d): the vector each source writes into the stream at its position."""
+    """(n, d): the vector each source writes into the stream at its position (its block's map
+    from its leaf to the stream is position by position, so sources at different positions share
+    a row of the Jacobian-vector product: _rows)."""
     import torch
 
     d = p.blocks_in[0].shape[-1]
@@ -95,11 +97,10 @@ def written(p: Pass, sources: list[Source]) -> torch.Tensor:
         else:
             inp = p.errors[layer] if error else p.leaves[layer]
             dst = p.mlp_out[layer]
-        for start in range(0, len(members), SOURCES):
-            chunk = members[start:start + SOURCES]
-            V = torch.zeros((len(chunk), *inp.shape), dtype=inp.dtype, device=inp.device)
-            for r, i in enumerate(chunk):
-                s = sources[i]
+        for chunk, rows in _rows([sources[i].position for i in members]):
+            V = torch.zeros((int(rows.max()) + 1, *inp.shape), dtype=inp.dtype, device=inp.device)
+            for k, r in zip(chunk, rows.tolist(), strict=True):
+                s = sources[members[k]]
                 if layer is None or error:
                     V[r, 0, s.position] = inp[0, s.position].detach()
                 elif s.index is not None:
@@ -112,9 +113,32 @@ def written(p: Pass, sources: list[Source]) -> torch.Tensor:
                     if s.left_out:
                         col, there = columns_of(p, layer, torch.tensor(s.left_out))
                         V[r, 0, s.position, col[there.to(col.device)]] = 0.0
-            jv = _jvp(dst, inp, V)  # (n, 1, T, d)
-            pos = torch.tensor([sources[i].position for i in chunk], device=jv.device)
-            out[chunk] = jv[torch.arange(len(chunk), device=jv.device), 0, pos]
+            jv = _jvp(dst, inp, V)  # (rows, 1, T, d)
+            pos = torch.tensor([sources[members[k]].position for k in chunk], device=jv.device)
+            out[[members[k] for k in chunk]] = jv[rows.to(jv.device), 0, pos]
+    return out
+
+
+def _rows(positions: list[int]) -> list[tuple[list[int], torch.Tensor]]:
+    """Items at these positions packed into the rows of batched Jacobian-vector products of a
+    map that works position by position (the frozen norms, W_V, the down projections): at most
+    one item a position in a row, so that a row's result at an item's position is that item's
+    alone; a prompt's sources then take as many rows as its most crowded position has sources
+    (not one each: each row costs the whole prompt's length). Returns, for each product of at
+    most SOURCES rows, its items (indices into positions) and each one's row in it. A map that
+    mixed positions would mix the items of a row: the split's check (`graph_heads`) would
+    fail."""
+    import torch
+
+    seen: dict[int, int] = {}
+    rank = []
+    for q in positions:
+        rank.append(seen.get(q, 0))
+        seen[q] = rank[-1] + 1
+    out = []
+    for start in range(0, max(rank, default=-1) + 1, SOURCES):
+        items = [i for i, r in enumerate(rank) if start <= r < start + SOURCES]
+        out.append((items, torch.tensor([rank[i] - start for i in items], dtype=torch.long)))
     return out
 
 
@@ -151,14 +175,13 @@ def _before(out: torch.Tensor, x: torch.Tensor, sources: list[Source], w: torch.
     res = torch.zeros((len(before) + 1, *shape), dtype=w.dtype, device=w.device)
     row = torch.full((n,), len(before), dtype=torch.long, device=w.device)
     row[before] = torch.arange(len(before), device=w.device)
-    for start in range(0, len(before), SOURCES):
-        chunk = before[start:start + SOURCES]
-        pos = torch.tensor([sources[i].position for i in chunk], device=w.device)
-        V = torch.zeros((len(chunk), *x.shape), dtype=x.dtype, device=x.device)
-        V[torch.arange(len(chunk)), 0, pos] = w[chunk]
-        jv = _jvp(out, x, V)[:, 0].movedim(axis + 1, 1)  # (n, T, ...)
-        res[start:start + len(chunk)] = jv[torch.arange(len(chunk), device=jv.device),
-                                           pos.to(jv.device)]
+    for items, rows in _rows([sources[i].position for i in before]):
+        pos = torch.tensor([sources[before[k]].position for k in items], device=w.device)
+        V = torch.zeros((int(rows.max()) + 1, *x.shape), dtype=x.dtype, device=x.device)
+        rows = rows.to(w.device)
+        V[rows, 0, pos] = w[[before[k] for k in items]]
+        jv = _jvp(out, x, V)[:, 0].movedim(axis + 1, 1)  # (rows, T, ...)
+        res[items] = jv[rows.to(jv.device), pos.to(jv.device)]
     return res, row
 
 
