@@ -59,16 +59,27 @@ def float64_copy(lm: LoadedModel) -> tuple[nn.Module, ModelParts]:
     """A float64 copy of the model (its gradients off) and its parts."""
     import torch
 
+    return model_copy(lm, torch.float64)
+
+
+def model_copy(lm: LoadedModel, dtype: torch.dtype) -> tuple[nn.Module, ModelParts]:
+    """A copy of the model in `dtype` (its gradients off) and its parts: float64 for the real
+    pass and the exact rows, float32 for graph(precision="float32")'s candidate rows."""
+    import torch
+
     if lm.quantization:
         raise BadInput(f"graph needs the weights in floating point; drop {param('quantize')}")
     if lm.tensor_parallel > 1 or getattr(lm.model, "hf_device_map", None):
         raise BadInput(f"graph runs the whole model in one process: drop {param('tp')} and "
                        f"{param('device_map')}")
-    model = copy.deepcopy(lm.model).to(torch.float64)
-    for p in model.parameters():
-        p.requires_grad_(False)
+    # each parameter made once, in dtype, with its gradient off (a weight already in dtype:
+    # the loaded model's own storage, shared, not copied); the rest of the module copied
+    memo = {id(p): torch.nn.Parameter(p.detach().to(dtype), requires_grad=False)
+            for p in lm.model.parameters()}
+    model = copy.deepcopy(lm.model, memo).to(dtype)
     if getattr(model, "_can_set_experts_implementation", lambda: False)():
-        model.set_experts_implementation("eager")  # grouped_mm takes no float64
+        model.set_experts_implementation("eager")  # grouped_mm takes no float64 (and the
+        # float32 copy then runs the experts' loop as the float64 one does)
     return model.eval(), resolve_parts(model)
 
 
@@ -129,4 +140,4 @@ def real_pass(lm: LoadedModel, model: nn.Module, parts: ModelParts, sites: MlpSi
                 routes=routes, clamped=held)
 
 
-__all__ = ["Real", "float64_copy", "real_pass"]
+__all__ = ["Real", "float64_copy", "model_copy", "real_pass"]
