@@ -66,6 +66,11 @@ def graph(
         "attends there: its attention score at (the query that reads most of it, the source's "
         "position) split into query-part × key-part terms, as attribute --qk splits it.",
         rich_help_panel=GRAPH)] = "0",
+    precision: Annotated[str, typer.Option(
+        "--precision", metavar="DTYPE", help="The dtype of the rows' backward passes: float64, "
+        "or float32 (faster on CPU; each row still checked against its float64 value, and "
+        "recomputed in float64 where it misses; not with --verify or --qk).",
+        rich_help_panel=STATS)] = "float64",
     graph_json: Annotated[str | None, typer.Option(
         "--graph-json", metavar="FILE", help="Also write the graph in circuit-tracer's "
         "frontend format (.json).", rich_help_panel=OUTPUT)] = None,
@@ -92,7 +97,7 @@ def graph(
                         else parse_selection(positions, "--positions"),
                         graph_json=graph_json, force=outputs.force,
                         transcoders=transcoders, verify=verify, qk=qk, workers=workers,
-                        gpus_per_worker=gpus_per_worker, ray=ray)
+                        gpus_per_worker=gpus_per_worker, ray=ray, precision=precision)
     from fptrace.commands.graph.core import graph as run_graph
     from fptrace.commands.graph.ray import ray_rows
 
@@ -103,7 +108,7 @@ def graph(
                            node_threshold=req.node_threshold, edge_threshold=req.edge_threshold,
                            max_nodes=req.max_nodes, per_site=req.per_site,
                            transcoders=req.transcoders, verify=req.verify, qk=req.qk,
-                           pool=pool)
+                           pool=pool, precision=req.precision)
     from fptrace.commands.graph.render import graph_view
 
     output(result, graph_view, outputs)

@@ -17,7 +17,9 @@ error node per (block, position): transcoders.py), exact.
    through the frozen pass of the shortest prefix of the prompt that holds its position
    (prefix_ends). Those passes run here, or where `pool` runs them (pool.py: `graph --ray`,
    the batches of one round over a Ray cluster's actors, the same batches, assembled here in
-   the same order: the same graph).
+   the same order: the same graph). With precision float32, those passes run on a float32
+   copy of the model (lower_passes): each row is checked against the node's float64 value
+   (graph_sums' rule, below) as it comes, and one that misses is recomputed in float64.
 4. Every computed node is checked: its edges from all sources plus its bias terms equal its
    value in the model within RTOL (float64); the float64 copy's logits equal the model's own.
 5. The graph is pruned and scored by circuit-tracer's definitions (influence.py).
@@ -58,7 +60,7 @@ from fptrace.commands.graph.influence import (
     scores,
 )
 from fptrace.commands.graph.model64 import Real, float64_copy, real_pass
-from fptrace.commands.graph.passes import FrozenPasses
+from fptrace.commands.graph.passes import FrozenPasses, lower_passes
 from fptrace.commands.graph.paths import strongest_paths
 from fptrace.commands.graph.pool import GraphWork, Job, RowsPool
 from fptrace.commands.graph.result import (
@@ -216,17 +218,22 @@ def graph(lm: LoadedModel, prompt: Prompt, *,
           node_threshold: float = 0.8, edge_threshold: float = 0.98,
           max_nodes: int = 64, per_site: int = 4, batch_size: int = BATCH,
           transcoders: str | TranscoderSet | None = None, verify: int = 0,
-          qk: int = 0, pool: RowsPool | None = None) -> AttributionGraph:
+          qk: int = 0, pool: RowsPool | None = None,
+          precision: str = "float64") -> AttributionGraph:
     """The attribution graph of the prompt's next tokens at the query positions (see the
     module's text): over the MLP neurons, or with `transcoders` (a folder, or a TranscoderSet
     read by transcoders.read_transcoders) over their latents; with `verify`, its N most
     influential nodes removed one at a time (verify.py); with `qk`, the N largest head shares
     of the kept edges with their attention scores split (core/qk.py); with `pool`, the
-    backward passes run there (pool.py, ray.py), the graph the same."""
+    backward passes run there (pool.py, ray.py), the graph the same; with `precision`
+    "float32", the rows and the split over heads run on a float32 copy of the model, each row
+    checked against its float64 value as graph_sums checks it and recomputed in float64 where
+    it misses, each split likewise (split_edges; counted in a note)."""
     import numpy as np
 
     start = time.perf_counter()
-    _check_numbers(node_threshold, edge_threshold, max_nodes, per_site, batch_size, verify, qk)
+    _check_numbers(node_threshold, edge_threshold, max_nodes, per_site, batch_size, verify, qk,
+                   precision)
     tset = read_transcoders(transcoders, lm) if isinstance(transcoders, str) else transcoders
     sites = mlp_sites(lm.parts.family) if tset is None else None
     try:
@@ -245,14 +252,31 @@ def graph(lm: LoadedModel, prompt: Prompt, *,
     logit_targets, probs = _logit_nodes(real, fixed, len(queries))
     passes = FrozenPasses(model, parts, sites, tset, ids, queries,  # each made when first
                           outputs=qk > 0)  # used; with --qk, the heads' outputs kept
-    work = GraphWork(tuple(ids), tuple(queries), cand, transcoders)
+    fast = passes if precision == "float64" else \
+        lower_passes(lm, precision, sites, tset, ids, queries)
+    work = GraphWork(tuple(ids), tuple(queries), cand, transcoders, precision)
+    recomputed = [0]  # float32 rows that missed their value, recomputed in float64
 
     def computed(jobs: list[Job]) -> Iterable[Rows]:
         """The seam: each batch's rows, in the jobs' order, here (one at a time, as a pool's
-        worker computes them: pool.rows_of) or in the pool."""
+        worker computes them: pool.rows_of) or in the pool; in float32, each batch's rows
+        that miss their value recomputed in float64 here (settled)."""
         if pool is not None:
-            return pool.map(work, jobs)
-        return (rows(passes(job.end), list(job.targets), cand) for job in jobs)
+            got = pool.map(work, jobs)
+        else:
+            got = (rows(fast(job.end), list(job.targets), cand) for job in jobs)
+        return got if fast is passes else (settled(job, r) for job, r in zip(jobs, got,
+                                                                              strict=True))
+
+    def settled(job: Job, r: Rows) -> Rows:
+        """A batch's float32 rows, those that miss their value (graph_sums' test) replaced by
+        their float64 rows."""
+        miss = np.flatnonzero(r.misses(np.array([value(t) for t in job.targets])) > RTOL)
+        if not len(miss):
+            return r
+        recomputed[0] += len(miss)
+        exact = rows(passes(job.end), [job.targets[i] for i in miss], cand)
+        return r.with_rows(miss, exact)
 
     n_cand = len(cand)
     layout = _Layout(cand, len(logit_targets), errors=tset is not None,
@@ -314,9 +338,15 @@ def graph(lm: LoadedModel, prompt: Prompt, *,
     for c in np.flatnonzero(visited).tolist():
         nodes_at.setdefault((int(cand.layer[c]), int(cand.position[c])), []).append(
             int(cand.index[c]))
-    edges, check = split_edges(g, queries, nodes_at, passes, ends, batch, L)
-    g = replace(g, edges=edges, checks=(*g.checks, check), ok=g.ok and check.ok,
-                seconds=time.perf_counter() - start)
+    exact = None if fast is passes else _Exact(passes, cand, ends, len(ids))
+    edges, check, redone = split_edges(g, queries, nodes_at, fast, ends, batch, L, exact)
+    notes = g.notes
+    if exact is not None:
+        from fptrace.commands.graph.notes import FLOAT32_ROWS
+
+        notes = (*notes, FLOAT32_ROWS(n=recomputed[0], m=len(done), k=redone))
+    g = replace(g, edges=edges, checks=(*g.checks, check), ok=g.ok and check.ok, notes=notes,
+                precision=precision, seconds=time.perf_counter() - start)
     if qk:
         scored, qk_check = head_scores(lm, g, qk, queries, ids, nodes_at, passes, ends)
         g = replace(g, qk=scored, checks=(*g.checks, qk_check), ok=g.ok and qk_check.ok,
@@ -337,48 +367,81 @@ def graph(lm: LoadedModel, prompt: Prompt, *,
 TOP_HEADS = 4  # heads kept on an edge (by |share|); the others are summed in heads_rest
 
 
+class _Exact:
+    """precision float32: the float64 frozen passes (made when first asked for) and the rows
+    the split over heads falls back on (split_edges)."""
+
+    def __init__(self, passes: FrozenPasses, cand: Candidates, ends: list[int],
+                 whole: int) -> None:
+        self.passes, self.cand, self.ends, self.whole = passes, cand, ends, whole
+
+    def rows(self, targets: list[Target], batch: int) -> dict[Target, Rows]:
+        """Each target's float64 Rows (one row), from the pass its float32 row came from."""
+        by_end: dict[int, list[Target]] = {}
+        for t in targets:
+            by_end.setdefault(_pass_end(t, self.ends, self.whole), []).append(t)
+        out: dict[Target, Rows] = {}
+        for end, ts in sorted(by_end.items()):
+            for i in range(0, len(ts), batch):
+                part = ts[i:i + batch]
+                got = rows(self.passes(end), part, self.cand)
+                for b, t in enumerate(part):
+                    out[t] = Rows(tokens=got.tokens[b:b + 1], chosen=got.chosen[b:b + 1],
+                                  sites=got.sites[b:b + 1], errors=got.errors[b:b + 1],
+                                  bias=got.bias[b:b + 1])
+        return out
+
+    def edge(self, r: Rows, s: Source) -> float:
+        """The edge from source s in the one-row Rows r, as the graph's adjacency holds it (a
+        remainder: its site's neurons but the computed ones, `left_out`)."""
+        if s.layer is None:
+            return float(r.tokens[0, s.position])
+        if s.error:
+            return float(r.errors[0, s.layer, s.position])
+        if s.index is not None:
+            return float(r.chosen[0, self.cand.columns[Target(s.layer, s.position, s.index)]])
+        left = [self.cand.columns[Target(s.layer, s.position, i)] for i in s.left_out]
+        return float(r.sites[0, s.layer, s.position] - r.chosen[0, left].sum())
+
+
 def split_edges(g: AttributionGraph, queries: list[int], nodes_at: dict,
-                pass_for: Callable[[int], Pass],
-                ends: list[int], batch: int, L: int) -> tuple[tuple[GraphEdge, ...], GraphCheck]:
+                pass_for: Callable[[int], Pass], ends: list[int], batch: int, L: int,
+                exact: _Exact | None = None
+                ) -> tuple[tuple[GraphEdge, ...], GraphCheck, int]:
     """The kept edges, each split over the attention heads that carry it (heads.py): direct,
     the TOP_HEADS heads of largest |share| and the rest; and the check that every split sums
     to its edge (`graph_heads`). The rows of a target come from the frozen pass of the shortest
-    prefix that holds it (its candidates' rows did), a logit's from the whole prompt's."""
+    prefix that holds it (its candidates' rows did), a logit's from the whole prompt's. With
+    `exact` (precision float32: pass_for's passes are float32), each target with an edge whose
+    split misses it has its row recomputed in float64 (`exact`), its kept edges' weights taken
+    from that row and split again on the float64 passes; the rows so recomputed are counted
+    (the third value)."""
     import numpy as np
 
     by_id = {n.node_id: n for n in g.nodes}
-    total = max(queries) + 1
     source_of = {i: _source_of(by_id[i], nodes_at) for i in {e.source for e in g.edges}}
-    by_pass: dict[int, dict[Target, list[int]]] = {}
-    for e, edge in enumerate(g.edges):
-        t = _target_of(by_id[edge.target], queries)
-        end = _pass_end(t, ends, total)
-        by_pass.setdefault(end, {}).setdefault(t, []).append(e)
     E = len(g.edges)
-    direct, parts, skip = np.zeros(E), None, np.zeros(E)
-    for end, per_target in sorted(by_pass.items()):
-        p = pass_for(end)
-        targets = list(per_target)
-        vecs = vectors(p, {source_of[g.edges[e].source] for es in per_target.values()
-                           for e in es})  # once for every batch of this pass
-        for i in range(0, len(targets), batch):
-            ts = targets[i:i + batch]
-            pairs = [(b, e) for b, t in enumerate(ts) for e in per_target[t]]
-            srcs = [(b, source_of[g.edges[e].source]) for b, e in pairs]
-            got = split(p, ts, srcs, L, vecs)
-            rows = np.array([e for _, e in pairs], dtype=int)
-            if parts is None:
-                parts = np.zeros((E, L, got.parts.shape[2]))
-            direct[rows], parts[rows] = got.direct, got.parts
-            skip[rows] = got.skip.sum(1)
-        del vecs  # freed before the next pass's are made (S × L × d values: vectors_bytes)
+    direct, parts, skip = _splits(g.edges, by_id, source_of, queries, pass_for, ends, batch, L)
+    weight = np.array([e.weight for e in g.edges])
+    rel = _split_misses(direct, parts, skip, weight)
+    redone = 0
+    if exact is not None and bool((rel > RTOL).any()):
+        missed = {g.edges[int(i)].target for i in np.flatnonzero(rel > RTOL)}
+        targets = {i: _target_of(by_id[i], queries) for i in missed}
+        got = exact.rows(list(targets.values()), batch)
+        redone = len(got)
+        again = np.array([i for i, e in enumerate(g.edges) if e.target in missed], dtype=int)
+        for i in again.tolist():
+            e = g.edges[i]
+            weight[i] = exact.edge(got[targets[e.target]], source_of[e.source])
+        d, p, sk = _splits(tuple(g.edges[i] for i in again.tolist()), by_id, source_of, queries,
+                           exact.passes, ends, batch, L)
+        direct[again], skip[again] = d, sk
+        if parts is not None and p is not None:
+            parts[again] = p
+        rel = _split_misses(direct, parts, skip, weight)
     flat = (np.zeros((E, 0)) if parts is None else parts.reshape(E, -1))  # (E, L·nh)
     nh = 1 if parts is None else parts.shape[2]
-    weight = np.array([e.weight for e in g.edges])
-    err = np.abs(direct + flat.sum(1) + skip - weight)
-    scale = np.maximum(np.maximum(np.abs(weight), 1e-6 * (np.abs(direct) + np.abs(skip)
-                                                          + np.abs(flat).sum(1))), 1e-300)
-    rel = err / scale
     worst_i = int(np.argmax(rel)) if E else 0
     worst = float(rel[worst_i]) if E else 0.0
     where = f"{g.edges[worst_i].source} -> {g.edges[worst_i].target}" if E else ""
@@ -388,17 +451,69 @@ def split_edges(g: AttributionGraph, queries: list[int], nodes_at: dict,
     rest = flat.sum(1) - np.where(top_vals != 0.0, top_vals, 0.0).sum(1)
     edges = []
     skipping = bool(np.any(skip != 0.0))
-    for edge, cs, vs, d, r, sk in zip(g.edges, top.tolist(), top_vals.tolist(), direct.tolist(),
-                                      rest.tolist(), skip.tolist(), strict=True):
+    for edge, cs, vs, d, r, sk, w in zip(g.edges, top.tolist(), top_vals.tolist(),
+                                         direct.tolist(), rest.tolist(), skip.tolist(),
+                                         weight.tolist(), strict=True):
         heads = tuple(EdgeHead(layer=c // nh, head=c % nh, share=v)
                       for c, v in zip(cs, vs, strict=True) if v != 0.0)
-        edges.append(replace(edge, direct=d, heads=heads, heads_rest=r,
+        edges.append(replace(edge, weight=float(w), direct=d, heads=heads, heads_rest=r,
                              skip=sk if skipping else None))
+    if redone:  # some weights are their float64 rows': the edges by |weight| again
+        edges.sort(key=lambda e: -abs(e.weight))
     plus = " + skip" if skipping else ""
     check = GraphCheck(name="graph_heads", value=worst, ok=worst <= RTOL, worst=where,
                        tolerance=f"|direct + Σ heads' shares{plus} − edge| ≤ {RTOL:g}·max(|edge|, "
                                  "1e-6·Σ|shares|) for every kept edge (float64)")
-    return tuple(edges), check
+    return tuple(edges), check, redone
+
+
+def _splits(edges: Sequence[GraphEdge], by_id: dict[str, GraphNode],
+            source_of: dict[str, Source], queries: list[int], pass_for: Callable[[int], Pass],
+            ends: list[int], batch: int, L: int
+            ) -> tuple[np.ndarray, np.ndarray | None, np.ndarray]:
+    """The split of `edges` over heads (heads.split), batched by target and pass: direct (E,),
+    the heads' parts (E, L, nh; None without edges) and the skip terms' (E,)."""
+    import numpy as np
+
+    total = max(queries) + 1
+    by_pass: dict[int, dict[Target, list[int]]] = {}
+    for e, edge in enumerate(edges):
+        t = _target_of(by_id[edge.target], queries)
+        end = _pass_end(t, ends, total)
+        by_pass.setdefault(end, {}).setdefault(t, []).append(e)
+    E = len(edges)
+    direct, parts, skip = np.zeros(E), None, np.zeros(E)
+    for end, per_target in sorted(by_pass.items()):
+        p = pass_for(end)
+        targets = list(per_target)
+        vecs = vectors(p, {source_of[edges[e].source] for es in per_target.values()
+                           for e in es})  # once for every batch of this pass
+        for i in range(0, len(targets), batch):
+            ts = targets[i:i + batch]
+            pairs = [(b, e) for b, t in enumerate(ts) for e in per_target[t]]
+            srcs = [(b, source_of[edges[e].source]) for b, e in pairs]
+            got = split(p, ts, srcs, L, vecs)
+            rows = np.array([e for _, e in pairs], dtype=int)
+            if parts is None:
+                parts = np.zeros((E, L, got.parts.shape[2]))
+            direct[rows], parts[rows] = got.direct, got.parts
+            skip[rows] = got.skip.sum(1)
+        del vecs  # freed before the next pass's are made (S × L × d values: vectors_bytes)
+    return direct, parts, skip
+
+
+def _split_misses(direct: np.ndarray, parts: np.ndarray | None, skip: np.ndarray,
+                  weight: np.ndarray) -> np.ndarray:
+    """(E,) each edge's |direct + Σ heads' shares + skip − edge| / max(|edge|, 1e-6 · Σ|shares|):
+    what graph_heads holds to RTOL."""
+    import numpy as np
+
+    E = len(weight)
+    flat = np.zeros((E, 0)) if parts is None else parts.reshape(E, -1)
+    err = np.abs(direct + flat.sum(1) + skip - weight)
+    scale = np.maximum(np.maximum(np.abs(weight), 1e-6 * (np.abs(direct) + np.abs(skip)
+                                                          + np.abs(flat).sum(1))), 1e-300)
+    return err / scale
 
 
 QK_TERMS = 6  # terms of a --qk score split shown (the rest summed)
@@ -489,9 +604,11 @@ def _source_of(n: GraphNode, nodes_at: dict) -> Source:
 
 
 def _check_numbers(node_threshold: float, edge_threshold: float, max_nodes: int,
-                   per_site: int, batch_size: int, verify: int = 0, qk: int = 0) -> None:
+                   per_site: int, batch_size: int, verify: int = 0, qk: int = 0,
+                   precision: str = "float64") -> None:
     """The API's numbers, refused naming its parameters (the command line checks its flags
     before loading: inputs.py)."""
+    from fptrace.commands.graph.inputs import check_precision
     from fptrace.errors import BadInput
     from fptrace.numbers import check_finite
 
@@ -506,6 +623,7 @@ def _check_numbers(node_threshold: float, edge_threshold: float, max_nodes: int,
     for value, name in ((verify, "verify"), (qk, "qk")):
         if isinstance(value, bool) or not isinstance(value, int) or value < 0:
             raise BadInput(f"{name}={value!r}: give a whole number, 0 or more")
+    check_precision(precision, verify, qk)
 
 
 class _Layout:

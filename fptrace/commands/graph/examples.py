@@ -120,8 +120,18 @@ def _clamped(bench: Bench) -> Said:
     return (graph(at_seven, PROMPT, max_nodes=4).notes, graph(low, PROMPT, max_nodes=4).notes)
 
 
+def _float32(bench: Bench) -> Said:
+    """The same graph in float64, and with precision float32."""
+    from fptrace.commands.graph.core import graph
+
+    lm = bench.lm("llama")
+    return (graph(lm, PROMPT, max_nodes=4).notes,
+            graph(lm, PROMPT, max_nodes=4, precision="float32").notes)
+
+
 NOTE_CASES = (NoteCase("graph_blocks_without_transcoder", _missing),
-              NoteCase("graph_clamped_neurons", _clamped))
+              NoteCase("graph_clamped_neurons", _clamped),
+              NoteCase("graph_float32_rows", _float32))
 
 
 def bad_inputs(at: Setup) -> tuple[Case, ...]:
@@ -186,4 +196,7 @@ def bad_inputs(at: Setup) -> tuple[Case, ...]:
         Case(26, "graph: a circuit-tracer set naming a file on the Hugging Face Hub (hf://)",
              (*t, hub)),
         Case(27, "graph: a circuit-tracer JumpReLU threshold below 0", (*t, below)),
+        Case(28, "graph: --precision neither float64 nor float32", (*g, "--precision", "float16")),
+        Case(29, "graph: --precision float32 with --verify",
+             (*g, "--precision", "float32", "--verify", "2")),
     )

@@ -17,3 +17,11 @@ CLAMPED_NEURONS = note(
     "{k} of the chosen experts' neurons (blocks {blocks}) have their up pre-activation clamped "
     "beyond ±{limit:g}: each is a constant under the freezing, so none is a node, and what it "
     "writes is in the bias terms of the nodes it reaches")
+
+FLOAT32_ROWS = note(
+    "graph_float32_rows", ("graph",),
+    "--precision float32: the rows computed in float32, those that miss their value recomputed",
+    "rows computed in float32 (--precision float32), each checked as graph_sums checks it; "
+    "recomputed in float64: {n} of the {m} rows (they missed their value by more than its "
+    "tolerance) and {k} more for the split over heads (a kept edge's float32 split missed its "
+    "edge: that row's kept edges split again in float64, their weights the float64 row's)")

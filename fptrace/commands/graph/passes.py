@@ -15,6 +15,7 @@ if TYPE_CHECKING:
 
     from fptrace.commands.graph.transcoders import TranscoderSet
     from fptrace.families.parts import ModelParts
+    from fptrace.models.loading import LoadedModel
 
 
 class FrozenPasses:
@@ -48,4 +49,20 @@ class FrozenPasses:
         return self._made[end]
 
 
-__all__ = ["FrozenPasses"]
+def lower_passes(lm: LoadedModel, precision: str, sites: MlpSites | None,
+                 transcoders: TranscoderSet | None, ids: list[int], queries: list[int]
+                 ) -> FrozenPasses:
+    """The frozen passes of a copy of the model (and of the transcoders) in `precision`
+    ("float32": graph(precision="float32")'s candidate rows, each checked against its float64
+    value by core.py; inputs.check_precision says which precisions there are)."""
+    import torch
+
+    from fptrace.commands.graph.model64 import model_copy
+
+    dtype = getattr(torch, precision)
+    model, parts = model_copy(lm, dtype)
+    return FrozenPasses(model, parts, sites,
+                        None if transcoders is None else transcoders.cast(dtype), ids, queries)
+
+
+__all__ = ["FrozenPasses", "lower_passes"]

@@ -22,7 +22,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
-from fptrace.commands.graph.passes import FrozenPasses
+from fptrace.commands.graph.passes import FrozenPasses, lower_passes
 from fptrace.commands.graph.rows import Candidates, Rows, Target, rows
 
 if TYPE_CHECKING:
@@ -48,6 +48,8 @@ class GraphWork:
     # the transcoders as graph() was given them: a folder (each worker reads it: it must be
     # there for the workers too, as the model is) or a TranscoderSet; None for --neurons
     transcoders: str | TranscoderSet | None
+    precision: str = "float64"  # the rows' dtype (core.graph's precision; float32 rows are
+    # checked, and those that miss recomputed in float64, where the graph is built)
 
 
 class RowsPool(Protocol):
@@ -76,6 +78,9 @@ def prepare(lm: LoadedModel, work: GraphWork) -> Worker:
     if isinstance(tset, str):
         tset = read_transcoders(tset, lm)
     sites = mlp_sites(lm.parts.family) if tset is None else None
+    if work.precision != "float64":
+        return Worker(lower_passes(lm, work.precision, sites, tset, list(work.ids),
+                                   list(work.queries)), work.cand)
     model, parts = float64_copy(lm)
     return Worker(FrozenPasses(model, parts, sites, tset, list(work.ids), list(work.queries)),
                   work.cand)

@@ -12,7 +12,9 @@ from fptrace.results import SCHEMA_VERSION, Check, ModelInfo, QKTerm, Token, res
 # on edges (GraphEdge.direct, .heads, .heads_rest; EdgeHead; the graph_heads check) and --qk
 # (AttributionGraph.qk, GraphQK; the graph_qk check)
 # 1.11: GraphEdge.skip (skip transcoders)
-SCHEMA_SINCE = "1.12"  # 1.12: GraphVerified.held (the held intervention's measured logit change)
+# 1.12: GraphVerified.held (the held intervention's measured logit change) and
+# AttributionGraph.precision (--precision float32)
+SCHEMA_SINCE = "1.12"
 
 CHECK_TARGETS = ("for `graph`: `graph_sums` (every computed node's incoming edges plus its bias "
                  "terms equal its value in the model, float64), `graph_model` (the float64 "
@@ -348,5 +350,9 @@ class AttributionGraph:
     qk: tuple[GraphQK, ...] = ()
     """With --qk N: the N largest head shares of the kept edges, each with its attention score
     split (empty without it)."""
+    precision: str = "float64"
+    """The dtype of the rows' backward passes (--precision): float64, or float32, each row then
+    checked against its float64 value as graph_sums checks it and recomputed in float64 where
+    it misses (the notes say how many; the split over heads likewise, graph_heads)."""
     kind: str = "graph"
     schema_version: str = SCHEMA_VERSION

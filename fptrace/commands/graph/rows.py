@@ -113,13 +113,37 @@ class Rows:
         return self.tokens.sum(1) + self.sites.sum((1, 2)) + self.errors.sum((1, 2)) + self.bias
 
     @property
-    def terms(self) -> float:
-        """Σ|terms| of the first target's sum (its edges and its bias terms): the scale of the
-        rounding a check of that sum allows (core.py's graph_sums, verify.py's graph_verify)."""
+    def sizes(self) -> np.ndarray:
+        """(n,) Σ|terms| of each target's sum (its edges and its bias terms): the scale of the
+        rounding a check of that sum allows."""
         import numpy as np
 
-        return float(np.abs(self.tokens[0]).sum() + np.abs(self.sites[0]).sum()
-                     + np.abs(self.errors[0]).sum() + abs(self.bias[0]))
+        return (np.abs(self.tokens).sum(1) + np.abs(self.sites).sum((1, 2))
+                + np.abs(self.errors).sum((1, 2)) + np.abs(self.bias))
+
+    @property
+    def terms(self) -> float:
+        """Σ|terms| of the first target's sum (core.py's graph_sums, verify.py's
+        graph_verify)."""
+        return float(self.sizes[0])
+
+    def misses(self, values: np.ndarray) -> np.ndarray:
+        """(n,) each target's |Σ edges + bias − value| / max(|value|, 1e-6 · Σ|terms|): what
+        core.py's graph_sums holds to its RTOL, `values` (n,) the targets' values in the
+        model."""
+        import numpy as np
+
+        return np.abs(self.total - values) / np.maximum(
+            np.maximum(np.abs(values), 1e-6 * self.sizes), 1e-300)
+
+    def with_rows(self, at: np.ndarray, other: Rows) -> Rows:
+        """These rows with rows `at` (k,) replaced by other's k rows."""
+        out = {}
+        for name in ("tokens", "chosen", "sites", "errors", "bias"):
+            mine = getattr(self, name).copy()
+            mine[at] = getattr(other, name)
+            out[name] = mine
+        return Rows(**out)
 
 
 def columns_of(p: Pass, layer: int | None,
@@ -208,9 +232,11 @@ def rows(p: Pass, targets: list[Target], cand: Candidates) -> Rows:
     for (b, _), g in zip(p.biases, got[len(err_layers):], strict=True):
         if g is not None:
             bias += (g * b).reshape(n, -1).sum(1)
-    return Rows(tokens=tokens.detach().cpu().numpy(), chosen=kept.detach().cpu().numpy(),
-                sites=sites.detach().cpu().numpy(), errors=errors.detach().cpu().numpy(),
-                bias=bias.detach().cpu().numpy())
+    def out(t: torch.Tensor) -> np.ndarray:  # float64 whatever the pass's dtype
+        return t.detach().cpu().to(torch.float64).numpy()
+
+    return Rows(tokens=out(tokens), chosen=out(kept), sites=out(sites), errors=out(errors),
+                bias=out(bias))
 
 
 __all__ = ["Candidates", "Rows", "Target", "columns_of", "rows", "seeds"]

@@ -35,7 +35,7 @@ replaced like a dense one, its router and experts held inside the error.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from fptrace.core.dictionaries import (
@@ -114,6 +114,17 @@ class TranscoderSet:
     def skips(self) -> tuple[int, ...]:
         """The blocks whose transcoder is a skip transcoder (has W_skip)."""
         return tuple(b for b, t in sorted(self.by_block.items()) if t.W_skip is not None)
+
+    def cast(self, dtype: torch.dtype) -> TranscoderSet:
+        """The same set with its tensors in `dtype` (graph(precision="float32")'s frozen passes:
+        the float32 copy of the model's)."""
+        def to(t: torch.Tensor | None) -> torch.Tensor | None:
+            return None if t is None else t.to(dtype)
+
+        return replace(self, by_block={b: replace(
+            t, W_enc=t.W_enc.to(dtype), c=t.c.to(dtype), W_dec=t.W_dec.to(dtype),
+            b_dec=t.b_dec.to(dtype), threshold=to(t.threshold), W_skip=to(t.W_skip))
+            for b, t in self.by_block.items()})
 
 
 def _folders(path: str) -> list[str]:
