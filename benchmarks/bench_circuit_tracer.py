@@ -49,7 +49,9 @@ What runs, so that both compute the same graph:
 - fptrace: `graph(lm, ids, transcoders=TranscoderSet, per_site=K, max_nodes=N)` with K the
   most latents active at one (block, position) and N all active latents, so every active
   latent is a candidate and gets its row unless its influence on the logits is 0 (fptrace
-  skips those: circuit-tracer computes them); float64 (fptrace's only mode).
+  skips those: circuit-tracer computes them); float64, or with --fp-precision float32 the
+  rows and the split over heads in float32 (graph's --precision: each row checked against
+  its float64 value and recomputed in float64 where it misses, as its notes count).
 - With --max-nodes N both compute N latent rows, chosen by their influence on the logits
   over the rows so far: circuit-tracer ranks after the logits' rows and then every
   update_interval (4) x batch_size rows, fptrace every 4 x batch_size rows; with
@@ -496,6 +498,8 @@ def main() -> None:
     ap.add_argument("--ct-batch", type=int, default=256,
                     help="circuit-tracer's batch_size (its command line's default: 256)")
     ap.add_argument("--fp-batch", type=int, default=32, help="fptrace's batch_size (default)")
+    ap.add_argument("--fp-precision", choices=("float64", "float32"), default="float64",
+                    help="fptrace's precision (graph --precision): the dtype of its rows")
     ap.add_argument("--transcoders", default=None,
                     help="a circuit-tracer transcoder set's folder (config.yaml; as --export "
                          "circuit-tracer writes it): both sides read it instead of the seeded "
@@ -591,7 +595,7 @@ def main() -> None:
     t0 = time.perf_counter()
     g = core.graph(lm, ids, transcoders=tset, per_site=int(counts.max()),
                    max_nodes=args.max_nodes or n_active,
-                   batch_size=args.fp_batch)
+                   batch_size=args.fp_batch, precision=args.fp_precision)
     fp_graph = time.perf_counter() - t0
     fp_rss = peak_rss_mib()
     core._assemble = assemble
@@ -624,6 +628,7 @@ def main() -> None:
         "ct_active_latents": ct_info["n_active"], "ct_selected": ct_info["n_selected"],
         "fptrace_computed": g.computed, "fptrace_per_site": g.per_site,
         "max_nodes": args.max_nodes, "ct_batch": args.ct_batch, "fptrace_batch": args.fp_batch,
+        "fptrace_precision": args.fp_precision, "fptrace_notes": list(g.notes),
         "ct_logit_targets": "stock (logit - mean logit)" if args.stock_logits else
         "CustomTarget: raw unembedding rows of fptrace's logit tokens",
         "ct_zero_positions": "slice(0, 1) (stock)" if args.zero_bos else "slice(0, 0)",
@@ -683,6 +688,10 @@ def table(res: dict, version: str, out: str) -> str:
     lines = [f"{a:<24}{b:>22}{c:>10}" for a, b, c in rows]
     lines += [f"speed: circuit-tracer's attribute / fptrace's graph = "
               f"{res['speedup_attribute_vs_graph']:.2f}x ({res['active_latents']} active latents)",
+              f"fptrace's precision {res['fptrace_precision']}; its checks "
+              + ", ".join(f"{k} {v:.1e}" for k, v in res["fptrace_checks"].items())
+              + f" (all hold: {res['fptrace_ok']})",
+              *(f"fptrace's note: {n}" for n in res["fptrace_notes"] if "float32" in n),
               f"pruned node sets the same: {p['same']} (in both {p['both']}); kinds: "
               f"circuit-tracer {p['ct_kinds']}, fptrace {p['fptrace_kinds']}",
               f"edges compared: {e['edges_nonzero_in_either']} in rows {e['rows_compared']}; "
