@@ -121,6 +121,21 @@ def test_transcoders_and_verify_bit_for_bit(llama, tmp_path):
     assert same(here, there)
 
 
+@pytest.mark.parametrize("family", ["llama", "gpt2"])
+def test_float32_rows_are_the_one_process_graph_bit_for_bit(family, request, tmp_path):
+    """precision float32: the workers make float32 passes too (GraphWork.precision); the rows
+    that miss are recomputed here, in float64, as in one process."""
+    load, lm = request.getfixturevalue(family)
+    d = lm.config.hidden_size
+    folder = write_transcoders(str(tmp_path / "tc"), range(2), d, d_sae=32, k=8)
+    for kw in ({"max_nodes": 10, "per_site": 2, "batch_size": 2},
+               {"transcoders": folder, "max_nodes": 8, "per_site": 3, "batch_size": 3}):
+        here = graph(lm, IDS, precision="float32", **kw)
+        there = graph(lm, IDS, pool=in_process(load, workers=2), precision="float32", **kw)
+        assert here.ok and here.precision == "float32"
+        assert same(here, there)
+
+
 def test_one_pool_serves_two_graphs(llama):
     """The actors keep the model; a new graph (another prompt) is prepared anew."""
     load, lm = llama
