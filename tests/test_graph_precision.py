@@ -1,9 +1,10 @@
 """`fptrace graph --precision float32`: the rows (and the split over heads) computed on a
 float32 copy of the model keep every check at float64's tolerances, on a Llama-like and a
-GPT-2-like model, over neurons and over transcoders, and on two mixtures of experts: every computed node's edges plus its bias
-terms equal the real model's value (hooks on its own modules), the edges equal the float64
-graph's within 1e-4 of their row's largest; a float32 row that misses its value, or a split that
-misses its float32 edge, is recomputed in float64 and counted; bad inputs."""
+GPT-2-like model, over neurons and over transcoders, and on two mixtures of experts: every
+computed node's edges plus its bias terms equal the real model's value (hooks on its own
+modules), the edges equal the float64 graph's within 1e-4 of their row's largest; a float32 row
+that misses its value, or a split that misses its float32 edge, is recomputed in float64 and
+counted; bad inputs."""
 
 from __future__ import annotations
 
