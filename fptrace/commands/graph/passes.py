@@ -2,7 +2,8 @@
 kept) and each prefix's (core.prefix_ends: its first `end` positions, its last logit kept),
 each made once, when a batch first asks for it. The process that builds the graph and each
 worker of `graph --ray` (pool.py) make theirs with this one class, from the same float64 copy
-of the same model, so that the passes, and the rows computed from them, are the same."""
+of the same model (or, with precision float32, the same float32 copy: lower_passes), so that the
+passes, and the rows computed from them, are the same."""
 
 from __future__ import annotations
 
@@ -21,7 +22,8 @@ if TYPE_CHECKING:
 class FrozenPasses:
     """passes(end): the frozen pass (freezing.py) of the prompt's first `end` positions, made
     on first use and kept; end = len(ids) is the whole prompt's, whose logits are the query
-    positions'. model: the float64 copy (model64.float64_copy), parts its ModelParts, sites
+    positions'. model: the float64 copy (model64.float64_copy; lower_passes: a float32 one),
+    parts its ModelParts, sites
     the MLP sites (None with transcoders, a TranscoderSet); outputs: each head's output kept
     too (freezing.frozen's `outputs`: graph --qk, in the process that builds the graph)."""
 
