@@ -3,7 +3,10 @@
 // `fptrace-data`, beside the section's heatmaps in the explorer. x is the position (the
 // prompt's tokens along the bottom), y the row (tokens at the bottom, outputs at the top);
 // every node is a circle whose area grows with its size, every edge a curve coloured by its
-// sign, its width and opacity growing with |weight|. The strongest `shown` edges are drawn
+// sign, its width and opacity growing with |weight|. A cell's nodes sit in a grid of slots, the
+// strongest first, so that no two circles overlap however many share it; a cell of more than
+// CAP shows its strongest and a "+N more" marker that draws the rest when clicked (or Enter).
+// The outputs' labels stand upright, one slot apart, so that none covers another. The strongest `shown` edges are drawn
 // until more are asked for. Hovering (or focusing) a node highlights all of its edges and lists
 // them with their weights; clicking it (or Enter) shows its activation at every position and
 // its effect on each output. No file, font or library is fetched.
