@@ -43,10 +43,11 @@ def induction_check(lm: LoadedModel, rand: Sequence[Item], n: int, heads: Sequen
     causal, every block's computation at the first copy's positions is then the clean one. With
     `firsts` (each sequence's clean keys and values of the first copy's positions, block by
     block: sequence -> [(keys (1, kv heads, n, hd), values)], read from the model's own KV
-    cache in the clean pass), a pass runs only the second copy's n positions, attending to the
-    first copy through a cache made of those rows (a copy per pass: a forward appends to it);
-    without, it runs the whole sequence with the head zeroed at positions n … 2n − 1 only (the
-    same figures; tests/test_heads.py holds both ways equal).
+    cache in the clean pass), a pass runs only the second copy, attending to the first copy
+    through a cache made of those rows (a copy per pass: a forward appends to it); without, it
+    runs the whole sequence with the head zeroed at the second copy's positions only (the same
+    figures; tests/test_heads.py holds both ways equal). Either way it stops before position
+    2n − 1, whose prediction the loss does not read.
 
     With `states` (each sequence's clean block outputs: sequence -> [(output (T, d), whether
     the block returns a tuple)] block by block), the blocks before the earliest removed head of
@@ -66,9 +67,10 @@ def induction_check(lm: LoadedModel, rand: Sequence[Item], n: int, heads: Sequen
         return out
     L = len(lm.parts.blocks)
     pairs = [(h, it) for h in sorted(heads, key=lambda h: (h.layer, h.head)) for it in rand]
-    cached = firsts is not None
-    run = n if cached else 2 * n  # the positions a pass runs
-    at = 0 if cached else n  # where the second copy starts in them
+    # a pass runs positions begin … 2n − 2: the last position's prediction is not in the loss,
+    # and (the model being causal) nothing read depends on it
+    begin = n if firsts is not None else 0
+    run = 2 * n - 1 - begin
 
     def cost(j: int, i: int) -> float:
         first = pairs[j][0].layer if states is not None else 0
@@ -79,7 +81,7 @@ def induction_check(lm: LoadedModel, rand: Sequence[Item], n: int, heads: Sequen
         chunk = pairs[start:stop]
         rows = [(Part(h.layer, h.head),) for h, _ in chunk]
         first = min(h.layer for h, _ in chunk)
-        x = torch.tensor([list(it.ids[2 * n - run:]) for _, it in chunk], device=lm.device)
+        x = torch.tensor([list(it.ids[begin:2 * n - 1]) for _, it in chunk], device=lm.device)
         kwargs: dict = {"use_cache": False}
         if firsts is not None:
             from transformers import DynamicCache
@@ -95,17 +97,17 @@ def induction_check(lm: LoadedModel, rand: Sequence[Item], n: int, heads: Sequen
             raise StopForward  # the LM head is taken below, at the positions read
 
         stand = None if states is None else \
-            [[(o[2 * n - run:], t) for o, t in states[it]] for _, it in chunk]
+            [[(o[begin:2 * n - 1], t) for o, t in states[it]] for _, it in chunk]
         try:
             with torch.inference_mode(), \
-                    hooked(ablation_hooks(lm, rows, None, positions=None if cached else
-                                          range(n, 2 * n)), prepend=True), \
+                    hooked(ablation_hooks(lm, rows, None, positions=None if begin else
+                                          range(n, 2 * n - 1)), prepend=True), \
                     hooked([Hook.before(lm.parts.final_norm, grab)]), \
                     clean_blocks(lm, first, stand):
                 lm.model(x, logits_to_keep=1, **kwargs)
         except StopForward:
             pass
-        losses = repeated_losses(lm, got[0][:, at:at + n - 1], [it.ids for _, it in chunk], n)
+        losses = repeated_losses(lm, got[0][:, n - begin:], [it.ids for _, it in chunk], n)
         for (h, _), loss in zip(chunk, losses, strict=True):
             totals[h] += loss
     for h in heads:
