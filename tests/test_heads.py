@@ -424,15 +424,14 @@ def _first_copies(lm, rand, n):
     outputs and its first copy's keys and values, block by block; firsts None where the model's
     cache is not a plain growing one (kv_cache.plain_cache)."""
     from fptrace.commands.heads.core import attention
-    from fptrace.models.kv_cache import plain_cache
+    from fptrace.models.kv_cache import cached_rows, plain_cache
 
     kept = []
     cache = plain_cache(lm)
     attention(lm, [it.ids for it in rand], states=kept, cache=cache)
     states = {it: [(out[b], is_tuple) for out, is_tuple in kept] for b, it in enumerate(rand)}
-    firsts = None if cache is None else {
-        it: [(c.keys[b:b + 1, :, :n], c.values[b:b + 1, :, :n]) for c in cache.layers]
-        for b, it in enumerate(rand)}
+    firsts = None if cache is None else {it: cached_rows(cache, b, n)
+                                         for b, it in enumerate(rand)}
     return states, firsts
 
 

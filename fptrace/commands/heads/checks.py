@@ -60,7 +60,7 @@ def induction_check(lm: LoadedModel, rand: Sequence[Item], n: int, heads: Sequen
     import torch
 
     from fptrace.commands.heads.patterns import repeated_losses
-    from fptrace.models.kv_cache import cache_kwarg
+    from fptrace.models.kv_cache import cache_kwarg, cache_of
 
     out: dict[Head, float] = {}
     if clean is None:
@@ -84,11 +84,7 @@ def induction_check(lm: LoadedModel, rand: Sequence[Item], n: int, heads: Sequen
         x = torch.tensor([list(it.ids[begin:2 * n - 1]) for _, it in chunk], device=lm.device)
         kwargs: dict = {"use_cache": False}
         if firsts is not None:
-            from transformers import DynamicCache
-
-            cache = DynamicCache([(torch.cat([firsts[it][l][0] for _, it in chunk]),
-                                   torch.cat([firsts[it][l][1] for _, it in chunk]))
-                                  for l in range(L)])
+            cache = cache_of([firsts[it] for _, it in chunk])
             kwargs = {"use_cache": True, cache_kwarg(lm.model) or "past_key_values": cache}
         got: list[torch.Tensor] = []
 

@@ -37,12 +37,13 @@ from fptrace.commands.heads.roles import LOSS_MIN, ROLES, THRESHOLDS
 from fptrace.core.hooks import Hook, eager_attention, hooked
 from fptrace.core.trace import base_notes, model_info, sizes
 from fptrace.errors import BadInput, UnsupportedModel, param
-from fptrace.models.kv_cache import cache_kwarg, plain_cache
+from fptrace.models.kv_cache import cache_kwarg, cached_rows, plain_cache
 from fptrace.models.loading import LoadedModel
 
 if TYPE_CHECKING:
     import torch
     from torch import nn
+    from transformers import DynamicCache
 
     from fptrace.models.prompts import Prompt
 
@@ -78,7 +79,8 @@ def items_of(lm: LoadedModel, prompts: Sequence[Prompt], subjects: Sequence[str 
 
 
 def attention(lm: LoadedModel, rows: Sequence[Sequence[int]], keep: int = 1,
-              states: list | None = None, final: list | None = None, cache: Any = None
+              states: list | None = None, final: list | None = None,
+              cache: DynamicCache | None = None
               ) -> tuple[list[list[torch.Tensor]], torch.Tensor | None]:
     """One pass of `rows` (token ids, all of one length): per row, every block's attention
     weights (H, T, T) float32; and the logits of the last `keep` positions (B, keep, V). The
@@ -204,9 +206,8 @@ def heads(lm: LoadedModel, prompts: Sequence[Prompt] = (), *, subjects: Sequence
                           final=final, cache=cache)
         for b, it in enumerate(chunk):
             clean_states[it] = [(out[b], is_tuple) for out, is_tuple in kept]
-            if firsts is not None:
-                firsts[it] = [(c.keys[b:b + 1, :, :half], c.values[b:b + 1, :, :half])
-                              for c in cache.layers]
+            if firsts is not None and cache is not None:
+                firsts[it] = cached_rows(cache, b, half)
         for w, it in zip(ws, chunk, strict=True):
             masks = pattern_masks(it.ids, induction_length)
             tally(sums, w, it, {k: masks[k] for k in ("duplicate", "induction")}, focus)
