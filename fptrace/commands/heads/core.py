@@ -11,10 +11,10 @@ Weight scores read the weights alone (weights.py): the OV circuit's copying shar
 eigenvalue sign measure.
 
 A role is given where a score clears its threshold and, for the roles that have a check, the
-check agrees (checks.py): an induction head's removal (ablate's batched zero ablation) raises
-the loss on the repeated half; a previous-token head's output, when one earlier token is
-replaced, changes at the next position more than at the later ones. Where the check disagrees
-the role is "pattern only".
+check agrees (checks.py): an induction head's removal from the repeated half (ablate's batched
+zero ablation, at the second copy's positions) raises the loss there; a previous-token head's
+output, when one earlier token is replaced, changes at the next position more than at the
+later ones. Where the check disagrees the role is "pattern only".
 """
 
 from __future__ import annotations
