@@ -95,6 +95,33 @@ def test_every_head_and_the_mlp_of_a_block_leave_the_stream_before_it(tiny):
     torch.testing.assert_close(added, want, rtol=1e-5, atol=1e-5)
 
 
+def test_removal_at_some_positions_leaves_the_others_as_they_were(tiny):
+    """Every head and the MLP of block 0 removed at positions ≥ k only (`positions`): from k on
+    the block adds nothing but the output projection's bias, as when removed everywhere; before
+    k every block's output is the clean pass's (the model is causal)."""
+    from fptrace.core.hooks import hooked
+
+    nh = int(tiny.config.num_attention_heads)
+    row = [Part(0, h) for h in range(nh)] + [Part(0)]
+    k = 3
+    x = torch.tensor([IDS])
+    with torch.no_grad():
+        clean = tiny.model(x, use_cache=False, output_hidden_states=True,
+                           logits_to_keep=1).hidden_states
+        with hooked(ablation_hooks(tiny, [row], None, positions=range(k, len(IDS))),
+                    prepend=True):
+            hs = tiny.model(x, use_cache=False, output_hidden_states=True,
+                            logits_to_keep=1).hidden_states
+        with hooked(ablation_hooks(tiny, [row], None), prepend=True):
+            every = tiny.model(x, use_cache=False, output_hidden_states=True,
+                               logits_to_keep=1).hidden_states
+    for got, want in zip(hs, clean, strict=True):
+        torch.testing.assert_close(got[:, :k], want[:, :k], rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close((hs[1] - hs[0])[:, k:], (every[1] - every[0])[:, k:],
+                               rtol=1e-5, atol=1e-5)
+    assert not torch.allclose(hs[-1][:, k:], clean[-1][:, k:], atol=1e-3)  # it changed there
+
+
 def test_mean_ablation_puts_the_mean_back(tiny):
     """Mean-ablating a head equals zeroing its columns and adding its mean write W_O,h · mean(z_h)
     at every position; mean-ablating an MLP equals replacing its output with its mean."""

@@ -426,8 +426,9 @@ def test_recomputed_patterns_give_the_same_graph(family, monkeypatch):
 def test_verify_removes_the_top_nodes_and_holds_every_edge(family):
     """--verify: each of the N most influential neurons removed, every other node held, changes
     every computed node by minus its edge (graph_verify, float64); `direct` is minus its edge
-    into the top logit, and `held` (that logit's measured change) equals it; `real` is the top logit's change when a hook on the float64 model's own
-    down projection zeroes the neuron (nothing frozen)."""
+    into the top logit, and `held` (that logit's measured change) equals it; `real` is the top
+    logit's change when a hook on the float64 model's own down projection zeroes the neuron
+    (nothing frozen)."""
     lm = wrap_model(build_tiny(family), random_weights=True)
     g = graph(lm, IDS, max_nodes=12, per_site=3, node_threshold=1.0, edge_threshold=1.0,
               verify=5)

@@ -3,8 +3,10 @@ blocks × positions map holds every kept node of the graph's own JSON (its influ
 its cell, its edges in its hover), a hover in Chromium shows them; the node-link drawing holds
 every kept node and edge, a hover highlights exactly a node's edges and a click shows its
 activations, which are the real model's (a hook on its MLP's down projection; a transcoder's
-encoder by hand on the MLP's input), and its effect on the logits; the options' mistakes are one
-line before anything is loaded."""
+encoder by hand on the MLP's input), and its effect on the logits; at a site of over 200 nodes
+no two circles overlap, a "+N more" marker opens the weaker ones and every node is still hovered,
+and the ten logits' labels do not intersect; the options' mistakes are one line before anything
+is loaded."""
 
 from __future__ import annotations
 
@@ -217,6 +219,153 @@ def test_the_drawing_in_chromium(page):
             [e["source"], e["target"], e["weight"]]
             for e in sorted(g["edges"], key=lambda e: -abs(e["weight"]))[:10])
         assert "10 of the" in view.inner_text(".section-graph .graph-count")
+
+
+@pytest.fixture(scope="module")
+def crowded(tmp_path_factory):
+    """(the page of a graph with over 200 neurons kept at one site and ten logits, its --json):
+    a tiny GPT-2 whose MLPs have 256 neurons (n_embd 64), every one a candidate at every site."""
+    from collections import Counter
+
+    from conftest import make_gpt2_folder
+
+    base = tmp_path_factory.mktemp("crowded")
+    folder, _ = make_gpt2_folder(base, n_embd=64)
+    out = base / "g.html"
+    r = runner.invoke(app, ["graph", PROMPT, "-m", str(folder), "--neurons", "--per-site", "256",
+                            "--max-nodes", "2000", "--node-threshold", "1", "--edge-threshold",
+                            "0.8", "--html", str(out), "--json"])
+    assert r.exit_code == 0, r.output
+    g = json.loads(r.stdout)
+    at = Counter((n["layer"], n["position"]) for n in g["nodes"] if n["node_type"] == "neuron")
+    assert max(at.values()) >= 200
+    assert sum(n["node_type"] == "logit" for n in g["nodes"]) == 10
+    return out, g
+
+
+CIRCLES = """cs => cs.map(c => [c.getAttribute('data-id'), Number(c.getAttribute('cx')),
+    Number(c.getAttribute('cy')), Number(c.getAttribute('r')),
+    c.getAttribute('display') !== 'none'])"""
+
+# each node's circle scrolled into view: is it what the pointer finds at its centre?
+UNDER_POINTER = """cs => cs.filter(c => {
+    c.scrollIntoView({block: 'center', inline: 'center'});
+    const b = c.getBoundingClientRect();
+    return document.elementFromPoint(b.x + b.width / 2, b.y + b.height / 2) !== c;
+  }).map(c => c.getAttribute('data-id'))"""
+
+# each node hovered: the edges highlighted and the counts its hover lists
+HOVERED = """cs => cs.map(c => {
+    c.dispatchEvent(new MouseEvent('mouseenter'));
+    const lit = Array.from(document.querySelectorAll('svg.graph path.gedge.hl'),
+                           p => [p.getAttribute('data-source'), p.getAttribute('data-target')]);
+    const text = document.querySelector('.graph-hover').textContent;
+    c.dispatchEvent(new MouseEvent('mouseleave'));
+    return [c.getAttribute('data-id'), lit, text.match(/in \\((\\d+) kept/)[1],
+            text.match(/out \\((\\d+) kept/)[1]];
+  })"""
+
+BOXES = """ls => ls.map(l => { const b = l.getBoundingClientRect();
+    return [l.getAttribute('data-id'), b.left, b.top, b.right, b.bottom,
+            l.querySelector('title').textContent]; })"""
+
+
+def _apart(circles):
+    """The pairs of drawn circles that overlap (their centres closer than their radii's sum)."""
+    import numpy as np
+
+    xy = np.array([(c[1], c[2]) for c in circles])
+    r = np.array([c[3] for c in circles])
+    gap = np.hypot(*(xy[:, None, :] - xy[None, :, :]).transpose(2, 0, 1)) - (r[:, None] + r)
+    np.fill_diagonal(gap, np.inf)
+    return [(circles[i][0], circles[j][0]) for i, j in zip(*np.nonzero(gap < 0), strict=True)
+            if i < j]
+
+
+@pytest.mark.system
+def test_a_crowded_site_in_chromium(crowded):
+    """Over 200 nodes at one site: the 15 strongest of a crowded cell are drawn and a "+N more"
+    marker holds the rest (hovering it highlights their edges); Enter on it (keyboard) draws
+    them all; before and after, no two circles overlap (cx, cy, r read from the DOM), and
+    then every node's circle is what the pointer finds at its centre and hovering it highlights
+    exactly its kept edges (a real hover for the weakest); the ten logits' labels do not
+    intersect one another or any circle, each holding its full label in its title."""
+    out, g = crowded
+    cell = {n["node_id"]: (n["layer"], n["position"]) for n in g["nodes"]}
+    crowd = {}
+    for n in g["nodes"]:
+        if n["node_type"] == "neuron":
+            crowd.setdefault(cell[n["node_id"]], []).append(n)
+    crowd = {k: sorted(v, key=lambda n: -n["influence"]) for k, v in crowd.items()
+             if len(v) > 16}
+    edges = {}
+    for e in g["edges"]:
+        for end in (e["source"], e["target"]):
+            edges.setdefault(end, []).append((e["source"], e["target"]))
+    with chromium_page(out) as view:
+        circles = view.locator("svg.graph circle.gnode")
+        drawn = circles.evaluate_all(CIRCLES)
+        assert sorted(c[0] for c in drawn) == sorted(cell)
+        shown = [c for c in drawn if c[4]]
+        assert _apart(shown) == []
+        # a crowded site does not widen the drawing: no column is wider than ten 20 px slots
+        # and a margin (the ten logits in a line; a closed crowded cell's grid is 8 wide)
+        width = float(view.locator("svg.graph").get_attribute("width"))
+        assert width <= 80 + 60 + len(g["tokens"]) * 216
+        marks = view.locator("svg.graph .gmore")
+        assert marks.count() == len(crowd)
+        hidden = {c[0] for c in drawn if not c[4]}
+        for here in crowd.values():
+            assert {n["node_id"] for n in here[15:]} <= hidden
+            assert not {n["node_id"] for n in here[:15]} & hidden
+        assert len(hidden) == sum(len(v) - 15 for v in crowd.values())
+        (layer, pos), here = max(crowd.items(), key=lambda kv: len(kv[1]))
+        mark = view.locator(f'svg.graph .gmore[data-cell="{layer + 1}:{pos}"]')
+        assert mark.get_attribute("data-hidden") == str(len(here) - 15)
+        mark.hover()
+        lit = view.locator("svg.graph path.gedge.hl").evaluate_all(
+            "ps => ps.map(p => [p.getAttribute('data-source'), p.getAttribute('data-target')])")
+        assert sorted(map(tuple, lit)) == sorted(
+            {e for n in here[15:] for e in edges.get(n["node_id"], [])})
+        assert f"{len(here) - 15} more nodes at block {layer}" in view.inner_text(".graph-hover")
+
+        for k in range(marks.count()):  # every crowded cell opened from the keyboard
+            marks.nth(k).focus()
+            view.keyboard.press("Enter")
+            assert marks.nth(k).get_attribute("aria-expanded") == "true"
+        drawn = circles.evaluate_all(CIRCLES)
+        assert all(c[4] for c in drawn) and len(drawn) == len(g["nodes"])
+        assert _apart(drawn) == []
+        assert circles.evaluate_all(UNDER_POINTER) == []
+        view.mouse.move(0, 0)  # the pointer off the drawing: it hovers no node of its own
+        for node, got, into, out_ in circles.evaluate_all(HOVERED):
+            mine = edges.get(node, [])
+            assert sorted(map(tuple, got)) == sorted(set(mine))
+            assert int(into) == sum(t == node for _, t in mine)
+            assert int(out_) == sum(s == node for s, _ in mine)
+        weakest = here[-1]["node_id"]
+        view.locator(f'svg.graph circle[data-id="{weakest}"]').hover()
+        lit = view.locator("svg.graph path.gedge.hl").evaluate_all(
+            "ps => ps.map(p => [p.getAttribute('data-source'), p.getAttribute('data-target')])")
+        assert sorted(map(tuple, lit)) == sorted(set(edges[weakest]))
+
+        logits = {n["node_id"]: n["label"] for n in g["nodes"] if n["node_type"] == "logit"}
+        titles = {n["id"]: n["label"] for n in _drawing(out)["nodes"] if n["id"] in logits}
+        labels = view.locator("svg.graph text.out-label").evaluate_all(BOXES)
+        assert {b[0]: b[5] for b in labels} == titles and len(labels) == 10
+        assert all(titles[k].endswith(v) for k, v in logits.items())  # the token, in full
+        rings = circles.evaluate_all(BOXES.replace(
+            "l.querySelector('title').textContent", "''"))
+
+        def meet(a, b):
+            return a[1] < b[3] and b[1] < a[3] and a[2] < b[4] and b[2] < a[4]
+        assert not [(a[0], b[0]) for i, a in enumerate(labels) for b in labels[i + 1:]
+                    if meet(a, b)]
+        assert not [(a[0], b[0]) for a in labels for b in rings if meet(a, b)]
+
+        marks.nth(0).click()  # and back: the strongest 15 again
+        assert marks.nth(0).get_attribute("aria-expanded") == "false"
+        assert sum(not c[4] for c in circles.evaluate_all(CIRCLES)) > 0
 
 
 def test_the_map_holds_every_kept_node_and_its_edges(page):

@@ -419,60 +419,89 @@ def test_the_tui_heads_tab_shows_the_selected_heads_role(monkeypatch):
     asyncio.run(go())
 
 
-@pytest.mark.parametrize("family", ["llama", "gpt2"])  # a block returning a tensor; a tuple
-def test_the_induction_check_from_clean_blocks_equals_the_whole_pass(family):
-    """The check skips the blocks before a removed head (their clean outputs stand in): every
-    head's loss change equals the one of whole ablated passes."""
+def _first_copies(lm, rand, n):
+    """The clean pass (heads' own, `attention`) with the model's cache: each sequence's block
+    outputs and its first copy's keys and values, block by block; firsts None where the model's
+    cache is not a plain growing one (kv_cache.plain_cache)."""
+    from fptrace.commands.heads.core import attention
+    from fptrace.models.kv_cache import cached_rows, plain_cache
+
+    kept = []
+    cache = plain_cache(lm)
+    attention(lm, [it.ids for it in rand], states=kept, cache=cache)
+    states = {it: [(out[b], is_tuple) for out, is_tuple in kept] for b, it in enumerate(rand)}
+    firsts = None if cache is None else {it: cached_rows(cache, b, n)
+                                         for b, it in enumerate(rand)}
+    return states, firsts
+
+
+# a block returning a tensor, a tuple; other attentions (fused QKV, MLA, post-norm); sliding
+# windows and gpt-oss's sinks, whose cache keeps less: the whole-sequence path alone
+CHECK_FAMILIES = ["llama", "gpt2", "gpt_neox", "deepseek_v3", "olmo2", "gemma2", "gpt_oss"]
+
+
+@pytest.mark.parametrize("family", CHECK_FAMILIES)
+def test_the_induction_check_is_the_same_by_every_path(family):
+    """The check skips the blocks before a removed head (their clean outputs stand in) and,
+    where the model's cache allows, runs the second copy alone against the first copy's cached
+    keys and values: every head's loss change equals the one of whole passes that zero the
+    head at the second copy's positions."""
     from fptrace.addresses import Head
     from fptrace.commands.heads.checks import induction_check
-    from fptrace.commands.heads.core import attention
     from fptrace.commands.heads.patterns import induction_items
 
     lm = wrap_model(build_tiny(family), name=f"tiny-{family}", random_weights=True)
     rand = induction_items(lm, N, LEN, SEED)
-    kept = []
-    attention(lm, [it.ids for it in rand], states=kept)
-    states = {it: [(out[b], is_tuple) for out, is_tuple in kept] for b, it in enumerate(rand)}
-    clean = 0.0  # both sides are the removed-head losses themselves
+    states, firsts = _first_copies(lm, rand, LEN)
+    assert (firsts is None) == (family in ("gemma2", "gpt_oss"))  # a sliding window: no cache
+    clean = 0.0  # every side is the removed-head losses themselves
     cfg = lm.model.config
     L, H = cfg.num_hidden_layers, cfg.num_attention_heads
     every = [Head(layer, h) for layer in range(L) for h in range(H)]
     whole = induction_check(lm, rand, LEN, every, clean)
-    skipping = induction_check(lm, rand, LEN, every, clean, states)
+    ways = [induction_check(lm, rand, LEN, every, clean, states)]
+    if firsts is not None:
+        ways += [induction_check(lm, rand, LEN, every, clean, None, firsts),
+                 induction_check(lm, rand, LEN, every, clean, states, firsts)]
     assert all("forward" not in vars(b) for b in lm.parts.blocks)  # restored
-    for h in every:
-        assert skipping[h] == pytest.approx(whole[h], abs=1e-5), h
+    for got in ways:
+        for h in every:
+            assert got[h] == pytest.approx(whole[h], abs=1e-5), h
     assert len({round(v, 6) for v in whole.values()}) > 1  # the heads' changes differ
 
 
-@pytest.mark.parametrize("family", ["llama", "gpt2"])
+@pytest.mark.parametrize("family", ["llama", "gpt2", "gemma2"])  # gemma2: sliding windows
 def test_the_induction_check_equals_a_plain_ablation_on_the_models_own_logits(family):
-    """Each head's loss change (the check stops at the final norm's input and takes the LM head
-    only where the loss reads it, in passes cut by cost) equals the plain one: the head's slice
-    of the output projection's input zeroed by a hook written here, the model's own logits of
-    the whole sequence, the cross-entropy of the repeated half."""
+    """Each head's loss change (the head removed at the second copy's positions only; the check
+    runs the second copy against the cached first one, stops at the final norm's input and
+    takes the LM head only where the loss reads it, in passes cut by cost) equals the plain
+    one: the model's full forward of the whole sequence with the head's slice of the output
+    projection's input zeroed at positions ≥ LEN by a hook written here, the cross-entropy of
+    the repeated half from the model's own logits, minus the clean one. Gemma 2's sliding
+    windows leave its cache out: there the check runs the whole sequences."""
     from fptrace.addresses import Head
     from fptrace.commands.heads.checks import induction_check
-    from fptrace.commands.heads.core import attention, heads
+    from fptrace.commands.heads.core import heads
     from fptrace.commands.heads.patterns import induction_items
 
     lm = wrap_model(build_tiny(family), name=f"tiny-{family}", random_weights=True)
     rand = induction_items(lm, N, LEN, SEED)
     cfg = lm.model.config
     L, H = cfg.num_hidden_layers, cfg.num_attention_heads
-    hd = cfg.hidden_size // H
+    hd = getattr(cfg, "head_dim", None) or cfg.hidden_size // H
     ids = torch.tensor([list(it.ids) for it in rand])
+    gpt2 = family == "gpt2"
 
     def plain(head=None):
         handles = []
         if head is not None:
-            blocks = lm.model.model.layers if family == "llama" else lm.model.transformer.h
-            attn = blocks[head.layer].self_attn if family == "llama" else blocks[head.layer].attn
-            proj = attn.o_proj if family == "llama" else attn.c_proj
+            blocks = lm.model.transformer.h if gpt2 else lm.model.model.layers
+            attn = blocks[head.layer].attn if gpt2 else blocks[head.layer].self_attn
+            proj = attn.c_proj if gpt2 else attn.o_proj
 
             def zero(module, args):
-                z = args[0].clone()
-                z[..., head.head * hd:(head.head + 1) * hd] = 0
+                z = args[0].clone()  # (B, 2·LEN, H·hd)
+                z[:, LEN:, head.head * hd:(head.head + 1) * hd] = 0
                 return (z,)
             handles.append(proj.register_forward_pre_hook(zero))
         try:
@@ -484,12 +513,11 @@ def test_the_induction_check_equals_a_plain_ablation_on_the_models_own_logits(fa
         return float(sum(torch.nn.functional.cross_entropy(lg[LEN:2 * LEN - 1], row[LEN + 1:])
                          for lg, row in zip(logits, ids, strict=True)) / len(rand))
 
-    kept = []
-    attention(lm, [it.ids for it in rand], states=kept)
-    states = {it: [(out[b], is_tuple) for out, is_tuple in kept] for b, it in enumerate(rand)}
+    states, firsts = _first_copies(lm, rand, LEN)
+    assert (firsts is None) == (family == "gemma2")  # the cached path where the cache allows
     clean = plain()
     every = [Head(layer, h) for layer in range(L) for h in range(H)]
-    got = induction_check(lm, rand, LEN, every, clean, states)
+    got = induction_check(lm, rand, LEN, every, clean, states, firsts)
     for h in every:
         assert got[h] == pytest.approx(plain(h) - clean, abs=1e-5), h
     assert len({round(v, 6) for v in got.values()}) > 1  # the heads' changes differ

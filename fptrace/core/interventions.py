@@ -169,10 +169,16 @@ def mean_outputs(lm: LoadedModel, prompts: Sequence[Sequence[int]]) -> Means:
 
 
 def ablation_hooks(lm: LoadedModel, rows: Sequence[Sequence[Part]], means: Means | None,
-                   route: str = "renormalise") -> list[Hook]:
+                   route: str = "renormalise", positions: Sequence[int] | None = None
+                   ) -> list[Hook]:
     """Hooks that remove, in batch row r, every part of rows[r]: zero (means None) or mean; a
-    routed expert by its router's choice (core/routing.without: `renormalise` or `next`)."""
+    routed expert by its router's choice (core/routing.without: `renormalise` or `next`). A head
+    or an MLP is removed at every position of the input (positions None) or at those positions
+    only (the others keep what the pass computed); an expert at every position."""
     import torch
+
+    if positions is not None and any(p.expert is not None for ps in rows for p in ps):
+        raise ValueError("ablation_hooks: positions apply to heads and MLPs, not experts")
 
     B = len(rows)
     dm = dims(lm.config, lm.parts.family)
@@ -199,14 +205,14 @@ def ablation_hooks(lm: LoadedModel, rows: Sequence[Sequence[Part]], means: Means
             fill = torch.zeros(B, 1, width)
             if means is not None:
                 fill[:] = means.heads[layer].cpu()
-            hooks += hooks_at(lm, [Site(layer, Point.z)], _replace(keep, fill))
+            hooks += hooks_at(lm, [Site(layer, Point.z)], _replace(keep, fill, positions))
         if mlps:
             keep = torch.ones(B, 1, 1, dtype=torch.bool)
             keep[mlps] = False
             fill = torch.zeros(B, 1, dm.d_model)
             if means is not None:
                 fill[:] = means.mlps[layer].cpu()
-            hooks += hooks_at(lm, [received(lm, layer, "mlp")], _replace(keep, fill))
+            hooks += hooks_at(lm, [received(lm, layer, "mlp")], _replace(keep, fill, positions))
     return hooks
 
 
@@ -259,14 +265,19 @@ def _expert_removal(lm: LoadedModel, layer: int, B: int, removed: dict[int, list
     return Hook.after(router, hook)
 
 
-def _replace(keep: torch.Tensor, fill: torch.Tensor) -> SiteFn:
+def _replace(keep: torch.Tensor, fill: torch.Tensor, positions: Sequence[int] | None) -> SiteFn:
     """Where keep is False, fill in place of the tensor (W_O's input (B, T, nh·hd), or what
-    the stream receives from the MLP (B, T, d))."""
+    the stream receives from the MLP (B, T, d)), at every position or at `positions`."""
     import torch
 
     def replace(site: Site, x: torch.Tensor | None) -> torch.Tensor:
         assert x is not None
-        return torch.where(keep.to(x.device), x, fill.to(x.device, x.dtype))
+        if positions is None:
+            return torch.where(keep.to(x.device), x, fill.to(x.device, x.dtype))
+        at = list(positions)
+        new = x.clone()
+        new[:, at] = torch.where(keep.to(x.device), x[:, at], fill.to(x.device, x.dtype))
+        return new
     return replace
 
 

@@ -10,7 +10,6 @@ so the caller can print the text as it grows.
 from __future__ import annotations
 
 import contextlib
-import inspect
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -21,6 +20,7 @@ from fptrace.core import sampling, stats
 from fptrace.core.hooks import Capture, Hook, capture_stats, hooked
 from fptrace.core.trace import base_notes, first_nonfinite, layer_stats, model_info, ranked_token
 from fptrace.errors import BadInput, param
+from fptrace.models.kv_cache import cache_kwarg
 from fptrace.models.loading import LoadedModel
 from fptrace.models.prompts import Prepared, Prompt
 from fptrace.results import FinalNormStats, TopToken
@@ -30,12 +30,6 @@ if TYPE_CHECKING:
     from torch import nn
 
     from fptrace.results import ModelInfo
-
-
-def _cache_kwarg(model: nn.Module) -> str:
-    """transformers 5 renames `past_key_values` to `cache`; use whichever forward takes."""
-    params = inspect.signature(model.forward).parameters
-    return "cache" if "cache" in params else "past_key_values"
 
 
 def _kv(cache: Any) -> tuple[tuple[int, ...], int, int, tuple[str, ...]]:
@@ -100,7 +94,7 @@ def generate(lm: LoadedModel, prompt: Prompt, *, max_new_tokens: int = 12,
     device = lm.device
     eos = sampling.eos_ids(lm.model) if stop_at_eos else set()
     cache = DynamicCache(config=lm.config)
-    cache_kw = _cache_kwarg(model)
+    cache_kw = cache_kwarg(model) or "past_key_values"
     cuda = str(device).startswith("cuda")
 
     seen: dict[str, Any] = {}

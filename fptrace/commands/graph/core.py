@@ -54,10 +54,10 @@ from fptrace.commands.graph.heads import Source, split, vectors
 from fptrace.commands.graph.influence import (
     Adjacency,
     Pruned,
-    influence,
     partial_influence,
     prune,
     scores,
+    spread,
 )
 from fptrace.commands.graph.model64 import Real, float64_copy, real_pass
 from fptrace.commands.graph.passes import FrozenPasses, lower_passes
@@ -799,9 +799,20 @@ def _assemble(lm: LoadedModel, prepared: Prepared, queries: list[int], ids: list
     errors[nn_ + n_rest:nn_ + n_rest + n_err] = True
     rest = errors.copy()
     rest[nn_:nn_ + n_rest] = True
-    repl, compl = scores(A, w, errors, tokens)
-    repl_n, compl_n = scores(A, w, rest, tokens)
-    pr = prune(A, w, nn_, n_rest + n_err, node_threshold, edge_threshold)
+    # Â, the influence on the weighted logits and each logit's alone: made once for both
+    # scores, the pruning and the logit effects (each a pass over the rows: seconds in a big
+    # graph), Â freed before the pruning makes its own copies
+    An = A.normalized()
+    inf = spread(An.rows, w, A.index)
+    repl, compl = scores(An, inf, w, errors, tokens)
+    repl_n, compl_n = scores(An, inf, w, rest, tokens)
+    by_influence = np.argsort(-inf, kind="stable")
+    logits = [int(i) for i in by_influence if i >= n - n_log]  # every logit is kept
+    one_hot = np.zeros((len(logits), n))
+    one_hot[np.arange(len(logits)), logits] = 1.0
+    alone = spread(An.rows, one_hot, A.index)  # (logits, n): each logit's influence alone
+    del An
+    pr = prune(A, w, nn_, n_rest + n_err, node_threshold, edge_threshold, inf=inf)
     nodes = []
     ids_of: list[str] = []
     logit_targets = [t for t, _, node in done if node >= layout.n_cand]
@@ -809,9 +820,8 @@ def _assemble(lm: LoadedModel, prepared: Prepared, queries: list[int], ids: list
         nodes.append(_node(lm, i, neurons, layout, ids, queries, real, logit_targets,
                            pr, bias.get(i), w))
         ids_of.append(nodes[-1].node_id)
-    by_influence = np.argsort(-pr.influence, kind="stable")
     kept = [i for i in by_influence if pr.nodes[i]]
-    for i, effects in _logit_effects(A, kept, n - n_log, ids_of).items():
+    for i, effects in _logit_effects(A, alone, logits, kept, ids_of).items():
         nodes[i] = replace(nodes[i], logits=effects)
     rows, src = np.nonzero(pr.edges)
     edges = sorted((GraphEdge(source=ids_of[s], target=ids_of[int(index[r])],
@@ -851,17 +861,12 @@ def _assemble(lm: LoadedModel, prepared: Prepared, queries: list[int], ids: list
         seconds=time.perf_counter() - start), ranked
 
 
-def _logit_effects(A: Adjacency, kept: list[int], first_logit: int,
+def _logit_effects(A: Adjacency, alone: np.ndarray, logits: list[int], kept: list[int],
                    ids_of: list[str]) -> dict[int, tuple[GraphLogitEffect, ...]]:
-    """Each kept node but a logit: its direct edge into each logit node (the logits in their
-    order among the kept nodes) and its influence on that logit alone."""
-    import numpy as np
-
-    logits = [i for i in kept if i >= first_logit]
-    one_hot = np.zeros((len(logits), A.n))
-    one_hot[np.arange(len(logits)), logits] = 1.0
-    alone = influence(A, one_hot)  # (logits, n)
+    """Each kept node but a logit: its direct edge into each logit node (`logits`, in their
+    order by influence) and its influence on that logit alone (alone[c]: logits[c]'s)."""
     row_of = {int(node): r for r, node in enumerate(A.index)}
+    first_logit = min(logits)
     return {i: tuple(GraphLogitEffect(logit=ids_of[lg], edge=float(A.rows[row_of[lg], i]),
                                       influence=float(alone[c, i]))
                      for c, lg in enumerate(logits))

@@ -140,12 +140,13 @@ class Pruned:
 
 
 def prune(A: Adjacency, weights: np.ndarray, n_neurons: int, n_rest: int, node_threshold: float,
-          edge_threshold: float) -> Pruned:
+          edge_threshold: float, inf: np.ndarray | None = None) -> Pruned:
     """circuit-tracer's prune_graph on A (nodes: n_neurons neurons, then n_rest remainders,
-    then tokens and logits, where `weights` is nonzero)."""
+    then tokens and logits, where `weights` is nonzero); inf: influence(A, weights) where the
+    caller has it already."""
     import numpy as np
 
-    inf = influence(A, weights)
+    inf = influence(A, weights) if inf is None else inf
     n = A.n
     fixed = n_neurons + n_rest  # tokens and logits from here on: always kept
     nodes = inf >= find_threshold(inf, node_threshold)
@@ -179,15 +180,16 @@ def prune(A: Adjacency, weights: np.ndarray, n_neurons: int, n_rest: int, node_t
     return Pruned(nodes=nodes, edges=edges, influence=inf, cumulative=cum)
 
 
-def scores(A: Adjacency, weights: np.ndarray, errors: np.ndarray, tokens: np.ndarray
-           ) -> tuple[float, float]:
+def scores(An: Adjacency, inf: np.ndarray, weights: np.ndarray, errors: np.ndarray,
+           tokens: np.ndarray) -> tuple[float, float]:
     """(replacement, completeness) as circuit-tracer's compute_graph_scores, with the nodes
-    `errors` (bool mask) in the role of its error nodes and `tokens` (bool mask) its tokens.
-    Without error nodes both are 1."""
+    `errors` (bool mask) in the role of its error nodes and `tokens` (bool mask) its tokens;
+    An: the adjacency normalized (A.normalized()), inf: its influence (spread(An.rows, weights,
+    An.index)), made once by the caller for every score and the pruning. Without error nodes
+    both are 1."""
     import numpy as np
 
-    Ah = A.normalized().rows
-    inf = spread(Ah, weights, A.index)  # influence(A, weights), Â made once
+    A, Ah = An, An.rows
     tok, err = float(inf[tokens].sum()), float(inf[errors].sum())
     replacement = tok / (tok + err) if tok + err > 0 else 1.0
     own = np.ones(A.n)  # a row without input takes nothing from an error node

@@ -1,8 +1,8 @@
 """The checks by intervention that turn a pattern score into a role (docs/heads.md).
 
-- induction: each candidate head removed (zero, ablate's batched hooks: one row a head), the mean
-  loss on the repeated half of the induction sequences; the head is an induction head where the
-  loss rises by more than LOSS_MIN nats;
+- induction: each candidate head removed at the repeated half's positions (zero, ablate's
+  batched hooks: one row a head), the mean loss on the repeated half of the induction
+  sequences; the head is an induction head where the loss rises by more than LOSS_MIN nats;
 - previous-token: on the prompts, one earlier token j replaced by a seeded random token (one row
   per j, the clean prompt in row 0); the candidate head's output (its slice of W_O's input)
   changes at each later position; the head reads the previous token where its mean change at
@@ -34,8 +34,20 @@ PREVIOUS_TOKENS = 32  # ... each cut to its first tokens
 
 
 def induction_check(lm: LoadedModel, rand: Sequence[Item], n: int, heads: Sequence[Head],
-                    clean: float | None, states: dict | None = None) -> dict[Head, float]:
-    """Per head: the mean repeated-half loss with it removed minus the clean one (nats).
+                    clean: float | None, states: dict | None = None,
+                    firsts: dict | None = None) -> dict[Head, float]:
+    """Per head: the mean repeated-half loss with it removed at the second copy's positions
+    n … 2n − 1 minus the clean one (nats).
+
+    The head is removed where induction acts, on the repeated half only: the model being
+    causal, every block's computation at the first copy's positions is then the clean one. With
+    `firsts` (each sequence's clean keys and values of the first copy's positions, block by
+    block: sequence -> [(keys (1, kv heads, n, hd), values)], read from the model's own KV
+    cache in the clean pass), a pass runs only the second copy, attending to the first copy
+    through a cache made of those rows (a copy per pass: a forward appends to it); without, it
+    runs the whole sequence with the head zeroed at the second copy's positions only (the same
+    figures; tests/test_heads.py holds both ways equal). Either way it stops before position
+    2n − 1, whose prediction the loss does not read.
 
     With `states` (each sequence's clean block outputs: sequence -> [(output (T, d), whether
     the block returns a tuple)] block by block), the blocks before the earliest removed head of
@@ -48,38 +60,50 @@ def induction_check(lm: LoadedModel, rand: Sequence[Item], n: int, heads: Sequen
     import torch
 
     from fptrace.commands.heads.patterns import repeated_losses
+    from fptrace.models.kv_cache import cache_kwarg, cache_of
 
     out: dict[Head, float] = {}
     if clean is None:
         return out
     L = len(lm.parts.blocks)
     pairs = [(h, it) for h in sorted(heads, key=lambda h: (h.layer, h.head)) for it in rand]
+    # a pass runs positions begin … 2n − 2: the last position's prediction is not in the loss,
+    # and (the model being causal) nothing read depends on it
+    begin = n if firsts is not None else 0
+    run = 2 * n - 1 - begin
 
     def cost(j: int, i: int) -> float:
         first = pairs[j][0].layer if states is not None else 0
-        return (i - j) * len(pairs[j][1].ids) * (L - first) + PASS_TOKENS * L
+        return (i - j) * run * (L - first) + PASS_TOKENS * L
 
     totals = dict.fromkeys(heads, 0.0)
     for start, stop in cheapest_passes(len(pairs), BATCH, cost):
         chunk = pairs[start:stop]
         rows = [(Part(h.layer, h.head),) for h, _ in chunk]
         first = min(h.layer for h, _ in chunk)
-        x = torch.tensor([list(it.ids) for _, it in chunk], device=lm.device)  # (B, 2n)
+        x = torch.tensor([list(it.ids[begin:2 * n - 1]) for _, it in chunk], device=lm.device)
+        kwargs: dict = {"use_cache": False}
+        if firsts is not None:
+            cache = cache_of([firsts[it] for _, it in chunk])
+            kwargs = {"use_cache": True, cache_kwarg(lm.model) or "past_key_values": cache}
         got: list[torch.Tensor] = []
 
         def grab(module: nn.Module, args: tuple, got: list = got) -> None:
             got.append(args[0])
             raise StopForward  # the LM head is taken below, at the positions read
 
+        stand = None if states is None else \
+            [[(o[begin:2 * n - 1], t) for o, t in states[it]] for _, it in chunk]
         try:
-            with torch.inference_mode(), hooked(ablation_hooks(lm, rows, None), prepend=True), \
+            with torch.inference_mode(), \
+                    hooked(ablation_hooks(lm, rows, None, positions=None if begin else
+                                          range(n, 2 * n - 1)), prepend=True), \
                     hooked([Hook.before(lm.parts.final_norm, grab)]), \
-                    clean_blocks(lm, first, None if states is None else
-                                 [states[it] for _, it in chunk]):
-                lm.model(x, use_cache=False, logits_to_keep=1)
+                    clean_blocks(lm, first, stand):
+                lm.model(x, logits_to_keep=1, **kwargs)
         except StopForward:
             pass
-        losses = repeated_losses(lm, got[0], [it.ids for _, it in chunk], n)
+        losses = repeated_losses(lm, got[0][:, n - begin:], [it.ids for _, it in chunk], n)
         for (h, _), loss in zip(chunk, losses, strict=True):
             totals[h] += loss
     for h in heads:

@@ -11,10 +11,10 @@ Weight scores read the weights alone (weights.py): the OV circuit's copying shar
 eigenvalue sign measure.
 
 A role is given where a score clears its threshold and, for the roles that have a check, the
-check agrees (checks.py): an induction head's removal (ablate's batched zero ablation) raises
-the loss on the repeated half; a previous-token head's output, when one earlier token is
-replaced, changes at the next position more than at the later ones. Where the check disagrees
-the role is "pattern only".
+check agrees (checks.py): an induction head's removal from the repeated half (ablate's batched
+zero ablation, at the second copy's positions) raises the loss there; a previous-token head's
+output, when one earlier token is replaced, changes at the next position more than at the
+later ones. Where the check disagrees the role is "pattern only".
 """
 
 from __future__ import annotations
@@ -37,11 +37,13 @@ from fptrace.commands.heads.roles import LOSS_MIN, ROLES, THRESHOLDS
 from fptrace.core.hooks import Hook, eager_attention, hooked
 from fptrace.core.trace import base_notes, model_info, sizes
 from fptrace.errors import BadInput, UnsupportedModel, param
+from fptrace.models.kv_cache import cache_kwarg, cached_rows, plain_cache
 from fptrace.models.loading import LoadedModel
 
 if TYPE_CHECKING:
     import torch
     from torch import nn
+    from transformers import DynamicCache
 
     from fptrace.models.prompts import Prompt
 
@@ -77,14 +79,16 @@ def items_of(lm: LoadedModel, prompts: Sequence[Prompt], subjects: Sequence[str 
 
 
 def attention(lm: LoadedModel, rows: Sequence[Sequence[int]], keep: int = 1,
-              states: list | None = None, final: list | None = None
+              states: list | None = None, final: list | None = None,
+              cache: DynamicCache | None = None
               ) -> tuple[list[list[torch.Tensor]], torch.Tensor | None]:
     """One pass of `rows` (token ids, all of one length): per row, every block's attention
     weights (H, T, T) float32; and the logits of the last `keep` positions (B, keep, V). The
     heads are the model's own: transformers' eager attention returns them. With `states` (a
     list), each block's output (B, T, d) and whether the block returns a tuple are appended to
     it, block by block. With `final` (a list), the final norm's input (B, T, d) is appended to
-    it and the pass stops there (the logits are None)."""
+    it and the pass stops there (the logits are None). With `cache` (an empty cache of the
+    model's own, kv_cache.plain_cache), the pass fills it with every block's keys and values."""
     import torch
 
     from fptrace.core.hooks import StopForward, first_output
@@ -115,10 +119,12 @@ def attention(lm: LoadedModel, rows: Sequence[Sequence[int]], keep: int = 1,
     if final is not None:
         hooks.append(Hook.before(lm.parts.final_norm, grab))
     x = torch.tensor([list(r) for r in rows], device=lm.device)  # (B, T)
+    kwargs: dict = {"use_cache": False} if cache is None else \
+        {"use_cache": True, cache_kwarg(lm.model) or "past_key_values": cache}
     logits = None
     try:
         with torch.inference_mode(), eager_attention(lm.model), hooked(hooks):
-            logits = lm.model(x, use_cache=False, logits_to_keep=keep).logits.float()
+            logits = lm.model(x, logits_to_keep=keep, **kwargs).logits.float()
     except StopForward:
         pass
     return [[w[b] for w in weights] for b in range(len(rows))], logits
@@ -187,21 +193,28 @@ def heads(lm: LoadedModel, prompts: Sequence[Prompt] = (), *, subjects: Sequence
             tally(sums, [x[:, :n, :n] for x in w], it, pattern_masks(it.ids), focus)
     clean_losses = []
     clean_states: dict[Item, list[tuple[torch.Tensor, bool]]] = {}  # sequence -> block outputs
+    # sequence -> the first copy's keys and values, block by block (None: the model's cache
+    # cannot be extended row by row, the check runs whole sequences)
+    firsts: dict[Item, list] | None = {} if check and plain_cache(lm) is not None else None
+    half = induction_length
     for start in range(0, len(rand), INDUCTION_BATCH):  # one length: batched
         chunk = rand[start:start + INDUCTION_BATCH]
         kept: list[tuple[torch.Tensor, bool]] = []
         final: list[torch.Tensor] = []
+        cache = None if firsts is None else plain_cache(lm)
         ws, _ = attention(lm, [it.ids for it in chunk], states=kept if check else None,
-                          final=final)
+                          final=final, cache=cache)
         for b, it in enumerate(chunk):
             clean_states[it] = [(out[b], is_tuple) for out, is_tuple in kept]
+            if firsts is not None and cache is not None:
+                firsts[it] = cached_rows(cache, b, half)
         for w, it in zip(ws, chunk, strict=True):
             masks = pattern_masks(it.ids, induction_length)
             tally(sums, w, it, {k: masks[k] for k in ("duplicate", "induction")}, focus)
         # the same loss as the check's (repeated_losses): the clean and the removed-head
         # figures differ by the removal alone, not by two ways of taking the loss
-        clean_losses += repeated_losses(lm, final[0], [it.ids for it in chunk],
-                                        induction_length)
+        clean_losses += repeated_losses(lm, final[0][:, half:2 * half - 1],
+                                        [it.ids for it in chunk], half)
     clean_loss = sum(clean_losses) / len(clean_losses) if clean_losses else None
     scores = {s: sums.mean(s) for s in ("previous", "duplicate", "induction", "first",
                                          "subject")}
@@ -217,7 +230,7 @@ def heads(lm: LoadedModel, prompts: Sequence[Prompt] = (), *, subjects: Sequence
             for role, key in (("previous-token", "previous"), ("induction", "induction"),
                               ("duplicate-token", "duplicate"), ("subject", "subject"))}
     loss = induction_check(lm, rand, induction_length, cand["induction"], clean_loss,
-                           clean_states) \
+                           clean_states, firsts) \
         if check and rand and cand["induction"] else {}
     nxt = previous_check(lm, items, cand["previous-token"], seed) \
         if check and cand["previous-token"] else {}

@@ -126,12 +126,13 @@ def repeated_losses(lm: LoadedModel, stream: Any, rows: Sequence[Sequence[int]],
                     ) -> list[float]:
     """Each row's mean cross-entropy of the predictions of the second copy's tokens 1 … n − 1
     (each predicted at the position before it), in nats, from the final norm's input `stream`
-    (B, 2n, d). The final projection (final norm, LM head, any final softcap) is taken only at
-    the n − 1 positions whose prediction the loss reads, LOSS_POSITIONS a product; where the LM
-    head is a plain Linear, LOSS_VOCAB of its rows at a time, each position's log-sum-exp
-    gathered over them (the (positions, V) logits are never held whole: reading them back from
-    memory took about half as long as the product). A position's loss is the log-sum-exp of
-    its logits minus its target's logit (float32), a row's the mean over its n − 1 positions."""
+    (B, n − 1, d) at the n − 1 positions n … 2n − 2 whose prediction the loss reads (rows: the
+    whole sequences). The final projection (final norm, LM head, any final softcap) is taken
+    there only, LOSS_POSITIONS a product; where the LM head is a plain Linear, LOSS_VOCAB of its
+    rows at a time, each position's log-sum-exp gathered over them (the (positions, V) logits
+    are never held whole: reading them back from memory took about half as long as the
+    product). A position's loss is the log-sum-exp of its logits minus its target's logit
+    (float32), a row's the mean over its n − 1 positions."""
     import torch
 
     B, d = len(rows), stream.shape[-1]
@@ -141,7 +142,7 @@ def repeated_losses(lm: LoadedModel, stream: Any, rows: Sequence[Sequence[int]],
     cap = lm.parts.final_softcap
     losses = []
     with torch.inference_mode():
-        normed = lm.parts.final_norm(stream[:, n:2 * n - 1]).reshape(-1, d)  # (B·(n − 1), d)
+        normed = lm.parts.final_norm(stream).reshape(-1, d)  # (B·(n − 1), d)
         flat = targets.reshape(-1)
         V = int(head.weight.shape[0]) if plain else 0
         for start in range(0, len(flat), LOSS_POSITIONS):

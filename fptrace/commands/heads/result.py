@@ -61,8 +61,9 @@ class HeadScores:
     """The OV circuit's eigenvalue sign measure Σλ / Σ|λ| (Elhage et al. 2021): near 1 a
     copying head, near −1 a suppressing one; null with copying."""
     loss_change: float | None
-    """With the head removed (zero), the change of the mean loss on the repeated half of the
-    induction sequences (nats); null where the head was not checked."""
+    """With the head removed (zero) at the positions of the repeated half, the change of the
+    mean loss on the repeated half of the induction sequences (nats); null where the head was
+    not checked."""
     next_share: float | None
     """With one earlier token replaced, the head's output change at the next position over its
     mean change at the later ones (above 1: the head reads the previous token); null where the
