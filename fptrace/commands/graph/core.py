@@ -412,10 +412,9 @@ def split_edges(g: AttributionGraph, queries: list[int], nodes_at: dict,
     the TOP_HEADS heads of largest |share| and the rest; and the check that every split sums
     to its edge (`graph_heads`). The rows of a target come from the frozen pass of the shortest
     prefix that holds it (its candidates' rows did), a logit's from the whole prompt's. With
-    `exact` (precision float32: pass_for's passes are float32), each target with an edge whose
-    split misses it has its row recomputed in float64 (`exact`), its kept edges' weights taken
-    from that row and split again on the float64 passes; the rows so recomputed are counted
-    (the third value)."""
+    `exact` (precision float32: pass_for's passes are float32), each edge whose split misses
+    it takes its weight from its target's row recomputed in float64 (`exact`) and is split
+    again on the float64 passes; the rows so recomputed are counted (the third value)."""
     import numpy as np
 
     by_id = {n.node_id: n for n in g.nodes}
@@ -426,11 +425,11 @@ def split_edges(g: AttributionGraph, queries: list[int], nodes_at: dict,
     rel = _split_misses(direct, parts, skip, weight)
     redone = 0
     if exact is not None and bool((rel > RTOL).any()):
-        missed = {g.edges[int(i)].target for i in np.flatnonzero(rel > RTOL)}
+        again = np.flatnonzero(rel > RTOL)
+        missed = {g.edges[int(i)].target for i in again}
         targets = {i: _target_of(by_id[i], queries) for i in missed}
         got = exact.rows(list(targets.values()), batch)
         redone = len(got)
-        again = np.array([i for i, e in enumerate(g.edges) if e.target in missed], dtype=int)
         for i in again.tolist():
             e = g.edges[i]
             weight[i] = exact.edge(got[targets[e.target]], source_of[e.source])

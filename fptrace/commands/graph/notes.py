@@ -23,5 +23,5 @@ FLOAT32_ROWS = note(
     "--precision float32: the rows computed in float32, those that miss their value recomputed",
     "rows computed in float32 (--precision float32), each checked as graph_sums checks it; "
     "recomputed in float64: {n} of the {m} rows (they missed their value by more than its "
-    "tolerance) and {k} more for the split over heads (a kept edge's float32 split missed its "
-    "edge: that row's kept edges split again in float64, their weights the float64 row's)")
+    "tolerance) and {k} more for the split over heads (where a kept edge's float32 split "
+    "missed the edge: its weight is then its float64 row's, split again in float64)")
