@@ -317,6 +317,50 @@ def test_pruning_keeps_the_logits_and_grows_with_its_thresholds():
     assert kept[0].nodes[-6:].all()  # tokens and logits always
 
 
+def test_the_influence_is_the_sum_over_every_path_in_any_order_of_the_nodes():
+    """influence.paths_sum: Σ_k v·S^k by one triangular solve where the nodes' order is a
+    topological one (every edge from a lower index to a higher), by the sum itself where it is
+    not (the rows given in another order, an edge the other way), against the sum written out
+    here with numpy's matrix powers; a cycle is refused."""
+    from fptrace.commands.graph.influence import normalized, paths_sum
+
+    rng = np.random.default_rng(1)
+    n, r = 40, 25
+    nodes = np.sort(rng.choice(np.arange(5, n), r, replace=False))
+    rows = np.zeros((r, n))
+    for i, t in enumerate(nodes):  # edges from nodes of lower index only
+        rows[i, :t] = rng.normal(size=t) * (rng.random(t) < 0.5)
+    Ah = normalized(rows)
+    v = rng.random(r)
+
+    def written_out(Ah, v, nodes):
+        S = Ah[:, nodes]
+        return sum(v @ np.linalg.matrix_power(S, k) for k in range(r + 1))
+
+    want = written_out(Ah, v, nodes)
+    assert np.allclose(paths_sum(Ah, v, nodes), want, rtol=1e-13, atol=1e-15)
+    shuffled = rng.permutation(r)  # the rows in another order: the same sums
+    got = paths_sum(Ah[shuffled], v[shuffled], nodes[shuffled])
+    assert np.allclose(got, want[shuffled], rtol=1e-13, atol=1e-15)
+    V = np.stack([v, rng.random(r)])  # several weightings at once
+    assert np.allclose(paths_sum(Ah, V, nodes)[1], written_out(Ah, V[1], nodes), rtol=1e-13)
+    # an edge from a higher index to a lower one (still acyclic): the step-by-step sum
+    lo, hi = 3, 20
+    back = rows.copy()
+    back[:, nodes[lo]] = 0.0  # nothing reads node lo ...
+    back[lo, :] = 0.0
+    back[lo, nodes[hi]] = 1.0  # ... and it reads node hi, of a higher index
+    Bh = normalized(back)
+    assert np.allclose(paths_sum(Bh, v, nodes), written_out(Bh, v, nodes), rtol=1e-13,
+                       atol=1e-15)
+    cyc = rows.copy()
+    cyc[:2] = 0.0
+    cyc[0, nodes[1]] = 1.0  # 0 reads only 1 and 1 only 0: a cycle that never fades
+    cyc[1, nodes[0]] = 1.0
+    with pytest.raises(RuntimeError, match="cycle"):
+        paths_sum(normalized(cyc), v, nodes)
+
+
 def test_the_graph_file_opens_in_circuit_tracers_format(tmp_path):
     out = tmp_path / "g.json"
     args = ["graph", "The cat sat on the", "-m", tiny_gpt2(), "--neurons", "--max-nodes", "6",
