@@ -316,6 +316,23 @@ def tiny_gpt2() -> str:
     return str(folder)
 
 
+def real_neurons(lm, ids) -> tuple[dict, object]:
+    """The real model's MLP neuron activations (each block's down projection's input, float64,
+    by block) and its LM head's output at the last position, read by hooks on its own modules
+    in one forward pass of `ids`: what a graph's nodes and logits must equal."""
+    from fptrace.commands.graph import freezing
+
+    sites = freezing.mlp_sites(lm.parts.family)
+    acts, got, handles = {}, {}, []
+    for i, blk in enumerate(lm.parts.blocks):
+        handles.append(blk.get_submodule(sites.down).register_forward_pre_hook(
+            lambda m, a, i=i: acts.__setitem__(i, a[0][0].double())))
+    handles.append(lm.parts.lm_head.register_forward_hook(
+        lambda m, a, o: got.__setitem__("logits", o[0, -1].double())))
+    forward_then_remove(lm, ids, handles)
+    return acts, got["logits"]
+
+
 def forward_then_remove(lm, ids, handles) -> None:
     """One forward pass of the real model on `ids` (no autograd) for the hooks a test
     registered on the model's own modules; their handles removed afterwards, whatever

@@ -11,7 +11,7 @@ import json
 import numpy as np
 import pytest
 import torch
-from conftest import build_tiny, forward_then_remove, replay, tiny_gpt2
+from conftest import build_tiny, real_neurons, replay, tiny_gpt2
 from typer.testing import CliRunner
 
 from fptrace.cli.main import app
@@ -36,26 +36,12 @@ def made(request):
     return lm, graph(lm, IDS, max_nodes=12, per_site=3, node_threshold=1.0, edge_threshold=1.0)
 
 
-def _real(lm, ids):
-    """The real (float32) model's neuron activations (the down projection's input) and its
-    LM head's output at the last position, read by hooks on its own modules."""
-    sites = freezing.mlp_sites(lm.parts.family)
-    acts, got, handles = {}, {}, []
-    for i, blk in enumerate(lm.parts.blocks):
-        handles.append(blk.get_submodule(sites.down).register_forward_pre_hook(
-            lambda m, a, i=i: acts.__setitem__(i, a[0][0].double())))
-    handles.append(lm.parts.lm_head.register_forward_hook(
-        lambda m, a, o: got.__setitem__("logits", o[0, -1].double())))
-    forward_then_remove(lm, ids, handles)
-    return acts, got["logits"]
-
-
 def test_every_node_sums_to_the_real_model(made):
     lm, g = made
     assert g.ok and g.checks[0].name == "graph_sums"
     assert g.checks[0].value < 1e-9  # float64: far inside the 1e-5 rule
     assert g.computed == 12 and g.scores.replacement == 1.0 and g.scores.completeness == 1.0
-    acts, logits = _real(lm, IDS)
+    acts, logits = real_neurons(lm, IDS)
     neurons = [n for n in g.nodes if n.node_type == "neuron"]
     assert neurons
     for n in neurons:  # the value the graph reproduces is the model's own activation

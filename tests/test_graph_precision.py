@@ -13,12 +13,11 @@ import re
 import numpy as np
 import pytest
 import torch
-from conftest import build_tiny, forward_then_remove
+from conftest import build_tiny, real_neurons
 from typer.testing import CliRunner
 
 from fptrace.cli.main import app
 from fptrace.commands.graph import core as graph_core
-from fptrace.commands.graph import freezing
 from fptrace.commands.graph.core import graph
 from fptrace.commands.graph.examples import write_transcoders
 from fptrace.commands.graph.rows import Rows
@@ -33,20 +32,6 @@ runner = CliRunner()
 
 def _lm(family):
     return wrap_model(build_tiny(family), name=f"tiny-{family}", random_weights=True)
-
-
-def _real_acts(lm, ids):
-    """The real (float32) model's neuron activations (the down projection's input) and its LM
-    head's last row, read by hooks on its own modules."""
-    sites = freezing.mlp_sites(lm.parts.family)
-    acts, got, handles = {}, {}, []
-    for i, blk in enumerate(lm.parts.blocks):
-        handles.append(blk.get_submodule(sites.down).register_forward_pre_hook(
-            lambda m, a, i=i: acts.__setitem__(i, a[0][0].double())))
-    handles.append(lm.parts.lm_head.register_forward_hook(
-        lambda m, a, o: got.__setitem__("logits", o[0, -1].double())))
-    forward_then_remove(lm, ids, handles)
-    return acts, got["logits"]
 
 
 def _graph(monkeypatch, lm, **kw):
@@ -100,7 +85,7 @@ def test_float32_rows_keep_every_check_and_the_float64_edges(family, monkeypatch
     assert g32.computed == 12 and f"of the {len(a['done'])} rows" in _note(g32)
     _same_edges(a, b, g32, g64)
     # each computed node: its edges plus its bias terms are the real model's value
-    acts, logits = _real_acts(lm, IDS)
+    acts, logits = real_neurons(lm, IDS)
     for t, r in a["done"].items():
         real = logits[t.index] if t.layer is None else acts[t.layer][t.position, t.index]
         assert float(r.total[0]) == pytest.approx(float(real), rel=1e-4, abs=1e-5), t
