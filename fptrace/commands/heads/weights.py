@@ -131,6 +131,7 @@ def ov_scores(lm: LoadedModel, seed: int, n: int) -> OV | None:
         g = torch.Generator().manual_seed(seed)
         sample = torch.randperm(V, generator=g)[:n]  # (n,)
         copying, eigen = [], []
+        shared = []  # (layer, its heads' rows) read against Uf itself: decided at the end
         for layer in range(L):
             attn = lm.parts.attns[layer]
             Wv = value_weights(attn, H, nkv, hd)
@@ -158,10 +159,17 @@ def ov_scores(lm: LoadedModel, seed: int, n: int) -> OV | None:
                 outs.append(v[:, kv * hd:(kv + 1) * hd] @ Woh.T)  # (n, d)
                 lam = torch.linalg.eigvals(VK[kv * hd:(kv + 1) * hd] @ Woh)  # (hd,)
                 row_e.append(float(lam.real.sum() / lam.abs().sum().clamp(min=1e-30)))
-            if n:  # every head's rows at once: (H·n, d) against the (V, d) head
+            if n and fam.attn_added:  # every head's rows at once against its own gains
                 own = own_is_largest(torch.cat(outs), Ul, sample.repeat(H), Umax).view(H, n)
                 copying.append(own.float().mean(-1).tolist())
+            elif n:
+                shared.append(torch.cat(outs))
             eigen.append(row_e)
+        if shared:  # every block's rows against the one LM head at once: the whole vocabulary
+            # read once for the rows the probe leaves, not once a block (each row's answer is
+            # its own: own_is_largest decides row by row)
+            own = own_is_largest(torch.cat(shared), Uf, sample.repeat(L * H), Uf_max)
+            copying = own.view(L, H, n).float().mean(-1).tolist()
     return OV(copying if n else None, eigen)
 
 
