@@ -11,9 +11,11 @@ itself (its real signature and docstring, for editors and `help()`), imported on
 
 from __future__ import annotations
 
+from fptrace import allocation as _allocation
 from fptrace import interrupt as _interrupt
 
 _interrupt.starting()  # first of all, and only for the `fptrace` command: Ctrl-C while it starts
+_allocation.starting()  # and, before numpy is imported, numpy's huge-page advice off
 
 from typing import TYPE_CHECKING, Any
 

@@ -5,7 +5,8 @@ private name imported from another module, and the public API real.
                       │  (and cli.io, cli.options: what every command shares)
 
 - leaves (errors.py, atomic.py, results.py, notes.py, numbers.py, points.py, addresses.py,
-  extensions.py, examples.py, userfiles.py, version.py) import only each other (extensions.py finds the command folders'
+  extensions.py, examples.py, userfiles.py, version.py, interrupt.py, allocation.py) import only
+  each other (extensions.py finds the command folders'
   parts by their module path, at run time: no static arrow);
 - render/ imports only render/ and the leaves: it never touches the engine;
 - families/ imports only families/ and the leaves;
@@ -38,7 +39,7 @@ PKG = Path(__file__).resolve().parent.parent / "fptrace"
 LEAVES = {"fptrace.errors", "fptrace.atomic", "fptrace.results", "fptrace.notes", "fptrace.numbers",
           "fptrace.points", "fptrace.addresses", "fptrace.extensions", "fptrace.examples",
           "fptrace.interrupt", "fptrace.jsontext", "fptrace.locks", "fptrace.serving",
-          "fptrace.userfiles", "fptrace.version"}
+          "fptrace.userfiles", "fptrace.version", "fptrace.allocation"}
 COMPOSERS = {"report", "tui", "schema"}
 
 
