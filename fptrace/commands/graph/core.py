@@ -386,9 +386,7 @@ class _Exact:
                 part = ts[i:i + batch]
                 got = rows(self.passes(end), part, self.cand)
                 for b, t in enumerate(part):
-                    out[t] = Rows(tokens=got.tokens[b:b + 1], chosen=got.chosen[b:b + 1],
-                                  sites=got.sites[b:b + 1], errors=got.errors[b:b + 1],
-                                  bias=got.bias[b:b + 1])
+                    out[t] = got.row(b)
         return out
 
     def edge(self, r: Rows, s: Source) -> float:
@@ -678,9 +676,7 @@ class _Matrix:
         """Append each target's rows to `done` (target, Rows, node) and to the matrix."""
         n_cand = self.layout.n_cand
         for b, (t, i) in enumerate(zip(targets, nodes, strict=True)):
-            r = Rows(tokens=got.tokens[b:b + 1].copy(), chosen=got.chosen[b:b + 1],
-                     sites=got.sites[b:b + 1].copy(), errors=got.errors[b:b + 1].copy(),
-                     bias=got.bias[b:b + 1].copy())
+            r = got.row(b)
             self._rows[self.size] = self.layout.row(r)
             self._nodes[self.size] = i
             done.append((t, replace(r, chosen=self._rows[self.size:self.size + 1, :n_cand]), i))

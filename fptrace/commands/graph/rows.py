@@ -136,6 +136,13 @@ class Rows:
         return np.abs(self.total - values) / np.maximum(
             np.maximum(np.abs(values), 1e-6 * self.sizes), 1e-300)
 
+    def row(self, b: int) -> Rows:
+        """Target b's rows alone, one row each, copied (so that a batch's arrays are not kept
+        alive by the rows kept of it)."""
+        return Rows(tokens=self.tokens[b:b + 1].copy(), chosen=self.chosen[b:b + 1].copy(),
+                    sites=self.sites[b:b + 1].copy(), errors=self.errors[b:b + 1].copy(),
+                    bias=self.bias[b:b + 1].copy())
+
     def with_rows(self, at: np.ndarray, other: Rows) -> Rows:
         """These rows with rows `at` (k,) replaced by other's k rows."""
         out = {}
