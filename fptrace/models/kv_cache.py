@@ -1,5 +1,6 @@
 """The model's own KV cache, the way fptrace passes it: transformers 5 renamed the forward's
-`past_key_values` parameter to `cache`; `cache_kwarg` reads which one the forward takes.
+`past_key_values` parameter to `cache`; `cache_kwarg` reads which one the forward takes, and
+`cache_kwargs` gives a forward its cache (or none) under that name.
 `plain_cache` is a fresh cache of the model's own layout where every layer is a plain growing
 cache (keys and values of every earlier position, appended to by each forward), the layout whose
 rows a caller may copy and extend: None where a layer keeps less or something else (a sliding
@@ -27,6 +28,15 @@ def cache_kwarg(model: nn.Module) -> str | None:
         if name in params:
             return name
     return None
+
+
+def cache_kwargs(model: nn.Module, cache: DynamicCache | None) -> dict:
+    """The forward's keyword arguments for `cache`: it used and filled under the forward's own
+    name for it (cache_kwarg; `past_key_values` where the signature names neither), or, with
+    None, no cache at all."""
+    if cache is None:
+        return {"use_cache": False}
+    return {"use_cache": True, cache_kwarg(model) or "past_key_values": cache}
 
 
 def plain_cache(lm: LoadedModel) -> DynamicCache | None:
@@ -71,4 +81,4 @@ def cache_of(rows: list[list[tuple[torch.Tensor, torch.Tensor]]]) -> DynamicCach
                          for l in range(layers)])
 
 
-__all__ = ["cache_kwarg", "cache_of", "cached_rows", "plain_cache"]
+__all__ = ["cache_kwarg", "cache_kwargs", "cache_of", "cached_rows", "plain_cache"]

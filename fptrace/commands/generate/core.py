@@ -20,7 +20,7 @@ from fptrace.core import sampling, stats
 from fptrace.core.hooks import Capture, Hook, capture_stats, hooked
 from fptrace.core.trace import base_notes, first_nonfinite, layer_stats, model_info, ranked_token
 from fptrace.errors import BadInput, param
-from fptrace.models.kv_cache import cache_kwarg
+from fptrace.models.kv_cache import cache_kwargs
 from fptrace.models.loading import LoadedModel
 from fptrace.models.prompts import Prepared, Prompt
 from fptrace.results import FinalNormStats, TopToken
@@ -94,7 +94,7 @@ def generate(lm: LoadedModel, prompt: Prompt, *, max_new_tokens: int = 12,
     device = lm.device
     eos = sampling.eos_ids(lm.model) if stop_at_eos else set()
     cache = DynamicCache(config=lm.config)
-    cache_kw = cache_kwarg(model) or "past_key_values"
+    with_cache = cache_kwargs(model, cache)
     cuda = str(device).startswith("cuda")
 
     seen: dict[str, Any] = {}
@@ -114,7 +114,7 @@ def generate(lm: LoadedModel, prompt: Prompt, *, max_new_tokens: int = 12,
             cap = Capture(mask=None, home=device)
             with torch.inference_mode(), (capture_stats(lm.parts, cap) if layers
                                           else contextlib.nullcontext()):
-                out = model(next_input, use_cache=True, logits_to_keep=1, **{cache_kw: cache})
+                out = model(next_input, logits_to_keep=1, **with_cache)
                 logits = out.logits[0, -1].float()  # (V,)
                 dist = sampling.distribution(logits, temperature, top_k, top_p)
                 # greedy, or one draw per step, each from its own seeded generator

@@ -60,7 +60,7 @@ def induction_check(lm: LoadedModel, rand: Sequence[Item], n: int, heads: Sequen
     import torch
 
     from fptrace.commands.heads.patterns import repeated_losses
-    from fptrace.models.kv_cache import cache_kwarg, cache_of
+    from fptrace.models.kv_cache import cache_kwargs, cache_of
 
     out: dict[Head, float] = {}
     if clean is None:
@@ -82,10 +82,8 @@ def induction_check(lm: LoadedModel, rand: Sequence[Item], n: int, heads: Sequen
         rows = [(Part(h.layer, h.head),) for h, _ in chunk]
         first = min(h.layer for h, _ in chunk)
         x = torch.tensor([list(it.ids[begin:2 * n - 1]) for _, it in chunk], device=lm.device)
-        kwargs: dict = {"use_cache": False}
-        if firsts is not None:
-            cache = cache_of([firsts[it] for _, it in chunk])
-            kwargs = {"use_cache": True, cache_kwarg(lm.model) or "past_key_values": cache}
+        kwargs = cache_kwargs(lm.model, None if firsts is None else
+                              cache_of([firsts[it] for _, it in chunk]))
         got: list[torch.Tensor] = []
 
         def grab(module: nn.Module, args: tuple, got: list = got) -> None:

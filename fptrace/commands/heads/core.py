@@ -37,7 +37,7 @@ from fptrace.commands.heads.roles import LOSS_MIN, ROLES, THRESHOLDS
 from fptrace.core.hooks import Hook, eager_attention, hooked
 from fptrace.core.trace import base_notes, model_info, sizes
 from fptrace.errors import BadInput, UnsupportedModel, param
-from fptrace.models.kv_cache import cache_kwarg, cached_rows, plain_cache
+from fptrace.models.kv_cache import cache_kwargs, cached_rows, plain_cache
 from fptrace.models.loading import LoadedModel
 
 if TYPE_CHECKING:
@@ -119,8 +119,7 @@ def attention(lm: LoadedModel, rows: Sequence[Sequence[int]], keep: int = 1,
     if final is not None:
         hooks.append(Hook.before(lm.parts.final_norm, grab))
     x = torch.tensor([list(r) for r in rows], device=lm.device)  # (B, T)
-    kwargs: dict = {"use_cache": False} if cache is None else \
-        {"use_cache": True, cache_kwarg(lm.model) or "past_key_values": cache}
+    kwargs = cache_kwargs(lm.model, cache)
     logits = None
     try:
         with torch.inference_mode(), eager_attention(lm.model), hooked(hooks):
