@@ -78,17 +78,17 @@ def items_of(lm: LoadedModel, prompts: Sequence[Prompt], subjects: Sequence[str 
     return out
 
 
-def attention(lm: LoadedModel, rows: Sequence[Sequence[int]], keep: int = 1,
-              states: list | None = None, final: list | None = None,
-              cache: DynamicCache | None = None
-              ) -> tuple[list[list[torch.Tensor]], torch.Tensor | None]:
+def attention(lm: LoadedModel, rows: Sequence[Sequence[int]], states: list | None = None,
+              final: list | None = None, cache: DynamicCache | None = None
+              ) -> list[list[torch.Tensor]]:
     """One pass of `rows` (token ids, all of one length): per row, every block's attention
-    weights (H, T, T) float32; and the logits of the last `keep` positions (B, keep, V). The
-    heads are the model's own: transformers' eager attention returns them. With `states` (a
-    list), each block's output (B, T, d) and whether the block returns a tuple are appended to
-    it, block by block. With `final` (a list), the final norm's input (B, T, d) is appended to
-    it and the pass stops there (the logits are None). With `cache` (an empty cache of the
-    model's own, kv_cache.plain_cache), the pass fills it with every block's keys and values."""
+    weights (H, T, T) float32. The heads are the model's own: transformers' eager attention
+    returns them. With `states` (a list), each block's output (B, T, d) and whether the block
+    returns a tuple are appended to it, block by block. With `final` (a list), the final norm's
+    input (B, T, d) is appended to it and the pass stops there. With `cache` (an empty cache of
+    the model's own, kv_cache.plain_cache), the pass fills it with every block's keys and
+    values. With neither `states` nor `final`, the pass stops after the last block's attention:
+    nothing after it is read (its MLP, the final norm, the LM head)."""
     import torch
 
     from fptrace.core.hooks import StopForward, first_output
@@ -106,6 +106,8 @@ def attention(lm: LoadedModel, rows: Sequence[Sequence[int]], keep: int = 1,
                 raise UnsupportedModel(f"block {i}'s attention returned no weights under eager "
                                        f"attention: fptrace heads cannot read {lm.name}'s heads")
             weights[i] = w.float()  # (B, H, T, T)
+            if i == last:
+                raise StopForward
         return hook
 
     def grab(module: nn.Module, args: tuple) -> None:
@@ -113,6 +115,7 @@ def attention(lm: LoadedModel, rows: Sequence[Sequence[int]], keep: int = 1,
             final.append(args[0])
             raise StopForward  # the caller takes the LM head where it reads it
 
+    last = len(lm.parts.attns) - 1 if states is None and final is None else None
     hooks = [Hook.after(a, keeper(i)) for i, a in enumerate(lm.parts.attns)]
     if states is not None:
         hooks += [Hook.after(b, store) for b in lm.parts.blocks]
@@ -120,13 +123,12 @@ def attention(lm: LoadedModel, rows: Sequence[Sequence[int]], keep: int = 1,
         hooks.append(Hook.before(lm.parts.final_norm, grab))
     x = torch.tensor([list(r) for r in rows], device=lm.device)  # (B, T)
     kwargs = cache_kwargs(lm.model, cache)
-    logits = None
     try:
         with torch.inference_mode(), eager_attention(lm.model), hooked(hooks):
-            logits = lm.model(x, logits_to_keep=keep, **kwargs).logits.float()
+            lm.model(x, logits_to_keep=1, **kwargs)
     except StopForward:
         pass
-    return [[w[b] for w in weights] for b in range(len(rows))], logits
+    return [[w[b] for w in weights] for b in range(len(rows))]
 
 
 def prompt_batches(items: Sequence[Item], heads: int) -> list[list[Item]]:
@@ -185,8 +187,8 @@ def heads(lm: LoadedModel, prompts: Sequence[Prompt] = (), *, subjects: Sequence
         # right padding: a real position attends only to earlier ones, so no pad enters its
         # softmax (the pads' own rows are cut off)
         T = max(len(it.ids) for it in chunk)
-        ws, _ = attention(lm, [list(it.ids) + [it.ids[-1]] * (T - len(it.ids))
-                               for it in chunk])
+        ws = attention(lm, [list(it.ids) + [it.ids[-1]] * (T - len(it.ids))
+                            for it in chunk])
         for w, it in zip(ws, chunk, strict=True):
             n = len(it.ids)
             tally(sums, [x[:, :n, :n] for x in w], it, pattern_masks(it.ids), focus)
@@ -201,8 +203,8 @@ def heads(lm: LoadedModel, prompts: Sequence[Prompt] = (), *, subjects: Sequence
         kept: list[tuple[torch.Tensor, bool]] = []
         final: list[torch.Tensor] = []
         cache = None if firsts is None else plain_cache(lm)
-        ws, _ = attention(lm, [it.ids for it in chunk], states=kept if check else None,
-                          final=final, cache=cache)
+        ws = attention(lm, [it.ids for it in chunk], states=kept if check else None,
+                       final=final, cache=cache)
         for b, it in enumerate(chunk):
             clean_states[it] = [(out[b], is_tuple) for out, is_tuple in kept]
             if firsts is not None and cache is not None:
