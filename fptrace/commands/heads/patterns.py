@@ -6,12 +6,15 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fptrace.addresses import Head
 from fptrace.core.trace import model_info
 from fptrace.errors import BadInput, param
 from fptrace.models.loading import LoadedModel
+
+if TYPE_CHECKING:
+    import torch
 
 LOSS_POSITIONS = 4096  # positions a product with the LM head takes (repeated_losses) ...
 LOSS_VOCAB = 1024  # ... and its vocabulary rows
@@ -168,7 +171,7 @@ def repeated_losses(lm: LoadedModel, stream: Any, rows: Sequence[Sequence[int]],
     return [float(x) for x in per_row]
 
 
-def _logsumexp_(x: Any) -> Any:
+def _logsumexp_(x: torch.Tensor) -> torch.Tensor:
     """torch.logsumexp(x, -1) computed in x's own memory (x is spoiled): the same steps (the
     row's maximum subtracted, an infinite maximum taken as 0), one (m, LOSS_VOCAB) buffer fewer
     written and read a tile."""
