@@ -14,7 +14,15 @@ system time of all its threads): on a shared machine the wall time also counts t
 processes held the cores, the CPU time does not (at one thread, the CPU ratio is the one a quiet
 machine would show, up to what the neighbours' use of the caches and memory adds).
 
-Usage: python benchmarks/bench_heads.py [--repeats 1] [--threads T] [--json out.json]
+With --commands, the two commands as a user runs them instead, each a fresh process timed from
+its start to its exit (wall; stdout to /dev/null): `fptrace stats prompts/` (no --out: writing
+the statistics file would lengthen stats) and `fptrace heads` (its defaults: the same 41
+prompts), first each in a process of its own (FPTRACE_SERVER=off: import, model load and the
+work), then answered by a resident server that holds the model (`fptrace serve` on a private
+socket, started and warmed by one call of each, stopped by its process id at the end); the
+two alternate for --repeats rounds; ratios of the medians.
+
+Usage: python benchmarks/bench_heads.py [--repeats 1] [--threads T] [--commands] [--json out.json]
 """
 
 from __future__ import annotations
@@ -22,16 +30,81 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import statistics
+import subprocess
+import sys
+import tempfile
 import time
+from pathlib import Path
+
+PROMPTS = str(Path(__file__).resolve().parents[1] / "prompts")
+
+
+def wall(cmd: list[str], env: dict) -> float:
+    t0 = time.perf_counter()
+    done = subprocess.run(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                          timeout=900)
+    t = time.perf_counter() - t0
+    if done.returncode != 0:
+        raise SystemExit(f"{cmd[2:4]} failed: {done.stderr.decode()[-400:]}")
+    return t
+
+
+def commands(repeats: int) -> dict:
+    """The commands' wall times, in processes of their own and answered by a resident server."""
+    py = [sys.executable, "-m", "fptrace"]
+    folder = tempfile.mkdtemp(prefix="fptrace-bench-heads-")
+    served = dict(os.environ, FPTRACE_SOCKET=os.path.join(folder, "run", "s.sock"))
+    alone = dict(served, FPTRACE_SERVER="off")
+    stats, heads = [*py, "stats", PROMPTS], [*py, "heads"]
+    out: dict = {"repeats": repeats}
+    pid = None
+    try:
+        for mode, env in (("own process", alone), ("resident server", served)):
+            if env is served:
+                subprocess.run([*py, "serve"], env=env, check=True, capture_output=True,
+                               timeout=300)
+                pid = json.loads(subprocess.run([*py, "serve", "--status", "--json"], env=env,
+                                                capture_output=True, text=True,
+                                                check=True).stdout)["pid"]
+            wall(stats, env)  # warm: the weights' cache and disk; the server loads the model
+            wall(heads, env)
+            st, hd = [], []
+            for _ in range(repeats):
+                st.append(wall(stats, env))
+                hd.append(wall(heads, env))
+                st.append(wall(stats, env))
+            out[mode] = {"stats_s": [round(x, 3) for x in st],
+                         "heads_s": [round(x, 3) for x in hd],
+                         "ratio": statistics.median(hd) / statistics.median(st)}
+    finally:
+        if pid is not None:
+            subprocess.run([*py, "serve", "--stop"], env=served, capture_output=True,
+                           timeout=120)
+            try:
+                os.kill(pid, 9)
+            except ProcessLookupError:
+                pass
+        shutil.rmtree(folder, ignore_errors=True)
+    return out
 
 
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--repeats", type=int, default=1)
     ap.add_argument("--threads", type=int, default=0)
+    ap.add_argument("--commands", action="store_true")
     ap.add_argument("--json")
     args = ap.parse_args()
+    if args.commands:
+        res = commands(args.repeats)
+        res["load_average"] = [round(x, 2) for x in os.getloadavg()]
+        print(json.dumps(res, indent=1))
+        if args.json:
+            with open(args.json, "w", encoding="utf-8") as f:
+                json.dump(res, f, indent=1)
+        return
     import torch
 
     if args.threads:
