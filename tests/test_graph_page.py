@@ -224,7 +224,8 @@ def test_the_drawing_in_chromium(page):
 @pytest.fixture(scope="module")
 def crowded(tmp_path_factory):
     """(the page of a graph with over 200 neurons kept at one site and ten logits, its --json):
-    a tiny GPT-2 whose MLPs have 256 neurons (n_embd 64), every one a candidate at every site."""
+    a tiny GPT-2 whose MLPs have 256 neurons (n_embd 64), 240 of them candidates at each site:
+    the crowded sites also keep their remainder ("other neurons"), weaker than most."""
     from collections import Counter
 
     from conftest import make_gpt2_folder
@@ -232,7 +233,7 @@ def crowded(tmp_path_factory):
     base = tmp_path_factory.mktemp("crowded")
     folder, _ = make_gpt2_folder(base, n_embd=64)
     out = base / "g.html"
-    r = runner.invoke(app, ["graph", PROMPT, "-m", str(folder), "--neurons", "--per-site", "256",
+    r = runner.invoke(app, ["graph", PROMPT, "-m", str(folder), "--neurons", "--per-site", "240",
                             "--max-nodes", "2000", "--node-threshold", "1", "--edge-threshold",
                             "0.8", "--html", str(out), "--json"])
     assert r.exit_code == 0, r.output
@@ -240,6 +241,7 @@ def crowded(tmp_path_factory):
     at = Counter((n["layer"], n["position"]) for n in g["nodes"] if n["node_type"] == "neuron")
     assert max(at.values()) >= 200
     assert sum(n["node_type"] == "logit" for n in g["nodes"]) == 10
+    assert sum(n["node_type"] == "other neurons" for n in g["nodes"]) >= 2
     return out, g
 
 
@@ -284,20 +286,26 @@ def _apart(circles):
 
 @pytest.mark.system
 def test_a_crowded_site_in_chromium(crowded):
-    """Over 200 nodes at one site: the 15 strongest of a crowded cell are drawn and a "+N more"
-    marker holds the rest (hovering it highlights their edges); Enter on it (keyboard) draws
+    """Over 200 nodes at one site: a crowded cell's remainder and its strongest nodes, 15 in
+    all, are drawn and a "+N more" marker holds the rest (hovering it highlights their edges);
+    the remainder is drawn however weak (what the named nodes leave out is never hidden); Enter
+    on it (keyboard) draws
     them all; before and after, no two circles overlap (cx, cy, r read from the DOM), and
     then every node's circle is what the pointer finds at its centre and hovering it highlights
     exactly its kept edges (a real hover for the weakest); the ten logits' labels do not
     intersect one another or any circle, each holding its full label in its title."""
     out, g = crowded
     cell = {n["node_id"]: (n["layer"], n["position"]) for n in g["nodes"]}
-    crowd = {}
+    crowd = {}  # a crowded cell's nodes in the order they are drawn
     for n in g["nodes"]:
-        if n["node_type"] == "neuron":
+        if n["node_type"] in ("neuron", "other neurons"):
             crowd.setdefault(cell[n["node_id"]], []).append(n)
-    crowd = {k: sorted(v, key=lambda n: -n["influence"]) for k, v in crowd.items()
-             if len(v) > 16}
+    crowd = {k: sorted(v, key=lambda n: (n["node_type"] == "neuron", -n["influence"]))
+             for k, v in crowd.items() if len(v) > 16}
+    rest = [n for v in crowd.values() for n in v if n["node_type"] == "other neurons"]
+    # the remainders rank low by influence: the drawing, not the data, keeps them in sight
+    assert rest and all(sorted(crowd[cell[n["node_id"]]], key=lambda m: -m["influence"]).index(n)
+                        >= 15 for n in rest)
     edges = {}
     for e in g["edges"]:
         for end in (e["source"], e["target"]):
@@ -319,6 +327,7 @@ def test_a_crowded_site_in_chromium(crowded):
             assert {n["node_id"] for n in here[15:]} <= hidden
             assert not {n["node_id"] for n in here[:15]} & hidden
         assert len(hidden) == sum(len(v) - 15 for v in crowd.values())
+        assert not {n["node_id"] for n in rest} & hidden
         (layer, pos), here = max(crowd.items(), key=lambda kv: len(kv[1]))
         mark = view.locator(f'svg.graph .gmore[data-cell="{layer + 1}:{pos}"]')
         assert mark.get_attribute("data-hidden") == str(len(here) - 15)

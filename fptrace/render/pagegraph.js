@@ -4,8 +4,9 @@
 // prompt's tokens along the bottom), y the row (tokens at the bottom, outputs at the top);
 // every node is a circle whose area grows with its size, every edge a curve coloured by its
 // sign, its width and opacity growing with |weight|. A cell's nodes sit in a grid of slots, the
-// strongest first, so that no two circles overlap however many share it; a cell of more than
-// CAP shows its strongest and a "+N more" marker that draws the rest when clicked (or Enter).
+// strongest first (after its error node and remainder, never hidden), so that no two circles
+// overlap however many share it; a cell of more than CAP shows its strongest and a "+N more"
+// marker that draws the rest when clicked (or Enter).
 // The outputs' labels stand upright, one slot apart, so that none covers another. The strongest `shown` edges are drawn
 // until more are asked for. Hovering (or focusing) a node highlights all of its edges and lists
 // them with their weights; clicking it (or Enter) shows its activation at every position and
@@ -92,9 +93,14 @@
       biggest = Math.max(biggest, n.size);
       if (n.kind === "output") { chars = Math.max(chars, Math.min(14, outLabel(n).length)); }
     });
-    Object.keys(cells).forEach(function (key) {  // the strongest first, else in the data's order
+    // a cell's error node and remainder first (what its named nodes leave out is never hidden
+    // behind a crowded cell's marker, however weak), then the strongest first, else in the
+    // data's order
+    function unnamed(n) { return n.kind === "error" || n.kind === "remainder" ? 0 : 1; }
+    Object.keys(cells).forEach(function (key) {
       cells[key] = cells[key].sort(function (a, b) {
-        return (b[0].size - a[0].size) || (a[1] - b[1]); }).map(function (x) { return x[0]; });
+        return (unnamed(a[0]) - unnamed(b[0])) || (b[0].size - a[0].size) || (a[1] - b[1]);
+      }).map(function (x) { return x[0]; });
     });
     function radius(n) {
       return 2.5 + 6.5 * (biggest > 0 ? Math.sqrt(Math.max(0, n.size) / biggest) : 0);
