@@ -196,6 +196,11 @@ def test_own_is_largest_is_the_whole_products_argmax(monkeypatch):
     want = (O @ U.T).argmax(-1) == own
     got = weights.own_is_largest(O, U, own)
     assert torch.equal(got, want) and want[2:].sum() > 0 and not got[0]
+    monkeypatch.setattr(weights, "WHOLE_ROWS", 3)  # the whole products a few rows at a time
+    assert torch.equal(weights.own_is_largest(O, U, own), want)
+    monkeypatch.setattr(weights, "PROBE", 1000)  # V ≤ 2·PROBE: the whole product alone
+    assert torch.equal(weights.own_is_largest(O, U, own), want)
+    assert weights.own_is_largest(O[:0], U, own[:0]).shape == (0,)
 
 
 def test_copying_share_equals_the_models_own_logits(monkeypatch):
@@ -233,6 +238,23 @@ def test_copying_share_equals_the_models_own_logits(monkeypatch):
                 top = m.lm_head(m.model.norm(o)).argmax(-1)
                 assert ov.copying[layer][h] == (top == sample).float().mean().item()
     assert ov.copying[1][0] > 0.5 and max(ov.copying[0]) < 0.5
+    monkeypatch.setattr(weights, "OV_ROWS", 7)  # a few sampled tokens a call: the same shares
+    monkeypatch.setattr(weights, "WHOLE_ROWS", 3)
+    assert weights.ov_scores(lm, 5, n).copying == ov.copying
+
+
+def test_copying_share_a_chunk_at_a_time_with_a_post_norm(monkeypatch):
+    """Gemma 2 (each block's heads read against their own post-norm's gains): the shares taken
+    a few sampled tokens a call equal the shares taken at once."""
+    from fptrace.commands.heads import weights
+
+    monkeypatch.setattr(weights, "PROBE", 16)
+    lm = wrap_model(build_tiny("gemma2"), name="tiny-gemma2", random_weights=True)
+    want = weights.ov_scores(lm, 5, 40)
+    monkeypatch.setattr(weights, "OV_ROWS", 7)
+    monkeypatch.setattr(weights, "WHOLE_ROWS", 3)
+    got = weights.ov_scores(lm, 5, 40)
+    assert got.copying == want.copying and got.eigen == want.eigen
 
 
 # ---- the command line --------------------------------------------------------------------------
@@ -248,6 +270,8 @@ def _cli(*argv, model=None):
     (("The cat sat", "--induction", "0"), "no token repeats"),
     (("The cat sat", "--induction", "2x40"), "beyond"),
     (("The cat sat", "--induction", "2y8"), "NxLEN"),
+    (("The cat sat on the cat", "--induction", "2x8", "--ov-tokens", "9999999"),
+     "vocabulary has"),
     (("The cat sat", "--seed", "x"), "--seed"),  # typer's own refusal: its one line through
 ])                                               # the real entry point is docs/bad-inputs.md's
 def test_bad_input_is_one_line_and_exit_2(argv, says):
@@ -441,12 +465,13 @@ CHECK_FAMILIES = ["llama", "gpt2", "gpt_neox", "deepseek_v3", "olmo2", "gemma2",
 
 
 @pytest.mark.parametrize("family", CHECK_FAMILIES)
-def test_the_induction_check_is_the_same_by_every_path(family):
+def test_the_induction_check_is_the_same_by_every_path(family, monkeypatch):
     """The check skips the blocks before a removed head (their clean outputs stand in) and,
     where the model's cache allows, runs the second copy alone against the first copy's cached
     keys and values: every head's loss change equals the one of whole passes that zero the
-    head at the second copy's positions."""
+    head at the second copy's positions; and a row a pass (a pass over CHECK_BYTES) too."""
     from fptrace.addresses import Head
+    from fptrace.commands.heads import checks
     from fptrace.commands.heads.checks import induction_check
     from fptrace.commands.heads.patterns import induction_items
 
@@ -463,6 +488,8 @@ def test_the_induction_check_is_the_same_by_every_path(family):
     if firsts is not None:
         ways += [induction_check(lm, rand, LEN, every, clean, None, firsts),
                  induction_check(lm, rand, LEN, every, clean, states, firsts)]
+    monkeypatch.setattr(checks, "CHECK_BYTES", 1)  # every pass one row
+    ways.append(induction_check(lm, rand, LEN, every, clean, states, firsts))
     assert all("forward" not in vars(b) for b in lm.parts.blocks)  # restored
     for got in ways:
         for h in every:
@@ -579,3 +606,76 @@ def test_prompt_batches_hold_every_prompt_once_within_their_bounds():
         assert len(p) * T <= PROMPT_TOKENS and len(p) * 270 * T * T * 4 <= WEIGHTS_BYTES
     alone = prompt_batches([Item("a", tuple(range(2000))), Item("b", (1, 2))], 270)
     assert [len(p) for p in alone] == [1, 1]  # a prompt over the bounds is a pass of its own
+
+
+def test_a_block_at_a_time_gives_the_same_scores(monkeypatch):
+    """The blocks' attention weights are tallied a few blocks at once, within WEIGHTS_BYTES (a
+    long prompt's a block at a time): with a budget of one byte every block is tallied alone
+    (and every prompt and sequence is a pass of its own); the scores and --head's evidence
+    equal those of every block in one product."""
+    from fptrace.addresses import Head
+    from fptrace.commands.heads import core
+
+    lm = wrap_model(build_tiny("llama"), name="tiny-llama", random_weights=True)
+    kw = {"seed": SEED, "induction": N, "induction_length": LEN, "check": False,
+          "ov_tokens": 0, "head": Head(1, 0)}
+    want = core.heads(lm, PROMPTS, **kw)
+    monkeypatch.setattr(core, "WEIGHTS_BYTES", 1)
+    got = core.heads(lm, PROMPTS, **kw)
+    for a, b in zip(want.heads, got.heads, strict=True):
+        for k in ("previous", "duplicate", "induction", "first"):
+            assert getattr(b, k) == pytest.approx(getattr(a, k), rel=1e-6, abs=1e-9), (a, k)
+    assert sorted((e.prompt, e.query, e.key) for e in got.evidence) == \
+        sorted((e.prompt, e.query, e.key) for e in want.evidence)
+
+
+def test_head_evidence_is_the_strongest_pairs_of_the_models_own_attention():
+    """--head lists the strongest (query, key) pairs of its patterns, read from the model's own
+    attention (output_attentions): on a prompt of hundreds of duplicate-token pairs, the
+    weights listed are the largest of every previous-token and duplicate-token pair."""
+    from fptrace.addresses import Head
+    from fptrace.commands.heads import core
+    from fptrace.commands.heads.patterns import EVIDENCE
+
+    model = build_tiny("llama")
+    lm = wrap_model(model, name="tiny-llama", random_weights=True)
+    ids = [5, 6, 7] * 14  # 42 tokens
+    r = core.heads(lm, [ids], induction=0, check=False, ov_tokens=0, head=Head(1, 1))
+    model.config._attn_implementation = "eager"
+    with torch.no_grad():
+        A = model(torch.tensor([ids]), output_attentions=True).attentions[1][0, 1].double()
+    pairs = [float(A[i, i - 1]) for i in range(2, len(ids))]
+    pairs += [float(A[i, j]) for i in range(len(ids)) for j in range(1, i) if ids[j] == ids[i]]
+    assert len(pairs) > 10 * EVIDENCE
+    assert [e.weight for e in r.evidence] == pytest.approx(
+        sorted(pairs, reverse=True)[:EVIDENCE], rel=1e-5)
+
+
+def test_what_would_not_fit_in_memory_is_refused_before_any_pass(monkeypatch):
+    """One line (BadInput), before any forward pass, where the longest pass (its attention
+    weights read whole) or what the induction check holds for every sequence would not fit in
+    the free memory; neither where they fit."""
+    from fptrace.commands.heads import core
+    from fptrace.errors import BadInput
+    from fptrace.models import memory
+
+    lm = wrap_model(build_tiny("llama"), name="tiny-llama", random_weights=True)
+
+    def no_pass(*a, **k):
+        raise AssertionError("a pass ran")
+
+    monkeypatch.setattr(core, "attention", no_pass)
+    monkeypatch.setattr(memory, "available_bytes", lambda device: 10 << 10)  # 10 KiB
+    with pytest.raises(BadInput, match=r"pass over 42 tokens .* is free on cpu"):
+        core.heads(lm, [[5, 6, 7] * 14], induction=0, check=False, ov_tokens=0)
+    monkeypatch.setattr(memory, "available_bytes", lambda device: 10 << 20)  # 10 MiB
+    with pytest.raises(BadInput, match=r"2,000 induction sequences of 12 tokens \(each one's "
+                       r"block outputs .* held for the check\)"):
+        core.heads(lm, PROMPTS, induction=2000, induction_length=6, ov_tokens=0)
+    with pytest.raises(AssertionError, match="a pass ran"):  # without the check: it fits
+        core.heads(lm, PROMPTS, induction=2000, induction_length=6, ov_tokens=0, check=False)
+    # a trillion sequences: refused before they are drawn (drawing them would never end)
+    with pytest.raises(BadInput, match=r"1,000,000,000,000 induction sequences of 12 tokens "
+                       r"needs about .*; give fewer induction sequences$"):
+        core.heads(lm, PROMPTS, induction=10 ** 12, induction_length=6, ov_tokens=0,
+                   check=False)

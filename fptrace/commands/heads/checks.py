@@ -27,7 +27,8 @@ if TYPE_CHECKING:
 
     from fptrace.commands.heads.patterns import Item
 
-BATCH = 32  # rows per forward pass, at most
+BATCH = 32  # rows per forward pass, at most ...
+CHECK_BYTES = 1 << 30  # ... and fewer where a pass of the induction check would take more
 PASS_TOKENS = 40  # what a pass costs beyond its tokens, in tokens (benchmarks/README.md)
 PREVIOUS_PROMPTS = 6  # prompts the previous-token check replaces tokens in ...
 PREVIOUS_TOKENS = 32  # ... each cut to its first tokens
@@ -55,12 +56,14 @@ def induction_check(lm: LoadedModel, rand: Sequence[Item], n: int, heads: Sequen
     clean outputs stand in for them (tests/test_heads.py holds both ways equal). The rows (one
     per head and sequence, by block) are cut into the passes that cost least (cheapest_passes:
     a pass runs all its rows from its earliest head's block; a pass costs PASS_TOKENS beyond its
-    tokens). Each pass stops at the final norm's input; the LM head then takes only the
-    positions whose prediction the loss reads (repeated_losses)."""
+    tokens; a pass of more than one row holds at most CHECK_BYTES). Each pass stops at the
+    final norm's input; the LM head then takes only the positions whose prediction the loss
+    reads (repeated_losses)."""
     import torch
 
     from fptrace.commands.heads.patterns import repeated_losses
     from fptrace.models.kv_cache import cache_kwargs, cache_of
+    from fptrace.models.memory import forward_bytes
 
     out: dict[Head, float] = {}
     if clean is None:
@@ -72,7 +75,16 @@ def induction_check(lm: LoadedModel, rand: Sequence[Item], n: int, heads: Sequen
     begin = n if firsts is not None else 0
     run = 2 * n - 1 - begin
 
-    def cost(j: int, i: int) -> float:
+    # a row's memory in a pass: its activations, the cache of the first copy it attends to
+    # (a copy per pass), its stand-in block output
+    dm = dims(lm.config, lm.parts.family)
+    size = torch.empty((), dtype=lm.dtype).element_size()
+    cached = 2 * L * (n + run) * dm.n_kv_heads * dm.head_dim
+    row_bytes = forward_bytes(lm.config, 1, run, 0, size) + (cached + run * dm.d_model) * size
+
+    def cost(j: int, i: int) -> float | None:
+        if i - j > 1 and (i - j) * row_bytes > CHECK_BYTES:
+            return None
         first = pairs[j][0].layer if states is not None else 0
         return (i - j) * run * (L - first) + PASS_TOKENS * L
 

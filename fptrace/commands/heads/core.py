@@ -19,14 +19,16 @@ later ones. Where the check disagrees the role is "pattern only".
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from fptrace.addresses import Head, resolve_head
 from fptrace.commands.heads.patterns import (
+    EVIDENCE,
     Item,
     Tally,
+    check_induction,
     induction_items,
     pattern_masks,
     repeated_losses,
@@ -49,11 +51,11 @@ if TYPE_CHECKING:
 
 INDUCTION_SEQUENCES = 8
 INDUCTION_LENGTH = 64
-EVIDENCE = 8  # positions listed with --head
 OV_TOKENS = 32  # tokens sampled for the OV copying share
 INDUCTION_BATCH = 8  # induction sequences a pass
 PROMPT_TOKENS = 2048  # padded tokens a pass of prompts (right-padded to the longest) ...
-WEIGHTS_BYTES = 1 << 29  # ... while their attention weights stay under 512 MiB
+WEIGHTS_BYTES = 1 << 29  # ... while one block's attention weights stay under 512 MiB
+SEQUENCE_TOKEN_BYTES = 48  # an induction sequence's token held (a Python int in a tuple)
 
 
 def shipped_prompts() -> str:
@@ -78,12 +80,14 @@ def items_of(lm: LoadedModel, prompts: Sequence[Prompt], subjects: Sequence[str 
     return out
 
 
-def attention(lm: LoadedModel, rows: Sequence[Sequence[int]], states: list | None = None,
-              final: list | None = None, cache: DynamicCache | None = None
-              ) -> list[list[torch.Tensor]]:
-    """One pass of `rows` (token ids, all of one length): per row, every block's attention
-    weights (H, T, T) float32. The heads are the model's own: transformers' eager attention
-    returns them. With `states` (a list), each block's output (B, T, d) and whether the block
+def attention(lm: LoadedModel, rows: Sequence[Sequence[int]],
+              each: Callable[[int, torch.Tensor], None] | None = None,
+              states: list | None = None, final: list | None = None,
+              cache: DynamicCache | None = None) -> None:
+    """One pass of `rows` (token ids, all of one length): each(layer, weights) is called with
+    every block's attention weights (B, H, T, T) float32 as the block computes them (the model's
+    own: transformers' eager attention returns them), which are then dropped: one block's are
+    held at a time. With `states` (a list), each block's output (B, T, d) and whether the block
     returns a tuple are appended to it, block by block. With `final` (a list), the final norm's
     input (B, T, d) is appended to it and the pass stops there. With `cache` (an empty cache of
     the model's own, kv_cache.plain_cache), the pass fills it with every block's keys and
@@ -92,8 +96,6 @@ def attention(lm: LoadedModel, rows: Sequence[Sequence[int]], states: list | Non
     import torch
 
     from fptrace.core.hooks import StopForward, first_output
-
-    weights: list[Any] = [None] * len(lm.parts.attns)
 
     def store(module: nn.Module, args: tuple, output: object) -> None:
         if states is not None:
@@ -105,7 +107,8 @@ def attention(lm: LoadedModel, rows: Sequence[Sequence[int]], states: list | Non
             if w is None or w.dim() != 4:
                 raise UnsupportedModel(f"block {i}'s attention returned no weights under eager "
                                        f"attention: fptrace heads cannot read {lm.name}'s heads")
-            weights[i] = w.float()  # (B, H, T, T)
+            if each is not None:
+                each(i, w.float())
             if i == last:
                 raise StopForward
         return hook
@@ -128,15 +131,77 @@ def attention(lm: LoadedModel, rows: Sequence[Sequence[int]], states: list | Non
             lm.model(x, logits_to_keep=1, **kwargs)
     except StopForward:
         pass
-    return [[w[b] for w in weights] for b in range(len(rows))]
+
+
+def tallied(sums: Tally, rows: Sequence[Item], masks: Sequence[dict], focus: Head | None,
+            L: int) -> Callable[[int, torch.Tensor], None]:
+    """attention()'s `each` for one pass of `rows` (right-padded): the blocks' weights gathered
+    until they hold WEIGHTS_BYTES or the last block's came, then tallied row by row (each cut
+    to its own length; masks[r]: row r's pattern masks), a few blocks at once: the shipped
+    prompts' every block in one product, a long prompt's a block at a time."""
+    import torch
+
+    held: list[torch.Tensor] = []  # blocks' weights (B, H, T, T) not yet tallied
+
+    def each(layer: int, w: torch.Tensor) -> None:
+        held.append(w)
+        if layer < L - 1 and len(held) * w.numel() * 4 < WEIGHTS_BYTES:
+            return
+        A = torch.stack(held, 1) if len(held) > 1 else held[0][:, None]  # (B, l, H, T, T)
+        first = layer - len(held) + 1
+        held.clear()
+        for b, it in enumerate(rows):
+            n = len(it.ids)
+            tally(sums, first, A[b, :, :, :n, :n], it, masks[b], focus)
+    return each
+
+
+def fits(lm: LoadedModel, items: Sequence[Item], sequences: int, length: int, check: bool
+         ) -> None:
+    """Refuse, before any pass and before the induction sequences are drawn, what would not fit
+    in memory (one line, where the system would kill the process, or the resident server
+    answering it): the pass of the longest prompt or induction sequence alone, one block's
+    attention weights read whole (the model's scores and weights, their product with a
+    pattern's mask: three times H × T² floats) and the row's pattern masks (three T × T); and
+    the `sequences` induction sequences of 2·`length` tokens themselves, with what the induction
+    check holds for each from the clean pass (each block's output, T × d, and the keys and
+    values of the pass's cache, which the first copy's rows keep alive)."""
+    import torch
+
+    from fptrace.families.parts import dims
+    from fptrace.models.memory import check_forward_fits
+
+    info = model_info(lm)
+    L, H, d = info.n_layers, info.n_heads, info.d_model
+    size = torch.empty((), dtype=lm.dtype).element_size()
+    T = 2 * length if sequences else 0
+    longest = max([len(it.ids) for it in items] + [T])
+    if longest:
+        check_forward_fits(lm.config, lm.device, size, 1, longest,
+                           f"fptrace heads' pass over {longest:,} tokens (each block's "
+                           f"attention weights read whole: {H} heads × {longest:,}²)",
+                           f"give shorter prompts or a shorter {param('induction')} LEN",
+                           extra_bytes=3 * (H + 1) * longest * longest * 4)
+    if sequences:
+        dm = dims(lm.config, lm.parts.family)
+        held = sequences * T * (SEQUENCE_TOKEN_BYTES + (
+            L * (d + 2 * dm.n_kv_heads * dm.head_dim) * size if check else 0))
+        check_forward_fits(lm.config, lm.device, size, 1, T,
+                           f"{sequences:,} induction sequences of {T:,} tokens"
+                           + (" (each one's block outputs and first copy's keys and values "
+                              "held for the check)" if check else ""),
+                           f"give fewer {param('induction')} sequences"
+                           + (", or run without the check (--no-check)" if check else ""),
+                           extra_bytes=held)
 
 
 def prompt_batches(items: Sequence[Item], heads: int) -> list[list[Item]]:
     """The prompts by length, cut into the passes that cost least (checks.cheapest_passes): a
     pass of B prompts padded to the longest one's T costs B·T tokens plus PASS_TOKENS; it holds
-    at most PROMPT_TOKENS padded tokens, and its attention weights (every head's T × T at the
-    longest prompt's T, float32) stay under WEIGHTS_BYTES. (Eight prompts a pass padded six
-    shipped prompts of 8–10 tokens to 92 beside two of 90 and 92: 1,232 tokens for 682.)"""
+    at most PROMPT_TOKENS padded tokens, and one block's attention weights (its `heads` heads'
+    T × T at the longest prompt's T, float32) stay under WEIGHTS_BYTES. (Eight prompts a pass
+    padded six shipped prompts of 8–10 tokens to 92 beside two of 90 and 92: 1,232 tokens for
+    682.)"""
     from fptrace.commands.heads.checks import PASS_TOKENS, cheapest_passes
 
     order = sorted(items, key=lambda it: len(it.ids))
@@ -174,7 +239,12 @@ def heads(lm: LoadedModel, prompts: Sequence[Prompt] = (), *, subjects: Sequence
         if ctx and len(it.ids) > ctx:
             raise BadInput(f"{it.name!r} is {len(it.ids)} tokens, beyond {lm.name}'s context "
                            f"of {ctx}")
+    check_induction(lm, induction, induction_length)
+    fits(lm, items, induction, induction_length, check)
     rand = induction_items(lm, induction, induction_length, seed)
+    if weights and ov_tokens > info.vocab_size:
+        raise BadInput(f"{param('ov_tokens')} {ov_tokens:,}: {lm.name}'s vocabulary has "
+                       f"{info.vocab_size:,} tokens; sample at most that many")
     if not rand and not any(pattern_masks(it.ids)["duplicate"].any() for it in items):
         raise BadInput("no token repeats within a prompt (after the first position) and "
                        f"{param('induction')} 0: the duplicate-token score needs one; add a "
@@ -183,35 +253,32 @@ def heads(lm: LoadedModel, prompts: Sequence[Prompt] = (), *, subjects: Sequence
     if not items and not rand:
         raise BadInput("nothing to score: give prompts or induction sequences")
     sums = Tally(L, H)
-    for chunk in prompt_batches(items, L * H):
+    for chunk in prompt_batches(items, H):
         # right padding: a real position attends only to earlier ones, so no pad enters its
         # softmax (the pads' own rows are cut off)
         T = max(len(it.ids) for it in chunk)
-        ws = attention(lm, [list(it.ids) + [it.ids[-1]] * (T - len(it.ids))
-                            for it in chunk])
-        for w, it in zip(ws, chunk, strict=True):
-            n = len(it.ids)
-            tally(sums, [x[:, :n, :n] for x in w], it, pattern_masks(it.ids), focus)
+        attention(lm, [list(it.ids) + [it.ids[-1]] * (T - len(it.ids)) for it in chunk],
+                  tallied(sums, chunk, [pattern_masks(it.ids) for it in chunk], focus, L))
     clean_losses = []
     clean_states: dict[Item, list[tuple[torch.Tensor, bool]]] = {}  # sequence -> block outputs
     # sequence -> the first copy's keys and values, block by block (None: the model's cache
     # cannot be extended row by row, the check runs whole sequences)
     firsts: dict[Item, list] | None = {} if check and plain_cache(lm) is not None else None
     half = induction_length
-    for start in range(0, len(rand), INDUCTION_BATCH):  # one length: batched
-        chunk = rand[start:start + INDUCTION_BATCH]
+    step = max(1, min(INDUCTION_BATCH, WEIGHTS_BYTES // (H * (2 * half) ** 2 * 4 or 1)))
+    for start in range(0, len(rand), step):  # one length: batched
+        chunk = rand[start:start + step]
         kept: list[tuple[torch.Tensor, bool]] = []
         final: list[torch.Tensor] = []
         cache = None if firsts is None else plain_cache(lm)
-        ws = attention(lm, [it.ids for it in chunk], states=kept if check else None,
-                       final=final, cache=cache)
+        masks = [{k: m for k, m in pattern_masks(it.ids, induction_length).items()
+                  if k in ("duplicate", "induction")} for it in chunk]
+        attention(lm, [it.ids for it in chunk], tallied(sums, chunk, masks, focus, L),
+                  states=kept if check else None, final=final, cache=cache)
         for b, it in enumerate(chunk):
             clean_states[it] = [(out[b], is_tuple) for out, is_tuple in kept]
             if firsts is not None and cache is not None:
                 firsts[it] = cached_rows(cache, b, half)
-        for w, it in zip(ws, chunk, strict=True):
-            masks = pattern_masks(it.ids, induction_length)
-            tally(sums, w, it, {k: masks[k] for k in ("duplicate", "induction")}, focus)
         # the same loss as the check's (repeated_losses): the clean and the removed-head
         # figures differ by the removal alone, not by two ways of taking the loss
         clean_losses += repeated_losses(lm, final[0][:, half:2 * half - 1],
@@ -272,7 +339,7 @@ def heads(lm: LoadedModel, prompts: Sequence[Prompt] = (), *, subjects: Sequence
 
 
 def _evidence(lm: LoadedModel, found: list) -> tuple[Evidence, ...]:
-    top = sorted(found, key=lambda e: -e[1])[:EVIDENCE * 3]
+    top = sorted(found, key=lambda e: -e[1])[:EVIDENCE]
     return tuple(Evidence(prompt=f"{score}: {name}", query=q, key=k, weight=w,
                           query_text=lm.token_text(qi), key_text=lm.token_text(ki))
                  for score, w, name, q, k, qi, ki in top)

@@ -86,4 +86,9 @@ def bad_inputs(at: Setup) -> tuple[Case, ...]:
         Case(4, "heads: a seed that is not a number", ("heads", "The cat sat", "--seed", "x",
                                                          *m)),
         Case(5, "heads: --induction not NxLEN", ("heads", "hi", "--induction", "8by64", *m)),
+        Case(6, "heads: more OV tokens than the vocabulary",
+             ("heads", "The cat sat on the cat", "--induction", "2x8", "--ov-tokens",
+              "9999999", *m)),
+        Case(7, "heads: more induction sequences than the memory holds (refused before they "
+                "are drawn)", ("heads", "The cat sat", "--induction", "1000000000000x8", *m)),
     )

@@ -16,6 +16,7 @@ from fptrace.models.loading import LoadedModel
 if TYPE_CHECKING:
     import torch
 
+EVIDENCE = 24  # (query, key) pairs of the --head head listed, the strongest
 LOSS_POSITIONS = 4096  # positions a product with the LM head takes (repeated_losses) ...
 LOSS_VOCAB = 1024  # ... and its vocabulary rows
 
@@ -31,32 +32,41 @@ class Item:
 
 @dataclass
 class Tally:
-    """Running sums of the pattern scores, (L, H) each, and the evidence of one head."""
+    """Running sums of the pattern scores, (L, H) each, added block by block, and the evidence
+    of one head."""
 
     L: int
     H: int
     sums: dict = field(default_factory=dict)  # score -> (L, H) float64 tensor
-    counts: dict = field(default_factory=dict)  # score -> number of queries
+    counts: dict = field(default_factory=dict)  # score -> (L,) queries counted, by block
     evidence: list = field(default_factory=list)
 
-    def add(self, score: str, total: Any, n: int) -> None:
+    def add(self, score: str, first: int, total: Any, n: int) -> None:
+        """Blocks first … first + l − 1's sums over `n` queries (total: (l, H)) added to
+        `score`'s."""
+        import torch
+
         if n == 0:
             return
-        self.sums[score] = self.sums.get(score, 0) + total.double().cpu()
-        self.counts[score] = self.counts.get(score, 0) + n
+        if score not in self.sums:
+            self.sums[score] = torch.zeros(self.L, self.H, dtype=torch.float64)
+            self.counts[score] = torch.zeros(self.L, dtype=torch.float64)
+        self.sums[score][first:first + len(total)] += total.double().cpu()
+        self.counts[score][first:first + len(total)] += n
 
     def mean(self, score: str) -> Any:
-        return self.sums[score] / self.counts[score] if self.counts.get(score) else None
+        """(L, H) float64: the sums over the queries counted; None where none was."""
+        if score not in self.counts:
+            return None
+        return self.sums[score] / self.counts[score][:, None]
 
 
-def induction_items(lm: LoadedModel, n: int, length: int, seed: int) -> list[Item]:
-    """n sequences of `length` seeded random token ids, each repeated once (2·length tokens)."""
-    import torch
-
+def check_induction(lm: LoadedModel, n: int, length: int) -> None:
+    """Refuse n sequences of `length` tokens repeated once that the model cannot take."""
     if n < 0 or length < 0:
         raise BadInput(f"{param('induction')} must be N×LEN with N ≥ 0 and LEN ≥ 2")
     if n == 0:
-        return []
+        return
     if length < 2:
         raise BadInput(f"{param('induction')} length {length}: a copy needs 2 tokens or more")
     ctx = model_info(lm).context_length
@@ -64,6 +74,15 @@ def induction_items(lm: LoadedModel, n: int, length: int, seed: int) -> list[Ite
         raise BadInput(f"{param('induction')} length {length}: the repeated sequence is "
                        f"{2 * length} "
                        f"tokens, beyond {lm.name}'s context of {ctx}; use {ctx // 2} or less")
+
+
+def induction_items(lm: LoadedModel, n: int, length: int, seed: int) -> list[Item]:
+    """n sequences of `length` seeded random token ids, each repeated once (2·length tokens)."""
+    import torch
+
+    check_induction(lm, n, length)
+    if n == 0:
+        return []
     g = torch.Generator().manual_seed(seed)
     V = int(lm.config.vocab_size)
     out = []
@@ -98,31 +117,33 @@ def pattern_masks(ids: Sequence[int], induction_half: int | None = None) -> dict
     return out
 
 
-def tally(sums: Tally, weights: list[Any], item: Item, masks: dict, focus: Head | None
+def tally(sums: Tally, first: int, A: Any, item: Item, masks: dict, focus: Head | None
           ) -> None:
-    """Add one prompt's attention to the sums: per score, Σ over queries with a key of the
-    attention on those keys."""
-    import torch
-
-    A = torch.stack(weights)  # (L, H, T, T)
+    """Add one prompt's attention at blocks first … first + l − 1 (A: (l, H, T, T), their
+    weights) to the sums: per score, Σ over queries with a key of the attention on those
+    keys."""
     T = A.shape[-1]
     for score, m in masks.items():
         rows = m.sum(-1) > 0  # (T,) the queries that have a key
         n = int(rows.sum())
         if n:
-            got = (A * m.to(A.device)).sum(-1)  # (L, H, T)
-            sums.add(score, got[..., rows.to(A.device)].sum(-1), n)
+            got = (A * m.to(A.device)).sum(-1)  # (l, H, T)
+            sums.add(score, first, got[..., rows.to(A.device)].sum(-1), n)
     if T >= 2:
-        sums.add("first", A[..., 1:, 0].sum(-1), T - 1)
+        sums.add("first", first, A[..., 1:, 0].sum(-1), T - 1)
     if item.subject:
-        sums.add("subject", A[..., -1, list(item.subject)].sum(-1), 1)
-    if focus is not None:
-        w = A[focus.layer, focus.head]
+        sums.add("subject", first, A[..., -1, list(item.subject)].sum(-1), 1)
+    if focus is not None and first <= focus.layer < first + len(A):
+        w = A[focus.layer - first, focus.head]
         for score, m in masks.items():
             q, k = m.nonzero(as_tuple=True)
-            for a, b in zip(q.tolist(), k.tolist(), strict=True):
-                sums.evidence.append((score, float(w[a, b]), item.name, a, b,
-                                       item.ids[a], item.ids[b]))
+            got = w[q, k]
+            if len(got) > EVIDENCE:  # the EVIDENCE strongest and their ties: what a sort of all
+                # of them would keep (a long prompt's duplicates are millions of pairs)
+                keep = got >= got.topk(EVIDENCE).values[-1]
+                q, k, got = q[keep], k[keep], got[keep]
+            for a, b, v in zip(q.tolist(), k.tolist(), got.tolist(), strict=True):
+                sums.evidence.append((score, v, item.name, a, b, item.ids[a], item.ids[b]))
 
 
 def repeated_losses(lm: LoadedModel, stream: Any, rows: Sequence[Sequence[int]], n: int
@@ -180,4 +201,5 @@ def _logsumexp_(x: torch.Tensor) -> torch.Tensor:
     return x.sub_(top).exp_().sum(-1).log_().add_(top[:, 0])
 
 
-__all__ = ["Item", "Tally", "induction_items", "pattern_masks", "repeated_losses", "tally"]
+__all__ = ["EVIDENCE", "Item", "Tally", "check_induction", "induction_items", "pattern_masks",
+           "repeated_losses", "tally"]

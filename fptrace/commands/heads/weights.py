@@ -62,6 +62,8 @@ def _gain(module: nn.Module | None, kind: NormKind, d: int) -> torch.Tensor:
 
 
 PROBE = 2048  # vocabulary rows in own_is_largest's first product
+WHOLE_ROWS = 1024  # rows a product with the whole vocabulary takes (V floats a row) ...
+OV_ROWS = 16384  # ... and rows (a sampled token through a head) an own_is_largest call
 
 
 def own_is_largest(O: torch.Tensor, U: torch.Tensor, own: torch.Tensor,
@@ -78,8 +80,10 @@ def own_is_largest(O: torch.Tensor, U: torch.Tensor, own: torch.Tensor,
 
     m, d = O.shape
     V = U.shape[0]
+    if m == 0:
+        return torch.zeros(0, dtype=torch.bool)
     if V <= 2 * PROBE:
-        return (O @ U.T).argmax(-1) == own
+        return torch.cat([(o @ U.T).argmax(-1) for o in O.split(WHOLE_ROWS)]) == own
     u = 2.0 ** -24
     gamma = d * u / (1 - d * u)
     if u_max is None:
@@ -89,10 +93,29 @@ def own_is_largest(O: torch.Tensor, U: torch.Tensor, own: torch.Tensor,
     best = (O @ U[::V // PROBE].T).max(-1).values  # (m,)
     left = ~(best - mine > 4 * bound)
     got = torch.zeros(m, dtype=torch.bool)
-    rows = left.nonzero().flatten()
-    if len(rows):
+    for rows in left.nonzero().flatten().split(WHOLE_ROWS):
         got[rows] = (O[rows] @ U.T).argmax(-1) == own[rows]
     return got
+
+
+def _copying(parts: list, U: torch.Tensor, sample: torch.Tensor, u_max: torch.Tensor | None,
+             H: int, nkv: int, hd: int) -> list[list[float]]:
+    """Per part (a block's values of the sampled tokens (n, nkv·hd) and its W_O (d, H·hd)), per
+    head: the share of the sampled tokens whose own logit is the largest (own_is_largest), the
+    tokens taken a chunk at a time so that a call holds at most OV_ROWS rows (every part's heads
+    at once)."""
+    import torch
+
+    n = len(sample)
+    per = max(1, OV_ROWS // (len(parts) * H))
+    hits = torch.zeros(len(parts), H)
+    for start in range(0, n, per):
+        some = slice(start, start + per)
+        rows = torch.cat([v[some, (h // (H // nkv)) * hd:(h // (H // nkv) + 1) * hd]
+                          @ Wo[:, h * hd:(h + 1) * hd].T for v, Wo in parts for h in range(H)])
+        own = own_is_largest(rows, U, sample[some].repeat(len(parts) * H), u_max)
+        hits += own.view(len(parts), H, -1).sum(-1)
+    return (hits / n).tolist()
 
 
 def ov_scores(lm: LoadedModel, seed: int, n: int) -> OV | None:
@@ -131,7 +154,7 @@ def ov_scores(lm: LoadedModel, seed: int, n: int) -> OV | None:
         g = torch.Generator().manual_seed(seed)
         sample = torch.randperm(V, generator=g)[:n]  # (n,)
         copying, eigen = [], []
-        shared = []  # (layer, its heads' rows) read against Uf itself: decided at the end
+        shared = []  # each block's (values, W_O) read against Uf itself: decided at the end
         for layer in range(L):
             attn = lm.parts.attns[layer]
             Wv = value_weights(attn, H, nkv, hd)
@@ -152,24 +175,21 @@ def ov_scores(lm: LoadedModel, seed: int, n: int) -> OV | None:
                 x = norm(x[None])[0]
             v = x.float().cpu() @ Wv.T  # (n, nkv·hd)
             VK = (Wv * g1) @ Kl  # (nkv·hd, d): once per K/V head, shared by its group
-            row_e, outs = [], []
+            row_e = []
             for h in range(H):
                 kv = h // (H // nkv)
                 Woh = Wo[:, h * hd:(h + 1) * hd]  # (d, hd)
-                outs.append(v[:, kv * hd:(kv + 1) * hd] @ Woh.T)  # (n, d)
                 lam = torch.linalg.eigvals(VK[kv * hd:(kv + 1) * hd] @ Woh)  # (hd,)
                 row_e.append(float(lam.real.sum() / lam.abs().sum().clamp(min=1e-30)))
             if n and fam.attn_added:  # every head's rows at once against its own gains
-                own = own_is_largest(torch.cat(outs), Ul, sample.repeat(H), Umax).view(H, n)
-                copying.append(own.float().mean(-1).tolist())
+                copying.append(_copying([(v, Wo)], Ul, sample, Umax, H, nkv, hd)[0])
             elif n:
-                shared.append(torch.cat(outs))
+                shared.append((v, Wo))
             eigen.append(row_e)
         if shared:  # every block's rows against the one LM head at once: the whole vocabulary
             # read once for the rows the probe leaves, not once a block (each row's answer is
             # its own: own_is_largest decides row by row)
-            own = own_is_largest(torch.cat(shared), Uf, sample.repeat(L * H), Uf_max)
-            copying = own.view(L, H, n).float().mean(-1).tolist()
+            copying = _copying(shared, Uf, sample, Uf_max, H, nkv, hd)
     return OV(copying if n else None, eigen)
 
 
