@@ -32,7 +32,6 @@ import json
 import os
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -41,18 +40,12 @@ from pathlib import Path
 PROMPTS = str(Path(__file__).resolve().parents[1] / "prompts")
 
 
-def wall(cmd: list[str], env: dict) -> float:
-    t0 = time.perf_counter()
-    done = subprocess.run(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                          timeout=900)
-    t = time.perf_counter() - t0
-    if done.returncode != 0:
-        raise SystemExit(f"{cmd[2:4]} failed: {done.stderr.decode()[-400:]}")
-    return t
-
-
 def commands(repeats: int) -> dict:
-    """The commands' wall times, in processes of their own and answered by a resident server."""
+    """The commands' wall times, in processes of their own and answered by a resident server
+    (bench_serve.py's timing and server start and stop)."""
+    sys.path.insert(0, os.path.dirname(__file__))
+    from bench_serve import start_server, stop_server, wall
+
     py = [sys.executable, "-m", "fptrace"]
     folder = tempfile.mkdtemp(prefix="fptrace-bench-heads-")
     served = dict(os.environ, FPTRACE_SOCKET=os.path.join(folder, "run", "s.sock"))
@@ -63,11 +56,7 @@ def commands(repeats: int) -> dict:
     try:
         for mode, env in (("own process", alone), ("resident server", served)):
             if env is served:
-                subprocess.run([*py, "serve"], env=env, check=True, capture_output=True,
-                               timeout=300)
-                pid = json.loads(subprocess.run([*py, "serve", "--status", "--json"], env=env,
-                                                capture_output=True, text=True,
-                                                check=True).stdout)["pid"]
+                pid = start_server(env)
             wall(stats, env)  # warm: the weights' cache and disk; the server loads the model
             wall(heads, env)
             st, hd = [], []
@@ -80,12 +69,7 @@ def commands(repeats: int) -> dict:
                          "ratio": statistics.median(hd) / statistics.median(st)}
     finally:
         if pid is not None:
-            subprocess.run([*py, "serve", "--stop"], env=served, capture_output=True,
-                           timeout=120)
-            try:
-                os.kill(pid, 9)
-            except ProcessLookupError:
-                pass
+            stop_server(served, pid)
         shutil.rmtree(folder, ignore_errors=True)
     return out
 

@@ -674,6 +674,15 @@ def test_what_would_not_fit_in_memory_is_refused_before_any_pass(monkeypatch):
         core.heads(lm, PROMPTS, induction=2000, induction_length=6, ov_tokens=0)
     with pytest.raises(AssertionError, match="a pass ran"):  # without the check: it fits
         core.heads(lm, PROMPTS, induction=2000, induction_length=6, ov_tokens=0, check=False)
+    # the OV scores' float32 copies of a 50,000-token vocabulary (about 50 MB): refused; with
+    # --ov-tokens 0 they are not made
+    big = wrap_model(build_tiny("llama", vocab_size=50000), name="tiny-llama-50k",
+                     random_weights=True)
+    monkeypatch.setattr(memory, "available_bytes", lambda device: 20 << 20)  # 20 MiB
+    with pytest.raises(BadInput, match=r"the OV scores over 8 sampled tokens .* needs about"):
+        core.heads(big, PROMPTS, induction=0, check=False, ov_tokens=8)
+    with pytest.raises(AssertionError, match="a pass ran"):
+        core.heads(big, PROMPTS, induction=0, check=False, ov_tokens=0)
     # a trillion sequences: refused before they are drawn (drawing them would never end)
     with pytest.raises(BadInput, match=r"1,000,000,000,000 induction sequences of 12 tokens "
                        r"needs about .*; give fewer induction sequences$"):

@@ -69,7 +69,13 @@ def check_forward_fits(config: PretrainedConfig, device: Any, dtype_bytes: int, 
     """Refuse, before it runs, a batched forward whose activations (plus `extra_bytes` the
     caller keeps) would not fit in 80% of the free memory: `what` names the batch, `lower` what
     to change ("lower --batch-size")."""
-    need = forward_bytes(config, batch, seq_len, 1, dtype_bytes) + extra_bytes
+    check_held_fits(forward_bytes(config, batch, seq_len, 1, dtype_bytes) + extra_bytes, device,
+                    what, lower)
+
+
+def check_held_fits(need: int, device: object, what: str, lower: str) -> None:
+    """Refuse, before it is made, what would hold `need` bytes beyond 80% of the free memory:
+    `what` names it, `lower` what to change."""
     free = available_bytes(device)
     if free is not None and need > 0.8 * free:
         raise BadInput(f"{what} needs about {human_bytes(need)} but {human_bytes(free)} is free "

@@ -156,8 +156,8 @@ def tallied(sums: Tally, rows: Sequence[Item], masks: Sequence[dict], focus: Hea
     return each
 
 
-def fits(lm: LoadedModel, items: Sequence[Item], sequences: int, length: int, check: bool
-         ) -> None:
+def fits(lm: LoadedModel, items: Sequence[Item], sequences: int, length: int, check: bool,
+         ov_tokens: int = 0) -> None:
     """Refuse, before any pass and before the induction sequences are drawn, what would not fit
     in memory (one line, where the system would kill the process, or the resident server
     answering it): the pass of the longest prompt or induction sequence alone, one block's
@@ -165,11 +165,13 @@ def fits(lm: LoadedModel, items: Sequence[Item], sequences: int, length: int, ch
     pattern's mask: three times H × T² floats) and the row's pattern masks (three T × T); and
     the `sequences` induction sequences of 2·`length` tokens themselves, with what the induction
     check holds for each from the clean pass (each block's output, T × d, and the keys and
-    values of the pass's cache, which the first copy's rows keep alive)."""
+    values of the pass's cache, which the first copy's rows keep alive); and the OV scores' copies
+    of the embedding and LM head (float32, V × d each, four at most) with every block's values
+    of the `ov_tokens` sampled tokens (weights.ov_scores)."""
     import torch
 
     from fptrace.families.parts import dims
-    from fptrace.models.memory import check_forward_fits
+    from fptrace.models.memory import check_forward_fits, check_held_fits
 
     info = model_info(lm)
     L, H, d = info.n_layers, info.n_heads, info.d_model
@@ -193,6 +195,12 @@ def fits(lm: LoadedModel, items: Sequence[Item], sequences: int, length: int, ch
                            f"give fewer {param('induction')} sequences"
                            + (", or run without the check (--no-check)" if check else ""),
                            extra_bytes=held)
+    if ov_tokens:
+        dm = dims(lm.config, lm.parts.family)
+        ov = 4 * (4 * info.vocab_size * d + ov_tokens * L * dm.n_kv_heads * dm.head_dim)
+        check_held_fits(ov, lm.device, f"the OV scores over {ov_tokens:,} sampled tokens (the "
+                        "embedding's and LM head's float32 copies, each block's values of the "
+                        "tokens)", f"sample fewer {param('ov_tokens')}")
 
 
 def prompt_batches(items: Sequence[Item], heads: int) -> list[list[Item]]:
@@ -240,11 +248,11 @@ def heads(lm: LoadedModel, prompts: Sequence[Prompt] = (), *, subjects: Sequence
             raise BadInput(f"{it.name!r} is {len(it.ids)} tokens, beyond {lm.name}'s context "
                            f"of {ctx}")
     check_induction(lm, induction, induction_length)
-    fits(lm, items, induction, induction_length, check)
-    rand = induction_items(lm, induction, induction_length, seed)
     if weights and ov_tokens > info.vocab_size:
         raise BadInput(f"{param('ov_tokens')} {ov_tokens:,}: {lm.name}'s vocabulary has "
                        f"{info.vocab_size:,} tokens; sample at most that many")
+    fits(lm, items, induction, induction_length, check, ov_tokens if weights else 0)
+    rand = induction_items(lm, induction, induction_length, seed)
     if not rand and not any(pattern_masks(it.ids)["duplicate"].any() for it in items):
         raise BadInput("no token repeats within a prompt (after the first position) and "
                        f"{param('induction')} 0: the duplicate-token score needs one; add a "
