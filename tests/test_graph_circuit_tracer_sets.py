@@ -23,6 +23,7 @@ from fptrace.cli.main import app
 from fptrace.commands.graph.core import graph
 from fptrace.commands.graph.examples import write_circuit_tracer_set
 from fptrace.core.dictionaries import read_dictionary, read_transcoder_set
+from fptrace.errors import BadInput
 from fptrace.models.loading import wrap_model
 
 IDS = [5, 17, 42, 7, 9, 311]
@@ -100,6 +101,30 @@ def test_a_set_shorter_than_the_model_leaves_blocks_without_a_transcoder(tmp_pat
         f.write("model_kind: transcoder_set\nfeature_input_hook: ln2.hook_normalized\n"
                 "feature_output_hook: hook_mlp_out\n")
     assert [t.site.layer for t in read_transcoder_set(str(tmp_path / "bare"))] == [1]
+
+
+def test_relative_paths_from_the_config_or_the_working_directory(tmp_path, monkeypatch):
+    """A relative path in `transcoders` is read from the config's folder, else from the working
+    directory (circuit-tracer's reading: a set written for it works as it is); one that names
+    a file both ways, two different files, is refused in one line."""
+    lm = _lm()
+    d = lm.config.hidden_size
+    work = tmp_path / "work"
+    write_circuit_tracer_set(str(work / "files"), [0], d, 32, seed=1)
+    folder = str(tmp_path / "ct")
+    write_circuit_tracer_set(folder, [], d, transcoders=["files/layer_0.safetensors"])
+    monkeypatch.chdir(work)  # the file is there, from the working directory only
+    (t,) = read_transcoder_set(folder)
+    assert os.path.samefile(t.path, work / "files" / "layer_0.safetensors")
+    write_circuit_tracer_set(os.path.join(folder, "files"), [0], d, 32, seed=2)  # both ways
+    with pytest.raises(BadInput, match="names two files"):
+        read_transcoder_set(folder)
+    monkeypatch.chdir(tmp_path)  # from the config's folder only
+    (t,) = read_transcoder_set(folder)
+    assert os.path.samefile(t.path, os.path.join(folder, "files", "layer_0.safetensors"))
+    write_circuit_tracer_set(folder, [], d, transcoders=["nowhere/layer_0.safetensors"])
+    with pytest.raises(BadInput, match="does not exist in the config's folder"):
+        read_transcoder_set(folder)
 
 
 def _transpose_enc(folder):

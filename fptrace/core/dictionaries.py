@@ -25,7 +25,9 @@ Formats (learned from their documentation and code, read here independently):
     circuit-tracer  a transcoder set: config.yaml (model_kind: transcoder_set,
                  feature_input_hook, feature_output_hook: TransformerLens hook names within a
                  block, and `transcoders`: the layer files in layer order, local paths,
-                 relative ones from the config's folder; without it, the folder's
+                 relative ones from the config's folder, else from the working directory
+                 (circuit-tracer's reading; two different files refused); without it, the
+                 folder's
                  layer_N.safetensors) and per layer, as its SingleLayerTranscoder holds them:
                  W_enc (d_sae, d_model), applied as F.linear(x, W_enc, b_enc), the input not
                  shifted; W_dec (d_sae, d_model); b_enc; b_dec; activation_function.threshold
@@ -658,7 +660,9 @@ def _ct_config(folder: str, what: str) -> tuple[dict[int, str], bool]:
     """({layer: its file}, whether the output hook is the MLP module's own output) from a set's
     config.yaml, read as circuit-tracer's load_transcoders
     reads it: `transcoders` lists the files in layer order (hf:// URIs refused: fptrace reads
-    local files; a relative path from the config's folder); without it, the folder's
+    local files; a relative path from the config's folder, else from the working directory as
+    circuit-tracer reads it, refused where it names a file both ways and they differ); without
+    it, the folder's
     layer_N.safetensors. Its kind and hooks checked: a per-layer set of the MLP."""
     import yaml
 
@@ -705,10 +709,20 @@ def _ct_config(folder: str, what: str) -> tuple[dict[int, str], bool]:
         if "://" in f:
             raise BadInput(f"{path!r}: layer {layer}'s transcoder {f!r} is a URI; fptrace reads "
                            "local files only (it is offline): download it and list its path")
-        file = os.path.join(folder, f)  # an absolute f stays as it is
-        if not os.path.isfile(file):
-            raise BadInput(f"{path!r}: layer {layer}'s file {file!r} does not exist")
-        files[layer] = file
+        here = os.path.join(folder, f)  # an absolute f stays as it is
+        there = os.path.abspath(f)  # circuit-tracer's own reading: from the working directory
+        if os.path.isfile(here):
+            if os.path.isfile(there) and not os.path.samefile(here, there):
+                raise BadInput(f"{path!r}: layer {layer}'s file {f!r} names two files, "
+                               f"{here!r} from the config's folder and {there!r} from the "
+                               "working directory (as circuit-tracer reads it): give its "
+                               "absolute path")
+            files[layer] = here
+        elif os.path.isfile(there):
+            files[layer] = there
+        else:
+            raise BadInput(f"{path!r}: layer {layer}'s file {f!r} does not exist in the "
+                           f"config's folder ({here!r}) or the working directory")
     return files, module_out
 
 
