@@ -175,6 +175,8 @@ def fits(lm: LoadedModel, items: Sequence[Item], sequences: int, length: int, ch
 
     info = model_info(lm)
     L, H, d = info.n_layers, info.n_heads, info.d_model
+    kv = dims(lm.config, lm.parts.family)
+    kv_width = kv.n_kv_heads * kv.head_dim  # a position's keys (or values) in a block
     size = torch.empty((), dtype=lm.dtype).element_size()
     T = 2 * length if sequences else 0
     longest = max([len(it.ids) for it in items] + [T])
@@ -185,9 +187,8 @@ def fits(lm: LoadedModel, items: Sequence[Item], sequences: int, length: int, ch
                            f"give shorter prompts or a shorter {param('induction')} LEN",
                            extra_bytes=3 * (H + 1) * longest * longest * 4)
     if sequences:
-        dm = dims(lm.config, lm.parts.family)
         held = sequences * T * (SEQUENCE_TOKEN_BYTES + (
-            L * (d + 2 * dm.n_kv_heads * dm.head_dim) * size if check else 0))
+            L * (d + 2 * kv_width) * size if check else 0))
         check_forward_fits(lm.config, lm.device, size, 1, T,
                            f"{sequences:,} induction sequences of {T:,} tokens"
                            + (" (each one's block outputs and first copy's keys and values "
@@ -196,8 +197,7 @@ def fits(lm: LoadedModel, items: Sequence[Item], sequences: int, length: int, ch
                            + (", or run without the check (--no-check)" if check else ""),
                            extra_bytes=held)
     if ov_tokens:
-        dm = dims(lm.config, lm.parts.family)
-        ov = 4 * (4 * info.vocab_size * d + ov_tokens * L * dm.n_kv_heads * dm.head_dim)
+        ov = 4 * (4 * info.vocab_size * d + ov_tokens * L * kv_width)
         check_held_fits(ov, lm.device, f"the OV scores over {ov_tokens:,} sampled tokens (the "
                         "embedding's and LM head's float32 copies, each block's values of the "
                         "tokens)", f"sample fewer {param('ov_tokens')}")
