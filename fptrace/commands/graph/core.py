@@ -102,7 +102,8 @@ def rows_fitting(T: int, L: int, m: int, d: int, most: int, budget: int = PASS_B
     """Targets per backward pass: `most`, or fewer so that one batched pass's gradients fit in
     `budget` bytes (backward_bytes a target). With 32 targets a 256-token graph peaked at 10.4
     GB, with 8 at 128 tokens at 3.2 GB instead of 6.6 GB (and ran faster). Memory is then
-    linear in the prompt's length."""
+    linear in the prompt's length. float32 rows take the same batch (sized for their half-size
+    gradients, 16 targets at 256 tokens ran slower than 8: docs/graph.md)."""
     return max(1, min(most, budget // max(backward_bytes(T, L, m, d), 1)))
 
 
