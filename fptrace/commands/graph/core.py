@@ -18,7 +18,7 @@ error node per (block, position): transcoders.py), exact.
    (prefix_ends). Those passes run here, or where `pool` runs them (pool.py: `graph --ray`,
    the batches of one round over a Ray cluster's actors, the same batches, assembled here in
    the same order: the same graph). With precision float32, those passes run on a float32
-   copy of the model (lower_passes): each row is checked against the node's float64 value
+   copy of the model (copied_passes): each row is checked against the node's float64 value
    (graph_sums' rule, below) as it comes, and one that misses is recomputed in float64.
 4. Every computed node is checked: its edges from all sources plus its bias terms equal its
    value in the model within RTOL (float64); the float64 copy's logits equal the model's own.
@@ -60,7 +60,7 @@ from fptrace.commands.graph.influence import (
     spread,
 )
 from fptrace.commands.graph.model64 import Real, float64_copy, real_pass
-from fptrace.commands.graph.passes import FrozenPasses, lower_passes
+from fptrace.commands.graph.passes import FrozenPasses, copied_passes
 from fptrace.commands.graph.paths import strongest_paths
 from fptrace.commands.graph.pool import GraphWork, Job, RowsPool
 from fptrace.commands.graph.result import (
@@ -254,7 +254,7 @@ def graph(lm: LoadedModel, prompt: Prompt, *,
     passes = FrozenPasses(model, parts, sites, tset, ids, queries,  # each made when first
                           outputs=qk > 0)  # used; with --qk, the heads' outputs kept
     fast = passes if precision == "float64" else \
-        lower_passes(lm, precision, sites, tset, ids, queries)
+        copied_passes(lm, precision, sites, tset, ids, queries)
     work = GraphWork(tuple(ids), tuple(queries), cand, transcoders, precision)
     recomputed = [0]  # float32 rows that missed their value, recomputed in float64
 

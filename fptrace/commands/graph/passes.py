@@ -2,7 +2,7 @@
 kept) and each prefix's (core.prefix_ends: its first `end` positions, its last logit kept),
 each made once, when a batch first asks for it. The process that builds the graph and each
 worker of `graph --ray` (pool.py) make theirs with this one class, from the same float64 copy
-of the same model (or, with precision float32, the same float32 copy: lower_passes), so that the
+of the same model (or, with precision float32, the same float32 copy: copied_passes), so that the
 passes, and the rows computed from them, are the same."""
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ if TYPE_CHECKING:
 class FrozenPasses:
     """passes(end): the frozen pass (freezing.py) of the prompt's first `end` positions, made
     on first use and kept; end = len(ids) is the whole prompt's, whose logits are the query
-    positions'. model: the float64 copy (model64.float64_copy; lower_passes: a float32 one),
+    positions'. model: the float64 copy (model64.float64_copy; copied_passes: a float32 one),
     parts its ModelParts, sites
     the MLP sites (None with transcoders, a TranscoderSet); outputs: each head's output kept
     too (freezing.frozen's `outputs`: graph --qk, in the process that builds the graph)."""
@@ -51,12 +51,13 @@ class FrozenPasses:
         return self._made[end]
 
 
-def lower_passes(lm: LoadedModel, precision: str, sites: MlpSites | None,
-                 transcoders: TranscoderSet | None, ids: list[int], queries: list[int]
-                 ) -> FrozenPasses:
-    """The frozen passes of a copy of the model (and of the transcoders) in `precision`
-    ("float32": graph(precision="float32")'s candidate rows, each checked against its float64
-    value by core.py; inputs.check_precision says which precisions there are)."""
+def copied_passes(lm: LoadedModel, precision: str, sites: MlpSites | None,
+                  transcoders: TranscoderSet | None, ids: list[int], queries: list[int]
+                  ) -> FrozenPasses:
+    """The frozen passes of a copy of the model (and of the transcoders) in `precision`:
+    "float64", a `graph --ray` worker's (the copy core.py's real pass also runs on); "float32",
+    graph(precision="float32")'s candidate rows, each checked against its float64 value by
+    core.py (inputs.check_precision says which precisions there are)."""
     import torch
 
     from fptrace.commands.graph.model64 import model_copy
@@ -67,4 +68,4 @@ def lower_passes(lm: LoadedModel, precision: str, sites: MlpSites | None,
                         None if transcoders is None else transcoders.cast(dtype), ids, queries)
 
 
-__all__ = ["FrozenPasses", "lower_passes"]
+__all__ = ["FrozenPasses", "copied_passes"]

@@ -22,7 +22,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
-from fptrace.commands.graph.passes import FrozenPasses, lower_passes
+from fptrace.commands.graph.passes import FrozenPasses, copied_passes
 from fptrace.commands.graph.rows import Candidates, Rows, Target, rows
 
 if TYPE_CHECKING:
@@ -71,19 +71,14 @@ class Worker:
 def prepare(lm: LoadedModel, work: GraphWork) -> Worker:
     """A worker's state for `work` on its model lm (loaded as the graph's own)."""
     from fptrace.commands.graph.freezing import mlp_sites
-    from fptrace.commands.graph.model64 import float64_copy
     from fptrace.commands.graph.transcoders import read_transcoders
 
     tset = work.transcoders
     if isinstance(tset, str):
         tset = read_transcoders(tset, lm)
     sites = mlp_sites(lm.parts.family) if tset is None else None
-    if work.precision != "float64":
-        return Worker(lower_passes(lm, work.precision, sites, tset, list(work.ids),
-                                   list(work.queries)), work.cand)
-    model, parts = float64_copy(lm)
-    return Worker(FrozenPasses(model, parts, sites, tset, list(work.ids), list(work.queries)),
-                  work.cand)
+    return Worker(copied_passes(lm, work.precision, sites, tset, list(work.ids),
+                                list(work.queries)), work.cand)
 
 
 def rows_of(worker: Worker, job: Job) -> Rows:
