@@ -297,7 +297,8 @@
           "All " + here.length + " nodes at " + where + " are drawn, the strongest first. " +
           "Click (or Enter) to draw only the " + (CAP - 1) + " strongest again." :
           hidden.length + " more nodes at " + where + ": the weakest of its " + here.length +
-          " (by influence), hidden so that no circle covers another; their " + edges.length +
+          " by influence (an error node or remainder is always drawn), hidden so that no " +
+          "circle covers another; their " + edges.length +
           " kept edges end at this marker. Click (or Enter) to draw them all.";
       }
       function toggle() {
